@@ -1,0 +1,51 @@
+# Two commands do all the set-up on a fresh machine:
+#   make serve   - create .venv, install, seed the demo lakehouse if empty, serve on 127.0.0.1:5439
+#   make test    - install test dependencies and system packages, run unit + model + e2e tests
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+DATA_DIR ?= .icegres
+HOST ?= 127.0.0.1
+PORT ?= 5439
+PYTEST_ARGS ?=
+
+.PHONY: serve test test-unit test-e2e seed lint bench clean install
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e .
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml $(VENV)/.installed
+	$(PIP) install -q -e '.[test,bench]'
+	touch $@
+
+install: $(VENV)/.installed
+
+seed: $(VENV)/.installed
+	$(VENV)/bin/icegres seed --data-dir $(DATA_DIR)
+
+serve: seed
+	exec $(VENV)/bin/icegres serve --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT)
+
+test: $(VENV)/.test-installed
+	bash infra/system-deps.sh
+	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS)
+
+test-unit: $(VENV)/.test-installed
+	$(PY) -m pytest -p no:cacheprovider -m "unit or model" $(PYTEST_ARGS)
+
+test-e2e: $(VENV)/.test-installed
+	bash infra/system-deps.sh
+	$(PY) -m pytest -p no:cacheprovider -m e2e $(PYTEST_ARGS)
+
+lint: $(VENV)/.test-installed
+	$(VENV)/bin/ruff check icegres tests bench
+
+bench: $(VENV)/.test-installed
+	$(PY) -m bench.pgwire_read
+
+clean:
+	rm -rf $(VENV) $(DATA_DIR)

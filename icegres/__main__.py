@@ -1,0 +1,3 @@
+from icegres.cli import main
+import sys
+sys.exit(main())

@@ -1,0 +1,310 @@
+"""The query engine: the lakehouse mounted into DataFusion, and per-session query contexts.
+
+One shared DataFusion catalog holds every Iceberg namespace as a schema and every table as a view
+over its planned Parquet files, plus pg_catalog and information_schema. Each client session gets a
+light SessionContext of its own over that shared catalog (0.6 ms to create) so that session-bound
+functions — current_setting(), current_schema(), set_config() — see that session's settings.
+
+All methods here block; the protocol layers call them from worker threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from icegres import __version__
+from icegres.engine import errors as engine_errors
+from icegres.engine.catalog import Lakehouse, Listing
+from icegres.engine.mounts import FooterCache, ReadPlan, plan_read, to_dataframe
+from icegres.protocol.pgwire.errors import PgError
+
+if TYPE_CHECKING:
+    from datafusion import DataFrame, SessionContext
+
+SERVER_VERSION = "15.0"
+DEFAULT_CATALOG = "datafusion"
+SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
+
+
+def session_config(default_schema: str = "public"):
+    from datafusion import SessionConfig
+
+    return (
+        SessionConfig()
+        .with_default_catalog_and_schema(DEFAULT_CATALOG, default_schema)
+        .with_information_schema(False)
+        .set("datafusion.sql_parser.dialect", "PostgreSQL")
+        .set("datafusion.execution.parquet.pushdown_filters", "true")
+        .set("datafusion.execution.parquet.reorder_filters", "true")
+        # Identifiers fold to lower case exactly as in PostgreSQL.
+        .set("datafusion.sql_parser.enable_ident_normalization", "true")
+    )
+
+
+@dataclass
+class SessionEnv:
+    """What session-bound SQL functions and name resolution need to know about one session."""
+
+    database: str
+    user: str
+    backend_pid: int
+    settings: dict[str, str] = field(default_factory=dict)
+    server_version: str = SERVER_VERSION
+    relation_oid: Any = None  # set by the engine: (schema, name) -> oid
+
+    @property
+    def search_path(self) -> list[str]:
+        raw = self.settings.get("search_path", '"$user", public')
+        out = []
+        for item in raw.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if item.startswith('"') and item.endswith('"'):
+                item = item[1:-1]
+            else:
+                item = item.lower()
+            out.append(self.user if item == "$user" else item)
+        return out
+
+
+class Engine:
+    """The lakehouse as DataFusion relations, kept exactly fresh by `refresh()`."""
+
+    def __init__(self, lakehouse: Lakehouse, *, database: str = "icegres") -> None:
+        from datafusion import SessionContext
+
+        self.lakehouse = lakehouse
+        self.database = database
+        self._master: SessionContext = SessionContext(session_config())
+        self._lock = threading.Lock()
+        self._footers = FooterCache()
+        self._plans: dict[tuple[str, str], ReadPlan] = {}
+        self._schemas: set[str] = set()
+        self._listing: Listing | None = None
+        self._catalog_generation = 0
+        for schema in SYSTEM_SCHEMAS:
+            self._ensure_schema(schema)
+
+    # --- freshness ---------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Make the mounted lakehouse equal the catalog now (cheap when nothing changed)."""
+        try:
+            listing = self.lakehouse.listing()
+        except Exception as exc:  # the catalog itself is unreachable
+            raise PgError("58030", f"catalog unavailable ({self.lakehouse.description}): {exc}") from exc
+        if listing == self._listing:
+            return
+        with self._lock:
+            if listing == self._listing:
+                return
+            self._apply(listing)
+            self._listing = listing
+
+    def _apply(self, listing: Listing) -> None:
+        wanted = {(t.namespace, t.name): t for t in listing.tables}
+        catalog = self._master.catalog(DEFAULT_CATALOG)
+        for ns in listing.namespaces:
+            self._ensure_schema(ns)
+        for key in list(self._plans):
+            if key not in wanted:
+                self._deregister(key)
+        for key, entry in wanted.items():
+            current = self._plans.get(key)
+            if current is not None and current.metadata_location == entry.metadata_location:
+                continue
+            table = self.lakehouse.load_table(*key)
+            plan = plan_read(table, self._footers)
+            df = to_dataframe(self._master, plan)
+            self._ensure_schema(key[0])
+            schema = catalog.schema(key[0])
+            if key[1] in schema.names():
+                schema.deregister_table(key[1])
+            schema.register_table(key[1], df.into_view())
+            self._plans[key] = plan
+        for ns in list(self._schemas):
+            if ns not in listing.namespaces and ns not in SYSTEM_SCHEMAS and ns != "public":
+                if not any(k[0] == ns for k in self._plans):
+                    catalog.deregister_schema(ns, cascade=True)
+                    self._schemas.discard(ns)
+        self._register_pg_catalog(listing)
+
+    def _ensure_schema(self, name: str) -> None:
+        from datafusion.catalog import Schema
+
+        if name in self._schemas:
+            return
+        catalog = self._master.catalog(DEFAULT_CATALOG)
+        if name not in catalog.names():
+            catalog.register_schema(name, Schema.memory_schema())
+        self._schemas.add(name)
+
+    def _deregister(self, key: tuple[str, str]) -> None:
+        catalog = self._master.catalog(DEFAULT_CATALOG)
+        try:
+            catalog.schema(key[0]).deregister_table(key[1])
+        except Exception:
+            pass
+        self._plans.pop(key, None)
+
+    def _register_pg_catalog(self, listing: Listing) -> None:
+        from icegres.engine import pg_catalog
+
+        tables = []
+        for (ns, name), plan in sorted(self._plans.items()):
+            not_null = {f.name for f in plan.schema if not f.nullable}
+            columns = tuple(
+                pg_catalog.ColumnInfo(f.name, f.type, f.name not in not_null, fid)
+                for f, fid in zip(plan.schema, plan.field_ids, strict=True)
+            )
+            tables.append(pg_catalog.TableInfo(ns, name, columns, plan.primary_key))
+        snap = pg_catalog.CatalogSnapshot(
+            database=self.database,
+            user="icegres",
+            schemas=tuple(sorted(set(listing.namespaces) | {"public"})),
+            tables=tuple(tables),
+        )
+        pg_catalog.register_catalog(self._master, snap)
+        self._catalog_generation += 1
+
+    # --- what sessions use -------------------------------------------------------------------
+
+    def has_table(self, schema: str, name: str) -> bool:
+        return (schema, name) in self._plans
+
+    def has_schema(self, schema: str) -> bool:
+        return schema in self._schemas
+
+    def read_plan(self, schema: str, name: str) -> ReadPlan | None:
+        return self._plans.get((schema, name))
+
+    def open_session(self, env: SessionEnv) -> QueryContext:
+        from icegres.engine import pg_catalog
+
+        env.relation_oid = pg_catalog.relation_oid
+        return QueryContext(self, env)
+
+    def new_context(self, default_schema: str) -> SessionContext:
+        from datafusion import SessionContext
+
+        ctx = SessionContext(session_config(default_schema))
+        ctx.register_catalog_provider(DEFAULT_CATALOG, self._master.catalog(DEFAULT_CATALOG))
+        return ctx
+
+    @property
+    def master(self) -> SessionContext:
+        return self._master
+
+
+_ROUTE_CACHE_SIZE = 2048
+
+
+class QueryContext:
+    """One session's view of the engine: its DataFusion context and plan routing cache."""
+
+    def __init__(self, engine: Engine, env: SessionEnv) -> None:
+        self.engine = engine
+        self.env = env
+        self._ctx: SessionContext | None = None
+        self._ctx_schema: str | None = None
+        # statement text -> SQL DataFusion accepted for it (the text itself or its rewrite)
+        self._routes: OrderedDict[tuple[str, tuple[str, ...]], str] = OrderedDict()
+
+    @property
+    def ctx(self) -> SessionContext:
+        default = self._default_schema()
+        if self._ctx is None or default != self._ctx_schema:
+            from icegres.engine import pg_functions
+
+            ctx = self.engine.new_context(default)
+            pg_functions.register_functions(ctx, self.env)
+            self._ctx, self._ctx_schema = ctx, default
+        return self._ctx
+
+    def _default_schema(self) -> str:
+        # DataFusion resolves unqualified names in one schema: the first one on search_path that
+        # exists. Names not found there fall back to the rewrite path, which walks the full path.
+        for schema in self.env.search_path:
+            if self.engine.has_schema(schema):
+                return schema
+        return "public"
+
+    def refresh(self) -> None:
+        self.engine.refresh()
+
+    def plan(self, sql: str, params: dict[str, Any] | None = None) -> DataFrame:
+        """Plan one query statement (DataFusion dialect permitting, else through the rewriter)."""
+        key = (sql, tuple(self.env.search_path))
+        route = self._routes.get(key)
+        ctx = self.ctx
+        if route is not None:
+            self._routes.move_to_end(key)
+            try:
+                return ctx.sql(route, param_values=params)
+            except Exception as exc:
+                raise engine_errors.from_datafusion(exc) from None
+        first_error: BaseException | None = None
+        if not _needs_rewrite(sql):
+            try:
+                df = ctx.sql(sql, param_values=params)
+                self._remember(key, sql)
+                return df
+            except Exception as exc:
+                first_error = exc
+        from icegres.engine import sql as sql_rewrite
+
+        try:
+            rewritten = sql_rewrite.rewrite_for_datafusion(sql, self)
+        except PgError:
+            if first_error is not None:
+                raise engine_errors.from_datafusion(first_error) from None
+            raise
+        try:
+            df = ctx.sql(rewritten, param_values=params)
+        except Exception as exc:
+            raise engine_errors.from_datafusion(first_error or exc) from None
+        self._remember(key, rewritten)
+        return df
+
+    def start(self, sql: str, params: dict[str, Any] | None = None) -> tuple[pa.Schema, Any]:
+        """Refresh, plan and start executing a query: (result schema, batch stream)."""
+        self.refresh()
+        df = self.plan(sql, params)
+        try:
+            return df.schema(), df.execute_stream()
+        except Exception as exc:
+            raise engine_errors.from_datafusion(exc) from None
+
+    def _remember(self, key: tuple[str, tuple[str, ...]], route: str) -> None:
+        self._routes[key] = route
+        if len(self._routes) > _ROUTE_CACHE_SIZE:
+            self._routes.popitem(last=False)
+
+    def forget_routes(self) -> None:
+        self._routes.clear()
+
+
+_REWRITE_MARKERS = (
+    "pg_", "information_schema", "regclass", "regtype", "regnamespace", "regproc", "::oid",
+    "collate", "operator(", "array(", "current_user", "session_user", "current_schema",
+    "current_catalog", "any(", "::name", '::"char"', "version(", "current_setting",
+    "set_config", "format_type", "current_database",
+)
+
+
+def _needs_rewrite(sql: str) -> bool:
+    low = sql.lower()
+    return any(marker in low for marker in _REWRITE_MARKERS)
+
+
+def arrow_schema_of(df: DataFrame) -> pa.Schema:
+    return df.schema()
+
+
+__all__ = ["Engine", "QueryContext", "SessionEnv", "SERVER_VERSION", "__version__"]

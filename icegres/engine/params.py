@@ -1,0 +1,98 @@
+"""Parameter types for the extended protocol, read off DataFusion's logical plan.
+
+DataFusion infers a placeholder's type from its context while planning (`id = $1` makes $1 an
+Int64). Clients such as asyncpg and pg8000 encode parameters by the types the server describes,
+so ParameterDescription must carry these rather than "unknown".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pyarrow as pa
+
+_EXPR_TYPES = ("RawExpr", "Expr")
+_CAST = re.compile(r"^(?:TRY_)?CAST\(\$(\d+) AS (.+)\)$")
+
+# DataFusion's display names of Arrow types, for `$1::type` casts whose target it reports as text.
+_DISPLAY_TYPES = {
+    "Int16": pa.int16(), "Int32": pa.int32(), "Int64": pa.int64(), "Float32": pa.float32(),
+    "Float64": pa.float64(), "Utf8": pa.string(), "Utf8View": pa.string(), "LargeUtf8": pa.string(),
+    "Boolean": pa.bool_(), "Date32": pa.date32(), "Binary": pa.binary(), "Int8": pa.int8(),
+    "UInt32": pa.uint32(), "UInt64": pa.uint64(),
+}
+
+
+def placeholder_types(df: Any) -> dict[int, pa.DataType]:
+    """{1: int64, ...} for every placeholder whose type DataFusion could infer."""
+    out: dict[int, pa.DataType] = {}
+    _walk_plan(df.logical_plan(), out, depth=0)
+    return out
+
+
+def _walk_plan(plan: Any, out: dict[int, pa.DataType], depth: int) -> None:
+    if depth > 200:
+        return
+    variant = plan.to_variant()
+    for attr in dir(variant):
+        if attr.startswith("_") or attr in ("input", "schema", "inputs"):
+            continue
+        try:
+            value = getattr(variant, attr)()
+        except Exception:
+            continue
+        for item in value if isinstance(value, list | tuple) else [value]:
+            for expr in item if isinstance(item, tuple) else (item,):
+                if type(expr).__name__ in _EXPR_TYPES:
+                    _walk_expr(expr, out, depth + 1)
+                elif type(expr).__name__ == "LogicalPlan":
+                    _walk_plan(expr, out, depth + 1)
+    for child in plan.inputs():
+        _walk_plan(child, out, depth + 1)
+
+
+def _walk_expr(expr: Any, out: dict[int, pa.DataType], depth: int) -> None:
+    if depth > 200:
+        return
+    try:
+        variant = expr.to_variant()
+    except Exception:
+        variant = None
+    kind = type(variant).__name__
+    if kind == "Placeholder":
+        field = variant.field()
+        if field is not None and field.type != pa.null():
+            out.setdefault(int(variant.id().lstrip("$")), field.type)
+        return
+    if kind in ("Cast", "TryCast"):
+        m = _CAST.match(expr.canonical_name())
+        if m and m.group(2) in _DISPLAY_TYPES:
+            out.setdefault(int(m.group(1)), _DISPLAY_TYPES[m.group(2)])
+    children: list[Any] = []
+    try:
+        children = list(expr.rex_call_operands())
+    except Exception:
+        pass
+    if variant is not None:
+        for attr in ("expr", "left", "right", "low", "high", "list", "else_expr", "expression",
+                     "args", "pattern", "subquery"):
+            fn = getattr(variant, attr, None)
+            if fn is None:
+                continue
+            try:
+                value = fn()
+            except Exception:
+                continue
+            for v in value if isinstance(value, list | tuple) else [value]:
+                if type(v).__name__ in _EXPR_TYPES:
+                    children.append(v)
+                elif type(v).__name__ == "LogicalPlan":
+                    _walk_plan(v, out, depth + 1)
+                elif hasattr(v, "subquery"):
+                    try:
+                        _walk_plan(v.subquery(), out, depth + 1)
+                    except Exception:
+                        pass
+    for child in children:
+        _walk_expr(child, out, depth + 1)

@@ -1,0 +1,64 @@
+"""The rewrite path: statements DataFusion cannot plan as sent, made plannable with sqlglot.
+
+Client catalog queries use PostgreSQL-only constructs (regclass casts, COLLATE, OPERATOR(...),
+pg_catalog-qualified functions; see pg_rewrite.py) and unqualified names that PostgreSQL resolves
+through search_path. Each distinct statement text is parsed once; QueryContext caches the result.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from icegres.protocol.pgwire.errors import SYNTAX_ERROR, PgError
+
+if TYPE_CHECKING:
+    from sqlglot import exp
+
+    from icegres.engine.engine import QueryContext
+
+
+def parse(sql: str) -> exp.Expression:
+    import sqlglot
+    from sqlglot.errors import ParseError
+
+    try:
+        tree = sqlglot.parse_one(sql, read="postgres")
+    except ParseError as err:
+        detail = err.errors[0] if err.errors else {}
+        raise PgError(
+            SYNTAX_ERROR,
+            f"syntax error at or near \"{detail.get('highlight', '')}\""
+            if detail.get("highlight")
+            else "syntax error",
+        ) from None
+    if tree is None:
+        raise PgError(SYNTAX_ERROR, "syntax error")
+    return tree
+
+
+def qualify_tables(tree: exp.Expression, qctx: QueryContext) -> exp.Expression:
+    """Give every unqualified lakehouse table the schema PostgreSQL's search_path would pick."""
+    from sqlglot import exp
+
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    path = qctx.env.search_path
+    for table in tree.find_all(exp.Table):
+        if table.args.get("db") or not table.name:
+            continue
+        name = table.name
+        if name.lower() in ctes:
+            continue
+        for schema in path:
+            if qctx.engine.has_table(schema, name):
+                table.set("db", exp.to_identifier(schema))
+                break
+    return tree
+
+
+def rewrite_for_datafusion(sql: str, qctx: QueryContext) -> str:
+    from icegres.engine import pg_rewrite
+
+    tree = parse(sql)
+    tree = qualify_tables(tree, qctx)
+    tree = pg_rewrite.rewrite(tree, qctx.env)
+    return tree.sql(dialect="postgres")

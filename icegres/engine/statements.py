@@ -1,0 +1,421 @@
+"""Splitting a Query message into statements and classifying each one.
+
+Pure text work, no engine: the session needs to know what a statement is (a query for DataFusion,
+or one of the session commands it answers itself) before anything is planned.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+
+def split_statements(sql: str) -> list[str]:
+    """Split on top-level semicolons, honouring quotes, dollar quotes and comments.
+
+    Empty statements are dropped (PostgreSQL answers `;;` with nothing but ReadyForQuery... and an
+    all-empty message with EmptyQueryResponse, which the caller decides).
+    """
+    out: list[str] = []
+    start = 0
+    i = 0
+    n = len(sql)
+    while i < n:
+        c = sql[i]
+        if c == "'" or c == '"':
+            i = _skip_quoted(sql, i, c)
+            continue
+        if c == "-" and sql.startswith("--", i):
+            j = sql.find("\n", i)
+            i = n if j < 0 else j + 1
+            continue
+        if c == "/" and sql.startswith("/*", i):
+            i = _skip_block_comment(sql, i)
+            continue
+        if c == "$":
+            m = _DOLLAR_TAG.match(sql, i)
+            if m and (i == 0 or not (sql[i - 1].isalnum() or sql[i - 1] == "_")):
+                tag = m.group(0)
+                j = sql.find(tag, m.end())
+                i = n if j < 0 else j + len(tag)
+                continue
+        if c == ";":
+            piece = sql[start:i].strip()
+            if piece:
+                out.append(piece)
+            start = i + 1
+        i += 1
+    piece = sql[start:].strip()
+    if piece and not _only_comments(piece):
+        out.append(piece)
+    return [p for p in out if not _only_comments(p)]
+
+
+_DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
+
+
+def _skip_quoted(sql: str, i: int, q: str) -> int:
+    j = i + 1
+    n = len(sql)
+    while j < n:
+        if sql[j] == q:
+            if j + 1 < n and sql[j + 1] == q:  # doubled quote is an escaped quote
+                j += 2
+                continue
+            return j + 1
+        if q == "'" and sql[j] == "\\" and i > 0 and sql[i - 1] in "eE":
+            j += 2  # E'...' strings allow backslash escapes
+            continue
+        j += 1
+    return n
+
+
+def _skip_block_comment(sql: str, i: int) -> int:
+    depth = 0
+    n = len(sql)
+    while i < n:
+        if sql.startswith("/*", i):
+            depth += 1
+            i += 2
+        elif sql.startswith("*/", i):
+            depth -= 1
+            i += 2
+            if depth == 0:
+                return i
+        else:
+            i += 1
+    return n
+
+
+def _only_comments(piece: str) -> bool:
+    return strip_leading_comments(piece) == ""
+
+
+def strip_leading_comments(sql: str) -> str:
+    s = sql.lstrip()
+    while True:
+        if s.startswith("--"):
+            j = s.find("\n")
+            s = "" if j < 0 else s[j + 1 :].lstrip()
+        elif s.startswith("/*"):
+            s = s[_skip_block_comment(s, 0) :].lstrip()
+        else:
+            return s
+
+
+class Kind(Enum):
+    QUERY = "query"  # planned by DataFusion: SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW-as-query
+    SET = "set"
+    SHOW = "show"
+    RESET = "reset"
+    BEGIN = "begin"
+    COMMIT = "commit"
+    ROLLBACK = "rollback"
+    SAVEPOINT = "savepoint"
+    RELEASE = "release"
+    ROLLBACK_TO = "rollback_to"
+    DECLARE = "declare"
+    FETCH = "fetch"
+    MOVE = "move"
+    CLOSE = "close"
+    DEALLOCATE = "deallocate"
+    DISCARD = "discard"
+    LISTEN = "listen"  # LISTEN/UNLISTEN/NOTIFY: accepted, nothing is ever notified
+    COPY_TO = "copy_to"
+    COPY_FROM = "copy_from"
+    WRITE = "write"  # INSERT/UPDATE/DELETE/MERGE and DDL: the commit machine (a later issue)
+    UNSUPPORTED = "unsupported"
+
+
+@dataclass(frozen=True)
+class Statement:
+    kind: Kind
+    sql: str
+    tag: str  # CommandComplete tag word(s) for commands that carry no row count
+    name: str | None = None  # setting, savepoint, cursor or prepared-statement name
+    value: str | None = None  # SET value, DECLARE/COPY query, FETCH count
+    flag: bool = False  # SET LOCAL, COPY ... CSV, FETCH BACKWARD ...
+    options: tuple[tuple[str, str], ...] = ()
+
+
+_IDENT = r'(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$.]*)'
+
+
+def unquote_ident(name: str) -> str:
+    if name.startswith('"') and name.endswith('"'):
+        return name[1:-1].replace('""', '"')
+    return name.lower()
+
+
+def classify(sql: str) -> Statement:
+    text = strip_leading_comments(sql).rstrip().rstrip(";").rstrip()
+    m = re.match(r"[A-Za-z]+", text)
+    word = m.group(0).upper() if m else ""
+    handler = _HANDLERS.get(word)
+    if handler is not None:
+        return handler(text)
+    if word in ("SELECT", "WITH", "VALUES", "TABLE", "EXPLAIN") or text.startswith("("):
+        return Statement(Kind.QUERY, text, "SELECT")
+    if word in _WRITE_WORDS:
+        return Statement(Kind.WRITE, text, word)
+    return Statement(Kind.UNSUPPORTED, text, word)
+
+
+_WRITE_WORDS = {
+    "INSERT", "UPDATE", "DELETE", "MERGE", "CREATE", "DROP", "ALTER", "TRUNCATE", "GRANT",
+    "REVOKE", "COMMENT", "VACUUM", "ANALYZE", "REFRESH", "CALL", "DO", "LOCK", "PREPARE",
+    "EXECUTE", "CHECKPOINT", "CLUSTER", "REINDEX", "IMPORT", "SECURITY",
+}
+
+
+def _set(text: str) -> Statement:
+    body = text[3:].strip()
+    local = False
+    m = re.match(r"(SESSION|LOCAL)\s+", body, re.I)
+    if m:
+        local = m.group(1).upper() == "LOCAL"
+        body = body[m.end() :]
+    m = re.match(r"TIME\s+ZONE\s+(.*)$", body, re.I | re.S)
+    if m:
+        return Statement(Kind.SET, text, "SET", "timezone", _setting_value(m.group(1)), local)
+    if re.match(r"(TRANSACTION|CHARACTERISTICS\s+AS\s+TRANSACTION)\b", body, re.I):
+        mode = re.search(r"ISOLATION\s+LEVEL\s+(READ\s+UNCOMMITTED|READ\s+COMMITTED|REPEATABLE\s+READ|SERIALIZABLE)", body, re.I)
+        value = " ".join(mode.group(1).lower().split()) if mode else None
+        return Statement(Kind.SET, text, "SET", "transaction_isolation", value, local)
+    if re.match(r"(SCHEMA|NAMES)\s", body, re.I):
+        key, _, rest = body.partition(" ")
+        name = "search_path" if key.upper() == "SCHEMA" else "client_encoding"
+        return Statement(Kind.SET, text, "SET", name, _setting_value(rest), local)
+    m = re.match(rf"({_IDENT})\s*(?:=|\s+TO\s+|\s+to\s+)(.*)$", body, re.S | re.I)
+    if not m:
+        return Statement(Kind.UNSUPPORTED, text, "SET", value="syntax")
+    return Statement(Kind.SET, text, "SET", unquote_ident(m.group(1)), _setting_value(m.group(2)), local)
+
+
+def _setting_value(raw: str) -> str | None:
+    """`'a', b, "C"` -> `a, b, "C"`-style string as PostgreSQL stores it; DEFAULT -> None."""
+    raw = raw.strip()
+    if raw.upper() in ("DEFAULT", "LOCAL"):
+        return None
+    parts = []
+    for item in _split_list(raw):
+        item = item.strip()
+        if item.startswith("'") and item.endswith("'") and len(item) >= 2:
+            parts.append(item[1:-1].replace("''", "'"))
+        elif item.upper().startswith("E'") and item.endswith("'"):
+            parts.append(item[2:-1].replace("''", "'").replace("\\'", "'"))
+        else:
+            parts.append(item)
+    return ", ".join(parts)
+
+
+def _split_list(raw: str) -> list[str]:
+    items, cur, quote = [], [], None
+    for ch in raw:
+        if quote:
+            cur.append(ch)
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+            cur.append(ch)
+        elif ch == ",":
+            items.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    items.append("".join(cur))
+    return items
+
+
+def _show(text: str) -> Statement:
+    body = text[4:].strip()
+    m = re.match(r"TRANSACTION\s+ISOLATION\s+LEVEL$", body, re.I)
+    if m:
+        return Statement(Kind.SHOW, text, "SHOW", "transaction_isolation")
+    m = re.match(r"TIME\s+ZONE$", body, re.I)
+    if m:
+        return Statement(Kind.SHOW, text, "SHOW", "timezone")
+    m = re.match(rf"({_IDENT})$", body)
+    if not m:
+        return Statement(Kind.UNSUPPORTED, text, "SHOW", value="syntax")
+    return Statement(Kind.SHOW, text, "SHOW", unquote_ident(m.group(1)))
+
+
+def _reset(text: str) -> Statement:
+    body = text[5:].strip()
+    if re.match(r"ALL$", body, re.I):
+        return Statement(Kind.RESET, text, "RESET", None)
+    if re.match(r"TIME\s+ZONE$", body, re.I):
+        return Statement(Kind.RESET, text, "RESET", "timezone")
+    m = re.match(rf"({_IDENT})$", body)
+    if not m:
+        return Statement(Kind.UNSUPPORTED, text, "RESET", value="syntax")
+    return Statement(Kind.RESET, text, "RESET", unquote_ident(m.group(1)))
+
+
+def _begin(text: str) -> Statement:
+    body = text.split(None, 1)[1] if len(text.split(None, 1)) > 1 else ""
+    if text.upper().startswith("START") and not re.match(r"TRANSACTION\b", body, re.I):
+        return Statement(Kind.UNSUPPORTED, text, "START", value="syntax")
+    mode = re.search(r"ISOLATION\s+LEVEL\s+(READ\s+UNCOMMITTED|READ\s+COMMITTED|REPEATABLE\s+READ|SERIALIZABLE)", body, re.I)
+    value = " ".join(mode.group(1).lower().split()) if mode else None
+    return Statement(Kind.BEGIN, text, "BEGIN", value=value)
+
+
+def _commit(text: str) -> Statement:
+    if re.match(r"(COMMIT|END)(\s+(WORK|TRANSACTION))?(\s+AND\s+NO\s+CHAIN)?$", text, re.I):
+        return Statement(Kind.COMMIT, text, "COMMIT")
+    if re.match(r"COMMIT\s+PREPARED\b", text, re.I):
+        return Statement(Kind.UNSUPPORTED, text, "COMMIT PREPARED")
+    return Statement(Kind.UNSUPPORTED, text, "COMMIT", value="syntax")
+
+
+def _rollback(text: str) -> Statement:
+    m = re.match(rf"ROLLBACK(?:\s+(?:WORK|TRANSACTION))?\s+TO\s+(?:SAVEPOINT\s+)?({_IDENT})$", text, re.I)
+    if m:
+        return Statement(Kind.ROLLBACK_TO, text, "ROLLBACK", unquote_ident(m.group(1)))
+    if re.match(r"(ROLLBACK|ABORT)(\s+(WORK|TRANSACTION))?(\s+AND\s+NO\s+CHAIN)?$", text, re.I):
+        return Statement(Kind.ROLLBACK, text, "ROLLBACK")
+    return Statement(Kind.UNSUPPORTED, text, "ROLLBACK", value="syntax")
+
+
+def _savepoint(text: str) -> Statement:
+    m = re.match(rf"SAVEPOINT\s+({_IDENT})$", text, re.I)
+    if not m:
+        return Statement(Kind.UNSUPPORTED, text, "SAVEPOINT", value="syntax")
+    return Statement(Kind.SAVEPOINT, text, "SAVEPOINT", unquote_ident(m.group(1)))
+
+
+def _release(text: str) -> Statement:
+    m = re.match(rf"RELEASE\s+(?:SAVEPOINT\s+)?({_IDENT})$", text, re.I)
+    if not m:
+        return Statement(Kind.UNSUPPORTED, text, "RELEASE", value="syntax")
+    return Statement(Kind.RELEASE, text, "RELEASE", unquote_ident(m.group(1)))
+
+
+def _declare(text: str) -> Statement:
+    m = re.match(
+        rf"DECLARE\s+({_IDENT})\s+((?:BINARY|INSENSITIVE|ASENSITIVE|NO\s+SCROLL|SCROLL|\s)*)CURSOR"
+        r"(\s+(?:WITH|WITHOUT)\s+HOLD)?\s+FOR\s+(.*)$",
+        text, re.I | re.S,
+    )
+    if not m:
+        return Statement(Kind.UNSUPPORTED, text, "DECLARE CURSOR", value="syntax")
+    binary = "BINARY" in m.group(2).upper()
+    return Statement(Kind.DECLARE, text, "DECLARE CURSOR", unquote_ident(m.group(1)), m.group(4).strip(), binary)
+
+
+_FETCH_DIR = re.compile(
+    rf"(?:FETCH|MOVE)\s+(?:(NEXT|PRIOR|FIRST|LAST|ALL|FORWARD\s+ALL|FORWARD\s+\d+|FORWARD|"
+    rf"BACKWARD\s+ALL|BACKWARD\s+\d+|BACKWARD|ABSOLUTE\s+-?\d+|RELATIVE\s+-?\d+|-?\d+)\s+)?"
+    rf"(?:(?:FROM|IN)\s+)?({_IDENT})$",
+    re.I,
+)
+
+
+def _fetch(text: str) -> Statement:
+    kind = Kind.MOVE if text[:4].upper() == "MOVE" else Kind.FETCH
+    m = _FETCH_DIR.match(text)
+    if not m:
+        return Statement(Kind.UNSUPPORTED, text, kind.name, value="syntax")
+    direction = " ".join((m.group(1) or "NEXT").upper().split())
+    return Statement(kind, text, kind.name, unquote_ident(m.group(2)), direction)
+
+
+def _close(text: str) -> Statement:
+    m = re.match(rf"CLOSE\s+({_IDENT})$", text, re.I)
+    if not m:
+        return Statement(Kind.UNSUPPORTED, text, "CLOSE CURSOR", value="syntax")
+    name = m.group(1)
+    if name.upper() == "ALL":
+        return Statement(Kind.CLOSE, text, "CLOSE CURSOR ALL", None)
+    return Statement(Kind.CLOSE, text, "CLOSE CURSOR", unquote_ident(name))
+
+
+def _deallocate(text: str) -> Statement:
+    m = re.match(rf"DEALLOCATE\s+(?:PREPARE\s+)?({_IDENT})$", text, re.I)
+    if not m:
+        return Statement(Kind.UNSUPPORTED, text, "DEALLOCATE", value="syntax")
+    name = m.group(1)
+    if name.upper() == "ALL":
+        return Statement(Kind.DEALLOCATE, text, "DEALLOCATE ALL", None)
+    return Statement(Kind.DEALLOCATE, text, "DEALLOCATE", unquote_ident(name))
+
+
+def _discard(text: str) -> Statement:
+    m = re.match(r"DISCARD\s+(ALL|PLANS|SEQUENCES|TEMP|TEMPORARY)$", text, re.I)
+    if not m:
+        return Statement(Kind.UNSUPPORTED, text, "DISCARD", value="syntax")
+    what = m.group(1).upper()
+    return Statement(Kind.DISCARD, text, f"DISCARD {'TEMP' if what.startswith('TEMP') else what}", value=what)
+
+
+def _listen(text: str) -> Statement:
+    word = text.split()[0].upper()
+    return Statement(Kind.LISTEN, text, word)
+
+
+def _copy(text: str) -> Statement:
+    m = re.match(r"COPY\s+(\(.*\)|[^\s(]+(?:\s*\([^)]*\))?)\s+(TO|FROM)\s+(STDOUT|STDIN)\b(.*)$", text, re.I | re.S)
+    if not m:
+        return Statement(Kind.UNSUPPORTED, text, "COPY", value="copy")
+    source, direction, rest = m.group(1).strip(), m.group(2).upper(), m.group(4)
+    options = _copy_options(rest)
+    kind = Kind.COPY_TO if direction == "TO" else Kind.COPY_FROM
+    return Statement(kind, text, "COPY", value=source, options=tuple(options.items()))
+
+
+def _copy_options(rest: str) -> dict[str, str]:
+    rest = rest.strip()
+    if rest.upper().startswith("WITH"):
+        rest = rest[4:].strip()
+    opts: dict[str, str] = {}
+    if rest.startswith("("):
+        for item in _split_list(rest.strip()[1:-1]):
+            parts = item.strip().split(None, 1)
+            if parts:
+                opts[parts[0].lower()] = _setting_value(parts[1]) if len(parts) > 1 else "true"
+        return opts
+    # Legacy syntax: COPY ... TO STDOUT [BINARY] [CSV [HEADER] [DELIMITER 'x'] [NULL 'x']]
+    tokens = re.findall(r"'(?:[^']|'')*'|\S+", rest)
+    i = 0
+    while i < len(tokens):
+        t = tokens[i].upper()
+        if t in ("CSV", "BINARY"):
+            opts["format"] = t.lower()
+        elif t == "HEADER":
+            opts["header"] = "true"
+        elif t in ("DELIMITER", "NULL", "QUOTE", "ESCAPE") and i + 1 < len(tokens):
+            opts[t.lower()] = _setting_value(tokens[i + 1]) or ""
+            i += 1
+        elif t == "AS":
+            pass
+        i += 1
+    return opts
+
+
+_HANDLERS = {
+    "SET": _set,
+    "SHOW": _show,
+    "RESET": _reset,
+    "BEGIN": _begin,
+    "START": _begin,
+    "COMMIT": _commit,
+    "END": _commit,
+    "ROLLBACK": _rollback,
+    "ABORT": _rollback,
+    "SAVEPOINT": _savepoint,
+    "RELEASE": _release,
+    "DECLARE": _declare,
+    "FETCH": _fetch,
+    "MOVE": _fetch,
+    "CLOSE": _close,
+    "DEALLOCATE": _deallocate,
+    "DISCARD": _discard,
+    "LISTEN": _listen,
+    "UNLISTEN": _listen,
+    "NOTIFY": _listen,
+    "COPY": _copy,
+}

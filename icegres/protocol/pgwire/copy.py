@@ -1,0 +1,97 @@
+"""COPY ... TO STDOUT in text and CSV formats (what `psql \\copy (select ...) to file` sends)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from icegres.protocol.pgwire import messages as m
+from icegres.protocol.pgwire.errors import FEATURE_NOT_SUPPORTED, PgError
+from icegres.protocol.pgwire.results import RowSource
+from icegres.protocol.pgwire.types import TextSettings, encode_text_value, pg_type_for_arrow
+
+if TYPE_CHECKING:
+    from icegres.protocol.pgwire.session import Session
+
+_TEXT_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\b": "\\b", "\f": "\\f", "\v": "\\v"})
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").lower() in ("true", "on", "1", "yes", "")
+
+
+class CopyFormat:
+    """How one COPY renders a row of text values."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        fmt = options.get("format", "text").lower()
+        if fmt not in ("text", "csv"):
+            raise PgError(FEATURE_NOT_SUPPORTED, f"COPY format \"{fmt}\" is not supported")
+        self.csv = fmt == "csv"
+        self.delimiter = options.get("delimiter", "," if self.csv else "\t")
+        self.null = options.get("null", "" if self.csv else "\\N")
+        self.quote = options.get("quote", '"')
+        self.escape = options.get("escape", self.quote)
+        self.header = "header" in options and _truthy(options.get("header"))
+        if len(self.delimiter) != 1:
+            raise PgError("22023", "COPY delimiter must be a single one-byte character")
+
+    def line(self, values: list[str | None]) -> str:
+        if self.csv:
+            return self.delimiter.join(self._csv_field(v) for v in values) + "\n"
+        return self.delimiter.join(
+            self.null if v is None else v.translate(_TEXT_ESCAPES).replace(self.delimiter, "\\" + self.delimiter)
+            if self.delimiter not in "\\\t\n\r" else (self.null if v is None else v.translate(_TEXT_ESCAPES))
+            for v in values
+        ) + "\n"
+
+    def _csv_field(self, v: str | None) -> str:
+        if v is None:
+            return self.null
+        needs = (
+            v == self.null or self.delimiter in v or self.quote in v or "\n" in v or "\r" in v
+            or v.startswith(" ") or v.endswith(" ") or v == "\\."
+        )
+        if not needs:
+            return v
+        body = v.replace(self.escape, self.escape + self.escape) if self.escape == self.quote else (
+            v.replace(self.escape, self.escape + self.escape).replace(self.quote, self.escape + self.quote)
+        )
+        return f"{self.quote}{body}{self.quote}"
+
+
+async def copy_out_rows(session: Session, source: RowSource, options: dict[str, str]) -> None:
+    fmt = CopyFormat(options)
+    schema = source.schema
+    text = TextSettings(
+        timezone=session.settings.get("timezone", "UTC"),
+        extra_float_digits=int(session.settings.get("extra_float_digits", "1") or 1),
+    )
+    types = [pg_type_for_arrow(f.type) for f in schema]
+    session.send(m.copy_out_response(len(schema)))
+    if fmt.header:
+        session.send(m.copy_data(fmt.line([f.name for f in schema]).encode()))
+
+    def next_lines() -> tuple[int, bytes] | None:
+        batch = source.take(0)
+        if batch is None:
+            return None
+        columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
+        out = []
+        for row in zip(*columns, strict=True):
+            values = []
+            for value, t in zip(row, types, strict=True):
+                raw = None if value is None else encode_text_value(value, t, text)
+                values.append(None if raw is None else raw.decode())
+            out.append(m.copy_data(fmt.line(values).encode()))
+        return batch.num_rows, b"".join(out)
+
+    total = 0
+    while True:
+        chunk = await session._in_thread(next_lines)
+        if chunk is None:
+            break
+        total += chunk[0]
+        session.send(chunk[1])
+        await session._maybe_flush()
+    session.send(m.COPY_DONE)
+    session.send(m.command_complete(f"COPY {total}"))

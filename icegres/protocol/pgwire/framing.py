@@ -1,0 +1,53 @@
+"""Bytes -> frontend messages. Incomplete input is "need more data", never a blocking read.
+
+The first message of a connection has no type byte (startup phase); after it every frame is
+type byte + int32 length. Lengths are bounded so a hostile client cannot make us buffer gigabytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from icegres.protocol.pgwire import messages as m
+from icegres.protocol.pgwire.errors import PROTOCOL_VIOLATION, PgError
+
+NEED_DATA: Final = None
+MAX_STARTUP_BYTES = 10_000  # PostgreSQL's own limit for a startup packet
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+
+
+class FrameDecoder:
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self.in_startup = True  # the session flips this after the startup message is handled
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    def next_startup(self):
+        """Next startup-phase message, or NEED_DATA."""
+        if len(self._buf) < 4:
+            return NEED_DATA
+        (length,) = struct.unpack_from("!i", self._buf, 0)
+        if length < 8 or length > MAX_STARTUP_BYTES:
+            raise PgError(PROTOCOL_VIOLATION, "invalid length of startup packet")
+        if len(self._buf) < length:
+            return NEED_DATA
+        body = bytes(self._buf[4:length])
+        del self._buf[:length]
+        return m.decode_startup(body)
+
+    def next_message(self) -> m.FrontendMessage | None:
+        """Next regular message, or NEED_DATA."""
+        if len(self._buf) < 5:
+            return NEED_DATA
+        kind = bytes(self._buf[0:1])
+        (length,) = struct.unpack_from("!i", self._buf, 1)
+        if length < 4 or length > MAX_MESSAGE_BYTES:
+            raise PgError(PROTOCOL_VIOLATION, f"invalid message length {length}")
+        if len(self._buf) < length + 1:
+            return NEED_DATA
+        body = bytes(self._buf[5 : length + 1])
+        del self._buf[: length + 1]
+        return m.decode_frontend(kind, body)

@@ -1,0 +1,370 @@
+"""PostgreSQL protocol 3.0 messages: frozen dataclasses and pure encoders/decoders.
+
+Frontend messages are decoded from one complete frame (type byte and length already split off by
+framing.py); backend messages are encoded straight to bytes, since the session only ever sends them.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from icegres.protocol.pgwire.errors import PROTOCOL_VIOLATION, PgError
+
+PROTOCOL_3_0 = 196608
+SSL_REQUEST_CODE = 80877103
+GSSENC_REQUEST_CODE = 80877104
+CANCEL_REQUEST_CODE = 80877102
+
+
+# --- frontend messages ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartupMessage:
+    protocol: int
+    params: dict[str, str]
+
+
+@dataclass(frozen=True)
+class SSLRequest:
+    pass
+
+
+@dataclass(frozen=True)
+class GSSENCRequest:
+    pass
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    backend_pid: int
+    secret_key: int
+
+
+@dataclass(frozen=True)
+class Query:
+    sql: str
+
+
+@dataclass(frozen=True)
+class Parse:
+    name: str
+    sql: str
+    param_oids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Bind:
+    portal: str
+    statement: str
+    param_formats: tuple[int, ...]
+    params: tuple[bytes | None, ...]
+    result_formats: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Describe:
+    kind: str  # 'S' statement or 'P' portal
+    name: str
+
+
+@dataclass(frozen=True)
+class Execute:
+    portal: str
+    max_rows: int
+
+
+@dataclass(frozen=True)
+class Close:
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Sync:
+    pass
+
+
+@dataclass(frozen=True)
+class Flush:
+    pass
+
+
+@dataclass(frozen=True)
+class Terminate:
+    pass
+
+
+@dataclass(frozen=True)
+class PasswordMessage:
+    password: bytes  # raw: cleartext password NUL-terminated, or a SASL payload
+
+
+@dataclass(frozen=True)
+class CopyData:
+    data: bytes
+
+
+@dataclass(frozen=True)
+class CopyDone:
+    pass
+
+
+@dataclass(frozen=True)
+class CopyFail:
+    message: str
+
+
+@dataclass(frozen=True)
+class FunctionCall:
+    pass
+
+
+FrontendMessage = (
+    Query | Parse | Bind | Describe | Execute | Close | Sync | Flush | Terminate
+    | PasswordMessage | CopyData | CopyDone | CopyFail | FunctionCall
+)
+
+
+class _Reader:
+    """Cursor over one frame body; every overrun is a protocol violation, never an IndexError."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    def _need(self, n: int) -> None:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise PgError(PROTOCOL_VIOLATION, "invalid message format: message too short")
+
+    def int16(self) -> int:
+        self._need(2)
+        (v,) = struct.unpack_from("!h", self.buf, self.pos)
+        self.pos += 2
+        return v
+
+    def int32(self) -> int:
+        self._need(4)
+        (v,) = struct.unpack_from("!i", self.buf, self.pos)
+        self.pos += 4
+        return v
+
+    def byte(self) -> str:
+        self._need(1)
+        v = self.buf[self.pos : self.pos + 1]
+        self.pos += 1
+        return v.decode("latin-1")
+
+    def cstring(self) -> str:
+        end = self.buf.find(b"\0", self.pos)
+        if end < 0:
+            raise PgError(PROTOCOL_VIOLATION, "invalid message format: unterminated string")
+        raw = self.buf[self.pos : end]
+        self.pos = end + 1
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise PgError("22021", "invalid byte sequence for encoding \"UTF8\"") from None
+
+    def raw(self, n: int) -> bytes:
+        self._need(n)
+        v = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return v
+
+    def count(self) -> int:
+        n = self.int16()
+        if n < 0:
+            raise PgError(PROTOCOL_VIOLATION, "invalid message format: negative count")
+        return n
+
+    def done(self) -> None:
+        if self.pos != len(self.buf):
+            raise PgError(PROTOCOL_VIOLATION, "invalid message format: trailing bytes")
+
+
+def decode_startup(body: bytes) -> StartupMessage | SSLRequest | GSSENCRequest | CancelRequest:
+    r = _Reader(body)
+    code = r.int32()
+    if code == SSL_REQUEST_CODE:
+        return SSLRequest()
+    if code == GSSENC_REQUEST_CODE:
+        return GSSENCRequest()
+    if code == CANCEL_REQUEST_CODE:
+        pid, key = r.int32(), r.int32()
+        return CancelRequest(pid, key)
+    if code >> 16 != 3:
+        raise PgError(
+            "0A000",
+            f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}: "
+            "server supports 3.0 to 3.0",
+        )
+    params: dict[str, str] = {}
+    while True:
+        key = r.cstring()
+        if not key:
+            break
+        params[key] = r.cstring()
+    return StartupMessage(code, params)
+
+
+def decode_frontend(kind: bytes, body: bytes) -> FrontendMessage:
+    r = _Reader(body)
+    msg: FrontendMessage
+    if kind == b"Q":
+        msg = Query(r.cstring())
+    elif kind == b"P":
+        name, sql = r.cstring(), r.cstring()
+        msg = Parse(name, sql, tuple(r.int32() & 0xFFFFFFFF for _ in range(r.count())))
+    elif kind == b"B":
+        portal, stmt = r.cstring(), r.cstring()
+        formats = tuple(r.int16() for _ in range(r.count()))
+        params: list[bytes | None] = []
+        for _ in range(r.count()):
+            n = r.int32()
+            params.append(None if n == -1 else r.raw(n))
+        results = tuple(r.int16() for _ in range(r.count()))
+        msg = Bind(portal, stmt, formats, tuple(params), results)
+    elif kind == b"D":
+        msg = Describe(r.byte(), r.cstring())
+        if msg.kind not in ("S", "P"):
+            raise PgError(PROTOCOL_VIOLATION, f"invalid DESCRIBE message subtype {msg.kind!r}")
+    elif kind == b"E":
+        msg = Execute(r.cstring(), r.int32())
+    elif kind == b"C":
+        msg = Close(r.byte(), r.cstring())
+        if msg.kind not in ("S", "P"):
+            raise PgError(PROTOCOL_VIOLATION, f"invalid CLOSE message subtype {msg.kind!r}")
+    elif kind == b"S":
+        msg = Sync()
+    elif kind == b"H":
+        msg = Flush()
+    elif kind == b"X":
+        msg = Terminate()
+    elif kind == b"p":
+        return PasswordMessage(body)
+    elif kind == b"d":
+        return CopyData(body)
+    elif kind == b"c":
+        msg = CopyDone()
+    elif kind == b"f":
+        msg = CopyFail(r.cstring())
+    elif kind == b"F":
+        return FunctionCall()
+    else:
+        raise PgError(PROTOCOL_VIOLATION, f"invalid frontend message type {kind[0]}")
+    r.done()
+    return msg
+
+
+# --- backend messages ------------------------------------------------------------------------
+
+
+def _frame(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack("!i", len(body) + 4) + body
+
+
+def _cstr(s: str) -> bytes:
+    return s.encode("utf-8").replace(b"\0", b"") + b"\0"
+
+
+AUTH_OK = _frame(b"R", struct.pack("!i", 0))
+AUTH_CLEARTEXT = _frame(b"R", struct.pack("!i", 3))
+PARSE_COMPLETE = _frame(b"1", b"")
+BIND_COMPLETE = _frame(b"2", b"")
+CLOSE_COMPLETE = _frame(b"3", b"")
+NO_DATA = _frame(b"n", b"")
+PORTAL_SUSPENDED = _frame(b"s", b"")
+EMPTY_QUERY = _frame(b"I", b"")
+COPY_DONE = _frame(b"c", b"")
+
+
+def auth_sasl(mechanisms: Iterable[str]) -> bytes:
+    return _frame(b"R", struct.pack("!i", 10) + b"".join(_cstr(m) for m in mechanisms) + b"\0")
+
+
+def auth_sasl_continue(data: bytes) -> bytes:
+    return _frame(b"R", struct.pack("!i", 11) + data)
+
+
+def auth_sasl_final(data: bytes) -> bytes:
+    return _frame(b"R", struct.pack("!i", 12) + data)
+
+
+def parameter_status(name: str, value: str) -> bytes:
+    return _frame(b"S", _cstr(name) + _cstr(value))
+
+
+def backend_key_data(pid: int, key: int) -> bytes:
+    return _frame(b"K", struct.pack("!ii", pid, key))
+
+
+def ready_for_query(status: str) -> bytes:
+    return _frame(b"Z", status.encode("ascii"))
+
+
+def command_complete(tag: str) -> bytes:
+    return _frame(b"C", _cstr(tag))
+
+
+def parameter_description(oids: Sequence[int]) -> bytes:
+    return _frame(b"t", struct.pack(f"!h{len(oids)}I", len(oids), *oids))
+
+
+@dataclass(frozen=True)
+class FieldDescription:
+    name: str
+    type_oid: int
+    type_size: int
+    type_modifier: int = -1
+    table_oid: int = 0
+    column_attnum: int = 0
+    format: int = 0
+
+
+def row_description(fields: Sequence[FieldDescription]) -> bytes:
+    parts = [struct.pack("!h", len(fields))]
+    for f in fields:
+        parts.append(_cstr(f.name))
+        parts.append(
+            struct.pack(
+                "!IhIhih", f.table_oid, f.column_attnum, f.type_oid, f.type_size,
+                f.type_modifier, f.format,
+            )
+        )
+    return _frame(b"T", b"".join(parts))
+
+
+def error_response(err: PgError) -> bytes:
+    return _frame(b"E", _notice_fields(err))
+
+
+def notice_response(err: PgError) -> bytes:
+    return _frame(b"N", _notice_fields(err))
+
+
+def _notice_fields(err: PgError) -> bytes:
+    fields = [(b"S", err.severity), (b"V", err.severity), (b"C", err.sqlstate), (b"M", err.message)]
+    if err.detail:
+        fields.append((b"D", err.detail))
+    if err.hint:
+        fields.append((b"H", err.hint))
+    if err.position:
+        fields.append((b"P", str(err.position)))
+    return b"".join(code + _cstr(value) for code, value in fields) + b"\0"
+
+
+def copy_out_response(ncols: int, fmt: int = 0) -> bytes:
+    return _frame(b"H", struct.pack(f"!bh{ncols}h", fmt, ncols, *([fmt] * ncols)))
+
+
+def copy_in_response(ncols: int, fmt: int = 0) -> bytes:
+    return _frame(b"G", struct.pack(f"!bh{ncols}h", fmt, ncols, *([fmt] * ncols)))
+
+
+def copy_data(data: bytes) -> bytes:
+    return _frame(b"d", data)

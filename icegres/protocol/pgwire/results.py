@@ -1,0 +1,112 @@
+"""Query results on the wire: RowDescription from an Arrow schema, and row streaming state."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from icegres.engine.errors import from_datafusion
+from icegres.protocol.pgwire import messages as m
+from icegres.protocol.pgwire.errors import PROTOCOL_VIOLATION, PgError
+from icegres.protocol.pgwire.types import pg_type_for_arrow
+
+_FUNC_NAME = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_][\w]*)\(")
+# DataFusion names unaliased literals after their type ("Int64(1)", "Utf8(\"a\")").
+_LITERAL_TYPES = {
+    "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float16", "Float32",
+    "Float64", "Utf8", "Utf8View", "LargeUtf8", "Boolean", "Decimal128", "Date32", "Binary",
+    "TimestampMicrosecond", "TimestampNanosecond", "IntervalMonthDayNano", "List", "NULL",
+}
+
+
+def column_name(name: str) -> str:
+    """The name PostgreSQL would give an unaliased output column that DataFusion named `name`.
+
+    `count(*)` -> `count`, `Int64(1)` -> `?column?`; plain column names pass through.
+    """
+    if re.fullmatch(r"[A-Za-z_][\w$]*", name) or not name:
+        return name
+    fm = _FUNC_NAME.match(name)
+    if fm and fm.group(1) not in _LITERAL_TYPES and name.endswith(")") and _balanced_call(name):
+        fn = fm.group(1)
+        return "?column?" if fn.upper() in ("CAST", "TRY_CAST") else fn
+    if re.fullmatch(r"[A-Za-z_][\w]*\.[A-Za-z_][\w.]*", name):
+        return name.rsplit(".", 1)[1]
+    if name == "NULL" or _FUNC_NAME.match(name) or " " in name:
+        return "?column?"
+    return name
+
+
+def _balanced_call(name: str) -> bool:
+    """True when the whole name is one call `f(...)`, not `f(a) + g(b)`."""
+    depth = 0
+    opened = False
+    for i, ch in enumerate(name):
+        if ch == "(":
+            depth += 1
+            opened = True
+        elif ch == ")":
+            depth -= 1
+            if depth == 0 and opened and i != len(name) - 1:
+                return False
+    return True
+
+
+def expand_formats(formats: Sequence[int], ncols: int) -> list[int]:
+    """Bind's result-format codes: none = all text, one = applies to all, else one per column."""
+    if not formats:
+        return [0] * ncols
+    if len(formats) == 1:
+        return [formats[0]] * ncols
+    if len(formats) != ncols:
+        raise PgError(PROTOCOL_VIOLATION, f"bind message has {len(formats)} result formats but query has {ncols} columns")
+    for f in formats:
+        if f not in (0, 1):
+            raise PgError(PROTOCOL_VIOLATION, f"unsupported format code: {f}")
+    return list(formats)
+
+
+def row_description(schema: pa.Schema, formats: Sequence[int]) -> bytes:
+    fields = []
+    for f, fmt in zip(schema, formats, strict=True):
+        t = pg_type_for_arrow(f.type)
+        fields.append(m.FieldDescription(column_name(f.name), t.oid, t.typlen, -1, 0, 0, fmt))
+    return m.row_description(fields)
+
+
+@dataclass
+class RowSource:
+    """A running query's rows: DataFusion's batch stream plus what is left of the last batch."""
+
+    schema: pa.Schema
+    stream: Any  # datafusion RecordBatchStream, or an iterator of pa.RecordBatch
+    pending: pa.RecordBatch | None = None
+    done: bool = False
+    rows_sent: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def take(self, limit: int) -> pa.RecordBatch | None:
+        """Up to `limit` rows (0 = no limit: one whole batch); None at the end. Blocking."""
+        while True:
+            if self.pending is not None and self.pending.num_rows:
+                batch = self.pending
+                if limit and batch.num_rows > limit:
+                    self.pending = batch.slice(limit)
+                    return batch.slice(0, limit)
+                self.pending = None
+                return batch
+            if self.done:
+                return None
+            try:
+                nxt = next(self.stream)
+            except StopIteration:
+                self.done = True
+                return None
+            except Exception as exc:
+                self.done = True
+                raise from_datafusion(exc) from None
+            self.pending = nxt if isinstance(nxt, pa.RecordBatch) else nxt.to_pyarrow()

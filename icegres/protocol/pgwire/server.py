@@ -1,0 +1,84 @@
+"""The trio accept loop: one task per connection, one shared engine, bounded query threads."""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import logging
+import os
+from typing import TYPE_CHECKING
+
+import trio
+
+from icegres.config import Settings
+from icegres.engine.engine import SERVER_VERSION
+
+if TYPE_CHECKING:
+    from icegres.engine.engine import Engine
+    from icegres.protocol.pgwire.session import Session
+
+log = logging.getLogger("icegres.pgwire")
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class PgServer:
+    def __init__(self, settings: Settings, engine: Engine) -> None:
+        if not settings.users and not is_loopback(settings.host):
+            raise SystemExit(
+                f"refusing to serve {settings.host} without passwords: trust auth is for loopback only "
+                "(set --password-file or ICEGRES_USERS)"
+            )
+        self.settings = settings
+        self.engine = engine
+        self.server_version = SERVER_VERSION
+        self.limiter = trio.CapacityLimiter(settings.query_threads)
+        self._sessions: dict[int, Session] = {}
+        # Backend PIDs only need to be unique per server; start from ours so logs line up.
+        self._pids = itertools.count(os.getpid() * 1000 % 2_000_000_000 + 1)
+
+    def next_pid(self) -> int:
+        return next(self._pids) & 0x7FFFFFFF
+
+    def register(self, session: Session) -> None:
+        self._sessions[session.pid] = session
+
+    def unregister(self, session: Session) -> None:
+        self._sessions.pop(session.pid, None)
+
+    def cancel(self, pid: int, secret: int) -> None:
+        session = self._sessions.get(pid)
+        if session is not None and session.secret == secret:
+            session.cancel()
+
+    async def run_sync(self, fn, *args):
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter, abandon_on_cancel=True)
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        from icegres.protocol.pgwire.session import Session
+
+        try:
+            peer = stream.socket.getpeername()
+        except OSError:
+            peer = "?"
+        try:
+            stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, 1)
+        except (OSError, AttributeError):
+            pass
+        session = Session(self, stream, str(peer))
+        try:
+            await session.run()
+        except Exception:  # a bug in one session must never take the server down
+            log.exception("session %s failed", session.pid)
+
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(self.settings.port, host=self.settings.host)
+        task_status.started(listeners)
+        await trio.serve_listeners(self.handle, listeners)

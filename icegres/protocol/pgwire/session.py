@@ -1,0 +1,813 @@
+"""One PostgreSQL client connection: startup, authentication, simple and extended query.
+
+The session owns the protocol state (transaction status, prepared statements, portals, cursors,
+settings) and talks to the engine only through its QueryContext, always from worker threads.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+import struct
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import trio
+
+from icegres.engine.statements import Kind, Statement, classify, split_statements
+from icegres.protocol.pgwire import errors as E
+from icegres.protocol.pgwire import messages as m
+from icegres.protocol.pgwire import settings as guc
+from icegres.protocol.pgwire.copy import copy_out_rows
+from icegres.protocol.pgwire.errors import PgError
+from icegres.protocol.pgwire.framing import FrameDecoder
+from icegres.protocol.pgwire.results import RowSource, expand_formats, row_description
+from icegres.protocol.pgwire.types import (
+    TextSettings,
+    arrow_type_for_oid,
+    decode_param,
+    encode_data_rows,
+    pg_type_for_arrow,
+)
+
+if TYPE_CHECKING:
+    from icegres.protocol.pgwire.server import PgServer
+
+log = logging.getLogger("icegres.pgwire")
+
+RECV_BYTES = 65536
+SEND_HIGH_WATER = 256 * 1024
+
+
+class ConnectionClosed(Exception):
+    """The client went away or sent Terminate: end the session quietly."""
+
+
+@dataclass
+class Prepared:
+    sql: str
+    statement: Statement
+    param_oids: list[int]  # final: client-given, else inferred, else text
+    schema: pa.Schema | None = None  # result columns, None for commands without rows
+
+
+@dataclass
+class Portal:
+    prepared: Prepared
+    params: list[Any]
+    formats: list[int] | None  # None until the result schema is known
+    result_formats: tuple[int, ...]
+    source: RowSource | None = None
+    tag_rows: int = 0
+    finished: bool = False
+
+
+@dataclass
+class Cursor:
+    source: RowSource
+    binary: bool
+    hold: bool
+    position: int = 0
+
+
+@dataclass
+class Transaction:
+    status: str = "I"  # I idle, T in block, E failed block
+    savepoints: list[str] = field(default_factory=list)
+
+
+class Session:
+    def __init__(self, server: PgServer, stream: trio.abc.Stream, peer: str) -> None:
+        self.server = server
+        self.stream = stream
+        self.peer = peer
+        self.decoder = FrameDecoder()
+        self.out = bytearray()
+        self.pid = server.next_pid()
+        self.secret = secrets.randbits(31)
+        self.user = ""
+        self.settings: dict[str, str] = {}
+        self.initial_settings: dict[str, str] = {}
+        self.tx = Transaction()
+        self.prepared: dict[str, Prepared] = {}
+        self.portals: dict[str, Portal] = {}
+        self.cursors: dict[str, Cursor] = {}
+        self.skip_to_sync = False
+        self.qctx: Any = None
+        self._running: trio.CancelScope | None = None
+        self._cancel_requested = False
+
+    # --- I/O -----------------------------------------------------------------------------------
+
+    async def _recv_more(self) -> None:
+        try:
+            data = await self.stream.receive_some(RECV_BYTES)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            raise ConnectionClosed from None
+        if not data:
+            raise ConnectionClosed
+        self.decoder.feed(data)
+
+    async def _next_message(self) -> m.FrontendMessage:
+        while True:
+            msg = self.decoder.next_message()
+            if msg is not None:
+                return msg
+            await self.flush()
+            await self._recv_more()
+
+    def send(self, data: bytes) -> None:
+        self.out += data
+
+    async def flush(self) -> None:
+        if not self.out:
+            return
+        data = bytes(self.out)
+        self.out.clear()
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            raise ConnectionClosed from None
+
+    async def _maybe_flush(self) -> None:
+        if len(self.out) >= SEND_HIGH_WATER:
+            await self.flush()
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            if not await self._startup():
+                return
+            self.server.register(self)
+            try:
+                await self._serve()
+            finally:
+                self.server.unregister(self)
+        except ConnectionClosed:
+            pass
+        except PgError as err:
+            # Protocol violations end the connection after telling the client why.
+            self.send(m.error_response(PgError(err.sqlstate, err.message, severity="FATAL")))
+            try:
+                await self.flush()
+            except ConnectionClosed:
+                pass
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
+                    await self.stream.aclose()
+                except Exception:
+                    pass
+
+    async def _startup(self) -> bool:
+        while True:
+            msg = self.decoder.next_startup()
+            if msg is None:
+                await self._recv_more()
+                continue
+            if isinstance(msg, m.SSLRequest | m.GSSENCRequest):
+                # No TLS yet: 'N' tells the client to continue in plaintext on this connection.
+                self.send(b"N")
+                await self.flush()
+                continue
+            if isinstance(msg, m.CancelRequest):
+                self.server.cancel(msg.backend_pid, msg.secret_key)
+                return False
+            break
+        params = msg.params
+        self.user = params.get("user", "")
+        if not self.user:
+            raise PgError(E.INVALID_AUTHORIZATION, "no PostgreSQL user name specified in startup packet")
+        database = params.get("database") or self.user
+        if database != self.server.settings.database:
+            raise PgError(E.INVALID_CATALOG_NAME, f'database "{database}" does not exist')
+        await self._authenticate()
+        self.decoder.in_startup = False
+        version = self.server.server_version
+        self.initial_settings = guc.defaults(version, self.user)
+        for key, value in params.items():
+            k = key.lower()
+            if k in ("user", "database", "replication"):
+                continue
+            if k == "options":
+                continue  # `-c name=value` options: accepted, not applied
+            try:
+                change = guc.validate(k, value, self.initial_settings, self.initial_settings)
+            except PgError as err:
+                if k in guc.READ_ONLY or k not in self.initial_settings:
+                    continue  # PostgreSQL also ignores unknown startup GUCs from drivers politely
+                raise PgError(err.sqlstate, err.message, severity="FATAL") from None
+            self.initial_settings[change.key] = change.value
+        self.settings = dict(self.initial_settings)
+        from icegres.engine.engine import SessionEnv
+
+        env = SessionEnv(
+            database=self.server.settings.database,
+            user=self.user,
+            backend_pid=self.pid,
+            settings=self.settings,
+            server_version=version,
+        )
+        self.qctx = self.server.engine.open_session(env)
+        self.send(m.AUTH_OK)
+        for name in guc.REPORTED:
+            self.send(m.parameter_status(name, self.settings.get(name.lower(), "")))
+        self.send(m.backend_key_data(self.pid, self.secret))
+        self.send(m.ready_for_query("I"))
+        await self.flush()
+        return True
+
+    async def _authenticate(self) -> None:
+        users = self.server.settings.users
+        if not users:
+            return  # trust: only ever allowed on loopback (checked at server start)
+        self.send(m.AUTH_CLEARTEXT)
+        await self.flush()
+        while True:
+            msg = self.decoder.next_message()
+            if msg is not None:
+                break
+            await self._recv_more()
+        if not isinstance(msg, m.PasswordMessage):
+            raise PgError(E.PROTOCOL_VIOLATION, "expected password response")
+        given = msg.password.rstrip(b"\0")
+        expected = users.get(self.user)
+        if expected is None or not hmac.compare_digest(given, expected.encode()):
+            raise PgError(E.INVALID_PASSWORD, f'password authentication failed for user "{self.user}"')
+
+    async def _serve(self) -> None:
+        while True:
+            msg = await self._next_message()
+            if isinstance(msg, m.Terminate):
+                return
+            if self.skip_to_sync and not isinstance(msg, m.Sync):
+                continue
+            try:
+                await self._dispatch(msg)
+            except PgError as err:
+                self._report(err)
+                if not isinstance(msg, m.Query | m.Sync):
+                    self.skip_to_sync = True
+            except ConnectionClosed:
+                raise
+            except Exception as exc:  # a bug must cost one statement, not the connection
+                log.exception("internal error in session %s", self.pid)
+                self._report(PgError(E.INTERNAL_ERROR, f"internal error: {exc}"))
+                if isinstance(msg, m.Query):
+                    self.send(m.ready_for_query(self.tx.status))
+                else:
+                    self.skip_to_sync = True
+            await self._maybe_flush()
+
+    async def _dispatch(self, msg: m.FrontendMessage) -> None:
+        if isinstance(msg, m.Query):
+            await self._simple_query(msg.sql)
+        elif isinstance(msg, m.Parse):
+            await self._parse(msg)
+        elif isinstance(msg, m.Bind):
+            await self._bind(msg)
+        elif isinstance(msg, m.Describe):
+            await self._describe(msg)
+        elif isinstance(msg, m.Execute):
+            await self._execute(msg)
+        elif isinstance(msg, m.Close):
+            self._close(msg)
+        elif isinstance(msg, m.Sync):
+            self.skip_to_sync = False
+            self._end_implicit_transaction()
+            self.send(m.ready_for_query(self.tx.status))
+            await self.flush()
+        elif isinstance(msg, m.Flush):
+            await self.flush()
+        elif isinstance(msg, m.CopyData | m.CopyDone | m.CopyFail):
+            pass  # stray copy messages after a failed COPY FROM are ignored until Sync/Query
+        elif isinstance(msg, m.FunctionCall):
+            raise PgError(E.FEATURE_NOT_SUPPORTED, "the fastpath function call protocol is not supported")
+        elif isinstance(msg, m.PasswordMessage):
+            raise PgError(E.PROTOCOL_VIOLATION, "unexpected password message")
+
+    def _report(self, err: PgError) -> None:
+        self.send(m.error_response(err))
+        if self.tx.status == "T":
+            self.tx.status = "E"
+
+    def _end_implicit_transaction(self) -> None:
+        # Portals live until the end of their transaction; outside a block that is this Sync.
+        if self.tx.status == "I":
+            self.portals.clear()
+
+    # --- cancellation --------------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        if self._running is not None:
+            self._cancel_requested = True
+            self._running.cancel()
+
+    async def _run_statement(self, fn, *args):
+        """Run `fn` (async) under this session's cancel scope and statement_timeout."""
+        timeout_ms = int(self.settings.get("statement_timeout", "0") or 0)
+        self._cancel_requested = False
+        with trio.CancelScope() as scope:
+            if timeout_ms > 0:
+                scope.deadline = trio.current_time() + timeout_ms / 1000
+            self._running = scope
+            try:
+                return await fn(*args)
+            finally:
+                self._running = None
+        if self._cancel_requested:
+            raise PgError(E.QUERY_CANCELED, "canceling statement due to user request")
+        raise PgError(E.QUERY_CANCELED, "canceling statement due to statement timeout")
+
+    async def _in_thread(self, fn, *args):
+        return await self.server.run_sync(fn, *args)
+
+    # --- simple query --------------------------------------------------------------------------
+
+    async def _simple_query(self, sql: str) -> None:
+        try:
+            statements = split_statements(sql)
+        except Exception:
+            statements = [sql]
+        if not statements:
+            self.send(m.EMPTY_QUERY)
+        implicit = self.tx.status == "I" and len(statements) > 1
+        for text in statements:
+            stmt = classify(text)
+            try:
+                if self.tx.status == "E" and stmt.kind not in (Kind.ROLLBACK, Kind.ROLLBACK_TO, Kind.COMMIT):
+                    raise PgError(
+                        E.IN_FAILED_TRANSACTION,
+                        "current transaction is aborted, commands ignored until end of transaction block",
+                    )
+                await self._run_statement(self._run_simple, stmt)
+            except PgError as err:
+                self._report(err)
+                break
+            await self._maybe_flush()
+        if implicit and self.tx.status == "E":
+            self.tx = Transaction("I")
+        self.send(m.ready_for_query(self.tx.status))
+        await self.flush()
+
+    async def _run_simple(self, stmt: Statement) -> None:
+        if stmt.kind is Kind.QUERY:
+            schema, stream = await self._in_thread(self.qctx.start, stmt.sql, None)
+            formats = [0] * len(schema)
+            self.send(row_description(schema, formats))
+            source = RowSource(schema, stream)
+            rows = await self._stream_rows(source, formats, 0)
+            self.send(m.command_complete(f"SELECT {rows}"))
+        else:
+            await self._command(stmt, formats=None, describe=True)
+
+    # --- rows ----------------------------------------------------------------------------------
+
+    def _text_settings(self) -> TextSettings:
+        return TextSettings(
+            timezone=self.settings.get("timezone", "UTC"),
+            extra_float_digits=int(self.settings.get("extra_float_digits", "1") or 1),
+        )
+
+    async def _stream_rows(self, source: RowSource, formats: list[int], limit: int) -> int:
+        """Send up to `limit` rows (0 = all) of `source` as DataRows; returns rows sent."""
+        text = self._text_settings()
+        sent = 0
+
+        def next_chunk(want: int) -> tuple[int, bytes] | None:
+            batch = source.take(want)
+            if batch is None:
+                return None
+            return batch.num_rows, encode_data_rows(batch, formats, text)
+
+        while limit == 0 or sent < limit:
+            chunk = await self._in_thread(next_chunk, (limit - sent) if limit else 0)
+            if chunk is None:
+                break
+            n, data = chunk
+            sent += n
+            self.send(data)
+            await self._maybe_flush()
+        source.rows_sent += sent
+        return sent
+
+    # --- extended protocol ---------------------------------------------------------------------
+
+    async def _parse(self, msg: m.Parse) -> None:
+        if msg.name and msg.name in self.prepared:
+            raise PgError(E.DUPLICATE_PREPARED_STATEMENT, f'prepared statement "{msg.name}" already exists')
+        texts = split_statements(msg.sql)
+        if len(texts) > 1:
+            raise PgError(E.SYNTAX_ERROR, "cannot insert multiple commands into a prepared statement")
+        stmt = classify(texts[0] if texts else "")
+        prepared = Prepared(msg.sql, stmt, list(msg.param_oids))
+        if stmt.kind is Kind.QUERY:
+            await self._run_statement(self._describe_query, prepared)
+        self.prepared[msg.name] = prepared
+        self.send(m.PARSE_COMPLETE)
+
+    async def _describe_query(self, prepared: Prepared) -> None:
+        from icegres.engine.params import placeholder_types
+
+        def plan() -> tuple[pa.Schema, dict[int, pa.DataType]]:
+            self.qctx.refresh()
+            df = self.qctx.plan(prepared.statement.sql, None)
+            return df.schema(), placeholder_types(df)
+
+        schema, inferred = await self._in_thread(plan)
+        count = max([len(prepared.param_oids), *inferred.keys()], default=0)
+        count = max(count, _max_placeholder(prepared.statement.sql))
+        oids = []
+        for i in range(count):
+            given = prepared.param_oids[i] if i < len(prepared.param_oids) else 0
+            if given:
+                oids.append(given)
+            elif i + 1 in inferred:
+                oids.append(pg_type_for_arrow(inferred[i + 1]).oid)
+            else:
+                oids.append(25)  # PostgreSQL resolves an unknown parameter to text
+        prepared.param_oids = oids
+        prepared.schema = schema
+
+    async def _bind(self, msg: m.Bind) -> None:
+        prepared = self.prepared.get(msg.statement)
+        if prepared is None:
+            raise PgError(E.INVALID_SQL_STATEMENT_NAME, f'prepared statement "{msg.statement}" does not exist')
+        if msg.portal and msg.portal in self.portals:
+            raise PgError("42P03", f'portal "{msg.portal}" already exists')
+        nparams = len(prepared.param_oids)
+        if len(msg.params) != nparams:
+            raise PgError(
+                E.PROTOCOL_VIOLATION,
+                f"bind message supplies {len(msg.params)} parameters, but prepared statement "
+                f'"{msg.statement}" requires {nparams}',
+            )
+        pformats = expand_formats(msg.param_formats, nparams) if nparams else []
+        values = [
+            decode_param(raw, oid, fmt)
+            for raw, oid, fmt in zip(msg.params, prepared.param_oids, pformats, strict=True)
+        ]
+        formats = None
+        if prepared.schema is not None:
+            formats = expand_formats(msg.result_formats, len(prepared.schema))
+        self.portals[msg.portal] = Portal(prepared, values, formats, msg.result_formats)
+        self.send(m.BIND_COMPLETE)
+
+    async def _describe(self, msg: m.Describe) -> None:
+        if msg.kind == "S":
+            prepared = self.prepared.get(msg.name)
+            if prepared is None:
+                raise PgError(E.INVALID_SQL_STATEMENT_NAME, f'prepared statement "{msg.name}" does not exist')
+            self.send(m.parameter_description(prepared.param_oids))
+            if prepared.schema is not None:
+                self.send(row_description(prepared.schema, [0] * len(prepared.schema)))
+            elif prepared.statement.kind is Kind.SHOW:
+                self.send(_show_description(prepared.statement))
+            else:
+                self.send(m.NO_DATA)
+            return
+        portal = self.portals.get(msg.name)
+        if portal is None:
+            cursor = self.cursors.get(msg.name)
+            if cursor is None:
+                raise PgError(E.INVALID_CURSOR_NAME, f'portal "{msg.name}" does not exist')
+            # A DECLAREd cursor is a portal too: psycopg 3 describes it by name after DECLARE.
+            fmt = 1 if cursor.binary else 0
+            self.send(row_description(cursor.source.schema, [fmt] * len(cursor.source.schema)))
+            return
+        schema = portal.prepared.schema
+        if schema is not None:
+            self.send(row_description(schema, portal.formats or [0] * len(schema)))
+        elif portal.prepared.statement.kind is Kind.SHOW:
+            self.send(_show_description(portal.prepared.statement))
+        else:
+            self.send(m.NO_DATA)
+
+    async def _execute(self, msg: m.Execute) -> None:
+        portal = self.portals.get(msg.portal)
+        if portal is None:
+            raise PgError(E.INVALID_CURSOR_NAME, f'portal "{msg.portal}" does not exist')
+        stmt = portal.prepared.statement
+        if self.tx.status == "E" and stmt.kind not in (Kind.ROLLBACK, Kind.ROLLBACK_TO, Kind.COMMIT):
+            raise PgError(
+                E.IN_FAILED_TRANSACTION,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            )
+        if stmt.kind is Kind.QUERY:
+            await self._run_statement(self._execute_query, portal, msg.max_rows)
+        elif not stmt.sql.strip():
+            self.send(m.EMPTY_QUERY)
+        else:
+            if portal.finished:
+                self.send(m.command_complete(stmt.tag))
+                return
+            await self._run_statement(self._command, stmt, None, False)
+            portal.finished = True
+        if not msg.portal:
+            pass
+
+    async def _execute_query(self, portal: Portal, max_rows: int) -> None:
+        if portal.finished:
+            self.send(m.command_complete(f"SELECT {portal.tag_rows}"))
+            return
+        if portal.source is None:
+            params = {str(i + 1): v for i, v in enumerate(portal.params)} or None
+
+            portal.source = RowSource(*await self._in_thread(self.qctx.start, portal.prepared.statement.sql, params))
+            if portal.formats is None or len(portal.formats) != len(portal.source.schema):
+                portal.formats = expand_formats(portal.result_formats, len(portal.source.schema))
+        sent = await self._stream_rows(portal.source, portal.formats, max_rows if max_rows > 0 else 0)
+        portal.tag_rows += sent
+        if max_rows > 0 and sent == max_rows:
+            more = await self._in_thread(_has_more, portal.source)
+            if more:
+                self.send(m.PORTAL_SUSPENDED)
+                return
+        portal.finished = True
+        self.send(m.command_complete(f"SELECT {portal.tag_rows}"))
+
+    def _close(self, msg: m.Close) -> None:
+        if msg.kind == "S":
+            self.prepared.pop(msg.name, None)
+        else:
+            self.portals.pop(msg.name, None)
+        self.send(m.CLOSE_COMPLETE)
+
+    # --- session commands ----------------------------------------------------------------------
+
+    async def _command(self, stmt: Statement, formats: list[int] | None, describe: bool) -> None:
+        handler = _COMMANDS.get(stmt.kind)
+        if handler is None:
+            raise _unsupported(stmt)
+        await handler(self, stmt, describe)
+
+    def set_setting(self, key: str, value: str | None) -> None:
+        change = guc.validate(key, value, self.settings, self.initial_settings)
+        self.settings[change.key] = change.value
+        if change.key == "search_path":
+            self.qctx.forget_routes()
+        name = guc.reported_name(change.key)
+        if name is not None:
+            self.send(m.parameter_status(name, change.value))
+
+    async def _cmd_set(self, stmt: Statement, describe: bool) -> None:
+        if stmt.name == "transaction_isolation" and stmt.value is None:
+            self.send(m.command_complete("SET"))
+            return
+        self.set_setting(stmt.name or "", stmt.value)
+        self.send(m.command_complete("SET"))
+
+    async def _cmd_show(self, stmt: Statement, describe: bool) -> None:
+        if stmt.name == "all":
+            rows = sorted(self.settings.items())
+            if describe:
+                self.send(m.row_description([
+                    m.FieldDescription("name", 25, -1), m.FieldDescription("setting", 25, -1),
+                    m.FieldDescription("description", 25, -1)]))
+            for k, v in rows:
+                self.send(_text_row([k, v, ""]))
+            self.send(m.command_complete(f"SHOW {len(rows)}"))
+            return
+        key = stmt.name or ""
+        if key not in self.settings:
+            raise PgError(E.UNDEFINED_OBJECT, f'unrecognized configuration parameter "{key}"')
+        if describe:
+            self.send(_show_description(stmt))
+        self.send(_text_row([self.settings[key]]))
+        self.send(m.command_complete("SHOW"))
+
+    async def _cmd_reset(self, stmt: Statement, describe: bool) -> None:
+        if stmt.name is None:
+            for key, value in self.initial_settings.items():
+                if self.settings.get(key) != value and key not in guc.READ_ONLY:
+                    self.set_setting(key, value)
+        else:
+            self.set_setting(stmt.name, None)
+        self.send(m.command_complete("RESET"))
+
+    async def _cmd_begin(self, stmt: Statement, describe: bool) -> None:
+        if self.tx.status != "I":
+            self.send(m.notice_response(PgError("25001", "there is already a transaction in progress", severity="WARNING")))
+        else:
+            self.tx = Transaction("T")
+        self.send(m.command_complete("BEGIN"))
+
+    async def _cmd_commit(self, stmt: Statement, describe: bool) -> None:
+        tag = "ROLLBACK" if self.tx.status == "E" else "COMMIT"
+        if self.tx.status == "I":
+            self.send(m.notice_response(PgError("25P01", "there is no transaction in progress", severity="WARNING")))
+        self._end_transaction()
+        self.send(m.command_complete(tag))
+
+    async def _cmd_rollback(self, stmt: Statement, describe: bool) -> None:
+        if self.tx.status == "I":
+            self.send(m.notice_response(PgError("25P01", "there is no transaction in progress", severity="WARNING")))
+        self._end_transaction()
+        self.send(m.command_complete("ROLLBACK"))
+
+    def _end_transaction(self) -> None:
+        self.tx = Transaction("I")
+        self.portals = {k: p for k, p in self.portals.items() if k == ""}
+        for name in [n for n, c in self.cursors.items() if not c.hold]:
+            del self.cursors[name]
+
+    async def _cmd_savepoint(self, stmt: Statement, describe: bool) -> None:
+        if self.tx.status == "I":
+            raise PgError(E.NO_ACTIVE_TRANSACTION, "SAVEPOINT can only be used in transaction blocks")
+        self.tx.savepoints.append(stmt.name or "")
+        self.send(m.command_complete("SAVEPOINT"))
+
+    async def _cmd_release(self, stmt: Statement, describe: bool) -> None:
+        idx = self._savepoint_index(stmt, "RELEASE SAVEPOINT")
+        del self.tx.savepoints[idx:]
+        self.send(m.command_complete("RELEASE"))
+
+    async def _cmd_rollback_to(self, stmt: Statement, describe: bool) -> None:
+        idx = self._savepoint_index(stmt, "ROLLBACK TO SAVEPOINT")
+        del self.tx.savepoints[idx + 1 :]
+        self.tx.status = "T"
+        self.send(m.command_complete("ROLLBACK"))
+
+    def _savepoint_index(self, stmt: Statement, what: str) -> int:
+        if self.tx.status == "I":
+            raise PgError(E.NO_ACTIVE_TRANSACTION, f"{what} can only be used in transaction blocks")
+        for i in range(len(self.tx.savepoints) - 1, -1, -1):
+            if self.tx.savepoints[i] == stmt.name:
+                return i
+        raise PgError(E.INVALID_SAVEPOINT, f'savepoint "{stmt.name}" does not exist')
+
+    async def _cmd_declare(self, stmt: Statement, describe: bool) -> None:
+        hold = " WITH HOLD" in stmt.sql.upper().replace("\n", " ")
+        if self.tx.status == "I" and not hold:
+            raise PgError(E.NO_ACTIVE_TRANSACTION, "DECLARE CURSOR can only be used in transaction blocks")
+        name = stmt.name or ""
+        if name in self.cursors:
+            raise PgError(E.DUPLICATE_CURSOR, f'cursor "{name}" already exists')
+        query = stmt.value or ""
+
+        source = RowSource(*await self._in_thread(self.qctx.start, query, None))
+        self.cursors[name] = Cursor(source, stmt.flag, hold)
+        self.send(m.command_complete("DECLARE CURSOR"))
+
+    async def _cmd_fetch(self, stmt: Statement, describe: bool) -> None:
+        cursor = self.cursors.get(stmt.name or "")
+        if cursor is None:
+            raise PgError(E.INVALID_CURSOR_NAME, f'cursor "{stmt.name}" does not exist')
+        count = _fetch_count(stmt.value or "NEXT")
+        fmt = 1 if cursor.binary else 0
+        formats = [fmt] * len(cursor.source.schema)
+        if stmt.kind is Kind.FETCH:
+            if describe:
+                self.send(row_description(cursor.source.schema, formats))
+            sent = await self._stream_rows(cursor.source, formats, count)
+        else:
+            sent = await self._in_thread(_skip_rows, cursor.source, count)
+        cursor.position += sent
+        self.send(m.command_complete(f"{stmt.kind.name} {sent}"))
+
+    async def _cmd_close(self, stmt: Statement, describe: bool) -> None:
+        if stmt.name is None:
+            self.cursors.clear()
+        elif self.cursors.pop(stmt.name, None) is None:
+            raise PgError(E.INVALID_CURSOR_NAME, f'cursor "{stmt.name}" does not exist')
+        self.send(m.command_complete(stmt.tag))
+
+    async def _cmd_deallocate(self, stmt: Statement, describe: bool) -> None:
+        if stmt.name is None:
+            self.prepared = {k: v for k, v in self.prepared.items() if k == ""}
+        elif self.prepared.pop(stmt.name, None) is None:
+            raise PgError(E.INVALID_SQL_STATEMENT_NAME, f'prepared statement "{stmt.name}" does not exist')
+        self.send(m.command_complete(stmt.tag))
+
+    async def _cmd_discard(self, stmt: Statement, describe: bool) -> None:
+        if stmt.value == "ALL":
+            if self.tx.status != "I":
+                raise PgError("25001", "DISCARD ALL cannot run inside a transaction block")
+            self.prepared = {k: v for k, v in self.prepared.items() if k == ""}
+            self.cursors.clear()
+            for key, value in self.initial_settings.items():
+                if self.settings.get(key) != value and key not in guc.READ_ONLY:
+                    self.set_setting(key, value)
+        self.send(m.command_complete(stmt.tag))
+
+    async def _cmd_listen(self, stmt: Statement, describe: bool) -> None:
+        self.send(m.command_complete(stmt.tag))
+
+    async def _cmd_copy_to(self, stmt: Statement, describe: bool) -> None:
+        source_sql = stmt.value or ""
+        query = source_sql[1:-1] if source_sql.startswith("(") else f"SELECT * FROM {source_sql}"
+        options = dict(stmt.options)
+
+        source = RowSource(*await self._in_thread(self.qctx.start, query, None))
+        await copy_out_rows(self, source, options)
+
+    async def _cmd_copy_from(self, stmt: Statement, describe: bool) -> None:
+        raise PgError(E.FEATURE_NOT_SUPPORTED, "COPY FROM is not supported yet: icegres is read-only in this version")
+
+    async def _cmd_write(self, stmt: Statement, describe: bool) -> None:
+        raise _unsupported(stmt)
+
+
+def _unsupported(stmt: Statement) -> PgError:
+    if stmt.value == "syntax":
+        return PgError(E.SYNTAX_ERROR, f'syntax error at or near "{stmt.tag}"')
+    if stmt.kind is Kind.WRITE:
+        return PgError(
+            E.FEATURE_NOT_SUPPORTED,
+            f"{stmt.tag} is not supported yet: this icegres version serves the lakehouse read-only",
+        )
+    if stmt.tag in _KNOWN_UNSUPPORTED:
+        return PgError(E.FEATURE_NOT_SUPPORTED, f"{stmt.tag} is not supported")
+    first = stmt.sql.split(None, 1)[0][:40] if stmt.sql.strip() else ""
+    return PgError(E.SYNTAX_ERROR, f'syntax error at or near "{first}"', position=1)
+
+
+# PostgreSQL statements icegres recognises but does not implement (anything else is a syntax error).
+_KNOWN_UNSUPPORTED = {
+    "LOAD", "REASSIGN", "SECURITY", "IMPORT", "COMMIT PREPARED", "PREPARE", "EXECUTE", "LISTEN",
+    "NOTIFY", "COPY", "FETCH", "MOVE", "DECLARE CURSOR", "SET", "SHOW", "RESET", "START",
+    "SAVEPOINT", "RELEASE", "ROLLBACK", "COMMIT", "DEALLOCATE", "DISCARD", "CLOSE CURSOR",
+}
+
+
+def _show_description(stmt: Statement) -> bytes:
+    return m.row_description([m.FieldDescription(stmt.name or "setting", 25, -1)])
+
+
+def _text_row(values: list[str | None]) -> bytes:
+    parts = [struct.pack("!h", len(values))]
+    for v in values:
+        if v is None:
+            parts.append(struct.pack("!i", -1))
+        else:
+            b = v.encode()
+            parts.append(struct.pack("!i", len(b)) + b)
+    body = b"".join(parts)
+    return b"D" + struct.pack("!i", len(body) + 4) + body
+
+
+def _fetch_count(direction: str) -> int:
+    d = direction.upper()
+    if d in ("NEXT", "FORWARD"):
+        return 1
+    if d in ("ALL", "FORWARD ALL"):
+        return 0
+    if d.startswith("FORWARD "):
+        return int(d.split()[1])
+    if d.lstrip("-").isdigit():
+        n = int(d)
+        if n >= 0:
+            return n
+    raise PgError(E.FEATURE_NOT_SUPPORTED, "cursor can only scan forward",
+                  hint="Declare it with SCROLL option to enable backward scan (not supported by icegres).")
+
+
+def _skip_rows(source: RowSource, count: int) -> int:
+    skipped = 0
+    while count == 0 or skipped < count:
+        batch = source.take(count - skipped if count else 0)
+        if batch is None:
+            break
+        skipped += batch.num_rows
+    return skipped
+
+
+def _has_more(source: RowSource) -> bool:
+    batch = source.take(0)
+    if batch is None:
+        return False
+    source.pending = batch
+    return True
+
+
+def _max_placeholder(sql: str) -> int:
+    import re
+
+    nums = [int(x) for x in re.findall(r"\$(\d+)", sql)]
+    return max(nums, default=0)
+
+
+_COMMANDS = {
+    Kind.SET: Session._cmd_set,
+    Kind.SHOW: Session._cmd_show,
+    Kind.RESET: Session._cmd_reset,
+    Kind.BEGIN: Session._cmd_begin,
+    Kind.COMMIT: Session._cmd_commit,
+    Kind.ROLLBACK: Session._cmd_rollback,
+    Kind.SAVEPOINT: Session._cmd_savepoint,
+    Kind.RELEASE: Session._cmd_release,
+    Kind.ROLLBACK_TO: Session._cmd_rollback_to,
+    Kind.DECLARE: Session._cmd_declare,
+    Kind.FETCH: Session._cmd_fetch,
+    Kind.MOVE: Session._cmd_fetch,
+    Kind.CLOSE: Session._cmd_close,
+    Kind.DEALLOCATE: Session._cmd_deallocate,
+    Kind.DISCARD: Session._cmd_discard,
+    Kind.LISTEN: Session._cmd_listen,
+    Kind.COPY_TO: Session._cmd_copy_to,
+    Kind.COPY_FROM: Session._cmd_copy_from,
+    Kind.WRITE: Session._cmd_write,
+}

@@ -1,0 +1,218 @@
+"""Session settings (GUCs): defaults, validation, and which ones are reported to the client."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from icegres.protocol.pgwire.errors import INVALID_PARAMETER_VALUE, UNDEFINED_OBJECT, PgError
+
+# Sent as ParameterStatus at startup and again whenever they change: psql and psqlODBC fall back to
+# pre-PG12 catalog queries without server_version, psycopg2 fails without client_encoding, and pgjdbc
+# silently decodes binary timestamps wrong without integer_datetimes=on (CLIENTS.md).
+REPORTED = (
+    "application_name", "client_encoding", "DateStyle", "default_transaction_read_only",
+    "in_hot_standby", "integer_datetimes", "IntervalStyle", "is_superuser", "server_encoding",
+    "server_version", "session_authorization", "standard_conforming_strings", "TimeZone",
+)
+_REPORTED_BY_KEY = {name.lower(): name for name in REPORTED}
+
+READ_ONLY = {
+    "server_version", "server_encoding", "integer_datetimes", "in_hot_standby", "is_superuser",
+    "session_authorization", "server_version_num", "max_identifier_length", "lc_collate",
+    "lc_ctype", "block_size", "max_index_keys", "max_function_args", "segment_size",
+}
+
+
+def defaults(server_version: str, user: str) -> dict[str, str]:
+    return {
+        "application_name": "",
+        "client_encoding": "UTF8",
+        "datestyle": "ISO, MDY",
+        "default_transaction_read_only": "off",
+        "in_hot_standby": "off",
+        "integer_datetimes": "on",
+        "intervalstyle": "postgres",
+        "is_superuser": "on",
+        "server_encoding": "UTF8",
+        "server_version": server_version,
+        "server_version_num": _version_num(server_version),
+        "session_authorization": user,
+        "standard_conforming_strings": "on",
+        "timezone": "UTC",
+        "search_path": '"$user", public',
+        "extra_float_digits": "1",
+        "statement_timeout": "0",
+        "lock_timeout": "0",
+        "idle_in_transaction_session_timeout": "0",
+        "transaction_isolation": "read committed",
+        "default_transaction_isolation": "read committed",
+        "transaction_read_only": "off",
+        "transaction_deferrable": "off",
+        "default_transaction_deferrable": "off",
+        "max_identifier_length": "63",
+        "lc_collate": "C.UTF-8",
+        "lc_ctype": "C.UTF-8",
+        "lc_messages": "C.UTF-8",
+        "lc_monetary": "C.UTF-8",
+        "lc_numeric": "C.UTF-8",
+        "lc_time": "C.UTF-8",
+        "jit": "off",
+        "default_table_access_method": "heap",
+        "bytea_output": "hex",
+        "max_index_keys": "32",
+        "max_function_args": "100",
+        "block_size": "8192",
+        "segment_size": "131072",
+        "client_min_messages": "notice",
+        "synchronous_commit": "on",
+        "work_mem": "4MB",
+        "row_security": "on",
+        "escape_string_warning": "on",
+        "backslash_quote": "safe_encoding",
+        "array_nulls": "on",
+        "geqo": "on",
+        "enable_seqscan": "on",
+        "cursor_tuple_fraction": "0.1",
+        "xmloption": "content",
+        "timezone_abbreviations": "Default",
+        "check_function_bodies": "on",
+        "plan_cache_mode": "auto",
+        "ssl": "off",
+        "password_encryption": "scram-sha-256",
+        "max_connections": "100",
+        "default_text_search_config": "pg_catalog.english",
+    }
+
+
+def _version_num(version: str) -> str:
+    major, _, minor = version.partition(".")
+    return f"{int(major)}{int(minor or 0):04d}"
+
+
+def reported_name(key: str) -> str | None:
+    """The ParameterStatus spelling of a setting, if it is one clients are told about."""
+    return _REPORTED_BY_KEY.get(key)
+
+
+@dataclass(frozen=True)
+class Change:
+    key: str
+    value: str
+
+
+def validate(key: str, value: str | None, current: dict[str, str], initial: dict[str, str]) -> Change:
+    """The stored value for `SET key = value` (None means DEFAULT), or a PgError."""
+    if key in READ_ONLY:
+        raise PgError("55P02", f'parameter "{key}" cannot be changed')
+    if key not in current and "." not in key:
+        raise PgError(UNDEFINED_OBJECT, f'unrecognized configuration parameter "{key}"')
+    if value is None:
+        return Change(key, initial.get(key, ""))
+    check = _VALIDATORS.get(key)
+    return Change(key, check(value) if check else value)
+
+
+def _client_encoding(value: str) -> str:
+    # asyncpg sends 'utf-8' with the quotes; PostgreSQL accepts any spelling of UTF8.
+    if value.strip("'\"").replace("-", "").replace("_", "").upper() in ("UTF8", "UNICODE"):
+        return "UTF8"
+    raise PgError(INVALID_PARAMETER_VALUE, f'invalid value for parameter "client_encoding": "{value}"',
+                  detail="icegres speaks UTF8 only")
+
+
+def _timezone(value: str) -> str:
+    import zoneinfo
+
+    v = value.strip()
+    if v.upper() in ("UTC", "GMT", "Z", "ZULU", "UCT"):
+        return "UTC"
+    if re.fullmatch(r"[+-]?\d{1,2}(:\d\d)?", v):
+        return v  # POSIX-style offsets; rendering treats them as fixed offsets
+    try:
+        zoneinfo.ZoneInfo(v)
+    except Exception:
+        raise PgError(INVALID_PARAMETER_VALUE, f'invalid value for parameter "TimeZone": "{value}"') from None
+    return v
+
+
+def _datestyle(value: str) -> str:
+    parts = {p.strip().upper() for p in value.split(",")}
+    if parts - {"ISO", "MDY", "DMY", "YMD", "US", "EUROPEAN", "NONEURO", "NONEUROPEAN"}:
+        raise PgError(INVALID_PARAMETER_VALUE, f'invalid value for parameter "DateStyle": "{value}"',
+                      detail="icegres renders dates in ISO style only")
+    order = "DMY" if parts & {"DMY", "EUROPEAN"} else "YMD" if "YMD" in parts else "MDY"
+    return f"ISO, {order}"
+
+
+def _int(name: str, lo: int, hi: int):
+    def check(value: str) -> str:
+        try:
+            n = int(value)
+        except ValueError:
+            raise PgError(INVALID_PARAMETER_VALUE, f'invalid value for parameter "{name}": "{value}"') from None
+        if not lo <= n <= hi:
+            raise PgError(INVALID_PARAMETER_VALUE, f"{n} is outside the valid range for parameter \"{name}\" ({lo} .. {hi})")
+        return str(n)
+
+    return check
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|min|h|d|us)?\s*$", re.I)
+_UNIT_MS = {None: 1, "us": 0.001, "ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def duration_ms(value: str) -> int:
+    m = _DURATION.match(value)
+    if not m:
+        raise PgError(INVALID_PARAMETER_VALUE, f'invalid value for parameter "statement_timeout": "{value}"')
+    unit = m.group(2).lower() if m.group(2) else None
+    return int(int(m.group(1)) * _UNIT_MS[unit])
+
+
+def _timeout(value: str) -> str:
+    return str(duration_ms(value))
+
+
+def _isolation(value: str) -> str:
+    v = " ".join(value.lower().split())
+    if v not in ("read uncommitted", "read committed", "repeatable read", "serializable"):
+        raise PgError(INVALID_PARAMETER_VALUE, f'invalid value for parameter "transaction_isolation": "{value}"')
+    return v
+
+
+def _intervalstyle(value: str) -> str:
+    if value.lower() != "postgres":
+        raise PgError(INVALID_PARAMETER_VALUE, f'invalid value for parameter "IntervalStyle": "{value}"',
+                      detail="icegres renders intervals in postgres style only")
+    return "postgres"
+
+
+def _on_off(name: str):
+    def check(value: str) -> str:
+        v = value.lower()
+        if v in ("on", "true", "yes", "1", "t"):
+            return "on"
+        if v in ("off", "false", "no", "0", "f"):
+            return "off"
+        raise PgError(INVALID_PARAMETER_VALUE, f'parameter "{name}" requires a Boolean value')
+
+    return check
+
+
+_VALIDATORS = {
+    "client_encoding": _client_encoding,
+    "timezone": _timezone,
+    "datestyle": _datestyle,
+    "extra_float_digits": _int("extra_float_digits", -15, 3),
+    "statement_timeout": _timeout,
+    "lock_timeout": _timeout,
+    "idle_in_transaction_session_timeout": _timeout,
+    "transaction_isolation": _isolation,
+    "default_transaction_isolation": _isolation,
+    "intervalstyle": _intervalstyle,
+    "standard_conforming_strings": _on_off("standard_conforming_strings"),
+    "jit": _on_off("jit"),
+    "transaction_read_only": _on_off("transaction_read_only"),
+    "default_transaction_read_only": _on_off("default_transaction_read_only"),
+}

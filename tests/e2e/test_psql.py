@@ -1,0 +1,91 @@
+"""The psql binary, driven for real: a query, \\d, \\dt, \\dn, \\l and \\copy."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.e2e.expected import city_counts, trip
+
+pytestmark = pytest.mark.e2e
+
+
+def psql(server, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    cmd = ["psql", "-X", "-v", "ON_ERROR_STOP=1", server.dsn(), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                          env={"PGAPPNAME": "psql", "PATH": "/usr/bin:/bin", "PGTZ": "UTC"})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"psql failed ({proc.returncode}): {proc.stderr}\n{server.log_tail()}")
+    return proc
+
+
+def test_group_by_from_readme(server):
+    out = psql(server, "-A", "-t", "-F", "|", "-c", "select city, count(*) from demo.trips group by city").stdout
+    got = {line.split("|")[0]: int(line.split("|")[1]) for line in out.strip().splitlines()}
+    assert got == city_counts()
+
+
+def test_point_lookup_values(server):
+    out = psql(server, "-A", "-t", "-F", "|", "-c",
+               "select id, city, fare, passengers, vendor, paid, pickup_ts from demo.trips where id = 777").stdout
+    expected = trip(777)
+    fields = out.strip().split("|")
+    assert fields[0] == "777"
+    assert fields[1] == expected["city"]
+    assert float(fields[2]) == expected["fare"]
+    assert int(fields[3]) == expected["passengers"]
+    assert fields[4] == expected["vendor"]
+    assert fields[5] == ("t" if expected["paid"] else "f")
+    ts = expected["pickup_ts"]
+    assert fields[6].startswith(ts.strftime("%Y-%m-%d %H:%M:%S")) and fields[6].endswith("+00")
+
+
+def test_describe_table(server):
+    out = psql(server, "-c", r"\d demo.trips").stdout
+    assert 'Table "demo.trips"' in out
+    for column, typ in [("id", "bigint"), ("city", "text"), ("fare", "double precision"),
+                        ("pickup_ts", "timestamp with time zone"), ("passengers", "integer"), ("paid", "boolean")]:
+        assert any(line.split("|")[0].strip() == column and line.split("|")[1].strip() == typ
+                   for line in out.splitlines() if "|" in line), (column, out)
+    id_line = next(line for line in out.splitlines() if line.split("|")[0].strip() == "id")
+    assert "not null" in id_line
+
+
+def test_list_tables_and_schemas(server):
+    out = psql(server, "-c", r"\dt demo.*").stdout
+    assert "trips" in out and "cities" in out
+    out = psql(server, "-c", r"\dn").stdout
+    assert "demo" in out
+    out = psql(server, "-l").stdout
+    assert "icegres" in out
+
+
+def test_copy_to_file(server, tmp_path):
+    target = tmp_path / "cities.csv"
+    psql(server, "-c", rf"\copy (select city, country, population from demo.cities order by city) to '{target}' with csv header")
+    lines = target.read_text().splitlines()
+    assert lines[0] == "city,country,population"
+    assert lines[1] == "Amsterdam,Netherlands,931298"
+    assert len(lines) == 21
+    text_target = tmp_path / "trips.txt"
+    psql(server, "-c", rf"\copy (select id, city, paid from demo.trips where id <= 3 order by id) to '{text_target}'")
+    rows = [line.split("\t") for line in text_target.read_text().splitlines()]
+    assert [r[0] for r in rows] == ["1", "2", "3"] and all(r[2] in ("t", "f") for r in rows)
+
+
+def test_errors_have_sqlstate(server):
+    proc = psql(server, "-v", "VERBOSITY=verbose", "-c", "select * from demo.nope", check=False)
+    assert proc.returncode != 0
+    assert "42P01" in proc.stderr
+    proc = psql(server, "-v", "VERBOSITY=verbose", "-c", "select nope from demo.cities", check=False)
+    assert "42703" in proc.stderr
+    proc = psql(server, "-v", "VERBOSITY=verbose", "-c", "selec 1", check=False)
+    assert "42601" in proc.stderr
+
+
+def test_multi_statement_and_session_commands(server):
+    out = psql(server, "-A", "-t", "-c",
+               "set search_path to demo; select count(*) from cities; show search_path; select current_schema()").stdout
+    # psql 15 prints every result of a multi-statement -c, the SET's command tag included.
+    assert out.split() == ["SET", "20", "demo", "demo"]
