@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +78,16 @@ def row_description(schema: pa.Schema, formats: Sequence[int]) -> bytes:
     return m.row_description(fields)
 
 
+CHUNK_BYTES = 512 * 1024  # encode up to this much per worker-thread hop
+
+
+@dataclass(frozen=True)
+class Chunk:
+    rows: int
+    data: bytes
+    exhausted: bool  # no rows remain after this chunk
+
+
 @dataclass
 class RowSource:
     """A running query's rows: DataFusion's batch stream plus what is left of the last batch."""
@@ -88,6 +98,34 @@ class RowSource:
     done: bool = False
     rows_sent: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def pull(self, limit: int, encode: Callable[[pa.RecordBatch], bytes]) -> Chunk:
+        """Encode up to `limit` rows (0 = all) but at most about CHUNK_BYTES. Blocking.
+
+        Reports whether the source is exhausted, peeking one batch ahead when the limit is hit,
+        so the caller can choose between PortalSuspended and CommandComplete without another hop.
+        """
+        rows = 0
+        parts: list[bytes] = []
+        size = 0
+        while limit == 0 or rows < limit:
+            batch = self.take(limit - rows if limit else 0)
+            if batch is None:
+                return Chunk(rows, b"".join(parts), True)
+            data = encode(batch)
+            rows += batch.num_rows
+            parts.append(data)
+            size += len(data)
+            if size >= CHUNK_BYTES:
+                break
+        return Chunk(rows, b"".join(parts), not self.has_more())
+
+    def has_more(self) -> bool:
+        batch = self.take(0)
+        if batch is None:
+            return False
+        self.pending = batch
+        return True
 
     def take(self, limit: int) -> pa.RecordBatch | None:
         """Up to `limit` rows (0 = no limit: one whole batch); None at the end. Blocking."""

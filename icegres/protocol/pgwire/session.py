@@ -23,7 +23,7 @@ from icegres.protocol.pgwire import settings as guc
 from icegres.protocol.pgwire.copy import copy_out_rows
 from icegres.protocol.pgwire.errors import PgError
 from icegres.protocol.pgwire.framing import FrameDecoder
-from icegres.protocol.pgwire.results import RowSource, expand_formats, row_description
+from icegres.protocol.pgwire.results import Chunk, RowSource, expand_formats, row_description
 from icegres.protocol.pgwire.types import (
     TextSettings,
     arrow_type_for_oid,
@@ -39,6 +39,17 @@ log = logging.getLogger("icegres.pgwire")
 
 RECV_BYTES = 65536
 SEND_HIGH_WATER = 256 * 1024
+
+
+@dataclass
+class _Encoder:
+    """RecordBatch -> DataRow bytes for one result's column formats (called in worker threads)."""
+
+    formats: list[int]
+    text: TextSettings
+
+    def __call__(self, batch: pa.RecordBatch) -> bytes:
+        return encode_data_rows(batch, self.formats, self.text)
 
 
 class ConnectionClosed(Exception):
@@ -354,15 +365,23 @@ class Session:
         await self.flush()
 
     async def _run_simple(self, stmt: Statement) -> None:
-        if stmt.kind is Kind.QUERY:
-            schema, stream = await self._in_thread(self.qctx.start, stmt.sql, None)
-            formats = [0] * len(schema)
-            self.send(row_description(schema, formats))
-            source = RowSource(schema, stream)
-            rows = await self._stream_rows(source, formats, 0)
-            self.send(m.command_complete(f"SELECT {rows}"))
-        else:
+        if stmt.kind is not Kind.QUERY:
             await self._command(stmt, formats=None, describe=True)
+            return
+        encode = self._encoder([])
+
+        def start() -> tuple[pa.Schema, RowSource, Chunk]:
+            # Plan, execute and encode the first chunk in one worker-thread hop: a small result
+            # then costs a single hand-off between the trio loop and the thread pool.
+            schema, stream = self.qctx.start(stmt.sql, None)
+            source = RowSource(schema, stream)
+            encode.formats[:] = [0] * len(schema)
+            return schema, source, source.pull(0, encode)
+
+        schema, source, first = await self._in_thread(start)
+        self.send(row_description(schema, encode.formats))
+        rows = await self._send_chunks(source, encode, 0, first)
+        self.send(m.command_complete(f"SELECT {rows}"))
 
     # --- rows ----------------------------------------------------------------------------------
 
@@ -372,27 +391,27 @@ class Session:
             extra_float_digits=int(self.settings.get("extra_float_digits", "1") or 1),
         )
 
-    async def _stream_rows(self, source: RowSource, formats: list[int], limit: int) -> int:
-        """Send up to `limit` rows (0 = all) of `source` as DataRows; returns rows sent."""
-        text = self._text_settings()
+    def _encoder(self, formats: list[int]) -> _Encoder:
+        return _Encoder(list(formats), self._text_settings())
+
+    async def _send_chunks(self, source: RowSource, encode: _Encoder, limit: int, chunk: Chunk | None = None) -> int:
+        """Send up to `limit` rows (0 = all) as DataRows, starting with an already pulled chunk."""
         sent = 0
-
-        def next_chunk(want: int) -> tuple[int, bytes] | None:
-            batch = source.take(want)
-            if batch is None:
-                return None
-            return batch.num_rows, encode_data_rows(batch, formats, text)
-
-        while limit == 0 or sent < limit:
-            chunk = await self._in_thread(next_chunk, (limit - sent) if limit else 0)
+        while True:
             if chunk is None:
-                break
-            n, data = chunk
-            sent += n
-            self.send(data)
+                chunk = await self._in_thread(source.pull, (limit - sent) if limit else 0, encode)
+            sent += chunk.rows
+            self.send(chunk.data)
             await self._maybe_flush()
+            if chunk.exhausted or (limit and sent >= limit):
+                source.done = source.done or chunk.exhausted
+                break
+            chunk = None
         source.rows_sent += sent
         return sent
+
+    async def _stream_rows(self, source: RowSource, formats: list[int], limit: int) -> int:
+        return await self._send_chunks(source, self._encoder(formats), limit)
 
     # --- extended protocol ---------------------------------------------------------------------
 
@@ -506,26 +525,33 @@ class Session:
                 return
             await self._run_statement(self._command, stmt, None, False)
             portal.finished = True
-        if not msg.portal:
-            pass
 
     async def _execute_query(self, portal: Portal, max_rows: int) -> None:
         if portal.finished:
             self.send(m.command_complete(f"SELECT {portal.tag_rows}"))
             return
+        limit = max_rows if max_rows > 0 else 0
+        first: Chunk | None = None
         if portal.source is None:
             params = {str(i + 1): v for i, v in enumerate(portal.params)} or None
+            encode = self._encoder([])
 
-            portal.source = RowSource(*await self._in_thread(self.qctx.start, portal.prepared.statement.sql, params))
-            if portal.formats is None or len(portal.formats) != len(portal.source.schema):
-                portal.formats = expand_formats(portal.result_formats, len(portal.source.schema))
-        sent = await self._stream_rows(portal.source, portal.formats, max_rows if max_rows > 0 else 0)
+            def start() -> tuple[RowSource, Chunk]:
+                schema, stream = self.qctx.start(portal.prepared.statement.sql, params)
+                source = RowSource(schema, stream)
+                if portal.formats is None or len(portal.formats) != len(schema):
+                    portal.formats = expand_formats(portal.result_formats, len(schema))
+                encode.formats[:] = portal.formats
+                return source, source.pull(limit, encode)
+
+            portal.source, first = await self._in_thread(start)
+        else:
+            encode = self._encoder(portal.formats or [])
+        sent = await self._send_chunks(portal.source, encode, limit, first)
         portal.tag_rows += sent
-        if max_rows > 0 and sent == max_rows:
-            more = await self._in_thread(_has_more, portal.source)
-            if more:
-                self.send(m.PORTAL_SUSPENDED)
-                return
+        if limit and sent == limit and not portal.source.done:
+            self.send(m.PORTAL_SUSPENDED)
+            return
         portal.finished = True
         self.send(m.command_complete(f"SELECT {portal.tag_rows}"))
 
@@ -773,14 +799,6 @@ def _skip_rows(source: RowSource, count: int) -> int:
             break
         skipped += batch.num_rows
     return skipped
-
-
-def _has_more(source: RowSource) -> bool:
-    batch = source.take(0)
-    if batch is None:
-        return False
-    source.pending = batch
-    return True
 
 
 def _max_placeholder(sql: str) -> int:
