@@ -10,6 +10,7 @@ All methods here block; the protocol layers call them from worker threads.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -215,6 +216,7 @@ class QueryContext:
         self._ctx_schema: str | None = None
         # statement text -> SQL DataFusion accepted for it (the text itself or its rewrite)
         self._routes: OrderedDict[tuple[str, tuple[str, ...]], str] = OrderedDict()
+        self._names: dict[str, list[str]] = {}
 
     @property
     def ctx(self) -> SessionContext:
@@ -273,13 +275,36 @@ class QueryContext:
         return df
 
     def start(self, sql: str, params: dict[str, Any] | None = None) -> tuple[pa.Schema, Any]:
-        """Refresh, plan and start executing a query: (result schema, batch stream)."""
+        """Refresh, plan and start executing a query: (result schema, batch stream).
+
+        The schema carries the column names PostgreSQL would give the result.
+        """
         self.refresh()
         df = self.plan(sql, params)
         try:
-            return df.schema(), df.execute_stream()
+            return self.pg_schema(sql, df.schema()), df.execute_stream()
         except Exception as exc:
             raise engine_errors.from_datafusion(exc) from None
+
+    def describe(self, sql: str) -> tuple[pa.Schema, dict[int, pa.DataType]]:
+        """Result schema and inferred parameter types of a statement, without running it."""
+        from icegres.engine.params import placeholder_types
+
+        self.refresh()
+        df = self.plan(sql, None)
+        return self.pg_schema(sql, df.schema()), placeholder_types(df)
+
+    def pg_schema(self, sql: str, schema: pa.Schema) -> pa.Schema:
+        """Rename DataFusion's display names (`count(*)`) to PostgreSQL's (`count`)."""
+        if all(_PLAIN_NAME.fullmatch(f.name) for f in schema):
+            return schema
+        names = self._names.get(sql)
+        if names is None or len(names) != len(schema):
+            names = _postgres_names(sql, schema)
+            self._names[sql] = names
+            if len(self._names) > _ROUTE_CACHE_SIZE:
+                self._names.pop(next(iter(self._names)))
+        return pa.schema([f.with_name(n) for f, n in zip(schema, names, strict=True)], schema.metadata)
 
     def _remember(self, key: tuple[str, tuple[str, ...]], route: str) -> None:
         self._routes[key] = route
@@ -303,8 +328,22 @@ def _needs_rewrite(sql: str) -> bool:
     return any(marker in low for marker in _REWRITE_MARKERS)
 
 
-def arrow_schema_of(df: DataFrame) -> pa.Schema:
-    return df.schema()
+_PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_$]*")
+
+
+def _postgres_names(sql: str, schema: pa.Schema) -> list[str]:
+    """PostgreSQL's names for the result columns, from the statement's own select list."""
+    from icegres.engine import pg_rewrite
+    from icegres.protocol.pgwire.results import column_name
+
+    fallback = [column_name(f.name) for f in schema]
+    try:
+        selects = pg_rewrite.pg_output_names(pg_rewrite.parse(sql))
+    except Exception:
+        return fallback
+    if not selects or len(selects[0]) != len(schema):
+        return fallback  # `*` expansion or a shape we cannot line up: keep DataFusion's names
+    return [pg if pg and pg != "*" else fb for pg, fb in zip(selects[0], fallback, strict=True)]
 
 
 __all__ = ["Engine", "QueryContext", "SessionEnv", "SERVER_VERSION", "__version__"]

@@ -9,6 +9,7 @@ from icegres.protocol.pgwire.errors import PgError
 
 # Ordered: the first pattern that matches the DataFusion message decides the SQLSTATE.
 _RULES: tuple[tuple[re.Pattern[str], str, str | None], ...] = (
+    (re.compile(r'unrecognized configuration parameter "([^"]+)"'), e.UNDEFINED_OBJECT, 'unrecognized configuration parameter "{0}"'),
     (re.compile(r"table '(?:datafusion\.)?([^']+)' not found"), e.UNDEFINED_TABLE, 'relation "{0}" does not exist'),
     (re.compile(r"No field named ([^.\s]+(?:\.[^.\s]+)*)\."), e.UNDEFINED_COLUMN, 'column {0} does not exist'),
     (re.compile(r"No field named (.+?)(?:\. Valid fields|\. Did you|$)"), e.UNDEFINED_COLUMN, 'column {0} does not exist'),

@@ -24,6 +24,29 @@ _DISPLAY_TYPES = {
 }
 
 
+_DECIMAL = re.compile(r"^Decimal(?:128|256)\((\d+),\s*(-?\d+)\)$")
+_TIMESTAMP = re.compile(r'^Timestamp\((\w+)(?:,\s*"?([^")]+)"?)?\)$')
+
+
+def display_type(name: str) -> pa.DataType | None:
+    """Arrow type for DataFusion's display of a type (`List(Int64)`, `Decimal128(10, 2)`)."""
+    name = name.strip()
+    if name in _DISPLAY_TYPES:
+        return _DISPLAY_TYPES[name]
+    if name.startswith(("List(", "LargeList(")) and name.endswith(")"):
+        inner = display_type(name[name.index("(") + 1 : -1])
+        return pa.list_(inner) if inner is not None else None
+    m = _DECIMAL.match(name)
+    if m:
+        return pa.decimal128(min(int(m.group(1)), 38), int(m.group(2)))
+    m = _TIMESTAMP.match(name)
+    if m:
+        # Casting a parameter to timestamptz makes DataFusion display Timestamp(ns) with no zone
+        # in some versions; the microsecond unit is what PostgreSQL clients send either way.
+        return pa.timestamp("us", tz=m.group(2)) if m.group(2) else pa.timestamp("us")
+    return None
+
+
 def placeholder_types(df: Any) -> dict[int, pa.DataType]:
     """{1: int64, ...} for every placeholder whose type DataFusion could infer."""
     out: dict[int, pa.DataType] = {}
@@ -67,8 +90,9 @@ def _walk_expr(expr: Any, out: dict[int, pa.DataType], depth: int) -> None:
         return
     if kind in ("Cast", "TryCast"):
         m = _CAST.match(expr.canonical_name())
-        if m and m.group(2) in _DISPLAY_TYPES:
-            out.setdefault(int(m.group(1)), _DISPLAY_TYPES[m.group(2)])
+        target = display_type(m.group(2)) if m else None
+        if target is not None:
+            out.setdefault(int(m.group(1)), target)
     children: list[Any] = []
     try:
         children = list(expr.rex_call_operands())

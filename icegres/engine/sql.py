@@ -18,11 +18,12 @@ if TYPE_CHECKING:
 
 
 def parse(sql: str) -> exp.Expression:
-    import sqlglot
     from sqlglot.errors import ParseError
 
+    from icegres.engine import pg_rewrite
+
     try:
-        tree = sqlglot.parse_one(sql, read="postgres")
+        tree = pg_rewrite.parse(sql)
     except ParseError as err:
         detail = err.errors[0] if err.errors else {}
         raise PgError(
@@ -61,4 +62,4 @@ def rewrite_for_datafusion(sql: str, qctx: QueryContext) -> str:
     tree = parse(sql)
     tree = qualify_tables(tree, qctx)
     tree = pg_rewrite.rewrite(tree, qctx.env)
-    return tree.sql(dialect="postgres")
+    return pg_rewrite.to_sql(tree)

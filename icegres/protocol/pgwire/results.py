@@ -12,7 +12,9 @@ import pyarrow as pa
 from icegres.engine.errors import from_datafusion
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire.errors import PROTOCOL_VIOLATION, PgError
-from icegres.protocol.pgwire.types import pg_type_for_arrow
+import pyarrow.compute as pc
+
+from icegres.protocol.pgwire.types import PgType, pg_type_by_oid, pg_type_for_arrow
 
 _FUNC_NAME = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_][\w]*)\(")
 # DataFusion names unaliased literals after their type ("Int64(1)", "Utf8(\"a\")").
@@ -70,12 +72,53 @@ def expand_formats(formats: Sequence[int], ncols: int) -> list[int]:
     return list(formats)
 
 
+_PG_TYPE_OID_KEY = b"pg_type_oid"  # set by engine/pg_catalog.py on catalog columns
+_FOUR_BYTE_OIDS = (b"26", b"28", b"30", b"1028")  # oid, xid, oidvector, oid[]
+
+
+def field_type(field: pa.Field) -> PgType:
+    """The PostgreSQL type of a result column: a catalog annotation if any, else by Arrow type."""
+    annotated = (field.metadata or {}).get(_PG_TYPE_OID_KEY)
+    if annotated is not None:
+        t = pg_type_by_oid(int(annotated))
+        if t is not None:
+            return t
+    return pg_type_for_arrow(field.type)
+
+
 def row_description(schema: pa.Schema, formats: Sequence[int]) -> bytes:
+    """Names come from the engine already in PostgreSQL's spelling (QueryContext.pg_schema)."""
     fields = []
     for f, fmt in zip(schema, formats, strict=True):
-        t = pg_type_for_arrow(f.type)
-        fields.append(m.FieldDescription(column_name(f.name), t.oid, t.typlen, -1, 0, 0, fmt))
+        t = field_type(f)
+        fields.append(m.FieldDescription(f.name, t.oid, t.typlen, -1, 0, 0, fmt))
     return m.row_description(fields)
+
+
+def presentable(batch: pa.RecordBatch, schema: pa.Schema, formats: Sequence[int]) -> pa.RecordBatch:
+    """Reshape columns whose PostgreSQL type differs from their Arrow type's natural one.
+
+    psqlODBC's SQLStatistics hangs unless int2vector comes as `1 2` rather than `{1,2}`.
+    """
+    columns = None
+    for i, (f, fmt) in enumerate(zip(schema, formats, strict=True)):
+        annotated = f.metadata.get(_PG_TYPE_OID_KEY) if f.metadata else None
+        if annotated is None:
+            continue
+        col = batch.column(i)
+        is_list = pa.types.is_list(col.type) or pa.types.is_large_list(col.type)
+        if fmt == 0 and annotated in (b"22", b"30") and is_list:
+            col = pc.binary_join(pc.cast(col, pa.list_(pa.string())), " ")
+        elif fmt == 1 and annotated in _FOUR_BYTE_OIDS:
+            # oid, xid and their vectors are 4 bytes on the wire; the catalog holds them as int64.
+            col = pc.cast(col, pa.list_(pa.int32()) if is_list else pa.int32())
+        else:
+            continue
+        columns = columns or list(batch.columns)
+        columns[i] = col
+    if columns is None:
+        return batch
+    return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
 
 
 CHUNK_BYTES = 512 * 1024  # encode up to this much per worker-thread hop

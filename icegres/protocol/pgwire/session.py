@@ -23,7 +23,7 @@ from icegres.protocol.pgwire import settings as guc
 from icegres.protocol.pgwire.copy import copy_out_rows
 from icegres.protocol.pgwire.errors import PgError
 from icegres.protocol.pgwire.framing import FrameDecoder
-from icegres.protocol.pgwire.results import Chunk, RowSource, expand_formats, row_description
+from icegres.protocol.pgwire.results import Chunk, RowSource, expand_formats, presentable, row_description
 from icegres.protocol.pgwire.types import (
     TextSettings,
     arrow_type_for_oid,
@@ -47,8 +47,11 @@ class _Encoder:
 
     formats: list[int]
     text: TextSettings
+    schema: pa.Schema | None = None
 
     def __call__(self, batch: pa.RecordBatch) -> bytes:
+        if self.schema is not None:
+            batch = presentable(batch, self.schema, self.formats)
         return encode_data_rows(batch, self.formats, self.text)
 
 
@@ -376,6 +379,7 @@ class Session:
             schema, stream = self.qctx.start(stmt.sql, None)
             source = RowSource(schema, stream)
             encode.formats[:] = [0] * len(schema)
+            encode.schema = schema
             return schema, source, source.pull(0, encode)
 
         schema, source, first = await self._in_thread(start)
@@ -411,7 +415,9 @@ class Session:
         return sent
 
     async def _stream_rows(self, source: RowSource, formats: list[int], limit: int) -> int:
-        return await self._send_chunks(source, self._encoder(formats), limit)
+        encode = self._encoder(formats)
+        encode.schema = source.schema
+        return await self._send_chunks(source, encode, limit)
 
     # --- extended protocol ---------------------------------------------------------------------
 
@@ -429,14 +435,7 @@ class Session:
         self.send(m.PARSE_COMPLETE)
 
     async def _describe_query(self, prepared: Prepared) -> None:
-        from icegres.engine.params import placeholder_types
-
-        def plan() -> tuple[pa.Schema, dict[int, pa.DataType]]:
-            self.qctx.refresh()
-            df = self.qctx.plan(prepared.statement.sql, None)
-            return df.schema(), placeholder_types(df)
-
-        schema, inferred = await self._in_thread(plan)
+        schema, inferred = await self._in_thread(self.qctx.describe, prepared.statement.sql)
         count = max([len(prepared.param_oids), *inferred.keys()], default=0)
         count = max(count, _max_placeholder(prepared.statement.sql))
         oids = []
@@ -542,11 +541,13 @@ class Session:
                 if portal.formats is None or len(portal.formats) != len(schema):
                     portal.formats = expand_formats(portal.result_formats, len(schema))
                 encode.formats[:] = portal.formats
+                encode.schema = schema
                 return source, source.pull(limit, encode)
 
             portal.source, first = await self._in_thread(start)
         else:
             encode = self._encoder(portal.formats or [])
+            encode.schema = portal.source.schema
         sent = await self._send_chunks(portal.source, encode, limit, first)
         portal.tag_rows += sent
         if limit and sent == limit and not portal.source.done:

@@ -1,0 +1,398 @@
+"""PostgreSQL's catalog and session functions as DataFusion scalar UDFs.
+
+Clients call these inside their catalog queries (CLIENTS.md ranks them: pg_get_expr, format_type,
+current_schema, pg_table_is_visible, ...). DataFusion 55 already has array_to_string, string_agg,
+bool_and, unnest, generate_series, array_agg(... ORDER BY ...), nullif, replace and the regex
+operators, so those are not redefined here. What DataFusion cannot express as a function —
+generate_subscripts, _pg_expandarray's record, json_build_object's variadic mixed arguments,
+array_upper on 0-based vectors — pg_rewrite turns into calls of the helpers at the end of this
+file (their names start with `pg_` and no client sends them).
+
+Each UDF has one fixed signature: DataFusion only widens arguments (int2 -> int8, never back), so
+integer arguments are declared Int64. PostgreSQL overloads that differ in arity (current_setting
+with or without missing_ok, pg_get_expr with or without pretty) are registered once with every
+argument, and pg_rewrite pads short calls with the defaults (`FUNCTION_DEFAULTS`).
+
+Session functions read `env` when they are called, never when they are registered, so a SET or
+set_config() is seen by the next statement.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import itertools
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pyarrow as pa
+
+from icegres.engine import pg_catalog
+from icegres.protocol.pgwire.errors import UNDEFINED_OBJECT, PgError
+
+if TYPE_CHECKING:
+    import datafusion
+
+
+class SessionEnv(Protocol):
+    database: str
+    user: str
+    search_path: list[str]
+    settings: dict[str, str]
+    backend_pid: int
+    server_version: str
+
+
+_STARTED_AT = _dt.datetime.now(_dt.UTC)
+_TXIDS = itertools.count(1000)
+
+OID = pa.int64()
+INT = pa.int64()
+INT4 = pa.int32()
+TEXT = pa.string()
+BOOL = pa.bool_()
+IMMUTABLE = "immutable"
+VOLATILE = "volatile"
+
+# Arguments pg_rewrite appends to short calls, by function: PostgreSQL's own defaults.
+FUNCTION_DEFAULTS: dict[str, tuple[str, ...]] = {
+    "current_setting": ("NULL", "false"),
+    "pg_get_expr": ("NULL", "NULL", "false"),
+    "pg_get_indexdef": ("NULL", "0", "false"),
+    "pg_get_constraintdef": ("NULL", "false"),
+    "pg_get_viewdef": ("NULL", "false"),
+    "format_type": ("NULL", "NULL"),
+    "obj_description": ("NULL", "'pg_class'"),
+    "shobj_description": ("NULL", "'pg_database'"),
+    "col_description": ("NULL", "0"),
+}
+
+
+@dataclass(frozen=True)
+class Fn:
+    """One UDF: `impl` maps one row's Python values to the result (None in, None out if strict)."""
+
+    name: str
+    args: tuple[pa.DataType, ...]
+    returns: pa.DataType
+    impl: Callable[..., Any]
+    # "stable": DataFusion folds a call with constant arguments while planning, which is when
+    # session functions read env. It must: pgjdbc's getTypeInfo feeds current_schemas() into
+    # generate_series(), whose arguments DataFusion wants constant, and a zero-argument
+    # volatile UDF can't learn how many rows to return. So plan a statement again (not reuse a
+    # plan) when a session setting may have changed in between.
+    volatility: str = "stable"
+    strict: bool = True
+
+    def udf(self) -> datafusion.ScalarUDF:
+        from datafusion import udf
+
+        return udf(self._vectorised(), list(self.args), self.returns, self.volatility, self.name)
+
+    def _vectorised(self) -> Callable[..., pa.Array]:
+        impl, returns, strict = self.impl, self.returns, self.strict
+
+        def run(*arrays: pa.Array) -> pa.Array:
+            if not arrays:  # DataFusion broadcasts a one-row result of a zero-argument UDF
+                return pa.array([impl()], type=returns)
+            columns = [a.to_pylist() for a in arrays]
+            out = [
+                None if strict and any(v is None for v in row) else impl(*row)
+                for row in zip(*columns, strict=True)
+            ]
+            return pa.array(out, type=returns)
+
+        return run
+
+
+def register_functions(ctx: datafusion.SessionContext, env: SessionEnv) -> None:
+    """Register every function on ctx; session functions answer from `env` at call time."""
+    for fn in (*session_functions(env), *catalog_functions(env), *helper_functions(env)):
+        ctx.register_udf(fn.udf())
+
+
+# --- session functions ----------------------------------------------------------------------
+
+
+def version_string(env: SessionEnv) -> str:
+    # SQLAlchemy parses this and refuses anything not starting "PostgreSQL X.Y" (CLIENTS.md).
+    from icegres import __version__
+
+    return (f"PostgreSQL {env.server_version} (icegres {__version__}) on x86_64-pc-linux-gnu, "
+            "compiled by DataFusion, 64-bit")
+
+
+def _existing_path(env: SessionEnv) -> list[str]:
+    ix = pg_catalog.current_index(env)
+    known = ix.namespaces if ix is not None else {}
+    return [s for s in env.search_path if not known or s in known]
+
+
+def current_schemas(env: SessionEnv, include_implicit: bool) -> list[str]:
+    path = _existing_path(env)
+    if include_implicit and "pg_catalog" not in path:
+        path = ["pg_catalog", *path]
+    return path
+
+
+def current_setting(env: SessionEnv, name: str, missing_ok: bool | None) -> str | None:
+    key = name.lower()
+    if key in env.settings:
+        return env.settings[key]
+    if missing_ok:
+        return None
+    raise PgError(UNDEFINED_OBJECT, f'unrecognized configuration parameter "{name}"')
+
+
+def set_config(env: SessionEnv, name: str, value: str | None, is_local: bool | None) -> str:
+    # The session compares settings before and after a statement to send ParameterStatus.
+    env.settings[name.lower()] = "" if value is None else value
+    return env.settings[name.lower()]
+
+
+def session_functions(env: SessionEnv) -> list[Fn]:
+    return [
+        Fn("version", (), TEXT, lambda: version_string(env)),
+        Fn("current_database", (), TEXT, lambda: env.database),
+        Fn("current_user", (), TEXT, lambda: env.user),
+        Fn("session_user", (), TEXT, lambda: env.user),
+        Fn("current_schema", (), TEXT, lambda: next(iter(_existing_path(env)), None)),
+        Fn("current_schemas", (BOOL,), pa.list_(TEXT), lambda implicit: current_schemas(env, implicit)),
+        Fn("pg_backend_pid", (), INT4, lambda: env.backend_pid),
+        Fn("current_setting", (TEXT, BOOL), TEXT,
+           lambda name, missing_ok: None if name is None else current_setting(env, name, missing_ok),
+           strict=False),
+        Fn("set_config", (TEXT, TEXT, BOOL), TEXT,
+           lambda name, value, local: set_config(env, name, value, local),
+           volatility=VOLATILE, strict=False),
+        Fn("pg_my_temp_schema", (), OID, lambda: 0),
+        Fn("pg_is_in_recovery", (), BOOL, lambda: False),
+        Fn("pg_postmaster_start_time", (), pa.timestamp("us", tz="UTC"), lambda: _STARTED_AT),
+        Fn("pg_conf_load_time", (), pa.timestamp("us", tz="UTC"), lambda: _STARTED_AT),
+        # void in PostgreSQL, which clients read as an empty string (asyncpg's pool release)
+        Fn("pg_advisory_unlock_all", (), TEXT, lambda: ""),
+        Fn("txid_current", (), INT, lambda: next(_TXIDS)),  # stable: one value per statement
+        Fn("inet_server_addr", (), TEXT, lambda: None),
+        Fn("inet_server_port", (), INT4, lambda: None),
+    ]
+
+
+# --- catalog functions ----------------------------------------------------------------------
+
+
+def table_is_visible(env: SessionEnv, oid: int) -> bool:
+    ix = pg_catalog.current_index(env)
+    return ix is not None and ix.is_visible(oid, list(env.search_path))
+
+
+def regclass_in(env: SessionEnv, name: str) -> int | None:
+    ix = pg_catalog.current_index(env)
+    if ix is None:
+        return None
+    return ix.resolve(name, list(env.search_path))
+
+
+def regclass_out(env: SessionEnv, oid: int) -> str:
+    if oid == 0:
+        return "-"  # what PostgreSQL prints for InvalidOid in every reg* output
+    ix = pg_catalog.current_index(env)
+    name = ix.relation_name(oid, list(env.search_path)) if ix is not None else None
+    return name if name is not None else str(oid)  # PostgreSQL prints unknown OIDs as numbers
+
+
+def namespace_in(env: SessionEnv, name: str) -> int | None:
+    ix = pg_catalog.current_index(env)
+    key = name.strip('"') if name.startswith('"') else name.lower()
+    return ix.namespaces.get(key) if ix is not None else None
+
+
+def namespace_out(env: SessionEnv, oid: int) -> str:
+    if oid == 0:
+        return "-"
+    ix = pg_catalog.current_index(env)
+    name = ix.namespace_names.get(oid) if ix is not None else None
+    return pg_catalog.quote_ident(name) if name is not None else str(oid)
+
+
+def userbyid(env: SessionEnv, oid: int) -> str:
+    if oid == pg_catalog.BOOTSTRAP_SUPERUSER_OID:
+        return env.user
+    return f"unknown (OID={oid})"
+
+
+_ENCODINGS = {0: "SQL_ASCII", 6: "UTF8"}
+
+
+def _index_def(env: SessionEnv, oid: int, column: int | None, pretty: bool | None) -> str | None:
+    ix = pg_catalog.current_index(env)
+    return pg_catalog.index_definition(ix, oid, column or 0) if ix is not None else None
+
+
+def _constraint_def(env: SessionEnv, oid: int, pretty: bool | None) -> str | None:
+    ix = pg_catalog.current_index(env)
+    return pg_catalog.constraint_definition(ix, oid) if ix is not None else None
+
+
+def _procs() -> dict[int, tuple[int, list[int]]]:
+    return {p.oid: (p.rettype, list(p.argtypes)) for p in pg_catalog.BUILTIN_FUNCTIONS}
+
+
+_PROCS = _procs()
+
+
+def function_result(oid: int) -> str | None:
+    proc = _PROCS.get(oid)
+    return pg_catalog.format_type(proc[0], None) if proc else None
+
+
+def function_arguments(oid: int) -> str | None:
+    proc = _PROCS.get(oid)
+    return ", ".join(pg_catalog.format_type(t, None) or "" for t in proc[1]) if proc else None
+
+
+def size_pretty(size: int) -> str:
+    """pg_size_pretty, with PostgreSQL's rounding: a unit is used below 10240 of it."""
+    limit = 10 * 1024
+    if abs(size) < limit:
+        return f"{size} bytes"
+    half = size // 512  # sizes in half-units, so the last step can round half away from zero
+    for unit in ("kB", "MB", "GB", "TB"):
+        if abs(half) < limit * 2 - 1:
+            return f"{_half_rounded(half)} {unit}"
+        half //= 1024
+    return f"{_half_rounded(half)} PB"
+
+
+def _half_rounded(half: int) -> int:
+    return (half + (1 if half >= 0 else -1)) // 2
+
+
+def catalog_functions(env: SessionEnv) -> list[Fn]:
+    def always(value: Any) -> Callable[..., Any]:
+        return lambda *_args: value
+
+    return [
+        Fn("pg_table_is_visible", (OID,), BOOL, lambda oid: table_is_visible(env, oid)),
+        Fn("pg_type_is_visible", (OID,), BOOL, lambda oid: oid in pg_catalog.BUILTIN_TYPES,
+           volatility=IMMUTABLE),
+        Fn("pg_function_is_visible", (OID,), BOOL, always(True)),
+        Fn("pg_collation_is_visible", (OID,), BOOL, always(True)),
+        Fn("pg_opclass_is_visible", (OID,), BOOL, always(True)),
+        Fn("pg_statistics_obj_is_visible", (OID,), BOOL, always(True)),
+        Fn("format_type", (OID, INT), TEXT,
+           lambda oid, typmod: None if oid is None else pg_catalog.format_type(oid, typmod),
+           volatility=IMMUTABLE, strict=False),
+        # We keep no stored expressions (no defaults, no partial indexes), so a node tree, if
+        # ever there is one, is already its own text.
+        Fn("pg_get_expr", (TEXT, OID, BOOL), TEXT, lambda expr, rel, pretty: expr, strict=False),
+        Fn("pg_get_constraintdef", (OID, BOOL), TEXT,
+           lambda oid, pretty: _constraint_def(env, oid, pretty), strict=False),
+        Fn("pg_get_indexdef", (OID, INT, BOOL), TEXT,
+           lambda oid, column, pretty: _index_def(env, oid, column, pretty), strict=False),
+        Fn("pg_get_viewdef", (OID, BOOL), TEXT, always(None), strict=False),
+        Fn("pg_get_userbyid", (OID,), TEXT, lambda oid: userbyid(env, oid)),
+        Fn("pg_encoding_to_char", (INT,), TEXT, lambda enc: _ENCODINGS.get(enc, ""),
+           volatility=IMMUTABLE),
+        Fn("pg_get_serial_sequence", (TEXT, TEXT), TEXT, always(None)),
+        Fn("pg_get_function_result", (OID,), TEXT, function_result),
+        Fn("pg_get_function_arguments", (OID,), TEXT, function_arguments),
+        Fn("pg_get_function_identity_arguments", (OID,), TEXT, function_arguments),
+        Fn("pg_get_statisticsobjdef_columns", (OID,), TEXT, always(None)),
+        Fn("pg_relation_is_publishable", (OID,), BOOL, always(False)),
+        Fn("to_regtype", (TEXT,), OID, pg_catalog.type_oid_by_name, volatility=IMMUTABLE),
+        Fn("to_regclass", (TEXT,), OID, lambda name: regclass_in(env, name)),
+        Fn("to_regnamespace", (TEXT,), OID, lambda name: namespace_in(env, name)),
+        # Iceberg keeps no comments icegres shows (yet): every description is NULL.
+        Fn("obj_description", (OID, TEXT), TEXT, always(None), strict=False),
+        Fn("col_description", (OID, INT), TEXT, always(None), strict=False),
+        Fn("shobj_description", (OID, TEXT), TEXT, always(None), strict=False),
+        # Sizes of Parquet files are the lakehouse's business; catalog browsers only show them.
+        Fn("pg_relation_size", (OID,), INT, always(0)),
+        Fn("pg_total_relation_size", (OID,), INT, always(0)),
+        Fn("pg_table_size", (OID,), INT, always(0)),
+        Fn("pg_indexes_size", (OID,), INT, always(0)),
+        Fn("pg_size_pretty", (INT,), TEXT, size_pretty, volatility=IMMUTABLE),
+        Fn("quote_ident", (TEXT,), TEXT, pg_catalog.quote_ident, volatility=IMMUTABLE),
+        # icegres has no domains, so no type has a base type (asyncpg's introspection asks)
+        Fn("pg_domain_basetype", (OID,), OID, always(None)),
+        Fn("pg_regclass_out", (OID,), TEXT, lambda oid: regclass_out(env, oid)),
+        Fn("pg_regnamespace_out", (OID,), TEXT, lambda oid: namespace_out(env, oid)),
+        Fn("pg_regtype_out", (OID,), TEXT,
+           lambda oid: "-" if oid == 0 else pg_catalog.format_type(oid, None), volatility=IMMUTABLE),
+    ]
+
+
+# --- helpers that pg_rewrite targets ----------------------------------------------------------
+
+_EXPAND = pa.list_(pa.struct([("x", pa.int64()), ("n", pa.int64())]))
+
+
+def expand_array(values: Sequence[int | None]) -> list[dict[str, int | None]]:
+    """information_schema._pg_expandarray: each element with its 1-based position."""
+    return [{"x": v, "n": i} for i, v in enumerate(values, start=1)]
+
+
+def json_build_object(keys: list[str], types: list[str], values: list[str | None]) -> str:
+    """json_build_object over text-cast values, re-typed by their Arrow type names."""
+    out: dict[str, Any] = {}
+    for key, arrow_type, value in zip(keys, types, values, strict=True):
+        out[key] = _json_value(arrow_type, value)
+    return json.dumps(out, separators=(", ", " : "))
+
+
+def _json_value(arrow_type: str, value: str | None) -> Any:
+    if value is None:
+        return None
+    if arrow_type == "Boolean":
+        return value.lower() in ("true", "t")
+    if arrow_type.startswith(("Int", "UInt")):
+        return int(value)
+    if arrow_type.startswith(("Float", "Decimal")):
+        return float(value)
+    return value
+
+
+def prefix_elements(values: list[str | None] | None, prefix: str) -> list[str | None]:
+    # ARRAY(SELECT ... FROM unnest(NULL)) is an empty array, not NULL
+    return [None if v is None else prefix + v for v in values or []]
+
+
+def like_escape(pattern: str, escape: str) -> str:
+    """A LIKE pattern with escape character `escape` rewritten for backslash (DataFusion's only)."""
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if escape and ch == escape and i + 1 < len(pattern):
+            out.append("\\" + pattern[i + 1])
+            i += 2
+            continue
+        out.append("\\\\" if ch == "\\" else ch)
+        i += 1
+    return "".join(out)
+
+
+def attnames(env: SessionEnv, relid: int, attnums: list[int | None], separator: str) -> str | None:
+    """The names of columns attnums of relation relid, joined (psql's publication footer)."""
+    ix = pg_catalog.current_index(env)
+    entry = ix.by_oid.get(relid) if ix is not None else None
+    if entry is None:
+        return None
+    by_num = {c.attnum: c.name for c in entry.columns}
+    names = [by_num[n] for n in attnums if n in by_num]
+    return separator.join(names) if names else None
+
+
+def helper_functions(env: SessionEnv) -> list[Fn]:
+    return [*HELPER_FUNCTIONS, Fn("pg_attnames", (OID, pa.list_(pa.int64()), TEXT), TEXT,
+                                  lambda relid, attnums, sep: attnames(env, relid, attnums, sep))]
+
+
+HELPER_FUNCTIONS: tuple[Fn, ...] = (
+    Fn("pg_like_escape", (TEXT, TEXT), TEXT, like_escape, volatility=IMMUTABLE),
+    Fn("pg_expandarray", (pa.list_(pa.int64()),), _EXPAND, expand_array, volatility=IMMUTABLE),
+    Fn("pg_json_build_object", (pa.list_(TEXT), pa.list_(TEXT), pa.list_(TEXT)), TEXT,
+       json_build_object, volatility=IMMUTABLE),
+    Fn("pg_prefix_elements", (pa.list_(TEXT), TEXT), pa.list_(TEXT), prefix_elements,
+       volatility=IMMUTABLE, strict=False),
+)
