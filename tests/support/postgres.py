@@ -63,12 +63,12 @@ class _RunAs:
         pw = pwd.getpwnam(OS_USER_WHEN_ROOT)
         return cls(pw.pw_uid, pw.pw_gid)
 
-    def popen_kwargs(self) -> dict[str, object]:
-        if self.uid is None:
-            return {}
-        # user=/group= make the child call setuid/setgid itself, so the PID we get back is the
-        # postgres process (not a runuser wrapper) and we can always kill exactly it.
-        return {"user": self.uid, "group": self.gid, "extra_groups": []}
+    @property
+    def extra_groups(self) -> list[int] | None:
+        # Passing user=/group= to subprocess makes the child switch ids itself, so the PID we get
+        # back is the postgres process (not a runuser wrapper) and we can always kill exactly it.
+        # Dropping root's supplementary groups completes the switch.
+        return None if self.uid is None else []
 
     def chown(self, path: Path) -> None:
         if self.uid is not None:
@@ -91,14 +91,30 @@ def _log_tail(log_path: Path) -> str:
 
 def _child_env() -> dict[str, str]:
     # A clean environment: PG* variables from the caller must not redirect initdb or pg_ctl.
-    return {"PATH": f"{PG_BIN_DIR}:/usr/bin:/bin", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8", "TZ": "UTC"}
+    return {
+        "PATH": f"{PG_BIN_DIR}:/usr/bin:/bin",
+        "LC_ALL": "C.UTF-8",
+        "LANG": "C.UTF-8",
+        "TZ": "UTC",
+    }
 
 
-def _run_checked(args: list[str], run_as: _RunAs, log_path: Path, timeout_s: float, cwd: Path) -> None:
+def _run_checked(
+    args: list[str], run_as: _RunAs, log_path: Path, timeout_s: float, cwd: Path
+) -> None:
     with open(log_path, "ab") as log:
         proc = subprocess.run(
-            args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_child_env(),
-            cwd=cwd, timeout=timeout_s, check=False, **run_as.popen_kwargs(),  # type: ignore[arg-type]
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=_child_env(),
+            cwd=cwd,
+            timeout=timeout_s,
+            check=False,
+            user=run_as.uid,
+            group=run_as.gid,
+            extra_groups=run_as.extra_groups,
         )
     if proc.returncode != 0:
         raise PostgresStartError(f"{args[0]} exited with {proc.returncode}\n{_log_tail(log_path)}")
@@ -108,11 +124,30 @@ def _answers(port: int, run_as: _RunAs, timeout_s: float, cwd: Path) -> bool:
     """True once the server accepts a connection on the TCP port (pg_isready exit code 0)."""
     try:
         proc = subprocess.run(
-            [str(PG_BIN_DIR / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(port), "-U", DB_USER,
-             "-d", DB_NAME, "-t", "2"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env=_child_env(), cwd=cwd, timeout=timeout_s, check=False,
-            **run_as.popen_kwargs(),  # type: ignore[arg-type]
+            [
+                str(PG_BIN_DIR / "pg_isready"),
+                "-q",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "-U",
+                DB_USER,
+                "-d",
+                DB_NAME,
+                "-t",
+                "2",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=_child_env(),
+            cwd=cwd,
+            timeout=timeout_s,
+            check=False,
+            user=run_as.uid,
+            group=run_as.gid,
+            extra_groups=run_as.extra_groups,
         )
     except subprocess.TimeoutExpired:
         return False
@@ -129,12 +164,34 @@ def _start_server(
         log_offset = log_path.stat().st_size if log_path.exists() else 0
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                [str(PG_BIN_DIR / "postgres"), "-D", str(data_dir), "-p", str(port),
-                 "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={base_dir}",
-                 "-c", "fsync=on", "-c", "logging_collector=off", "-c", "max_connections=50",
-                 "-c", "TimeZone=UTC"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_child_env(),
-                cwd=base_dir, start_new_session=True, **run_as.popen_kwargs(),  # type: ignore[arg-type]
+                [
+                    str(PG_BIN_DIR / "postgres"),
+                    "-D",
+                    str(data_dir),
+                    "-p",
+                    str(port),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    f"unix_socket_directories={base_dir}",
+                    "-c",
+                    "fsync=on",
+                    "-c",
+                    "logging_collector=off",
+                    "-c",
+                    "max_connections=50",
+                    "-c",
+                    "TimeZone=UTC",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=_child_env(),
+                cwd=base_dir,
+                start_new_session=True,
+                user=run_as.uid,
+                group=run_as.gid,
+                extra_groups=run_as.extra_groups,
             )
         try:
             answered = _wait_until_answers(proc, port, run_as, base_dir, deadline)
@@ -145,7 +202,9 @@ def _start_server(
             return proc, port
         if proc.poll() is None:
             _stop_server(proc, data_dir, run_as, base_dir)
-            raise PostgresStartError(f"postgres did not answer before the deadline\n{_log_tail(log_path)}")
+            raise PostgresStartError(
+                f"postgres did not answer before the deadline\n{_log_tail(log_path)}"
+            )
         with open(log_path, "rb") as f:
             f.seek(log_offset)
             last_error = f.read().decode("utf-8", "replace")
@@ -172,10 +231,27 @@ def _stop_server(proc: subprocess.Popen[bytes], data_dir: Path, run_as: _RunAs, 
     if proc.poll() is None:
         with contextlib.suppress(Exception):
             subprocess.run(
-                [str(PG_BIN_DIR / "pg_ctl"), "stop", "-D", str(data_dir), "-m", "fast", "-w", "-t", "20"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                env=_child_env(), cwd=cwd, timeout=30, check=False,
-                **run_as.popen_kwargs(),  # type: ignore[arg-type]
+                [
+                    str(PG_BIN_DIR / "pg_ctl"),
+                    "stop",
+                    "-D",
+                    str(data_dir),
+                    "-m",
+                    "fast",
+                    "-w",
+                    "-t",
+                    "20",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=_child_env(),
+                cwd=cwd,
+                timeout=30,
+                check=False,
+                user=run_as.uid,
+                group=run_as.gid,
+                extra_groups=run_as.extra_groups,
             )
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
@@ -207,14 +283,30 @@ def running_postgres(*, timeout_s: float = 60) -> Iterator[PostgresServer]:
             log_path.touch()
             run_as.chown(log_path)
             _run_checked(
-                [str(PG_BIN_DIR / "initdb"), "-D", str(data_dir), "-A", "trust", "-U", DB_USER,
-                 "-E", "UTF8", "--locale=C.UTF-8", "--no-instructions"],
-                run_as, log_path, max(1.0, deadline - time.monotonic()), base_dir,
+                [
+                    str(PG_BIN_DIR / "initdb"),
+                    "-D",
+                    str(data_dir),
+                    "-A",
+                    "trust",
+                    "-U",
+                    DB_USER,
+                    "-E",
+                    "UTF8",
+                    "--locale=C.UTF-8",
+                    "--no-instructions",
+                ],
+                run_as,
+                log_path,
+                max(1.0, deadline - time.monotonic()),
+                base_dir,
             )
             proc, port = _start_server(data_dir, base_dir, run_as, log_path, deadline)
         except subprocess.TimeoutExpired as e:
             raise PostgresStartError(f"{e}\n{_log_tail(log_path)}") from e
-        yield PostgresServer(host="127.0.0.1", port=port, user=DB_USER, dbname=DB_NAME, data_dir=data_dir)
+        yield PostgresServer(
+            host="127.0.0.1", port=port, user=DB_USER, dbname=DB_NAME, data_dir=data_dir
+        )
     finally:
         if proc is not None:
             _stop_server(proc, data_dir, run_as, base_dir)

@@ -5,7 +5,7 @@ Pure: no I/O. Four jobs:
 * type mapping — `pg_type_for_arrow` (result columns), `pg_type_by_oid`, `arrow_type_for_oid` (parameters);
 * result rows — `encode_data_rows` turns a RecordBatch into DataRow messages. The common types are
   rendered column-at-a-time with pyarrow.compute and numpy; rare ones fall back to `encode_text_value`
-  (text) or `_encode_binary_value` (binary) one value at a time;
+  (text) or `_binary_value` (binary) one value at a time;
 * single values — `encode_text_value`, for fallbacks and for SHOW-style answers;
 * Bind parameters — `decode_param`, which raises nothing but `PgError`, with the SQLSTATE PostgreSQL
   would use for the same bytes.
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_DOWN, Context, Decimal, InvalidOperation
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -108,9 +108,39 @@ UUID = PgType(2950, "uuid", 16, 2951)
 JSONB = PgType(3802, "jsonb", -1, 3807)
 
 _SCALAR_TYPES = (
-    BOOL, BYTEA, CHAR, NAME, INT8, INT2, INT2VECTOR, INT4, REGPROC, TEXT, OID, XID, OIDVECTOR, JSON,
-    FLOAT4, FLOAT8, UNKNOWN, BPCHAR, VARCHAR, DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, TIMETZ,
-    NUMERIC, REGCLASS, REGTYPE, CSTRING, RECORD, VOID, UUID, JSONB,
+    BOOL,
+    BYTEA,
+    CHAR,
+    NAME,
+    INT8,
+    INT2,
+    INT2VECTOR,
+    INT4,
+    REGPROC,
+    TEXT,
+    OID,
+    XID,
+    OIDVECTOR,
+    JSON,
+    FLOAT4,
+    FLOAT8,
+    UNKNOWN,
+    BPCHAR,
+    VARCHAR,
+    DATE,
+    TIME,
+    TIMESTAMP,
+    TIMESTAMPTZ,
+    INTERVAL,
+    TIMETZ,
+    NUMERIC,
+    REGCLASS,
+    REGTYPE,
+    CSTRING,
+    RECORD,
+    VOID,
+    UUID,
+    JSONB,
 )
 
 
@@ -157,6 +187,8 @@ def pg_type_for_arrow(dt: pa.DataType) -> PgType:
     """
     if _is_uuid_type(dt):
         return UUID
+    if isinstance(dt, pa.BaseExtensionType) and dt.extension_name == "arrow.json":
+        return JSON  # its storage is the JSON text
     dt = _storage(dt)
     t = pa.types
     if t.is_boolean(dt):
@@ -177,7 +209,12 @@ def pg_type_for_arrow(dt: pa.DataType) -> PgType:
         return TEXT
     if t.is_fixed_size_binary(dt) and dt.byte_width == 16:
         return UUID
-    if t.is_binary(dt) or t.is_large_binary(dt) or t.is_binary_view(dt) or t.is_fixed_size_binary(dt):
+    if (
+        t.is_binary(dt)
+        or t.is_large_binary(dt)
+        or t.is_binary_view(dt)
+        or t.is_fixed_size_binary(dt)
+    ):
         return BYTEA
     if t.is_date(dt):
         return DATE
@@ -198,8 +235,13 @@ def pg_type_for_arrow(dt: pa.DataType) -> PgType:
 
 def _is_list_type(dt: pa.DataType) -> bool:
     t = pa.types
-    return bool(t.is_list(dt) or t.is_large_list(dt) or t.is_fixed_size_list(dt)
-                or t.is_list_view(dt) or t.is_large_list_view(dt))
+    return bool(
+        t.is_list(dt)
+        or t.is_large_list(dt)
+        or t.is_fixed_size_list(dt)
+        or t.is_list_view(dt)
+        or t.is_large_list_view(dt)
+    )
 
 
 # Parameter types. numeric maps to decimal128(38, 10): exact for the values clients actually bind
@@ -232,7 +274,7 @@ _ARROW_FOR_OID: dict[int, pa.DataType] = {
     BYTEA.oid: pa.binary(),
     DATE.oid: pa.date32(),
     TIME.oid: pa.time64("us"),
-    TIMETZ.oid: pa.time64("us"),  # normalised to UTC by decode_param's callers if they need it
+    TIMETZ.oid: pa.time64("us"),  # Arrow has no time with zone; decode_param keeps the offset
     TIMESTAMP.oid: pa.timestamp("us"),
     TIMESTAMPTZ.oid: pa.timestamp("us", tz="UTC"),
     INTERVAL.oid: pa.month_day_nano_interval(),
@@ -277,7 +319,9 @@ _TZDISP_LIMIT_S = 16 * 3600  # PostgreSQL rejects UTC offsets of 16 hours or mor
 # Decimal arithmetic that never rounds: numeric values carry up to ~147k digits.
 _WIDE_CONTEXT = Context(prec=200_000, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
-_UTC_NAMES = frozenset({"UTC", "GMT", "Z", "ZULU", "UCT", "ETC/UTC", "ETC/GMT", "UNIVERSAL", "GREENWICH"})
+_UTC_NAMES = frozenset(
+    {"UTC", "GMT", "Z", "ZULU", "UCT", "ETC/UTC", "ETC/GMT", "UNIVERSAL", "GREENWICH"}
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -299,7 +343,9 @@ class _Zone:
         if self.fixed_offset_s is not None:
             return np.full(len(utc_us), self.fixed_offset_s, dtype=np.int64)
         if self.trans_us is None or self.offsets_s is None:
-            return np.fromiter((self.offset_at(int(u)) for u in utc_us), dtype=np.int64, count=len(utc_us))
+            return np.fromiter(
+                (self.offset_at(int(u)) for u in utc_us), dtype=np.int64, count=len(utc_us)
+            )
         t = utc_us
         if self.periodic_from_us is not None:
             start = self.periodic_from_us
@@ -355,7 +401,10 @@ def _fixed_offset_zone(key: str) -> int | None:
 
 
 def _tzif_table(key: str, info: tzinfo) -> tuple[np.ndarray, np.ndarray, int | None] | None:
-    path = next((os.path.join(d, key) for d in zoneinfo.TZPATH if os.path.isfile(os.path.join(d, key))), None)
+    path = next(
+        (os.path.join(d, key) for d in zoneinfo.TZPATH if os.path.isfile(os.path.join(d, key))),
+        None,
+    )
     if path is None:
         return None
     try:
@@ -371,7 +420,9 @@ def _tzif_table(key: str, info: tzinfo) -> tuple[np.ndarray, np.ndarray, int | N
         last_us = trans_us[-1] if trans_us else 0
         last_year = (_EPOCH_NAIVE + timedelta(microseconds=last_us)).year
         periodic_from = _year_start_us(last_year + 1)
-        extra_t, extra_o = _probe_transitions(info, last_us + _US_PER_S, periodic_from + _US_PER_400Y)
+        extra_t, extra_o = _probe_transitions(
+            info, last_us + _US_PER_S, periodic_from + _US_PER_400Y
+        )
         trans_us += extra_t
         offs += extra_o
     return np.array(trans_us, dtype=np.int64), np.array(offs, dtype=np.int64), periodic_from
@@ -387,7 +438,7 @@ def _parse_tzif(data: bytes) -> tuple[list[int], list[int], str]:
         raise ValueError("not a TZif file")
 
     def counts(at: int) -> tuple[int, ...]:
-        return struct.unpack(">6l", data[at + 20:at + 44])
+        return struct.unpack(">6l", data[at + 20 : at + 44])
 
     isut, isstd, leap, timecnt, typecnt, charcnt = counts(0)
     if data[4:5] == b"\x00":
@@ -395,11 +446,11 @@ def _parse_tzif(data: bytes) -> tuple[list[int], list[int], str]:
     at = 44 + timecnt * 5 + typecnt * 6 + charcnt + leap * 8 + isstd + isut
     isut, isstd, leap, timecnt, typecnt, charcnt = counts(at)
     at += 44
-    times = list(struct.unpack(f">{timecnt}q", data[at:at + 8 * timecnt]))
+    times = list(struct.unpack(f">{timecnt}q", data[at : at + 8 * timecnt]))
     at += 8 * timecnt
-    idx = list(data[at:at + timecnt])
+    idx = list(data[at : at + timecnt])
     at += timecnt
-    types = [struct.unpack(">lBB", data[at + 6 * i:at + 6 * i + 6]) for i in range(typecnt)]
+    types = [struct.unpack(">lBB", data[at + 6 * i : at + 6 * i + 6]) for i in range(typecnt)]
     at += 6 * typecnt + charcnt + leap * 12 + isstd + isut
     footer = data[at:].strip(b"\n").decode("ascii", "replace")
     # Before the first transition: the first standard-time type (zoneinfo's and tzcode's rule).
@@ -533,7 +584,7 @@ def _float_text(v: float, float4: bool, extra_float_digits: int) -> str:
             return f"{sign}0.{'0' * (-exp - 1)}{digits}"
         if len(digits) <= exp + 1:
             return sign + digits + "0" * (exp + 1 - len(digits))
-        return f"{sign}{digits[:exp + 1]}.{digits[exp + 1:]}"
+        return f"{sign}{digits[: exp + 1]}.{digits[exp + 1 :]}"
     mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
     return f"{sign}{mantissa}e{'-' if exp < 0 else '+'}{abs(exp):02d}"
 
@@ -687,7 +738,13 @@ def _json_text(v: Any) -> str:
     if isinstance(v, str):
         return json.dumps(v, ensure_ascii=False)
     if isinstance(v, dict):
-        return "{" + ",".join(f"{json.dumps(str(k), ensure_ascii=False)}:{_json_text(x)}" for k, x in v.items()) + "}"
+        return (
+            "{"
+            + ",".join(
+                f"{json.dumps(str(k), ensure_ascii=False)}:{_json_text(x)}" for k, x in v.items()
+            )
+            + "}"
+        )
     if isinstance(v, list) and v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
         return _json_text({k: x for k, x in v})  # a map's as_py(): key/value pairs
     if isinstance(v, (list, tuple)):
@@ -736,7 +793,9 @@ def _text_value(v: Any, t: PgType, settings: TextSettings) -> str:
     if oid == NUMERIC.oid:
         return _numeric_text(v)
     if oid == BYTEA.oid:
-        return _bytea_text(v if isinstance(v, (bytes, bytearray, memoryview)) else str(v).encode())
+        return _bytea_text(
+            bytes(v) if isinstance(v, (bytes, bytearray, memoryview)) else str(v).encode()
+        )
     if oid == DATE.oid:
         return _date_text(v.toordinal() - 719_163) if isinstance(v, date) else str(v)
     if oid == TIME.oid:
@@ -776,7 +835,13 @@ def encode_text_value(value: object, pgtype: PgType, settings: TextSettings) -> 
 # --------------------------------------------------------------------------------------------------
 # Scalar binary renderers (PostgreSQL's *send functions)
 
-_NUMERIC_POS, _NUMERIC_NEG, _NUMERIC_NAN, _NUMERIC_PINF, _NUMERIC_NINF = 0x0000, 0x4000, 0xC000, 0xD000, 0xF000
+_NUMERIC_POS, _NUMERIC_NEG, _NUMERIC_NAN, _NUMERIC_PINF, _NUMERIC_NINF = (
+    0x0000,
+    0x4000,
+    0xC000,
+    0xD000,
+    0xF000,
+)
 
 
 def _numeric_send(v: Any) -> bytes:
@@ -799,7 +864,7 @@ def _numeric_send(v: Any) -> bytes:
     digits += "0" * (exp % 4)  # pad the fraction (-exp digits) to a multiple of four
     frac_groups = (-exp + 3) // 4
     digits = "0" * (-len(digits) % 4) + digits
-    groups = [int(digits[i:i + 4]) for i in range(0, len(digits), 4)]
+    groups = [int(digits[i : i + 4]) for i in range(0, len(digits), 4)]
     weight = len(groups) - frac_groups - 1
     while groups[0] == 0:
         groups.pop(0)  # leading zero digits (0.0001 has weight -1 and one digit)
@@ -817,11 +882,13 @@ def _interval_send(months: int, days: int, us: int) -> bytes:
 def _array_dims(v: Sequence[Any], depth: int) -> list[int]:
     dims = [len(v)]
     if depth > 1 and v:
-        sub = [_array_dims(x, depth - 1) if isinstance(x, (list, tuple)) else None for x in v]
-        if any(s is None for s in sub) or any(s != sub[0] for s in sub):
-            raise PgError(ARRAY_SUBSCRIPT_ERROR,
-                          "multidimensional arrays must have array expressions with matching dimensions")
-        dims += sub[0]  # type: ignore[operator]
+        sub = [_array_dims(x, depth - 1) if isinstance(x, (list, tuple)) else [] for x in v]
+        if any(not isinstance(x, (list, tuple)) for x in v) or any(s != sub[0] for s in sub):
+            raise PgError(
+                ARRAY_SUBSCRIPT_ERROR,
+                "multidimensional arrays must have array expressions with matching dimensions",
+            )
+        dims += sub[0]
     return dims
 
 
@@ -847,7 +914,8 @@ def _array_send(v: Sequence[Any], depth: int, elem: PgType, settings: TextSettin
             b = _binary_value(x, elem, settings)
             out.append(struct.pack(">i", len(b)) + b)
     out[0] = struct.pack(">iiI", len(dims), int(has_null), elem.oid) + b"".join(
-        struct.pack(">ii", d, 1) for d in dims)
+        struct.pack(">ii", d, 1) for d in dims
+    )
     return b"".join(out)
 
 
@@ -907,7 +975,7 @@ def _binary_value(v: Any, t: PgType, settings: TextSettings, depth: int = 1) -> 
 # A piece is either an Arrow binary array (NULL elements contribute nothing) or an (n, width) uint8
 # matrix: a fixed-width part present in every row. Adjacent matrices are merged before the join,
 # which costs per row and per piece.
-_Piece = pa.Array | np.ndarray
+_Piece: TypeAlias = "pa.Array | np.ndarray"
 
 
 @dataclass
@@ -920,7 +988,13 @@ def _validity(arr: pa.Array) -> np.ndarray | None:
     """Boolean mask of non-NULL rows, or None when there are no NULLs."""
     if arr.null_count == 0:
         return None
-    return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    bitmap = arr.buffers()[0]
+    if bitmap is None:  # null type, or a union/dictionary quirk: ask Arrow
+        return np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    bits = np.frombuffer(bitmap, dtype=np.uint8)
+    return np.unpackbits(bits, bitorder="little", count=arr.offset + len(arr))[arr.offset :].astype(
+        bool
+    )
 
 
 def _bitmap(valid: np.ndarray | None) -> pa.Buffer | None:
@@ -932,8 +1006,16 @@ def _matrix_array(mat: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
     n, width = mat.shape
     offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
     nulls = 0 if valid is None else int(n - np.count_nonzero(valid))
-    return pa.Array.from_buffers(pa.binary(), n, [_bitmap(valid) if nulls else None, pa.py_buffer(offsets),
-                                                  pa.py_buffer(np.ascontiguousarray(mat))], nulls)
+    return pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [
+            _bitmap(valid) if nulls else None,
+            pa.py_buffer(offsets),
+            pa.py_buffer(np.ascontiguousarray(mat)),
+        ],
+        nulls,
+    )
 
 
 def _fixed_piece(mat: np.ndarray, valid: np.ndarray | None = None) -> _Piece:
@@ -950,7 +1032,9 @@ def _ragged_piece(mat: np.ndarray, lens: np.ndarray) -> _Piece:
     keep = np.arange(width, dtype=np.int64)[None, :] < lens[:, None]
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(lens, out=offsets[1:])
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(mat[keep])])
+    return pa.Array.from_buffers(
+        pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(mat[keep])]
+    )
 
 
 def _piece_lengths(piece: _Piece) -> np.ndarray:
@@ -961,7 +1045,7 @@ def _piece_lengths(piece: _Piece) -> np.ndarray:
     return lens if valid is None else np.where(valid, lens, 0)
 
 
-def _join_pieces(pieces: list[_Piece], n: int) -> pa.Array:
+def _join_pieces(pieces: list[_Piece]) -> pa.Array:
     """Row-wise concatenation of all pieces: one binary array."""
     arrays: list[pa.Array] = []
     run: list[np.ndarray] = []
@@ -989,7 +1073,9 @@ def _length_words(lens: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
 def _column_from_fixed(values: np.ndarray, valid: np.ndarray | None) -> _Column:
     """Binary-format column of fixed-width values; `values` is big-endian already."""
     n = len(values)
-    return _column_from_matrix(np.ascontiguousarray(values).view(np.uint8).reshape(n, values.dtype.itemsize), valid)
+    return _column_from_matrix(
+        np.ascontiguousarray(values).view(np.uint8).reshape(n, values.dtype.itemsize), valid
+    )
 
 
 def _column_from_matrix(mat: np.ndarray, valid: np.ndarray | None) -> _Column:
@@ -1012,23 +1098,20 @@ def _as_binary(arr: pa.Array) -> pa.Array:
 
 def _varlen_lengths(values: pa.Array) -> np.ndarray:
     n = len(values)
-    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32, count=n + 1, offset=values.offset * 4)
+    offsets = np.frombuffer(
+        values.buffers()[1], dtype=np.int32, count=n + 1, offset=values.offset * 4
+    )
     return np.diff(offsets).astype(np.int64)
 
 
-def _column_from_varlen(values: pa.Array, extra: Sequence[pa.Array] = ()) -> _Column:
-    """A column whose values are the field bytes (string or binary array, NULLs allowed).
-
-    `extra` pieces follow each value (e.g. a timestamp's zone); their lengths count too.
-    """
+def _column_from_varlen(values: pa.Array) -> _Column:
+    """A column whose values are the field bytes (string or binary array, NULLs allowed)."""
     values = _as_binary(values)
     lens = _varlen_lengths(values)
     valid = _validity(values)
-    for piece in extra:
-        lens += _piece_lengths(piece)
     if valid is not None:
         lens = np.where(valid, lens, 0)
-    return _Column([_fixed_piece(_length_words(lens, valid)), values, *extra], lens + 4)
+    return _Column([_fixed_piece(_length_words(lens, valid)), values], lens + 4)
 
 
 def _column_from_python(values: list[bytes | None]) -> _Column:
@@ -1037,12 +1120,16 @@ def _column_from_python(values: list[bytes | None]) -> _Column:
 
 def _fixed_values(arr: pa.Array, dtype: np.dtype[Any]) -> np.ndarray:
     """A fixed-width array's values (NULL slots hold garbage), zero-copy."""
-    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize)
+    return np.frombuffer(
+        arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize
+    )
 
 
 def _bool_values(arr: pa.Array) -> np.ndarray:
     bits = np.frombuffer(arr.buffers()[1], dtype=np.uint8)
-    return np.unpackbits(bits, bitorder="little", count=arr.offset + len(arr))[arr.offset:].astype(bool)
+    return np.unpackbits(bits, bitorder="little", count=arr.offset + len(arr))[arr.offset :].astype(
+        bool
+    )
 
 
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
@@ -1051,14 +1138,18 @@ _HEX_PAIRS = np.stack([_HEX[np.arange(256) >> 4], _HEX[np.arange(256) & 15]], ax
 
 # --- integers, booleans -----------------------------------------------------------------------------
 
-_BINARY_INT_DTYPE = {INT2.oid: np.dtype(">i2"), INT4.oid: np.dtype(">i4"), INT8.oid: np.dtype(">i8")}
+_BINARY_INT_DTYPE: dict[int, np.dtype[Any]] = {
+    INT2.oid: np.dtype(">i2"),
+    INT4.oid: np.dtype(">i4"),
+    INT8.oid: np.dtype(">i8"),
+}
 
 
 def _encode_int(arr: pa.Array, t: PgType, fmt: int, settings: TextSettings) -> _Column:
     if fmt == 0:
         return _column_from_varlen(pc.cast(arr, pa.string()))
     if t.oid == NUMERIC.oid:  # uint64 widened to numeric
-        return _fallback(arr, t, fmt, settings)
+        return _numeric_binary_column(pc.cast(arr, pa.string()), 0)
     values = _fixed_values(arr, np.dtype(arr.type.to_pandas_dtype()))
     return _column_from_fixed(values.astype(_BINARY_INT_DTYPE[t.oid]), _validity(arr))
 
@@ -1080,10 +1171,10 @@ def _encode_bool(arr: pa.Array, fmt: int) -> _Column:
 
 
 def _rewrite(s: pa.Array, mask: np.ndarray, fn: Callable[[pa.Array], pa.Array]) -> pa.Array:
+    """s with the rows in mask replaced by fn(those rows)."""
     if not mask.any():
         return s
-    idx = np.flatnonzero(mask)
-    return pc.replace_with_mask(s, pa.array(mask), fn(s.take(pa.array(idx))))
+    return pc.replace_with_mask(s, pa.array(mask), fn(s.filter(pa.array(mask))))
 
 
 def _fixed_to_scientific(sub: pa.Array, exps: np.ndarray) -> pa.Array:
@@ -1091,12 +1182,16 @@ def _fixed_to_scientific(sub: pa.Array, exps: np.ndarray) -> pa.Array:
     t = pc.replace_substring_regex(t, r"^(-?)0+", r"\1")
     t = pc.replace_substring_regex(t, r"0+$", "")
     t = pc.replace_substring_regex(t, r"^(-?\d)(\d)", r"\1.\2")
-    suffix = pa.array([f"e{'-' if x < 0 else '+'}{abs(x):02d}" for x in range(-9, 10)]).take(pa.array(exps + 9))
+    suffix = pa.array([f"e{'-' if x < 0 else '+'}{abs(x):02d}" for x in range(-9, 10)]).take(
+        pa.array(exps + 9)
+    )
     return pc.binary_join_element_wise(t, suffix, "")
 
 
 def _scientific_to_fixed(sub: pa.Array, exp: int) -> pa.Array:
-    t = pc.replace_substring_regex(sub, r"^(-?)(\d)(?:\.(\d*))?e\+\d+$", r"\1\2\3" + "0" * (exp + 1))
+    t = pc.replace_substring_regex(
+        sub, r"^(-?)(\d)(?:\.(\d*))?e\+\d+$", r"\1\2\3" + "0" * (exp + 1)
+    )
     t = pc.replace_substring_regex(t, rf"^(-?\d{{{exp + 1}}})(\d*?)0*$", r"\1.\2")
     return pc.replace_substring_regex(t, r"\.$", "")
 
@@ -1109,35 +1204,41 @@ def _float_text_column(arr: pa.Array, float4: bool) -> pa.Array:
         a = np.abs(values)
         # Where both layouts agree: zero, and 1e-4 <= |v| < 1e6 (float4) or 1e10 (float8).
         agree = (a == 0) | ((a >= ftype(1e-4)) & (a < ftype(1e6 if float4 else 1e10)))
-    if bool(agree.all()):
+    valid = _validity(arr)
+    odd = ~agree if valid is None else ~agree & valid  # NULL slots hold garbage: leave them be
+    if not odd.any():
         return s
+    # Rewrite only the odd rows, as one small array, and put them back in one pass.
+    return _rewrite(s, odd, lambda sub: _float_layout_to_pg(sub, values[odd], float4))
+
+
+def _float_layout_to_pg(s: pa.Array, values: np.ndarray, float4: bool) -> pa.Array:
+    """Arrow's renderings of `values` (none of them in the range where layouts agree) as PG's."""
+    ftype = np.float32 if float4 else np.float64
     finite = np.isfinite(values)
-    odd = ~agree & finite
+    a = np.abs(np.where(finite, values, 1))
     # X = decimal exponent, from the powers of ten 1e-9 .. 1e16 that |v| reaches (-10: below 1e-9).
     powers = np.array([10.0**k for k in range(-9, 17)], dtype=ftype)
-    exp = np.full(len(values), 0, dtype=np.int64)
-    exp[odd] = np.searchsorted(powers, a[odd], side="right") - 10
+    exp = np.searchsorted(powers, a, side="right").astype(np.int64) - 10
     hi = 6 if float4 else 15
-    small = odd & (exp >= -6) & (exp <= -5)
+    small = finite & (exp >= -6) & (exp <= -5)
     s = _rewrite(s, small, lambda sub: _fixed_to_scientific(sub, exp[small]))
     if float4:
-        big = odd & (exp >= 6) & (exp <= 9)
+        big = finite & (exp >= 6) & (exp <= 9)
         s = _rewrite(s, big, lambda sub: _fixed_to_scientific(sub, exp[big]))
     else:
         for x in range(10, hi):
-            s = _rewrite(s, odd & (exp == x), lambda sub, x=x: _scientific_to_fixed(sub, x))
-    both_sci = odd & ((exp <= -7) | (exp >= max(hi, 10)))
-    s = _rewrite(s, both_sci, lambda sub: pc.replace_substring_regex(sub, r"e([+-])(\d)$", r"e\10\2"))
+            s = _rewrite(s, finite & (exp == x), functools.partial(_scientific_to_fixed, exp=x))
+    both_sci = finite & ((exp <= -7) | (exp >= max(hi, 10)))
+    s = _rewrite(
+        s, both_sci, lambda sub: pc.replace_substring_regex(sub, r"e([+-])(\d)$", r"e\10\2")
+    )
     # Huge magnitudes may have a shortest candidate sitting exactly on a rounding midpoint, which
     # Arrow accepts and PostgreSQL does not: render those rows one by one.
-    exact_rows = odd & (a >= ftype(_MIDPOINT_CANDIDATES_MIN[float4]))
-    if exact_rows.any():
-        texts = [_float_text(float(v), float4, 1) for v in values[exact_rows]]
-        s = pc.replace_with_mask(s, pa.array(exact_rows), pa.array(texts, pa.string()))
-    special = ~finite
-    if special.any():
-        texts = np.where(np.isnan(values), "NaN", np.where(values > 0, "Infinity", "-Infinity"))[special]
-        s = pc.replace_with_mask(s, pa.array(special), pa.array(texts.tolist(), pa.string()))
+    slow = ~finite | (a >= ftype(_MIDPOINT_CANDIDATES_MIN[float4]))
+    if slow.any():
+        texts = [_float_text(float(v), float4, 1) for v in values[slow]]
+        s = pc.replace_with_mask(s, pa.array(slow), pa.array(texts, pa.string()))
     return s
 
 
@@ -1158,12 +1259,9 @@ def _encode_float(arr: pa.Array, t: PgType, fmt: int, settings: TextSettings) ->
 
 def _decimal_text_column(arr: pa.Array) -> pa.Array:
     scale = arr.type.scale
-    wide = pa.types.is_decimal256(arr.type)
     # Arrow switches to exponent notation for small values ("1.000E-7"); PostgreSQL never does. So
     # render the unscaled integer (scale 0: always plain digits) and place the point ourselves.
-    unscaled_type = pa.decimal256(76, 0) if wide else pa.decimal128(38, 0)
-    unscaled = pa.Array.from_buffers(unscaled_type, len(arr), arr.buffers(), arr.null_count, arr.offset)
-    s = pc.cast(unscaled, pa.string())
+    s = _unscaled_digits(arr)
     if scale == 0:
         return s
     neg = pc.starts_with(s, "-")
@@ -1174,10 +1272,77 @@ def _decimal_text_column(arr: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise(sign, int_part, ".", frac, "")
 
 
+def _unscaled_digits(arr: pa.Array) -> pa.Array:
+    """The decimal column's unscaled integers as strings ('-150' for -1.50 at scale 2)."""
+    wide = pa.types.is_decimal256(arr.type)
+    unscaled_type = pa.decimal256(76, 0) if wide else pa.decimal128(38, 0)
+    unscaled = pa.Array.from_buffers(
+        unscaled_type, len(arr), arr.buffers(), arr.null_count, arr.offset
+    )
+    return pc.cast(unscaled, pa.string())
+
+
+_NUMERIC_HEADER = np.dtype(
+    [("ndigits", ">i2"), ("weight", ">i2"), ("sign", ">u2"), ("dscale", ">i2")]
+)
+
+
+def _numeric_binary_column(unscaled: pa.Array, scale: int) -> _Column:
+    """numeric_send for a column of unscaled integers (strings) at a fixed scale >= 0.
+
+    The decimal point is aligned to a base-10000 digit boundary by padding the fraction on the
+    right and the integer part on the left; each row's digits then run from its first to its last
+    nonzero group, with the weight counting groups before the point.
+    """
+    n = len(unscaled)
+    valid = _validity(unscaled)
+    neg = np.asarray(
+        pc.fill_null(pc.starts_with(unscaled, "-"), False).to_numpy(zero_copy_only=False),
+        dtype=bool,
+    )
+    digits = pc.fill_null(pc.utf8_ltrim(unscaled, "-"), "0")
+    pad_right = -scale % 4
+    frac_groups = (scale + pad_right) // 4
+    longest = int(pc.max(pc.utf8_length(digits)).as_py() or 1)
+    width = -(-(longest + pad_right) // 4) * 4  # whole groups
+    padded = pc.utf8_lpad(digits, width - pad_right, "0")
+    chars = np.frombuffer(padded.buffers()[2], dtype=np.uint8, count=n * (width - pad_right))
+    chars = chars.reshape(n, width - pad_right) - ord("0")
+    if pad_right:
+        chars = np.hstack([chars, np.zeros((n, pad_right), dtype=np.uint8)])
+    quads = chars.reshape(n, width // 4, 4).astype(np.int16)
+    groups = ((quads[:, :, 0] * 10 + quads[:, :, 1]) * 10 + quads[:, :, 2]) * 10 + quads[:, :, 3]
+    nonzero = groups != 0
+    any_digit = nonzero.any(axis=1)
+    first = np.argmax(nonzero, axis=1)
+    last = groups.shape[1] - 1 - np.argmax(nonzero[:, ::-1], axis=1)
+    ndigits = np.where(any_digit, last - first + 1, 0)
+    header = np.empty(n, dtype=_NUMERIC_HEADER)
+    header["ndigits"] = ndigits
+    header["weight"] = np.where(any_digit, groups.shape[1] - frac_groups - 1 - first, 0)
+    header["sign"] = np.where(neg & any_digit, _NUMERIC_NEG, _NUMERIC_POS)
+    header["dscale"] = scale
+    shifted = np.take_along_axis(
+        groups, np.minimum(first[:, None] + np.arange(groups.shape[1]), groups.shape[1] - 1), axis=1
+    )
+    body = shifted.astype(">i2").view(np.uint8).reshape(n, -1)
+    lens = 8 + 2 * ndigits
+    if valid is not None:
+        lens = np.where(valid, lens, 0)
+        ndigits = np.where(valid, ndigits, 0)
+    header_bytes = header.view(np.uint8).reshape(n, 8)
+    pieces: list[_Piece] = [_length_words(lens, valid), _fixed_piece(header_bytes, valid)]
+    if ndigits.any():
+        pieces.append(_ragged_piece(body, 2 * ndigits))
+    return _Column(pieces, lens + 4)
+
+
 def _encode_decimal(arr: pa.Array, t: PgType, fmt: int, settings: TextSettings) -> _Column:
-    if fmt == 0 and arr.type.scale >= 0:
+    if arr.type.scale < 0:
+        return _fallback(arr, t, fmt, settings)
+    if fmt == 0:
         return _column_from_varlen(_decimal_text_column(arr))
-    return _fallback(arr, t, fmt, settings)
+    return _numeric_binary_column(_unscaled_digits(arr), arr.type.scale)
 
 
 # --- dates, times, timestamps ------------------------------------------------------------------------
@@ -1198,7 +1363,9 @@ def _to_us(arr: pa.Array) -> np.ndarray:
     if unit == "ns":
         return raw // 1000
     factor = 1000 if unit == "ms" else _US_PER_S
-    limit = (2**63 - 1) // factor  # saturate rather than wrap: keeps PostgreSQL's infinities infinite
+    limit = (
+        2**63 - 1
+    ) // factor  # saturate rather than wrap: keeps PostgreSQL's infinities infinite
     return np.clip(raw, -limit, limit) * factor
 
 
@@ -1224,12 +1391,25 @@ def _offset_piece(offset_s: np.ndarray, valid: np.ndarray) -> _Piece:
     if len(distinct) == 1 and bool(valid.all()):
         width = len(texts[0].as_py())
         return np.tile(np.frombuffer(texts[0].as_py(), dtype=np.uint8), (n, 1)).reshape(n, width)
-    return texts.take(pa.Array.from_buffers(pa.int32(), n, [_bitmap(valid), pa.py_buffer(codes.astype(np.int32))],
-                                            int(n - np.count_nonzero(valid))))
+    return texts.take(
+        pa.Array.from_buffers(
+            pa.int32(),
+            n,
+            [_bitmap(valid), pa.py_buffer(codes.astype(np.int32))],
+            int(n - np.count_nonzero(valid)),
+        )
+    )
 
 
-def _clock_column(clock: pa.Array, head: int, frac_us: np.ndarray, ok: np.ndarray, valid: np.ndarray | None,
-                  offsets: np.ndarray | None, rare: dict[int, str]) -> _Column:
+def _clock_column(
+    clock: pa.Array,
+    head: int,
+    frac_us: np.ndarray,
+    ok: np.ndarray,
+    valid: np.ndarray | None,
+    offsets: np.ndarray | None,
+    rare: dict[int, str],
+) -> _Column:
     """Field pieces for 'head chars' + trimmed '.ffffff' + zone of rows `ok`, plus `rare` texts.
 
     `clock` is Arrow's rendering (timestamp or time cast to string) of every row, `head` characters
@@ -1237,12 +1417,20 @@ def _clock_column(clock: pa.Array, head: int, frac_us: np.ndarray, ok: np.ndarra
     """
     n = len(clock)
     width = head + 7
-    text = np.frombuffer(clock.buffers()[2], dtype=np.uint8, count=n * width).reshape(n, width)
+    lengths = _varlen_lengths(clock)
+    if clock.null_count or int(lengths.min()) != width or int(lengths.max()) != width:
+        raise AssertionError(f"Arrow rendered {clock.type} differently than expected: {clock[:1]}")
+    first = int(
+        np.frombuffer(clock.buffers()[1], dtype=np.int32, count=1, offset=clock.offset * 4)[0]
+    )
+    text = np.frombuffer(clock.buffers()[2], dtype=np.uint8, count=n * width, offset=first).reshape(
+        n, width
+    )
     all_ok = bool(ok.all())
     # Fraction: '.' and up to six digits; PostgreSQL prints none of it for whole seconds.
-    nonzero_digits = text[:, head + 1:] != ord("0")
-    last_nonzero = 5 - np.argmax(nonzero_digits[:, ::-1], axis=1)
-    frac_lens = np.where(ok & (frac_us != 0), last_nonzero + 2, 0)
+    frac_lens = _fraction_lengths()[frac_us]
+    if not all_ok:
+        frac_lens = np.where(ok, frac_lens, 0)
     pieces = [_fixed_piece(text[:, :head], None if all_ok else ok)]
     lens = np.where(ok, head, 0) + frac_lens
     if frac_lens.any():
@@ -1263,8 +1451,8 @@ def _clock_column(clock: pa.Array, head: int, frac_us: np.ndarray, ok: np.ndarra
     return _Column([_fixed_piece(_length_words(lens, valid)), *pieces], lens + 4)
 
 
-INT64_LIMITS = (-(2**63), 2**63 - 1)
-INT32_LIMITS = (-(2**31), 2**31 - 1)
+_INT64_LIMITS = (-(2**63), 2**63 - 1)
+_INT32_LIMITS = (-(2**31), 2**31 - 1)
 
 
 def _rebase(values: np.ndarray, epoch_shift: int, infinities: tuple[int, int]) -> np.ndarray:
@@ -1272,6 +1460,14 @@ def _rebase(values: np.ndarray, epoch_shift: int, infinities: tuple[int, int]) -
     PostgreSQL's -infinity/infinity and stay as they are."""
     lo, hi = infinities
     return np.where((values == lo) | (values == hi), values, values - epoch_shift)
+
+
+@functools.cache
+def _fraction_lengths() -> np.ndarray:
+    """Length of '.ffffff' with trailing zeros trimmed, for every µs value 0..999999 (0: none)."""
+    us = np.arange(_US_PER_S, dtype=np.int64)
+    trailing_zeros = sum((us % 10**k == 0).astype(np.int8) for k in range(1, 6))
+    return np.where(us == 0, 0, 7 - trailing_zeros).astype(np.int8)
 
 
 _TS_MIN_FAST_US = _year_start_us(1)
@@ -1282,7 +1478,9 @@ def _encode_timestamp(arr: pa.Array, t: PgType, fmt: int, settings: TextSettings
     utc_us = _to_us(arr)
     valid = _validity(arr)
     if fmt == 1:
-        return _column_from_fixed(_rebase(utc_us, _US_1970_TO_2000, INT64_LIMITS).astype(">i8"), valid)
+        return _column_from_fixed(
+            _rebase(utc_us, _US_1970_TO_2000, _INT64_LIMITS).astype(">i8"), valid
+        )
     with_tz = t.oid == TIMESTAMPTZ.oid
     zone = _zone(settings.timezone)
     offsets = zone.offsets(utc_us) if with_tz else None
@@ -1291,8 +1489,14 @@ def _encode_timestamp(arr: pa.Array, t: PgType, fmt: int, settings: TextSettings
     if valid is not None:
         ok &= valid
     rare_rows = np.flatnonzero(~ok if valid is None else ~ok & valid)  # BC, after 9999, infinities
-    rare = {int(i): (_timestamptz_text(int(utc_us[i]), zone) if with_tz else _timestamp_text(int(utc_us[i]), None))
-            for i in rare_rows}
+    rare = {
+        int(i): (
+            _timestamptz_text(int(utc_us[i]), zone)
+            if with_tz
+            else _timestamp_text(int(utc_us[i]), None)
+        )
+        for i in rare_rows
+    }
     safe = np.where(ok, local, 0)
     clock = pc.cast(pa.array(safe, pa.timestamp("us")), pa.string())
     return _clock_column(clock, 19, safe % _US_PER_S, ok, valid, offsets, rare)
@@ -1324,11 +1528,20 @@ def _encode_date(arr: pa.Array, fmt: int) -> _Column:
         days = _fixed_values(arr, np.dtype(np.int32)).astype(np.int64)
     valid = _validity(arr)
     if fmt == 1:
-        return _column_from_fixed(_rebase(days, _DAYS_1970_TO_2000, INT32_LIMITS).astype(">i4"), valid)
+        return _column_from_fixed(
+            _rebase(days, _DAYS_1970_TO_2000, _INT32_LIMITS).astype(">i4"), valid
+        )
     ok = (days >= _DATE_MIN_FAST) & (days < _DATE_MAX_FAST)
     safe = np.where(ok, days, 0).astype(np.int32)
-    text = pc.cast(pa.Array.from_buffers(pa.date32(), len(arr), [_bitmap(valid), pa.py_buffer(safe)],
-                                         0 if valid is None else arr.null_count), pa.string())
+    text = pc.cast(
+        pa.Array.from_buffers(
+            pa.date32(),
+            len(arr),
+            [_bitmap(valid), pa.py_buffer(safe)],
+            0 if valid is None else arr.null_count,
+        ),
+        pa.string(),
+    )
     rare = ~ok if valid is None else ~ok & valid
     if rare.any():
         texts = [_date_text(int(d)) for d in days[rare]]
@@ -1344,9 +1557,15 @@ def _encode_bytea(arr: pa.Array, fmt: int) -> _Column:
     if fmt == 1:
         return _column_from_varlen(values)
     n = len(values)
-    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32, count=n + 1, offset=values.offset * 4).astype(np.int64)
-    data = np.frombuffer(values.buffers()[2], dtype=np.uint8) if values.buffers()[2] is not None else np.zeros(0, np.uint8)
-    data = data[offsets[0]:offsets[-1]]
+    offsets = np.frombuffer(
+        values.buffers()[1], dtype=np.int32, count=n + 1, offset=values.offset * 4
+    ).astype(np.int64)
+    data = (
+        np.frombuffer(values.buffers()[2], dtype=np.uint8)
+        if values.buffers()[2] is not None
+        else np.zeros(0, np.uint8)
+    )
+    data = data[offsets[0] : offsets[-1]]
     hexed = _HEX_PAIRS[data].reshape(-1)
     # '\x' followed by two hex digits per byte: bytea_output = hex.
     new_offsets = (offsets - offsets[0]) * 2 + 2 * np.arange(n + 1)
@@ -1359,15 +1578,21 @@ def _encode_bytea(arr: pa.Array, fmt: int) -> _Column:
     body[starts + 1] = ord("x")
     body[mask] = hexed
     valid = _validity(values)
-    text = pa.Array.from_buffers(pa.binary(), n, [_bitmap(valid), pa.py_buffer(new_offsets.astype(np.int32)),
-                                                   pa.py_buffer(body)], values.null_count)
+    text = pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [_bitmap(valid), pa.py_buffer(new_offsets.astype(np.int32)), pa.py_buffer(body)],
+        values.null_count,
+    )
     return _column_from_varlen(text)
 
 
 def _encode_uuid(arr: pa.Array, fmt: int) -> _Column:
     storage = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
     n = len(storage)
-    raw = np.frombuffer(storage.buffers()[1], dtype=np.uint8, count=16 * n, offset=storage.offset * 16).reshape(n, 16)
+    raw = np.frombuffer(
+        storage.buffers()[1], dtype=np.uint8, count=16 * n, offset=storage.offset * 16
+    ).reshape(n, 16)
     valid = _validity(storage)
     if fmt == 1:
         return _column_from_matrix(raw, valid)
@@ -1375,7 +1600,7 @@ def _encode_uuid(arr: pa.Array, fmt: int) -> _Column:
     mat = np.empty((n, 36), dtype=np.uint8)
     src = 0
     for dst_start, length in ((0, 8), (9, 4), (14, 4), (19, 4), (24, 12)):
-        mat[:, dst_start:dst_start + length] = hexed[:, src:src + length]
+        mat[:, dst_start : dst_start + length] = hexed[:, src : src + length]
         src += length
     mat[:, [8, 13, 18, 23]] = ord("-")
     return _column_from_matrix(mat, valid)
@@ -1386,11 +1611,19 @@ def _encode_interval(arr: pa.Array, t: PgType, fmt: int, settings: TextSettings)
         return _fallback(arr, t, fmt, settings)
     n = len(arr)
     if pa.types.is_duration(arr.type):
-        us = _to_us(arr) if arr.type.unit != "ns" else _trunc_toward_zero(_fixed_values(arr, np.dtype(np.int64)), 1000)
+        us = (
+            _to_us(arr)
+            if arr.type.unit != "ns"
+            else _trunc_toward_zero(_fixed_values(arr, np.dtype(np.int64)), 1000)
+        )
         days = months = np.zeros(n, dtype=np.int64)
     else:
-        raw = np.frombuffer(arr.buffers()[1], dtype=np.dtype([("m", "<i4"), ("d", "<i4"), ("ns", "<i8")]),
-                            count=n, offset=arr.offset * 16)
+        raw = np.frombuffer(
+            arr.buffers()[1],
+            dtype=np.dtype([("m", "<i4"), ("d", "<i4"), ("ns", "<i8")]),
+            count=n,
+            offset=arr.offset * 16,
+        )
         months, days, us = raw["m"], raw["d"], _trunc_toward_zero(raw["ns"], 1000)
     packed = np.empty(n, dtype=np.dtype([("us", ">i8"), ("d", ">i4"), ("m", ">i4")]))
     packed["us"], packed["d"], packed["m"] = us, days, months
@@ -1409,7 +1642,9 @@ def _fallback(arr: pa.Array, t: PgType, fmt: int, settings: TextSettings) -> _Co
     if fmt == 0:
         return _column_from_python([encode_text_value(v, t, settings) for v in values])
     depth = _list_depth(arr.type)
-    return _column_from_python([None if v is None else _binary_value(v, t, settings, depth) for v in values])
+    return _column_from_python(
+        [None if v is None else _binary_value(v, t, settings, depth) for v in values]
+    )
 
 
 def _list_depth(dt: pa.DataType) -> int:
@@ -1448,7 +1683,12 @@ def _encode_column(arr: pa.Array, fmt: int, settings: TextSettings) -> _Column:
         return _encode_uuid(arr, fmt)
     if ty.is_string(dt) or ty.is_large_string(dt) or ty.is_string_view(dt):
         return _column_from_varlen(arr)
-    if ty.is_binary(dt) or ty.is_large_binary(dt) or ty.is_binary_view(dt) or ty.is_fixed_size_binary(dt):
+    if (
+        ty.is_binary(dt)
+        or ty.is_large_binary(dt)
+        or ty.is_binary_view(dt)
+        or ty.is_fixed_size_binary(dt)
+    ):
         return _encode_bytea(arr, fmt)
     if ty.is_timestamp(dt):
         return _encode_timestamp(arr, t, fmt, settings)
@@ -1465,7 +1705,9 @@ _CHUNK_BUFFER_BYTES_MAX = 64 << 20  # keeps every rendered chunk well under int3
 _DATA_ROW_HEADER = np.dtype([("tag", "u1"), ("length", ">i4"), ("ncols", ">i2")])
 
 
-def encode_data_rows(batch: pa.RecordBatch, formats: Sequence[int], settings: TextSettings) -> bytes:
+def encode_data_rows(
+    batch: pa.RecordBatch, formats: Sequence[int], settings: TextSettings
+) -> bytes:
     """Concatenated DataRow ('D') messages for every row of `batch`, as PostgreSQL 15 sends them.
 
     `formats` holds one format code per column (0 text, 1 binary), already expanded by the caller.
@@ -1474,21 +1716,27 @@ def encode_data_rows(batch: pa.RecordBatch, formats: Sequence[int], settings: Te
         raise ValueError(f"{len(formats)} formats for {batch.num_columns} columns")
     if batch.num_rows == 0:
         return b""
-    if batch.num_rows > 1 and batch.get_total_buffer_size() > _CHUNK_BUFFER_BYTES_MAX:
+    # nbytes, unlike get_total_buffer_size, counts only what a slice covers.
+    if batch.num_rows > 1 and batch.nbytes > _CHUNK_BUFFER_BYTES_MAX:
         half = batch.num_rows // 2
-        return (encode_data_rows(batch.slice(0, half), formats, settings)
-                + encode_data_rows(batch.slice(half), formats, settings))
+        return encode_data_rows(batch.slice(0, half), formats, settings) + encode_data_rows(
+            batch.slice(half), formats, settings
+        )
     n = batch.num_rows
-    columns = [_encode_column(col, fmt, settings) for col, fmt in zip(batch.columns, formats, strict=True)]
+    columns = [
+        _encode_column(col, fmt, settings) for col, fmt in zip(batch.columns, formats, strict=True)
+    ]
     header = np.empty(n, dtype=_DATA_ROW_HEADER)
     header["tag"] = ord("D")
     header["length"] = 6 + sum((c.sizes for c in columns), np.zeros(n, dtype=np.int64))
     header["ncols"] = batch.num_columns
     pieces: list[_Piece] = [header.view(np.uint8).reshape(n, _DATA_ROW_HEADER.itemsize)]
     pieces += [p for c in columns for p in c.pieces]
-    joined = _join_pieces(pieces, n)
-    offsets = np.frombuffer(joined.buffers()[1], dtype=np.int32, count=n + 1, offset=joined.offset * 4)
-    return joined.buffers()[2][int(offsets[0]):int(offsets[-1])].to_pybytes()
+    joined = _join_pieces(pieces)
+    offsets = np.frombuffer(
+        joined.buffers()[1], dtype=np.int32, count=n + 1, offset=joined.offset * 4
+    )
+    return joined.buffers()[2][int(offsets[0]) : int(offsets[-1])].to_pybytes()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1532,8 +1780,10 @@ def _utf8(raw: bytes) -> str:
     try:
         s = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        bad = raw[e.start:e.start + 1].hex()
-        raise _fail(CHARACTER_NOT_IN_REPERTOIRE, f'invalid byte sequence for encoding "UTF8": 0x{bad}') from None
+        bad = raw[e.start : e.start + 1].hex()
+        raise _fail(
+            CHARACTER_NOT_IN_REPERTOIRE, f'invalid byte sequence for encoding "UTF8": 0x{bad}'
+        ) from None
     if "\x00" in s:
         raise _fail(CHARACTER_NOT_IN_REPERTOIRE, 'invalid byte sequence for encoding "UTF8": 0x00')
     return s
@@ -1541,8 +1791,20 @@ def _utf8(raw: bytes) -> str:
 
 # --- text format -------------------------------------------------------------------------------------
 
-_BOOL_WORDS = {"t": True, "true": True, "y": True, "yes": True, "on": True, "1": True,
-               "f": False, "false": False, "n": False, "no": False, "off": False, "0": False}
+_BOOL_WORDS = {
+    "t": True,
+    "true": True,
+    "y": True,
+    "yes": True,
+    "on": True,
+    "1": True,
+    "f": False,
+    "false": False,
+    "n": False,
+    "no": False,
+    "off": False,
+    "0": False,
+}
 
 
 def _parse_bool(s: str) -> bool:
@@ -1573,7 +1835,9 @@ def _parse_int(s: str, oid: int) -> int:
         raise _invalid(name, s)
     magnitude = int(digits)
     limit = 1 << (bits - 1)
-    out_of_range = _fail(NUMERIC_VALUE_OUT_OF_RANGE, f"value {_quote(s)} is out of range for type {name}")
+    out_of_range = _fail(
+        NUMERIC_VALUE_OUT_OF_RANGE, f"value {_quote(s)} is out of range for type {name}"
+    )
     if magnitude > limit:
         raise out_of_range
     if rest.strip(_PG_SPACE):
@@ -1591,7 +1855,9 @@ def _parse_oid(s: str) -> int:
     if not digits:
         raise _invalid("oid", s)
     magnitude = int(digits)
-    out_of_range = _fail(NUMERIC_VALUE_OUT_OF_RANGE, f"value {_quote(s)} is out of range for type oid")
+    out_of_range = _fail(
+        NUMERIC_VALUE_OUT_OF_RANGE, f"value {_quote(s)} is out of range for type oid"
+    )
     if magnitude >= 1 << 64:
         raise out_of_range  # strtoul's ERANGE, reported before trailing garbage
     if rest.strip(_PG_SPACE):
@@ -1634,15 +1900,17 @@ def _parse_float(s: str, oid: int) -> float:
                 v = float.fromhex(number)
             except OverflowError:
                 v = -math.inf if negative else math.inf
-            mantissa = re.split("[pP]", number)[0][number.lower().index("x") + 1:]
+            mantissa = re.split("[pP]", number)[0][number.lower().index("x") + 1 :]
         else:
             v = float(number)
             mantissa = re.split("[eE]", number)[0]
         if oid == FLOAT4.oid:
             v = _to_float32(v)
         if math.isinf(v) or (v == 0.0 and re.search("[1-9a-fA-F]", mantissa)):
-            raise _fail(NUMERIC_VALUE_OUT_OF_RANGE, f"{_quote(number)} is out of range for type {name}")
-    if w[m.end():].strip(_PG_SPACE):
+            raise _fail(
+                NUMERIC_VALUE_OUT_OF_RANGE, f"{_quote(number)} is out of range for type {name}"
+            )
+    if w[m.end() :].strip(_PG_SPACE):
         raise _invalid(name, s)
     return v
 
@@ -1654,9 +1922,15 @@ def _to_float32(v: float) -> float:
 
 # numeric_in reads the exponent with strtol, which skips whitespace: '1e 5' is 100000.
 _NUMERIC_RE = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?(?:[eE][ \t\n\r\v\f]*([+-]?[0-9]+))?")
-_NUMERIC_SPECIAL = {"nan": Decimal("NaN"), "infinity": Decimal("Infinity"), "+infinity": Decimal("Infinity"),
-                    "-infinity": Decimal("-Infinity"), "inf": Decimal("Infinity"), "+inf": Decimal("Infinity"),
-                    "-inf": Decimal("-Infinity")}
+_NUMERIC_SPECIAL = {
+    "nan": Decimal("NaN"),
+    "infinity": Decimal("Infinity"),
+    "+infinity": Decimal("Infinity"),
+    "-infinity": Decimal("-Infinity"),
+    "inf": Decimal("Infinity"),
+    "+inf": Decimal("Infinity"),
+    "-inf": Decimal("-Infinity"),
+}
 _NUMERIC_WEIGHT_MAX = 2**15 - 1  # base-10000 digits before the point, minus one, must fit int16
 _NUMERIC_DSCALE_MAX = 0x3FFF
 
@@ -1681,8 +1955,11 @@ def _parse_numeric(s: str) -> Decimal:
     if not digits:
         return Decimal((0, (0,), -dscale))
     # Decimal exponent of the leading digit; base-10000 weight = floor(that / 4).
-    lead_exp = len(int_digits.lstrip("0")) - 1 + exponent if int_digits.lstrip("0") else \
-        -(len(frac_digits) - len(frac_digits.lstrip("0"))) - 1 + exponent
+    lead_exp = (
+        len(int_digits.lstrip("0")) - 1 + exponent
+        if int_digits.lstrip("0")
+        else -(len(frac_digits) - len(frac_digits.lstrip("0"))) - 1 + exponent
+    )
     if lead_exp // 4 > _NUMERIC_WEIGHT_MAX:
         raise _fail(NUMERIC_VALUE_OUT_OF_RANGE, "value overflows numeric format")
     # Show exactly dscale decimals; dscale >= len(frac_digits) - exponent, so this only appends zeros.
@@ -1705,7 +1982,7 @@ def _hex_decode(s: str) -> bytes:
             raise _fail(INVALID_PARAMETER_VALUE, "invalid hexadecimal data: odd number of digits")
         if s[i + 1] not in hexdigits:
             raise _fail(INVALID_PARAMETER_VALUE, f'invalid hexadecimal digit: "{s[i + 1]}"')
-        out.append(int(s[i:i + 2], 16))
+        out.append(int(s[i : i + 2], 16))
         i += 2
     return bytes(out)
 
@@ -1721,11 +1998,11 @@ def _parse_bytea(s: str) -> bytes:
         if c != 0x5C:  # backslash
             out.append(c)
             i += 1
-        elif raw[i + 1:i + 2] == b"\\":
+        elif raw[i + 1 : i + 2] == b"\\":
             out.append(0x5C)
             i += 2
-        elif re.fullmatch(rb"[0-3][0-7][0-7]", raw[i + 1:i + 4]):
-            out.append(int(raw[i + 1:i + 4], 8))
+        elif re.fullmatch(rb"[0-3][0-7][0-7]", raw[i + 1 : i + 4]):
+            out.append(int(raw[i + 1 : i + 4], 8))
             i += 4
         else:
             raise _invalid("bytea", s)
@@ -1778,7 +2055,10 @@ def _zone_offset_s(text: str, s: str, settings: TextSettings, local_us: int | No
             raise _fail(DATETIME_FIELD_OVERFLOW, f"date/time field value out of range: {_quote(s)}")
         off = (h * 3600 + mi * 60 + sec) * (-1 if m.group(1) == "-" else 1)
         if abs(off) >= _TZDISP_LIMIT_S:
-            raise _fail(INVALID_TIME_ZONE_DISPLACEMENT_VALUE, f"time zone displacement out of range: {_quote(s)}")
+            raise _fail(
+                INVALID_TIME_ZONE_DISPLACEMENT_VALUE,
+                f"time zone displacement out of range: {_quote(s)}",
+            )
         return off
     try:
         zone = _zone(text) if text.upper() in _UTC_NAMES else _zone(_zone_key(text))
@@ -1810,7 +2090,9 @@ def _parse_timestamp(s: str, with_tz: bool, settings: TextSettings) -> datetime 
     if w == "epoch":
         return datetime(1970, 1, 1, tzinfo=UTC) if with_tz else datetime(1970, 1, 1)
     if w in ("infinity", "+infinity", "-infinity"):
-        return _Unrepresentable(f"infinite timestamps are not supported in icegres parameters: {_quote(s)}")
+        return _Unrepresentable(
+            f"infinite timestamps are not supported in icegres parameters: {_quote(s)}"
+        )
     m = _TIMESTAMP_RE.fullmatch(w)
     if not m:
         raise _invalid(type_name, s, INVALID_DATETIME_FORMAT)
@@ -1833,7 +2115,9 @@ def _parse_timestamp(s: str, with_tz: bool, settings: TextSettings) -> datetime 
 
 def _datetime_from_us(us: int, tz: tzinfo | None, s: str) -> datetime | _Unrepresentable:
     if not _PY_MIN_US - _US_PER_DAY <= us < _PY_MAX_US + 2 * _US_PER_DAY:
-        return _Unrepresentable(f"timestamps outside years 1..9999 are not supported in icegres parameters: {_quote(s)}")
+        return _Unrepresentable(
+            f"timestamps outside years 1..9999 are not supported in icegres parameters: {_quote(s)}"
+        )
     return (_EPOCH_NAIVE + timedelta(microseconds=us)).replace(tzinfo=tz)
 
 
@@ -1842,7 +2126,9 @@ def _parse_date(s: str, settings: TextSettings) -> date | _Unrepresentable:
     if w == "epoch":
         return date(1970, 1, 1)
     if w in ("infinity", "+infinity", "-infinity"):
-        return _Unrepresentable(f"infinite dates are not supported in icegres parameters: {_quote(s)}")
+        return _Unrepresentable(
+            f"infinite dates are not supported in icegres parameters: {_quote(s)}"
+        )
     m = _TIMESTAMP_RE.fullmatch(w)  # a date may carry a time (and zone), which date_in ignores
     if not m:
         raise _invalid("date", s, INVALID_DATETIME_FORMAT)
@@ -1857,7 +2143,9 @@ def _parse_date(s: str, settings: TextSettings) -> date | _Unrepresentable:
         y = 1 - y
     days = _civil_days(y, int(dm.group(2)), int(dm.group(3)), s, "date")
     if not 1 <= y <= 9999:
-        return _Unrepresentable(f"dates outside years 1..9999 are not supported in icegres parameters: {_quote(s)}")
+        return _Unrepresentable(
+            f"dates outside years 1..9999 are not supported in icegres parameters: {_quote(s)}"
+        )
     return date.fromordinal(days + 719_163)
 
 
@@ -1873,7 +2161,11 @@ def _parse_time(s: str, with_tz: bool, settings: TextSettings) -> time | _Unrepr
         return time(0, tzinfo=UTC) if with_tz else time(0)
     m = _TIME_INPUT_RE.fullmatch(w)
     if not m:
-        raise _invalid("time with time zone" if with_tz else "time without time zone", s, INVALID_DATETIME_FORMAT)
+        raise _invalid(
+            "time with time zone" if with_tz else "time without time zone",
+            s,
+            INVALID_DATETIME_FORMAT,
+        )
     us = _time_of_day_us(m.group("time"), s)
     if not with_tz:
         return _time_from_us(us)
@@ -1984,7 +2276,9 @@ def _parse_interval(s: str) -> timedelta | relativedelta:
                 h, mi = int(parts[0]), int(parts[1])
                 sec = Decimal(parts[2]) if len(parts) > 2 else Decimal(0)
                 if mi > 59 or sec >= 60:
-                    raise _fail(INTERVAL_FIELD_OVERFLOW, f"interval field value out of range: {_quote(s)}")
+                    raise _fail(
+                        INTERVAL_FIELD_OVERFLOW, f"interval field value out of range: {_quote(s)}"
+                    )
                 acc.us += sign * round((h * 3600 + mi * 60 + sec) * _US_PER_S)
                 continue
             unit_word = (m.group("unit") or "s")[:10]
@@ -1997,7 +2291,11 @@ def _parse_interval(s: str) -> timedelta | relativedelta:
             raise _invalid("interval", s, INVALID_DATETIME_FORMAT)
         if negate:
             acc.months, acc.days, acc.us = -acc.months, -acc.days, -acc.us
-    if not (-(2**31) <= acc.months < 2**31 and -(2**31) <= acc.days < 2**31 and -(2**63) <= acc.us < 2**63):
+    if not (
+        -(2**31) <= acc.months < 2**31
+        and -(2**31) <= acc.days < 2**31
+        and -(2**63) <= acc.us < 2**63
+    ):
         raise _fail(INTERVAL_FIELD_OVERFLOW, f"interval field value out of range: {_quote(s)}")
     return _interval_value(acc.months, acc.days, acc.us)
 
@@ -2012,7 +2310,15 @@ def _parse_iso_interval(w: str, s: str, acc: _IntervalAcc) -> None:
     m = _ISO_INTERVAL_RE.fullmatch(w)
     if not m or w in ("p", "pt") or w.endswith("t"):
         raise _invalid("interval", s, INVALID_DATETIME_FORMAT)
-    for group, unit in (("y", "year"), ("mo", "month"), ("w", "week"), ("d", "day"), ("h", "h"), ("mi", "m"), ("s", "s")):
+    for group, unit in (
+        ("y", "year"),
+        ("mo", "month"),
+        ("w", "week"),
+        ("d", "day"),
+        ("h", "h"),
+        ("mi", "m"),
+        ("s", "s"),
+    ):
         if m.group(group):
             try:
                 acc.add(Decimal(m.group(group)), unit)
@@ -2060,7 +2366,9 @@ def _check_json_escapes(s: str, type_name: str) -> None:
     pending_high_end = -1
     for m in _JSON_ESCAPE.finditer(s):
         code = int(m.group(1), 16) if m.group(1) else None
-        if pending_high_end != -1 and (m.start() != pending_high_end or code is None or not 0xDC00 <= code <= 0xDFFF):
+        if pending_high_end != -1 and (
+            m.start() != pending_high_end or code is None or not 0xDC00 <= code <= 0xDFFF
+        ):
             raise _invalid(type_name, s)
         if code is None:
             continue
@@ -2091,14 +2399,16 @@ def _parse_array(s: str, elem: PgType, settings: TextSettings) -> list[Any]:
     """array_in for one-dimensional and rectangular multidimensional literals."""
 
     def malformed(detail: str) -> PgError:
-        return PgError(INVALID_TEXT_REPRESENTATION, f"malformed array literal: {_quote(s)}", detail=detail)
+        return PgError(
+            INVALID_TEXT_REPRESENTATION, f"malformed array literal: {_quote(s)}", detail=detail
+        )
 
     text = s.strip(_PG_SPACE)
     if text.startswith("["):  # explicit bounds '[1:2]={...}': the values are what we keep
         m = re.match(r"(?:\[[+-]?\d+(?::[+-]?\d+)?\])+[ \t\n\r\v\f]*=", text)
         if not m:
             raise malformed('Missing "=" after array dimensions.')
-        text = text[m.end():].lstrip(_PG_SPACE)
+        text = text[m.end() :].lstrip(_PG_SPACE)
     if not text.startswith("{"):
         raise malformed('Array value must start with "{" or dimension information.')
     pos = 0
@@ -2195,7 +2505,9 @@ def _check_rectangular(v: list[Any], malformed: Callable[[str], PgError]) -> Non
     shape = _shape(subs[0])
     for x in subs:
         if _shape(x) != shape:
-            raise malformed("Multidimensional arrays must have sub-arrays with matching dimensions.")
+            raise malformed(
+                "Multidimensional arrays must have sub-arrays with matching dimensions."
+            )
 
 
 def _shape(v: list[Any]) -> tuple[int, ...]:
@@ -2205,7 +2517,7 @@ def _shape(v: list[Any]) -> tuple[int, ...]:
 
 
 def _convert_elements(v: list[Any], elem: PgType, settings: TextSettings) -> list[Any]:
-    out = []
+    out: list[Any] = []
     for x in v:
         if isinstance(x, list):
             out.append(_convert_elements(x, elem, settings))
@@ -2274,7 +2586,7 @@ class _Reader:
     def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.raw):
             raise _fail(PROTOCOL_VIOLATION, "insufficient data left in message")
-        b = self.raw[self.pos:self.pos + n]
+        b = self.raw[self.pos : self.pos + n]
         self.pos += n
         return b
 
@@ -2298,7 +2610,9 @@ def _recv_date(r: _Reader) -> date | _Unrepresentable:
         raise _fail(DATETIME_FIELD_OVERFLOW, "date out of range")
     ordinal = days + 730_120
     if not 1 <= ordinal <= date.max.toordinal():
-        return _Unrepresentable("dates outside years 1..9999 are not supported in icegres parameters")
+        return _Unrepresentable(
+            "dates outside years 1..9999 are not supported in icegres parameters"
+        )
     return date.fromordinal(ordinal)
 
 
@@ -2325,7 +2639,9 @@ def _recv_time_us(r: _Reader) -> int:
 def _time_from_us(us: int, tz: tzinfo | None = None) -> time | _Unrepresentable:
     if us == _US_PER_DAY:
         return _Unrepresentable("time 24:00:00 is not supported in icegres parameters")
-    return time(us // 3_600_000_000, us // 60_000_000 % 60, us // _US_PER_S % 60, us % _US_PER_S, tzinfo=tz)
+    return time(
+        us // 3_600_000_000, us // 60_000_000 % 60, us // _US_PER_S % 60, us % _US_PER_S, tzinfo=tz
+    )
 
 
 def _recv_timetz(r: _Reader) -> time | _Unrepresentable:
@@ -2402,14 +2718,19 @@ def _recv_array(r: _Reader, elem_oid: int, settings: TextSettings) -> list[Any]:
     if ndim < 0:
         raise _fail(INVALID_BINARY_REPRESENTATION, f"invalid number of dimensions: {ndim}")
     if ndim > _MAXDIM:
-        raise _fail(PROGRAM_LIMIT_EXCEEDED,
-                    f"number of array dimensions ({ndim}) exceeds the maximum allowed ({_MAXDIM})")
+        raise _fail(
+            PROGRAM_LIMIT_EXCEEDED,
+            f"number of array dimensions ({ndim}) exceeds the maximum allowed ({_MAXDIM})",
+        )
     flags = r.unpack("i")
     if flags not in (0, 1):
         raise _fail(INVALID_BINARY_REPRESENTATION, "invalid array flags")
     got_elem = r.unpack("I")
     if got_elem != elem_oid:
-        raise _fail(DATATYPE_MISMATCH, f"binary data has array element type {got_elem} instead of expected {elem_oid}")
+        raise _fail(
+            DATATYPE_MISMATCH,
+            f"binary data has array element type {got_elem} instead of expected {elem_oid}",
+        )
     dims, lbounds = [], []
     for _ in range(ndim):
         dims.append(r.unpack("i"))
@@ -2420,7 +2741,7 @@ def _recv_array(r: _Reader, elem_oid: int, settings: TextSettings) -> list[Any]:
             raise _fail(PROGRAM_LIMIT_EXCEEDED, f"array lower bound is too large: {lbound}")
     if nitems == 0:
         return []
-    items = []
+    items: list[Any] = []
     for i in range(nitems):
         itemlen = r.unpack("i")
         if itemlen < -1 or itemlen > r.remaining:
@@ -2431,13 +2752,17 @@ def _recv_array(r: _Reader, elem_oid: int, settings: TextSettings) -> list[Any]:
         sub = _Reader(r.take(itemlen))
         items.append(_BINARY_DECODERS[elem_oid](sub, settings))
         if sub.remaining:
-            raise _fail(INVALID_BINARY_REPRESENTATION, f"improper binary format in array element {i + 1}")
+            raise _fail(
+                INVALID_BINARY_REPRESENTATION, f"improper binary format in array element {i + 1}"
+            )
     return _nest(items, dims)
 
 
 def _array_nitems(dims: list[int]) -> int:
     """ArrayGetNItems: the running product must stay within int32 at every step."""
-    too_big = _fail(PROGRAM_LIMIT_EXCEEDED, f"array size exceeds the maximum allowed ({_MAX_ARRAY_SIZE})")
+    too_big = _fail(
+        PROGRAM_LIMIT_EXCEEDED, f"array size exceeds the maximum allowed ({_MAX_ARRAY_SIZE})"
+    )
     n = 1 if dims else 0
     for dim in dims:
         if dim < 0:
@@ -2454,7 +2779,7 @@ def _nest(items: list[Any], dims: list[int]) -> list[Any]:
     if len(dims) <= 1:
         return items
     step = len(items) // dims[0]
-    return [_nest(items[i:i + step], dims[1:]) for i in range(0, len(items), step)]
+    return [_nest(items[i : i + step], dims[1:]) for i in range(0, len(items), step)]
 
 
 _BINARY_DECODERS: dict[int, Callable[[_Reader, TextSettings], Any]] = {
@@ -2498,9 +2823,20 @@ def _decode_binary(raw: bytes, oid: int, settings: TextSettings) -> Any:
     else:
         t = _TYPES_BY_OID.get(oid)
         if oid == 0:
-            raise _fail(INDETERMINATE_DATATYPE, "could not determine data type of a binary parameter sent as unspecified (OID 0)")
-        if t is None or not t.element_oid or t.oid == NAME.oid or t.element_oid not in _BINARY_DECODERS:
-            raise _fail(FEATURE_NOT_SUPPORTED, f"binary format for parameters of type OID {oid} is not supported")
+            raise _fail(
+                INDETERMINATE_DATATYPE,
+                "could not determine data type of a binary parameter sent as unspecified (OID 0)",
+            )
+        if (
+            t is None
+            or not t.element_oid
+            or t.oid == NAME.oid
+            or t.element_oid not in _BINARY_DECODERS
+        ):
+            raise _fail(
+                FEATURE_NOT_SUPPORTED,
+                f"binary format for parameters of type OID {oid} is not supported",
+            )
         value = _recv_array(r, t.element_oid, settings)
     # exec_bind_message: a receive function that leaves bytes unread is an error.
     if r.remaining:
@@ -2511,7 +2847,9 @@ def _decode_binary(raw: bytes, oid: int, settings: TextSettings) -> Any:
 _DEFAULT_SETTINGS = TextSettings()
 
 
-def decode_param(raw: bytes | None, oid: int, fmt: int, settings: TextSettings | None = None) -> object:
+def decode_param(
+    raw: bytes | None, oid: int, fmt: int, settings: TextSettings | None = None
+) -> object:
     """A Bind parameter as a Python value: int, float, Decimal, str, bytes, bool, date, time,
     datetime (aware, in UTC, for timestamptz), timedelta or relativedelta (interval with months),
     uuid.UUID, or a list (nested for multidimensional arrays). NULL is None.
@@ -2536,7 +2874,17 @@ def decode_param(raw: bytes | None, oid: int, fmt: int, settings: TextSettings |
         return value
     except PgError:
         raise
-    except (ValueError, ArithmeticError, OverflowError, IndexError, TypeError, KeyError, RecursionError) as e:
+    except (
+        ValueError,
+        ArithmeticError,
+        OverflowError,
+        IndexError,
+        TypeError,
+        KeyError,
+        RecursionError,
+    ) as e:
         # A bug or an input no rule above foresaw: still an answer the client can act on.
-        raise PgError(INVALID_TEXT_REPRESENTATION if fmt == 0 else INVALID_BINARY_REPRESENTATION,
-                      f"invalid input for type OID {oid}: {e}") from e
+        raise PgError(
+            INVALID_TEXT_REPRESENTATION if fmt == 0 else INVALID_BINARY_REPRESENTATION,
+            f"invalid input for type OID {oid}: {e}",
+        ) from e
