@@ -2195,7 +2195,8 @@ _INTERVAL_UNITS = {
 _YEARS_PER_UNIT = {"year": 1, "decade": 10, "century": 100, "millennium": 1000}
 _INTERVAL_TOKEN_RE = re.compile(
     r"(?P<time>[+-]?\d+:\d+(?::\d+(?:\.\d*)?)?)"
-    r"|(?P<num>[+-]?(?:\d+\.?\d*|\.\d+))[ \t]*(?P<unit>[a-z]+)?"
+    # A unit may follow its number directly ('1day'), but not a bare trailing point ('0.d').
+    r"|(?P<num>[+-]?(?:\d+(?:\.\d+|\.(?![a-z]))?|\.\d+))[ \t]*(?P<unit>[a-z]+)?"
     r"|(?P<word>@|ago)"
 )
 
