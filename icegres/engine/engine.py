@@ -42,6 +42,8 @@ def session_config(default_schema: str = "public"):
         .set("datafusion.sql_parser.dialect", "PostgreSQL")
         .set("datafusion.execution.parquet.pushdown_filters", "true")
         .set("datafusion.execution.parquet.reorder_filters", "true")
+        # `::timestamptz` must plan as a zoned timestamp (OID 1184), as in PostgreSQL.
+        .set("datafusion.execution.time_zone", "+00:00")
         # Identifiers fold to lower case exactly as in PostgreSQL.
         .set("datafusion.sql_parser.enable_ident_normalization", "true")
     )

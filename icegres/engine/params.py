@@ -36,6 +36,8 @@ def display_type(name: str) -> pa.DataType | None:
     if name.startswith(("List(", "LargeList(")) and name.endswith(")"):
         inner = display_type(name[name.index("(") + 1 : -1])
         return pa.list_(inner) if inner is not None else None
+    if name.startswith("Interval("):
+        return pa.month_day_nano_interval()
     m = _DECIMAL.match(name)
     if m:
         return pa.decimal128(min(int(m.group(1)), 38), int(m.group(2)))
@@ -120,3 +122,47 @@ def _walk_expr(expr: Any, out: dict[int, pa.DataType], depth: int) -> None:
                         pass
     for child in children:
         _walk_expr(child, out, depth + 1)
+
+
+# PostgreSQL spellings of the types a parameter is commonly cast to, by OID.
+_SQL_TYPE_OIDS = {
+    # Unquoted CHAR is character(1) (bpchar); only the quoted "char" is the one-byte type 18.
+    "bool": 16, "boolean": 16, "bytea": 17, "char": 1042, '"char"': 18, "name": 19, "int8": 20,
+    "bigint": 20, "int2": 21, "smallint": 21, "int4": 23, "int": 23, "integer": 23, "text": 25,
+    "oid": 26, "json": 114, "float4": 700, "real": 700, "float8": 701, "double precision": 701,
+    "bpchar": 1042, "character": 1042, "varchar": 1043, "character varying": 1043, "date": 1082,
+    "time": 1083, "time without time zone": 1083, "timestamp": 1114,
+    "timestamp without time zone": 1114, "timestamptz": 1184, "timestamp with time zone": 1184,
+    "interval": 1186, "numeric": 1700, "decimal": 1700, "regclass": 2205, "regtype": 2206,
+    "regproc": 24, "regnamespace": 4089, "uuid": 2950, "jsonb": 3802,
+}
+_PLACEHOLDER_CAST = re.compile(
+    r"\$(\d+)\s*::\s*(\"char\"|(?:pg_catalog\.)?[a-z_][a-z0-9_]*(?:\s+(?:precision|varying|with(?:out)?\s+time\s+zone))?)"
+    r"\s*(\([\d\s,]*\))?\s*(\[\])?",
+    re.IGNORECASE,
+)
+
+
+def cast_type_oids(sql: str) -> dict[int, int]:
+    """{n: oid} for every `$n::type` in the statement text, as PostgreSQL would describe $n.
+
+    The cast names the type the client asked for (`$1::oid[]` is oid[] to asyncpg, which has no
+    codec for int8[] and would otherwise introspect forever), even where icegres plans it as a
+    wider Arrow type.
+    """
+    from icegres.protocol.pgwire.types import pg_type_by_oid
+
+    out: dict[int, int] = {}
+    for m in _PLACEHOLDER_CAST.finditer(sql):
+        raw = m.group(2).removeprefix("pg_catalog.")
+        name = raw if raw == '"char"' else " ".join(raw.lower().split())
+        oid = _SQL_TYPE_OIDS.get(name)
+        if oid is None:
+            continue
+        if m.group(4):
+            base = pg_type_by_oid(oid)
+            if base is None or not base.array_oid:
+                continue
+            oid = base.array_oid
+        out.setdefault(int(m.group(1)), oid)
+    return out

@@ -110,6 +110,18 @@ def register_functions(ctx: datafusion.SessionContext, env: SessionEnv) -> None:
     """Register every function on ctx; session functions answer from `env` at call time."""
     for fn in (*session_functions(env), *catalog_functions(env), *helper_functions(env)):
         ctx.register_udf(fn.udf())
+    ctx.register_udf(_OID_ARRAY)
+
+
+def _annotated_identity(name: str, arrow_type: pa.DataType, pg_oid: int) -> datafusion.ScalarUDF:
+    """An identity function whose result column carries a PostgreSQL type annotation."""
+    from datafusion import udf
+
+    field = pa.field(name, arrow_type, metadata={pg_catalog.PG_TYPE_OID_KEY: str(pg_oid).encode()})
+    return udf(lambda values: values, [arrow_type], field, "immutable", name)
+
+
+_OID_ARRAY = _annotated_identity("pg_oid_array", pa.list_(pa.int64()), 1028)
 
 
 # --- session functions ----------------------------------------------------------------------

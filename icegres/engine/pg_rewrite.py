@@ -1189,6 +1189,42 @@ _CALL_NAME = re.compile(r"([a-z_][a-z0-9_]*)\(")
 
 # Order matters: names and operators first, then the reg*::text pairs before the casts that would
 # take them apart, then the array and function shapes, then subquery aggregation and names.
+def _oid_columns() -> frozenset[str]:
+    from icegres.engine.pg_catalog import RELATIONS
+
+    return frozenset(name for rel in RELATIONS for name, kind in rel.columns if kind == "oid")
+
+
+def oid_array_aggregates(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """array_agg over an oid column is oid[] (1028), not int8[]: asyncpg's type introspection
+    (`attrtypoids`) would otherwise describe a type it must introspect itself, forever."""
+    oid_columns = _oid_columns()
+
+    def fix(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.ArrayAgg):
+            inner = node.this.this if isinstance(node.this, exp.Order) else node.this
+            if isinstance(inner, exp.Column) and inner.name.lower() in oid_columns:
+                return _call("pg_oid_array", node.copy())
+        return node
+
+    return tree.transform(fix)
+
+
+def asyncpg_oid_array_outputs(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """asyncpg's type introspection builds `attrtypoids` with CASE inside a recursive CTE, which
+    drops the oid[] annotation; re-annotate it where it is defined, so every SELECT (and the
+    final `SELECT *`) passes it on. Without it asyncpg sees int8[] and introspects forever."""
+
+    def fix(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Alias) and node.alias.lower() == "attrtypoids":
+            inner = node.this
+            if not (isinstance(inner, exp.Anonymous) and inner.name.lower() == "pg_oid_array"):
+                return exp.alias_(_call("pg_oid_array", inner.copy()), "attrtypoids")
+        return node
+
+    return tree.transform(fix)
+
+
 _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
     qualify_catalog_tables,
     strip_function_schemas,
@@ -1215,5 +1251,7 @@ _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
     pad_default_arguments,
     exists_in_expressions,
     decorrelate_scalar_subqueries,
+    oid_array_aggregates,
+    asyncpg_oid_array_outputs,
     output_names,
 )

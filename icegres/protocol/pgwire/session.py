@@ -140,10 +140,13 @@ class Session:
             return
         data = bytes(self.out)
         self.out.clear()
-        try:
-            await self.stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            raise ConnectionClosed from None
+        # Shielded: a cancel (CancelRequest, statement_timeout) landing mid-write would leave half
+        # a message on the wire and desynchronise the client. Only a dead connection stops a send.
+        with trio.CancelScope(shield=True):
+            try:
+                await self.stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                raise ConnectionClosed from None
 
     async def _maybe_flush(self) -> None:
         if len(self.out) >= SEND_HIGH_WATER:
@@ -435,14 +438,19 @@ class Session:
         self.send(m.PARSE_COMPLETE)
 
     async def _describe_query(self, prepared: Prepared) -> None:
+        from icegres.engine.params import cast_type_oids
+
         schema, inferred = await self._in_thread(self.qctx.describe, prepared.statement.sql)
         count = max([len(prepared.param_oids), *inferred.keys()], default=0)
         count = max(count, _max_placeholder(prepared.statement.sql))
+        casts = cast_type_oids(prepared.statement.sql)
         oids = []
         for i in range(count):
             given = prepared.param_oids[i] if i < len(prepared.param_oids) else 0
             if given:
                 oids.append(given)
+            elif i + 1 in casts:
+                oids.append(casts[i + 1])
             elif i + 1 in inferred:
                 oids.append(pg_type_for_arrow(inferred[i + 1]).oid)
             else:
@@ -464,8 +472,9 @@ class Session:
                 f'"{msg.statement}" requires {nparams}',
             )
         pformats = expand_formats(msg.param_formats, nparams) if nparams else []
+        text = self._text_settings()
         values = [
-            decode_param(raw, oid, fmt)
+            decode_param(raw, oid, fmt, settings=text)
             for raw, oid, fmt in zip(msg.params, prepared.param_oids, pformats, strict=True)
         ]
         formats = None
