@@ -30,7 +30,7 @@ class IcegresServer:
         if self.password is not None:
             parts["password"] = self.password
         parts.update(extra)
-        return " ".join(f"{k}={v}" for k, v in parts.items())
+        return " ".join(f"{k}={_quote(v)}" for k, v in parts.items())
 
     def url(self, driver: str = "postgresql+psycopg") -> str:
         auth = self.user if self.password is None else f"{self.user}:{self.password}"
@@ -41,6 +41,13 @@ class IcegresServer:
             return self.log_path.read_text(errors="replace")[-n:]
         except OSError:
             return ""
+
+
+def _quote(value: str) -> str:
+    """libpq conninfo quoting: values with spaces or quotes go in single quotes, escaped."""
+    if value and not any(c in value for c in " '\\"):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def free_port() -> int:
