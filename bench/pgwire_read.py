@@ -1,0 +1,1281 @@
+"""Read-path benchmark: icegres over the Postgres wire, beside its own engine and DuckDB.
+
+    .venv/bin/python -m bench.pgwire_read [--rounds N] [--data-dir D]
+
+Three peers answer the same SQL on the same Iceberg tables in the same run:
+
+- ``pgwire``: a real ``icegres serve`` subprocess, queried by psycopg 3 with its defaults over
+  loopback (one autocommit connection: a simple Query for a text seen fewer than 5 times, a
+  prepared statement after that), plus the point lookup with a ``%s`` parameter, which psycopg
+  sends through the extended protocol (Parse/Bind/Execute, prepared after 5 executions);
+- ``in-process``: icegres's engine in this process (``ctx.sql(q).collect()``, no wire);
+- ``duckdb``: DuckDB in this process, ``iceberg_scan('<metadata file>')`` behind views named like
+  ours, so the SQL text is identical on every peer.
+
+Peers are interleaved iteration by iteration (A B C, B C A, ...), so drift on the machine (thermal,
+page cache, a noisy neighbour) hits all of them alike; ratios are the median of per-round ratios.
+The server is started before this process imports anything heavy, so start-up is not timed
+against our own imports. See bench/README.md for what every number means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import decimal
+import gc
+import json
+import math
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+DEFAULT_DATA_DIR = BENCH_DIR / ".data" / "seed-1m"
+RESULTS_DIR = BENCH_DIR / "results"
+PLOTS_DIR = BENCH_DIR / "plots"
+SCORECARD = BENCH_DIR / "SCORECARD.md"
+MARK_START = "<!-- pgwire_read:start -->"
+MARK_END = "<!-- pgwire_read:end -->"
+
+TRIPS_ROWS = 1_000_000  # what `icegres seed` writes by default; ids are 1..TRIPS_ROWS
+SEED = 20261202  # the id sequence every peer sees
+SEEDED_MARKER = ".bench-seeded"
+
+READY_TIMEOUT_S = 60.0
+POLL_INTERVAL_S = 0.005
+RSS_SAMPLE_INTERVAL_S = 0.02
+STOP_TIMEOUT_S = 10.0
+STREAM_SQL = "select * from demo.trips"
+
+PG = "pgwire"
+PG_PARAM = "pgwire %s"
+INPROC = "in-process"
+DUCK = "duckdb"
+PEERS = (PG, PG_PARAM, INPROC, DUCK)
+
+
+# --- what is measured --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Query:
+    key: str
+    label: str
+    sql: str  # str.format template over the drawn parameters
+    iters_per_round: int
+    param_sql: str | None = None  # the same query with psycopg placeholders, for PG_PARAM
+    has_target: bool = True  # False for diagnostics such as the `select 1` floor
+
+    def draw(self, rng: random.Random) -> dict[str, int]:
+        lo = rng.randint(1, TRIPS_ROWS - 5000)
+        return {"id": rng.randint(1, TRIPS_ROWS), "lo": lo, "hi": lo + 5000}
+
+
+QUERIES = (
+    Query(
+        "point",
+        "point lookup",
+        "select * from demo.trips where id = {id}",
+        20,
+        param_sql="select * from demo.trips where id = %s",
+    ),
+    Query(
+        "filter",
+        "selective filter",
+        "select count(*), avg(fare) from demo.trips where id between {lo} and {hi} and passengers = 2",
+        10,
+    ),
+    Query(
+        "groupby",
+        "group-by",
+        "select city, count(*), avg(fare), sum(distance) from demo.trips group by city",
+        3,
+    ),
+    Query(
+        "join",
+        "join",
+        "select c.country, count(*), avg(t.fare) from demo.trips t join demo.cities c on t.city = c.city "
+        "group by c.country",
+        3,
+    ),
+    # Not a target: the per-statement floor (wire, thread hops, freshness check, planning) with
+    # no data to read, so the other rows can be read as floor + work.
+    Query("select1", "select 1 (floor)", "select 1", 20, has_target=False),
+)
+
+
+# --- small helpers -----------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), q in [0, 100]."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def icegres_command() -> list[str]:
+    script = Path(sys.executable).with_name("icegres")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "icegres"]
+
+
+def git_commit() -> str:
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO_DIR,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "uncommitted"
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "icegres", "pyproject.toml"],
+        cwd=REPO_DIR,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return f"{sha}+dirty" if dirty else sha
+
+
+def source_digest() -> str:
+    """sha256 (12 hex) of icegres/**/*.py and pyproject.toml: names the code measured even when
+    it is uncommitted or dirty (other engineers edit the tree while benchmarks run)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted([*(REPO_DIR / "icegres").rglob("*.py"), REPO_DIR / "pyproject.toml"]):
+        if path.is_file():
+            h.update(str(path.relative_to(REPO_DIR)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+def _version(dist: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def machine_facts() -> dict[str, Any]:
+    import psutil
+
+    cpu = platform.processor() or ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": cpu,
+        "logical_cores": os.cpu_count(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "versions": {
+            name: _version(name)
+            for name in (
+                "datafusion",
+                "duckdb",
+                "duckdb-extension-iceberg",
+                "pyarrow",
+                "pyiceberg",
+                "psycopg",
+            )
+        },
+    }
+
+
+class LoadMeter:
+    """CPU-seconds the whole machine spent, and how much of it was not us, over a measured span.
+
+    On a shared machine this is how a reader can tell a clean run from a noisy one.
+    """
+
+    def __init__(self, server_pid: int | None) -> None:
+        import psutil
+
+        self.server_pid = server_pid
+        self.load_start = os.getloadavg()
+        self.t0 = time.perf_counter()
+        self.busy0 = self._busy(psutil.cpu_times())
+        self.ours0 = self._ours()
+
+    @staticmethod
+    def _busy(t: Any) -> float:
+        return (
+            t.user
+            + t.nice
+            + t.system
+            + getattr(t, "irq", 0)
+            + getattr(t, "softirq", 0)
+            + getattr(t, "steal", 0)
+        )
+
+    def _ours(self) -> float:
+        import psutil
+
+        me = psutil.Process().cpu_times()
+        total = me.user + me.system
+        if self.server_pid is not None:
+            with contextlib.suppress(psutil.Error):
+                st = psutil.Process(self.server_pid).cpu_times()
+                total += st.user + st.system
+        return total
+
+    def finish(self) -> dict[str, Any]:
+        import psutil
+
+        wall = time.perf_counter() - self.t0
+        busy = self._busy(psutil.cpu_times()) - self.busy0
+        ours = self._ours() - self.ours0
+        cores = os.cpu_count() or 1
+        return {
+            "wall_s": wall,
+            "machine_cpu_s": busy,
+            "ours_cpu_s": ours,
+            "others_cpu_s": max(busy - ours, 0.0),
+            "others_share_of_machine": max(busy - ours, 0.0) / (wall * cores) if wall else math.nan,
+            "loadavg_start": self.load_start,
+            "loadavg_end": os.getloadavg(),
+        }
+
+
+def wait_for_quiet(max_wait_s: float, share_max: float = 0.15, window_s: float = 3.0) -> float:
+    """Wait (at most `max_wait_s`) until other processes use under `share_max` of the machine over
+    a `window_s` window. Returns the share seen last."""
+    deadline = time.perf_counter() + max_wait_s
+    while True:
+        meter = LoadMeter(None)
+        time.sleep(window_s)
+        share = meter.finish()["others_share_of_machine"]
+        if share < share_max or time.perf_counter() >= deadline:
+            return share
+        print(f"  machine busy: others use {share * 100:.0f}% of it; waiting ...", flush=True)
+
+
+def short_error(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text if len(text) <= 600 else text[:600] + " ..."
+
+
+# --- data --------------------------------------------------------------------------------------
+
+
+def ensure_seeded(data_dir: Path) -> None:
+    """Seed `data_dir` with the demo tables once; later runs reuse it (the marker says it is whole)."""
+    if (data_dir / SEEDED_MARKER).exists() and (data_dir / "catalog.db").exists():
+        return
+    data_dir.mkdir(parents=True, exist_ok=True)
+    print(f"seeding {data_dir} (once; cached for later runs) ...", flush=True)
+    subprocess.run([*icegres_command(), "seed", "--data-dir", str(data_dir)], check=True)
+    (data_dir / SEEDED_MARKER).write_text(f"seeded {dt.datetime.now(dt.UTC).isoformat()}\n")
+
+
+def metadata_locations(data_dir: Path) -> dict[str, str]:
+    """Current metadata file per demo table, read from the SQLite catalog directly.
+
+    Same answer as `Lakehouse.embedded(D).load_table(ns, t).metadata_location`, without importing
+    pyiceberg (and so without needing icegres's engine to import at all).
+    """
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(data_dir / "catalog.db")) as db:
+        rows = db.execute(
+            "select table_name, metadata_location from iceberg_tables where table_namespace = 'demo'"
+        ).fetchall()
+    return {name: loc.removeprefix("file://") for name, loc in rows}
+
+
+# --- the server --------------------------------------------------------------------------------
+
+
+class Server:
+    """One `icegres serve` subprocess: started, timed to readiness, watched for RSS, stopped by PID."""
+
+    def __init__(self, data_dir: Path, log_path: Path) -> None:
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.ready_select1_s = math.nan
+        self.ready_demo_s = math.nan
+        self.rss_peak_sampled = 0
+        self.rss_after_ready = 0
+        self.vm_hwm = 0
+        self._stop_sampling = threading.Event()
+        self._sampler: threading.Thread | None = None
+
+    @property
+    def conninfo(self) -> str:
+        return f"host=127.0.0.1 port={self.port} dbname=icegres user=bench connect_timeout=5"
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("wb")
+        cmd = [
+            *icegres_command(),
+            "serve",
+            "--data-dir",
+            str(self.data_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        self.started_at = time.perf_counter()
+        self.proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        log.close()
+        self._sampler = threading.Thread(target=self._sample_rss, name="rss-sampler", daemon=True)
+        self._sampler.start()
+
+    def _sample_rss(self) -> None:
+        import psutil
+
+        assert self.proc is not None
+        try:
+            p = psutil.Process(self.proc.pid)
+            while not self._stop_sampling.is_set():
+                self.rss_peak_sampled = max(self.rss_peak_sampled, p.memory_info().rss)
+                self.vm_hwm = max(self.vm_hwm, _vm_hwm(self.proc.pid))
+                time.sleep(RSS_SAMPLE_INTERVAL_S)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+
+    def wait_ready(self, first_demo_sql: str) -> None:
+        """Time process start -> first answered `select 1`, then -> first answered demo query."""
+        import psycopg
+
+        assert self.proc is not None
+        deadline = self.started_at + READY_TIMEOUT_S
+        last_error: BaseException | None = None
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"icegres serve exited with code {self.proc.returncode}:\n{self.log_tail()}"
+                )
+            if time.perf_counter() > deadline:
+                raise RuntimeError(
+                    f"icegres serve not ready after {READY_TIMEOUT_S:.0f}s "
+                    f"(last error: {last_error}):\n{self.log_tail()}"
+                )
+            try:
+                with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                    conn.execute("select 1").fetchall()
+                    self.ready_select1_s = time.perf_counter() - self.started_at
+                    conn.execute(first_demo_sql).fetchall()
+                    self.ready_demo_s = time.perf_counter() - self.started_at
+                break
+            except psycopg.OperationalError as exc:
+                last_error = exc
+                time.sleep(POLL_INTERVAL_S)
+        if self.proc.poll() is None:
+            with contextlib.suppress(Exception):
+                import psutil
+
+                self.rss_after_ready = psutil.Process(self.proc.pid).memory_info().rss
+
+    def cpu_seconds(self) -> float:
+        import psutil
+
+        if self.proc is None or self.proc.poll() is not None:
+            return math.nan
+        t = psutil.Process(self.proc.pid).cpu_times()
+        return t.user + t.system
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """SIGTERM our own child by PID; SIGKILL it if it has not gone within the timeout."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.vm_hwm = max(self.vm_hwm, _vm_hwm(self.proc.pid))
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._stop_sampling.set()
+        if self._sampler is not None:
+            self._sampler.join()
+
+    @property
+    def rss_peak(self) -> int:
+        # VmHWM is the kernel's own high-water mark, so it catches spikes between samples.
+        return max(self.rss_peak_sampled, self.vm_hwm)
+
+
+def _vm_hwm(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+# --- peers -------------------------------------------------------------------------------------
+
+
+class Peer:
+    """Runs one query and returns its rows as plain Python values (for the cross-peer check)."""
+
+    name: str
+
+    def run(self, query: Query, params: dict[str, int]) -> list[tuple]:
+        raise NotImplementedError
+
+    def stream(self, binary: bool = False) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class PgwirePeer(Peer):
+    def __init__(self, conn: Any, *, parametrised: bool) -> None:
+        self.conn = conn
+        self.parametrised = parametrised
+        self.name = PG_PARAM if parametrised else PG
+
+    def run(self, query: Query, params: dict[str, int]) -> list[tuple]:
+        if self.parametrised:
+            assert query.param_sql is not None
+            return self.conn.execute(query.param_sql, (params["id"],)).fetchall()
+        return self.conn.execute(query.sql.format(**params)).fetchall()
+
+    def stream(self, binary: bool = False) -> int:
+        with self.conn.cursor(binary=binary) as cur:
+            cur.execute(STREAM_SQL)
+            return len(cur.fetchall())
+
+
+class InProcessPeer(Peer):
+    name = INPROC
+
+    def __init__(self, data_dir: Path) -> None:
+        from icegres.engine.catalog import Lakehouse
+        from icegres.engine.engine import Engine
+
+        self.engine = Engine(Lakehouse.embedded(data_dir))
+        self.engine.refresh()
+        self.ctx = self.engine.new_context("public")
+
+    def run(self, query: Query, params: dict[str, int]) -> list[tuple]:
+        batches = self.ctx.sql(query.sql.format(**params)).collect()
+        return _arrow_rows(batches)
+
+    def stream(self, binary: bool = False) -> int:
+        return sum(b.num_rows for b in self.ctx.sql(STREAM_SQL).collect())
+
+
+class DuckPeer(Peer):
+    name = DUCK
+
+    def __init__(self, locations: dict[str, str]) -> None:
+        import duckdb
+
+        self.con = duckdb.connect()
+        self.con.execute("SET autoinstall_known_extensions=false")
+        self.con.execute("SET autoload_known_extensions=false")
+        for ext in ("avro", "iceberg"):
+            self.con.execute(f"INSTALL '{_duck_extension(ext)}'")
+            self.con.execute(f"LOAD {ext}")
+        self.con.execute("create schema demo")
+        for name, loc in sorted(locations.items()):
+            # A view inlines into the plan, so filters still push into iceberg_scan.
+            self.con.execute(f"create view demo.{name} as select * from iceberg_scan('{loc}')")
+
+    def run(self, query: Query, params: dict[str, int]) -> list[tuple]:
+        # Arrow, not fetchall(): DuckDB's Python rows need pytz for timestamptz, which we don't ship.
+        return _arrow_rows(
+            self.con.execute(query.sql.format(**params)).to_arrow_table().to_batches()
+        )
+
+    def stream(self, binary: bool = False) -> int:
+        return self.con.execute(STREAM_SQL).to_arrow_table().num_rows
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _duck_extension(ext: str) -> str:
+    import duckdb
+
+    module = __import__(f"duckdb_extension_{ext}")
+    base = Path(module.__file__).parent if module.__file__ else Path(next(iter(module.__path__)))
+    path = base / "extensions" / f"v{duckdb.__version__}" / f"{ext}.duckdb_extension"
+    if not path.exists():
+        raise FileNotFoundError(f"no {ext} extension for duckdb {duckdb.__version__} at {path}")
+    return str(path)
+
+
+def _arrow_rows(batches: list[Any]) -> list[tuple]:
+    rows: list[tuple] = []
+    for b in batches:
+        cols = [c.to_pylist() for c in b.columns]
+        rows.extend(zip(*cols, strict=True))
+    return rows
+
+
+def normalise(rows: list[tuple]) -> list[tuple]:
+    """Rows comparable across peers: floats to 9 significant digits, instants as UTC."""
+
+    def norm(v: Any) -> Any:
+        if isinstance(v, float | decimal.Decimal):
+            f = float(v)
+            return float(f"{f:.9g}")
+        if isinstance(v, dt.datetime) and v.tzinfo is not None:
+            return v.astimezone(dt.UTC).replace(tzinfo=None)
+        return v
+
+    return sorted((tuple(norm(v) for v in r) for r in rows), key=repr)
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Results:
+    samples: dict[str, dict[str, list[tuple[int, float]]]] = field(
+        default_factory=dict
+    )  # peer -> query -> (round, s)
+    errors: dict[str, str] = field(default_factory=dict)  # "peer/query" -> first error
+    mismatches: list[str] = field(default_factory=list)
+    stream: dict[str, list[float]] = field(default_factory=dict)  # label -> rows/s per attempt
+    stream_cpu: dict[str, list[tuple[float, float]]] = field(
+        default_factory=dict
+    )  # label -> (server, client) s
+
+    def add(self, peer: str, query: str, rnd: int, seconds: float) -> None:
+        self.samples.setdefault(peer, {}).setdefault(query, []).append((rnd, seconds))
+
+
+def time_call(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter_ns()
+    out = fn()
+    return (time.perf_counter_ns() - t0) / 1e9, out
+
+
+def rotations(peers: list[Peer], i: int) -> Iterator[Peer]:
+    k = i % len(peers) if peers else 0
+    yield from peers[k:] + peers[:k]
+
+
+def peers_for(query: Query, peers: list[Peer]) -> list[Peer]:
+    return [p for p in peers if p.name != PG_PARAM or query.param_sql is not None]
+
+
+def run_queries(peers: list[Peer], rounds: int, warmup: int, res: Results) -> None:
+    rng = random.Random(SEED)
+    broken: set[tuple[str, str]] = set()
+
+    def attempt(
+        peer: Peer, query: Query, params: dict[str, int]
+    ) -> tuple[float, list[tuple]] | None:
+        if (peer.name, query.key) in broken:
+            return None
+        try:
+            return time_call(lambda: peer.run(query, params))
+        except Exception as exc:
+            broken.add((peer.name, query.key))
+            # psycopg in autocommit mode recovers from a failed statement by itself; a dead
+            # connection makes every later attempt fail, and each is recorded once.
+            res.errors[f"{peer.name}/{query.key}"] = (
+                f"{query.sql.format(**params)!r}: {short_error(exc)}"
+            )
+            return None
+
+    for w in range(warmup):
+        for query in QUERIES:
+            params = query.draw(random.Random(SEED - 1 - w))
+            answers: dict[str, list[tuple]] = {}
+            for peer in peers_for(query, peers):
+                got = attempt(peer, query, params)
+                if got is not None:
+                    answers[peer.name] = normalise(got[1])
+            if w == 0 and answers:
+                ref_name = DUCK if DUCK in answers else next(iter(answers))
+                for name, rows in answers.items():
+                    if rows != answers[ref_name]:
+                        res.mismatches.append(
+                            f"{query.key}: {name} answered {rows[:3]!r}{' ...' if len(rows) > 3 else ''} "
+                            f"but {ref_name} answered {answers[ref_name][:3]!r} ({len(rows)} vs "
+                            f"{len(answers[ref_name])} rows)"
+                        )
+    for rnd in range(rounds):
+        for query in QUERIES:
+            qpeers = peers_for(query, peers)
+            for i in range(query.iters_per_round):
+                params = query.draw(rng)
+                for peer in rotations(qpeers, rnd * query.iters_per_round + i):
+                    got = attempt(peer, query, params)
+                    if got is not None:
+                        res.add(peer.name, query.key, rnd, got[0])
+        shown = PG if PG in res.samples else next(iter(res.samples), None)
+        done = "  ".join(
+            f"{q.key} {median([s for r, s in res.samples.get(shown, {}).get(q.key, []) if r == rnd]) * 1e3:.1f}ms"
+            for q in QUERIES
+        )
+        print(f"  round {rnd + 1}/{rounds}  ({shown} p50: {done})", flush=True)
+
+
+def run_streams(
+    stream_peers: list[tuple[str, Peer, bool]], attempts: int, res: Results, server_pid: int | None
+) -> None:
+    import psutil
+
+    server = psutil.Process(server_pid) if server_pid is not None else None
+    me = psutil.Process()
+
+    def cpu(p: Any) -> float:
+        if p is None:
+            return math.nan
+        t = p.cpu_times()
+        return t.user + t.system
+
+    broken: set[str] = set()
+    for a in range(attempts):
+        k = a % len(stream_peers) if stream_peers else 0
+        for label, peer, binary in stream_peers[k:] + stream_peers[:k]:
+            if label in broken:
+                continue
+            gc.collect()
+            server_cpu0, client_cpu0 = cpu(server), cpu(me)
+            try:
+                seconds, rows = time_call(lambda p=peer, b=binary: p.stream(b))
+            except Exception as exc:
+                broken.add(label)
+                res.errors[f"{label}/stream"] = f"{STREAM_SQL!r}: {short_error(exc)}"
+                continue
+            if rows != TRIPS_ROWS:
+                res.mismatches.append(
+                    f"stream: {label} returned {rows} rows, expected {TRIPS_ROWS}"
+                )
+            res.stream.setdefault(label, []).append(rows / seconds)
+            res.stream_cpu.setdefault(label, []).append(
+                (cpu(server) - server_cpu0, cpu(me) - client_cpu0)
+            )
+        print(f"  stream attempt {a + 1}/{attempts}", flush=True)
+
+
+# --- summary -----------------------------------------------------------------------------------
+
+
+def summarise(res: Results) -> dict[str, Any]:
+    out: dict[str, Any] = {"queries": {}, "stream": {}}
+    for q in QUERIES:
+        entry: dict[str, Any] = {"label": q.label, "sql": q.sql, "peers": {}}
+        for peer in PEERS:
+            samples = [s for _, s in res.samples.get(peer, {}).get(q.key, [])]
+            if samples:
+                entry["peers"][peer] = {
+                    "p50_ms": percentile(samples, 50) * 1e3,
+                    "p95_ms": percentile(samples, 95) * 1e3,
+                    "min_ms": min(samples) * 1e3,
+                    "n": len(samples),
+                }
+        entry["pgwire_over_duckdb"] = _round_ratio(res, PG, DUCK, q.key)
+        entry["pgwire_over_inprocess"] = _round_ratio(res, PG, INPROC, q.key)
+        entry["pgwire_minus_inprocess_ms"] = _round_diff_ms(res, PG, INPROC, q.key)
+        if q.param_sql:
+            entry["pgwire_param_over_duckdb"] = _round_ratio(res, PG_PARAM, DUCK, q.key)
+            entry["pgwire_param_minus_inprocess_ms"] = _round_diff_ms(res, PG_PARAM, INPROC, q.key)
+        out["queries"][q.key] = entry
+    for label, rates in res.stream.items():
+        out["stream"][label] = {
+            "rows_per_s_median": median(rates),
+            "rows_per_s_best": max(rates),
+            "n": len(rates),
+            # Only meaningful for the wire peers: which side of the socket is the bottleneck.
+            "server_cpu_s_median": median([c[0] for c in res.stream_cpu.get(label, [])]),
+            "client_cpu_s_median": median([c[1] for c in res.stream_cpu.get(label, [])]),
+        }
+    return out
+
+
+def _per_round(res: Results, peer: str, query: str) -> dict[int, float]:
+    by_round: dict[int, list[float]] = {}
+    for rnd, s in res.samples.get(peer, {}).get(query, []):
+        by_round.setdefault(rnd, []).append(s)
+    return {rnd: median(v) for rnd, v in by_round.items()}
+
+
+def _round_ratio(res: Results, a: str, b: str, query: str) -> float | None:
+    ra, rb = _per_round(res, a, query), _per_round(res, b, query)
+    ratios = [ra[r] / rb[r] for r in ra if r in rb and rb[r] > 0]
+    return median(ratios) if ratios else None
+
+
+def _round_diff_ms(res: Results, a: str, b: str, query: str) -> float | None:
+    ra, rb = _per_round(res, a, query), _per_round(res, b, query)
+    diffs = [(ra[r] - rb[r]) * 1e3 for r in ra if r in rb]
+    return median(diffs) if diffs else None
+
+
+@dataclass(frozen=True)
+class Target:
+    what: str
+    goal: str
+    measured: str
+    verdict: str  # "pass" | "miss" | "n/a"
+
+
+def _verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("pass" if ok else "miss")
+
+
+def targets(summary: dict[str, Any], startup: dict[str, Any]) -> list[Target]:
+    qs = summary["queries"]
+    out: list[Target] = []
+
+    def p50(query: str, peer: str) -> float | None:
+        return qs[query]["peers"].get(peer, {}).get("p50_ms")
+
+    pg, pp, duck = p50("point", PG), p50("point", PG_PARAM), p50("point", DUCK)
+    for label, v in (("simple", pg), ("%s", pp)):
+        out.append(
+            Target(
+                f"point lookup p50, pgwire ({label}) vs DuckDB",
+                "<= DuckDB p50",
+                _fmt_pair(v, duck),
+                _verdict(None if v is None or duck is None else v <= duck),
+            )
+        )
+    best = min((v for v in (pg, pp) if v is not None), default=None)
+    out.append(
+        Target(
+            "point lookup p50 over pgwire (stretch)",
+            "< 5 ms",
+            _fmt_ms(best),
+            _verdict(None if best is None else best < 5),
+        )
+    )
+    for key in ("groupby", "join"):
+        r = qs[key]["pgwire_over_duckdb"]
+        out.append(
+            Target(
+                f"{qs[key]['label']}: pgwire / DuckDB",
+                "<= 1.2x",
+                _fmt_x(r),
+                _verdict(None if r is None else r <= 1.2),
+            )
+        )
+    for q in (q for q in QUERIES if q.has_target):
+        d = qs[q.key]["pgwire_minus_inprocess_ms"]
+        out.append(
+            Target(
+                f"pgwire overhead over in-process, {q.label}",
+                "<= 2 ms",
+                "n/a" if d is None else f"{d:+.2f} ms",
+                _verdict(None if d is None else d <= 2),
+            )
+        )
+    for label in ("psycopg text", "psycopg binary"):
+        s = summary["stream"].get(label)
+        v = None if s is None else s["rows_per_s_median"]
+        out.append(
+            Target(
+                f"1M-row SELECT to {label}",
+                ">= 500k rows/s",
+                "n/a" if v is None else f"{v / 1e3:,.0f}k rows/s",
+                _verdict(None if v is None else v >= 500_000),
+            )
+        )
+    for key, label in (("select1_s", "`select 1`"), ("demo_s", "demo query")):
+        v = startup.get(key)
+        out.append(
+            Target(
+                f"process start to first answered {label}",
+                "< 2 s",
+                "n/a" if v is None else f"{v:.2f} s",
+                _verdict(None if v is None else v < 2),
+            )
+        )
+    return out
+
+
+def _fmt_ms(v: float | None) -> str:
+    return "n/a" if v is None or math.isnan(v) else f"{v:.2f} ms"
+
+
+def _fmt_x(v: float | None) -> str:
+    return "n/a" if v is None or math.isnan(v) else f"{v:.2f}x"
+
+
+def _fmt_pair(a: float | None, b: float | None) -> str:
+    return f"{_fmt_ms(a)} vs {_fmt_ms(b)}"
+
+
+# --- output ------------------------------------------------------------------------------------
+
+
+def latency_table(summary: dict[str, Any]) -> list[str]:
+    lines = [
+        "| query | peer | p50 ms | p95 ms | n | pgwire / DuckDB | pgwire / in-process | pgwire - in-process |",
+        "|---|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for q in QUERIES:
+        e = summary["queries"][q.key]
+        first = True
+        for peer in PEERS:
+            if peer == PG_PARAM and q.param_sql is None:
+                continue
+            st = e["peers"].get(peer)
+            if st is None:
+                lines.append(f"| {q.label if first else ''} | {peer} | - | - | 0 | | | |")
+                first = False
+                continue
+            ratio_cells = ["", "", ""]
+            if peer == PG:
+                ratio_cells = [
+                    _fmt_x(e["pgwire_over_duckdb"]),
+                    _fmt_x(e["pgwire_over_inprocess"]),
+                    _fmt_signed_ms(e["pgwire_minus_inprocess_ms"]),
+                ]
+            elif peer == PG_PARAM:
+                ratio_cells = [
+                    _fmt_x(e.get("pgwire_param_over_duckdb")),
+                    "",
+                    _fmt_signed_ms(e.get("pgwire_param_minus_inprocess_ms")),
+                ]
+            lines.append(
+                f"| {q.label if first else ''} | {peer} | {st['p50_ms']:.2f} | {st['p95_ms']:.2f} | {st['n']} | "
+                + " | ".join(ratio_cells)
+                + " |"
+            )
+            first = False
+    return lines
+
+
+def _fmt_signed_ms(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:+.2f} ms"
+
+
+def stream_table(summary: dict[str, Any]) -> list[str]:
+    lines = [
+        "| `select * from demo.trips` (1M rows) to | rows/s (median) | rows/s (best) | seconds (median) "
+        "| server CPU s | client CPU s | n |",
+        "|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    for label, s in summary["stream"].items():
+        wire = label.startswith("psycopg")
+        srv = f"{s['server_cpu_s_median']:.2f}" if wire else "-"
+        cli = f"{s['client_cpu_s_median']:.2f}" if wire else "-"
+        lines.append(
+            f"| {label} | {s['rows_per_s_median'] / 1e3:,.0f}k | {s['rows_per_s_best'] / 1e3:,.0f}k | "
+            f"{TRIPS_ROWS / s['rows_per_s_median']:.2f} | {srv} | {cli} | {s['n']} |"
+        )
+    return lines
+
+
+def startup_table(startup: dict[str, Any]) -> list[str]:
+    if not startup.get("attempts"):
+        return ["(the server did not start; see errors)"]
+    lines = [
+        "| cold start | to first `select 1` | to first demo query | RSS when ready |",
+        "|---|--:|--:|--:|",
+    ]
+    for i, a in enumerate(startup["attempts"], 1):
+        lines.append(
+            f"| {i} | {a['select1_s']:.2f} s | {a['demo_s']:.2f} s | {a['rss_ready_mb']:.0f} MB |"
+        )
+    lines.append(
+        f"| **median** | **{startup['select1_s']:.2f} s** | **{startup['demo_s']:.2f} s** | |"
+    )
+    return lines
+
+
+def targets_table(tgts: list[Target]) -> list[str]:
+    lines = ["| target | goal | measured | verdict |", "|---|---|---|---|"]
+    for t in tgts:
+        mark = {"pass": "pass", "miss": "**miss**", "n/a": "n/a"}[t.verdict]
+        lines.append(f"| {t.what} | {t.goal} | {t.measured} | {mark} |")
+    return lines
+
+
+def _load_line(load: dict[str, Any]) -> str:
+    if not load:
+        return "- **Machine load:** not measured"
+    return (
+        f"- **Machine load during the measured span ({load['wall_s']:.0f} s):** other processes used "
+        f"{load['others_cpu_s']:.0f} CPU-s = {load['others_share_of_machine'] * 100:.0f}% of the machine; "
+        f"load average {load['loadavg_start'][0]:.1f} -> {load['loadavg_end'][0]:.1f}. "
+        "Above ~10% treat absolute figures as noisy; the interleaved ratios hold up better."
+    )
+
+
+def scorecard_section(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    v = m["versions"]
+    srv = report["server"]
+    lines = [
+        MARK_START,
+        "## pgwire_read: icegres over the Postgres wire vs. its engine in-process vs. DuckDB",
+        "",
+        f"- **Command:** `{report['command']}`",
+        f"- **Date:** {report['date']}  **Commit:** {report['commit']} "
+        f"(icegres source sha256 `{report['source_sha256']}`)",
+        f"- **Machine:** {m['cpu']}, {m['logical_cores']} logical / {m['physical_cores']} physical cores, "
+        f"{m['ram_gb']} GB RAM, {m['os']}; Python {m['python']}; datafusion {v['datafusion']}, "
+        f"duckdb {v['duckdb']} (iceberg ext {v['duckdb-extension-iceberg']}), pyarrow {v['pyarrow']}, "
+        f"pyiceberg {v['pyiceberg']}, psycopg {v['psycopg']}",
+        f"- **Peers, same run, interleaved per iteration:** {', '.join(report['peers'])}. "
+        f"Data: `icegres seed` demo.trips (1M rows, 4 files, 64k-row groups) + demo.cities (20 rows).",
+        f"- **Rounds:** {report['rounds']} (+{report['warmup']} warm-up); per round "
+        + ", ".join(f"{q.key} x{q.iters_per_round}" for q in QUERIES)
+        + ". Ratios are medians of per-round ratios of per-round medians.",
+        f"- **Raw data:** `{report['results_file']}`",
+        _load_line(report["load"]),
+        "",
+        "### Targets",
+        "",
+        *targets_table([Target(**t) for t in report["targets"]]),
+        "",
+        "### Latency",
+        "",
+        *latency_table(report["summary"]),
+        "",
+        "### Streaming",
+        "",
+        *stream_table(report["summary"]),
+        "",
+        "### Server start and memory",
+        "",
+        *startup_table(report["startup"]),
+        "",
+        f"Server peak RSS over the measured run: **{srv['rss_peak_mb']:.0f} MB** "
+        f"(kernel VmHWM {srv['vm_hwm_mb']:.0f} MB, sampled {srv['rss_peak_sampled_mb']:.0f} MB); "
+        f"server CPU time {srv['cpu_s']:.1f} s.",
+        "",
+    ]
+    if report["errors"] or report["mismatches"]:
+        lines += ["### Errors and mismatches", ""]
+        lines += [f"- `{k}`: {v}" for k, v in report["errors"].items()]
+        lines += [f"- mismatch: {x}" for x in report["mismatches"]]
+        lines.append("")
+    if report.get("plot"):
+        lines += [f"![pgwire_read]({Path(report['plot']).relative_to(BENCH_DIR)})", ""]
+    lines.append(MARK_END)
+    return "\n".join(lines)
+
+
+SCORECARD_HEADER = """# icegres scorecard
+
+Measured numbers for icegres, each beside the peer it was measured against **in the same run**.
+Every figure carries the command that produced it, the date, the commit (`git rev-parse --short
+HEAD`, or "uncommitted"; `+dirty` when icegres/ had local changes), and the machine it ran on
+(cores, RAM, Python and the versions of datafusion, duckdb and pyarrow). Sections between
+`<!-- name:start -->` / `<!-- name:end -->` markers are rewritten by the harness that owns them
+(`bench/<name>.py`); raw samples are in `bench/results/`. How to run and read them: bench/README.md.
+
+"""
+
+
+def write_scorecard(section: str) -> None:
+    text = SCORECARD.read_text() if SCORECARD.exists() else SCORECARD_HEADER
+    if MARK_START in text and MARK_END in text:
+        head, rest = text.split(MARK_START, 1)
+        _, tail = rest.split(MARK_END, 1)
+        text = head + section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    SCORECARD.write_text(text)
+
+
+def write_plot(summary: dict[str, Any], path: Path) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    colors = {PG: "#1f77b4", PG_PARAM: "#6baed6", INPROC: "#2ca02c", DUCK: "#ff7f0e"}
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 1.4]})
+    width = 0.2
+    for j, peer in enumerate(PEERS):
+        xs, p50s, errs = [], [], []
+        for i, q in enumerate(QUERIES):
+            st = summary["queries"][q.key]["peers"].get(peer)
+            if st is None:
+                continue
+            xs.append(i + (j - 1.5) * width)
+            p50s.append(st["p50_ms"])
+            errs.append(st["p95_ms"] - st["p50_ms"])
+        if xs:
+            ax.bar(
+                xs,
+                p50s,
+                width,
+                yerr=[[0] * len(errs), errs],
+                label=peer,
+                color=colors[peer],
+                capsize=2,
+            )
+    ax.set_xticks(range(len(QUERIES)), [q.label for q in QUERIES])
+    ax.set_yscale("log")
+    ax.set_ylabel("latency ms (bar p50, whisker p95; log scale)")
+    ax.set_title("same SQL, same Iceberg tables, same run")
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3, which="both")
+    labels = list(summary["stream"])
+    ax2.barh(
+        labels, [summary["stream"][k]["rows_per_s_median"] / 1e3 for k in labels], color="#7f7f7f"
+    )
+    ax2.axvline(500, color="red", linestyle="--", linewidth=1, label="target 500k")
+    ax2.set_xscale("log")
+    ax2.set_xlabel("k rows/s, select * from demo.trips (1M rows)")
+    ax2.legend(loc="lower right")
+    ax2.grid(axis="x", alpha=0.3, which="both")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
+def _json_safe(v: Any) -> Any:
+    """NaN is not JSON: write null instead."""
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_json_safe(x) for x in v]
+    return v
+
+
+def print_report(report: dict[str, Any]) -> None:
+    print()
+    for line in (
+        latency_table(report["summary"])
+        + [""]
+        + stream_table(report["summary"])
+        + [""]
+        + startup_table(report["startup"])
+        + [""]
+        + targets_table([Target(**t) for t in report["targets"]])
+    ):
+        print(line)
+    srv = report["server"]
+    print(f"\nserver peak RSS {srv['rss_peak_mb']:.0f} MB; server CPU {srv['cpu_s']:.1f} s")
+    print(_load_line(report["load"]).removeprefix("- ").replace("**", ""))
+    for k, v in report["errors"].items():
+        print(f"ERROR {k}: {v}")
+    for x in report["mismatches"]:
+        print(f"MISMATCH {x}")
+
+
+# --- main --------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.pgwire_read", description=__doc__.split("\n\n")[0]
+    )
+    ap.add_argument("--rounds", type=int, default=15, help="measured rounds (default 15)")
+    ap.add_argument("--warmup", type=int, default=2, help="unmeasured warm-up rounds (default 2)")
+    ap.add_argument("--starts", type=int, default=3, help="cold server starts to time (default 3)")
+    ap.add_argument(
+        "--stream-attempts", type=int, default=3, help="1M-row SELECTs per client (default 3)"
+    )
+    ap.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DEFAULT_DATA_DIR,
+        help="seeded lakehouse to read (created and seeded if missing; default bench/.data/seed-1m)",
+    )
+    ap.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=0,
+        metavar="S",
+        help="first wait up to S seconds for other processes to use < 15%% of the machine (default 0)",
+    )
+    ap.add_argument(
+        "--no-write", action="store_true", help="print only; leave results/scorecard/plot alone"
+    )
+    args = ap.parse_args(argv)
+    command = "python -m bench.pgwire_read " + " ".join(sys.argv[1:] if argv is None else argv)
+
+    data_dir = args.data_dir.resolve()
+    ensure_seeded(data_dir)
+    locations = metadata_locations(data_dir)
+    res = Results()
+    log_dir = BENCH_DIR / ".data" / "logs"
+
+    if args.quiet_wait > 0:
+        share = wait_for_quiet(args.quiet_wait)
+        print(f"other processes use {share * 100:.0f}% of the machine; starting", flush=True)
+    # 1. Cold starts, on a quiet machine: nothing heavy is imported in this process yet.
+    first_demo = QUERIES[0].sql.format(id=1)
+    attempts: list[dict[str, float]] = []
+    server: Server | None = None
+    for i in range(max(args.starts, 1)):
+        s = Server(data_dir, log_dir / f"serve-{i}.log")
+        s.start()
+        try:
+            s.wait_ready(first_demo)
+        except Exception as exc:
+            res.errors[f"{PG}/start"] = f"icegres serve (start {i + 1}): {short_error(exc)}"
+            s.stop()
+            break
+        attempts.append(
+            {
+                "select1_s": s.ready_select1_s,
+                "demo_s": s.ready_demo_s,
+                "rss_ready_mb": s.rss_after_ready / 2**20,
+            }
+        )
+        print(
+            f"cold start {i + 1}: select 1 after {s.ready_select1_s:.2f}s, demo query after {s.ready_demo_s:.2f}s",
+            flush=True,
+        )
+        if i < args.starts - 1:
+            s.stop()
+        else:
+            server = s
+    startup: dict[str, Any] = {"attempts": attempts}
+    if attempts:
+        startup["select1_s"] = median([a["select1_s"] for a in attempts])
+        startup["demo_s"] = median([a["demo_s"] for a in attempts])
+
+    peers: list[Peer] = []
+    stream_peers: list[tuple[str, Peer, bool]] = []
+    conn = None
+    cpu_s = math.nan
+    load: dict[str, Any] = {}
+    try:
+        if server is not None:
+            import psycopg
+
+            conn = psycopg.connect(server.conninfo, autocommit=True)
+            pg, pgp = PgwirePeer(conn, parametrised=False), PgwirePeer(conn, parametrised=True)
+            peers += [pg, pgp]
+            stream_peers += [("psycopg text", pg, False), ("psycopg binary", pg, True)]
+        try:
+            inproc = InProcessPeer(data_dir)
+            peers.append(inproc)
+            stream_peers.append(("in-process (Arrow)", inproc, False))
+        except Exception as exc:
+            res.errors[f"{INPROC}/start"] = (
+                f"Engine(Lakehouse.embedded(D)).refresh(): {short_error(exc)}"
+            )
+        try:
+            duck = DuckPeer(locations)
+            peers.append(duck)
+            stream_peers.append(("duckdb (Arrow)", duck, False))
+        except Exception as exc:
+            res.errors[f"{DUCK}/start"] = short_error(exc)
+
+        print(f"peers: {', '.join(p.name for p in peers)}; {args.rounds} rounds", flush=True)
+        server_pid = server.proc.pid if server is not None and server.proc is not None else None
+        meter = LoadMeter(server_pid)
+        run_queries(peers, args.rounds, args.warmup, res)
+        run_streams(stream_peers, args.stream_attempts, res, server_pid)
+        load = meter.finish()
+        cpu_s = server.cpu_seconds() if server is not None else math.nan
+    finally:
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+        if server is not None:
+            server.stop()
+        for p in peers:
+            with contextlib.suppress(Exception):
+                p.close()
+
+    summary = summarise(res)
+    today = dt.date.today().isoformat()
+    results_file = RESULTS_DIR / f"{today}-pgwire_read.json"
+    report: dict[str, Any] = {
+        "benchmark": "pgwire_read",
+        "command": command,
+        "date": today,
+        "commit": git_commit(),
+        "source_sha256": source_digest(),
+        "load": load,
+        "machine": machine_facts(),
+        "peers": [p.name for p in peers],
+        "rounds": args.rounds,
+        "warmup": args.warmup,
+        "data_dir": str(data_dir),
+        "metadata_locations": locations,
+        "results_file": str(results_file.relative_to(REPO_DIR)),
+        "summary": summary,
+        "startup": startup,
+        "server": {
+            "rss_peak_mb": (server.rss_peak if server else 0) / 2**20,
+            "vm_hwm_mb": (server.vm_hwm if server else 0) / 2**20,
+            "rss_peak_sampled_mb": (server.rss_peak_sampled if server else 0) / 2**20,
+            "cpu_s": cpu_s,
+        },
+        "errors": res.errors,
+        "mismatches": res.mismatches,
+        "samples_ms": {
+            peer: {q: [[r, round(s * 1e3, 4)] for r, s in v] for q, v in by_q.items()}
+            for peer, by_q in res.samples.items()
+        },
+        "stream_rows_per_s": res.stream,
+    }
+    report["targets"] = [t.__dict__ for t in targets(summary, startup)]
+    if not args.no_write:
+        report["plot"] = write_plot(summary, PLOTS_DIR / "pgwire_read.png")
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = results_file.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(_json_safe(report), indent=1, default=str) + "\n")
+        shutil.move(tmp, results_file)
+        write_scorecard(scorecard_section(report))
+    print_report(report)
+    if not args.no_write:
+        print(
+            f"\nwrote {results_file.relative_to(REPO_DIR)}, bench/SCORECARD.md"
+            + (", bench/plots/pgwire_read.png" if report.get("plot") else "")
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
