@@ -44,10 +44,12 @@ class Listing:
 class Lakehouse:
     """One catalog object per process (creating one costs a config fetch on REST catalogs)."""
 
-    def __init__(self, catalog: Catalog, description: str) -> None:
+    def __init__(self, catalog: Catalog, description: str, sqlite_path: Path | None = None) -> None:
         self.catalog = catalog
         self.description = description
         self._lock = threading.Lock()
+        self._sqlite_path = sqlite_path
+        self._watch: Any = None  # sqlite3 connection used only to read PRAGMA data_version
 
     @classmethod
     def embedded(cls, data_dir: Path) -> Lakehouse:
@@ -61,7 +63,23 @@ class Lakehouse:
             uri=f"sqlite:///{data_dir / 'catalog.db'}",
             warehouse=warehouse.as_uri(),
         )
-        return cls(catalog, f"sqlite catalog at {data_dir / 'catalog.db'}")
+        return cls(catalog, f"sqlite catalog at {data_dir / 'catalog.db'}", data_dir / "catalog.db")
+
+    def change_token(self) -> int | None:
+        """A value that changes whenever any connection commits to the catalog; None if unknown.
+
+        SQLite's `PRAGMA data_version` (~10 us) changes whenever another connection — in this
+        process or any other — commits. It lets a statement skip the listing query when nothing
+        changed, without giving up exact freshness. The watching connection never writes.
+        """
+        if self._sqlite_path is None:
+            return None
+        import sqlite3
+
+        with self._lock:
+            if self._watch is None:
+                self._watch = sqlite3.connect(self._sqlite_path, check_same_thread=False)
+            return int(self._watch.execute("PRAGMA data_version").fetchone()[0])
 
     def listing(self) -> Listing:
         """The cheap per-statement freshness check: one query for every table's metadata location.

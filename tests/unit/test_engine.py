@@ -1,0 +1,74 @@
+"""Engine freshness and mounting, in process (no wire)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from icegres.engine import engine as engine_mod
+from icegres.engine.catalog import Lakehouse
+from icegres.engine.engine import Engine, SessionEnv
+from icegres.protocol.pgwire.errors import PgError
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def lake(tmp_path):
+    lh = Lakehouse.embedded(tmp_path)
+    lh.create_namespace_if_missing("demo")
+    for name in ("good", "bad"):
+        t = lh.catalog.create_table(("demo", name), schema=pa.schema([pa.field("id", pa.int64())]))
+        t.append(pa.table({"id": [1, 2, 3]}))
+    return lh
+
+
+def session(engine: Engine):
+    return engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+
+
+def test_unreadable_table_is_refused_without_breaking_the_others(lake, monkeypatch):
+    real_plan_read = engine_mod.plan_read
+
+    def plan_read(table, footers):
+        if table.name()[-1] == "bad":
+            raise PgError("0A000", "table demo.bad has merge-on-read delete files, which icegres cannot read yet")
+        return real_plan_read(table, footers)
+
+    monkeypatch.setattr(engine_mod, "plan_read", plan_read)
+    engine = Engine(lake)
+    engine.refresh()
+    q = session(engine)
+    assert q.plan("select count(*) as n from demo.good").to_pydict() == {"n": [3]}
+    with pytest.raises(PgError) as exc:
+        q.plan("select * from demo.bad")
+    assert exc.value.sqlstate == "0A000" and "delete files" in exc.value.message
+    with pytest.raises(PgError) as exc:
+        q.plan("select * from bad")  # through search_path too
+    assert exc.value.sqlstate == "0A000"
+
+
+def test_refresh_skips_listing_when_catalog_unchanged(lake, monkeypatch):
+    engine = Engine(lake)
+    engine.refresh()
+    calls = []
+    real_listing = lake.listing
+    monkeypatch.setattr(lake, "listing", lambda: calls.append(1) or real_listing())
+    engine.refresh()
+    engine.refresh()
+    assert calls == []  # PRAGMA data_version unchanged: no listing query
+    lake.load_table("demo", "good").append(pa.table({"id": [4]}))
+    engine.refresh()
+    assert calls == [1]
+    assert session(engine).plan("select count(*) as n from demo.good").to_pydict() == {"n": [4]}
+
+
+def test_unchanged_table_is_not_replanned(lake, monkeypatch):
+    engine = Engine(lake)
+    engine.refresh()
+    planned = []
+    real_plan_read = engine_mod.plan_read
+    monkeypatch.setattr(engine_mod, "plan_read", lambda t, f: planned.append(t.name()[-1]) or real_plan_read(t, f))
+    lake.load_table("demo", "good").append(pa.table({"id": [4]}))
+    engine.refresh()
+    assert planned == ["good"]  # "bad" kept its planned scan: its metadata location is unchanged
