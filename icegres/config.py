@@ -1,13 +1,65 @@
-"""One typed settings object: flags > environment (ICEGRES_*) > defaults."""
+"""One typed settings object: flags > environment (ICEGRES_*) > TOML config file > defaults.
+
+Every option is declared once in OPTIONS; the command line flags, the environment twins, the config
+file keys and docs/configuration.md (checked by a unit test) all come from that table.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
+import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 DEFAULT_PORT = 5439
 DEFAULT_DATABASE = "icegres"
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str  # config-file key and attribute name; flag is --key-with-dashes, env ICEGRES_KEY
+    default: Any
+    help: str
+    kind: type = str
+    secret: bool = False  # never printed, logged or echoed in errors
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.key.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return "ICEGRES_" + self.key.upper()
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("data_dir", ".icegres", "embedded lakehouse directory: SQLite catalog + warehouse; also the local cache directory"),
+    Option("host", "127.0.0.1", "listen address; a non-loopback address requires passwords"),
+    Option("port", DEFAULT_PORT, "Postgres wire listen port", int),
+    Option("database", DEFAULT_DATABASE, "the database name clients connect to"),
+    Option("password_file", None, "file of user:password lines; with it (or ICEGRES_USERS) clients must log in"),
+    Option("users", None, "user:password[,user:password]; switches to password authentication", secret=True),
+    Option("query_threads", 4, "worker threads running DataFusion and catalog calls", int),
+    Option("log_level", "INFO", "Python logging level"),
+    Option("catalog_uri", None, "catalog: unset = embedded SQLite; http(s)://… = Iceberg REST catalog; postgresql://… = SQL catalog on PostgreSQL", secret=True),
+    Option("warehouse", None, "warehouse location or name the catalog expects (REST: e.g. s3://bucket; SQL: file:// or s3:// root)"),
+    Option("catalog_name", "icegres", "catalog name (the SQL catalog's catalog_name column; REST: a label)"),
+    Option("catalog_token", None, "REST: a pre-minted bearer token", secret=True),
+    Option("catalog_credential", None, "REST: OAuth2 client credentials id:secret", secret=True),
+    Option("catalog_oauth2_uri", None, "REST: OAuth2 token endpoint (default: the catalog's /v1/oauth/tokens)"),
+    Option("catalog_scope", None, "REST: OAuth2 scope"),
+    Option("catalog_sigv4", None, "REST: sign catalog calls with AWS SigV4 as signing-name:region (e.g. s3tables:us-east-1, glue:eu-west-1)"),
+    Option("catalog_timeout_s", 10.0, "timeout of one catalog call, seconds", float),
+    Option("s3_endpoint", None, "S3-compatible endpoint URL (e.g. http://127.0.0.1:8333)"),
+    Option("s3_access_key", None, "S3 access key id", secret=True),
+    Option("s3_secret_key", None, "S3 secret access key", secret=True),
+    Option("s3_region", None, "S3 region"),
+    Option("s3_path_style", False, "use path-style S3 addressing (MinIO, SeaweedFS)", bool),
+)
+OPTIONS_BY_KEY = {o.key: o for o in OPTIONS}
 
 
 @dataclass(frozen=True)
@@ -17,8 +69,23 @@ class Settings:
     port: int = DEFAULT_PORT
     database: str = DEFAULT_DATABASE
     # user -> password; empty means trust (only allowed on loopback, see server.py).
-    users: dict[str, str] = field(default_factory=dict)
+    users: dict[str, str] = field(default_factory=dict, repr=False)
     query_threads: int = 4
+    log_level: str = "INFO"
+    catalog_uri: str | None = field(default=None, repr=False)
+    warehouse: str | None = None
+    catalog_name: str = "icegres"
+    catalog_token: str | None = field(default=None, repr=False)
+    catalog_credential: str | None = field(default=None, repr=False)
+    catalog_oauth2_uri: str | None = None
+    catalog_scope: str | None = None
+    catalog_sigv4: str | None = None
+    catalog_timeout_s: float = 10.0
+    s3_endpoint: str | None = None
+    s3_access_key: str | None = field(default=None, repr=False)
+    s3_secret_key: str | None = field(default=None, repr=False)
+    s3_region: str | None = None
+    s3_path_style: bool = False
 
     @property
     def warehouse_dir(self) -> Path:
@@ -27,6 +94,72 @@ class Settings:
     @property
     def catalog_db(self) -> Path:
         return self.data_dir / "catalog.db"
+
+    def redacted(self) -> dict[str, Any]:
+        """The settings as they may be logged: secrets replaced, URIs stripped of credentials."""
+        out: dict[str, Any] = {}
+        for option in OPTIONS:
+            if option.key in ("users", "password_file"):
+                continue
+            value = getattr(self, option.key)
+            if value is not None and option.secret:
+                value = redact_uri(value) if option.key == "catalog_uri" else "***"
+            out[option.key] = value
+        return out
+
+
+def redact_uri(uri: str) -> str:
+    """postgresql://user:secret@host/db -> postgresql://user:***@host/db."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep or "@" not in rest:
+        return uri
+    auth, _, host = rest.rpartition("@")
+    user = auth.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in auth else uri
+
+
+def add_arguments(parser: argparse.ArgumentParser, keys: tuple[str, ...]) -> None:
+    """Flags for the named options; values default to None so the other sources can fill in."""
+    parser.add_argument("--config", default=None, help="TOML file with the same keys as the flags (env ICEGRES_CONFIG)")
+    for key in keys:
+        option = OPTIONS_BY_KEY[key]
+        default = f" (default {option.default})" if option.default not in (None, False) else ""
+        if option.kind is bool:
+            parser.add_argument(option.flag, action="store_const", const=True, default=None,
+                                help=f"{option.help} (env {option.env})")
+        else:
+            parser.add_argument(option.flag, type=option.kind, default=None,
+                                help=f"{option.help} (env {option.env}){default}")
+
+
+def resolve(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from parsed flags, then the environment, then the config file, then defaults."""
+    environ = os.environ if environ is None else environ
+    config_path = args.get("config") or environ.get("ICEGRES_CONFIG")
+    file_values: dict[str, Any] = {}
+    if config_path:
+        with open(config_path, "rb") as f:
+            file_values = tomllib.load(f)
+        unknown = set(file_values) - set(OPTIONS_BY_KEY)
+        if unknown:
+            raise ValueError(f"unknown keys in {config_path}: {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        value = args.get(option.key)
+        if value is None and option.env in environ:
+            value = _parse(option, environ[option.env])
+        if value is None and option.key in file_values:
+            value = _parse(option, file_values[option.key])
+        values[option.key] = option.default if value is None else value
+    users = load_users(values.pop("password_file"), values.pop("users"))
+    values["data_dir"] = Path(values["data_dir"])
+    return Settings(users=users, **values)
+
+
+def _parse(option: Option, raw: Any) -> Any:
+    if option.kind is bool and isinstance(raw, str):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    return option.kind(raw)
 
 
 def parse_users(spec: str) -> dict[str, str]:
@@ -43,12 +176,11 @@ def parse_users(spec: str) -> dict[str, str]:
     return users
 
 
-def load_users(password_file: str | None) -> dict[str, str]:
+def load_users(password_file: str | None, users_spec: str | None = None) -> dict[str, str]:
     """Users from --password-file (one user:password per line) and ICEGRES_USERS."""
     users: dict[str, str] = {}
     if password_file:
         users.update(parse_users(Path(password_file).read_text()))
-    env = os.environ.get("ICEGRES_USERS")
-    if env:
-        users.update(parse_users(env))
+    if users_spec:
+        users.update(parse_users(users_spec))
     return users

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from icegres.config import Settings, redact_uri
+
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
@@ -41,8 +43,14 @@ class Listing:
     tables: tuple[TableEntry, ...]
 
 
+class CatalogUnavailable(Exception):
+    """The catalog could not be opened; the message is one line naming the catalog and the cause."""
+
+
 class Lakehouse:
     """One catalog object per process (creating one costs a config fetch on REST catalogs)."""
+
+    kind = "sql"  # "sql": the listing is one cheap query; "rest": tables are checked one by one
 
     def __init__(self, catalog: Catalog, description: str, sqlite_path: Path | None = None) -> None:
         self.catalog = catalog
@@ -64,6 +72,39 @@ class Lakehouse:
             warehouse=warehouse.as_uri(),
         )
         return cls(catalog, f"sqlite catalog at {data_dir / 'catalog.db'}", data_dir / "catalog.db")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Lakehouse:
+        """The catalog the settings name: embedded SQLite, a SQL catalog on PostgreSQL, or REST."""
+        uri = settings.catalog_uri
+        if not uri:
+            return cls.embedded(settings.data_dir)
+        if uri.startswith(("postgresql://", "postgres://", "postgresql+")):
+            return cls._postgres(settings, uri)
+        if uri.startswith(("http://", "https://")):
+            return RestLakehouse.open(settings)
+        raise CatalogUnavailable(f"unsupported --catalog-uri scheme in {redact_uri(uri)}: use http(s):// (REST) or postgresql:// (SQL catalog)")
+
+    @classmethod
+    def _postgres(cls, settings: Settings, uri: str) -> Lakehouse:
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        scheme, _, rest = uri.partition("://")
+        sa_uri = f"postgresql+psycopg://{rest}" if scheme in ("postgresql", "postgres") else uri
+        warehouse = settings.warehouse or (settings.data_dir.resolve() / "warehouse").as_uri()
+        if warehouse.startswith("file://"):
+            Path(warehouse.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+        description = f"postgres sql catalog at {redact_uri(uri)}"
+        try:
+            catalog = SqlCatalog(settings.catalog_name, uri=sa_uri, warehouse=warehouse,
+                                 pool_pre_ping="true", **_s3_properties(settings))
+            catalog.list_namespaces()
+        except Exception as exc:
+            raise CatalogUnavailable(f"cannot open the {description}: {_one_line(exc)}") from None
+        return cls(catalog, description)
+
+    def s3_properties(self) -> dict[str, str]:
+        return {k: v for k, v in self.catalog.properties.items() if k.startswith("s3.")}
 
     def change_token(self) -> int | None:
         """A value that changes whenever any connection commits to the catalog; None if unknown.
@@ -126,3 +167,131 @@ class Lakehouse:
 
     def table_exists(self, namespace: str, name: str) -> bool:
         return self.catalog.table_exists((namespace, name))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def _s3_properties(settings: Settings) -> dict[str, str]:
+    props: dict[str, str] = {}
+    if settings.s3_endpoint:
+        props["s3.endpoint"] = settings.s3_endpoint
+    if settings.s3_access_key:
+        props["s3.access-key-id"] = settings.s3_access_key
+    if settings.s3_secret_key:
+        props["s3.secret-access-key"] = settings.s3_secret_key
+    if settings.s3_region:
+        props["s3.region"] = settings.s3_region
+    if settings.s3_path_style:
+        props["s3.path-style-access"] = "true"
+    return props
+
+
+def rest_properties(settings: Settings) -> dict[str, str]:
+    """pyiceberg RestCatalog properties for the settings' auth mode (bearer, OAuth2, SigV4)."""
+    props: dict[str, str] = {"uri": settings.catalog_uri or ""}
+    if settings.warehouse:
+        props["warehouse"] = settings.warehouse
+    if settings.catalog_token:
+        props["token"] = settings.catalog_token
+    if settings.catalog_credential:
+        props["credential"] = settings.catalog_credential
+        props["oauth2-server-uri"] = settings.catalog_oauth2_uri or (
+            settings.catalog_uri.rstrip("/") + "/v1/oauth/tokens")
+    if settings.catalog_scope:
+        props["scope"] = settings.catalog_scope
+    if settings.catalog_sigv4:
+        name, _, region = settings.catalog_sigv4.partition(":")
+        props.update({
+            "rest.sigv4-enabled": "true",
+            "rest.signing-name": name,
+            "rest.signing-region": region or settings.s3_region or "us-east-1",
+            # pyiceberg retries a failing signed call 10 times by default: a down catalog
+            # would take minutes to report.
+            "rest.sigv4.max-retries": "2",
+        })
+        if settings.s3_access_key:
+            props["client.access-key-id"] = settings.s3_access_key
+        if settings.s3_secret_key:
+            props["client.secret-access-key"] = settings.s3_secret_key
+        props["client.region"] = region or settings.s3_region or "us-east-1"
+    props.update(_s3_properties(settings))
+    return props
+
+
+def auth_mode(settings: Settings) -> str:
+    if settings.catalog_sigv4:
+        return f"sigv4 ({settings.catalog_sigv4.split(':')[0]})"
+    if settings.catalog_credential:
+        return "oauth2 client-credentials"
+    if settings.catalog_token:
+        return "bearer token"
+    return "no auth"
+
+
+class RestLakehouse(Lakehouse):
+    """An Iceberg REST catalog. No cheap listing exists, so statements check the tables they name."""
+
+    kind = "rest"
+
+    @classmethod
+    def open(cls, settings: Settings) -> RestLakehouse:
+        from pyiceberg.catalog.rest import RestCatalog
+
+        uri = settings.catalog_uri or ""
+        description = f"rest catalog at {redact_uri(uri)} ({auth_mode(settings)})"
+        try:
+            catalog = RestCatalog(settings.catalog_name, **rest_properties(settings))
+            _apply_timeout(catalog, settings.catalog_timeout_s)
+            catalog.list_namespaces()
+        except Exception as exc:
+            raise CatalogUnavailable(f"cannot open the {description}: {_one_line(exc)}") from None
+        return cls(catalog, description)
+
+    def change_token(self) -> int | None:
+        return None
+
+    def listing(self) -> Listing:
+        """Every namespace and table, loading each table for its metadata location (slow on REST)."""
+        namespaces = [".".join(ns) for ns in self.catalog.list_namespaces()]
+        entries = []
+        for ns in namespaces:
+            for ident in self.catalog.list_tables(ns):
+                location = self.metadata_location(ns, ident[-1])
+                if location:
+                    entries.append(TableEntry(ns, ident[-1], location))
+        return Listing(tuple(sorted(namespaces)), tuple(sorted(entries, key=lambda e: (e.namespace, e.name))))
+
+    def metadata_location(self, namespace: str, name: str) -> str | None:
+        """The table's current metadata file, or None if it does not exist. One catalog call."""
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        try:
+            table = self.catalog.load_table((*namespace.split("."), name))
+        except (NoSuchTableError, NoSuchNamespaceError):
+            return None
+        with self._lock:
+            self._loaded[(namespace, name)] = table
+        return table.metadata_location
+
+    def load_table(self, namespace: str, name: str) -> Table:
+        with self._lock:
+            table = self._loaded.pop((namespace, name), None)
+        return table if table is not None else super().load_table(namespace, name)
+
+    def namespace_exists(self, namespace: str) -> bool:
+        return self.catalog.namespace_exists(namespace)
+
+    def __init__(self, catalog: Catalog, description: str) -> None:
+        super().__init__(catalog, description)
+        self._loaded: dict[tuple[str, str], Table] = {}
+
+
+def _apply_timeout(catalog: Any, timeout_s: float) -> None:
+    """pyiceberg's REST session sets no timeout: a hung catalog would hang a statement forever."""
+    import functools
+
+    session = catalog._session
+    session.request = functools.partial(session.request, timeout=timeout_s)

@@ -21,7 +21,7 @@ import pyarrow as pa
 from icegres import __version__
 from icegres.engine import errors as engine_errors
 from icegres.engine.catalog import Lakehouse, Listing
-from icegres.engine.mounts import FooterCache, ReadPlan, plan_read, to_dataframe
+from icegres.engine.mounts import FooterCache, ObjectStores, ReadPlan, plan_read, to_dataframe
 from icegres.protocol.pgwire.errors import PgError
 
 if TYPE_CHECKING:
@@ -91,6 +91,7 @@ class Engine:
         self._master: SessionContext = SessionContext(session_config())
         self._lock = threading.Lock()
         self._footers = FooterCache()
+        self._stores = ObjectStores(lakehouse.s3_properties())
         self._plans: dict[tuple[str, str], ReadPlan] = {}
         self._schemas: set[str] = set()
         self._listing: Listing | None = None
@@ -102,8 +103,16 @@ class Engine:
 
     # --- freshness ---------------------------------------------------------------------------
 
-    def refresh(self) -> None:
-        """Make the mounted lakehouse equal the catalog now (cheap when nothing changed)."""
+    def refresh(self, refs: set[tuple[str, str]] | None = None) -> None:
+        """Make the mounted lakehouse equal the catalog now (cheap when nothing changed).
+
+        `refs` are the tables a statement may read. SQL catalogs ignore them (one query lists
+        everything); on REST catalogs, which have no cheap listing, only those tables are checked,
+        and None means "everything" (catalog introspection).
+        """
+        if self.lakehouse.kind == "rest" and refs is not None:
+            self._refresh_tables(refs)
+            return
         try:
             # Read the token before listing: a commit racing the listing changes it again, so
             # the next statement lists once more rather than trusting a stale listing.
@@ -118,6 +127,47 @@ class Engine:
                 self._apply(listing)
                 self._listing = listing
             self._token = token
+
+    def _refresh_tables(self, refs: set[tuple[str, str]]) -> None:
+        """Check each named table's metadata location: one catalog call per table."""
+        try:
+            locations = {ref: self.lakehouse.metadata_location(*ref) for ref in refs}
+        except Exception as exc:
+            raise PgError("58030", f"catalog unavailable ({self.lakehouse.description}): {exc}") from exc
+        with self._lock:
+            changed = False
+            for key, location in locations.items():
+                current = self._plans.get(key)
+                if location is None:
+                    if current is not None:
+                        self._deregister(key)
+                        changed = True
+                    continue
+                if current is not None and current.metadata_location == location:
+                    continue
+                self._mount(key, location)
+                changed = True
+            if changed:
+                namespaces = tuple(sorted({k[0] for k in self._plans} | (set(self._listing.namespaces) if self._listing else set())))
+                self._listing = Listing(namespaces, ())
+                self._register_pg_catalog(self._listing)
+
+    def _mount(self, key: tuple[str, str], location: str) -> None:
+        try:
+            table = self.lakehouse.load_table(*key)
+            plan = plan_read(table, self._footers)
+        except PgError as err:
+            self._deregister(key)
+            self._unreadable[key] = (location, err)
+            return
+        self._unreadable.pop(key, None)
+        df = to_dataframe(self._master, plan, self._stores)
+        self._ensure_schema(key[0])
+        schema = self._master.catalog(DEFAULT_CATALOG).schema(key[0])
+        if key[1] in schema.names():
+            schema.deregister_table(key[1])
+        schema.register_table(key[1], df.into_view())
+        self._plans[key] = plan
 
     def _apply(self, listing: Listing) -> None:
         wanted = {(t.namespace, t.name): t for t in listing.tables}
@@ -137,23 +187,9 @@ class Engine:
             known_bad = self._unreadable.get(key)
             if known_bad is not None and known_bad[0] == entry.metadata_location:
                 continue
-            try:
-                table = self.lakehouse.load_table(*key)
-                plan = plan_read(table, self._footers)
-            except PgError as err:
-                # One unreadable table (e.g. merge-on-read deletes) must not break the others:
-                # it is left unmounted and statements naming it get this error.
-                self._deregister(key)
-                self._unreadable[key] = (entry.metadata_location, err)
-                continue
-            self._unreadable.pop(key, None)
-            df = to_dataframe(self._master, plan)
-            self._ensure_schema(key[0])
-            schema = catalog.schema(key[0])
-            if key[1] in schema.names():
-                schema.deregister_table(key[1])
-            schema.register_table(key[1], df.into_view())
-            self._plans[key] = plan
+            # One unreadable table (e.g. merge-on-read deletes) must not break the others: it is
+            # left unmounted and statements naming it get its error (unreadable_error).
+            self._mount(key, entry.metadata_location)
         for ns in list(self._schemas):
             if ns not in listing.namespaces and ns not in SYSTEM_SCHEMAS and ns != "public":
                 if not any(k[0] == ns for k in self._plans):
@@ -309,12 +345,21 @@ class QueryContext:
         self._remember(key, rewritten)
         return df
 
+    def refresh_for(self, sql: str) -> None:
+        """Freshness for one statement: every table it may read is at the catalog's head."""
+        refs = None
+        if self.engine.lakehouse.kind == "rest":
+            from icegres.engine.sql import table_refs
+
+            refs = table_refs(sql, self.env.search_path)
+        self.engine.refresh(refs)
+
     def start(self, sql: str, params: dict[str, Any] | None = None) -> tuple[pa.Schema, Any]:
         """Refresh, plan and start executing a query: (result schema, batch stream).
 
         The schema carries the column names PostgreSQL would give the result.
         """
-        self.refresh()
+        self.refresh_for(sql)
         df = self.plan(sql, params)
         try:
             return self.pg_schema(sql, df.schema()), df.execute_stream()
@@ -325,7 +370,7 @@ class QueryContext:
         """Result schema and inferred parameter types of a statement, without running it."""
         from icegres.engine.params import placeholder_types
 
-        self.refresh()
+        self.refresh_for(sql)
         df = self.plan(sql, None)
         return self.pg_schema(sql, df.schema()), placeholder_types(df)
 

@@ -139,20 +139,59 @@ def plan_read(table: Table, footers: FooterCache) -> ReadPlan:
     )
 
 
-def _local(path: str) -> str:
-    return path.removeprefix("file://")
+def _scan_path(path: str) -> str:
+    """DataFusion reads local files by path and object stores by URL (s3a:// spelled s3://)."""
+    if path.startswith("file://"):
+        return path.removeprefix("file://")
+    if path.startswith(("s3a://", "s3n://")):
+        return "s3://" + path.split("://", 1)[1]
+    return path
 
 
-def to_dataframe(ctx: SessionContext, plan: ReadPlan) -> DataFrame:
+class ObjectStores:
+    """Registers one DataFusion object store per S3 bucket the lakehouse's files live in."""
+
+    def __init__(self, s3_properties: dict[str, str]) -> None:
+        self._props = s3_properties
+        self._registered: set[str] = set()
+        self._lock = threading.Lock()
+
+    def ensure(self, ctx: SessionContext, path: str) -> None:
+        if not path.startswith("s3://"):
+            return
+        bucket = path[len("s3://") :].split("/", 1)[0]
+        with self._lock:
+            if bucket in self._registered:
+                return
+            from datafusion.object_store import AmazonS3
+
+            endpoint = self._props.get("s3.endpoint")
+            store = AmazonS3(
+                bucket_name=bucket,
+                region=self._props.get("s3.region") or "us-east-1",
+                access_key_id=self._props.get("s3.access-key-id"),
+                secret_access_key=self._props.get("s3.secret-access-key"),
+                session_token=self._props.get("s3.session-token"),
+                endpoint=endpoint,
+                allow_http=bool(endpoint and endpoint.startswith("http://")),
+            )
+            ctx.register_object_store("s3://", store, bucket)
+            self._registered.add(bucket)
+
+
+def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | None = None) -> DataFrame:
     """One DataFrame over exactly the plan's files: a union of native Parquet scans."""
     from datafusion import col, lit
 
     frames: list[DataFrame] = []
     for f in plan.files:
+        path = _scan_path(f.path)
+        if stores is not None:
+            stores.ensure(ctx, path)
         if f.matches_schema:
-            frames.append(ctx.read_parquet(_local(f.path), schema=plan.schema))
+            frames.append(ctx.read_parquet(path, schema=plan.schema))
             continue
-        raw = ctx.read_parquet(_local(f.path))
+        raw = ctx.read_parquet(path)
         exprs = []
         for field, (cur, old) in zip(plan.schema, f.columns, strict=True):
             if old is None:

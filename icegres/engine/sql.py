@@ -63,3 +63,34 @@ def rewrite_for_datafusion(sql: str, qctx: QueryContext) -> str:
     tree = qualify_tables(tree, qctx)
     tree = pg_rewrite.rewrite(tree, qctx.env)
     return pg_rewrite.to_sql(tree)
+
+
+_CATALOG_SCHEMAS = ("pg_catalog", "information_schema")
+
+
+def table_refs(sql: str, search_path: list[str]) -> set[tuple[str, str]] | None:
+    """Every (schema, table) the statement may read, with unqualified names expanded over
+    search_path; None when it reads the catalog relations (which need the whole lakehouse) or
+    cannot be parsed. CTE names are not tables."""
+    from sqlglot import exp
+
+    try:
+        tree = parse(sql)
+    except PgError:
+        return None
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    refs: set[tuple[str, str]] = set()
+    for table in tree.find_all(exp.Table):
+        name = table.name
+        if not name:
+            continue
+        schema = table.db
+        if schema:
+            if schema.lower() in _CATALOG_SCHEMAS:
+                return None
+            refs.add((schema, name))
+        elif name.lower() not in ctes:
+            if name.lower().startswith("pg_") or name.lower() in ("tables", "columns"):
+                return None
+            refs.update((s, name) for s in search_path if s not in _CATALOG_SCHEMAS)
+    return refs

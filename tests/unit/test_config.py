@@ -1,0 +1,56 @@
+from pathlib import Path
+
+import pytest
+
+from icegres.config import OPTIONS, Settings, redact_uri, resolve
+
+pytestmark = pytest.mark.unit
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
+
+
+def test_every_option_is_documented():
+    text = DOC.read_text()
+    for option in OPTIONS:
+        assert option.env in text, option.key
+        if option.key != "users":
+            assert option.flag in text, option.key
+
+
+def test_precedence_flag_env_file_default(tmp_path):
+    cfg = tmp_path / "icegres.toml"
+    cfg.write_text('port = 7000\nhost = "127.0.0.2"\ns3_region = "eu-west-1"\ns3_path_style = true\n')
+    env = {"ICEGRES_CONFIG": str(cfg), "ICEGRES_PORT": "6000"}
+    s = resolve({"port": 5000}, env)
+    assert s.port == 5000  # flag beats env and file
+    s = resolve({}, env)
+    assert (s.port, s.host, s.s3_region, s.s3_path_style) == (6000, "127.0.0.2", "eu-west-1", True)
+    assert resolve({}, {}) == Settings()
+
+
+def test_unknown_config_key_is_an_error(tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("prot = 1\n")
+    with pytest.raises(ValueError, match="prot"):
+        resolve({"config": str(cfg)}, {})
+
+
+def test_users_from_file_and_env(tmp_path):
+    pw = tmp_path / "pw"
+    pw.write_text("a:1\n# comment\nb:2\n")
+    s = resolve({"password_file": str(pw)}, {"ICEGRES_USERS": "c:3,b:22"})
+    assert s.users == {"a": "1", "b": "22", "c": "3"}
+
+
+def test_secrets_are_redacted():
+    s = Settings(catalog_uri="postgresql://ice:hunter2@db:5432/cat", s3_secret_key="topsecret",
+                 catalog_credential="id:sekret", catalog_token="tok")
+    shown = repr(s.redacted())
+    for secret in ("hunter2", "topsecret", "sekret", "tok'"):
+        assert secret not in shown
+    assert redact_uri("postgresql://ice:hunter2@db/cat") == "postgresql://ice:***@db/cat"
+
+
+def test_repr_hides_secrets():
+    s = Settings(users={"u": "pw-xyz"}, s3_secret_key="sk-xyz", catalog_token="tok-xyz")
+    assert "xyz" not in repr(s)
