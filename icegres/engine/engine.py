@@ -264,7 +264,12 @@ class Engine:
 
         ctx = SessionContext(session_config(default_schema))
         ctx.register_catalog_provider(DEFAULT_CATALOG, self._master.catalog(DEFAULT_CATALOG))
+        self._stores.register_all(ctx)
         return ctx
+
+    @property
+    def stores(self) -> ObjectStores:
+        return self._stores
 
     @property
     def master(self) -> SessionContext:
@@ -282,6 +287,7 @@ class QueryContext:
         self.env = env
         self._ctx: SessionContext | None = None
         self._ctx_schema: str | None = None
+        self._stores_seen = 0
         # statement text -> SQL DataFusion accepted for it (the text itself or its rewrite)
         self._routes: OrderedDict[tuple[str, tuple[str, ...]], str] = OrderedDict()
         self._names: dict[str, list[str]] = {}
@@ -295,6 +301,10 @@ class QueryContext:
             ctx = self.engine.new_context(default)
             pg_functions.register_functions(ctx, self.env)
             self._ctx, self._ctx_schema = ctx, default
+            self._stores_seen = self.engine.stores.generation
+        elif self._stores_seen != self.engine.stores.generation:
+            # A table in a new bucket was mounted since this context was made.
+            self._stores_seen = self.engine.stores.register_all(self._ctx, self._stores_seen)
         return self._ctx
 
     def _default_schema(self) -> str:

@@ -154,7 +154,23 @@ class ObjectStores:
     def __init__(self, s3_properties: dict[str, str]) -> None:
         self._props = s3_properties
         self._registered: set[str] = set()
+        self._stores: list[tuple[str, object]] = []  # (bucket, store), in registration order
         self._lock = threading.Lock()
+
+    @property
+    def generation(self) -> int:
+        """Grows with every new bucket, so session contexts know to pick up the new stores."""
+        return len(self._stores)
+
+    def register_all(self, ctx: SessionContext, since: int = 0) -> int:
+        """Register the stores from index `since` on into another context (object stores belong
+        to a context's runtime, not to the shared catalog). Returns the new generation."""
+        with self._lock:
+            stores = list(self._stores[since:])
+            generation = len(self._stores)
+        for bucket, store in stores:
+            ctx.register_object_store("s3://", store, bucket)
+        return generation
 
     def ensure(self, ctx: SessionContext, path: str) -> None:
         if not path.startswith("s3://"):
@@ -177,6 +193,7 @@ class ObjectStores:
             )
             ctx.register_object_store("s3://", store, bucket)
             self._registered.add(bucket)
+            self._stores.append((bucket, store))
 
 
 def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | None = None) -> DataFrame:

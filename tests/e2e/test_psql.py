@@ -89,3 +89,12 @@ def test_multi_statement_and_session_commands(server):
                "set search_path to demo; select count(*) from cities; show search_path; select current_schema()").stdout
     # psql 15 prints every result of a multi-statement -c, the SET's command tag included.
     assert out.split() == ["SET", "20", "demo", "demo"]
+
+
+def test_backend_is_the_one_named(server, request):
+    """The parametrised server really is the backend its test id names."""
+    backend = request.node.callspec.params["server"]
+    expected = {"embedded": "serving sqlite catalog", "seaweedfs": "serving rest catalog at http://127.0.0.1"}[backend]
+    assert expected in server.log_tail(100_000)
+    if backend == "seaweedfs":
+        assert "(sigv4 (s3tables))" in server.log_tail(100_000)
