@@ -123,6 +123,9 @@ class Lakehouse:
             return int(self._watch.execute("PRAGMA data_version").fetchone()[0])
 
     def listing(self) -> Listing:
+        return retrying(self._listing)
+
+    def _listing(self) -> Listing:
         """The cheap per-statement freshness check: one query for every table's metadata location.
 
         On SQL catalogs this reads pyiceberg's own tables directly (well under a millisecond on
@@ -167,6 +170,32 @@ class Lakehouse:
 
     def table_exists(self, namespace: str, name: str) -> bool:
         return self.catalog.table_exists((namespace, name))
+
+
+RETRY_ATTEMPTS = 3
+RETRY_BASE_S = 0.1
+
+
+def _transient(exc: BaseException) -> bool:
+    """Connection-level failures worth retrying; a 4xx answer or a missing table is not one."""
+    import requests
+    from sqlalchemy.exc import OperationalError
+
+    return isinstance(exc, requests.ConnectionError | requests.Timeout | OperationalError)
+
+
+def retrying(fn: Any, *args: Any) -> Any:
+    """Run an idempotent catalog read, retrying transient failures with exponential backoff."""
+    import time
+
+    for attempt in range(RETRY_ATTEMPTS):
+        try:
+            return fn(*args)
+        except Exception as exc:
+            if attempt == RETRY_ATTEMPTS - 1 or not _transient(exc):
+                raise
+            time.sleep(RETRY_BASE_S * (3**attempt))
+    raise AssertionError("unreachable")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -253,7 +282,7 @@ class RestLakehouse(Lakehouse):
     def change_token(self) -> int | None:
         return None
 
-    def listing(self) -> Listing:
+    def _listing(self) -> Listing:
         """Every namespace and table, loading each table for its metadata location (slow on REST)."""
         namespaces = [".".join(ns) for ns in self.catalog.list_namespaces()]
         entries = []
@@ -269,7 +298,7 @@ class RestLakehouse(Lakehouse):
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
         try:
-            table = self.catalog.load_table((*namespace.split("."), name))
+            table = retrying(self.catalog.load_table, (*namespace.split("."), name))
         except (NoSuchTableError, NoSuchNamespaceError):
             return None
         with self._lock:
