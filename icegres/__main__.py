@@ -1,3 +1,5 @@
-from icegres.cli import main
 import sys
+
+from icegres.cli import main
+
 sys.exit(main())

@@ -30,7 +30,7 @@ def test_wrong_password_and_unknown_user(password_server):
     for user, password in (("alice", "nope"), ("mallory", "x")):
         with pytest.raises(psycopg.OperationalError) as exc:
             psycopg.connect(password_server.dsn(user=user, password=password))
-        assert 'password authentication failed for user "%s"' % user in str(exc.value)
+        assert f'password authentication failed for user "{user}"' in str(exc.value)
 
 
 def test_psql_password_prompt_free(password_server):

@@ -8,12 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from icegres.engine.errors import from_datafusion
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire.errors import PROTOCOL_VIOLATION, PgError
-import pyarrow.compute as pc
-
 from icegres.protocol.pgwire.types import PgType, pg_type_by_oid, pg_type_for_arrow
 
 _FUNC_NAME = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_][\w]*)\(")

@@ -23,10 +23,15 @@ from icegres.protocol.pgwire import settings as guc
 from icegres.protocol.pgwire.copy import copy_out_rows
 from icegres.protocol.pgwire.errors import PgError
 from icegres.protocol.pgwire.framing import FrameDecoder
-from icegres.protocol.pgwire.results import Chunk, RowSource, expand_formats, presentable, row_description
+from icegres.protocol.pgwire.results import (
+    Chunk,
+    RowSource,
+    expand_formats,
+    presentable,
+    row_description,
+)
 from icegres.protocol.pgwire.types import (
     TextSettings,
-    arrow_type_for_oid,
     decode_param,
     encode_data_rows,
     pg_type_for_arrow,
