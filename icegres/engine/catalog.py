@@ -91,6 +91,10 @@ class Lakehouse:
 
         scheme, _, rest = uri.partition("://")
         sa_uri = f"postgresql+psycopg://{rest}" if scheme in ("postgresql", "postgres") else uri
+        if "connect_timeout=" not in sa_uri:
+            # libpq waits forever for an unreachable host by default.
+            sep = "&" if "?" in sa_uri else "?"
+            sa_uri += f"{sep}connect_timeout={max(1, int(settings.catalog_timeout_s))}"
         warehouse = settings.warehouse or (settings.data_dir.resolve() / "warehouse").as_uri()
         if warehouse.startswith("file://"):
             Path(warehouse.removeprefix("file://")).mkdir(parents=True, exist_ok=True)

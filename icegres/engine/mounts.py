@@ -11,7 +11,7 @@ columns added after the file was written read as NULL.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -43,6 +43,7 @@ class ReadPlan:
     field_ids: tuple[int, ...]
     files: tuple[FileRead, ...]
     primary_key: tuple[str, ...] = ()
+    io_properties: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
 
 _FIELD_ID = b"PARQUET:field_id"
@@ -136,6 +137,7 @@ def plan_read(table: Table, footers: FooterCache) -> ReadPlan:
         field_ids=field_ids,
         files=tuple(files),
         primary_key=tuple(c.strip() for c in pk.split(",") if c.strip()),
+        io_properties={k: v for k, v in table.io.properties.items() if k.startswith("s3.")},
     )
 
 
@@ -172,7 +174,9 @@ class ObjectStores:
             ctx.register_object_store("s3://", store, bucket)
         return generation
 
-    def ensure(self, ctx: SessionContext, path: str) -> None:
+    def ensure(self, ctx: SessionContext, path: str, table_props: dict[str, str] | None = None) -> None:
+        """Register the store for `path`'s bucket on first sight. `table_props` are the table's
+        own FileIO properties: credentials a REST catalog vended with loadTable win over ours."""
         if not path.startswith("s3://"):
             return
         bucket = path[len("s3://") :].split("/", 1)[0]
@@ -181,13 +185,14 @@ class ObjectStores:
                 return
             from datafusion.object_store import AmazonS3
 
-            endpoint = self._props.get("s3.endpoint")
+            props = {**self._props, **{k: v for k, v in (table_props or {}).items() if k.startswith("s3.")}}
+            endpoint = props.get("s3.endpoint")
             store = AmazonS3(
                 bucket_name=bucket,
-                region=self._props.get("s3.region") or "us-east-1",
-                access_key_id=self._props.get("s3.access-key-id"),
-                secret_access_key=self._props.get("s3.secret-access-key"),
-                session_token=self._props.get("s3.session-token"),
+                region=props.get("s3.region") or "us-east-1",
+                access_key_id=props.get("s3.access-key-id"),
+                secret_access_key=props.get("s3.secret-access-key"),
+                session_token=props.get("s3.session-token"),
                 endpoint=endpoint,
                 allow_http=bool(endpoint and endpoint.startswith("http://")),
             )
@@ -204,7 +209,7 @@ def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | Non
     for f in plan.files:
         path = _scan_path(f.path)
         if stores is not None:
-            stores.ensure(ctx, path)
+            stores.ensure(ctx, path, plan.io_properties)
         if f.matches_schema:
             frames.append(ctx.read_parquet(path, schema=plan.schema))
             continue
