@@ -215,11 +215,11 @@ def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | Non
             continue
         raw = ctx.read_parquet(path)
         exprs = []
-        for field, (cur, old) in zip(plan.schema, f.columns, strict=True):
+        for target, (cur, old) in zip(plan.schema, f.columns, strict=True):
             if old is None:
-                exprs.append(lit(None).cast(field.type).alias(cur))
+                exprs.append(lit(None).cast(target.type).alias(cur))
             else:
-                exprs.append(col(f'"{old}"').cast(field.type).alias(cur))
+                exprs.append(col(f'"{old}"').cast(target.type).alias(cur))
         frames.append(raw.select(*exprs))
     if not frames:
         return ctx.from_arrow(plan.schema.empty_table())

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire.errors import FEATURE_NOT_SUPPORTED, PgError
 from icegres.protocol.pgwire.results import RowSource
-from icegres.protocol.pgwire.types import TextSettings, encode_text_value, pg_type_for_arrow
+from icegres.protocol.pgwire.types import encode_text_value, pg_type_for_arrow
 
 if TYPE_CHECKING:
     from icegres.protocol.pgwire.session import Session
@@ -38,11 +38,14 @@ class CopyFormat:
     def line(self, values: list[str | None]) -> str:
         if self.csv:
             return self.delimiter.join(self._csv_field(v) for v in values) + "\n"
-        return self.delimiter.join(
-            self.null if v is None else v.translate(_TEXT_ESCAPES).replace(self.delimiter, "\\" + self.delimiter)
-            if self.delimiter not in "\\\t\n\r" else (self.null if v is None else v.translate(_TEXT_ESCAPES))
-            for v in values
-        ) + "\n"
+        return self.delimiter.join(self._text_field(v) for v in values) + "\n"
+
+    def _text_field(self, v: str | None) -> str:
+        if v is None:
+            return self.null
+        v = v.translate(_TEXT_ESCAPES)
+        # A custom delimiter inside a value is backslash-escaped, as PostgreSQL's COPY does.
+        return v if self.delimiter in "\t" else v.replace(self.delimiter, "\\" + self.delimiter)
 
     def _csv_field(self, v: str | None) -> str:
         if v is None:
@@ -62,10 +65,7 @@ class CopyFormat:
 async def copy_out_rows(session: Session, source: RowSource, options: dict[str, str]) -> None:
     fmt = CopyFormat(options)
     schema = source.schema
-    text = TextSettings(
-        timezone=session.settings.get("timezone", "UTC"),
-        extra_float_digits=int(session.settings.get("extra_float_digits", "1") or 1),
-    )
+    text = session._text_settings()
     types = [pg_type_for_arrow(f.type) for f in schema]
     session.send(m.copy_out_response(len(schema)))
     if fmt.header:

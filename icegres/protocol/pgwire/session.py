@@ -377,7 +377,7 @@ class Session:
 
     async def _run_simple(self, stmt: Statement) -> None:
         if stmt.kind is not Kind.QUERY:
-            await self._command(stmt, formats=None, describe=True)
+            await self._command(stmt, describe=True)
             return
         encode = self._encoder([])
 
@@ -536,7 +536,7 @@ class Session:
             if portal.finished:
                 self.send(m.command_complete(stmt.tag))
                 return
-            await self._run_statement(self._command, stmt, None, False)
+            await self._run_statement(self._command, stmt, False)
             portal.finished = True
 
     async def _execute_query(self, portal: Portal, max_rows: int) -> None:
@@ -579,7 +579,7 @@ class Session:
 
     # --- session commands ----------------------------------------------------------------------
 
-    async def _command(self, stmt: Statement, formats: list[int] | None, describe: bool) -> None:
+    async def _command(self, stmt: Statement, describe: bool) -> None:
         handler = _COMMANDS.get(stmt.kind)
         if handler is None:
             raise _unsupported(stmt)
