@@ -175,6 +175,44 @@ class Lakehouse:
     def table_exists(self, namespace: str, name: str) -> bool:
         return self.catalog.table_exists((namespace, name))
 
+    # DDL (icegres/engine/ddl_apply.py).
+
+    def namespace_exists(self, namespace: str) -> bool:
+        return self.catalog.namespace_exists(namespace)
+
+    def create_namespace(self, namespace: str) -> None:
+        self.catalog.create_namespace(namespace)
+
+    def drop_namespace(self, namespace: str) -> None:
+        self.catalog.drop_namespace(namespace)
+
+    def list_table_names(self, namespace: str) -> list[str]:
+        return sorted(ident[-1] for ident in self.catalog.list_tables(namespace))
+
+    def create_partitioned_table(self, namespace: str, name: str, schema: Any, partition_spec: Any,
+                                 properties: dict[str, str] | None = None) -> Table:
+        """create_table with an Iceberg partition spec; the same default properties apply."""
+        props = {**DEFAULT_TABLE_PROPERTIES, **(properties or {})}
+        return self.catalog.create_table((namespace, name), schema=schema,
+                                         partition_spec=partition_spec, properties=props)
+
+    def drop_table(self, namespace: str, name: str) -> None:
+        """Remove the table from the catalog. Its metadata and data files stay in storage (no purge)."""
+        self.catalog.drop_table((namespace, name))
+        self._forget_loaded(namespace, name)
+
+    def rename_table(self, namespace: str, name: str, new_name: str) -> None:
+        self.catalog.rename_table((namespace, name), (namespace, new_name))
+        self._forget_loaded(namespace, name)
+
+    def _forget_loaded(self, namespace: str, name: str) -> None:
+        # RestLakehouse keeps the table its freshness check loaded for the next load_table: a
+        # dropped or renamed table's entry must not outlive it.
+        loaded = getattr(self, "_loaded", None)
+        if loaded is not None:
+            with self._lock:
+                loaded.pop((namespace, name), None)
+
 
 RETRY_ATTEMPTS = 3
 RETRY_BASE_S = 0.1
@@ -328,3 +366,129 @@ def _apply_timeout(catalog: Any, timeout_s: float) -> None:
 
     session = catalog._session
     session.request = functools.partial(session.request, timeout=timeout_s)
+
+
+# --- atomic multi-table commits (used only by the commit machine's lake world) -----------------
+
+
+@dataclass(frozen=True)
+class TableChange:
+    """One table's part of an atomic commit: pyiceberg updates and the requirements they assume."""
+
+    namespace: str
+    name: str
+    requirements: tuple[Any, ...]
+    updates: tuple[Any, ...]
+
+
+class CommitRejected(Exception):
+    """A requirement failed: the catalog applied nothing (someone else committed first)."""
+
+
+class CommitNotApplied(Exception):
+    """The commit definitely did not reach the catalog (refused, or failed before it was sent)."""
+
+
+class CommitUnknown(Exception):
+    """The commit may or may not have been applied (timeout, dropped connection, 5xx)."""
+
+
+def _commit_tables_sql(lakehouse: Lakehouse, changes: list[TableChange]) -> None:
+    """All tables in ONE database transaction of the SQL catalog: every row moves or none does.
+
+    pyiceberg's SqlCatalog commits one table per transaction; this is its commit_table
+    generalised to several tables (its staging helpers are reused, so metadata files are
+    written exactly as pyiceberg writes them). Metadata files are written before the
+    transaction: on a conflict they are unreferenced garbage, never a partial commit.
+    """
+    from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    catalog: Any = lakehouse.catalog
+    staged = []
+    for change in changes:
+        ident = (*change.namespace.split("."), change.name)
+        try:
+            current = catalog.load_table(ident)
+        except NoSuchTableError as exc:
+            raise CommitRejected(f"table {change.namespace}.{change.name} no longer exists") from exc
+        try:
+            table = catalog._update_and_stage_table(current, ident, change.requirements, change.updates)
+        except CommitFailedException as exc:
+            raise CommitRejected(str(exc)) from exc
+        if not change.updates:
+            # A read guard (SERIALIZABLE): the row must still hold the location we validated.
+            staged.append((change, current.metadata_location, current.metadata_location))
+            continue
+        catalog._write_metadata(metadata=table.metadata, io=table.io, metadata_path=table.metadata_location)
+        staged.append((change, current.metadata_location, table.metadata_location))
+    update = text(
+        "UPDATE iceberg_tables SET metadata_location = :new, previous_metadata_location = :old "
+        "WHERE catalog_name = :c AND table_namespace = :ns AND table_name = :t AND metadata_location = :old"
+    )
+    conn = catalog.engine.connect()
+    try:
+        tx = conn.begin()
+        try:
+            for change, old, new in staged:
+                result = conn.execute(update, {"new": new, "old": old, "c": catalog.name,
+                                               "ns": change.namespace, "t": change.name})
+                if result.rowcount != 1:
+                    tx.rollback()
+                    raise CommitRejected(f"table {change.namespace}.{change.name} was changed by a concurrent commit")
+        except DBAPIError as exc:
+            tx.rollback()
+            raise CommitNotApplied(_one_line(exc)) from exc
+        try:
+            tx.commit()
+        except DBAPIError as exc:
+            # The COMMIT itself failed: the server may have applied it before the connection broke.
+            raise CommitUnknown(_one_line(exc)) from exc
+    finally:
+        conn.close()
+
+
+def _commit_tables_rest(lakehouse: Lakehouse, changes: list[TableChange]) -> None:
+    """All tables in one POST to the REST catalog's `transactions/commit` endpoint (spec-standard)."""
+    import json
+
+    import requests
+    from pyiceberg.table import CommitTableRequest, TableIdentifier
+
+    catalog: Any = lakehouse.catalog
+    body = {
+        "table-changes": [
+            # pyiceberg's own serialisation, exactly as its commit_table sends it
+            json.loads(CommitTableRequest(
+                identifier=TableIdentifier(namespace=tuple(c.namespace.split(".")), name=c.name),
+                requirements=c.requirements,
+                updates=c.updates,
+            ).model_dump_json())
+            for c in changes
+        ]
+    }
+    try:
+        response = catalog._session.post(catalog.url("transactions/commit"), data=json.dumps(body).encode())
+    except (requests.ConnectionError, requests.Timeout) as exc:
+        if isinstance(exc, requests.ConnectTimeout) or (
+                isinstance(exc, requests.ConnectionError) and "Connection refused" in str(exc)):
+            raise CommitNotApplied(_one_line(exc)) from exc
+        raise CommitUnknown(_one_line(exc)) from exc
+    status = response.status_code
+    if status in (200, 204):
+        return
+    detail = response.text[:300]
+    if status == 409:
+        raise CommitRejected(detail)
+    if status >= 500:
+        raise CommitUnknown(f"HTTP {status}: {detail}")
+    raise CommitNotApplied(f"HTTP {status}: {detail}")
+
+
+def commit_tables(lakehouse: Lakehouse, changes: list[TableChange]) -> None:
+    """Publish every change atomically, or raise CommitRejected / CommitNotApplied / CommitUnknown."""
+    if lakehouse.kind == "rest":
+        _commit_tables_rest(lakehouse, changes)
+    else:
+        _commit_tables_sql(lakehouse, changes)

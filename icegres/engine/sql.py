@@ -18,12 +18,18 @@ if TYPE_CHECKING:
 
 
 def parse(sql: str) -> exp.Expression:
-    from sqlglot.errors import ParseError
+    from sqlglot.errors import ParseError, TokenError
 
     from icegres.engine import pg_rewrite
 
     try:
-        tree = pg_rewrite.parse(sql)
+        try:
+            tree = pg_rewrite.parse(sql)
+        except TokenError:
+            # sqlglot's tokenizer reads `$1,$2` as the start of a dollar-quoted string.
+            tree = pg_rewrite.parse(_space_placeholders(sql))
+    except TokenError:
+        raise PgError(SYNTAX_ERROR, "syntax error: unterminated quoted string or identifier") from None
     except ParseError as err:
         detail = err.errors[0] if err.errors else {}
         raise PgError(
@@ -35,6 +41,15 @@ def parse(sql: str) -> exp.Expression:
     if tree is None:
         raise PgError(SYNTAX_ERROR, "syntax error")
     return tree
+
+
+def _space_placeholders(sql: str) -> str:
+    """Put a space after each `$n` placeholder outside quotes (`$1,$2` -> `$1 ,$2 `)."""
+    import re
+
+    from icegres.engine.statements import split_quoted
+
+    return "".join(part if quoted else re.sub(r"(\$\d+)", r"\1 ", part) for part, quoted in split_quoted(sql))
 
 
 def qualify_tables(tree: exp.Expression, qctx: QueryContext) -> exp.Expression:

@@ -419,3 +419,22 @@ _HANDLERS = {
     "NOTIFY": _listen,
     "COPY": _copy,
 }
+
+
+def split_quoted(sql: str) -> list[tuple[str, bool]]:
+    """`sql` cut into (text, inside_quotes) pieces: string literals and quoted identifiers."""
+    out: list[tuple[str, bool]] = []
+    start = i = 0
+    while i < len(sql):
+        c = sql[i]
+        if c in ("'", '"'):
+            if i > start:
+                out.append((sql[start:i], False))
+            j = _skip_quoted(sql, i, c)
+            out.append((sql[i:j], True))
+            start = i = j
+            continue
+        i += 1
+    if start < len(sql):
+        out.append((sql[start:], False))
+    return out

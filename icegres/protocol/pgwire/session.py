@@ -17,9 +17,11 @@ import pyarrow as pa
 import trio
 
 from icegres.engine.statements import Kind, Statement, classify, split_statements
+from icegres.engine.txn import TxnState
 from icegres.protocol.pgwire import errors as E
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire import settings as guc
+from icegres.protocol.pgwire import writes
 from icegres.protocol.pgwire.copy import copy_out_rows
 from icegres.protocol.pgwire.errors import PgError
 from icegres.protocol.pgwire.framing import FrameDecoder
@@ -95,6 +97,7 @@ class Cursor:
 class Transaction:
     status: str = "I"  # I idle, T in block, E failed block
     savepoints: list[str] = field(default_factory=list)
+    state: TxnState | None = None  # pins and staged writes (engine side)
 
 
 class Session:
@@ -437,7 +440,7 @@ class Session:
             raise PgError(E.SYNTAX_ERROR, "cannot insert multiple commands into a prepared statement")
         stmt = classify(texts[0] if texts else "")
         prepared = Prepared(msg.sql, stmt, list(msg.param_oids))
-        if stmt.kind is Kind.QUERY:
+        if stmt.kind is Kind.QUERY or (stmt.kind is Kind.WRITE and writes.is_dml(stmt)):
             await self._run_statement(self._describe_query, prepared)
         self.prepared[msg.name] = prepared
         self.send(m.PARSE_COMPLETE)
@@ -445,7 +448,10 @@ class Session:
     async def _describe_query(self, prepared: Prepared) -> None:
         from icegres.engine.params import cast_type_oids
 
-        schema, inferred = await self._in_thread(self.qctx.describe, prepared.statement.sql)
+        if prepared.statement.kind is Kind.WRITE:
+            schema, inferred = await writes.describe_write(self, prepared.statement.sql)
+        else:
+            schema, inferred = await self._in_thread(self.qctx.describe, prepared.statement.sql)
         count = max([len(prepared.param_oids), *inferred.keys()], default=0)
         count = max(count, _max_placeholder(prepared.statement.sql))
         casts = cast_type_oids(prepared.statement.sql)
@@ -532,6 +538,12 @@ class Session:
             await self._run_statement(self._execute_query, portal, msg.max_rows)
         elif not stmt.sql.strip():
             self.send(m.EMPTY_QUERY)
+        elif stmt.kind is Kind.WRITE:
+            if portal.finished:
+                self.send(m.command_complete(stmt.tag))
+                return
+            portal.finished = True
+            await self._run_statement(writes.run_write, self, stmt, portal.params, False, portal.formats)
         else:
             if portal.finished:
                 self.send(m.command_complete(stmt.tag))
@@ -633,24 +645,37 @@ class Session:
         if self.tx.status != "I":
             self.send(m.notice_response(PgError("25001", "there is already a transaction in progress", severity="WARNING")))
         else:
-            self.tx = Transaction("T")
+            state = writes.new_transaction(self, stmt.value)
+            self.tx = Transaction("T", state=state)
+            self.qctx.txn = state
         self.send(m.command_complete("BEGIN"))
 
     async def _cmd_commit(self, stmt: Statement, describe: bool) -> None:
-        tag = "ROLLBACK" if self.tx.status == "E" else "COMMIT"
+        failed = self.tx.status == "E"
         if self.tx.status == "I":
             self.send(m.notice_response(PgError("25P01", "there is no transaction in progress", severity="WARNING")))
+        state = self.tx.state
+        # The block ends whatever the commit's verdict: a failed COMMIT rolls back, as in PostgreSQL.
         self._end_transaction()
-        self.send(m.command_complete(tag))
+        if state is not None:
+            if failed:
+                await writes.discard(self, state)
+            else:
+                await writes.publish(self, state)
+        self.send(m.command_complete("ROLLBACK" if failed else "COMMIT"))
 
     async def _cmd_rollback(self, stmt: Statement, describe: bool) -> None:
         if self.tx.status == "I":
             self.send(m.notice_response(PgError("25P01", "there is no transaction in progress", severity="WARNING")))
+        state = self.tx.state
         self._end_transaction()
+        if state is not None:
+            await writes.discard(self, state)
         self.send(m.command_complete("ROLLBACK"))
 
     def _end_transaction(self) -> None:
         self.tx = Transaction("I")
+        self.qctx.end_transaction()
         self.portals = {k: p for k, p in self.portals.items() if k == ""}
         for name in [n for n, c in self.cursors.items() if not c.hold]:
             del self.cursors[name]
@@ -659,16 +684,22 @@ class Session:
         if self.tx.status == "I":
             raise PgError(E.NO_ACTIVE_TRANSACTION, "SAVEPOINT can only be used in transaction blocks")
         self.tx.savepoints.append(stmt.name or "")
+        if self.tx.state is not None:
+            self.tx.state.mark(stmt.name or "")
         self.send(m.command_complete("SAVEPOINT"))
 
     async def _cmd_release(self, stmt: Statement, describe: bool) -> None:
         idx = self._savepoint_index(stmt, "RELEASE SAVEPOINT")
         del self.tx.savepoints[idx:]
+        if self.tx.state is not None:
+            self.tx.state.release(idx)
         self.send(m.command_complete("RELEASE"))
 
     async def _cmd_rollback_to(self, stmt: Statement, describe: bool) -> None:
         idx = self._savepoint_index(stmt, "ROLLBACK TO SAVEPOINT")
         del self.tx.savepoints[idx + 1 :]
+        if self.tx.state is not None:
+            self.tx.state.rollback_to(idx)
         self.tx.status = "T"
         self.send(m.command_complete("ROLLBACK"))
 
@@ -746,10 +777,10 @@ class Session:
         await copy_out_rows(self, source, options)
 
     async def _cmd_copy_from(self, stmt: Statement, describe: bool) -> None:
-        raise PgError(E.FEATURE_NOT_SUPPORTED, "COPY FROM is not supported yet: icegres is read-only in this version")
+        await writes.copy_from(self, stmt)
 
     async def _cmd_write(self, stmt: Statement, describe: bool) -> None:
-        raise _unsupported(stmt)
+        await writes.run_write(self, stmt, None, describe)
 
 
 def _unsupported(stmt: Statement) -> PgError:

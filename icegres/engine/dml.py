@@ -1,0 +1,396 @@
+"""INSERT, UPDATE, DELETE and TRUNCATE as copy-on-write changes staged into a transaction.
+
+Rows are computed by DataFusion over the transaction's view of the tables (its pins plus its own
+staged writes) and written as new Parquet data files by pyiceberg's writer. UPDATE and DELETE
+first ask which data files hold matching rows (one grouped query over the table with each file's
+path as a column, so Parquet statistics still prune), then rewrite only those files. Nothing here
+publishes: the staged write goes to the commit machine at COMMIT (or at once, in autocommit).
+
+All functions block; the session calls them from worker threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from icegres.engine.txn import Key, TxnState
+from icegres.protocol.pgwire.errors import PgError
+
+if TYPE_CHECKING:
+    import sqlglot.expressions as exp
+
+    from icegres.engine.engine import QueryContext
+    from icegres.engine.mounts import ReadPlan
+
+FILE_COLUMN = "__icegres_file"
+
+
+
+@dataclass(frozen=True)
+class DmlResult:
+    tag: str
+    returning: pa.Table | None = None
+
+
+def parse(sql: str) -> exp.Expression:
+    from icegres.engine.sql import parse as parse_sql
+
+    return parse_sql(sql)
+
+
+def _sql(expr: exp.Expression) -> str:
+    from icegres.engine.pg_rewrite import to_sql
+
+    return to_sql(expr)
+
+
+def execute(qctx: QueryContext, txn: TxnState, sql: str, params: dict[str, Any] | None) -> DmlResult:
+    """Stage one DML statement's effect into `txn` and return its command tag (and RETURNING rows)."""
+    import sqlglot.expressions as exp
+
+    tree = parse(sql)
+    qctx.pin_for(sql)
+    if isinstance(tree, exp.Insert):
+        return _insert(qctx, txn, tree, params)
+    if isinstance(tree, exp.Update):
+        return _update(qctx, txn, tree, params)
+    if isinstance(tree, exp.Delete):
+        return _delete(qctx, txn, tree, params)
+    if isinstance(tree, exp.TruncateTable):
+        for table in tree.expressions:
+            key = _target(qctx, txn, table)
+            _rewrite(qctx, txn, key, None, None, params, delete=True)
+        return DmlResult("TRUNCATE TABLE")
+    raise PgError("0A000", f"statement is not supported: {sql.split(None, 1)[0].upper()}")
+
+
+def describe(qctx: QueryContext, sql: str) -> tuple[pa.Schema | None, dict[int, pa.DataType]]:
+    """RETURNING columns and parameter types of a DML statement, without running it."""
+    import sqlglot.expressions as exp
+
+    from icegres.engine.params import placeholder_types
+
+    tree = parse(sql)
+    qctx.pin_for(sql)
+    txn = qctx.txn
+    table = tree.this.this if isinstance(tree, exp.Insert) and isinstance(tree.this, exp.Schema) else (
+        tree.this if not isinstance(tree, exp.TruncateTable) else None)
+    if table is None:
+        return None, {}
+    key = _target(qctx, txn, table)
+    plan = _plan_of(txn, key)
+    types: dict[int, pa.DataType] = {}
+    by_name = {f.name: f.type for f in plan.schema}
+    if isinstance(tree, exp.Insert):
+        columns = _insert_columns(tree, plan)
+        source = tree.expression
+        if isinstance(source, exp.Values):
+            for row in source.expressions:
+                for i, value in enumerate(row.expressions):
+                    if isinstance(value, exp.Parameter) and i < len(columns):
+                        types[int(value.this.this)] = by_name[columns[i]]
+        elif source is not None:
+            df = qctx.plan(_sql(source), None)
+            types.update(placeholder_types(df))
+    elif isinstance(tree, exp.Update):
+        for assignment in tree.expressions:
+            name = assignment.this.name
+            if isinstance(assignment.expression, exp.Parameter) and name in by_name:
+                types[int(assignment.expression.this.this)] = by_name[name]
+    where = tree.args.get("where")
+    if where is not None and not isinstance(tree, exp.Insert):
+        probe = f"SELECT 1 FROM {_quoted(key)} AS {_alias(tree.this, key)} WHERE {_sql(where.this)}"
+        for index, dtype in placeholder_types(qctx.plan(probe, None)).items():
+            types.setdefault(index, dtype)
+    returning = tree.args.get("returning")
+    schema = None
+    if returning is not None:
+        select = ", ".join(_sql(e) for e in returning.expressions)
+        df = qctx.plan(f"SELECT {select} FROM {_quoted(key)} AS {_alias(table, key)}", None)
+        schema = qctx.pg_schema(f"SELECT {select}", df.schema())
+    return schema, types
+
+
+# --- statements ------------------------------------------------------------------------------
+
+
+def _insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[str, Any] | None) -> DmlResult:
+    import sqlglot.expressions as exp
+
+    if tree.args.get("conflict") is not None:
+        raise PgError("0A000", "INSERT ... ON CONFLICT is not supported")
+    table = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    key = _target(qctx, txn, table)
+    plan = _plan_of(txn, key)
+    columns = _insert_columns(tree, plan)
+    source = tree.expression
+    if source is None:  # INSERT ... DEFAULT VALUES
+        data = pa.table({c: pa.nulls(1) for c in columns})
+    else:
+        df = qctx.plan(_sql(source), params)
+        if len(df.schema()) != len(columns):
+            more = "expressions" if len(df.schema()) > len(columns) else "target columns"
+            raise PgError("42601", f"INSERT has more {more} than {'target columns' if more == 'expressions' else 'expressions'}")
+        data = _collect(df)
+        data = data.rename_columns(columns)
+    rows = _conform(data, plan, key)
+    _append(txn, key, rows)
+    returning = None
+    if tree.args.get("returning") is not None:
+        returning = _returning(qctx, tree.args["returning"], rows, table, key)
+    return DmlResult(f"INSERT 0 {rows.num_rows}", returning)
+
+
+def _update(qctx: QueryContext, txn: TxnState, tree: exp.Update, params: dict[str, Any] | None) -> DmlResult:
+    if tree.args.get("from") or tree.args.get("from_"):
+        raise PgError("0A000", "UPDATE ... FROM is not supported; use a subquery in WHERE")
+    if tree.args.get("returning") is not None:
+        raise PgError("0A000", "UPDATE ... RETURNING is not supported")
+    key = _target(qctx, txn, tree.this)
+    plan = _plan_of(txn, key)
+    names = {f.name for f in plan.schema}
+    sets: dict[str, str] = {}
+    for assignment in tree.expressions:
+        name = assignment.this.name
+        if name not in names:
+            raise PgError("42703", f'column "{name}" of relation "{key[1]}" does not exist')
+        if name in sets:
+            raise PgError("42601", f'multiple assignments to same column "{name}"')
+        sets[name] = _sql(assignment.expression)
+    where = tree.args.get("where")
+    cond = _sql(where.this) if where is not None else None
+    count = _rewrite(qctx, txn, key, cond, sets, params, delete=False, alias=_alias(tree.this, key))
+    return DmlResult(f"UPDATE {count}")
+
+
+def _delete(qctx: QueryContext, txn: TxnState, tree: exp.Delete, params: dict[str, Any] | None) -> DmlResult:
+    if tree.args.get("using"):
+        raise PgError("0A000", "DELETE ... USING is not supported; use a subquery in WHERE")
+    if tree.args.get("returning") is not None:
+        raise PgError("0A000", "DELETE ... RETURNING is not supported")
+    key = _target(qctx, txn, tree.this)
+    where = tree.args.get("where")
+    cond = _sql(where.this) if where is not None else None
+    count = _rewrite(qctx, txn, key, cond, None, params, delete=True, alias=_alias(tree.this, key))
+    return DmlResult(f"DELETE {count}")
+
+
+# --- copy-on-write ----------------------------------------------------------------------------
+
+
+def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None, sets: dict[str, str] | None,
+             params: dict[str, Any] | None, *, delete: bool, alias: str | None = None) -> int:
+    """Rewrite exactly the data files that hold rows matching `cond`; returns the row count."""
+    plan = _plan_of(txn, key)
+    if not plan.files:
+        return 0
+    view = qctx.register_private("target", _with_file_column(qctx, plan))
+    alias = alias or f'"{key[1]}"'
+    where = f" WHERE {cond}" if cond else ""
+    hits = _collect(qctx.plan(
+        f'SELECT "{FILE_COLUMN}", count(*) AS n FROM {view} AS {alias}{where} GROUP BY "{FILE_COLUMN}"', params))
+    matched = {p: n for p, n in zip(hits.column(0).to_pylist(), hits.column(1).to_pylist(), strict=True) if n}
+    count = sum(matched.values())
+    if not matched:
+        return 0
+    in_list = ", ".join("'" + p.replace("'", "''") + "'" for p in matched)
+    columns = [f.name for f in plan.schema]
+    if delete:
+        keep = f" AND ({cond}) IS NOT TRUE" if cond else " AND false"
+        select = ", ".join(f'{alias}."{c}"' for c in columns)
+        query = f'SELECT {select} FROM {view} AS {alias} WHERE "{FILE_COLUMN}" IN ({in_list}){keep}'
+    else:
+        hit = f"({cond}) IS TRUE" if cond else "true"
+        exprs = []
+        for c in columns:
+            if sets and c in sets:
+                exprs.append(f'CASE WHEN {hit} THEN {sets[c]} ELSE {alias}."{c}" END AS "{c}"')
+            else:
+                exprs.append(f'{alias}."{c}"')
+        query = f'SELECT {", ".join(exprs)} FROM {view} AS {alias} WHERE "{FILE_COLUMN}" IN ({in_list})'
+    rows = _conform(_collect(qctx.plan(query, params)), plan, key)
+    write = txn.write_for(key)
+    new_files = _write_files(write.base, rows)
+    write, orphans = write.rewrite(set(matched), new_files, rows.num_rows)
+    txn.stage(write, orphans)
+    return count
+
+
+def _append(txn: TxnState, key: Key, rows: pa.Table) -> None:
+    if rows.num_rows == 0:
+        return
+    write = txn.write_for(key)
+    write, _ = write.rewrite(set(), _write_files(write.base, rows), rows.num_rows)
+    txn.stage(write)
+
+
+def _write_files(base: ReadPlan, rows: pa.Table) -> dict[str, Any]:
+    """Write rows as new Parquet data files of the table (partitioned as its spec says)."""
+    if rows.num_rows == 0:
+        return {}
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    table: Any = base.table
+    files = _dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io)
+    return {f.file_path: f for f in files}
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _target(qctx: QueryContext, txn: TxnState | None, table: exp.Table) -> Key:
+    name = table.name
+    schema = table.db or None
+    key = qctx.resolve_table(schema, name)
+    if key is None:
+        shown = f"{schema}.{name}" if schema else name
+        raise PgError("42P01", f'relation "{shown}" does not exist')
+    if txn is not None and key not in txn.pins:
+        raise PgError("42P01", f'relation "{key[0]}.{key[1]}" does not exist')
+    return key
+
+
+def _plan_of(txn: TxnState | None, key: Key) -> ReadPlan:
+    assert txn is not None
+    plan = txn.plan(key)
+    if plan is None:
+        raise PgError("42P01", f'relation "{key[0]}.{key[1]}" does not exist')
+    if plan.table is None:
+        raise PgError("0A000", f"table {key[0]}.{key[1]} cannot be written")
+    return plan
+
+
+def _insert_columns(tree: exp.Insert, plan: ReadPlan) -> list[str]:
+    import sqlglot.expressions as exp
+
+    names = [f.name for f in plan.schema]
+    if not isinstance(tree.this, exp.Schema):
+        return names
+    columns = [c.name for c in tree.this.expressions]
+    for c in columns:
+        if c not in names:
+            raise PgError("42703", f'column "{c}" of relation "{tree.this.this.name}" does not exist')
+    if len(set(columns)) != len(columns):
+        raise PgError("42701", "column specified more than once")
+    return columns
+
+
+def _quoted(key: Key) -> str:
+    return f'"{key[0]}"."{key[1]}"'
+
+
+def _alias(table: exp.Expression, key: Key) -> str:
+    alias = table.args.get("alias") if hasattr(table, "args") else None
+    name = alias.name if alias is not None else key[1]
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _collect(df: Any) -> pa.Table:
+    from icegres.engine import errors as engine_errors
+
+    try:
+        return df.to_arrow_table()
+    except Exception as exc:
+        raise engine_errors.from_datafusion(exc) from None
+
+
+def _with_file_column(qctx: QueryContext, plan: ReadPlan) -> Any:
+    """The table as a union of per-file scans, each tagged with its path."""
+    from dataclasses import replace
+
+    from datafusion import lit
+
+    from icegres.engine.mounts import to_dataframe
+
+    ctx = qctx.ctx
+    frames = [
+        to_dataframe(ctx, replace(plan, files=(f,)), qctx.engine.stores).with_column(FILE_COLUMN, lit(f.path))
+        for f in plan.files
+    ]
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.union(other)
+    return df
+
+
+def write_schema(plan: ReadPlan) -> pa.Schema:
+    """The exact Arrow schema pyiceberg's writer expects for the table's current schema."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    table: Any = plan.table
+    return schema_to_pyarrow(table.schema(), include_field_ids=False)
+
+
+def _conform(data: pa.Table, plan: ReadPlan, key: Key) -> pa.Table:
+    """Rows in the table's column order and types; NOT NULL checked (23502), casts checked (22xxx)."""
+    target = write_schema(plan)
+    arrays = []
+    for f in target:
+        if f.name in data.column_names:
+            column = data.column(f.name)
+            try:
+                column = _cast(column, f.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise _cast_error(exc, f, column.type) from None
+        else:
+            column = pa.nulls(data.num_rows, f.type)
+        if not f.nullable and column.null_count:
+            raise PgError("23502", f'null value in column "{f.name}" of relation "{key[1]}" violates not-null constraint')
+        arrays.append(column)
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+def _cast(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
+    import pyarrow.compute as pc
+
+    if column.type == to:
+        return column
+    src = column.type
+    if pa.types.is_null(src):
+        return pa.nulls(len(column), to) if len(column) else pa.chunked_array([], to)
+    if pa.types.is_string_view(src) or pa.types.is_string(src) or pa.types.is_large_string(src):
+        if not (pa.types.is_string(to) or pa.types.is_large_string(to)):
+            if pa.types.is_integer(to) or pa.types.is_floating(to) or pa.types.is_date(to):
+                try:  # vectorised where Arrow's parser reads exactly what PostgreSQL's would
+                    return pc.cast(column, to)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    pass
+            return _cast_text(column, to)
+    return pc.cast(column, to, safe=True)
+
+
+def _cast_text(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
+    """Text literals into typed columns, as PostgreSQL's input functions would read them."""
+    from icegres.protocol.pgwire.types import decode_param, pg_type_for_arrow
+
+    oid = pg_type_for_arrow(to).oid
+    values = [None if v is None else decode_param(v.encode(), oid, 0) for v in column.to_pylist()]
+    return pa.chunked_array([pa.array(values, type=to)], to)
+
+
+def _cast_error(exc: Exception, field: pa.Field, src: pa.DataType) -> PgError:
+    text = str(exc)
+    if "overflow" in text.lower() or "out of range" in text.lower() or "would" in text.lower():
+        return PgError("22003", f'value out of range for column "{field.name}" ({text.splitlines()[0]})')
+    return PgError("42804", f'column "{field.name}" is of type {field.type} but expression is of type {src}',
+                   hint="You will need to rewrite or cast the expression.")
+
+
+def _returning(qctx: QueryContext, returning: exp.Expression, rows: pa.Table, table: exp.Expression, key: Key) -> pa.Table:
+    select = ", ".join(_sql(e) for e in returning.expressions)
+    scan = rows.cast(pa.schema([f.with_type(_scan_type(f.type)) for f in rows.schema]))
+    view = qctx.register_private("returning", qctx.ctx.from_arrow(scan))
+    df = qctx.plan(f"SELECT {select} FROM {view} AS {_alias(table, key)}", None)
+    result = _collect(df)
+    return result.rename_columns(qctx.pg_schema(f"SELECT {select}", result.schema).names)
+
+
+def _scan_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    return t

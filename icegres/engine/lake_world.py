@@ -1,0 +1,179 @@
+"""The commit machine's world on a real lakehouse: pyiceberg snapshots, one atomic catalog commit.
+
+`LakeWorld` implements `icegres.machines.drivers.commit.CommitWorld` for one transaction's staged
+writes. Publishing builds each table's new snapshot with pyiceberg's own snapshot producers (fast
+append, or overwrite for copy-on-write UPDATE/DELETE) on the base the machine names, tags every
+snapshot summary with the commit token, and hands all tables to `catalog.commit_tables`, which
+publishes them in one SQL transaction or one REST `transactions/commit` call. Every method blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from icegres.engine.catalog import (
+    CommitNotApplied,
+    CommitRejected,
+    CommitUnknown,
+    Lakehouse,
+    TableChange,
+    commit_tables,
+)
+from icegres.engine.txn import StagedWrite, TxnState
+from icegres.machines.commit import (
+    CommitRequest,
+    Publish,
+    PublishFailed,
+    PublishOutcomeUnknown,
+    PublishRejected,
+    PublishSucceeded,
+    ReadAssertion,
+    TableHead,
+    TableWrite,
+    WriteKind,
+)
+
+log = logging.getLogger("icegres.commit")
+
+TOKEN_PROPERTY = "icegres.commit-token"
+
+
+def commit_request(txn: TxnState) -> CommitRequest | None:
+    """The machine's request for a transaction's staged writes, or None if it changed nothing."""
+    writes = tuple(
+        TableWrite(
+            table=w.table_name,
+            table_uuid=w.base.table_uuid,
+            base_snapshot=w.base.snapshot_id,
+            base_schema_id=w.base.schema_id,
+            kind=WriteKind.APPEND if w.is_append else WriteKind.OVERWRITE,
+            removed_files=frozenset(w.removed),
+            added_files=frozenset(w.added),
+        )
+        for w in sorted(txn.writes.values(), key=lambda w: w.key)
+        if w.added or w.removed
+    )
+    if not writes:
+        return None
+    reads: tuple[ReadAssertion, ...] = ()
+    if txn.serializable:
+        written = {w.table for w in writes}
+        reads = tuple(
+            ReadAssertion(f"{k[0]}.{k[1]}", txn.pins[k].table_uuid, txn.pins[k].snapshot_id)
+            for k in sorted(txn.read_keys)
+            if f"{k[0]}.{k[1]}" not in written and k in txn.pins
+        )
+    return CommitRequest(token=uuid.uuid4().hex, writes=writes, reads=reads)
+
+
+class LakeWorld:
+    def __init__(self, lakehouse: Lakehouse, txn: TxnState) -> None:
+        self.lakehouse = lakehouse
+        self._writes: dict[str, StagedWrite] = {w.table_name: w for w in txn.writes.values()}
+
+    # --- CommitWorld ------------------------------------------------------------------------
+
+    def publish(self, request: CommitRequest, publish: Publish) -> Any:
+        try:
+            changes = [self._change(request.token, table, base) for table, base in publish.bases]
+            changes += [self._guard(g) for g in publish.guards]
+        except CommitRejected as exc:
+            return PublishRejected(str(exc))
+        except Exception as exc:  # nothing was sent: building failed (storage down, bad metadata)
+            if type(exc).__name__ == "ValidationException":  # a file to remove is already gone
+                return PublishRejected(str(exc))
+            return PublishFailed(f"{type(exc).__name__}: {exc}")
+        try:
+            commit_tables(self.lakehouse, changes)
+        except CommitRejected as exc:
+            return PublishRejected(str(exc))
+        except CommitNotApplied as exc:
+            return PublishFailed(str(exc))
+        except CommitUnknown as exc:
+            return PublishOutcomeUnknown(str(exc))
+        return PublishSucceeded()
+
+    def inspect(self, request: CommitRequest, tables: tuple[str, ...]) -> tuple[TableHead, ...]:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        heads = []
+        for name in tables:
+            ns, _, table_name = name.rpartition(".")
+            try:
+                table = self.lakehouse.load_table(ns, table_name)
+            except NoSuchTableError:
+                heads.append(TableHead(name, False, None, None, None))
+                continue
+            meta = table.metadata
+            write = self._writes.get(name)
+            live: frozenset[str] = frozenset()
+            if write is not None and write.removed:
+                paths = {t.file.file_path for t in table.scan().plan_files()} if meta.current_snapshot_id else set()
+                live = frozenset(p for p in write.removed if p in paths)
+            has_token = any(s.summary is not None and s.summary.get(TOKEN_PROPERTY) == request.token
+                            for s in meta.snapshots)
+            heads.append(TableHead(name, True, str(meta.table_uuid), meta.current_snapshot_id,
+                                   meta.current_schema_id, live, has_token))
+        return tuple(heads)
+
+    def delete_files(self, files: frozenset[str]) -> None:
+        delete_files(self._writes.values(), files)
+
+    # --- building ---------------------------------------------------------------------------
+
+    def _change(self, token: str, name: str, base: int | None) -> TableChange:
+        from pyiceberg.table.update import AssertCurrentSchemaId, AssertTableUUID
+
+        write = self._writes[name]
+        table: Any = write.base.table
+        if table.metadata.current_snapshot_id != base:
+            # A rebase: build on the table as the catalog has it now.
+            table = self.lakehouse.load_table(*write.key)
+            if table.metadata.current_snapshot_id != base:
+                raise CommitRejected(f"table {name} moved again while rebasing")
+        tx = table.transaction()
+        producer = tx.update_snapshot(snapshot_properties={TOKEN_PROPERTY: token})
+        if write.is_append:
+            with producer.fast_append() as append:
+                for data_file in write.added.values():
+                    append.append_data_file(data_file)
+        else:
+            with producer.overwrite() as overwrite:
+                for data_file in write.removed.values():
+                    overwrite.delete_data_file(data_file)
+                for data_file in write.added.values():
+                    overwrite.append_data_file(data_file)
+        requirements = (
+            AssertTableUUID(uuid=table.metadata.table_uuid),
+            AssertCurrentSchemaId(current_schema_id=write.base.schema_id),
+            *tx._requirements,  # assert-ref-snapshot-id(main) = base, from the snapshot producer
+        )
+        return TableChange(write.key[0], write.key[1], requirements, tx._updates)
+
+    def _guard(self, read: ReadAssertion) -> TableChange:
+        """SERIALIZABLE: a read table joins the commit with requirements and no updates."""
+        from uuid import UUID
+
+        from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID
+
+        ns, _, name = read.table.rpartition(".")
+        requirements = (
+            AssertTableUUID(uuid=UUID(read.table_uuid)),
+            AssertRefSnapshotId(ref="main", snapshot_id=read.snapshot),
+        )
+        return TableChange(ns, name, requirements, ())
+
+
+def delete_files(writes: Any, paths: Any) -> None:
+    """Delete staged data files (best effort) through the owning table's FileIO."""
+    ios = [w.base.table.io for w in writes if w.base.table is not None]
+    if not ios:
+        return
+    io = ios[0]
+    for path in paths:
+        try:
+            io.delete(path)
+        except Exception:
+            log.warning("could not delete staged file %s", path, exc_info=True)

@@ -1,0 +1,392 @@
+"""What a session does with statements that change the lake: DML, DDL, COPY FROM, COMMIT.
+
+Writes stage into the session's transaction (`TxnState`); outside a transaction block each write is
+its own transaction and commits at once. Every commit goes through the commit machine
+(`icegres.machines.drivers.commit.run_commit`) with a `LakeWorld`; nothing here publishes itself.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from icegres.engine.statements import Statement
+from icegres.engine.txn import TxnState
+from icegres.protocol.pgwire import errors as E
+from icegres.protocol.pgwire import messages as m
+from icegres.protocol.pgwire.errors import PgError
+from icegres.protocol.pgwire.results import row_description
+
+if TYPE_CHECKING:
+    from icegres.protocol.pgwire.session import Session
+
+DML_WORDS = ("INSERT", "UPDATE", "DELETE", "TRUNCATE")
+DDL_WORDS = ("CREATE", "DROP", "ALTER")
+
+
+def is_dml(stmt: Statement) -> bool:
+    return stmt.tag in DML_WORDS
+
+
+def is_ddl(stmt: Statement) -> bool:
+    return stmt.tag in DDL_WORDS
+
+
+def new_transaction(session: Session, isolation: str | None) -> TxnState:
+    level = (isolation or session.settings.get("default_transaction_isolation") or "").lower()
+    return TxnState(serializable=level == "serializable")
+
+
+async def run_write(session: Session, stmt: Statement, params: list[Any] | None, describe: bool,
+                    formats: list[int] | None = None) -> None:
+    """Execute INSERT/UPDATE/DELETE/TRUNCATE or DDL and send its rows (RETURNING) and tag."""
+    if is_ddl(stmt):
+        await run_ddl(session, stmt)
+        return
+    if not is_dml(stmt):
+        from icegres.protocol.pgwire.session import _unsupported
+
+        raise _unsupported(stmt)
+    from icegres.engine import dml
+
+    values = {str(i + 1): v for i, v in enumerate(params or [])} or None
+    result = await _in_transaction(session, lambda txn: dml.execute(session.qctx, txn, stmt.sql, values))
+    if result.returning is not None:
+        await _send_table(session, result.returning, describe, formats)
+    session.send(m.command_complete(result.tag))
+
+
+async def run_ddl(session: Session, stmt: Statement) -> None:
+    from icegres.engine import ddl, ddl_apply
+
+    cmd = ddl.parse_ddl(stmt.sql)
+    if isinstance(cmd, ddl.CreateTableAs):
+        await _create_table_as(session, cmd)
+        return
+    qctx = session.qctx
+    path = list(qctx.env.search_path)
+
+    def apply() -> list[str]:
+        notices = ddl_apply.apply_ddl(qctx.engine.lakehouse, cmd, path)
+        qctx.engine.refresh(None if qctx.engine.lakehouse.kind != "rest" else _ddl_keys(cmd, path, qctx))
+        qctx.forget_routes()
+        txn = qctx.txn
+        if txn is not None:
+            for key in _ddl_keys(cmd, path, qctx):
+                txn.repin(key, qctx.engine.read_plan(*key))
+        return notices
+
+    for notice in await session._in_thread(apply):
+        session.send(m.notice_response(PgError("00000", notice, severity="NOTICE")))
+    session.send(m.command_complete(ddl.command_tag(cmd)))
+
+
+def _ddl_keys(cmd: Any, path: list[str], qctx: Any) -> set[tuple[str, str]]:
+    """The tables a DDL command may have created, changed or dropped."""
+    keys = set()
+    for attr in ("names",):
+        for item in getattr(cmd, attr, ()) or ():
+            if isinstance(item, tuple):
+                keys.add(_qualify(item[0], item[1], path, qctx))
+    if getattr(cmd, "name", None) and hasattr(cmd, "schema"):
+        keys.add(_qualify(cmd.schema, cmd.name, path, qctx))
+    return {k for k in keys if k is not None}
+
+
+def _qualify(schema: str | None, name: str, path: list[str], qctx: Any) -> tuple[str, str] | None:
+    if schema:
+        return (schema, name)
+    for candidate in path:
+        if qctx.engine.has_table(candidate, name) or qctx.engine.has_schema(candidate):
+            return (candidate, name)
+    return None
+
+
+async def _create_table_as(session: Session, cmd: Any) -> None:
+    """CREATE TABLE ... AS SELECT: create the table from the query's columns, then append its rows.
+
+    The table is created first and the rows are one commit through the machine; if that commit
+    fails the table stays, empty (the same as PostgreSQL outside a transaction block would never
+    show, but Iceberg catalogs have no transactional create-and-append across all kinds).
+    """
+    from icegres.engine import ddl_apply, dml
+
+    qctx = session.qctx
+    path = list(qctx.env.search_path)
+
+    def create() -> tuple[tuple[str, str] | None, pa.Table]:
+        data = dml._collect(qctx.plan(cmd.query_sql, None))
+        key = ddl_apply.create_table_from_arrow(qctx.engine.lakehouse, cmd, data.schema, path)
+        if key is not None:
+            qctx.engine.refresh(None if qctx.engine.lakehouse.kind != "rest" else {key})
+        return key, data
+
+    key, data = await session._in_thread(create)
+    if key is None:
+        session.send(m.notice_response(PgError("00000", f'relation "{cmd.name}" already exists, skipping', severity="NOTICE")))
+        session.send(m.command_complete("CREATE TABLE AS"))
+        return
+
+    def append(txn: TxnState) -> int:
+        qctx.pin_for("")
+        txn.pin(key, qctx.engine.read_plan(*key))
+        plan = txn.plan(key)
+        rows = dml._conform(data.rename_columns(plan.schema.names), plan, key)
+        dml._append(txn, key, rows)
+        return rows.num_rows
+
+    count = await _in_transaction(session, append)
+    session.send(m.command_complete(f"SELECT {count}"))
+
+
+async def _in_transaction(session: Session, work: Any) -> Any:
+    """Run `work(txn)` in a worker thread inside the open transaction, or as its own transaction
+    (committed through the machine before returning) when no block is open."""
+    qctx = session.qctx
+    if session.tx.status == "T":
+        if session.tx.state is None:
+            session.tx.state = new_transaction(session, None)
+            qctx.txn = session.tx.state
+        return await session._in_thread(work, session.tx.state)
+    txn = new_transaction(session, None)
+    qctx.txn = txn
+    try:
+        result = await session._in_thread(work, txn)
+        await publish(session, txn)
+    except BaseException:
+        await discard(session, txn)
+        raise
+    finally:
+        qctx.end_transaction()
+    return result
+
+
+async def publish(session: Session, txn: TxnState) -> None:
+    """Commit a transaction's staged writes through the commit machine; PgError if it aborts."""
+    import trio
+
+    from icegres.engine.lake_world import LakeWorld, commit_request, delete_files
+    from icegres.machines.commit import Config
+    from icegres.machines.drivers.commit import run_commit
+
+    request = commit_request(txn)
+    if request is not None:
+        world = LakeWorld(session.qctx.engine.lakehouse, txn)
+        outcome = await run_commit(request, world, Config())
+        if not outcome.committed:
+            txn.writes.clear()  # the machine deleted (or, if unknown, deliberately kept) them
+            raise PgError(outcome.sqlstate or E.INTERNAL_ERROR, outcome.message or "commit failed",
+                          detail=outcome.detail or None)
+    if txn.orphans:
+        orphans, writes = list(txn.orphans), list(txn.writes.values())
+        txn.orphans.clear()
+        with trio.CancelScope(shield=True):
+            await session._in_thread(delete_files, writes, orphans)
+
+
+async def discard(session: Session, txn: TxnState) -> None:
+    """ROLLBACK: staged files are unreferenced; delete them (best effort)."""
+    import trio
+
+    from icegres.engine.lake_world import delete_files
+
+    paths = txn.all_added() + txn.orphans
+    writes = list(txn.writes.values())
+    txn.writes.clear()
+    txn.orphans.clear()
+    if paths and writes:
+        with trio.CancelScope(shield=True):
+            await session._in_thread(delete_files, writes, paths)
+
+
+async def describe_write(session: Session, sql: str) -> tuple[pa.Schema | None, dict[int, pa.DataType]]:
+    """Parse-time description of a DML statement: RETURNING columns and parameter types."""
+    from icegres.engine import dml
+
+    qctx = session.qctx
+    if qctx.txn is not None:
+        return await session._in_thread(dml.describe, qctx, sql)
+    qctx.txn = new_transaction(session, None)
+    try:
+        return await session._in_thread(dml.describe, qctx, sql)
+    finally:
+        qctx.end_transaction()
+
+
+async def _send_table(session: Session, table: pa.Table, describe: bool, formats: list[int] | None) -> None:
+    from icegres.protocol.pgwire.results import presentable
+    from icegres.protocol.pgwire.types import encode_data_rows
+
+    formats = formats or [0] * table.num_columns
+    if describe:
+        session.send(row_description(table.schema, formats))
+    text = session._text_settings()
+    for batch in table.to_batches():
+        session.send(encode_data_rows(presentable(batch, table.schema, formats), formats, text))
+
+
+# --- COPY FROM STDIN ---------------------------------------------------------------------------
+
+
+async def copy_from(session: Session, stmt: Statement) -> None:
+    """COPY table [(cols)] FROM STDIN (text or CSV): the whole stream is one commit."""
+    from icegres.protocol.pgwire.copy import CopyFormat
+
+    target = stmt.value or ""
+    mt = re.match(r'^("(?:[^"]|"")+"|[^\s(]+)\s*(?:\((.*)\))?$', target, re.S)
+    if not mt or target.startswith("("):
+        raise PgError(E.SYNTAX_ERROR, "COPY FROM needs a table name")
+    options = dict(stmt.options)
+    fmt = CopyFormat(options)
+    columns = [c.strip() for c in mt.group(2).split(",")] if mt.group(2) else None
+    insert_cols = f" ({', '.join(columns)})" if columns else ""
+    probe = f"INSERT INTO {mt.group(1)}{insert_cols} SELECT 1"  # only names the target
+    from icegres.engine import dml
+
+    qctx = session.qctx
+
+    def target_info(txn: TxnState) -> tuple[tuple[str, str], list[str], pa.Schema]:
+        tree = dml.parse(probe)
+        qctx.pin_for(probe)
+        table = tree.this.this if hasattr(tree.this, "expressions") and tree.this.expressions else tree.this
+        key = dml._target(qctx, txn, table)
+        plan = dml._plan_of(txn, key)
+        names = dml._insert_columns(tree, plan)
+        return key, names, dml.write_schema(plan)
+
+    chunks: list[bytes] = []
+
+    async def receive() -> None:
+        session.send(m.copy_in_response(len(columns) if columns else 0))
+        await session.flush()
+        while True:
+            msg = await session._next_message()
+            if isinstance(msg, m.CopyData):
+                chunks.append(msg.data)
+            elif isinstance(msg, m.CopyDone):
+                return
+            elif isinstance(msg, m.CopyFail):
+                raise PgError(E.QUERY_CANCELED, f"COPY from stdin failed: {msg.message}")
+            elif isinstance(msg, m.Flush | m.Sync):
+                continue
+            else:
+                raise PgError(E.PROTOCOL_VIOLATION, f"unexpected message type during COPY from stdin: {type(msg).__name__}")
+
+    def load(txn: TxnState) -> int:
+        key, names, schema = target_info(txn)
+        table = parse_copy(b"".join(chunks), fmt, names, schema)
+        plan = dml._plan_of(txn, key)
+        rows = dml._conform(table, plan, key)
+        dml._append(txn, key, rows)
+        return rows.num_rows
+
+    await receive()
+    count = await _in_transaction(session, load)
+    session.send(m.command_complete(f"COPY {count}"))
+
+
+def parse_copy(data: bytes, fmt: Any, names: list[str], schema: pa.Schema) -> pa.Table:
+    """COPY text or CSV bytes -> an Arrow table of the named columns, typed as the table's."""
+    from icegres.engine.dml import _cast
+
+    text = data.decode("utf-8")
+    if text.endswith("\\.\n"):
+        text = text[: -3]
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if fmt.csv:
+        rows = _csv_rows("\n".join(lines) + "\n" if lines else "", fmt)
+    else:
+        rows = [_text_fields(line.rstrip("\r"), fmt) for line in lines]
+    if fmt.header and rows:
+        rows = rows[1:]
+    ncols = len(names)
+    for i, row in enumerate(rows):
+        if len(row) != ncols:
+            which = "extra data after last expected column" if len(row) > ncols else f'missing data for column "{names[len(row)]}"'
+            raise PgError("22P04", which, detail=f"COPY line {i + 1 + (1 if fmt.header else 0)}")
+    by_name = {f.name: f.type for f in schema}
+    columns = {}
+    for j, name in enumerate(names):
+        strings = pa.chunked_array([pa.array([r[j] for r in rows], type=pa.string())])
+        try:
+            columns[name] = _cast(strings, by_name[name])
+        except PgError:
+            raise
+        except Exception as exc:
+            raise PgError("22P02", f'invalid input for column "{name}": {str(exc).splitlines()[0]}') from None
+    return pa.table(columns) if columns else pa.table({})
+
+
+_UNESCAPE = {"t": "\t", "n": "\n", "r": "\r", "b": "\b", "f": "\f", "v": "\v", "\\": "\\"}
+
+
+def _text_fields(line: str, fmt: Any) -> list[str | None]:
+    """One line of COPY text format: delimiter-separated, backslash escapes, \\N for NULL."""
+    out: list[str | None] = []
+    field: list[str] = []
+    raw_field: list[str] = []
+    i = 0
+    n = len(line)
+    while i <= n:
+        if i == n or line[i] == fmt.delimiter:
+            raw = "".join(raw_field)
+            out.append(None if raw == fmt.null else "".join(field))
+            field, raw_field = [], []
+            i += 1
+            if i > n:
+                break
+            continue
+        c = line[i]
+        if c == "\\" and i + 1 < n:
+            nxt = line[i + 1]
+            raw_field.append(c + nxt)
+            field.append(_UNESCAPE.get(nxt, nxt))
+            i += 2
+            continue
+        raw_field.append(c)
+        field.append(c)
+        i += 1
+    return out
+
+
+def _csv_rows(text: str, fmt: Any) -> list[list[str | None]]:
+    """CSV per PostgreSQL: an unquoted empty field (or the NULL string) is NULL, a quoted one is not."""
+    rows: list[list[str | None]] = []
+    i, n = 0, len(text)
+    q, esc, d = fmt.quote, fmt.escape, fmt.delimiter
+    row: list[str | None] = []
+    while i < n:
+        quoted = False
+        buf: list[str] = []
+        if text[i] == q:
+            quoted = True
+            i += 1
+            while i < n:
+                c = text[i]
+                if c == esc and i + 1 < n and text[i + 1] == q:
+                    buf.append(q)
+                    i += 2
+                elif c == q:
+                    i += 1
+                    break
+                else:
+                    buf.append(c)
+                    i += 1
+        while i < n and text[i] not in (d, "\n"):
+            buf.append(text[i])
+            i += 1
+        value = "".join(buf)
+        row.append(None if (not quoted and value.rstrip("\r") == fmt.null) else (value if quoted else value.rstrip("\r")))
+        if i < n and text[i] == d:
+            i += 1
+            if i == n or text[i] == "\n":
+                row.append(None if fmt.null == "" else "")
+        if i >= n or text[i] == "\n":
+            rows.append(row)
+            row = []
+            i += 1
+    return rows
