@@ -1,11 +1,46 @@
-"""DataFusion and pyiceberg failures -> PgError with the SQLSTATE a Postgres client expects."""
+"""DataFusion and pyiceberg failures -> PgError with the SQLSTATE a Postgres client expects.
+
+PostgreSQL also says where in the statement an error is (ErrorResponse field 'P', a 1-based
+character offset). DataFusion's planner does not, but its messages name the thing that failed (a
+column, a table, a function) and its parser gives a line and column, so `locate` finds the token in
+the statement text. The numbers follow PostgreSQL: a column or relation reference is placed at the
+start of its (possibly qualified) name, a function call at the start of the function's name, a
+syntax error at the offending token and "end of input" one past the last character.
+"""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from enum import Enum
 
 from icegres.protocol.pgwire import errors as e
 from icegres.protocol.pgwire.errors import PgError
+
+
+class Anchor(Enum):
+    """What in the statement an error points at; each kind has its own way of finding it."""
+
+    COLUMN = "column"
+    TABLE = "table"
+    FUNCTION = "function"
+    LINE_COLUMN = "line_column"  # the parser's own coordinates: meaningful only for the text it parsed
+    END = "end"  # "found: EOF"
+    UNTERMINATED = "unterminated"  # a quote or comment that never closes
+    QUALIFIER = "qualifier"  # `nope.*` with no relation nope in FROM
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where an error points, as DataFusion's message tells it."""
+
+    anchor: Anchor
+    name: tuple[str, ...] = ()  # identifier parts, case as DataFusion resolved them
+    line: int = 0  # 1-based, LINE_COLUMN only
+    column: int = 0  # 1-based, in characters, LINE_COLUMN only
+
+
+AMBIGUOUS_COLUMN = "42702"
 
 # Ordered: the first pattern that matches the DataFusion message decides the SQLSTATE.
 _RULES: tuple[tuple[re.Pattern[str], str, str | None], ...] = (
@@ -13,10 +48,13 @@ _RULES: tuple[tuple[re.Pattern[str], str, str | None], ...] = (
     (re.compile(r"table '(?:datafusion\.)?([^']+)' not found"), e.UNDEFINED_TABLE, 'relation "{0}" does not exist'),
     (re.compile(r"No field named ([^.\s]+(?:\.[^.\s]+)*)\."), e.UNDEFINED_COLUMN, 'column {0} does not exist'),
     (re.compile(r"No field named (.+?)(?:\. Valid fields|\. Did you|$)"), e.UNDEFINED_COLUMN, 'column {0} does not exist'),
+    (re.compile(r"Ambiguous reference to unqualified field (\S+)"), AMBIGUOUS_COLUMN, 'column reference "{0}" is ambiguous'),
+    (re.compile(r"Invalid qualifier (\S+)"), e.UNDEFINED_TABLE, 'missing FROM-clause entry for table "{0}"'),
     (re.compile(r"Invalid function '([^']+)'"), e.UNDEFINED_FUNCTION, "function {0} does not exist"),
     (re.compile(r"(?:Unknown|Invalid) (?:scalar )?function[: ]+'?([\w.]+)"), e.UNDEFINED_FUNCTION, "function {0} does not exist"),
     (re.compile(r"ParserError\(\"(.*?)\"?\)?$", re.S), e.SYNTAX_ERROR, "syntax error: {0}"),
     (re.compile(r"ParserError|sql parser error", re.I), e.SYNTAX_ERROR, None),
+    (re.compile(r"TokenizerError\(\"(.*?)\"?\)?$", re.S), e.SYNTAX_ERROR, "syntax error: {0}"),
     (re.compile(r"Divide by zero|division by zero", re.I), e.DIVISION_BY_ZERO, "division by zero"),
     (re.compile(r"Cannot cast string '([^']*)' to value of (\w+)"), e.INVALID_TEXT_REPRESENTATION, 'invalid input syntax for type {1}: "{0}"'),
     (re.compile(r"Cast error|Cannot cast|Parser error", re.I), e.INVALID_TEXT_REPRESENTATION, None),
@@ -37,7 +75,13 @@ def _clean(message: str) -> str:
     return message.splitlines()[0] if message else "internal error"
 
 
-def from_datafusion(exc: BaseException) -> PgError:
+def from_datafusion(exc: BaseException, sql: str | None = None, *, verbatim: bool = True) -> PgError:
+    """The PgError a Postgres client should see for a DataFusion failure.
+
+    With `sql` (the statement as the client sent it) the error carries PostgreSQL's position when
+    the token can be found. `verbatim` says DataFusion parsed `sql` itself rather than a rewrite of
+    it: only then do the parser's line and column refer to `sql`. Names are looked up either way.
+    """
     if isinstance(exc, PgError):
         return exc
     text = str(exc)
@@ -45,5 +89,403 @@ def from_datafusion(exc: BaseException) -> PgError:
         m = pattern.search(text)
         if m:
             msg = template.format(*m.groups()) if template else _clean(text)
-            return PgError(sqlstate, msg)
-    return PgError(e.INTERNAL_ERROR, _clean(text))
+            err = PgError(sqlstate, msg)
+            break
+    else:
+        err = PgError(e.INTERNAL_ERROR, _clean(text))
+    target = target_of(text, err.sqlstate)
+    if target is not None and err.sqlstate == e.UNDEFINED_COLUMN:
+        err.message = _column_message(target.name)
+    if target is not None and sql is not None:
+        _place(err, target, sql, verbatim=verbatim)
+    return err
+
+
+def _place(err: PgError, target: Target, sql: str, *, verbatim: bool) -> None:
+    """Give `err` its position in `sql`, and PostgreSQL's wording where we now know the token."""
+    if target.anchor in (Anchor.LINE_COLUMN, Anchor.END) and not verbatim:
+        return
+    tokens = tokenize(sql)
+    if target.anchor in (Anchor.COLUMN, Anchor.TABLE):
+        word = _keyword_misread_as_name(tokens, target.name[-1:] if target.anchor is Anchor.TABLE else target.name)
+        if word is not None:
+            # DataFusion took a reserved word for a name (`select from where`); PostgreSQL's
+            # grammar rejects the word itself.
+            err.sqlstate, err.message = e.SYNTAX_ERROR, f'syntax error at or near "{word.text}"'
+            err.position = _char_position(word.start)
+            return
+    err.position = locate(sql, target, tokens)
+    if err.position is None:
+        return
+    if target.anchor is Anchor.TABLE:
+        chain = _matching_chain(tokens, target)
+        if chain is not None:
+            err.message = f'relation "{".".join(chain.parts)}" does not exist'
+    elif target.anchor is Anchor.END and err.sqlstate == e.SYNTAX_ERROR:
+        err.message, err.detail = "syntax error at end of input", _parser_says(err.message)
+    elif target.anchor is Anchor.LINE_COLUMN:
+        at = next((t for t in tokens if _char_position(t.start) == err.position), None)
+        if at is not None:
+            err.message, err.detail = f'syntax error at or near "{at.text}"', _parser_says(err.message)
+    elif target.anchor is Anchor.UNTERMINATED:
+        bad = next(t for t in tokens if t.kind is Kind.UNTERMINATED)
+        err.message = _UNTERMINATED_MESSAGE[bad.text[:1]].format(bad.text)
+
+
+def _parser_says(message: str) -> str | None:
+    # DataFusion's explanation ("Expected: ..., found: ...") stays available as the detail.
+    said = message.removeprefix("syntax error: ")
+    said = _LINE_COLUMN.sub("", said).strip()
+    return said if said and said != message else None
+
+
+def _column_message(name: tuple[str, ...]) -> str:
+    # PostgreSQL quotes a bare column name but prints a qualified one as relation.column, unquoted.
+    if len(name) == 1:
+        return f'column "{name[0]}" does not exist'
+    return f"column {name[-2]}.{name[-1]} does not exist"
+
+
+_UNTERMINATED_MESSAGE = {
+    "'": 'unterminated quoted string at or near "{0}"',
+    '"': 'unterminated quoted identifier at or near "{0}"',
+    "$": 'unterminated dollar-quoted string at or near "{0}"',
+    "/": "unterminated /* comment at or near \"{0}\"",
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# What DataFusion's message points at
+
+_LINE_COLUMN = re.compile(r"at Line: (\d+), Column: (\d+)")
+_FOUND_EOF = re.compile(r"found: EOF\b")
+_TABLE = re.compile(r"table '(?:datafusion\.)?([^']+)' not found")
+_FIELD = re.compile(r'No field named ((?:"(?:[^"]|"")*"|[^\s".]+)(?:\.(?:"(?:[^"]|"")*"|[^\s".]+))*)')
+_FUNCTION = re.compile(r"Invalid function '([^']+)'")
+_AMBIGUOUS = re.compile(r"Ambiguous reference to unqualified field (\S+)")
+_QUALIFIER = re.compile(r"Invalid qualifier (\S+)")
+_TOKENIZER = re.compile(r"TokenizerError")
+
+
+def target_of(message: str, sqlstate: str) -> Target | None:
+    """What a DataFusion error message says the error is about, if it says (pure)."""
+    if sqlstate == e.UNDEFINED_COLUMN and (m := _FIELD.search(message)):
+        return Target(Anchor.COLUMN, parse_name(m.group(1)))
+    if sqlstate == AMBIGUOUS_COLUMN and (m := _AMBIGUOUS.search(message)):
+        return Target(Anchor.COLUMN, parse_name(m.group(1)))
+    if sqlstate == e.UNDEFINED_TABLE and (m := _QUALIFIER.search(message)):
+        return Target(Anchor.QUALIFIER, parse_name(m.group(1)))
+    if sqlstate == e.UNDEFINED_TABLE and (m := _TABLE.search(message)):
+        return Target(Anchor.TABLE, parse_name(m.group(1)))
+    if sqlstate == e.UNDEFINED_FUNCTION and (m := _FUNCTION.search(message)):
+        return Target(Anchor.FUNCTION, tuple(m.group(1).split(".")))
+    if sqlstate != e.SYNTAX_ERROR:
+        return None
+    if _TOKENIZER.search(message):
+        return Target(Anchor.UNTERMINATED)
+    if m := _LINE_COLUMN.search(message):
+        return Target(Anchor.LINE_COLUMN, line=int(m.group(1)), column=int(m.group(2)))
+    if _FOUND_EOF.search(message):
+        return Target(Anchor.END)
+    return None
+
+
+def parse_name(text: str) -> tuple[str, ...]:
+    """`demo."My Table"` -> ('demo', 'My Table'): dotted parts, double quotes honoured and removed."""
+    parts: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        if text[i] == '"':
+            j = i + 1
+            buf = []
+            while j < n:
+                if text[j] == '"':
+                    if text.startswith('""', j):
+                        buf.append('"')
+                        j += 2
+                        continue
+                    break
+                buf.append(text[j])
+                j += 1
+            parts.append("".join(buf))
+            i = j + 1
+        else:
+            j = text.find(".", i)
+            j = n if j < 0 else j
+            parts.append(text[i:j])
+            i = j
+        if i < n and text[i] == ".":
+            i += 1
+    return tuple(parts)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tokens, as PostgreSQL's scanner sees them (enough of it to find names)
+
+
+class Kind(Enum):
+    NAME = "name"  # unquoted identifier or keyword; value is case-folded
+    QUOTED_NAME = "quoted_name"  # "..."; value is the name with "" undoubled
+    STRING = "string"  # '...', E'...', $tag$...$tag$, B'...', X'...', U&'...'
+    NUMBER = "number"
+    PARAM = "param"  # $1
+    OP = "op"  # operators and punctuation, one token per character except `::`
+    UNTERMINATED = "unterminated"  # a string, quoted name or comment running to end of input
+
+
+@dataclass(frozen=True)
+class Token:
+    kind: Kind
+    text: str  # as written
+    value: str  # the name it denotes (NAME, QUOTED_NAME); else the text
+    start: int  # 0-based character offset in the statement
+
+
+_DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_\u0080-\U0010ffff][A-Za-z0-9_\u0080-\U0010ffff]*)?\$")
+_NUMBER = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_STRING_PREFIXES = ("e", "b", "x", "n")
+
+
+def _name_char(c: str, first: bool) -> bool:
+    # PostgreSQL's scanner takes every non-ASCII character as a letter.
+    return c.isalpha() or c == "_" or ord(c) >= 0x80 or (not first and (c.isdigit() or c == "$"))
+
+
+def tokenize(sql: str) -> list[Token]:
+    """The statement's tokens, skipping whitespace and comments (pure; never raises).
+
+    A string, quoted identifier or block comment that does not end becomes one UNTERMINATED token
+    that runs to the end of the text.
+    """
+    out: list[Token] = []
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c.isspace():
+            i += 1
+        elif sql.startswith("--", i):
+            j = sql.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif sql.startswith("/*", i):
+            j = _block_comment_end(sql, i)
+            if j < 0:
+                out.append(Token(Kind.UNTERMINATED, sql[i:], sql[i:], i))
+                break
+            i = j
+        elif c == "'":
+            i = _quoted(sql, i, i, "'", Kind.STRING, out, backslash=False)
+        elif c == '"':
+            i = _quoted(sql, i, i, '"', Kind.QUOTED_NAME, out, backslash=False)
+        elif c == "$" and (m := _DOLLAR_TAG.match(sql, i)):
+            j = sql.find(m.group(0), m.end())
+            if j < 0:
+                out.append(Token(Kind.UNTERMINATED, sql[i:], sql[i:], i))
+                break
+            end = j + len(m.group(0))
+            out.append(Token(Kind.STRING, sql[i:end], sql[i:end], i))
+            i = end
+        elif c == "$" and i + 1 < n and sql[i + 1].isdigit():
+            j = i + 1
+            while j < n and sql[j].isdigit():
+                j += 1
+            out.append(Token(Kind.PARAM, sql[i:j], sql[i:j], i))
+            i = j
+        elif (m := _NUMBER.match(sql, i)) and (c.isdigit() or c == "."):
+            out.append(Token(Kind.NUMBER, m.group(0), m.group(0), i))
+            i = m.end()
+        elif _name_char(c, first=True):
+            j = i + 1
+            while j < n and _name_char(sql[j], first=False):
+                j += 1
+            word = sql[i:j]
+            low = word.lower()
+            if j < n and sql[j] == "'" and low in _STRING_PREFIXES:
+                i = _quoted(sql, i, j, "'", Kind.STRING, out, backslash=low == "e")
+            elif low == "u" and sql.startswith("&'", j):
+                i = _quoted(sql, i, j + 1, "'", Kind.STRING, out, backslash=False)
+            elif low == "u" and sql.startswith('&"', j):
+                i = _quoted(sql, i, j + 1, '"', Kind.QUOTED_NAME, out, backslash=False)
+            else:
+                out.append(Token(Kind.NAME, word, low, i))
+                i = j
+        elif sql.startswith("::", i):
+            out.append(Token(Kind.OP, "::", "::", i))
+            i += 2
+        else:
+            out.append(Token(Kind.OP, c, c, i))
+            i += 1
+    return out
+
+
+def _block_comment_end(sql: str, i: int) -> int:
+    """Offset just past the block comment opening at i (they nest), or -1 if it never closes."""
+    depth, j, n = 0, i, len(sql)
+    while j < n:
+        if sql.startswith("/*", j):
+            depth += 1
+            j += 2
+        elif sql.startswith("*/", j):
+            depth -= 1
+            j += 2
+            if depth == 0:
+                return j
+        else:
+            j += 1
+    return -1
+
+
+def _quoted(sql: str, start: int, quote_at: int, q: str, kind: Kind, out: list[Token], *, backslash: bool) -> int:
+    """Scan a quoted token whose opening quote is at `quote_at`; append it; return the offset after."""
+    j, n = quote_at + 1, len(sql)
+    buf: list[str] = []
+    while j < n:
+        c = sql[j]
+        if backslash and c == "\\" and j + 1 < n:
+            buf.append(sql[j + 1])
+            j += 2
+            continue
+        if c == q:
+            if sql.startswith(q + q, j):
+                buf.append(q)
+                j += 2
+                continue
+            out.append(Token(kind, sql[start : j + 1], "".join(buf), start))
+            return j + 1
+        buf.append(c)
+        j += 1
+    out.append(Token(Kind.UNTERMINATED, sql[quote_at:], sql[quote_at:], quote_at))
+    return n
+
+
+# --------------------------------------------------------------------------------------------------
+# Finding the token
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A possibly qualified name as written: `demo."Trips".id` is one chain of three parts."""
+
+    parts: tuple[str, ...]
+    first: int  # token index of the first part
+    last: int  # token index of the last part
+
+    def start(self, tokens: list[Token]) -> int:
+        return tokens[self.first].start
+
+
+def chains(tokens: list[Token]) -> list[Chain]:
+    """Every maximal dotted name in the token list, in textual order."""
+    out: list[Chain] = []
+    i, n = 0, len(tokens)
+    while i < n:
+        if tokens[i].kind not in (Kind.NAME, Kind.QUOTED_NAME) or (i > 0 and tokens[i - 1].text == "."):
+            i += 1
+            continue
+        parts = [tokens[i].value]
+        j = i
+        while (j + 2 < n and tokens[j + 1].text == "."
+               and tokens[j + 2].kind in (Kind.NAME, Kind.QUOTED_NAME)):
+            parts.append(tokens[j + 2].value)
+            j += 2
+        out.append(Chain(tuple(parts), i, j))
+        i = j + 1
+    return out
+
+
+# Keywords after which a name is being defined or names a relation, not a column reference.
+_NOT_A_COLUMN_AFTER = frozenset({"as", "from", "join", "into", "update", "table", "only"})
+_RELATION_AFTER = frozenset({"from", "join", "only", "lateral", "update", "into", "table", ","})
+
+
+def locate(sql: str, target: Target, tokens: list[Token] | None = None) -> int | None:
+    """PostgreSQL's 1-based character position in `sql` for what `target` names, or None (pure).
+
+    None whenever the token cannot be told apart with confidence: a wrong caret is worse than none.
+    """
+    if tokens is None:
+        tokens = tokenize(sql)
+    if target.anchor is Anchor.LINE_COLUMN:
+        return _line_column_position(sql, target.line, target.column)
+    if target.anchor is Anchor.END:
+        return len(sql) + 1
+    if target.anchor is Anchor.UNTERMINATED:
+        bad = [t for t in tokens if t.kind is Kind.UNTERMINATED]
+        return _char_position(bad[0].start) if bad else None
+    chain = _matching_chain(tokens, target)
+    return None if chain is None else _char_position(chain.start(tokens))
+
+
+def _char_position(offset: int) -> int:
+    return offset + 1
+
+
+def _line_column_position(sql: str, line: int, column: int) -> int | None:
+    lines = sql.split("\n")
+    if not 1 <= line <= len(lines) or not 1 <= column <= len(lines[line - 1]) + 1:
+        return None
+    return sum(len(x) + 1 for x in lines[: line - 1]) + column
+
+
+def _matching_chain(tokens: list[Token], target: Target) -> Chain | None:
+    name = target.name
+    if not name:
+        return None
+    found = chains(tokens)
+
+    def follows(c: Chain) -> str:
+        return tokens[c.last + 1].text if c.last + 1 < len(tokens) else ""
+
+    def precedes(c: Chain) -> str:
+        return tokens[c.first - 1].value if c.first > 0 else ""
+
+    if target.anchor is Anchor.QUALIFIER:
+        stars = [c for c in found if c.parts == name and follows(c) == "."]
+        return stars[0] if stars else None
+    if target.anchor is Anchor.FUNCTION:
+        # DataFusion names the function without the pg_catalog. a rewrite may have dropped.
+        calls = [c for c in found if follows(c) == "(" and c.parts[-len(name):] == name]
+        return calls[0] if calls else None
+    if target.anchor is Anchor.TABLE:
+        # The default schema DataFusion added (`public.missing`) was not written: match a suffix.
+        named = [c for c in found if follows(c) != "(" and name[-len(c.parts):] == c.parts]
+        in_from = [c for c in named if precedes(c) in _RELATION_AFTER]
+        return (in_from or named or [None])[0]
+    refs = [c for c in found if c.parts == name and follows(c) != "(" and precedes(c) not in _NOT_A_COLUMN_AFTER]
+    refs = [c for c in refs if not _is_table_alias(tokens, c, found)]
+    return refs[0] if refs else None
+
+
+def _is_table_alias(tokens: list[Token], chain: Chain, found: list[Chain]) -> bool:
+    """`from demo.cities nope`: a name right after a relation in FROM is its alias."""
+    before = next((c for c in found if c.last == chain.first - 1), None)
+    return (before is not None and before.first > 0
+            and tokens[before.first - 1].value in _RELATION_AFTER)
+
+
+# PostgreSQL's reserved keywords that cannot be a column or table name unquoted, yet DataFusion's
+# parser sometimes takes as one. Those that are also expressions (current_user, true, ...) are left out.
+_RESERVED = frozenset({
+    "all", "analyse", "analyze", "and", "any", "array", "as", "asc", "asymmetric", "both", "case",
+    "cast", "check", "collate", "column", "constraint", "create", "default", "deferrable", "desc",
+    "distinct", "do", "else", "end", "except", "fetch", "for", "foreign", "from", "grant", "group",
+    "having", "in", "initially", "intersect", "into", "lateral", "leading", "limit", "not", "offset",
+    "on", "only", "or", "order", "placing", "primary", "references", "returning", "select", "some",
+    "symmetric", "table", "then", "to", "trailing", "union", "unique", "using", "variadic", "when",
+    "where", "window", "with",
+})
+
+
+def _keyword_misread_as_name(tokens: list[Token], name: tuple[str, ...]) -> Token | None:
+    """The reserved word DataFusion parsed as the unknown name, if that is what happened."""
+    if len(name) != 1 or name[0] not in _RESERVED:
+        return None
+    word = name[0]
+    if any(t.kind is Kind.QUOTED_NAME and t.value == word for t in tokens):
+        return None  # a quoted "where" is a legitimate name
+    for i, t in enumerate(tokens):
+        if t.kind is Kind.NAME and t.value == word and i > 0:
+            before = tokens[i - 1]
+            # An operand position: right after another keyword, an operator or an open list.
+            if (before.kind is Kind.NAME and before.value in _RESERVED) or before.text in ("(", ",", "=", "<", ">", "+", "-", "*", "/"):
+                return t
+    return None

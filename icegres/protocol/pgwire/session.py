@@ -360,8 +360,18 @@ class Session:
         if not statements:
             self.send(m.EMPTY_QUERY)
         implicit = self.tx.status == "I" and len(statements) > 1
-        for text in statements:
-            stmt = classify(text)
+        classified = [classify(text) for text in statements]
+        offsets = _statement_offsets(sql, [s.sql for s in classified])
+        # Several statements in one Query message form one implicit transaction in PostgreSQL:
+        # their writes commit together at the end, or not at all if one fails.
+        batch = None
+        if implicit and all(s.kind in (Kind.QUERY, Kind.WRITE, Kind.COPY_FROM) for s in classified) and any(
+                s.kind is not Kind.QUERY for s in classified):
+            batch = writes.new_transaction(self, None)
+            self.tx = Transaction("T", state=batch)
+            self.qctx.txn = batch
+        failed = False
+        for stmt, offset in zip(classified, offsets, strict=True):
             try:
                 if self.tx.status == "E" and stmt.kind not in (Kind.ROLLBACK, Kind.ROLLBACK_TO, Kind.COMMIT):
                     raise PgError(
@@ -370,10 +380,22 @@ class Session:
                     )
                 await self._run_statement(self._run_simple, stmt)
             except PgError as err:
+                if err.position is not None:
+                    err.position += offset  # PostgreSQL counts from the start of the Query string
                 self._report(err)
+                failed = True
                 break
             await self._maybe_flush()
-        if implicit and self.tx.status == "E":
+        if batch is not None:
+            self._end_transaction()
+            try:
+                if failed:
+                    await writes.discard(self, batch)
+                else:
+                    await writes.publish(self, batch)
+            except PgError as err:
+                self._report(err)
+        elif implicit and self.tx.status == "E":
             self.tx = Transaction("I")
         self.send(m.ready_for_query(self.tx.status))
         await self.flush()
@@ -441,7 +463,12 @@ class Session:
         stmt = classify(texts[0] if texts else "")
         prepared = Prepared(msg.sql, stmt, list(msg.param_oids))
         if stmt.kind is Kind.QUERY or (stmt.kind is Kind.WRITE and writes.is_dml(stmt)):
-            await self._run_statement(self._describe_query, prepared)
+            try:
+                await self._run_statement(self._describe_query, prepared)
+            except PgError as err:
+                if err.position is not None:
+                    err.position += _statement_offsets(msg.sql, [stmt.sql])[0]
+                raise
         self.prepared[msg.name] = prepared
         self.send(m.PARSE_COMPLETE)
 
@@ -845,6 +872,19 @@ def _skip_rows(source: RowSource, count: int) -> int:
             break
         skipped += batch.num_rows
     return skipped
+
+
+def _statement_offsets(sql: str, pieces: list[str]) -> list[int]:
+    """Where each statement text (a verbatim substring after splitting and comment stripping)
+    starts in the message's SQL, so error positions count from the start of the string."""
+    offsets = []
+    start = 0
+    for piece in pieces:
+        at = sql.find(piece, start) if piece else -1
+        offsets.append(max(at, 0))
+        if at >= 0:
+            start = at + len(piece)
+    return offsets
 
 
 def _max_placeholder(sql: str) -> int:

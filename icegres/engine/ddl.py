@@ -1,0 +1,962 @@
+"""PostgreSQL DDL -> frozen command values. Pure: no catalog, no I/O; `ddl_apply` performs them.
+
+The statement frame (CREATE/DROP/ALTER, names, element lists, WITH options, ALTER actions) is a
+small recursive-descent parser over sqlglot's postgres tokens: sqlglot 30 cannot parse DROP of a
+name list, multi-action ALTER TABLE, DROP NOT NULL or RESET, and it accepts things PostgreSQL
+rejects (a trailing comma in a column list). Each column's type and constraints are handed to
+sqlglot's own parser, which knows PostgreSQL's type grammar (`timestamp with time zone`,
+`character varying(3)[]`, `int ARRAY`).
+
+Errors are PgError: 42601 for what PostgreSQL would reject as a syntax error, 0A000 for valid
+PostgreSQL that an Iceberg table cannot do, and PostgreSQL's own SQLSTATE where it has one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import Token, TokenType
+
+from icegres.engine.pg_types import ColumnType, column_type
+from icegres.protocol.pgwire import errors as e
+from icegres.protocol.pgwire.errors import PgError
+
+_DIALECT = Dialect.get_or_raise("postgres")
+
+PRIMARY_KEY_PROPERTY = "icegres.primary-key"
+PARTITIONING_OPTION = "partitioning"
+
+# Transform names accepted in WITH (partitioning = '...'); the plural spellings are Spark's.
+TIME_TRANSFORMS = {"year": "year", "years": "year", "month": "month", "months": "month",
+                   "day": "day", "days": "day", "hour": "hour", "hours": "hour"}
+PARAM_TRANSFORMS = ("bucket", "truncate")
+PARTITIONING_HINT = ("partitioning is a comma-separated list of column, identity(column), "
+                     "year(column), month(column), day(column), hour(column), bucket(n, column) "
+                     "or truncate(width, column).")
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ColumnDef:
+    name: str
+    type: ColumnType
+    not_null: bool = False
+
+
+@dataclass(frozen=True)
+class PartitionField:
+    """One Iceberg partition field: `param` is the bucket count or the truncate width."""
+
+    transform: str  # identity, year, month, day, hour, bucket, truncate
+    column: str
+    param: int | None = None
+
+
+@dataclass(frozen=True)
+class CreateSchema:
+    name: str
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropSchema:
+    names: tuple[str, ...]
+    if_exists: bool = False
+    cascade: bool = False
+
+
+@dataclass(frozen=True)
+class CreateTable:
+    schema: str | None
+    name: str
+    columns: tuple[ColumnDef, ...]
+    if_not_exists: bool = False
+    partitioning: tuple[PartitionField, ...] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    primary_key: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CreateTableAs:
+    """CREATE TABLE ... AS: `query_sql` is the query's own text (TABLE t is given as SELECT * FROM t).
+
+    `column_names` renames the query's columns (CREATE TABLE t (a, b) AS ...); `with_data` is False
+    for WITH NO DATA, which creates the table empty.
+    """
+
+    schema: str | None
+    name: str
+    query_sql: str
+    if_not_exists: bool = False
+    partitioning: tuple[PartitionField, ...] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    column_names: tuple[str, ...] = ()
+    with_data: bool = True
+
+
+@dataclass(frozen=True)
+class DropTable:
+    names: tuple[tuple[str | None, str], ...]
+    if_exists: bool = False
+    cascade: bool = False
+
+
+@dataclass(frozen=True)
+class AddColumn:
+    column: ColumnDef
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropColumn:
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class RenameColumn:
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class AlterColumnType:
+    name: str
+    type: ColumnType
+
+
+@dataclass(frozen=True)
+class DropNotNull:
+    name: str
+
+
+@dataclass(frozen=True)
+class SetProperties:
+    properties: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ResetProperties:
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RenameTable:
+    new_name: str
+
+
+AlterAction = (AddColumn | DropColumn | RenameColumn | AlterColumnType | DropNotNull | SetProperties
+               | ResetProperties | RenameTable)
+
+
+@dataclass(frozen=True)
+class AlterTable:
+    schema: str | None
+    name: str
+    actions: tuple[AlterAction, ...]
+    if_exists: bool = False
+
+
+DdlCommand = CreateSchema | DropSchema | CreateTable | CreateTableAs | DropTable | AlterTable
+
+_TAGS = {CreateSchema: "CREATE SCHEMA", DropSchema: "DROP SCHEMA", CreateTable: "CREATE TABLE",
+         DropTable: "DROP TABLE", AlterTable: "ALTER TABLE"}
+
+
+def command_tag(cmd: DdlCommand, rows: int = 0) -> str:
+    """The CommandComplete tag PostgreSQL sends; CREATE TABLE AS reports `SELECT rows`."""
+    if isinstance(cmd, CreateTableAs):
+        return f"SELECT {rows}"
+    return _TAGS[type(cmd)]
+
+
+def parse_ddl(sql: str) -> DdlCommand:
+    """Parse one CREATE/DROP SCHEMA, CREATE/DROP/ALTER TABLE or CREATE TABLE AS statement.
+
+    Raises PgError 42601 on a syntax error (with a 1-based `position` where one is known) and
+    0A000 for PostgreSQL the lake cannot do; a trailing semicolon is allowed.
+    """
+    return _Parser(sql).statement()
+
+
+def parse_partitioning(text: str) -> tuple[PartitionField, ...]:
+    """The value of WITH (partitioning = '...'): 'day(ts), bucket(16, id), region'."""
+    try:
+        tokens = _DIALECT.tokenize(text)
+    except TokenError:
+        raise _bad_partitioning(text, "it does not tokenize") from None
+    fields: list[PartitionField] = []
+    i = 0
+    while i < len(tokens):
+        name_tok = tokens[i]
+        name = _ident_text(name_tok)
+        if name is None:
+            raise _bad_partitioning(text, f'unexpected "{name_tok.text}"')
+        i += 1
+        if i < len(tokens) and tokens[i].token_type == TokenType.L_PAREN:
+            close = i + 1
+            while close < len(tokens) and tokens[close].token_type != TokenType.R_PAREN:
+                close += 1
+            if close == len(tokens):
+                raise _bad_partitioning(text, "a parenthesis is not closed")
+            args = [t for t in tokens[i + 1:close] if t.token_type != TokenType.COMMA]
+            commas = close - (i + 1) - len(args)
+            if commas != max(len(args) - 1, 0):
+                raise _bad_partitioning(text, f'the arguments of {name} are malformed')
+            fields.append(_partition_field(text, name, args))
+            i = close + 1
+        else:
+            fields.append(PartitionField("identity", name))
+        if i < len(tokens):
+            if tokens[i].token_type != TokenType.COMMA or i + 1 == len(tokens):
+                raise _bad_partitioning(text, f'unexpected "{tokens[i].text}"')
+            i += 1
+    seen = set()
+    for f in fields:
+        if f in seen:
+            raise PgError(e.SYNTAX_ERROR, f"partition field {_describe(f)} is specified more than once")
+        seen.add(f)
+    return tuple(fields)
+
+
+def _partition_field(text: str, transform_tok: str, args: list[Token]) -> PartitionField:
+    transform = transform_tok.lower()
+    if transform == "identity" or transform in TIME_TRANSFORMS:
+        if len(args) != 1 or _ident_text(args[0]) is None:
+            raise _bad_partitioning(text, f"{transform} takes one column")
+        return PartitionField(TIME_TRANSFORMS.get(transform, transform), _ident_text(args[0]) or "")
+    if transform in PARAM_TRANSFORMS:
+        # bucket(16, id) is Spark's order and bucket(id, 16) Trino's: either is unambiguous.
+        numbers = [a for a in args if a.token_type == TokenType.NUMBER]
+        columns = [a for a in args if _ident_text(a) is not None]
+        if len(args) != 2 or len(numbers) != 1 or len(columns) != 1 or not numbers[0].text.isdigit():
+            raise _bad_partitioning(text, f"{transform} takes a positive integer and a column")
+        param = int(numbers[0].text)
+        if param < 1:
+            what = "bucket count" if transform == "bucket" else "truncate width"
+            raise PgError(e.INVALID_PARAMETER_VALUE, f"{what} must be positive, not {param}")
+        return PartitionField(transform, _ident_text(columns[0]) or "", param)
+    raise _bad_partitioning(text, f'unknown partition transform "{transform_tok}"')
+
+
+def _describe(f: PartitionField) -> str:
+    if f.transform == "identity":
+        return f.column
+    if f.param is not None:
+        return f"{f.transform}({f.param}, {f.column})"
+    return f"{f.transform}({f.column})"
+
+
+def _bad_partitioning(text: str, why: str) -> PgError:
+    return PgError(e.SYNTAX_ERROR, f'invalid partitioning "{text}": {why}', hint=PARTITIONING_HINT)
+
+
+def _ident_text(tok: Token) -> str | None:
+    """An identifier token's name as PostgreSQL folds it, or None if the token is not one."""
+    if tok.token_type == TokenType.IDENTIFIER:
+        return tok.text
+    if _is_word(tok) and " " not in tok.text:
+        return tok.text.lower()
+    return None
+
+
+_NOT_WORDS = {TokenType.IDENTIFIER, TokenType.STRING, TokenType.NUMBER, TokenType.HEREDOC_STRING,
+              TokenType.BYTE_STRING, TokenType.NATIONAL_STRING, TokenType.UNICODE_STRING,
+              TokenType.BIT_STRING, TokenType.HEX_STRING, TokenType.RAW_STRING}
+
+
+def _is_word(tok: Token) -> bool:
+    return tok.token_type not in _NOT_WORDS and all(
+        part[0].isalpha() or part[0] == "_" for part in tok.text.split()) and bool(tok.text)
+
+
+# PostgreSQL's fully reserved keywords: not usable as unquoted table, schema or column names.
+_RESERVED = frozenset("""
+ALL ANALYSE ANALYZE AND ANY ARRAY AS ASC ASYMMETRIC BOTH CASE CAST CHECK COLLATE COLUMN
+CONSTRAINT CREATE CURRENT_CATALOG CURRENT_DATE CURRENT_ROLE CURRENT_TIME CURRENT_TIMESTAMP
+CURRENT_USER DEFAULT DEFERRABLE DESC DISTINCT DO ELSE END EXCEPT FALSE FETCH FOR FOREIGN FROM
+GRANT GROUP HAVING IN INITIALLY INTERSECT INTO LATERAL LEADING LIMIT LOCALTIME LOCALTIMESTAMP NOT
+NULL OFFSET ON ONLY OR ORDER PLACING PRIMARY REFERENCES RETURNING SELECT SESSION_USER SOME
+SYMMETRIC SYSTEM_USER TABLE THEN TO TRAILING TRUE UNION UNIQUE USER USING VARIADIC WHEN WHERE
+WINDOW WITH
+""".split())
+
+# Object kinds PostgreSQL can CREATE/DROP/ALTER that are not icegres DDL: named in the 0A000.
+_OTHER_OBJECTS = ("MATERIALIZED VIEW", "VIEW", "INDEX", "UNIQUE INDEX", "SEQUENCE", "FUNCTION",
+                  "PROCEDURE", "TYPE", "DOMAIN", "EXTENSION", "DATABASE", "ROLE", "USER",
+                  "TRIGGER", "RULE", "POLICY", "OR REPLACE", "FOREIGN TABLE", "SERVER",
+                  "PUBLICATION", "SUBSCRIPTION", "COLLATION", "AGGREGATE", "OPERATOR",
+                  "TABLESPACE", "EVENT TRIGGER", "STATISTICS", "CAST")
+
+_CONSTRAINT_KINDS = {"UNIQUE": "UNIQUE", "CHECK": "CHECK", "FOREIGN": "FOREIGN KEY",
+                     "FOREIGN KEY": "FOREIGN KEY", "REFERENCES": "FOREIGN KEY",
+                     "EXCLUDE": "EXCLUDE"}
+_NO_INDEXES_HINT = ("Iceberg tables have no indexes or constraint checks; icegres refuses "
+                    "constraints it cannot enforce rather than ignore them.")
+
+
+def _unsupported(what: str, hint: str | None = None, position: int | None = None,
+                 *, plural: bool = False) -> PgError:
+    verb = "are" if plural else "is"
+    return PgError(e.FEATURE_NOT_SUPPORTED, f"{what} {verb} not supported", hint=hint,
+                   position=position)
+
+
+def _constraint_error(kind: str, position: int | None = None) -> PgError:
+    return _unsupported(f"{kind} constraints", _NO_INDEXES_HINT, position, plural=True)
+
+
+# --- the parser -----------------------------------------------------------------------------
+
+
+class _Parser:
+    def __init__(self, sql: str) -> None:
+        self.sql = sql
+        try:
+            tokens = list(_DIALECT.tokenize(sql))
+        except TokenError:
+            raise PgError(e.SYNTAX_ERROR, "unterminated quoted string or identifier") from None
+        while tokens and tokens[-1].token_type == TokenType.SEMICOLON:
+            tokens.pop()
+        self.toks = tokens
+        self.i = 0
+
+    # -- token helpers
+
+    def _words(self, j: int) -> list[str] | None:
+        if j >= len(self.toks) or not _is_word(self.toks[j]):
+            return None
+        return self.toks[j].text.upper().split()
+
+    def _match(self, words: tuple[str, ...], j: int | None = None) -> int:
+        """How many tokens from j spell `words` (a token may hold several, like PRIMARY KEY); 0 if not."""
+        start = j = self.i if j is None else j
+        k = 0
+        while k < len(words):
+            parts = self._words(j)
+            if parts is None or tuple(parts) != words[k:k + len(parts)]:
+                return 0
+            k += len(parts)
+            j += 1
+        return j - start
+
+    def peek(self, *words: str) -> bool:
+        return self._match(words) > 0
+
+    def accept(self, *words: str) -> bool:
+        n = self._match(words)
+        self.i += n
+        return n > 0
+
+    def expect(self, *words: str) -> None:
+        if not self.accept(*words):
+            raise self.error()
+
+    def peek_type(self, token_type: TokenType, j: int | None = None) -> bool:
+        j = self.i if j is None else j
+        return j < len(self.toks) and self.toks[j].token_type == token_type
+
+    def accept_type(self, token_type: TokenType) -> bool:
+        if self.peek_type(token_type):
+            self.i += 1
+            return True
+        return False
+
+    def expect_type(self, token_type: TokenType) -> None:
+        if not self.accept_type(token_type):
+            raise self.error()
+
+    def at_end(self) -> bool:
+        return self.i >= len(self.toks)
+
+    def expect_end(self) -> None:
+        if not self.at_end():
+            raise self.error()
+
+    def position(self, j: int | None = None) -> int:
+        j = self.i if j is None else j
+        return self.toks[j].start + 1 if j < len(self.toks) else len(self.sql.rstrip().rstrip(";")) + 1
+
+    def error(self, j: int | None = None) -> PgError:
+        j = self.i if j is None else j
+        if j >= len(self.toks):
+            return PgError(e.SYNTAX_ERROR, "syntax error at end of input", position=self.position(j))
+        tok = self.toks[j]
+        text = self.sql[tok.start:tok.end + 1]
+        if tok.token_type == TokenType.IDENTIFIER and tok.text == "":
+            return PgError(e.SYNTAX_ERROR, f'zero-length delimited identifier at or near "{text}"',
+                           position=tok.start + 1)
+        return PgError(e.SYNTAX_ERROR, f'syntax error at or near "{text}"', position=tok.start + 1)
+
+    def ident(self) -> str:
+        """A schema, table or column name: quoted as written, unquoted folded to lower case."""
+        if self.at_end():
+            raise self.error()
+        tok = self.toks[self.i]
+        name = _ident_text(tok)
+        if name is None or name == "" or (tok.token_type != TokenType.IDENTIFIER
+                                          and name.upper() in _RESERVED):
+            raise self.error()
+        self.i += 1
+        return name
+
+    def qualified_name(self) -> tuple[str | None, str]:
+        start = self.i
+        parts = [self.ident()]
+        while self.accept_type(TokenType.DOT):
+            parts.append(self.ident())
+        if len(parts) == 1:
+            return None, parts[0]
+        if len(parts) == 2:
+            return parts[0], parts[1]
+        raise PgError(e.FEATURE_NOT_SUPPORTED,
+                      f"cross-database references are not implemented: {'.'.join(parts)}",
+                      position=self.position(start))
+
+    def matching_paren(self, j: int) -> int:
+        """Index of the token closing the parenthesis or bracket at j."""
+        depth = 0
+        for k in range(j, len(self.toks)):
+            t = self.toks[k].token_type
+            if t in (TokenType.L_PAREN, TokenType.L_BRACKET):
+                depth += 1
+            elif t in (TokenType.R_PAREN, TokenType.R_BRACKET):
+                depth -= 1
+                if depth == 0:
+                    return k
+        raise self.error(len(self.toks))
+
+    def item_end(self, j: int) -> int:
+        """Index of the comma, unmatched ')' or end that ends the list item starting at j."""
+        depth = 0
+        for k in range(j, len(self.toks)):
+            t = self.toks[k].token_type
+            if t in (TokenType.L_PAREN, TokenType.L_BRACKET):
+                depth += 1
+            elif t in (TokenType.R_PAREN, TokenType.R_BRACKET):
+                if depth == 0:
+                    return k
+                depth -= 1
+            elif t == TokenType.COMMA and depth == 0:
+                return k
+            elif t == TokenType.SEMICOLON:
+                raise self.error(k)
+        if depth:
+            raise self.error(len(self.toks))
+        return len(self.toks)
+
+    def unsupported_object(self, verb: str) -> PgError:
+        for kind in _OTHER_OBJECTS:
+            if self.peek(*kind.split()):
+                if kind == "OR REPLACE":
+                    return _unsupported(f"{verb} OR REPLACE", position=self.position())
+                return _unsupported(f"{verb} {kind}", position=self.position())
+        return self.error()
+
+    # -- statements
+
+    def statement(self) -> DdlCommand:
+        if self.accept("CREATE"):
+            return self.create()
+        if self.accept("DROP"):
+            return self.drop()
+        if self.accept("ALTER"):
+            return self.alter()
+        raise self.error()
+
+    def create(self) -> DdlCommand:
+        scoped = self.accept("GLOBAL") or self.accept("LOCAL")
+        if self.peek("TEMP") or self.peek("TEMPORARY"):
+            raise _unsupported("CREATE TEMPORARY TABLE",
+                               "icegres tables are Iceberg tables visible to every session: create "
+                               "a regular table and drop it when done.", self.position())
+        if scoped:
+            raise self.error()
+        if self.peek("UNLOGGED"):
+            raise _unsupported("CREATE UNLOGGED TABLE",
+                               "Every icegres table is an Iceberg table with durable commits.",
+                               self.position())
+        if self.accept("TABLE"):
+            return self.create_table()
+        if self.accept("SCHEMA"):
+            return self.create_schema()
+        raise self.unsupported_object("CREATE")
+
+    def create_schema(self) -> CreateSchema:
+        if_not_exists = self.accept("IF", "NOT", "EXISTS")
+        authorization_hint = "icegres has no roles: omit AUTHORIZATION."
+        if self.peek("AUTHORIZATION"):
+            raise _unsupported("CREATE SCHEMA AUTHORIZATION", authorization_hint, self.position())
+        start = self.i
+        name = self.ident()
+        if self.peek("AUTHORIZATION"):
+            raise _unsupported("CREATE SCHEMA ... AUTHORIZATION", authorization_hint, self.position())
+        if self.peek("CREATE") or self.peek("GRANT"):
+            raise _unsupported("CREATE SCHEMA with schema elements",
+                               "Run each CREATE TABLE as a statement of its own.", self.position())
+        self.expect_end()
+        if name.startswith("pg_"):
+            raise PgError("42939", f'unacceptable schema name "{name}"',
+                          detail='The prefix "pg_" is reserved for system schemas.',
+                          position=self.position(start))
+        return CreateSchema(name, if_not_exists)
+
+    def drop(self) -> DdlCommand:
+        if self.accept("TABLE"):
+            if_exists = self.accept("IF", "EXISTS")
+            names = [self.qualified_name()]
+            while self.accept_type(TokenType.COMMA):
+                names.append(self.qualified_name())
+            cascade = self.drop_behavior()
+            return DropTable(tuple(names), if_exists, cascade)
+        if self.accept("SCHEMA"):
+            if_exists = self.accept("IF", "EXISTS")
+            schemas = [self.ident()]
+            while self.accept_type(TokenType.COMMA):
+                schemas.append(self.ident())
+            cascade = self.drop_behavior()
+            return DropSchema(tuple(schemas), if_exists, cascade)
+        raise self.unsupported_object("DROP")
+
+    def drop_behavior(self) -> bool:
+        cascade = self.accept("CASCADE")
+        if not cascade:
+            self.accept("RESTRICT")
+        self.expect_end()
+        return cascade
+
+    # -- CREATE TABLE
+
+    def create_table(self) -> CreateTable | CreateTableAs:
+        if_not_exists = self.accept("IF", "NOT", "EXISTS")
+        schema, name = self.qualified_name()
+        if self.peek("PARTITION", "OF") or self.peek("OF"):
+            raise _unsupported("CREATE TABLE ... OF", position=self.position())
+        if self.peek_type(TokenType.L_PAREN) and not self.column_list_then_as():
+            columns, primary_key = self.table_elements(name)
+            options = self.table_options()
+            self.expect_end()
+            partitioning, properties = self.split_options(options)
+            known = {c.name for c in columns}
+            for f in partitioning:
+                if f.column not in known:
+                    raise PgError(e.UNDEFINED_COLUMN,
+                                  f'column "{f.column}" named in partition key does not exist')
+            return CreateTable(schema, name, columns, if_not_exists, partitioning, properties,
+                               primary_key)
+        column_names: tuple[str, ...] = ()
+        if self.accept_type(TokenType.L_PAREN):
+            names = [self.ident()]
+            while self.accept_type(TokenType.COMMA):
+                names.append(self.ident())
+            self.expect_type(TokenType.R_PAREN)
+            column_names = tuple(names)
+        options = self.table_options()
+        self.expect("AS")
+        query_sql, with_data = self.query_text()
+        partitioning, properties = self.split_options(options)
+        return CreateTableAs(schema, name, query_sql, if_not_exists, partitioning, properties,
+                             column_names, with_data)
+
+    def column_list_then_as(self) -> bool:
+        """At '(' after the table name: is this CTAS's column-name list, not column definitions?"""
+        j = self.matching_paren(self.i) + 1
+        if self._match(("WITH",), j) and self.peek_type(TokenType.L_PAREN, j + 1):
+            j = self.matching_paren(j + 1) + 1
+        return self._match(("AS",), j) > 0
+
+    def query_text(self) -> tuple[str, bool]:
+        if self.at_end():
+            raise self.error()
+        end = len(self.toks)
+        with_data = True
+        for words, data in ((("WITH", "NO", "DATA"), False), (("WITH", "DATA"), True)):
+            j = end - len(words)
+            if j >= self.i and self._match(words, j) == len(words):
+                end, with_data = j, data
+                break
+        if self.peek("EXECUTE"):
+            raise _unsupported("CREATE TABLE ... AS EXECUTE", position=self.position())
+        if not (self.peek("SELECT") or self.peek("WITH") or self.peek("VALUES")
+                or self.peek("TABLE") or self.peek_type(TokenType.L_PAREN)):
+            raise self.error()
+        if end <= self.i:
+            raise self.error(end)
+        first, last = self.toks[self.i], self.toks[end - 1]
+        if self.accept("TABLE"):
+            # TABLE t is PostgreSQL shorthand the query engine may not know.
+            name_start = self.toks[self.i].start if not self.at_end() else len(self.sql)
+            self.qualified_name()
+            if self.i != end:
+                raise self.error()
+            return f"SELECT * FROM {self.sql[name_start:last.end + 1]}", with_data
+        return self.sql[first.start:last.end + 1], with_data
+
+    def table_elements(self, table: str) -> tuple[tuple[ColumnDef, ...], tuple[str, ...]]:
+        self.expect_type(TokenType.L_PAREN)
+        columns: list[ColumnDef] = []
+        primary_key: tuple[str, ...] = ()
+        if self.accept_type(TokenType.R_PAREN):
+            return (), ()
+        while True:
+            start = self.i
+            end = self.item_end(start)
+            if end == start:
+                raise self.error()
+            if self.peek("CONSTRAINT") or self.peek("PRIMARY") or self.peek("PRIMARY", "KEY") \
+                    or self.peek("LIKE") or any(self.peek(*k.split()) for k in _CONSTRAINT_KINDS):
+                key = self.table_constraint(end)
+                if primary_key:
+                    raise PgError("42P16", f'multiple primary keys for table "{table}" are not allowed',
+                                  position=self.position(start))
+                primary_key = key
+            else:
+                column, is_key = self.column_def(end, table)
+                if is_key:
+                    if primary_key:
+                        raise PgError("42P16",
+                                      f'multiple primary keys for table "{table}" are not allowed',
+                                      position=self.position(start))
+                    primary_key = (column.name,)
+                if any(c.name == column.name for c in columns):
+                    raise PgError("42701", f'column "{column.name}" specified more than once',
+                                  position=self.position(start))
+                columns.append(column)
+            if self.accept_type(TokenType.COMMA):
+                continue
+            self.expect_type(TokenType.R_PAREN)
+            break
+        names = {c.name for c in columns}
+        for key_column in primary_key:
+            if key_column not in names:
+                raise PgError(e.UNDEFINED_COLUMN, f'column "{key_column}" named in key does not exist')
+        columns = [ColumnDef(c.name, c.type, True) if c.name in primary_key else c for c in columns]
+        for c in columns:
+            if c.name in primary_key:
+                _check_key_type(c)
+        return tuple(columns), primary_key
+
+    def table_constraint(self, end: int) -> tuple[str, ...]:
+        """A table constraint element; only PRIMARY KEY (a, b) is possible on Iceberg."""
+        if self.peek("LIKE"):
+            raise _unsupported("CREATE TABLE ... (LIKE ...)", position=self.position())
+        if self.accept("CONSTRAINT"):
+            self.ident()
+        for words, kind in _CONSTRAINT_KINDS.items():
+            if self.peek(*words.split()):
+                raise _constraint_error(kind, self.position())
+        if not (self.accept("PRIMARY", "KEY")):
+            raise self.error()
+        self.expect_type(TokenType.L_PAREN)
+        key = [self.ident()]
+        while self.accept_type(TokenType.COMMA):
+            key.append(self.ident())
+        self.expect_type(TokenType.R_PAREN)
+        if self.i != end:
+            if self.peek("INCLUDE") or self.peek("WITH") or self.peek("USING"):
+                raise _unsupported("PRIMARY KEY index parameters", _NO_INDEXES_HINT, self.position())
+            raise self.error()
+        for j, name in enumerate(key):
+            if name in key[:j]:
+                raise PgError("42701", f'column "{name}" appears twice in primary key constraint')
+        return tuple(key)
+
+    def column_def(self, end: int, table: str) -> tuple[ColumnDef, bool]:
+        """`name type [constraints]` up to token `end`; True if it declares PRIMARY KEY."""
+        name = self.ident()
+        if self.i >= end:
+            raise self.error()
+        parsed = self.parse_column_body(end)
+        kind = parsed.args.get("kind")
+        if kind is None:
+            raise self.error()
+        type_start = self.i
+        try:
+            ctype = column_type(kind)
+        except PgError as err:
+            err.position = err.position or self.position(type_start)
+            raise
+        not_null = null = is_key = False
+        for constraint in parsed.args.get("constraints") or []:
+            c = constraint.args.get("kind") if isinstance(constraint, exp.ColumnConstraint) else constraint
+            if isinstance(c, exp.NotNullColumnConstraint):
+                if c.args.get("allow_null"):
+                    null = True
+                else:
+                    not_null = True
+                if null and not_null:
+                    raise PgError(e.SYNTAX_ERROR, f'conflicting NULL/NOT NULL declarations for column '
+                                                  f'"{name}" of table "{table}"', position=self.position(type_start))
+            elif isinstance(c, exp.PrimaryKeyColumnConstraint):
+                if c.args.get("options"):
+                    raise _unsupported("PRIMARY KEY options", _NO_INDEXES_HINT, self.position(type_start))
+                is_key = True
+            elif isinstance(c, exp.DefaultColumnConstraint):
+                if not isinstance(c.this, exp.Null):
+                    raise _unsupported("DEFAULT", "Iceberg column defaults are not applied by icegres: "
+                                       "give the value in INSERT (DEFAULT NULL is accepted).",
+                                       self.position(type_start))
+            elif isinstance(c, exp.UniqueColumnConstraint):
+                raise _constraint_error("UNIQUE", self.position(type_start))
+            elif isinstance(c, exp.CheckColumnConstraint):
+                raise _constraint_error("CHECK", self.position(type_start))
+            elif isinstance(c, exp.Reference):
+                raise _constraint_error("FOREIGN KEY", self.position(type_start))
+            elif isinstance(c, exp.GeneratedAsIdentityColumnConstraint | exp.ComputedColumnConstraint):
+                generated = "identity columns" if isinstance(c, exp.GeneratedAsIdentityColumnConstraint) \
+                    else "generated columns"
+                raise _unsupported(generated, "Iceberg has no sequences or computed columns: compute "
+                                   "the value in INSERT.", self.position(type_start), plural=True)
+            elif isinstance(c, exp.CollateColumnConstraint):
+                # Iceberg compares strings by their UTF-8 bytes, which is the C collation.
+                if c.this.name.lower() not in ("c", "posix", "default"):
+                    raise _unsupported(f'collation "{c.this.name}"',
+                                       'Iceberg strings sort by bytes: only COLLATE "C" is possible.',
+                                       self.position(type_start))
+            else:
+                raise _unsupported(f'column constraint "{constraint.sql(dialect="postgres")}"',
+                                   position=self.position(type_start))
+        self.i = end
+        return ColumnDef(name, ctype, not_null or is_key), is_key
+
+    def parse_column_body(self, end: int) -> exp.ColumnDef:
+        """sqlglot's parse of the type and constraints from the current token up to `end`."""
+        first, last = self.toks[self.i], self.toks[end - 1]
+        prefix = "CREATE TABLE _t (_c "
+        body = self.sql[first.start:last.end + 1]
+        try:
+            tree = sqlglot.parse_one(prefix + body + ")", read="postgres")
+        except ParseError as exc:
+            raise self.body_error(exc, first.start - len(prefix), end) from None
+        exprs = tree.this.expressions if isinstance(tree, exp.Create) and isinstance(tree.this, exp.Schema) else []
+        if len(exprs) != 1 or not isinstance(exprs[0], exp.ColumnDef) or exprs[0].name != "_c":
+            raise self.error()
+        return exprs[0]
+
+    def body_error(self, exc: ParseError, offset: int, end: int) -> PgError:
+        """The PostgreSQL-style syntax error for a sqlglot error inside a column body."""
+        detail = exc.errors[0] if exc.errors else {}
+        highlight = str(detail.get("highlight") or "")
+        for j in range(self.i, end):
+            tok = self.toks[j]
+            if highlight and self.sql[tok.start:tok.end + 1] == highlight and tok.start > self.toks[self.i].start:
+                return self.error(j)
+        return self.error(end) if highlight in (")", "") else self.error(self.i)
+
+    def table_options(self) -> list[tuple[str, str]]:
+        options: list[tuple[str, str]] = []
+        while not self.at_end() and not self.peek("AS"):
+            if self.accept("WITH"):
+                if self.peek("OIDS"):
+                    raise _unsupported("tables declared WITH OIDS", position=self.position(),
+                                       plural=True)
+                options.extend(self.option_list(with_values=True))
+            elif self.accept("WITHOUT", "OIDS"):
+                pass
+            elif self.peek("INHERITS"):
+                raise _unsupported("table inheritance", position=self.position())
+            elif self.peek("PARTITION", "BY"):
+                raise _unsupported("PARTITION BY", "Declare Iceberg partitioning with WITH "
+                                   "(partitioning = 'day(ts), bucket(16, id)').", self.position())
+            elif self.peek("USING"):
+                raise _unsupported("table access methods", position=self.position(), plural=True)
+            elif self.peek("ON", "COMMIT"):
+                raise PgError("42P16", "ON COMMIT can only be used on temporary tables",
+                              position=self.position())
+            elif self.peek("TABLESPACE"):
+                raise _unsupported("TABLESPACE", position=self.position())
+            else:
+                raise self.error()
+        return options
+
+    def option_list(self, with_values: bool) -> list[tuple[str, str]]:
+        """`( key [= value], ... )`; keys may be dotted (write.format.default); a bare key is 'true'."""
+        self.expect_type(TokenType.L_PAREN)
+        out: list[tuple[str, str]] = []
+        while True:
+            key = self.option_key()
+            value = "true"
+            if with_values and self.accept_type(TokenType.EQ):
+                value = self.option_value()
+            out.append((key, value))
+            if self.accept_type(TokenType.COMMA):
+                continue
+            self.expect_type(TokenType.R_PAREN)
+            return out
+
+    def option_key(self) -> str:
+        parts = []
+        while True:
+            if self.at_end():
+                raise self.error()
+            name = _ident_text(self.toks[self.i])
+            if not name:
+                raise self.error()
+            parts.append(name)
+            self.i += 1
+            if not self.accept_type(TokenType.DOT):
+                return ".".join(parts)
+
+    def option_value(self) -> str:
+        if self.at_end():
+            raise self.error()
+        tok = self.toks[self.i]
+        sign = ""
+        if tok.token_type in (TokenType.DASH, TokenType.PLUS) and self.peek_type(TokenType.NUMBER, self.i + 1):
+            sign = "-" if tok.token_type == TokenType.DASH else ""
+            self.i += 1
+            tok = self.toks[self.i]
+        if tok.token_type in (TokenType.STRING, TokenType.NUMBER):
+            self.i += 1
+            return sign + tok.text
+        name = _ident_text(tok)
+        if name is None:
+            raise self.error()
+        self.i += 1
+        return name
+
+    def split_options(self, options: list[tuple[str, str]]
+                      ) -> tuple[tuple[PartitionField, ...], dict[str, str]]:
+        partitioning: tuple[PartitionField, ...] = ()
+        properties: dict[str, str] = {}
+        for key, value in options:
+            if key == PARTITIONING_OPTION:
+                partitioning = parse_partitioning(value)
+            else:
+                properties[key] = value
+        return partitioning, properties
+
+    # -- ALTER TABLE
+
+    def alter(self) -> AlterTable:
+        if not self.accept("TABLE"):
+            raise self.unsupported_object("ALTER")
+        if_exists = self.accept("IF", "EXISTS")
+        self.accept("ONLY")
+        schema, name = self.qualified_name()
+        self.accept_type(TokenType.STAR)
+        if self.accept("RENAME"):
+            if self.accept("TO"):
+                new_name = self.ident()
+                self.expect_end()
+                return AlterTable(schema, name, (RenameTable(new_name),), if_exists)
+            if self.peek("CONSTRAINT"):
+                raise _unsupported("ALTER TABLE ... RENAME CONSTRAINT", _NO_INDEXES_HINT, self.position())
+            self.accept("COLUMN")
+            old = self.ident()
+            self.expect("TO")
+            new = self.ident()
+            self.expect_end()
+            return AlterTable(schema, name, (RenameColumn(old, new),), if_exists)
+        if self.peek("SET", "SCHEMA"):
+            raise _unsupported("ALTER TABLE ... SET SCHEMA",
+                               "Create the table in the other schema with CREATE TABLE ... AS "
+                               "SELECT and drop this one.", self.position())
+        actions = [self.alter_action(name)]
+        while self.accept_type(TokenType.COMMA):
+            actions.append(self.alter_action(name))
+        self.expect_end()
+        return AlterTable(schema, name, tuple(actions), if_exists)
+
+    def alter_action(self, table: str) -> AlterAction:
+        start = self.i
+        if self.accept("ADD"):
+            if self.accept("CONSTRAINT"):
+                self.ident()
+            for words, kind in {**_CONSTRAINT_KINDS, "PRIMARY KEY": "PRIMARY KEY"}.items():
+                if self.peek(*words.split()):
+                    raise PgError(e.FEATURE_NOT_SUPPORTED,
+                                  f"ALTER TABLE ... ADD {kind} is not supported",
+                                  hint=_NO_INDEXES_HINT, position=self.position())
+            self.accept("COLUMN")
+            if_not_exists = self.accept("IF", "NOT", "EXISTS")
+            column, is_key = self.column_def(self.item_end(self.i), table)
+            if is_key:
+                raise _unsupported("ALTER TABLE ... ADD COLUMN ... PRIMARY KEY",
+                                   "An Iceberg table's identifier fields are set when it is created.",
+                                   self.position(start))
+            return AddColumn(column, if_not_exists)
+        if self.accept("DROP"):
+            if self.peek("CONSTRAINT"):
+                raise _unsupported("ALTER TABLE ... DROP CONSTRAINT", _NO_INDEXES_HINT, self.position())
+            self.accept("COLUMN")
+            if_exists = self.accept("IF", "EXISTS")
+            column_name = self.ident()
+            if not self.accept("CASCADE"):
+                self.accept("RESTRICT")
+            return DropColumn(column_name, if_exists)
+        if self.accept("ALTER"):
+            self.accept("COLUMN")
+            column_name = self.ident()
+            if self.accept("SET", "DATA", "TYPE") or self.accept("TYPE"):
+                end = self.item_end(self.i)
+                for j in range(self.i, end):
+                    if self._match(("USING",), j) or self._match(("COLLATE",), j):
+                        raise _unsupported(f"ALTER COLUMN ... TYPE ... {self.toks[j].text.upper()}",
+                                           "Iceberg changes a column's type only by widening it "
+                                           "(integer to bigint, real to double precision, numeric "
+                                           "to a larger precision).", self.position(j))
+                if self.i >= end:
+                    raise self.error()
+                type_start = self.i
+                parsed = self.parse_column_body(end)
+                if parsed.args.get("constraints"):
+                    raise self.error(type_start + 1)
+                try:
+                    new_type = column_type(parsed.args["kind"])
+                except PgError as err:
+                    err.position = err.position or self.position(type_start)
+                    raise
+                self.i = end
+                return AlterColumnType(column_name, new_type)
+            if self.peek("SET", "NOT", "NULL"):
+                raise _unsupported("ALTER COLUMN ... SET NOT NULL",
+                                   "Iceberg can make a required column optional but not the "
+                                   "reverse: existing rows may hold nulls.", self.position())
+            if self.accept("DROP", "NOT", "NULL"):
+                return DropNotNull(column_name)
+            if self.peek("SET", "DEFAULT") or self.peek("DROP", "DEFAULT"):
+                raise _unsupported("column defaults", "Give the value in INSERT.",
+                                   self.position(), plural=True)
+            words = self._words(self.i)
+            if words:
+                raise _unsupported(f"ALTER COLUMN ... {' '.join(words)}", position=self.position())
+            raise self.error()
+        if self.accept("SET"):
+            if self.peek_type(TokenType.L_PAREN):
+                options = self.option_list(with_values=True)
+                _refuse_partitioning(options)
+                return SetProperties(dict(options))
+            words = self._words(self.i)
+            if words:
+                raise _unsupported(f"ALTER TABLE ... SET {' '.join(words)}", position=self.position())
+            raise self.error()
+        if self.accept("RESET"):
+            keys = self.option_list(with_values=False)
+            _refuse_partitioning(keys)
+            return ResetProperties(tuple(k for k, _ in keys))
+        words = self._words(self.i)
+        if words and words[0] not in ("RENAME",) and words[0] not in _RESERVED:
+            raise _unsupported(f"ALTER TABLE ... {' '.join(words)}", position=self.position())
+        raise self.error()
+
+
+def _refuse_partitioning(options: list[tuple[str, str]]) -> None:
+    if any(key == PARTITIONING_OPTION for key, _ in options):
+        raise _unsupported("changing the partitioning of an existing table",
+                           "Create a new table with CREATE TABLE ... WITH (partitioning = '...') AS "
+                           "SELECT.")
+
+
+def _check_key_type(column: ColumnDef) -> None:
+    # Iceberg identifier fields must be primitive and not floating point (the spec forbids it).
+    if column.type.kind in ("float", "double", "list"):
+        raise PgError(e.FEATURE_NOT_SUPPORTED,
+                      f'primary key column "{column.name}" of type {column.type.pg_name} is not supported',
+                      hint="Iceberg identifier fields cannot be floating point or arrays.")

@@ -1,0 +1,623 @@
+"""Apply a parsed DDL command (icegres.engine.ddl) to the lakehouse catalog.
+
+Blocking (catalog SQL or REST calls): run it in a worker thread. Each command checks everything it
+can before it changes anything, so a failing DROP of several names drops none of them; the
+checks and the changes are separate catalog calls, so a concurrent session can still slip in
+between (that race ends in the catalog's own error, mapped to PostgreSQL's).
+
+DROP TABLE removes the table from the catalog only: its metadata and data files stay in storage.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NamespaceAlreadyExistsError,
+    NamespaceNotEmptyError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+    ValidationError,
+)
+from pyiceberg.partitioning import PartitionField as IcebergPartitionField
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.transforms import (
+    BucketTransform,
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    Transform,
+    TruncateTransform,
+    YearTransform,
+)
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+    TimeType,
+    UUIDType,
+)
+
+from icegres.engine.ddl import (
+    PRIMARY_KEY_PROPERTY,
+    AddColumn,
+    AlterColumnType,
+    AlterTable,
+    ColumnDef,
+    CreateSchema,
+    CreateTable,
+    CreateTableAs,
+    DdlCommand,
+    DropColumn,
+    DropNotNull,
+    DropSchema,
+    DropTable,
+    PartitionField,
+    RenameColumn,
+    RenameTable,
+    ResetProperties,
+    SetProperties,
+)
+from icegres.engine.pg_types import ColumnType, pg_name_of
+from icegres.protocol.pgwire import errors as e
+from icegres.protocol.pgwire.errors import PgError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.table import Table
+    from pyiceberg.table.update.schema import UpdateSchema
+
+    from icegres.engine.catalog import Lakehouse
+
+# PostgreSQL always has a public schema; a lakehouse may not have the namespace yet. It is
+# created the first time a table is created in it.
+PUBLIC = "public"
+# search_path entries that never name a lakehouse namespace.
+_SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
+
+INVALID_SCHEMA_NAME = "3F000"
+DUPLICATE_SCHEMA = "42P06"
+DUPLICATE_TABLE = "42P07"
+DUPLICATE_COLUMN = "42701"
+DEPENDENT_OBJECTS_STILL_EXIST = "2BP01"
+INVALID_TABLE_DEFINITION = "42P16"
+DATATYPE_MISMATCH = "42804"
+SERIALIZATION_FAILURE = "40001"
+
+WIDENING_HINT = ("Iceberg allows integer to bigint, real to double precision and numeric(p,s) to "
+                 "numeric(p2,s) with p2 > p.")
+
+_PRIMITIVES: dict[str, Callable[[], IcebergType]] = {
+    "boolean": BooleanType,
+    "int": IntegerType,
+    "long": LongType,
+    "float": FloatType,
+    "double": DoubleType,
+    "string": StringType,
+    "binary": BinaryType,
+    "date": DateType,
+    "time": TimeType,
+    "timestamp": TimestampType,
+    "timestamptz": TimestamptzType,
+    "uuid": UUIDType,
+}
+
+
+def apply_ddl(lakehouse: Lakehouse, cmd: DdlCommand, search_path: list[str]) -> list[str]:
+    """Perform `cmd` on the catalog; returns the NOTICE messages PostgreSQL would send.
+
+    Unqualified names: CREATE uses the first schema of `search_path` that exists (public always
+    counts, and is created on demand); DROP and ALTER use the first schema holding the table.
+    Raises PgError with PostgreSQL's SQLSTATE and message. CREATE TABLE AS is not applied here:
+    its query runs elsewhere, which then uses `iceberg_schema_for`-style schemas and
+    `partition_spec_for`.
+    """
+    notices: list[str] = []
+    try:
+        if isinstance(cmd, CreateSchema):
+            _create_schema(lakehouse, cmd, notices)
+        elif isinstance(cmd, DropSchema):
+            _drop_schema(lakehouse, cmd, notices)
+        elif isinstance(cmd, CreateTable):
+            _create_table(lakehouse, cmd, search_path, notices)
+        elif isinstance(cmd, DropTable):
+            _drop_table(lakehouse, cmd, search_path, notices)
+        elif isinstance(cmd, AlterTable):
+            _alter_table(lakehouse, cmd, search_path, notices)
+        elif isinstance(cmd, CreateTableAs):
+            raise TypeError("CREATE TABLE AS is executed by the query engine, not apply_ddl")
+        else:
+            raise TypeError(f"not a DDL command: {cmd!r}")
+    except CommitFailedException:
+        raise PgError(SERIALIZATION_FAILURE,
+                      "could not serialize access due to concurrent update") from None
+    return notices
+
+
+# --- Iceberg schema and partition spec ------------------------------------------------------
+
+
+def iceberg_type(ctype: ColumnType, next_id: Callable[[], int]) -> IcebergType:
+    """The Iceberg type for a column type; nested field ids come from `next_id`."""
+    if ctype.kind == "list":
+        assert ctype.element is not None
+        element_id = next_id()
+        # PostgreSQL array elements may be NULL.
+        return ListType(element_id=element_id, element_type=iceberg_type(ctype.element, next_id),
+                        element_required=False)
+    if ctype.kind == "decimal":
+        assert ctype.precision is not None and ctype.scale is not None
+        return DecimalType(ctype.precision, ctype.scale)
+    return _PRIMITIVES[ctype.kind]()
+
+
+def iceberg_schema_for(columns: Iterable[ColumnDef], primary_key: Iterable[str] = ()) -> Schema:
+    """The Iceberg schema for column definitions: NOT NULL columns are required fields and the
+    primary key columns are the identifier fields. Top-level field ids are 1..n in order."""
+    columns = list(columns)
+    nested_ids = itertools.count(len(columns) + 1)
+    fields = [
+        NestedField(field_id=i, name=c.name, field_type=iceberg_type(c.type, lambda: next(nested_ids)),
+                    required=c.not_null)
+        for i, c in enumerate(columns, start=1)
+    ]
+    ids = {c.name: i for i, c in enumerate(columns, start=1)}
+    return Schema(*fields, identifier_field_ids=[ids[name] for name in primary_key])
+
+
+def partition_spec_for(schema: Schema, partitioning: Iterable[PartitionField]) -> PartitionSpec:
+    """The Iceberg partition spec; PgError 42703 for an unknown column, 42804 for a transform the
+    column's type cannot take (day of an integer, say)."""
+    fields = []
+    for i, pf in enumerate(partitioning):
+        source = next((f for f in schema.fields if f.name == pf.column), None)
+        if source is None:
+            raise PgError(e.UNDEFINED_COLUMN, f'column "{pf.column}" named in partition key does not exist')
+        transform = _transform(pf)
+        if not transform.can_transform(source.field_type):
+            raise PgError(DATATYPE_MISMATCH,
+                          f'cannot partition by {_describe(pf)}: column "{pf.column}" is of type '
+                          f"{pg_name_of(source.field_type)}")
+        fields.append(IcebergPartitionField(source_id=source.field_id, field_id=1000 + i,
+                                            transform=transform, name=_partition_name(pf)))
+    return PartitionSpec(*fields)
+
+
+def _transform(pf: PartitionField) -> Transform[Any, Any]:
+    if pf.transform == "bucket":
+        assert pf.param is not None
+        return BucketTransform(pf.param)
+    if pf.transform == "truncate":
+        assert pf.param is not None
+        return TruncateTransform(pf.param)
+    return {"identity": IdentityTransform, "year": YearTransform, "month": MonthTransform,
+            "day": DayTransform, "hour": HourTransform}[pf.transform]()
+
+
+def _partition_name(pf: PartitionField) -> str:
+    # pyiceberg's own naming (UpdateSpec), so specs read the same whoever made them.
+    if pf.transform == "identity":
+        return pf.column
+    if pf.transform == "bucket":
+        return f"{pf.column}_bucket_{pf.param}"
+    if pf.transform == "truncate":
+        return f"{pf.column}_trunc_{pf.param}"
+    return f"{pf.column}_{pf.transform}"
+
+
+def _describe(pf: PartitionField) -> str:
+    args = f"{pf.param}, {pf.column}" if pf.param is not None else pf.column
+    return f"{pf.transform}({args})"
+
+
+# --- name resolution ------------------------------------------------------------------------
+
+
+def _lake_path(search_path: list[str]) -> list[str]:
+    return [s for s in search_path
+            if s and not s.startswith(("$", "pg_temp")) and s not in _SYSTEM_SCHEMAS]
+
+
+def _creation_schema(lakehouse: Lakehouse, schema: str | None, search_path: list[str]) -> str:
+    if schema is not None:
+        if schema == PUBLIC or lakehouse.namespace_exists(schema):
+            return schema
+        raise PgError(INVALID_SCHEMA_NAME, f'schema "{schema}" does not exist')
+    for candidate in _lake_path(search_path):
+        if candidate == PUBLIC or lakehouse.namespace_exists(candidate):
+            return candidate
+    raise PgError(INVALID_SCHEMA_NAME, "no schema has been selected to create in")
+
+
+def _find_table(lakehouse: Lakehouse, schema: str | None, name: str,
+                search_path: list[str]) -> str | None:
+    """The namespace holding the table, searching the path for an unqualified name."""
+    for candidate in [schema] if schema is not None else _lake_path(search_path):
+        if lakehouse.table_exists(candidate, name):
+            return candidate
+    return None
+
+
+def _display(schema: str | None, name: str) -> str:
+    return f"{schema}.{name}" if schema else name
+
+
+# --- schemas --------------------------------------------------------------------------------
+
+
+def _create_schema(lakehouse: Lakehouse, cmd: CreateSchema, notices: list[str]) -> None:
+    try:
+        if lakehouse.namespace_exists(cmd.name):
+            raise NamespaceAlreadyExistsError(cmd.name)
+        lakehouse.create_namespace(cmd.name)
+    except NamespaceAlreadyExistsError:
+        if not cmd.if_not_exists:
+            raise PgError(DUPLICATE_SCHEMA, f'schema "{cmd.name}" already exists') from None
+        notices.append(f'schema "{cmd.name}" already exists, skipping')
+
+
+def _drop_schema(lakehouse: Lakehouse, cmd: DropSchema, notices: list[str]) -> None:
+    plan: list[tuple[str, list[str]]] = []
+    for name in dict.fromkeys(cmd.names):
+        if not lakehouse.namespace_exists(name):
+            if not cmd.if_exists:
+                raise PgError(INVALID_SCHEMA_NAME, f'schema "{name}" does not exist')
+            notices.append(f'schema "{name}" does not exist, skipping')
+            continue
+        tables = lakehouse.list_table_names(name)
+        if tables and not cmd.cascade:
+            raise _dependents_error(name, tables)
+        plan.append((name, tables))
+    for name, tables in plan:
+        for table in tables:
+            try:
+                lakehouse.drop_table(name, table)
+            except NoSuchTableError:
+                continue
+            notices.append(f"drop cascades to table {name}.{table}")
+        try:
+            lakehouse.drop_namespace(name)
+        except NamespaceNotEmptyError:
+            # A table was created in it since it was listed.
+            raise _dependents_error(name, lakehouse.list_table_names(name)) from None
+        except NoSuchNamespaceError:
+            pass
+
+
+def _dependents_error(name: str, tables: list[str]) -> PgError:
+    detail = "\n".join(f"table {name}.{table} depends on schema {name}" for table in tables) or None
+    return PgError(DEPENDENT_OBJECTS_STILL_EXIST,
+                   f"cannot drop schema {name} because other objects depend on it", detail=detail,
+                   hint="Use DROP ... CASCADE to drop the dependent objects too.")
+
+
+# --- tables ---------------------------------------------------------------------------------
+
+
+def _create_table(lakehouse: Lakehouse, cmd: CreateTable, search_path: list[str],
+                  notices: list[str]) -> None:
+    namespace = _creation_schema(lakehouse, cmd.schema, search_path)
+    if lakehouse.table_exists(namespace, cmd.name):
+        _already_exists(cmd, notices)
+        return
+    schema = iceberg_schema_for(cmd.columns, cmd.primary_key)
+    spec = partition_spec_for(schema, cmd.partitioning)
+    properties = dict(cmd.properties)
+    if cmd.primary_key:
+        properties[PRIMARY_KEY_PROPERTY] = ",".join(cmd.primary_key)
+    if namespace == PUBLIC:
+        lakehouse.create_namespace_if_missing(PUBLIC)
+    try:
+        lakehouse.create_partitioned_table(namespace, cmd.name, schema, spec, properties)
+    except TableAlreadyExistsError:
+        _already_exists(cmd, notices)
+
+
+def _already_exists(cmd: CreateTable, notices: list[str]) -> None:
+    if not cmd.if_not_exists:
+        raise PgError(DUPLICATE_TABLE, f'relation "{cmd.name}" already exists')
+    notices.append(f'relation "{cmd.name}" already exists, skipping')
+
+
+def _drop_table(lakehouse: Lakehouse, cmd: DropTable, search_path: list[str],
+                notices: list[str]) -> None:
+    found: list[tuple[str, str]] = []
+    for schema, name in dict.fromkeys(cmd.names):
+        namespace = _find_table(lakehouse, schema, name, search_path)
+        if namespace is None:
+            if not cmd.if_exists:
+                raise PgError(e.UNDEFINED_TABLE, f'table "{_display(schema, name)}" does not exist')
+            notices.append(f'table "{_display(schema, name)}" does not exist, skipping')
+            continue
+        found.append((namespace, name))
+    for namespace, name in dict.fromkeys(found):
+        try:
+            lakehouse.drop_table(namespace, name)
+        except NoSuchTableError:
+            if not cmd.if_exists:
+                raise PgError(e.UNDEFINED_TABLE, f'table "{name}" does not exist') from None
+
+
+# --- ALTER TABLE ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Column:
+    """A column as the ALTER's earlier actions left it (field_id None: added by this ALTER)."""
+
+    field_id: int | None
+    type: IcebergType
+    required: bool
+
+
+def _alter_table(lakehouse: Lakehouse, cmd: AlterTable, search_path: list[str],
+                 notices: list[str]) -> None:
+    namespace = _find_table(lakehouse, cmd.schema, cmd.name, search_path)
+    if namespace is None:
+        if not cmd.if_exists:
+            raise PgError(e.UNDEFINED_TABLE, f'relation "{_display(cmd.schema, cmd.name)}" does not exist')
+        notices.append(f'relation "{_display(cmd.schema, cmd.name)}" does not exist, skipping')
+        return
+    if len(cmd.actions) == 1 and isinstance(cmd.actions[0], RenameTable):
+        new_name = cmd.actions[0].new_name
+        if lakehouse.table_exists(namespace, new_name):
+            raise PgError(DUPLICATE_TABLE, f'relation "{new_name}" already exists')
+        try:
+            lakehouse.rename_table(namespace, cmd.name, new_name)
+        except TableAlreadyExistsError:
+            raise PgError(DUPLICATE_TABLE, f'relation "{new_name}" already exists') from None
+        return
+    try:
+        table = lakehouse.load_table(namespace, cmd.name)
+    except NoSuchTableError:
+        raise PgError(e.UNDEFINED_TABLE, f'relation "{_display(cmd.schema, cmd.name)}" does not exist') from None
+    _Alteration(table, cmd.name, notices).run(cmd.actions)
+
+
+class _Alteration:
+    """Checks each action against the table as the earlier actions leave it, then commits all
+    schema and property changes in one Iceberg transaction."""
+
+    def __init__(self, table: Table, name: str, notices: list[str]) -> None:
+        self.table = table
+        self.name = name
+        self.notices = notices
+        schema = table.schema()
+        self.columns = {f.name: _Column(f.field_id, f.field_type, f.required) for f in schema.fields}
+        self.partition_sources = {pf.source_id for spec in table.metadata.partition_specs
+                                  for pf in spec.fields}
+        declared = table.properties.get(PRIMARY_KEY_PROPERTY)
+        self.primary_key = declared.split(",") if declared else sorted(
+            schema.identifier_field_names(), key=lambda n: schema.find_field(n).field_id)
+        self.key_changed = False
+        self.schema_ops: list[Callable[[UpdateSchema], Any]] = []
+        self.allow_incompatible = False
+        self.set_props: dict[str, str] = {}
+        self.remove_props: list[str] = []
+
+    def run(self, actions: Iterable[Any]) -> None:
+        for action in actions:
+            self.check(action)
+        if self.key_changed:
+            if self.primary_key:
+                self.set_props[PRIMARY_KEY_PROPERTY] = ",".join(self.primary_key)
+            else:
+                self.remove_props.append(PRIMARY_KEY_PROPERTY)
+                self.set_props.pop(PRIMARY_KEY_PROPERTY, None)
+        # pyiceberg refuses to remove a property the table does not have; PostgreSQL's RESET doesn't.
+        self.remove_props = [k for k in self.remove_props if k in self.table.properties]
+        if not (self.schema_ops or self.set_props or self.remove_props):
+            return
+        txn = self.table.transaction()
+        try:
+            if self.schema_ops:
+                with txn.update_schema(allow_incompatible_changes=self.allow_incompatible) as update:
+                    for op in self.schema_ops:
+                        op(update)
+                    if self.key_changed:
+                        update.set_identifier_fields(*self.primary_key)
+            if self.set_props:
+                txn.set_properties(self.set_props)
+            if self.remove_props:
+                txn.remove_properties(*self.remove_props)
+        except (ValueError, ValidationError) as exc:
+            # A combination pyiceberg refuses (say, dropping a column this ALTER added).
+            raise PgError(e.FEATURE_NOT_SUPPORTED, f"cannot alter table \"{self.name}\": {exc}") from None
+        txn.commit_transaction()
+
+    def column(self, name: str) -> _Column:
+        column = self.columns.get(name)
+        if column is None:
+            raise PgError(e.UNDEFINED_COLUMN, f'column "{name}" of relation "{self.name}" does not exist')
+        return column
+
+    def check(self, action: Any) -> None:
+        if isinstance(action, AddColumn):
+            self.add_column(action)
+        elif isinstance(action, DropColumn):
+            self.drop_column(action)
+        elif isinstance(action, RenameColumn):
+            self.rename_column(action)
+        elif isinstance(action, AlterColumnType):
+            self.alter_type(action)
+        elif isinstance(action, DropNotNull):
+            column = self.column(action.name)
+            if action.name in self.primary_key:
+                raise PgError(INVALID_TABLE_DEFINITION, f'column "{action.name}" is in a primary key')
+            if column.required:
+                column.required = False
+                self.schema_ops.append(lambda u, n=action.name: u.make_column_optional((n,)))
+        elif isinstance(action, SetProperties):
+            for key, value in action.properties.items():
+                self.set_props[key] = value
+                if key in self.remove_props:
+                    self.remove_props.remove(key)
+        elif isinstance(action, ResetProperties):
+            for key in action.keys:
+                self.set_props.pop(key, None)
+                if key not in self.remove_props:
+                    self.remove_props.append(key)
+        elif isinstance(action, RenameTable):
+            raise PgError(e.SYNTAX_ERROR, "RENAME TO cannot be combined with other actions")
+        else:
+            raise TypeError(f"not an ALTER TABLE action: {action!r}")
+
+    def add_column(self, action: AddColumn) -> None:
+        c = action.column
+        if c.name in self.columns:
+            if action.if_not_exists:
+                self.notices.append(f'column "{c.name}" of relation "{self.name}" already exists, skipping')
+                return
+            raise PgError(DUPLICATE_COLUMN, f'column "{c.name}" of relation "{self.name}" already exists')
+        if c.not_null:
+            if _has_rows(self.table):
+                raise PgError(e.FEATURE_NOT_SUPPORTED,
+                              f'cannot add NOT NULL column "{c.name}" to table "{self.name}", '
+                              "which has rows",
+                              hint="Add the column without NOT NULL: Iceberg cannot fill in a value "
+                                   "for the existing rows.")
+            # An empty table has no rows to violate a required column.
+            self.allow_incompatible = True
+        field_type = iceberg_type(c.type, itertools.count(1).__next__)  # pyiceberg renumbers
+        self.columns[c.name] = _Column(None, field_type, c.not_null)
+        self.schema_ops.append(
+            lambda u, n=c.name, t=field_type, r=c.not_null: u.add_column((n,), t, required=r))
+
+    def drop_column(self, action: DropColumn) -> None:
+        column = self.columns.get(action.name)
+        if column is None:
+            if action.if_exists:
+                self.notices.append(
+                    f'column "{action.name}" of relation "{self.name}" does not exist, skipping')
+                return
+            self.column(action.name)
+            return
+        if column.field_id in self.partition_sources:
+            raise PgError(e.FEATURE_NOT_SUPPORTED,
+                          f'cannot drop column "{action.name}" of table "{self.name}" because the '
+                          "table is partitioned by it",
+                          hint="Iceberg keeps every partition spec a table has had; a partition "
+                               "source column cannot be dropped.")
+        if action.name in self.primary_key:
+            # PostgreSQL drops a primary key together with any of its columns.
+            self.primary_key = []
+            self.key_changed = True
+        del self.columns[action.name]
+        self.schema_ops.append(lambda u, n=action.name: u.delete_column((n,)))
+
+    def rename_column(self, action: RenameColumn) -> None:
+        if action.old not in self.columns:
+            raise PgError(e.UNDEFINED_COLUMN, f'column "{action.old}" does not exist')
+        if action.new in self.columns:
+            raise PgError(DUPLICATE_COLUMN, f'column "{action.new}" of relation "{self.name}" already exists')
+        self.columns[action.new] = self.columns.pop(action.old)
+        if action.old in self.primary_key:
+            self.primary_key = [action.new if k == action.old else k for k in self.primary_key]
+            self.key_changed = True
+        self.schema_ops.append(lambda u, o=action.old, n=action.new: u.rename_column((o,), n))
+
+    def alter_type(self, action: AlterColumnType) -> None:
+        column = self.column(action.name)
+        new_type = iceberg_type(action.type, itertools.count(1).__next__)
+        verdict = _widening(column.type, new_type)
+        if verdict is None:
+            return
+        if not verdict:
+            raise PgError(e.FEATURE_NOT_SUPPORTED,
+                          f"cannot change column type from {pg_name_of(column.type)} to "
+                          f"{action.type.pg_name}: Iceberg only allows widening", hint=WIDENING_HINT)
+        column.type = new_type
+        self.schema_ops.append(lambda u, n=action.name, t=new_type: u.update_column((n,), t))
+
+
+def _widening(old: IcebergType, new: IcebergType) -> bool | None:
+    """True for a type promotion Iceberg allows, None for no change, False otherwise."""
+    if old == new:
+        return None
+    if isinstance(old, IntegerType) and isinstance(new, LongType):
+        return True
+    if isinstance(old, FloatType) and isinstance(new, DoubleType):
+        return True
+    if isinstance(old, DecimalType) and isinstance(new, DecimalType):
+        return new.scale == old.scale and new.precision > old.precision
+    return False
+
+
+def _has_rows(table: Table) -> bool:
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return False
+    try:
+        total = snapshot.summary["total-records"] if snapshot.summary is not None else None
+    except KeyError:
+        total = None
+    # Without the summary count, assume rows: refusing is safe, a required column over rows is not.
+    return total is None or int(total) > 0
+
+
+# --- CREATE TABLE AS ------------------------------------------------------------------------
+
+
+def create_table_from_arrow(lakehouse: Lakehouse, cmd: CreateTableAs, arrow_schema: pa.Schema,
+                            search_path: list[str]) -> tuple[str, str] | None:
+    """Create the table a CTAS names, with the query's columns; None if it exists (IF NOT EXISTS).
+
+    The rows are appended afterwards through the commit machine by the caller.
+    """
+    import pyarrow as pa
+    from pyiceberg.schema import assign_fresh_schema_ids
+
+    namespace = _creation_schema(lakehouse, cmd.schema, search_path)
+    if lakehouse.table_exists(namespace, cmd.name):
+        if not cmd.if_not_exists:
+            raise PgError(DUPLICATE_TABLE, f'relation "{cmd.name}" already exists')
+        return None
+    names = list(cmd.column_names) + arrow_schema.names[len(cmd.column_names):]
+    if len(cmd.column_names) > len(arrow_schema):
+        raise PgError("42601", "too many column names were specified")
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise PgError("42701", f'column "{dup}" specified more than once')
+    fields = []
+    for name, f in zip(names, arrow_schema, strict=True):
+        t = f.type
+        if pa.types.is_string_view(t) or pa.types.is_large_string(t):
+            t = pa.string()
+        elif pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
+            t = pa.binary()
+        elif pa.types.is_null(t):
+            t = pa.string()  # PostgreSQL would make it "unknown"; text is what it reads back as
+        fields.append(pa.field(name, t, nullable=True))
+    try:
+        schema = assign_fresh_schema_ids(_schema_without_ids(pa.schema(fields)))
+    except (TypeError, ValueError) as exc:
+        raise PgError("0A000", f"cannot store the query's columns in an Iceberg table: {exc}") from None
+    spec = partition_spec_for(schema, cmd.partitioning)
+    if namespace == PUBLIC:
+        lakehouse.create_namespace_if_missing(PUBLIC)
+    lakehouse.create_partitioned_table(namespace, cmd.name, schema, spec, dict(cmd.properties))
+    return (namespace, cmd.name)
+
+
+def _schema_without_ids(arrow_schema: pa.Schema) -> Schema:
+    from pyiceberg.io.pyarrow import _ConvertToIcebergWithoutIDs, visit_pyarrow
+
+    return visit_pyarrow(arrow_schema, _ConvertToIcebergWithoutIDs())
