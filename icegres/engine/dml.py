@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from icegres.engine.txn import Key, TxnState
 from icegres.protocol.pgwire.errors import PgError
@@ -137,6 +138,7 @@ def _insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[st
         data = _collect(df)
         data = data.rename_columns(columns)
     rows = _conform(data, plan, key)
+    _check_unique(qctx, plan, key, rows, exclude_files=())
     _append(txn, key, rows)
     returning = None
     if tree.args.get("returning") is not None:
@@ -212,11 +214,47 @@ def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None, sets
                 exprs.append(f'{alias}."{c}"')
         query = f'SELECT {", ".join(exprs)} FROM {view} AS {alias} WHERE "{FILE_COLUMN}" IN ({in_list})'
     rows = _conform(_collect(qctx.plan(query, params)), plan, key)
+    if sets and any(c in sets for c in plan.primary_key):
+        _check_unique(qctx, plan, key, rows, exclude_files=tuple(matched))
     write = txn.write_for(key)
     new_files = _write_files(write.base, rows)
     write, orphans = write.rewrite(set(matched), new_files, rows.num_rows)
     txn.stage(write, orphans)
     return count
+
+
+def _check_unique(qctx: QueryContext, plan: ReadPlan, key: Key, rows: pa.Table, exclude_files: tuple[str, ...]) -> None:
+    """Opt-in primary key (`icegres.primary-key`): 23505 if `rows` repeat a key among themselves
+    or with the table as this transaction sees it (minus `exclude_files`, which are being
+    rewritten). The commit re-checks against whatever other sessions committed meanwhile."""
+    pk = list(plan.primary_key)
+    if not pk or rows.num_rows == 0:
+        return
+    keys = rows.select(pk)
+    dupes = keys.group_by(pk).aggregate([([], "count_all")])
+    dupes = dupes.filter(pa.compute.greater(dupes.column("count_all"), 1))
+    if dupes.num_rows:
+        raise unique_violation(key, pk, dupes.slice(0, 1).select(pk).to_pylist()[0])
+    if not plan.files:
+        return
+    scan = keys.cast(pa.schema([f.with_type(_scan_type(f.type)) for f in keys.schema]))
+    new_keys = qctx.register_private("new_keys", qctx.ctx.from_arrow(scan))
+    on = " AND ".join(f't."{c}" = n."{c}"' for c in pk)
+    source = _quoted(key)
+    where = ""
+    if exclude_files:
+        source = qctx.register_private("pk_target", _with_file_column(qctx, plan))
+        where = " WHERE t.\"" + FILE_COLUMN + "\" NOT IN (" + ", ".join("'" + p.replace("'", "''") + "'" for p in exclude_files) + ")"
+    cols = ", ".join(f't."{c}"' for c in pk)
+    hit = _collect(qctx.plan(f"SELECT {cols} FROM {source} AS t JOIN {new_keys} AS n ON {on}{where} LIMIT 1", None))
+    if hit.num_rows:
+        raise unique_violation(key, pk, hit.to_pylist()[0])
+
+
+def unique_violation(key: Key, pk: list[str], values: dict[str, Any]) -> PgError:
+    shown = ", ".join("NULL" if values[c] is None else str(values[c]) for c in pk)
+    return PgError("23505", f'duplicate key value violates unique constraint "{key[1]}_pkey"',
+                   detail=f"Key ({', '.join(pk)})=({shown}) already exists.")
 
 
 def _append(txn: TxnState, key: Key, rows: pa.Table) -> None:

@@ -133,6 +133,8 @@ class LakeWorld:
             table = self.lakehouse.load_table(*write.key)
             if table.metadata.current_snapshot_id != base:
                 raise CommitRejected(f"table {name} moved again while rebasing")
+            if write.base.primary_key and write.added:
+                _recheck_primary_key(write, table)
         tx = table.transaction()
         producer = tx.update_snapshot(snapshot_properties={TOKEN_PROPERTY: token})
         if write.is_append:
@@ -164,6 +166,31 @@ class LakeWorld:
             AssertRefSnapshotId(ref="main", snapshot_id=read.snapshot),
         )
         return TableChange(ns, name, requirements, ())
+
+
+def _recheck_primary_key(write: StagedWrite, head: Any) -> None:
+    """Before rebasing a write to a primary-key table onto a newer head: refuse (the machine then
+    reports a serialization failure) if rows committed since our base repeat one of our keys."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pk = list(write.base.primary_key)
+    ours_known = {f.path for f in write.base.files} | set(write.added)
+    theirs = [t.file.file_path for t in head.scan().plan_files() if t.file.file_path not in ours_known]
+    if not theirs:
+        return
+
+    def keys(paths: Any) -> set[tuple[Any, ...]]:
+        out: set[tuple[Any, ...]] = set()
+        for path in paths:
+            with head.io.new_input(path).open() as f:
+                t: pa.Table = pq.read_table(f, columns=pk)
+            out.update(zip(*(t.column(c).to_pylist() for c in pk), strict=True))
+        return out
+
+    clash = keys(write.added) & keys(theirs)
+    if clash:
+        raise CommitRejected(f"a concurrent commit to {write.table_name} inserted key {sorted(clash)[0]}")
 
 
 def delete_files(writes: Any, paths: Any) -> None:
