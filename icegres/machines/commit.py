@@ -286,8 +286,10 @@ Effect = Publish | Inspect | Wait | Acknowledge | Abort | ReportOutcomeUnknown |
 
 @dataclass(frozen=True)
 class Config:
-    max_attempts: int = 5  # publish attempts in all: rebases after conflicts and retries after failures
-    max_inspect_attempts: int = 5  # inspections in a row before an unresolved outcome is reported
+    # Publish attempts in all, rebases after conflicts and retries after failures alike.
+    max_attempts: int = 5
+    # Inspections in a row before an unresolved outcome is reported as unknown.
+    max_inspect_attempts: int = 5
     backoff_initial_seconds: float = 0.05
     backoff_max_seconds: float = 2.0
 
@@ -454,7 +456,9 @@ def _on_inspected(state: State, event: TablesInspected) -> tuple[State, list[Eff
     state = replace(state, inspect_failures=0)
     # A dropped or replaced table cannot show our token any more, so only the incarnations we
     # wrote to are evidence. The catalog's atomicity makes one landed table proof of all.
-    observable = [w.table for w in request.writes if _same_incarnation(heads[w.table], w.table_uuid)]
+    observable = [
+        w.table for w in request.writes if _same_incarnation(heads[w.table], w.table_uuid)
+    ]
     landed = [t for t in observable if heads[t].has_token]
     if landed and len(landed) == len(observable):
         # An earlier publish did land (its outcome was unknown or we crashed); never publish again.
@@ -473,7 +477,10 @@ def _on_inspected(state: State, event: TablesInspected) -> tuple[State, list[Eff
     if conflict is not None:
         table, reason = conflict
         return _abort(
-            state, SQLSTATE_SERIALIZATION_FAILURE, f'{SERIALIZATION_MESSAGE} on table "{table}"', reason
+            state,
+            SQLSTATE_SERIALIZATION_FAILURE,
+            f'{SERIALIZATION_MESSAGE} on table "{table}"',
+            reason,
         )
     if state.attempt >= state.config.max_attempts:
         tables = ", ".join(request.written_tables)
@@ -555,9 +562,7 @@ def _abort(
     return aborted, [DeleteFiles(_request(state).added_files), Abort(sqlstate, message, detail)]
 
 
-def _find_conflict(
-    request: CommitRequest, heads: dict[str, TableHead]
-) -> tuple[str, str] | None:
+def _find_conflict(request: CommitRequest, heads: dict[str, TableHead]) -> tuple[str, str] | None:
     """The first table (request order) whose head forbids a rebase, with the reason."""
     for write in request.writes:
         head = heads[write.table]

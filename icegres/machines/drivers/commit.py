@@ -136,8 +136,12 @@ async def _perform(effect: Effect, state: State, world: CommitWorld) -> Event | 
                     await trio.to_thread.run_sync(world.delete_files, files)
                 except Exception:
                     # Orphaned staged files waste space but are never read: no metadata names them.
-                    log.warning("could not delete %d staged files of %s", len(files), request.token,
-                                exc_info=True)
+                    log.warning(
+                        "could not delete %d staged files of %s",
+                        len(files),
+                        request.token,
+                        exc_info=True,
+                    )
             return None
         case Acknowledge() | Abort() | ReportOutcomeUnknown():
             return None  # the verdict is read off the terminal state by the caller
@@ -150,7 +154,9 @@ async def _publish(world: CommitWorld, request: CommitRequest, effect: Publish) 
     except Exception as exc:
         # We cannot tell whether it was sent, so it may have applied.
         return PublishOutcomeUnknown(_describe(exc))
-    if not isinstance(result, PublishSucceeded | PublishRejected | PublishFailed | PublishOutcomeUnknown):
+    if not isinstance(
+        result, PublishSucceeded | PublishRejected | PublishFailed | PublishOutcomeUnknown
+    ):
         raise TypeError(f"CommitWorld.publish returned {result!r}, not a publish event")
     return result
 
