@@ -187,11 +187,21 @@ def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None, sets
              params: dict[str, Any] | None, *, delete: bool, alias: str | None = None) -> int:
     """Rewrite exactly the data files that hold rows matching `cond`; returns the row count."""
     plan = _plan_of(txn, key)
+    alias = alias or f'"{key[1]}"'
+    where = f" WHERE {cond}" if cond else ""
+    if not plan.files or sets:
+        # PostgreSQL resolves every name before it looks at a row: an unknown column in WHERE or
+        # SET is 42703 even when no file (or no row) matches. Planning alone checks that.
+        from dataclasses import replace
+
+        from icegres.engine.mounts import to_dataframe
+
+        checked = qctx.register_private("target", to_dataframe(qctx.ctx, replace(plan, files=())))
+        exprs = ", ".join(sets.values()) if sets else "1"
+        qctx.plan(f"SELECT {exprs} FROM {checked} AS {alias}{where}", params)
     if not plan.files:
         return 0
     view = qctx.register_private("target", _with_file_column(qctx, plan))
-    alias = alias or f'"{key[1]}"'
-    where = f" WHERE {cond}" if cond else ""
     hits = _collect(qctx.plan(
         f'SELECT "{FILE_COLUMN}", count(*) AS n FROM {view} AS {alias}{where} GROUP BY "{FILE_COLUMN}"', params))
     matched = {p: n for p, n in zip(hits.column(0).to_pylist(), hits.column(1).to_pylist(), strict=True) if n}
@@ -397,7 +407,24 @@ def _cast(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                     pass
             return _cast_text(column, to)
+    if None not in (_assign_kind(src), _assign_kind(to)) and _assign_kind(src) != _assign_kind(to):
+        # Arrow would turn a date into its day number or true into 1; PostgreSQL has no such
+        # assignment cast and says 42804 (the caller turns this error into that).
+        raise pa.ArrowNotImplementedError(f"no assignment cast from {src} to {to}")
     return pc.cast(column, to, safe=True)
+
+
+def _assign_kind(t: pa.DataType) -> str | None:
+    """PostgreSQL's assignment casts stay within these kinds (nested and other types: Arrow decides)."""
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "number"
+    if pa.types.is_temporal(t):
+        return "datetime"
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "binary"
+    return None
 
 
 def _cast_text(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
@@ -411,7 +438,7 @@ def _cast_text(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
 
 def _cast_error(exc: Exception, field: pa.Field, src: pa.DataType) -> PgError:
     text = str(exc)
-    if "overflow" in text.lower() or "out of range" in text.lower() or "would" in text.lower():
+    if any(w in text.lower() for w in ("overflow", "out of range", "not in range", "would")):
         return PgError("22003", f'value out of range for column "{field.name}" ({text.splitlines()[0]})')
     return PgError("42804", f'column "{field.name}" is of type {field.type} but expression is of type {src}',
                    hint="You will need to rewrite or cast the expression.")

@@ -172,18 +172,23 @@ async def publish(session: Session, txn: TxnState) -> None:
     from icegres.machines.drivers.commit import run_commit
 
     request = commit_request(txn)
-    if request is not None:
-        world = LakeWorld(session.qctx.engine.lakehouse, txn)
-        outcome = await run_commit(request, world, Config())
-        if not outcome.committed:
-            txn.writes.clear()  # the machine deleted (or, if unknown, deliberately kept) them
-            raise PgError(outcome.sqlstate or E.INTERNAL_ERROR, outcome.message or "commit failed",
-                          detail=outcome.detail or None)
-    if txn.orphans:
-        orphans, writes = list(txn.orphans), list(txn.writes.values())
-        txn.orphans.clear()
-        with trio.CancelScope(shield=True):
-            await session._in_thread(delete_files, writes, orphans)
+    writes = list(txn.writes.values())
+    try:
+        if request is not None:
+            world = LakeWorld(session.qctx.engine.lakehouse, txn)
+            outcome = await run_commit(request, world, Config())
+            if not outcome.committed:
+                txn.writes.clear()  # the machine deleted (or, if unknown, deliberately kept) them
+                raise PgError(outcome.sqlstate or E.INTERNAL_ERROR, outcome.message or "commit failed",
+                              detail=outcome.detail or None)
+    finally:
+        # Orphans (staged, then rewritten or rolled back to a savepoint) are in no request, so
+        # they go whatever the verdict.
+        if txn.orphans:
+            orphans = list(txn.orphans)
+            txn.orphans.clear()
+            with trio.CancelScope(shield=True):
+                await session._in_thread(delete_files, writes, orphans)
 
 
 async def discard(session: Session, txn: TxnState) -> None:
@@ -334,7 +339,7 @@ def _text_fields(line: str, fmt: Any) -> list[str | None]:
     while i <= n:
         if i == n or line[i] == fmt.delimiter:
             raw = "".join(raw_field)
-            out.append(None if raw == fmt.null else "".join(field))
+            out.append(None if raw == fmt.null else _utf8("".join(field)))
             field, raw_field = [], []
             i += 1
             if i > n:
@@ -343,6 +348,16 @@ def _text_fields(line: str, fmt: Any) -> list[str | None]:
         c = line[i]
         if c == "\\" and i + 1 < n:
             nxt = line[i + 1]
+            # \ followed by 1-3 octal digits or x and 1-2 hex digits is a byte value (COPY text format).
+            code = re.match(r"[0-7]{1,3}|x[0-9a-fA-F]{1,2}", line[i + 1 : i + 4])
+            if code:
+                raw_field.append(c + code.group())
+                value = code.group()
+                byte = (int(value[1:], 16) if value[0] == "x" else int(value, 8)) & 0xFF
+                # Bytes >= 0x80 are parts of UTF-8 sequences: kept as surrogates until the field ends.
+                field.append(chr(byte) if byte < 0x80 else chr(0xDC00 + byte))
+                i += 1 + len(value)
+                continue
             raw_field.append(c + nxt)
             field.append(_UNESCAPE.get(nxt, nxt))
             i += 2
@@ -351,6 +366,16 @@ def _text_fields(line: str, fmt: Any) -> list[str | None]:
         field.append(c)
         i += 1
     return out
+
+
+def _utf8(value: str) -> str:
+    """A text-format field whose escaped bytes must still spell valid UTF-8, as in PostgreSQL."""
+    if not any("\udc80" <= c <= "\udcff" for c in value):
+        return value
+    try:
+        return value.encode("utf-8", "surrogateescape").decode("utf-8")
+    except UnicodeDecodeError:
+        raise PgError("22021", "invalid byte sequence for encoding \"UTF8\"") from None
 
 
 def _csv_rows(text: str, fmt: Any) -> list[list[str | None]]:
@@ -376,6 +401,8 @@ def _csv_rows(text: str, fmt: Any) -> list[list[str | None]]:
                 else:
                     buf.append(c)
                     i += 1
+            else:
+                raise PgError("22P04", "unterminated CSV quoted field", detail=f"COPY line {len(rows) + 1}")
         while i < n and text[i] not in (d, "\n"):
             buf.append(text[i])
             i += 1
