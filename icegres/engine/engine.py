@@ -288,6 +288,11 @@ class Engine:
         return ctx
 
     @property
+    def object_store(self) -> bool:
+        """Whether data files live on an object store (where one coalesced read beats two)."""
+        return self._object_store
+
+    @property
     def stores(self) -> ObjectStores:
         return self._stores
 
@@ -454,7 +459,7 @@ class QueryContext:
 
         from icegres.engine import pg_functions
 
-        ctx = SessionContext(session_config(default))
+        ctx = SessionContext(session_config(default, object_store=self.engine.object_store))
         catalog = Catalog.memory_catalog()
         master = self.engine.master.catalog(DEFAULT_CATALOG)
         schemas = {}

@@ -1,0 +1,81 @@
+"""Session contexts that plan on their own and execute in the engine's shared runtime (mounts.py),
+and the object-store read settings (engine.session_config)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from icegres.engine.engine import DEFAULT_CATALOG, session_config
+from icegres.engine.mounts import object_store_warehouse, shared_runtime_context
+
+
+def _setting(config, name: str) -> str:
+    from datafusion import SessionContext
+
+    probe = SessionContext(config.with_information_schema(True))
+    rows = probe.sql(f"select value from information_schema.df_settings where name = '{name}'")
+    return rows.to_pylist()[0]["value"]
+
+
+@pytest.fixture
+def runner(tmp_path):
+    from datafusion import SessionContext
+    from datafusion.catalog import Schema
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(
+        pa.table({"id": pa.array(range(100), pa.int64()), "v": [f"r{i}" for i in range(100)]}), path
+    )
+    master = SessionContext(session_config())
+    master.catalog(DEFAULT_CATALOG).register_schema("demo", Schema.memory_schema())
+    df = master.read_parquet(str(path))
+    master.catalog(DEFAULT_CATALOG).schema("demo").register_table("t", df.into_view())
+    return master
+
+
+def _session(master, schema: str = "public"):
+    ctx = shared_runtime_context(session_config(schema), master)
+    ctx.register_catalog_provider(DEFAULT_CATALOG, master.catalog(DEFAULT_CATALOG))
+    return ctx
+
+
+def test_session_plans_with_its_own_schema_udfs_and_params(runner) -> None:
+    from datafusion import udf
+
+    ctx = _session(runner, "demo")  # unqualified `t` resolves in the session's default schema
+    ctx.register_udf(
+        udf(
+            lambda a: pa.array([f"s:{x}" for x in a.to_pylist()]),
+            [pa.int64()],
+            pa.string(),
+            "immutable",
+            "session_tag",
+        )
+    )
+    df = ctx.sql("select session_tag(id) as tag, v from t where id = $1", param_values={"1": 42})
+    assert df.to_pylist() == [{"tag": "s:42", "v": "r42"}]
+    # The master never had the session's UDF nor its default schema, yet it executed the plan.
+    with pytest.raises(Exception, match="session_tag"):
+        runner.sql("select session_tag(1)")
+
+
+def test_two_sessions_answer_alike_and_errors_surface_at_planning(runner) -> None:
+    a, b = _session(runner), _session(runner)
+    q = "select count(*) as n, sum(id) as s from demo.t where id between 10 and 19"
+    assert a.sql(q).to_pylist() == b.sql(q).to_pylist() == [{"n": 10, "s": 145}]
+    with pytest.raises(Exception, match="missing"):
+        a.sql("select * from demo.missing")
+
+
+def test_pushdown_only_on_local_files() -> None:
+    assert _setting(session_config(), "datafusion.execution.parquet.pushdown_filters") == "true"
+    remote = session_config(object_store=True)
+    assert _setting(remote, "datafusion.execution.parquet.pushdown_filters") == "false"
+
+
+def test_object_store_warehouse() -> None:
+    assert object_store_warehouse("rest", {})
+    assert object_store_warehouse("sql", {"s3.endpoint": "http://127.0.0.1:1"})
+    assert not object_store_warehouse("sql", {})
