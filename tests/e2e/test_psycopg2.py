@@ -96,10 +96,11 @@ def test_errors_map_to_classes_and_recover(conn):
     assert cur.fetchone() == (1,)
 
 
-def test_read_only_write_rejected(conn):
+def test_unsupported_write_rejected(conn):
+    # The shared demo lake must not change: ON CONFLICT is refused before anything is written.
     cur = conn.cursor()
     with pytest.raises(psycopg2.errors.FeatureNotSupported) as ei:
-        cur.execute("insert into demo.cities values ('x', 'y', 1)")
+        cur.execute("insert into demo.cities values ('x', 'y', 1) on conflict do nothing")
     assert ei.value.pgcode == "0A000"
     conn.rollback()
 
