@@ -393,7 +393,7 @@ class CommitUnknown(Exception):
     """The commit may or may not have been applied (timeout, dropped connection, 5xx)."""
 
 
-def _commit_tables_sql(lakehouse: Lakehouse, changes: list[TableChange]) -> None:
+def _commit_tables_sql(lakehouse: Lakehouse, changes: list[TableChange]) -> dict[tuple[str, str], tuple[str, Any]]:
     """All tables in ONE database transaction of the SQL catalog: every row moves or none does.
 
     pyiceberg's SqlCatalog commits one table per transaction; this is its commit_table
@@ -419,10 +419,10 @@ def _commit_tables_sql(lakehouse: Lakehouse, changes: list[TableChange]) -> None
             raise CommitRejected(str(exc)) from exc
         if not change.updates:
             # A read guard (SERIALIZABLE): the row must still hold the location we validated.
-            staged.append((change, current.metadata_location, current.metadata_location))
+            staged.append((change, current.metadata_location, current.metadata_location, None))
             continue
         catalog._write_metadata(metadata=table.metadata, io=table.io, metadata_path=table.metadata_location)
-        staged.append((change, current.metadata_location, table.metadata_location))
+        staged.append((change, current.metadata_location, table.metadata_location, table.metadata))
     update = text(
         "UPDATE iceberg_tables SET metadata_location = :new, previous_metadata_location = :old "
         "WHERE catalog_name = :c AND table_namespace = :ns AND table_name = :t AND metadata_location = :old"
@@ -431,7 +431,7 @@ def _commit_tables_sql(lakehouse: Lakehouse, changes: list[TableChange]) -> None
     try:
         tx = conn.begin()
         try:
-            for change, old, new in staged:
+            for change, old, new, _ in staged:
                 result = conn.execute(update, {"new": new, "old": old, "c": catalog.name,
                                                "ns": change.namespace, "t": change.name})
                 if result.rowcount != 1:
@@ -447,9 +447,10 @@ def _commit_tables_sql(lakehouse: Lakehouse, changes: list[TableChange]) -> None
             raise CommitUnknown(_one_line(exc)) from exc
     finally:
         conn.close()
+    return {(c.namespace, c.name): (new, meta) for c, _, new, meta in staged if meta is not None}
 
 
-def _commit_tables_rest(lakehouse: Lakehouse, changes: list[TableChange]) -> None:
+def _commit_tables_rest(lakehouse: Lakehouse, changes: list[TableChange]) -> dict[tuple[str, str], tuple[str, Any]]:
     """All tables in one POST to the REST catalog's `transactions/commit` endpoint (spec-standard)."""
     import json
 
@@ -477,7 +478,7 @@ def _commit_tables_rest(lakehouse: Lakehouse, changes: list[TableChange]) -> Non
         raise CommitUnknown(_one_line(exc)) from exc
     status = response.status_code
     if status in (200, 204):
-        return
+        return {}  # the endpoint returns no metadata: the next statement loads the tables
     detail = response.text[:300]
     if status == 409:
         raise CommitRejected(detail)
@@ -486,9 +487,10 @@ def _commit_tables_rest(lakehouse: Lakehouse, changes: list[TableChange]) -> Non
     raise CommitNotApplied(f"HTTP {status}: {detail}")
 
 
-def commit_tables(lakehouse: Lakehouse, changes: list[TableChange]) -> None:
-    """Publish every change atomically, or raise CommitRejected / CommitNotApplied / CommitUnknown."""
+def commit_tables(lakehouse: Lakehouse, changes: list[TableChange]) -> dict[tuple[str, str], tuple[str, Any]]:
+    """Publish every change atomically, or raise CommitRejected / CommitNotApplied / CommitUnknown.
+
+    Returns, where the catalog says so, each table's new metadata location and metadata."""
     if lakehouse.kind == "rest":
-        _commit_tables_rest(lakehouse, changes)
-    else:
-        _commit_tables_sql(lakehouse, changes)
+        return _commit_tables_rest(lakehouse, changes)
+    return _commit_tables_sql(lakehouse, changes)

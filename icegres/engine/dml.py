@@ -282,7 +282,10 @@ def _write_files(base: ReadPlan, rows: pa.Table) -> dict[str, Any]:
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
     table: Any = base.table
-    files = _dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io)
+    files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io))
+    for f in files:
+        # Manifests give read DataFiles their spec id; written ones need it to be deleted later.
+        f.spec_id = table.metadata.default_spec_id
     return {f.file_path: f for f in files}
 
 

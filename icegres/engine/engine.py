@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 SERVER_VERSION = "15.0"
 DEFAULT_CATALOG = "datafusion"
 SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
-PRIVATE_SCHEMA = "__icegres"  # per-transaction relations (DML work tables); never in the shared catalog
+PRIVATE_CATALOG = "icegres_work"  # per-session relations (DML work tables); never in the shared catalog
+PRIVATE_SCHEMA = "w"
 
 
 def session_config(default_schema: str = "public", *, object_store: bool = False):
@@ -109,6 +110,9 @@ class Engine:
         self._token: int | None = None
         self._unreadable: dict[tuple[str, str], tuple[str, PgError]] = {}
         self._catalog_generation = 0
+        self._catalog_snapshot: Any = None
+        self._pending: dict[tuple[str, str], str] = {}  # changed in the catalog, not yet mounted
+        self._shape_dirty = True  # tables or schemas went away: pg_catalog must be rebuilt
         for schema in SYSTEM_SCHEMAS:
             self._ensure_schema(schema)
 
@@ -117,9 +121,11 @@ class Engine:
     def refresh(self, refs: set[tuple[str, str]] | None = None) -> None:
         """Make the mounted lakehouse equal the catalog now (cheap when nothing changed).
 
-        `refs` are the tables a statement may read. SQL catalogs ignore them (one query lists
-        everything); on REST catalogs, which have no cheap listing, only those tables are checked,
-        and None means "everything" (catalog introspection).
+        `refs` are the tables a statement may read; None means "everything" (catalog
+        introspection, or a statement we cannot analyse). SQL catalogs list every table's
+        metadata location in one query but re-plan only the changed tables a statement reads (a
+        commit to another table costs this statement nothing); REST catalogs, which have no cheap
+        listing, check only the named tables.
         """
         if self.lakehouse.kind == "rest" and refs is not None:
             self._refresh_tables(refs)
@@ -128,16 +134,27 @@ class Engine:
             # Read the token before listing: a commit racing the listing changes it again, so
             # the next statement lists once more rather than trusting a stale listing.
             token = self.lakehouse.change_token()
-            if token is not None and token == self._token and self._listing is not None:
-                return
-            listing = self.lakehouse.listing()
+            listing = None
+            if token is None or token != self._token or self._listing is None:
+                listing = self.lakehouse.listing()
         except Exception as exc:  # the catalog itself is unreachable
             raise PgError("58030", f"catalog unavailable ({self.lakehouse.description}): {exc}") from exc
         with self._lock:
-            if listing != self._listing:
-                self._apply(listing)
-                self._listing = listing
-            self._token = token
+            if listing is not None:
+                if listing != self._listing:
+                    self._apply(listing)
+                    self._listing = listing
+                self._token = token
+            self._mount_pending(refs)
+
+    def _mount_pending(self, refs: set[tuple[str, str]] | None) -> None:
+        """Mount the changed tables `refs` names (all of them for None)."""
+        keys = list(self._pending) if refs is None else [k for k in refs if k in self._pending]
+        for key in keys:
+            self._mount(key, self._pending.pop(key))
+        if keys or self._shape_dirty:
+            self._shape_dirty = False
+            self._register_pg_catalog(self._listing or Listing((), ()))
 
     def _refresh_tables(self, refs: set[tuple[str, str]]) -> None:
         """Check each named table's metadata location: one catalog call per table."""
@@ -181,6 +198,7 @@ class Engine:
         self._plans[key] = plan
 
     def _apply(self, listing: Listing) -> None:
+        """Take in a new listing: drop what is gone, note what changed (mounted on first use)."""
         wanted = {(t.namespace, t.name): t for t in listing.tables}
         catalog = self._master.catalog(DEFAULT_CATALOG)
         for ns in listing.namespaces:
@@ -188,9 +206,11 @@ class Engine:
         for key in list(self._plans):
             if key not in wanted:
                 self._deregister(key)
+                self._shape_dirty = True
         for key in list(self._unreadable):
             if key not in wanted:
                 del self._unreadable[key]
+        self._pending = {}
         for key, entry in wanted.items():
             current = self._plans.get(key)
             if current is not None and current.metadata_location == entry.metadata_location:
@@ -200,13 +220,13 @@ class Engine:
                 continue
             # One unreadable table (e.g. merge-on-read deletes) must not break the others: it is
             # left unmounted and statements naming it get its error (unreadable_error).
-            self._mount(key, entry.metadata_location)
+            self._pending[key] = entry.metadata_location
         for ns in list(self._schemas):
             if ns not in listing.namespaces and ns not in SYSTEM_SCHEMAS and ns != "public":
                 if not any(k[0] == ns for k in self._plans):
                     catalog.deregister_schema(ns, cascade=True)
                     self._schemas.discard(ns)
-        self._register_pg_catalog(listing)
+                    self._shape_dirty = True
 
     def _ensure_schema(self, name: str) -> None:
         from datafusion.catalog import Schema
@@ -243,13 +263,16 @@ class Engine:
             schemas=tuple(sorted(set(listing.namespaces) | {"public"})),
             tables=tuple(tables),
         )
+        if snap == self._catalog_snapshot:
+            return  # only snapshots moved: pg_catalog describes shapes, not data
         pg_catalog.register_catalog(self._master, snap)
+        self._catalog_snapshot = snap
         self._catalog_generation += 1
 
     # --- what sessions use -------------------------------------------------------------------
 
     def has_table(self, schema: str, name: str) -> bool:
-        return (schema, name) in self._plans
+        return (schema, name) in self._plans or (schema, name) in self._pending
 
     def has_schema(self, schema: str) -> bool:
         return schema in self._schemas
@@ -268,6 +291,21 @@ class Engine:
 
     def read_plan(self, schema: str, name: str) -> ReadPlan | None:
         return self._plans.get((schema, name))
+
+    def adopt(self, key: tuple[str, str], previous_location: str, plan: ReadPlan) -> None:
+        """Mount a snapshot this process just committed, built from the plan it replaced plus the
+        commit's own file changes — no reload, no re-planning. Only if the mounted table is still
+        the commit's base; otherwise the next refresh loads it as usual."""
+        with self._lock:
+            current = self._plans.get(key)
+            if current is None or current.metadata_location != previous_location:
+                return
+            df = to_dataframe(self._master, plan, self._stores)
+            schema = self._master.catalog(DEFAULT_CATALOG).schema(key[0])
+            if key[1] in schema.names():
+                schema.deregister_table(key[1])
+            schema.register_table(key[1], df.into_view())
+            self._plans[key] = plan
 
     def open_session(self, env: SessionEnv) -> QueryContext:
         from icegres.engine import pg_catalog
@@ -316,6 +354,7 @@ class QueryContext:
         # statement text -> SQL DataFusion accepted for it (the text itself or its rewrite)
         self._routes: OrderedDict[tuple[str, tuple[str, ...]], str] = OrderedDict()
         self._names: dict[str, list[str]] = {}
+        self._refs: dict[tuple[str, tuple[str, ...]], set[tuple[str, str]] | None] = {}
         # The open transaction (or the one-statement transaction of an autocommit write): while
         # set, statements read its pinned snapshots and staged writes through a private context.
         self.txn: TxnState | None = None
@@ -323,7 +362,7 @@ class QueryContext:
 
     @property
     def ctx(self) -> SessionContext:
-        if self.txn is not None:
+        if self.txn is not None and not self.txn.autocommit:
             return self._private_ctx(self.txn)
         default = self._default_schema()
         if self._ctx is None or default != self._ctx_schema:
@@ -398,17 +437,13 @@ class QueryContext:
         txn = self.txn
         assert txn is not None
         if txn.serializable and sql:
-            from icegres.engine.sql import table_refs
-
-            txn.read_keys |= table_refs(sql, self.env.search_path) or set()
-        if self.engine.lakehouse.kind != "rest":
+            txn.read_keys |= self.table_refs(sql) or set()
+        if self.engine.lakehouse.kind != "rest" and not txn.autocommit:
             if not txn.pinned_all:
                 self.engine.refresh(None)
                 txn.pin_all(self.engine.plans())
             return
-        from icegres.engine.sql import table_refs
-
-        refs = table_refs(sql, self.env.search_path) if sql else set()
+        refs = self.table_refs(sql) if sql else set()
         if refs is None:  # catalog introspection reads every table
             self.engine.refresh(None)
             for key, plan in self.engine.plans().items():
@@ -435,17 +470,24 @@ class QueryContext:
         return None
 
     def register_private(self, name: str, df: DataFrame) -> str:
-        """Register a relation visible only to this transaction's statements; returns its name."""
-        from datafusion.catalog import Schema
+        """Register a relation only this session's statements see (DML work tables); its name.
 
-        catalog = self.ctx.catalog(DEFAULT_CATALOG)
-        if PRIVATE_SCHEMA not in catalog.names():
+        It lives in a catalog registered on this session's own context, never in the catalog
+        every session shares."""
+        from datafusion.catalog import Catalog, Schema
+
+        ctx = self.ctx
+        try:
+            catalog = ctx.catalog(PRIVATE_CATALOG)
+        except KeyError:
+            catalog = Catalog.memory_catalog()
             catalog.register_schema(PRIVATE_SCHEMA, Schema.memory_schema())
+            ctx.register_catalog_provider(PRIVATE_CATALOG, catalog)
         schema = catalog.schema(PRIVATE_SCHEMA)
         if name in schema.names():
             schema.deregister_table(name)
         schema.register_table(name, df.into_view())
-        return f'"{PRIVATE_SCHEMA}"."{name}"'
+        return f'"{PRIVATE_CATALOG}"."{PRIVATE_SCHEMA}"."{name}"'
 
     def _private_ctx(self, txn: TxnState) -> SessionContext:
         """A context whose catalog is a private copy of the shared one with this transaction's
@@ -470,7 +512,6 @@ class QueryContext:
                 schema.register_table(table_name, shared.table(table_name))
             catalog.register_schema(schema_name, schema)
             schemas[schema_name] = schema
-        catalog.register_schema(PRIVATE_SCHEMA, Schema.memory_schema())
         ctx.register_catalog_provider(DEFAULT_CATALOG, catalog)
         self.engine.stores.register_all(ctx)
         for (ns, name), plan in txn.views().items():
@@ -494,12 +535,20 @@ class QueryContext:
         if self.txn is not None:
             self.pin_for(sql)
             return
-        refs = None
-        if self.engine.lakehouse.kind == "rest":
-            from icegres.engine.sql import table_refs
+        self.engine.refresh(self.table_refs(sql))
 
-            refs = table_refs(sql, self.env.search_path)
-        self.engine.refresh(refs)
+    def table_refs(self, sql: str) -> set[tuple[str, str]] | None:
+        """The tables a statement may read (None: all), parsed once per statement text."""
+        key = (sql, tuple(self.env.search_path))
+        if key in self._refs:
+            return self._refs[key]
+        from icegres.engine.sql import table_refs
+
+        refs = table_refs(sql, self.env.search_path)
+        self._refs[key] = refs
+        if len(self._refs) > _ROUTE_CACHE_SIZE:
+            self._refs.pop(next(iter(self._refs)))
+        return refs
 
     def start(self, sql: str, params: dict[str, Any] | None = None) -> tuple[pa.Schema, Any]:
         """Refresh, plan and start executing a query: (result schema, batch stream).

@@ -72,6 +72,28 @@ class LakeWorld:
     def __init__(self, lakehouse: Lakehouse, txn: TxnState) -> None:
         self.lakehouse = lakehouse
         self._writes: dict[str, StagedWrite] = {w.table_name: w for w in txn.writes.values()}
+        self._landed: dict[tuple[str, str], tuple[str, Any]] = {}
+
+    def adopt(self, engine: Any) -> None:
+        """Hand the engine the snapshots this commit produced, so the next statement needs no
+        reload: each new head is exactly its base plus this commit's file changes."""
+        from dataclasses import replace
+
+        from pyiceberg.table import Table
+
+        for write in self._writes.values():
+            landed = self._landed.get(write.key)
+            base: Any = write.base.table
+            if landed is None or base is None:
+                continue
+            location, metadata = landed
+            view = write.view()
+            data_files = {p: f for p, f in write.base.data_files.items() if p not in write.removed}
+            data_files.update(write.added)
+            table = Table(base.name(), metadata, location, base.io, base.catalog)
+            plan = replace(view, metadata_location=location, snapshot_id=metadata.current_snapshot_id,
+                           data_files=data_files, table=table)
+            engine.adopt(write.key, write.base.metadata_location, plan)
 
     # --- CommitWorld ------------------------------------------------------------------------
 
@@ -86,13 +108,15 @@ class LakeWorld:
                 return PublishRejected(str(exc))
             return PublishFailed(f"{type(exc).__name__}: {exc}")
         try:
-            commit_tables(self.lakehouse, changes)
+            landed = commit_tables(self.lakehouse, changes)
         except CommitRejected as exc:
             return PublishRejected(str(exc))
         except CommitNotApplied as exc:
             return PublishFailed(str(exc))
         except CommitUnknown as exc:
             return PublishOutcomeUnknown(str(exc))
+        if all(self._writes[t].base.snapshot_id == b for t, b in publish.bases):
+            self._landed = landed  # built on exactly our bases: the new heads are base + our files
         return PublishSucceeded()
 
     def inspect(self, request: CommitRequest, tables: tuple[str, ...]) -> tuple[TableHead, ...]:

@@ -74,6 +74,9 @@ class TxnState:
     """One transaction's pins and staged writes. `version` changes whenever its view changes."""
 
     serializable: bool = False
+    # One statement outside a transaction block: it reads the shared, fresh catalog directly
+    # (its pins are what the catalog is now) and needs no private copy of it.
+    autocommit: bool = False
     pins: dict[Key, ReadPlan] = field(default_factory=dict)
     pinned_all: bool = False
     writes: dict[Key, StagedWrite] = field(default_factory=dict)

@@ -34,9 +34,9 @@ def is_ddl(stmt: Statement) -> bool:
     return stmt.tag in DDL_WORDS
 
 
-def new_transaction(session: Session, isolation: str | None) -> TxnState:
+def new_transaction(session: Session, isolation: str | None, *, autocommit: bool = False) -> TxnState:
     level = (isolation or session.settings.get("default_transaction_isolation") or "").lower()
-    return TxnState(serializable=level == "serializable")
+    return TxnState(serializable=level == "serializable", autocommit=autocommit)
 
 
 async def run_write(session: Session, stmt: Statement, params: list[Any] | None, describe: bool,
@@ -150,7 +150,7 @@ async def _in_transaction(session: Session, work: Any) -> Any:
             session.tx.state = new_transaction(session, None)
             qctx.txn = session.tx.state
         return await session._in_thread(work, session.tx.state)
-    txn = new_transaction(session, None)
+    txn = new_transaction(session, None, autocommit=True)
     qctx.txn = txn
     try:
         result = await session._in_thread(work, txn)
@@ -177,7 +177,9 @@ async def publish(session: Session, txn: TxnState) -> None:
         if request is not None:
             world = LakeWorld(session.qctx.engine.lakehouse, txn)
             outcome = await run_commit(request, world, Config())
-            if not outcome.committed:
+            if outcome.committed:
+                await session._in_thread(world.adopt, session.qctx.engine)
+            else:
                 txn.writes.clear()  # the machine deleted (or, if unknown, deliberately kept) them
                 raise PgError(outcome.sqlstate or E.INTERNAL_ERROR, outcome.message or "commit failed",
                               detail=outcome.detail or None)
@@ -213,7 +215,7 @@ async def describe_write(session: Session, sql: str) -> tuple[pa.Schema | None, 
     qctx = session.qctx
     if qctx.txn is not None:
         return await session._in_thread(dml.describe, qctx, sql)
-    qctx.txn = new_transaction(session, None)
+    qctx.txn = new_transaction(session, None, autocommit=True)
     try:
         return await session._in_thread(dml.describe, qctx, sql)
     finally:
