@@ -11,6 +11,7 @@ All functions block; the session calls them from worker threads.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,13 @@ class DmlResult:
 
 
 def parse(sql: str) -> exp.Expression:
+    """The statement's sqlglot tree, parsed once per text (Parse/Describe and each Execute of a
+    prepared INSERT share it; callers never mutate it)."""
+    return _parse_cached(sql)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_cached(sql: str) -> exp.Expression:
     from icegres.engine.sql import parse as parse_sql
 
     return parse_sql(sql)
@@ -130,6 +138,8 @@ def _insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[st
     source = tree.expression
     if source is None:  # INSERT ... DEFAULT VALUES
         data = pa.table({c: pa.nulls(1) for c in columns})
+    elif (data := _parameter_rows(source, columns, plan, params)) is not None:
+        pass
     else:
         df = qctx.plan(_sql(source), params)
         if len(df.schema()) != len(columns):
@@ -312,6 +322,42 @@ def _plan_of(txn: TxnState | None, key: Key) -> ReadPlan:
     if plan.table is None:
         raise PgError("0A000", f"table {key[0]}.{key[1]} cannot be written")
     return plan
+
+
+def _parameter_rows(source: exp.Expression, columns: list[str], plan: ReadPlan,
+                    params: dict[str, Any] | None) -> pa.Table | None:
+    """`VALUES ($1, $2), ($3, $4) …` built straight into Arrow, without planning SQL.
+
+    Drivers send multi-row inserts exactly so (psycopg's executemany, ORMs' bulk inserts), and
+    planning hundreds of placeholders costs far more than the rows. Parameters arrive decoded as
+    the target columns' types (Parse inferred them from the columns), so they convert as they are.
+    None when the VALUES list holds anything but parameters and NULLs, or a value does not
+    convert: the general path then plans it and reports errors as PostgreSQL would.
+    """
+    import sqlglot.expressions as exp
+
+    if not isinstance(source, exp.Values) or params is None:
+        return None
+    width = len(columns)
+    rows = []
+    for row in source.expressions:
+        items = row.expressions
+        if len(items) != width:
+            return None
+        values = []
+        for item in items:
+            if isinstance(item, exp.Parameter):
+                values.append(params.get(str(item.this.this)))
+            elif isinstance(item, exp.Null):
+                values.append(None)
+            else:
+                return None
+        rows.append(values)
+    target = {f.name: f.type for f in write_schema(plan)}
+    try:
+        return pa.table({c: pa.array([r[i] for r in rows], type=target[c]) for i, c in enumerate(columns)})
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
+        return None
 
 
 def _insert_columns(tree: exp.Insert, plan: ReadPlan) -> list[str]:
