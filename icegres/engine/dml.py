@@ -277,6 +277,31 @@ def unique_violation(key: Key, pk: list[str], values: dict[str, Any]) -> PgError
                    detail=f"Key ({', '.join(pk)})=({shown}) already exists.")
 
 
+def compact(txn: TxnState) -> None:
+    """Before COMMIT: merge the small files a transaction staged per table into one.
+
+    Every INSERT of a transaction writes its own file (a thousand-row executemany would publish a
+    thousand files); reading them back and writing one is cheap next to what a thousand files
+    would cost every later scan. Files too large to merge are left as they are."""
+    import pyarrow.parquet as pq
+
+    for write in list(txn.writes.values()):
+        if len(write.added) < 2:
+            continue
+        table: Any = write.base.table
+        target = int(table.metadata.properties.get("write.target-file-size-bytes", 512 * 1024 * 1024))
+        if sum(f.file_size_in_bytes for f in write.added.values()) > target:
+            continue
+        parts = []
+        for path in write.added:
+            with table.io.new_input(path).open() as f:
+                parts.append(pq.read_table(f))
+        rows = pa.concat_tables(parts, promote_options="permissive").cast(write_schema(write.base))
+        merged = _write_files(write.base, rows)
+        write, orphans = write.rewrite(set(write.added), merged, 0)
+        txn.stage(write, orphans)
+
+
 def _append(txn: TxnState, key: Key, rows: pa.Table) -> None:
     if rows.num_rows == 0:
         return

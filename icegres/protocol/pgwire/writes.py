@@ -167,10 +167,12 @@ async def publish(session: Session, txn: TxnState) -> None:
     """Commit a transaction's staged writes through the commit machine; PgError if it aborts."""
     import trio
 
+    from icegres.engine.dml import compact
     from icegres.engine.lake_world import LakeWorld, commit_request, delete_files
     from icegres.machines.commit import Config
     from icegres.machines.drivers.commit import run_commit
 
+    await session._in_thread(compact, txn)
     request = commit_request(txn)
     writes = list(txn.writes.values())
     try:
