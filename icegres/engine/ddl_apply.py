@@ -389,14 +389,17 @@ def _alter_table(lakehouse: Lakehouse, cmd: AlterTable, search_path: list[str],
         table = lakehouse.load_table(namespace, cmd.name)
     except NoSuchTableError:
         raise PgError(e.UNDEFINED_TABLE, f'relation "{_display(cmd.schema, cmd.name)}" does not exist') from None
-    _Alteration(table, cmd.name, notices).run(cmd.actions)
+    _Alteration(table, cmd.name, notices, lakehouse, namespace).run(cmd.actions)
 
 
 class _Alteration:
     """Checks each action against the table as the earlier actions leave it, then commits all
     schema and property changes in one Iceberg transaction."""
 
-    def __init__(self, table: Table, name: str, notices: list[str]) -> None:
+    def __init__(self, table: Table, name: str, notices: list[str], lakehouse: Lakehouse | None = None,
+                 namespace: str = "") -> None:
+        self.lakehouse = lakehouse
+        self.namespace = namespace
         self.table = table
         self.name = name
         self.notices = notices
@@ -426,8 +429,7 @@ class _Alteration:
         self.remove_props = [k for k in self.remove_props if k in self.table.properties]
         if not (self.schema_ops or self.set_props or self.remove_props):
             return
-        txn = self.table.transaction()
-        try:
+        def change(txn: Any) -> None:
             if self.schema_ops:
                 with txn.update_schema(allow_incompatible_changes=self.allow_incompatible) as update:
                     for op in self.schema_ops:
@@ -438,10 +440,16 @@ class _Alteration:
                 txn.set_properties(self.set_props)
             if self.remove_props:
                 txn.remove_properties(*self.remove_props)
+
+        try:
+            change(self.table.transaction())  # validate once, so refusals are PostgreSQL errors
         except (ValueError, ValidationError) as exc:
             # A combination pyiceberg refuses (say, dropping a column this ALTER added).
             raise PgError(e.FEATURE_NOT_SUPPORTED, f"cannot alter table \"{self.name}\": {exc}") from None
-        txn.commit_transaction()
+        from icegres.engine.lake_world import commit_metadata_change
+
+        assert self.lakehouse is not None
+        commit_metadata_change(self.lakehouse, (self.namespace, self.name), self.table, change)
 
     def column(self, name: str) -> _Column:
         column = self.columns.get(name)

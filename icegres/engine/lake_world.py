@@ -13,6 +13,7 @@ import logging
 import uuid
 from typing import Any
 
+from icegres import faults
 from icegres.engine.catalog import (
     CommitNotApplied,
     CommitRejected,
@@ -107,6 +108,7 @@ class LakeWorld:
             if type(exc).__name__ == "ValidationException":  # a file to remove is already gone
                 return PublishRejected(str(exc))
             return PublishFailed(f"{type(exc).__name__}: {exc}")
+        faults.point("before-publish")
         try:
             landed = commit_tables(self.lakehouse, changes)
         except CommitRejected as exc:
@@ -136,8 +138,8 @@ class LakeWorld:
             if write is not None and write.removed:
                 paths = {t.file.file_path for t in table.scan().plan_files()} if meta.current_snapshot_id else set()
                 live = frozenset(p for p in write.removed if p in paths)
-            has_token = any(s.summary is not None and s.summary.get(TOKEN_PROPERTY) == request.token
-                            for s in meta.snapshots)
+            has_token = meta.properties.get(TOKEN_PROPERTY) == request.token or any(
+                s.summary is not None and s.summary.get(TOKEN_PROPERTY) == request.token for s in meta.snapshots)
             heads.append(TableHead(name, True, str(meta.table_uuid), meta.current_snapshot_id,
                                    meta.current_schema_id, live, has_token))
         return tuple(heads)
@@ -160,6 +162,13 @@ class LakeWorld:
             if write.base.primary_key and write.added:
                 _recheck_primary_key(write, table)
         tx = table.transaction()
+        if write.metadata_change is not None:
+            write.metadata_change(tx)
+            # A schema or property change makes no snapshot: the token rides in a property.
+            tx.set_properties({TOKEN_PROPERTY: token})
+            requirements = (AssertTableUUID(uuid=table.metadata.table_uuid),
+                            AssertCurrentSchemaId(current_schema_id=write.base.schema_id), *tx._requirements)
+            return TableChange(write.key[0], write.key[1], requirements, tx._updates)
         producer = tx.update_snapshot(snapshot_properties={TOKEN_PROPERTY: token})
         if write.is_append:
             with producer.fast_append() as append:
@@ -190,6 +199,34 @@ class LakeWorld:
             AssertRefSnapshotId(ref="main", snapshot_id=read.snapshot),
         )
         return TableChange(ns, name, requirements, ())
+
+
+def commit_metadata_change(lakehouse: Lakehouse, key: tuple[str, str], table: Any, change: Any) -> None:
+    """Commit a metadata-only change (ALTER TABLE) through the commit machine, from a worker thread.
+
+    `change(tx)` applies the change to a pyiceberg Transaction; it runs again on the new head if
+    a concurrent data commit moved the table (a concurrent schema change is a 40001)."""
+    import pyarrow as pa
+    import trio
+
+    from icegres.engine.mounts import ReadPlan
+    from icegres.machines.commit import Config
+    from icegres.machines.drivers.commit import run_commit
+    from icegres.protocol.pgwire.errors import PgError
+
+    meta = table.metadata
+    base = ReadPlan(metadata_location=table.metadata_location, schema=pa.schema([]), field_ids=(), files=(),
+                    snapshot_id=meta.current_snapshot_id, table_uuid=str(meta.table_uuid),
+                    schema_id=meta.current_schema_id, table=table)
+    txn = TxnState()
+    txn.writes[key] = StagedWrite(key, base, metadata_change=change)
+    request = CommitRequest(token=uuid.uuid4().hex, writes=(TableWrite(
+        table=f"{key[0]}.{key[1]}", table_uuid=base.table_uuid, base_snapshot=base.snapshot_id,
+        base_schema_id=base.schema_id, kind=WriteKind.APPEND),))
+    # Called from a worker thread that runs no trio loop of its own: one short-lived loop drives it.
+    outcome = trio.run(run_commit, request, LakeWorld(lakehouse, txn), Config())
+    if not outcome.committed:
+        raise PgError(outcome.sqlstate or "XX000", outcome.message or "commit failed", detail=outcome.detail or None)
 
 
 def _recheck_primary_key(write: StagedWrite, head: Any) -> None:

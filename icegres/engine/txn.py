@@ -29,6 +29,9 @@ class StagedWrite:
     removed: MappingProxyType[str, Any] = field(default_factory=lambda: _EMPTY)  # path -> base DataFile
     added: MappingProxyType[str, Any] = field(default_factory=lambda: _EMPTY)  # path -> DataFile we wrote
     rows_added: int = 0
+    # A metadata-only change (ALTER TABLE): applied to a pyiceberg Transaction on whatever head the
+    # commit machine publishes against.
+    metadata_change: Any = field(default=None, compare=False)
 
     @property
     def is_append(self) -> bool:
