@@ -84,14 +84,16 @@ async def run_ddl(session: Session, stmt: Statement) -> None:
 
 
 def _ddl_keys(cmd: Any, path: list[str], qctx: Any) -> set[tuple[str, str]]:
-    """The tables a DDL command may have created, changed or dropped."""
-    keys = set()
-    for attr in ("names",):
-        for item in getattr(cmd, attr, ()) or ():
-            if isinstance(item, tuple):
-                keys.add(_qualify(item[0], item[1], path, qctx))
-    if getattr(cmd, "name", None) and hasattr(cmd, "schema"):
-        keys.add(_qualify(cmd.schema, cmd.name, path, qctx))
+    """The tables a DDL command may have created, changed or dropped (schema commands: none)."""
+    from icegres.engine import ddl
+
+    if isinstance(cmd, ddl.DropTable):
+        named = list(cmd.names)
+    elif isinstance(cmd, ddl.CreateTable | ddl.AlterTable):
+        named = [(cmd.schema, cmd.name)]
+    else:
+        named = []
+    keys = {_qualify(schema, name, path, qctx) for schema, name in named}
     return {k for k in keys if k is not None}
 
 
@@ -107,9 +109,9 @@ def _qualify(schema: str | None, name: str, path: list[str], qctx: Any) -> tuple
 async def _create_table_as(session: Session, cmd: Any) -> None:
     """CREATE TABLE ... AS SELECT: create the table from the query's columns, then append its rows.
 
-    The table is created first and the rows are one commit through the machine; if that commit
-    fails the table stays, empty (the same as PostgreSQL outside a transaction block would never
-    show, but Iceberg catalogs have no transactional create-and-append across all kinds).
+    The table is created first and the rows are one commit through the machine: if that commit
+    fails the table stays, empty. (Iceberg catalogs offer no create-and-append transaction that
+    every catalog kind supports.)
     """
     from icegres.engine import ddl_apply, dml
 
@@ -126,6 +128,9 @@ async def _create_table_as(session: Session, cmd: Any) -> None:
     key, data = await session._in_thread(create)
     if key is None:
         session.send(m.notice_response(PgError("00000", f'relation "{cmd.name}" already exists, skipping', severity="NOTICE")))
+        session.send(m.command_complete("CREATE TABLE AS"))
+        return
+    if not cmd.with_data:
         session.send(m.command_complete("CREATE TABLE AS"))
         return
 
