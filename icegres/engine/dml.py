@@ -199,6 +199,12 @@ def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None, sets
     plan = _plan_of(txn, key)
     alias = alias or f'"{key[1]}"'
     where = f" WHERE {cond}" if cond else ""
+    if sets:
+        # Assignments take the column's type, as PostgreSQL's assignment casts do: a literal is
+        # read as that type (exact decimals; 'abc' into an int column is an error even if no
+        # row matches), and a CASE over a double column is not widened to the literal's type.
+        types = {f.name: f.type for f in plan.schema}
+        sets = {c: _assignment(e, types[c]) for c, e in sets.items()}
     if not plan.files or sets:
         # PostgreSQL resolves every name before it looks at a row: an unknown column in WHERE or
         # SET is 42703 even when no file (or no row) matches. Planning alone checks that.
@@ -208,7 +214,8 @@ def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None, sets
 
         checked = qctx.register_private("target", to_dataframe(qctx.ctx, replace(plan, files=())))
         exprs = ", ".join(sets.values()) if sets else "1"
-        qctx.plan(f"SELECT {exprs} FROM {checked} AS {alias}{where}", params)
+        # Executing over no rows still runs the optimizer, whose constant folding reads literals.
+        _collect(qctx.plan(f"SELECT {exprs} FROM {checked} AS {alias}{where}", params))
     if not plan.files:
         return 0
     view = qctx.register_private("target", _with_file_column(qctx, plan))
@@ -300,6 +307,24 @@ def compact(txn: TxnState) -> None:
         merged = _write_files(write.base, rows)
         write, orphans = write.rewrite(set(write.added), merged, 0)
         txn.stage(write, orphans)
+
+
+def _assignment(expr: str, column_type: pa.DataType) -> str:
+    """`expr` cast to the SQL type of a column of `column_type` (as is where no name fits)."""
+    name = _SQL_TYPES.get(column_type)
+    if name is None and pa.types.is_decimal(column_type):
+        name = f"DECIMAL({column_type.precision}, {column_type.scale})"
+    if name is None and pa.types.is_timestamp(column_type):
+        name = "TIMESTAMPTZ" if column_type.tz else "TIMESTAMP"
+    return f"CAST({expr} AS {name})" if name else expr
+
+
+_SQL_TYPES = {
+    pa.bool_(): "BOOLEAN", pa.int16(): "SMALLINT", pa.int32(): "INT", pa.int64(): "BIGINT",
+    pa.float32(): "REAL", pa.float64(): "DOUBLE PRECISION", pa.string(): "TEXT",
+    pa.string_view(): "TEXT", pa.large_string(): "TEXT", pa.date32(): "DATE",
+    pa.binary(): "BYTEA", pa.large_binary(): "BYTEA",
+}
 
 
 def _append(txn: TxnState, key: Key, rows: pa.Table) -> None:
@@ -485,7 +510,41 @@ def _cast(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
         # Arrow would turn a date into its day number or true into 1; PostgreSQL has no such
         # assignment cast and says 42804 (the caller turns this error into that).
         raise pa.ArrowNotImplementedError(f"no assignment cast from {src} to {to}")
+    if pa.types.is_integer(to) and (pa.types.is_decimal(src) or pa.types.is_floating(src)):
+        # PostgreSQL rounds where Arrow refuses ("truncated"): numeric half away from zero
+        # (numeric_int8), float8 half to even (rint in dtoi8). 3.7 into an int column is 4.
+        mode = "half_towards_infinity" if pa.types.is_decimal(src) else "half_to_even"
+        column = pc.round(column, 0, round_mode=mode)
+    elif pa.types.is_decimal(to) and pa.types.is_floating(src):
+        return _float_to_decimal(column, to)
+    elif pa.types.is_decimal(to) and pa.types.is_decimal(src) and src.scale > to.scale:
+        # numeric(p,s) input rounds half away from zero to the column's scale.
+        column = pc.round(column, to.scale, round_mode="half_towards_infinity")
     return pc.cast(column, to, safe=True)
+
+
+def _float_to_decimal(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
+    """Each double by its shortest exact spelling (123456789.1, not Arrow's 123456789.0999999940),
+    rounded half away from zero to the column's scale. PostgreSQL's float8_numeric keeps 15
+    digits; the shortest spelling keeps every digit a double literal can carry."""
+    from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
+    quantum = Decimal(1).scaleb(-to.scale)
+    values = []
+    for v in column.to_pylist():
+        if v is None:
+            values.append(None)
+            continue
+        if v != v or v in (float("inf"), float("-inf")):
+            raise pa.ArrowInvalid(f"{v} is out of range for {to}")
+        try:
+            values.append(Decimal(repr(v)).quantize(quantum, rounding=ROUND_HALF_UP))
+        except InvalidOperation:
+            raise pa.ArrowInvalid(f"{v} is out of range for {to}") from None
+    try:
+        return pa.chunked_array([pa.array(values, type=to)], to)
+    except pa.ArrowInvalid as exc:
+        raise pa.ArrowInvalid(f"value out of range: {exc}") from None
 
 
 def _assign_kind(t: pa.DataType) -> str | None:
@@ -512,7 +571,10 @@ def _cast_text(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
 
 def _cast_error(exc: Exception, field: pa.Field, src: pa.DataType) -> PgError:
     text = str(exc)
-    if any(w in text.lower() for w in ("overflow", "out of range", "not in range", "would")):
+    # Values were rounded as PostgreSQL rounds before Arrow's safe cast; what it still refuses
+    # does not fit the column ("does not fit in precision", "out of bounds", "truncated").
+    if any(w in text.lower() for w in ("overflow", "out of range", "not in range", "would", "does not fit",
+                                        "out of bounds", "truncated")):
         return PgError("22003", f'value out of range for column "{field.name}" ({text.splitlines()[0]})')
     return PgError("42804", f'column "{field.name}" is of type {field.type} but expression is of type {src}',
                    hint="You will need to rewrite or cast the expression.")

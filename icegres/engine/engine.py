@@ -595,7 +595,7 @@ _REWRITE_MARKERS = (
     "pg_", "information_schema", "regclass", "regtype", "regnamespace", "regproc", "::oid",
     "collate", "operator(", "array(", "current_user", "session_user", "current_schema",
     "current_catalog", "any(", "::name", '::"char"', "version(", "current_setting",
-    "set_config", "format_type", "current_database",
+    "set_config", "format_type", "current_database", "bytea",
 )
 
 

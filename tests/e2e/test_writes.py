@@ -165,6 +165,10 @@ def _assert_rows(rows: list[tuple[Any, ...]], how: str) -> None:
 
 
 def _as_text_literal(value: Any) -> Any:
+    if isinstance(value, float) and value == 0 and math.copysign(1, value) < 0:
+        # A bare -0.0 is a numeric literal in PostgreSQL, which has no negative zero (stored: 0);
+        # quoted, float4in reads -0.
+        return "-0"
     if isinstance(value, bytes):
         return "\\x" + value.hex()
     if isinstance(value, uuid.UUID | decimal.Decimal):
@@ -206,11 +210,21 @@ def test_every_type_round_trips_text_and_binary(embedded_lake: Lake) -> None:
         cur = c.cursor()
         cur.executemany(insert.format(", ".join(["%b"] * len(COLUMNS))), ROWS[2:4])
         assert cur.rowcount == 2
-        # Literals: uuid, bytea and numeric go in as quoted strings (the bugs with their typed
-        # literal forms are pinned by test_typed_literals_keep_their_values below).
+        # Literals: uuid, bytea and numeric go in as quoted strings here, in their typed forms
+        # (`'\\x..'::bytea`, `'..'::uuid`, bare 1.5) below and in test_typed_literals_keep_their_values.
         lit = psycopg.ClientCursor(c)
         lit.execute(insert.format(", ".join(["%s"] * len(COLUMNS))), [_as_text_literal(v) for v in ROWS[4]])
         assert lit.statusmessage == "INSERT 0 1"
+        c.execute(f"create table {ns}.lit ({ALL_TYPES_DDL})")
+        # psycopg's own literals (no -0.0 among them: see _as_text_literal); the timestamps of
+        # row 4, as DataFusion casts '0001-01-01'::timestamp through nanoseconds and overflows.
+        rows = [(*row[:10], *ROWS[3][10:12], *row[12:]) for row in ROWS[1:4]]
+        for row in rows:
+            lit.execute(f"insert into {ns}.lit values ({', '.join(['%s'] * len(COLUMNS))})", row)
+        got = c.execute(f"select {', '.join(COLUMNS)} from {ns}.lit order by id").fetchall()
+        for want, row in zip(rows, got, strict=True):
+            bad = [(col, w, g) for col, w, g in zip(COLUMNS, want, row, strict=True) if not _same(w, g, col)]
+            assert not bad, f"ClientCursor literals: row {want[0]} differs (column, expected, got): {bad}"
         query = f"select {', '.join(COLUMNS)} from {ns}.t order by id"
         _assert_rows(c.execute(query).fetchall(), "text")
         _assert_rows(c.cursor(binary=True).execute(query).fetchall(), "binary")
@@ -223,14 +237,9 @@ def test_every_type_round_trips_text_and_binary(embedded_lake: Lake) -> None:
 
 
 TYPED_LITERALS = [
-    pytest.param("n", "1234567890123456789.0123456789", D("1234567890123456789.0123456789"), id="numeric-literal",
-                 marks=pytest.mark.xfail(strict=True, reason="unquoted numeric literals are planned as float64 "
-                                         "and lose digits (DataFusion parse_float_as_decimal is off)")),
-    pytest.param("bin", "'\\x00615c'::bytea", b"\x00a\\", id="bytea-cast",
-                 marks=pytest.mark.xfail(strict=True, reason="'\\x..'::bytea casts the text's bytes, "
-                                         "not its hex escape")),
-    pytest.param("u", "'00000000-0000-0000-0000-000000000001'::uuid", uuid.UUID(int=1), id="uuid-cast",
-                 marks=pytest.mark.xfail(strict=True, reason="::uuid is not a type DataFusion knows")),
+    pytest.param("n", "1234567890123456789.0123456789", D("1234567890123456789.0123456789"), id="numeric-literal"),
+    pytest.param("bin", "'\\x00615c'::bytea", b"\x00a\\", id="bytea-cast"),
+    pytest.param("u", "'00000000-0000-0000-0000-000000000001'::uuid", uuid.UUID(int=1), id="uuid-cast"),
     pytest.param("n", "'1234567890123456789.0123456789'", D("1234567890123456789.0123456789"), id="numeric-string"),
     pytest.param("bin", "'\\x00615c'", b"\x00a\\", id="bytea-string"),
     pytest.param("u", "'00000000-0000-0000-0000-000000000001'", uuid.UUID(int=1), id="uuid-string"),
