@@ -76,7 +76,11 @@ PG = "pgwire"
 PG_PARAM = "pgwire %s"
 INPROC = "in-process"
 DUCK = "duckdb"
-PEERS = (PG, PG_PARAM, INPROC, DUCK)
+# SeaweedFS runs only: an `icegres serve` on the embedded lake (--data-dir), point lookups only,
+# interleaved with the SeaweedFS peers so the "within 2x of embedded" ratio compares the two
+# backends under the same machine load (the two backends' own runs are minutes apart).
+PG_EMB = "pgwire embedded"
+PEERS = (PG, PG_PARAM, INPROC, DUCK, PG_EMB)
 
 
 # --- what is measured --------------------------------------------------------------------------
@@ -575,10 +579,10 @@ class Peer:
 
 
 class PgwirePeer(Peer):
-    def __init__(self, conn: Any, *, parametrised: bool) -> None:
+    def __init__(self, conn: Any, *, parametrised: bool, name: str | None = None) -> None:
         self.conn = conn
         self.parametrised = parametrised
-        self.name = PG_PARAM if parametrised else PG
+        self.name = name or (PG_PARAM if parametrised else PG)
 
     def run(self, query: Query, params: dict[str, int]) -> list[tuple]:
         if self.parametrised:
@@ -711,7 +715,12 @@ def rotations(peers: list[Peer], i: int) -> Iterator[Peer]:
 
 
 def peers_for(query: Query, peers: list[Peer]) -> list[Peer]:
-    return [p for p in peers if p.name != PG_PARAM or query.param_sql is not None]
+    return [
+        p
+        for p in peers
+        if (p.name != PG_PARAM or query.param_sql is not None)
+        and (p.name != PG_EMB or query.key == "point")
+    ]
 
 
 def run_queries(peers: list[Peer], rounds: int, warmup: int, res: Results) -> None:
@@ -826,6 +835,8 @@ def summarise(res: Results) -> dict[str, Any]:
         entry["pgwire_over_duckdb"] = _round_ratio(res, PG, DUCK, q.key)
         entry["pgwire_over_inprocess"] = _round_ratio(res, PG, INPROC, q.key)
         entry["pgwire_minus_inprocess_ms"] = _round_diff_ms(res, PG, INPROC, q.key)
+        if PG_EMB in entry["peers"]:
+            entry["pgwire_over_embedded"] = _round_ratio(res, PG, PG_EMB, q.key)
         if q.param_sql:
             entry["pgwire_param_over_duckdb"] = _round_ratio(res, PG_PARAM, DUCK, q.key)
             entry["pgwire_param_minus_inprocess_ms"] = _round_diff_ms(res, PG_PARAM, INPROC, q.key)
@@ -1145,6 +1156,18 @@ def backend_targets(report: dict[str, Any], embedded: dict[str, Any] | None) -> 
         if embedded and embedded.get("command") == report["command"]
         else (f"embedded run {embedded['date']}" if embedded else "no embedded run")
     )
+    point = report["summary"]["queries"]["point"]
+    inter = point.get("pgwire_over_embedded")
+    if PG_EMB in sw:
+        out.append(
+            Target(
+                f"point lookup p50 (pgwire), seaweedfs vs embedded (`{PG_EMB}`, interleaved in this run;"
+                " median of per-round ratios)",
+                "<= 2x embedded",
+                f"{_fmt_pair(sw.get(PG, {}).get('p50_ms'), sw[PG_EMB]['p50_ms'])} = {_fmt_x(inter)}",
+                _verdict(None if inter is None else inter <= 2),
+            )
+        )
     for peer in (PG, PG_PARAM):
         a, b = sw.get(peer, {}).get("p50_ms"), em.get(peer, {}).get("p50_ms")
         ratio = None if a is None or b is None else a / b
@@ -1232,6 +1255,8 @@ def latency_table(summary: dict[str, Any]) -> list[str]:
             if peer == PG_PARAM and q.param_sql is None:
                 continue
             st = e["peers"].get(peer)
+            if peer == PG_EMB and st is None:
+                continue
             if st is None:
                 lines.append(f"| {q.label if first else ''} | {peer} | - | - | 0 | | | |")
                 first = False
@@ -1430,16 +1455,22 @@ def write_plot(summary: dict[str, Any], path: Path) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    colors = {PG: "#1f77b4", PG_PARAM: "#6baed6", INPROC: "#2ca02c", DUCK: "#ff7f0e"}
+    colors = {
+        PG: "#1f77b4",
+        PG_PARAM: "#6baed6",
+        INPROC: "#2ca02c",
+        DUCK: "#ff7f0e",
+        PG_EMB: "#9467bd",
+    }
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 1.4]})
-    width = 0.2
+    width = 0.8 / len(PEERS)
     for j, peer in enumerate(PEERS):
         xs, p50s, errs = [], [], []
         for i, q in enumerate(QUERIES):
             st = summary["queries"][q.key]["peers"].get(peer)
             if st is None:
                 continue
-            xs.append(i + (j - 1.5) * width)
+            xs.append(i + (j - (len(PEERS) - 1) / 2) * width)
             p50s.append(st["p50_ms"])
             errs.append(st["p95_ms"] - st["p50_ms"])
         if xs:
@@ -1612,6 +1643,8 @@ def run_backend(
     peers: list[Peer] = []
     stream_peers: list[tuple[str, Peer, bool]] = []
     conn = None
+    emb_server: Server | None = None
+    emb_conn = None
     cpu_s = math.nan
     load: dict[str, Any] = {}
     locations: dict[str, str] = {}
@@ -1631,6 +1664,18 @@ def run_backend(
             res.errors[f"{INPROC}/start"] = (
                 f"Engine({backend.name} lakehouse).refresh(): {short_error(exc)}"
             )
+        if backend.name == SEAWEEDFS:
+            try:
+                import psycopg
+
+                ensure_seeded(args.data_dir.resolve())
+                emb_server = Server(args.data_dir.resolve(), log_dir / "serve-embedded.log")
+                emb_server.start()
+                emb_server.wait_ready(first_demo)
+                emb_conn = psycopg.connect(emb_server.conninfo, autocommit=True)
+                peers.append(PgwirePeer(emb_conn, parametrised=False, name=PG_EMB))
+            except Exception as exc:
+                res.errors[f"{PG_EMB}/start"] = short_error(exc)
         try:
             locations = backend.locations()
             duck = DuckPeer(locations, **backend.duck_options())
@@ -1650,11 +1695,14 @@ def run_backend(
         load = meter.finish()
         cpu_s = server.cpu_seconds() if server is not None else math.nan
     finally:
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
+        for c in (conn, emb_conn):
+            if c is not None:
+                with contextlib.suppress(Exception):
+                    c.close()
         if server is not None:
             server.stop()
+        if emb_server is not None:
+            emb_server.stop()
         for p in peers:
             with contextlib.suppress(Exception):
                 p.close()
