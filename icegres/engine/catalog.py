@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from icegres import faults
 from icegres.config import Settings, redact_uri
 
 if TYPE_CHECKING:
@@ -427,6 +428,7 @@ def _commit_tables_sql(lakehouse: Lakehouse, changes: list[TableChange]) -> dict
         "UPDATE iceberg_tables SET metadata_location = :new, previous_metadata_location = :old "
         "WHERE catalog_name = :c AND table_namespace = :ns AND table_name = :t AND metadata_location = :old"
     )
+    faults.point("mid-publish")
     conn = catalog.engine.connect()
     try:
         tx = conn.begin()
@@ -469,6 +471,7 @@ def _commit_tables_rest(lakehouse: Lakehouse, changes: list[TableChange]) -> dic
             for c in changes
         ]
     }
+    faults.point("mid-publish")
     try:
         response = catalog._session.post(catalog.url("transactions/commit"), data=json.dumps(body).encode())
     except (requests.ConnectionError, requests.Timeout) as exc:

@@ -1,0 +1,108 @@
+"""Fault-injection points for crash tests: inert unless the environment variable ICEGRES_FAULTS is set.
+
+A point is a named place in a blocking code path (`point("mid-publish")`, called from worker
+threads) where a test can make the server stall or die, to prove what a crash there leaves behind:
+
+    ICEGRES_FAULTS="before-publish=sleep:30,mid-publish=crash"
+
+Each comma-separated entry is `NAME=ACTION`, where NAME is one of `POINTS` and ACTION is
+`sleep:SECONDS` (0 <= SECONDS <= `SLEEP_S_MAX`, the calling thread blocks) or `crash`
+(`os._exit(137)` on the spot: no cleanup, no flush, as close to SIGKILL as a process can do to
+itself). Before acting, a point writes one line to stderr, `icegres-fault: reached NAME (ACTION)`,
+so a test that reads the server's log knows the fault has been reached.
+
+Points:
+  before-publish  the commit's snapshots (manifests, manifest lists) are written, the catalog
+                  has not been asked to commit (`LakeWorld.publish`).
+  mid-publish     SQL catalogs: the new table metadata files are written, the database
+                  transaction that moves the pointers has not begun; REST: just before the
+                  `transactions/commit` POST (`catalog.commit_tables`).
+
+The variable is read and parsed once, when this module is first imported (at server start-up,
+via the catalog module). A malformed value raises ValueError then — a typo must never silently
+disable a crash test. Unset, empty or all-blank means off, and `point` returns at once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+
+ENV_VAR = "ICEGRES_FAULTS"
+POINTS = frozenset({"before-publish", "mid-publish"})
+SLEEP_S_MAX = 3600.0
+CRASH_EXIT_CODE = 137  # what a shell reports for SIGKILL (128 + 9)
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+    def __str__(self) -> str:
+        return f"sleep:{self.seconds:g}"
+
+
+@dataclass(frozen=True)
+class Crash:
+    def __str__(self) -> str:
+        return "crash"
+
+
+Action = Sleep | Crash
+
+
+def parse(spec: str) -> dict[str, Action]:
+    """The actions an ICEGRES_FAULTS value configures, by point name; ValueError if malformed."""
+    if not spec.strip():
+        return {}
+    actions: dict[str, Action] = {}
+    for entry in spec.split(","):
+        name, sep, action = (part.strip() for part in entry.partition("="))
+        if not sep or not name or not action:
+            raise ValueError(f"{ENV_VAR}: entry {entry.strip()!r} is not NAME=ACTION")
+        if name not in POINTS:
+            raise ValueError(f"{ENV_VAR}: unknown fault point {name!r} (known: {', '.join(sorted(POINTS))})")
+        if name in actions:
+            raise ValueError(f"{ENV_VAR}: fault point {name!r} is configured twice")
+        actions[name] = _parse_action(name, action)
+    return actions
+
+
+def _parse_action(name: str, action: str) -> Action:
+    if action == "crash":
+        return Crash()
+    kind, sep, value = action.partition(":")
+    if kind != "sleep" or not sep:
+        raise ValueError(f"{ENV_VAR}: {name}: action {action!r} is neither 'crash' nor 'sleep:SECONDS'")
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"{ENV_VAR}: {name}: {value!r} is not a number of seconds") from None
+    if not (math.isfinite(seconds) and 0 <= seconds <= SLEEP_S_MAX):
+        raise ValueError(f"{ENV_VAR}: {name}: sleep must be 0..{SLEEP_S_MAX:g} seconds, not {value!r}")
+    return Sleep(seconds)
+
+
+_ACTIVE: dict[str, Action] = parse(os.environ.get(ENV_VAR, ""))
+
+
+def point(name: str) -> None:
+    """Do what ICEGRES_FAULTS configures for `name` (block, or exit the process); nothing if unset."""
+    if _ACTIVE:
+        _fire(name)
+
+
+def _fire(name: str) -> None:
+    if name not in POINTS:  # a call site with a misspelt name could never be triggered
+        raise ValueError(f"unknown fault point {name!r}")
+    action = _ACTIVE.get(name)
+    if action is None:
+        return
+    # Straight to fd 2, unbuffered and independent of the log level: a test waits for this line,
+    # and `crash` exits without flushing any Python buffer.
+    os.write(2, f"icegres-fault: reached {name} ({action})\n".encode())
+    if isinstance(action, Crash):
+        os._exit(CRASH_EXIT_CODE)
+    time.sleep(action.seconds)
