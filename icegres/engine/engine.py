@@ -112,6 +112,7 @@ class Engine:
         self._catalog_generation = 0
         self._catalog_snapshot: Any = None
         self._pending: dict[tuple[str, str], str] = {}  # changed in the catalog, not yet mounted
+        self._fresh_pool: Any = None
         self._shape_dirty = True  # tables or schemas went away: pg_catalog must be rebuilt
         for schema in SYSTEM_SCHEMAS:
             self._ensure_schema(schema)
@@ -276,6 +277,18 @@ class Engine:
 
     def has_schema(self, schema: str) -> bool:
         return schema in self._schemas
+
+    def mounted_locations(self, refs: set[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+        with self._lock:
+            return {k: (p.metadata_location if (p := self._plans.get(k)) is not None else None) for k in refs}
+
+    def check_freshness_async(self, refs: set[tuple[str, str]]) -> Any:
+        """`refresh(refs)` on a small pool of its own (callers are already worker threads)."""
+        if self._fresh_pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._fresh_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="icegres-fresh")
+        return self._fresh_pool.submit(self.refresh, refs)
 
     def plans(self) -> dict[tuple[str, str], ReadPlan]:
         """Every mounted table's current plan: one consistent instant when the catalog has one."""
@@ -555,12 +568,52 @@ class QueryContext:
 
         The schema carries the column names PostgreSQL would give the result.
         """
+        speculated = self._start_speculating(sql, params)
+        if speculated is not None:
+            return speculated
         self.refresh_for(sql)
+        return self._execute(sql, params)
+
+    def _execute(self, sql: str, params: dict[str, Any] | None) -> tuple[pa.Schema, Any]:
         df = self.plan(sql, params)
         try:
             return self.pg_schema(sql, df.schema()), df.execute_stream()
         except Exception as exc:
             raise engine_errors.from_datafusion(exc) from None
+
+    def _start_speculating(self, sql: str, params: dict[str, Any] | None) -> tuple[pa.Schema, Any] | None:
+        """On a REST catalog, run the freshness check concurrently with the query.
+
+        The check is one loadTable per table (~5-15 ms) that would otherwise come before any work.
+        The query starts on the mounted snapshots and its first batch is computed while the check
+        runs; the result is kept only if the check then confirms every table it read was at the
+        catalog's head — a state the catalog held after the statement began, so freshness stays
+        exact. If a table moved, the work is discarded and the statement runs again on the new
+        snapshot. None: not applicable (SQL catalogs, transactions, unknown or unmounted tables).
+        """
+        if self.txn is not None or self.engine.lakehouse.kind != "rest":
+            return None
+        refs = self.table_refs(sql)
+        if not refs:
+            return None
+        before = self.engine.mounted_locations(refs)
+        if any(location is None for location in before.values()):
+            return None
+        check = self.engine.check_freshness_async(refs)
+        try:
+            schema, stream = self._execute(sql, params)
+            first = next(iter(stream), None)
+            failure: PgError | None = None
+        except PgError as exc:
+            failure = exc
+        except Exception as exc:  # an execution error in the first batch
+            failure = engine_errors.from_datafusion(exc)
+        check.result()  # a catalog failure is this statement's error, as without speculation
+        if self.engine.mounted_locations(refs) != before:
+            return self._execute(sql, params)  # a table moved: run on what the check mounted
+        if failure is not None:
+            raise failure
+        return schema, _Prefetched(first, stream)
 
     def describe(self, sql: str) -> tuple[pa.Schema, dict[int, pa.DataType]]:
         """Result schema and inferred parameter types of a statement, without running it."""
@@ -605,6 +658,23 @@ def _needs_rewrite(sql: str) -> bool:
 
 
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_$]*")
+
+
+class _Prefetched:
+    """A batch stream whose first batch was already pulled (during a speculative start)."""
+
+    def __init__(self, first: Any, rest: Any) -> None:
+        self._first = first
+        self._rest = iter(rest)
+
+    def __iter__(self) -> _Prefetched:
+        return self
+
+    def __next__(self) -> Any:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
+        return next(self._rest)
 
 
 def _postgres_names(sql: str, schema: pa.Schema) -> list[str]:
