@@ -1,5 +1,5 @@
 """PostgreSQL's typed literals as DataFusion must read them (pg_rewrite.typed_literals), and the
-assignment casts of INSERT / UPDATE values into Iceberg columns (dml._cast), checked against a
+assignment casts of INSERT / UPDATE values into Iceberg columns (assign.cast), checked against a
 real PostgreSQL 15 where the answer is PostgreSQL's to give."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 import sqlglot.expressions as exp
 
-from icegres.engine import dml, pg_rewrite
+from icegres.engine import assign, pg_rewrite
 from icegres.engine.catalog import Lakehouse
 from icegres.engine.engine import Engine, SessionEnv, session_config
 from icegres.protocol.pgwire.errors import PgError
@@ -168,7 +168,7 @@ def test_bytea_cast_on_the_direct_path(session: Any) -> None:
     assert session.plan("select '\\xdead'::bytea as b").to_pydict()["b"] == [b"\xde\xad"]
 
 
-# --- assignment casts (dml._cast), as PostgreSQL does them --------------------------------------
+# --- assignment casts (assign.cast), as PostgreSQL does them --------------------------------------
 
 
 ASSIGNMENTS = [
@@ -201,7 +201,7 @@ def test_assignment_casts_round_like_postgres(pg: psycopg.Connection, value: Any
     pg.execute(f"create temp table a (c {to_pg})")
     pg.execute(f"insert into a values (%s::{src_pg})", (value,))
     [(theirs,)] = pg.execute("select c from a").fetchall()
-    [ours] = dml._cast(pa.chunked_array([pa.array([value], src)]), to).to_pylist()
+    [ours] = assign.cast(pa.chunked_array([pa.array([value], src)]), to).to_pylist()
     assert ours == theirs and type(ours) is type(theirs)
 
 
@@ -219,5 +219,5 @@ def test_assignments_that_do_not_fit_are_22003(pg: psycopg.Connection, value: An
         pg.execute(f"insert into a values (%s::{src_pg})", (value,))
     column = pa.chunked_array([pa.array([value], src)])
     with pytest.raises((pa.ArrowInvalid, pa.ArrowNotImplementedError)) as exc:
-        dml._cast(column, to)
-    assert dml._cast_error(exc.value, pa.field("c", to), src).sqlstate == theirs.value.sqlstate == "22003"
+        assign.cast(column, to)
+    assert assign._cast_error(exc.value, pa.field("c", to), src).sqlstate == theirs.value.sqlstate == "22003"

@@ -113,7 +113,7 @@ async def _create_table_as(session: Session, cmd: Any) -> None:
     fails the table stays, empty. (Iceberg catalogs offer no create-and-append transaction that
     every catalog kind supports.)
     """
-    from icegres.engine import ddl_apply, dml
+    from icegres.engine import assign, ddl_apply, dml
 
     qctx = session.qctx
     path = list(qctx.env.search_path)
@@ -138,7 +138,7 @@ async def _create_table_as(session: Session, cmd: Any) -> None:
         qctx.pin_for("")
         txn.pin(key, qctx.engine.read_plan(*key))
         plan = txn.plan(key)
-        rows = dml._conform(data.rename_columns(plan.schema.names), plan, key)
+        rows = assign.conform(data.rename_columns(plan.schema.names), plan, key)
         dml._append(txn, key, rows)
         return rows.num_rows
 
@@ -257,7 +257,7 @@ async def copy_from(session: Session, stmt: Statement) -> None:
     columns = [c.strip() for c in mt.group(2).split(",")] if mt.group(2) else None
     insert_cols = f" ({', '.join(columns)})" if columns else ""
     probe = f"INSERT INTO {mt.group(1)}{insert_cols} SELECT 1"  # only names the target
-    from icegres.engine import dml
+    from icegres.engine import assign, dml
 
     qctx = session.qctx
 
@@ -268,7 +268,7 @@ async def copy_from(session: Session, stmt: Statement) -> None:
         key = dml._target(qctx, txn, table)
         plan = dml._plan_of(txn, key)
         names = dml._insert_columns(tree, plan)
-        return key, names, dml.write_schema(plan)
+        return key, names, assign.write_schema(plan)
 
     chunks: list[bytes] = []
 
@@ -292,7 +292,7 @@ async def copy_from(session: Session, stmt: Statement) -> None:
         key, names, schema = target_info(txn)
         table = parse_copy(b"".join(chunks), fmt, names, schema)
         plan = dml._plan_of(txn, key)
-        rows = dml._conform(table, plan, key)
+        rows = assign.conform(table, plan, key)
         dml._append(txn, key, rows)
         return rows.num_rows
 
@@ -303,7 +303,7 @@ async def copy_from(session: Session, stmt: Statement) -> None:
 
 def parse_copy(data: bytes, fmt: Any, names: list[str], schema: pa.Schema) -> pa.Table:
     """COPY text or CSV bytes -> an Arrow table of the named columns, typed as the table's."""
-    from icegres.engine.dml import _cast
+    from icegres.engine.assign import cast as _cast
 
     text = data.decode("utf-8")
     if text.endswith("\\.\n"):

@@ -1,0 +1,155 @@
+"""Assignment casts: values into a table's column types, as PostgreSQL assigns them.
+
+INSERT and COPY values, UPDATE assignments and CREATE TABLE AS rows arrive as whatever DataFusion or
+the wire produced; they are stored as the Iceberg column's type with PostgreSQL's rules: text read
+by the type's input function, numeric rounded half away from zero, float rounded half to even,
+NOT NULL enforced (23502), and a value that does not fit an error (22003/22P02/42804), never a
+silently different value.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from icegres.protocol.pgwire.errors import PgError
+
+if TYPE_CHECKING:
+    from icegres.engine.mounts import ReadPlan
+    from icegres.engine.txn import Key
+
+
+def write_schema(plan: ReadPlan) -> pa.Schema:
+    """The exact Arrow schema pyiceberg's writer expects for the table's current schema."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    table: Any = plan.table
+    return schema_to_pyarrow(table.schema(), include_field_ids=False)
+
+
+def conform(data: pa.Table, plan: ReadPlan, key: Key) -> pa.Table:
+    """Rows in the table's column order and types; NOT NULL checked (23502), casts checked (22xxx)."""
+    target = write_schema(plan)
+    arrays = []
+    for f in target:
+        if f.name in data.column_names:
+            column = data.column(f.name)
+            try:
+                column = cast(column, f.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise _cast_error(exc, f, column.type) from None
+        else:
+            column = pa.nulls(data.num_rows, f.type)
+        if not f.nullable and column.null_count:
+            raise PgError("23502", f'null value in column "{f.name}" of relation "{key[1]}" violates not-null constraint')
+        arrays.append(column)
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+def cast(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
+    import pyarrow.compute as pc
+
+    if column.type == to:
+        return column
+    src = column.type
+    if pa.types.is_null(src):
+        return pa.nulls(len(column), to) if len(column) else pa.chunked_array([], to)
+    if pa.types.is_string_view(src) or pa.types.is_string(src) or pa.types.is_large_string(src):
+        if not (pa.types.is_string(to) or pa.types.is_large_string(to)):
+            if pa.types.is_integer(to) or pa.types.is_floating(to) or pa.types.is_date(to):
+                try:  # vectorised where Arrow's parser reads exactly what PostgreSQL's would
+                    return pc.cast(column, to)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    pass
+            return _cast_text(column, to)
+    if None not in (_assign_kind(src), _assign_kind(to)) and _assign_kind(src) != _assign_kind(to):
+        # Arrow would turn a date into its day number or true into 1; PostgreSQL has no such
+        # assignment cast and says 42804 (the caller turns this error into that).
+        raise pa.ArrowNotImplementedError(f"no assignment cast from {src} to {to}")
+    if pa.types.is_integer(to) and (pa.types.is_decimal(src) or pa.types.is_floating(src)):
+        # PostgreSQL rounds where Arrow refuses ("truncated"): numeric half away from zero
+        # (numeric_int8), float8 half to even (rint in dtoi8). 3.7 into an int column is 4.
+        mode = "half_towards_infinity" if pa.types.is_decimal(src) else "half_to_even"
+        column = pc.round(column, 0, round_mode=mode)
+    elif pa.types.is_decimal(to) and pa.types.is_floating(src):
+        return _float_to_decimal(column, to)
+    elif pa.types.is_decimal(to) and pa.types.is_decimal(src) and src.scale > to.scale:
+        # numeric(p,s) input rounds half away from zero to the column's scale.
+        column = pc.round(column, to.scale, round_mode="half_towards_infinity")
+    return pc.cast(column, to, safe=True)
+
+
+def _float_to_decimal(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
+    """Each double by its shortest exact spelling (123456789.1, not Arrow's 123456789.0999999940),
+    rounded half away from zero to the column's scale. PostgreSQL's float8_numeric keeps 15
+    digits; the shortest spelling keeps every digit a double literal can carry."""
+    from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
+    quantum = Decimal(1).scaleb(-to.scale)
+    values = []
+    for v in column.to_pylist():
+        if v is None:
+            values.append(None)
+            continue
+        if v != v or v in (float("inf"), float("-inf")):
+            raise pa.ArrowInvalid(f"{v} is out of range for {to}")
+        try:
+            values.append(Decimal(repr(v)).quantize(quantum, rounding=ROUND_HALF_UP))
+        except InvalidOperation:
+            raise pa.ArrowInvalid(f"{v} is out of range for {to}") from None
+    try:
+        return pa.chunked_array([pa.array(values, type=to)], to)
+    except pa.ArrowInvalid as exc:
+        raise pa.ArrowInvalid(f"value out of range: {exc}") from None
+
+
+def _assign_kind(t: pa.DataType) -> str | None:
+    """PostgreSQL's assignment casts stay within these kinds (nested and other types: Arrow decides)."""
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "number"
+    if pa.types.is_temporal(t):
+        return "datetime"
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "binary"
+    return None
+
+
+def _cast_text(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
+    """Text literals into typed columns, as PostgreSQL's input functions would read them."""
+    from icegres.protocol.pgwire.types import decode_param, pg_type_for_arrow
+
+    oid = pg_type_for_arrow(to).oid
+    values = [None if v is None else decode_param(v.encode(), oid, 0) for v in column.to_pylist()]
+    return pa.chunked_array([pa.array(values, type=to)], to)
+
+
+def _cast_error(exc: Exception, field: pa.Field, src: pa.DataType) -> PgError:
+    text = str(exc)
+    # Values were rounded as PostgreSQL rounds before Arrow's safe cast; what it still refuses
+    # does not fit the column ("does not fit in precision", "out of bounds", "truncated").
+    if any(w in text.lower() for w in ("overflow", "out of range", "not in range", "would", "does not fit",
+                                        "out of bounds", "truncated")):
+        return PgError("22003", f'value out of range for column "{field.name}" ({text.splitlines()[0]})')
+    return PgError("42804", f'column "{field.name}" is of type {field.type} but expression is of type {src}',
+                   hint="You will need to rewrite or cast the expression.")
+
+
+def assignment(expr: str, column_type: pa.DataType) -> str:
+    """`expr` cast to the SQL type of a column of `column_type` (as is where no name fits)."""
+    name = _SQL_TYPES.get(column_type)
+    if name is None and pa.types.is_decimal(column_type):
+        name = f"DECIMAL({column_type.precision}, {column_type.scale})"
+    if name is None and pa.types.is_timestamp(column_type):
+        name = "TIMESTAMPTZ" if column_type.tz else "TIMESTAMP"
+    return f"CAST({expr} AS {name})" if name else expr
+
+
+_SQL_TYPES = {
+    pa.bool_(): "BOOLEAN", pa.int16(): "SMALLINT", pa.int32(): "INT", pa.int64(): "BIGINT",
+    pa.float32(): "REAL", pa.float64(): "DOUBLE PRECISION", pa.string(): "TEXT",
+    pa.string_view(): "TEXT", pa.large_string(): "TEXT", pa.date32(): "DATE",
+    pa.binary(): "BYTEA", pa.large_binary(): "BYTEA",
+}
