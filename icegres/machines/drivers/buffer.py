@@ -1,0 +1,307 @@
+"""The trio driver of the group-commit buffer machine.
+
+One task (`BufferDriver.run`) owns the core state and its single timer: it takes commands from a
+channel, stamps each event with the clock at the moment it is stepped (so time never goes
+backwards), steps the core, and performs the effects. Flushes and snapshot adoptions run as child
+tasks in the driver's nursery and come back as events through the same channel, so one table's
+slow commit never blocks another table's appends. The driver decides nothing; under
+`trio.testing.MockClock(autojump_threshold=0)` a whole run is deterministic.
+
+Injected functions:
+- `flush(effect: FlushTable) -> FlushResult`: commit the batch as ONE commit through the commit
+  machine, token = `effect.flush_id`, watermark in the snapshot summary; from attempt 2 on, resolve
+  by the token first (`run_recovery`). Raising counts as a retryable unknown outcome.
+- `adopt(table, snapshot_seq)`: switch the table's readers to that snapshot (default: nothing to
+  switch). Must not return before the readers are switched.
+- `on_lost(report: ReportLost)`: log it and surface it in health (default: log an error). Reports
+  are kept in `driver.lost` too.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import trio
+
+from icegres.machines.buffer import (
+    Ack,
+    AdoptSnapshot,
+    Appended,
+    ArmTimer,
+    Config,
+    Effect,
+    Entry,
+    Event,
+    FlushCommitted,
+    FlushFailed,
+    FlushTable,
+    Metrics,
+    Phase,
+    Refuse,
+    ReportLost,
+    ShutdownRequested,
+    SnapshotAdopted,
+    State,
+    Stop,
+    TimerFired,
+    initial_state,
+    metrics,
+    reader_view,
+    refusal,
+    step,
+)
+
+__all__ = [
+    "BufferDriver",
+    "BufferRefused",
+    "FlushDone",
+    "FlushError",
+    "FlushResult",
+]
+
+log = logging.getLogger(__name__)
+
+SQLSTATE_IO_ERROR = "58030"
+SQLSTATE_CONNECTION_FAILURE = "08006"
+ADOPT_RETRY_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class FlushDone:
+    snapshot_seq: int  # the sequence number of the snapshot that holds the batch
+
+
+@dataclass(frozen=True)
+class FlushError:
+    sqlstate: str
+    message: str
+    retryable: bool
+    outcome_unknown: bool = False  # it may have landed: the retry resolves by the token
+
+
+FlushResult = FlushDone | FlushError
+FlushFn = Callable[[FlushTable], Awaitable[FlushResult]]
+AdoptFn = Callable[[str, int], Awaitable[None]]
+
+
+class BufferRefused(Exception):
+    """The buffer refused an append: nothing of it will ever be applied."""
+
+    def __init__(self, sqlstate: str, message: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.message = message
+
+
+async def _no_adopt(table: str, snapshot_seq: int) -> None:
+    return None
+
+
+def _log_lost(report: ReportLost) -> None:
+    log.error(
+        "write buffer: %d acked entries of %s %s (flush %s): %s %s",
+        len(report.entries),
+        report.table,
+        "may not have reached the lake" if report.in_doubt else "did not reach the lake",
+        report.flush_id,
+        report.sqlstate,
+        report.message,
+    )
+
+
+class BufferDriver:
+    """Drives one buffer core. Start `run` in a nursery, then `append`, read views, `shutdown`."""
+
+    def __init__(
+        self,
+        config: Config,
+        flush: FlushFn,
+        *,
+        adopt: AdoptFn = _no_adopt,
+        on_lost: Callable[[ReportLost], None] = _log_lost,
+        incarnation: str | None = None,
+    ) -> None:
+        self._state: State = initial_state(config, incarnation or uuid.uuid4().hex[:12])
+        self._flush = flush
+        self._adopt = adopt
+        self._on_lost = on_lost
+        self._send, self._receive = trio.open_memory_channel[Callable[[int], Event]](math.inf)
+        self._waiters: dict[str, trio.Event] = {}
+        self._answers: dict[str, Refuse | None] = {}
+        self._deadline_ms: int | None = None
+        self._entries = 0
+        self._stopped = trio.Event()
+        self._running = False
+        self.lost: list[ReportLost] = []
+
+    # --- what the server uses -------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def metrics(self) -> Metrics:
+        return metrics(self._state)
+
+    def reader_view(self, table: str) -> tuple[int | None, tuple[Entry, ...]]:
+        """(snapshot readers are on, entries to union with it): one consistent instant."""
+        return reader_view(self._state, table)
+
+    def refusal(self, size_bytes: int) -> tuple[str, str] | None:
+        """Ask before writing a tail record: (sqlstate, message) if the append would be refused."""
+        if self._stopped.is_set():
+            return refusal(self._state, size_bytes) or ("57P01", "the write buffer has stopped")
+        return refusal(self._state, size_bytes)
+
+    async def append(
+        self,
+        table: str,
+        rows_ref: Any,
+        row_count: int,
+        size_bytes: int,
+        lsn: int | None = None,
+    ) -> str:
+        """Hand rows to the buffer; returns the entry id once acked (visible to readers from then).
+
+        Raises BufferRefused when the buffer refuses (shutting down, full). Not cancellable midway
+        in effect: once sent, the entry is acked or refused whether or not the caller waits.
+        """
+        if self._stopped.is_set() or not self._running:
+            raise BufferRefused("57P01", "the write buffer is not running")
+        self._entries += 1
+        entry_id = f"{self._state.incarnation}-{self._entries}"
+        done = self._waiters[entry_id] = trio.Event()
+        self._send.send_nowait(
+            partial(Appended, entry_id, table, rows_ref, lsn, row_count, size_bytes)
+        )
+        await done.wait()
+        refused = self._answers.pop(entry_id)
+        if refused is not None:
+            raise BufferRefused(refused.sqlstate, refused.message)
+        return entry_id
+
+    async def shutdown(self) -> None:
+        """Refuse new appends, flush everything, and return when the core has stopped."""
+        if not self._stopped.is_set():
+            self._send.send_nowait(ShutdownRequested)
+        await self._stopped.wait()
+
+    # --- the one task ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the core until it stops (after `shutdown`). Child tasks live in its nursery."""
+        async with trio.open_nursery() as nursery:
+            self._running = True
+            task_status.started()
+            try:
+                while self._state.phase is not Phase.STOPPED:
+                    make = await self._next_command()
+                    event = make(self._now_ms())
+                    self._state, effects = step(self._state, event)
+                    for effect in effects:
+                        self._perform(effect, nursery)
+            finally:
+                self._running = False
+                self._stopped.set()
+                self._refuse_waiters()
+
+    async def _next_command(self) -> Callable[[int], Event]:
+        deadline_ms = self._deadline_ms
+        if deadline_ms is None:
+            return await self._receive.receive()
+        with trio.move_on_at(deadline_ms / 1000):
+            return await self._receive.receive()
+        self._deadline_ms = None
+        # The clock may read a hair before the deadline it woke for; never report it early.
+        return lambda now_ms: TimerFired(max(now_ms, deadline_ms))
+
+    def _now_ms(self) -> int:
+        return max(self._state.now_ms, round(trio.current_time() * 1000))
+
+    def _perform(self, effect: Effect, nursery: trio.Nursery) -> None:
+        match effect:
+            case Ack(entry_id=entry_id):
+                self._answer(entry_id, None)
+            case Refuse(entry_id=entry_id):
+                self._answer(entry_id, effect)
+            case FlushTable():
+                nursery.start_soon(self._run_flush, effect)
+            case AdoptSnapshot(table=table, snapshot_seq=seq):
+                nursery.start_soon(self._run_adopt, table, seq)
+            case ReportLost():
+                self.lost.append(effect)
+                try:
+                    self._on_lost(effect)
+                except Exception:
+                    log.exception("on_lost failed for flush %s", effect.flush_id)
+            case ArmTimer(deadline_ms=deadline_ms):
+                self._deadline_ms = deadline_ms
+            case Stop():
+                self._deadline_ms = None
+            case _:
+                raise AssertionError(f"unknown effect {effect!r}")
+
+    def _answer(self, entry_id: str, refused: Refuse | None) -> None:
+        waiter = self._waiters.pop(entry_id, None)
+        if waiter is None:
+            raise AssertionError(f"an answer for unknown entry {entry_id}")
+        self._answers[entry_id] = refused
+        waiter.set()
+
+    def _refuse_waiters(self) -> None:
+        for entry_id in list(self._waiters):
+            self._answer(entry_id, Refuse(entry_id, "57P01", "the write buffer has stopped"))
+
+    async def _run_flush(self, effect: FlushTable) -> None:
+        # Shielded: a flush abandoned midway could still land after we stopped looking for it.
+        with trio.CancelScope(shield=True):
+            try:
+                result = await self._flush(effect)
+            except Exception as exc:
+                log.warning("flush %s raised", effect.flush_id, exc_info=True)
+                result = FlushError(SQLSTATE_CONNECTION_FAILURE, _describe(exc), True, True)
+        if isinstance(result, FlushDone):
+            self._send.send_nowait(
+                partial(
+                    FlushCommitted,
+                    effect.table,
+                    effect.flush_id,
+                    result.snapshot_seq,
+                    effect.watermark,
+                )
+            )
+        elif isinstance(result, FlushError):
+            self._send.send_nowait(
+                lambda now_ms: FlushFailed(
+                    effect.table,
+                    effect.flush_id,
+                    result.sqlstate,
+                    result.message,
+                    result.retryable,
+                    now_ms,
+                    result.outcome_unknown,
+                )
+            )
+        else:
+            raise TypeError(f"flush returned {result!r}, not FlushDone or FlushError")
+
+    async def _run_adopt(self, table: str, snapshot_seq: int) -> None:
+        while True:
+            try:
+                await self._adopt(table, snapshot_seq)
+                break
+            except Exception:
+                # Until the readers switch, the batch stays visible from memory: correct, just held.
+                log.warning("could not switch readers of %s", table, exc_info=True)
+                await trio.sleep(ADOPT_RETRY_SECONDS)
+        self._send.send_nowait(partial(SnapshotAdopted, table, snapshot_seq))
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
