@@ -200,19 +200,9 @@ class Lakehouse:
     def drop_table(self, namespace: str, name: str) -> None:
         """Remove the table from the catalog. Its metadata and data files stay in storage (no purge)."""
         self.catalog.drop_table((namespace, name))
-        self._forget_loaded(namespace, name)
 
     def rename_table(self, namespace: str, name: str, new_name: str) -> None:
         self.catalog.rename_table((namespace, name), (namespace, new_name))
-        self._forget_loaded(namespace, name)
-
-    def _forget_loaded(self, namespace: str, name: str) -> None:
-        # RestLakehouse keeps the table its freshness check loaded for the next load_table: a
-        # dropped or renamed table's entry must not outlive it.
-        loaded = getattr(self, "_loaded", None)
-        if loaded is not None:
-            with self._lock:
-                loaded.pop((namespace, name), None)
 
 
 RETRY_ATTEMPTS = 3
@@ -337,28 +327,39 @@ class RestLakehouse(Lakehouse):
         return Listing(tuple(sorted(namespaces)), tuple(sorted(entries, key=lambda e: (e.namespace, e.name))))
 
     def metadata_location(self, namespace: str, name: str) -> str | None:
-        """The table's current metadata file, or None if it does not exist. One catalog call."""
-        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+        """The table's current metadata file, or None if it does not exist. One catalog call.
 
-        try:
-            table = retrying(self.catalog.load_table, (*namespace.split("."), name))
-        except (NoSuchTableError, NoSuchNamespaceError):
+        The spec-standard loadTable, but only its `metadata-location` is read: building
+        pyiceberg's full TableMetadata model costs milliseconds of CPU per statement, and the
+        freshness check needs it only when the location changed (then the mount loads it).
+        """
+        return retrying(self._metadata_location, namespace, name)
+
+    def _metadata_location(self, namespace: str, name: str) -> str | None:
+        import json
+
+        from pyiceberg.exceptions import NoSuchTableError
+
+        catalog: Any = self.catalog
+        ident = (*namespace.split("."), name)
+        url = catalog.url("namespaces/{namespace}/tables/{table}", prefixed=True,
+                          **catalog._split_identifier_for_path(ident))
+        response = catalog._session.get(url)
+        if response.status_code == 404:
             return None
-        with self._lock:
-            self._loaded[(namespace, name)] = table
-        return table.metadata_location
+        if response.status_code != 200:
+            try:  # pyiceberg's own mapping of the error (auth, 5xx) for a clear message
+                return self.catalog.load_table(ident).metadata_location
+            except NoSuchTableError:
+                return None
+        return json.loads(response.content).get("metadata-location")
 
     def load_table(self, namespace: str, name: str) -> Table:
-        with self._lock:
-            table = self._loaded.pop((namespace, name), None)
-        return table if table is not None else super().load_table(namespace, name)
+        return retrying(super().load_table, namespace, name)
 
     def namespace_exists(self, namespace: str) -> bool:
         return self.catalog.namespace_exists(namespace)
 
-    def __init__(self, catalog: Catalog, description: str) -> None:
-        super().__init__(catalog, description)
-        self._loaded: dict[tuple[str, str], Table] = {}
 
 
 def _apply_timeout(catalog: Any, timeout_s: float) -> None:
