@@ -1,0 +1,405 @@
+"""The trio driver of the WAL tail machine: performs effects on a segment store, feeds back events.
+
+`open_wal_tail(path, ...)` recovers a tail directory (cutting a torn final record, refusing a
+poisoned one), makes what it found durable, and yields a `WalTail` whose `append(payload)` returns
+the record's LSN once an fsync covers it. All file I/O runs in worker threads (`DirectoryStore`);
+the group window is a trio sleep, so `trio.testing.MockClock` makes timing deterministic. The
+driver decides nothing: the core is stepped synchronously from whichever task has news (trio
+switches tasks only at awaits, so steps never interleave), and each effect is performed in the
+driver's own nursery.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import trio
+
+from icegres.machines.wal import (
+    Acknowledge,
+    AppendRequested,
+    Config,
+    CreateSegment,
+    DeleteSegments,
+    DirectorySynced,
+    Effect,
+    Event,
+    FailAppends,
+    Fsync,
+    FsyncDone,
+    FsyncFailed,
+    Health,
+    IoFailed,
+    Phase,
+    Recovery,
+    RefuseAppend,
+    SegmentCreated,
+    SegmentSynced,
+    StartTimer,
+    State,
+    SyncDirectory,
+    SyncSegment,
+    TimerFired,
+    WatermarkAdvanced,
+    Write,
+    WriteDone,
+    health,
+    recover,
+    step,
+)
+from icegres.machines.wal_format import Record, parse_segment_name, segment_name
+
+__all__ = [
+    "AppendFailed",
+    "DirectoryStore",
+    "SegmentStore",
+    "WalTail",
+    "open_wal_tail",
+    "read_tail",
+]
+
+log = logging.getLogger(__name__)
+
+
+class AppendFailed(Exception):
+    """The tail could not make the append durable. When `outcome_unknown`, its bytes were being
+    written when the tail failed: they may be on disk and be replayed after a restart."""
+
+    def __init__(self, message: str, *, outcome_unknown: bool) -> None:
+        super().__init__(message)
+        self.outcome_unknown = outcome_unknown
+
+
+class SegmentStore(Protocol):
+    """Where segment files live. Every method may raise OSError; names are segment file names."""
+
+    async def read_all(self) -> dict[str, bytes]: ...
+
+    async def create(self, name: str) -> None:
+        """Create the empty file exclusively; fsync it and the directory."""
+        ...
+
+    async def write(self, name: str, offset: int, data: bytes) -> None: ...
+
+    async def fsync(self, name: str) -> None: ...
+
+    async def truncate_and_fsync(self, name: str, length: int) -> None: ...
+
+    async def sync_directory(self) -> None: ...
+
+    async def delete(self, names: list[str]) -> None:
+        """Unlink the files, then fsync the directory."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class DirectoryStore:
+    """Segment files in one local directory; blocking calls run in worker threads."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._fds: dict[str, int] = {}
+
+    async def read_all(self) -> dict[str, bytes]:
+        return await trio.to_thread.run_sync(self._read_all)
+
+    def _read_all(self) -> dict[str, bytes]:
+        self.path.mkdir(parents=True, exist_ok=True)
+        return {
+            p.name: p.read_bytes()
+            for p in self.path.iterdir()
+            if p.is_file() and parse_segment_name(p.name) is not None
+        }
+
+    async def create(self, name: str) -> None:
+        await trio.to_thread.run_sync(self._create, name)
+
+    def _create(self, name: str) -> None:
+        fd = os.open(self.path / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        self._fds[name] = fd
+        os.fsync(fd)
+        self._sync_directory()
+
+    async def write(self, name: str, offset: int, data: bytes) -> None:
+        await trio.to_thread.run_sync(self._write, name, offset, data)
+
+    def _write(self, name: str, offset: int, data: bytes) -> None:
+        fd = self._fd(name)
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(fd, view, offset)
+            if written <= 0:
+                raise OSError(errno.EIO, f"short write to {name}")
+            view, offset = view[written:], offset + written
+
+    async def fsync(self, name: str) -> None:
+        await trio.to_thread.run_sync(lambda: os.fsync(self._fd(name)))
+
+    async def truncate_and_fsync(self, name: str, length: int) -> None:
+        await trio.to_thread.run_sync(self._truncate_and_fsync, name, length)
+
+    def _truncate_and_fsync(self, name: str, length: int) -> None:
+        fd = self._fd(name)
+        if os.fstat(fd).st_size != length:
+            os.ftruncate(fd, length)
+        os.fsync(fd)
+
+    async def sync_directory(self) -> None:
+        await trio.to_thread.run_sync(self._sync_directory)
+
+    def _sync_directory(self) -> None:
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    async def delete(self, names: list[str]) -> None:
+        await trio.to_thread.run_sync(self._delete, names)
+
+    def _delete(self, names: list[str]) -> None:
+        for name in names:
+            fd = self._fds.pop(name, None)
+            if fd is not None:
+                os.close(fd)
+            try:
+                os.unlink(self.path / name)
+            except FileNotFoundError:
+                pass
+        self._sync_directory()
+
+    def _fd(self, name: str) -> int:
+        fd = self._fds.get(name)
+        if fd is None:
+            fd = os.open(self.path / name, os.O_WRONLY | os.O_CLOEXEC)
+            self._fds[name] = fd
+        return fd
+
+    def close(self) -> None:
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+
+@dataclass
+class _Waiter:
+    done: trio.Event
+    error: AppendFailed | None = None
+
+
+class WalTail:
+    """One open tail. Create it with `open_wal_tail`; use it only from that trio run."""
+
+    def __init__(self, store: SegmentStore, recovery: Recovery, nursery: trio.Nursery) -> None:
+        self._store = store
+        self._nursery = nursery
+        self._state: State = recovery.state
+        self._waiters: dict[int, _Waiter] = {}
+        self._opened = trio.Event()
+        self.replay: tuple[Record, ...] = recovery.replay
+        self.recovery = recovery
+        self._perform_all(recovery.effects)
+
+    @property
+    def tail_id(self) -> str:
+        return self._state.tail_id
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def durable_lsn(self) -> int:
+        return self._state.durable_lsn
+
+    def health(self) -> Health:
+        return health(self._state)
+
+    async def append(self, payload: bytes) -> int:
+        """Append one record; return its LSN once an fsync covering it has completed.
+
+        Raises AppendFailed if the tail is (or becomes) poisoned first. If the caller is
+        cancelled while waiting, the record may still become durable and be replayed.
+        """
+        if self._state.phase is Phase.OPENING or self._state.phase is Phase.STARTING:
+            await self._opened.wait()
+        if len(payload) > self._state.config.payload_bytes_max:
+            raise ValueError(f"payload of {len(payload)} bytes is too large for the WAL tail")
+        lsn = self._state.next_lsn
+        waiter = _Waiter(trio.Event())
+        self._waiters[lsn] = waiter
+        poisoned_before = self._state.phase is Phase.POISONED
+        self._step(AppendRequested(payload))
+        if poisoned_before:
+            self._waiters.pop(lsn, None)
+            raise AppendFailed(
+                f"the WAL tail is poisoned: {self._state.poison_reason}", outcome_unknown=False
+            )
+        try:
+            await waiter.done.wait()
+        finally:
+            self._waiters.pop(lsn, None)
+        if waiter.error is not None:
+            raise waiter.error
+        return lsn
+
+    def advance_watermark(self, lsn: int) -> None:
+        """The lake committed every record up to `lsn`: covered segments may go."""
+        self._step(WatermarkAdvanced(lsn))
+
+    async def wait_opened(self) -> None:
+        await self._opened.wait()
+
+    def _step(self, event: Event) -> None:
+        self._state, effects = step(self._state, event)
+        self._perform_all(effects)
+        if self._state.phase is not Phase.OPENING and not self._opened.is_set():
+            self._opened.set()
+
+    def _perform_all(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            self._perform(effect)
+
+    def _perform(self, effect: Effect) -> None:
+        match effect:
+            case Acknowledge(first_lsn=first, last_lsn=last):
+                self._wake(range(first, last + 1), None)
+            case FailAppends(reason=reason, unknown=unknown, failed=failed):
+                log.error("WAL tail poisoned: %s", reason)
+                self._wake(unknown, AppendFailed(reason, outcome_unknown=True))
+                self._wake(failed, AppendFailed(reason, outcome_unknown=False))
+            case RefuseAppend():
+                pass  # append() raises for its caller
+            case StartTimer(timer=timer, seconds=seconds):
+                self._nursery.start_soon(self._timer, timer, seconds)
+            case DeleteSegments(segments=segments):
+                names = [segment_name(self.tail_id, s) for s in segments]
+                self._nursery.start_soon(self._delete, names)
+            case Write() | Fsync() | CreateSegment() | SyncSegment() | SyncDirectory():
+                self._nursery.start_soon(self._io, effect)
+            case _:
+                raise AssertionError(f"unknown effect {effect!r}")
+
+    def _wake(self, lsns: range, error: AppendFailed | None) -> None:
+        for lsn in lsns:
+            waiter = self._waiters.get(lsn)
+            if waiter is not None:
+                waiter.error = error
+                waiter.done.set()
+
+    async def _timer(self, timer: int, seconds: float) -> None:
+        await trio.sleep(seconds)
+        self._step(TimerFired(timer))
+
+    async def _delete(self, names: list[str]) -> None:
+        try:
+            await self._store.delete(names)
+        except OSError:
+            # The segments are in the lake; a leftover is deleted again at the next recovery.
+            log.warning("could not delete WAL segments %s", names, exc_info=True)
+
+    async def _io(self, effect: Effect) -> None:
+        event: Event
+        # The store call must finish even if the tail is being closed: an abandoned write could
+        # land after we believed it had not.
+        with trio.CancelScope(shield=True):
+            try:
+                event = await self._io_call(effect)
+            except OSError as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                fsyncing = isinstance(effect, Fsync | SyncDirectory)
+                event = FsyncFailed(reason) if fsyncing else IoFailed(reason)
+        self._step(event)
+
+    async def _io_call(self, effect: Effect) -> Event:
+        name = segment_name
+        match effect:
+            case Write(segment=segment, offset=offset, data=data):
+                await self._store.write(name(self.tail_id, segment), offset, data)
+                return WriteDone()
+            case Fsync(segment=segment):
+                await self._store.fsync(name(self.tail_id, segment))
+                return FsyncDone()
+            case CreateSegment(first_lsn=first):
+                await self._store.create(name(self.tail_id, first))
+                return SegmentCreated(first)
+            case SyncSegment(segment=segment, length=length):
+                await self._store.truncate_and_fsync(name(self.tail_id, segment), length)
+                return SegmentSynced(segment)
+            case SyncDirectory():
+                await self._store.sync_directory()
+                return DirectorySynced()
+        raise AssertionError(f"not an I/O effect: {effect!r}")
+
+
+WatermarkOf = Callable[[str], int]
+
+
+async def read_tail(
+    store: SegmentStore | str | os.PathLike[str],
+    config: Config | None = None,
+    *,
+    watermark_lsn: int | WatermarkOf = 0,
+    new_tail_id: str | None = None,
+) -> Recovery:
+    """Read a tail directory and plan its recovery without changing anything on disk.
+
+    `watermark_lsn` is the lake's committed LSN, or a function from the tail id found on disk to
+    it. Raises icegres.machines.wal.PoisonedTail when the tail must not be started.
+    """
+    if not hasattr(store, "read_all"):
+        store = DirectoryStore(store)  # type: ignore[arg-type]
+    files = await store.read_all()  # type: ignore[union-attr]
+    watermark = watermark_lsn
+    if callable(watermark):
+        tail_ids = {parsed[1] for n in files if (parsed := parse_segment_name(n)) is not None}
+        watermark = watermark(next(iter(tail_ids))) if len(tail_ids) == 1 else 0
+    return recover(
+        files, config or Config(), watermark_lsn=watermark, new_tail_id=new_tail_id or _new_id()
+    )
+
+
+@asynccontextmanager
+async def open_wal_tail(
+    path: str | os.PathLike[str] | SegmentStore,
+    config: Config | None = None,
+    *,
+    watermark_lsn: int | WatermarkOf = 0,
+    new_tail_id: str | None = None,
+) -> AsyncIterator[WalTail]:
+    """Recover the tail at `path` and keep it open for the block.
+
+    On entry the recovered records are durable and `tail.replay` holds those above the
+    watermark, to be replayed into the lake before serving. Raises PoisonedTail (refuse to
+    start) and AppendFailed if recovery's own syncs fail. On exit, appends still in flight are
+    finished (their waiters answered) before the files are closed.
+    """
+    store: SegmentStore = path if hasattr(path, "read_all") else DirectoryStore(path)  # type: ignore[arg-type,assignment]
+    recovery = await read_tail(store, config, watermark_lsn=watermark_lsn, new_tail_id=new_tail_id)
+    try:
+        async with trio.open_nursery() as nursery:
+            tail = WalTail(store, recovery, nursery)
+            await tail.wait_opened()
+            if tail.state.phase is Phase.POISONED:
+                raise AppendFailed(
+                    f"could not open the WAL tail: {tail.state.poison_reason}",
+                    outcome_unknown=False,
+                )
+            # Segments recovery found wholly in the lake go now.
+            tail.advance_watermark(recovery.state.watermark_lsn)
+            yield tail
+            nursery.cancel_scope.cancel()
+    finally:
+        store.close()
+
+
+def _new_id() -> str:
+    return os.urandom(8).hex()

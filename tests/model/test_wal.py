@@ -1,0 +1,380 @@
+"""Model tests of the WAL tail machine: random schedules with disk faults, trace replay, the driver."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.control import current_build_context
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+
+from tests.model.trace import (
+    NEW_TRACES_DIR,
+    load_spec,
+    read_trace,
+    trace_header,
+    traces_for,
+    write_trace,
+)
+from tests.model.wal_world import (
+    EXERCISED,
+    RUN_CHECKERS,
+    STEP_CHECKERS,
+    WalHarness,
+    check_step_invariants,
+)
+
+SPEC = load_spec("wal")
+
+pytestmark = pytest.mark.model
+
+# "ok" first and most often: faults are the exception, and shrinking moves towards "ok".
+fault_strategy = st.sampled_from(("ok",) * 12 + ("io_error", "fail", "lost"))
+
+
+class WalMachine(RuleBasedStateMachine):
+    """Concurrent appends, performed effects in any order, flushes, crashes and disk damage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.harness = WalHarness(SPEC)
+
+    @initialize(window=st.booleans())
+    def open(self, window: bool) -> None:
+        self.harness.apply({"op": "open", "window": window})
+
+    @precondition(lambda self: self.harness.running)
+    @rule(size=st.integers(1, 160))
+    def append(self, size: int) -> None:
+        self.harness.apply({"op": "append", "size": size})
+
+    @precondition(lambda self: self.harness.alive and self.harness.pending)
+    @rule(which=st.integers(0, 7), fault=fault_strategy)
+    def perform(self, which: int, fault: str) -> None:
+        self.harness.apply({"op": "perform", "which": which, "fault": fault})
+
+    @precondition(lambda self: self.harness.alive)
+    @rule(pick=st.integers(0, 15), deliver=st.booleans())
+    def flush(self, pick: int, deliver: bool) -> None:
+        self.harness.apply({"op": "flush", "pick": pick, "deliver": deliver})
+
+    @precondition(lambda self: self.harness.running)
+    @rule(stale=st.booleans())
+    def deliver(self, stale: bool) -> None:
+        self.harness.apply({"op": "deliver", "stale": stale})
+
+    @precondition(lambda self: self.harness.alive)
+    @rule(
+        mode=st.sampled_from(("power", "process")),
+        torn=st.sampled_from(("prefix", "none", "zeros", "garbage")),
+        cut=st.integers(0, 400),
+    )
+    def crash(self, mode: str, torn: str, cut: int) -> None:
+        self.harness.apply({"op": "crash", "mode": mode, "torn": torn, "cut": cut})
+
+    @precondition(lambda self: self.harness.alive and self.harness.disk.files)
+    @rule(file=st.integers(0, 3), offset=st.integers(0, 2000), bit=st.integers(0, 7))
+    def bitflip(self, file: int, offset: int, bit: int) -> None:
+        self.harness.apply({"op": "bitflip", "file": file, "offset": offset, "bit": bit})
+
+    @precondition(lambda self: not self.harness.alive)
+    @rule()
+    def refused(self) -> None:
+        # Recovery refused a damaged tail: an operator's turn, nothing more to drive.
+        self.harness.apply({"op": "expect", "refused": True})
+
+    def teardown(self) -> None:
+        try:
+            if self.harness.alive:
+                self.harness.apply({"op": "settle"})
+        finally:
+            # Only Hypothesis's final (shrunk, failing) run is marked final: keep it as a trace.
+            if current_build_context().is_final:
+                _save_new_trace(self.harness.inputs)
+
+
+def _save_new_trace(inputs: list[dict[str, Any]]) -> None:
+    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
+    path = write_trace(NEW_TRACES_DIR / f"wal-{digest}.ndjson", trace_header(SPEC), inputs)
+    print(f"wal model trace written to {path}; move it to tests/model/traces/wal/ with the fix")
+
+
+TestWalMachine = WalMachine.TestCase
+TestWalMachine.settings = settings(
+    max_examples=250,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+# --- traces --------------------------------------------------------------------------------------
+
+
+def replay(path: Path) -> WalHarness:
+    header, inputs = read_trace(path)
+    assert header["machine"] == "wal", header
+    harness = WalHarness(SPEC)
+    for inp in inputs:
+        harness.apply(inp)
+    return harness
+
+
+@pytest.mark.parametrize("path", traces_for("wal"), ids=lambda p: p.stem)
+def test_replay_trace(path: Path) -> None:
+    replay(path)
+
+
+def test_there_are_traces_to_replay() -> None:
+    names = {p.stem for p in traces_for("wal")}
+    assert {"torn-tail-cut-acked-kept", "fsync-failure-poisons"} <= names, names
+
+
+def test_trace_roundtrip(tmp_path: Path) -> None:
+    harness = WalHarness(SPEC)
+    for inp in (
+        {"op": "open", "window": False},
+        {"op": "settle"},
+        {"op": "append", "size": 10},
+        {"op": "append", "size": 20},
+        {"op": "settle"},
+    ):
+        harness.apply(inp)
+    path = write_trace(tmp_path / "t.ndjson", trace_header(SPEC), harness.inputs)
+    header, inputs = read_trace(path)
+    assert header["spec_sha256"] == SPEC.sha256 and inputs == harness.inputs
+    assert replay(path).steps == harness.steps
+
+
+def test_harness_catches_an_early_ack() -> None:
+    """The checkers are live: acknowledging before the fsync is caught."""
+    harness = WalHarness(SPEC)
+    harness.apply({"op": "open", "window": False})
+    harness.apply({"op": "settle"})
+    harness.apply({"op": "append", "size": 10})
+    harness.apply({"op": "perform", "which": 0, "fault": "ok"})  # the write, not the fsync
+    harness._on_ack(harness.state, 1, 1)
+    with pytest.raises(AssertionError, match="before its fsync"):
+        check_step_invariants(harness)
+
+
+def test_harness_catches_a_lost_acked_record() -> None:
+    harness = WalHarness(SPEC)
+    for inp in (
+        {"op": "open", "window": False},
+        {"op": "settle"},
+        {"op": "append", "size": 10},
+        {"op": "settle"},
+    ):
+        harness.apply(inp)
+    f = next(iter(harness.disk.files.values()))
+    f.durable = b""  # the disk forgets an acked record behind the harness's back
+    with pytest.raises(AssertionError, match="not durable"):
+        check_step_invariants(harness)
+
+
+# --- spec bookkeeping ----------------------------------------------------------------------------
+
+
+def test_every_invariant_in_the_spec_has_a_checker_and_vice_versa() -> None:
+    step_names = {n for n, i in SPEC.invariants.items() if i.scope == "step"}
+    run_names = {n for n, i in SPEC.invariants.items() if i.scope == "run"}
+    assert step_names == set(STEP_CHECKERS)
+    assert run_names == set(RUN_CHECKERS)
+
+
+def test_spec_names_match_the_code() -> None:
+    from icegres.machines import wal
+
+    assert SPEC.states == {p.value for p in wal.Phase}
+    assert SPEC.initial == wal.Phase.STARTING.value
+    assert SPEC.events == {t.__name__ for t in wal.Event.__args__}
+    assert SPEC.effects == {t.__name__ for t in wal.Effect.__args__}
+    assert {(p.value, e.__name__) for p, e in wal._HANDLERS} == {
+        (t.source, t.event) for t in SPEC.transitions
+    }
+
+
+# --- run-scope invariant: keep last in this module -----------------------------------------------
+
+
+def test_every_spec_transition_exercised() -> None:
+    """Across this module's runs (and the saved traces, replayed again so `-k` works alone)."""
+    for path in traces_for("wal"):
+        replay(path)
+    RUN_CHECKERS["every_transition_exercised"](SPEC, EXERCISED)
+
+
+# --- the trio driver: a real directory (real fsync) and a virtual-time store ----------------------
+
+import os  # noqa: E402
+import random  # noqa: E402
+
+import trio  # noqa: E402
+import trio.testing  # noqa: E402
+
+from icegres.machines.drivers.wal import AppendFailed, open_wal_tail, read_tail  # noqa: E402
+from icegres.machines.wal import Config, PoisonedTail  # noqa: E402
+
+REAL = Config(segment_bytes_max=4096, batch_bytes_max=1024)
+
+
+async def test_driver_real_directory_concurrent_appends_survive_reopen(tmp_path: Path) -> None:
+    acked: dict[int, bytes] = {}
+
+    async def writer(tail, i: int) -> None:
+        for j in range(10):
+            payload = f"w{i}-{j}".encode() * 20
+            acked[await tail.append(payload)] = payload
+
+    async with open_wal_tail(tmp_path, REAL, new_tail_id="t1") as tail:
+        assert tail.replay == ()
+        async with trio.open_nursery() as nursery:
+            for i in range(8):
+                nursery.start_soon(writer, tail, i)
+        assert sorted(acked) == list(range(1, 81)) and tail.durable_lsn == 80
+        tail.advance_watermark(30)
+        await trio.sleep(0.05)  # deletion runs in the background
+    names = sorted(os.listdir(tmp_path))
+    assert len(names) > 1 and all(n.endswith(".t1.wal") for n in names)
+    async with open_wal_tail(tmp_path, REAL, watermark_lsn=lambda tail_id: 30) as tail:
+        assert [(r.lsn, r.payload) for r in tail.replay] == [(k, acked[k]) for k in range(31, 81)]
+        assert await tail.append(b"more") == 81
+
+
+async def test_driver_recovers_a_killed_writer_at_random_truncations(tmp_path: Path) -> None:
+    rng = random.Random(6)
+    for round_ in range(6):
+        path = tmp_path / f"r{round_}"
+        async with open_wal_tail(path, REAL, new_tail_id="t1") as tail:
+            payloads = [bytes([round_]) * rng.randrange(1, 300) for _ in range(12)]
+            for p in payloads:
+                await tail.append(p)
+        last = sorted(path.iterdir())[-1]
+        size = last.stat().st_size
+        cut = rng.randrange(0, size)
+        os.truncate(last, cut)  # what a kill mid-write leaves behind
+        recovery = await read_tail(path, REAL)
+        lsns = [r.lsn for r in recovery.replay]
+        assert lsns == list(range(1, len(lsns) + 1))  # a prefix, never garbage
+        assert [r.payload for r in recovery.replay] == payloads[: len(lsns)]
+        async with open_wal_tail(path, REAL) as tail:
+            assert await tail.append(b"after") == len(lsns) + 1
+        assert (await read_tail(path, REAL)).cuts == ()  # the torn tail was cut for good
+
+
+async def test_driver_refuses_a_poisoned_directory(tmp_path: Path) -> None:
+    async with open_wal_tail(tmp_path, REAL, new_tail_id="t1") as tail:
+        for _ in range(3):
+            await tail.append(b"x" * 50)
+    (segment,) = tmp_path.iterdir()
+    data = bytearray(segment.read_bytes())
+    data[30] ^= 1  # inside the first record's body, two valid ones follow
+    segment.write_bytes(bytes(data))
+    with pytest.raises(PoisonedTail):
+        async with open_wal_tail(tmp_path, REAL):
+            pass
+
+
+class VirtualStore:
+    """A segment store in memory whose fsync takes virtual time, with scripted fsync failures."""
+
+    def __init__(self, fsync_seconds: float, fail_fsyncs: int = 0) -> None:
+        self.files: dict[str, bytearray] = {}
+        self.fsync_seconds = fsync_seconds
+        self.fail_fsyncs = fail_fsyncs
+        self.fsyncs: list[tuple[float, int]] = []  # (virtual time, file length)
+
+    async def read_all(self) -> dict[str, bytes]:
+        return {k: bytes(v) for k, v in self.files.items()}
+
+    async def create(self, name: str) -> None:
+        self.files[name] = bytearray()
+
+    async def write(self, name: str, offset: int, data: bytes) -> None:
+        self.files[name][offset:] = data
+
+    async def fsync(self, name: str) -> None:
+        await trio.sleep(self.fsync_seconds)
+        self.fsyncs.append((trio.current_time(), len(self.files[name])))
+        if self.fail_fsyncs:
+            self.fail_fsyncs -= 1
+            raise OSError(5, "Input/output error")
+
+    async def truncate_and_fsync(self, name: str, length: int) -> None:
+        del self.files[name][length:]
+
+    async def sync_directory(self) -> None:
+        pass
+
+    async def delete(self, names: list[str]) -> None:
+        for n in names:
+            self.files.pop(n, None)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def mock_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+async def test_driver_group_fsync_shares_fsyncs_in_virtual_time(mock_clock) -> None:
+    store = VirtualStore(fsync_seconds=1.0)
+    done: dict[int, float] = {}
+
+    async def append(tail, payload: bytes) -> None:
+        lsn = await tail.append(payload)
+        done[lsn] = trio.current_time()
+
+    async with open_wal_tail(store, Config(), new_tail_id="t1") as tail:
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(append, tail, b"first")
+            await trio.sleep(0.1)  # the first fsync is in flight
+            for i in range(7):
+                nursery.start_soon(append, tail, b"rider%d" % i)
+    assert len(store.fsyncs) == 2  # eight writers, two fsyncs
+    assert done[1] - start == pytest.approx(1.0)
+    assert all(done[lsn] - start == pytest.approx(2.0) for lsn in range(2, 9))
+
+
+async def test_driver_group_window_waits_then_writes_once(mock_clock) -> None:
+    store = VirtualStore(fsync_seconds=0.0)
+    config = Config(group_fsync_window_seconds=0.5)
+    async with open_wal_tail(store, config, new_tail_id="t1") as tail:
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for i in range(4):
+                nursery.start_soon(tail.append, b"p%d" % i)
+        assert trio.current_time() - start == pytest.approx(0.5)
+    assert len(store.fsyncs) == 1
+
+
+async def test_driver_fsync_failure_poisons_and_reports(mock_clock) -> None:
+    store = VirtualStore(fsync_seconds=0.1, fail_fsyncs=1)
+    errors: list[AppendFailed] = []
+
+    async def append(tail, payload: bytes) -> None:
+        try:
+            await tail.append(payload)
+        except AppendFailed as exc:
+            errors.append(exc)
+
+    async with open_wal_tail(store, Config(), new_tail_id="t1") as tail:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(append, tail, b"a")
+            await trio.sleep(0.05)
+            nursery.start_soon(append, tail, b"b")
+        assert sorted(e.outcome_unknown for e in errors) == [False, True]
+        report = tail.health()
+        assert not report.ok and report.phase == "poisoned" and "fsync failed" in report.reason
+        with pytest.raises(AppendFailed):
+            await tail.append(b"c")
+    assert len(store.fsyncs) == 1  # never retried
