@@ -120,7 +120,13 @@ def presentable(batch: pa.RecordBatch, schema: pa.Schema, formats: Sequence[int]
     return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
 
 
-CHUNK_BYTES = 512 * 1024  # encode up to this much per worker-thread hop
+CHUNK_BYTES = 512 * 1024  # a chunk (one worker-thread hop) ends with the batch that passes this
+# The column-at-a-time encoders cost per call as well as per row, so DataFusion's 8192-row batches
+# are gathered into bigger ones first: 1M rows of demo.trips encoded ~20% faster in 32k-row
+# batches. The byte cap keeps wide rows from piling up. A slow stream's first rows wait for the
+# gathering, as they already waited for the one-batch peek that tells "exhausted" apart.
+ENCODE_ROWS = 32_768
+ENCODE_BYTES_MAX = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -151,7 +157,7 @@ class RowSource:
         parts: list[bytes] = []
         size = 0
         while limit == 0 or rows < limit:
-            batch = self.take(limit - rows if limit else 0)
+            batch = self._take_many(limit - rows if limit else 0)
             if batch is None:
                 return Chunk(rows, b"".join(parts), True)
             data = encode(batch)
@@ -161,6 +167,25 @@ class RowSource:
             if size >= CHUNK_BYTES:
                 break
         return Chunk(rows, b"".join(parts), not self.has_more())
+
+    def _take_many(self, limit: int) -> pa.RecordBatch | None:
+        """Like take, but gathers batches until ENCODE_ROWS rows (or ENCODE_BYTES_MAX bytes)."""
+        first = self.take(limit)
+        if first is None:
+            return None
+        batches = [first]
+        rows, size = first.num_rows, first.nbytes
+        while rows < ENCODE_ROWS and size < ENCODE_BYTES_MAX and (limit == 0 or rows < limit):
+            nxt = self.take(limit - rows if limit else 0)
+            if nxt is None:
+                break
+            if not nxt.schema.equals(first.schema):
+                self.pending = nxt  # encoded on its own, next time
+                break
+            batches.append(nxt)
+            rows += nxt.num_rows
+            size += nxt.nbytes
+        return first if len(batches) == 1 else pa.concat_batches(batches)
 
     def has_more(self) -> bool:
         batch = self.take(0)

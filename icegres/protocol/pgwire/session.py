@@ -432,18 +432,68 @@ class Session:
         return _Encoder(list(formats), self._text_settings())
 
     async def _send_chunks(self, source: RowSource, encode: _Encoder, limit: int, chunk: Chunk | None = None) -> int:
-        """Send up to `limit` rows (0 = all) as DataRows, starting with an already pulled chunk."""
+        """Send up to `limit` rows (0 = all) as DataRows, starting with an already pulled chunk.
+
+        A result of more than one chunk is pipelined: a worker thread encodes the next chunk
+        while this task writes the previous one to the socket (one chunk in hand, at most).
+        """
         sent = 0
-        while True:
-            if chunk is None:
-                chunk = await self._in_thread(source.pull, (limit - sent) if limit else 0, encode)
-            sent += chunk.rows
-            self.send(chunk.data)
-            await self._maybe_flush()
-            if chunk.exhausted or (limit and sent >= limit):
-                source.done = source.done or chunk.exhausted
-                break
-            chunk = None
+
+        def last(c: Chunk, rows: int) -> bool:
+            return c.exhausted or bool(limit and rows >= limit)
+
+        async def write(data: bytes) -> None:
+            if len(data) < SEND_HIGH_WATER:
+                self.send(data)
+                await self._maybe_flush()
+                return
+            # A big chunk goes to the socket as it is, not copied through the output buffer twice.
+            await self.flush()
+            with trio.CancelScope(shield=True):  # as in flush(): never half a message on the wire
+                try:
+                    await self.stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    raise ConnectionClosed from None
+
+        if chunk is not None and last(chunk, chunk.rows):
+            sent = chunk.rows
+            await write(chunk.data)
+        else:
+            chunks_in, chunks_out = trio.open_memory_channel(0)
+            # Errors leave the nursery one by one, unwrapped: a PgError or ConnectionClosed must
+            # reach the session's handlers as itself, not inside an ExceptionGroup.
+            errors: list[Exception] = []
+
+            async def produce(pulled: int) -> None:
+                async with chunks_in:
+                    try:
+                        while True:
+                            nxt = await self._in_thread(source.pull, (limit - pulled) if limit else 0, encode)
+                            pulled += nxt.rows
+                            await chunks_in.send(nxt)
+                            if last(nxt, pulled):
+                                return
+                    except Exception as exc:
+                        errors.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(produce, 0 if chunk is None else chunk.rows)
+                try:
+                    if chunk is not None:
+                        sent = chunk.rows
+                        await write(chunk.data)
+                    async with chunks_out:
+                        async for chunk in chunks_out:
+                            sent += chunk.rows
+                            await write(chunk.data)
+                except Exception as exc:
+                    errors.append(exc)
+                    nursery.cancel_scope.cancel()
+            if errors:
+                raise errors[0]
+        assert chunk is not None
+        if chunk.exhausted:
+            source.done = True
         source.rows_sent += sent
         return sent
 

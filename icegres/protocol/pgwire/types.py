@@ -1045,6 +1045,30 @@ def _piece_lengths(piece: _Piece) -> np.ndarray:
     return lens if valid is None else np.where(valid, lens, 0)
 
 
+def _hstack_rows(mats: list[np.ndarray]) -> np.ndarray:
+    """np.hstack of (n, width) uint8 matrices, copying each row's bytes of a matrix as one item:
+    ~3x faster than hstack, which copies narrow matrices byte by byte."""
+    nonempty = [m for m in mats if m.shape[1]]
+    if len(nonempty) <= 1:
+        return nonempty[0] if nonempty else mats[0]
+    mats = nonempty
+    widths = [m.shape[1] for m in mats]
+    row = np.dtype(
+        {
+            "names": [f"f{i}" for i in range(len(mats))],
+            "formats": [f"V{w}" for w in widths],
+            "offsets": np.cumsum([0, *widths[:-1]]).tolist(),
+            "itemsize": sum(widths),
+        }
+    )
+    out = np.empty(mats[0].shape[0], dtype=row)
+    for i, (m, w) in enumerate(zip(mats, widths, strict=True)):
+        if m.strides[1] != 1:
+            m = np.ascontiguousarray(m)
+        out[f"f{i}"] = m.view(f"V{w}")[:, 0]
+    return out.view(np.uint8).reshape(-1, sum(widths))
+
+
 def _join_pieces(pieces: list[_Piece]) -> pa.Array:
     """Row-wise concatenation of all pieces: one binary array."""
     arrays: list[pa.Array] = []
@@ -1054,11 +1078,11 @@ def _join_pieces(pieces: list[_Piece]) -> pa.Array:
             run.append(piece)
             continue
         if run:
-            arrays.append(_matrix_array(np.hstack(run) if len(run) > 1 else run[0]))
+            arrays.append(_matrix_array(_hstack_rows(run) if len(run) > 1 else run[0]))
             run = []
         arrays.append(piece)
     if run:
-        arrays.append(_matrix_array(np.hstack(run) if len(run) > 1 else run[0]))
+        arrays.append(_matrix_array(_hstack_rows(run) if len(run) > 1 else run[0]))
     if len(arrays) == 1:
         return arrays[0]
     return pc.binary_join_element_wise(*arrays, pa.scalar(b"", pa.binary()), null_handling="skip")
@@ -1701,6 +1725,123 @@ def _encode_column(arr: pa.Array, fmt: int, settings: TextSettings) -> _Column:
     return _fallback(arr, t, fmt, settings)
 
 
+# --- small batches: one value at a time ----------------------------------------------------------
+#
+# The column-at-a-time path costs tens of µs per column whatever the row count (pyarrow.compute
+# dispatch, numpy set-up): 0.56 ms for a demo.trips point lookup's one row, against 0.04 ms value
+# by value. So a batch of a few rows of the plain types is rendered value by value, with the same
+# scalar renderers the vectorised path uses for its rare rows; the tests check both paths against
+# PostgreSQL.
+
+_SMALL_BATCH_ROWS_MAX = 16
+_FIELD_LENGTH = struct.Struct(">i")
+_DATA_ROW_START = struct.Struct(">cih")
+_NULL_FIELD = b"\xff\xff\xff\xff"
+
+
+def _fixed_width_fields(values: np.ndarray) -> list[bytes]:
+    data = values.tobytes()
+    w = values.dtype.itemsize
+    return [data[i : i + w] for i in range(0, len(data), w)]
+
+
+def _small_fields(arr: pa.Array, fmt: int, settings: TextSettings) -> list[bytes | None] | None:
+    """One column's field bytes (None for NULL), or None when the type needs the vectorised path."""
+    dt = arr.type
+    ty = pa.types
+    fields: list[bytes | None]
+    if ty.is_boolean(dt):
+        words = (b"f", b"t") if fmt == 0 else (b"\x00", b"\x01")
+        fields = [words[v] for v in _bool_values(arr).tolist()]
+    elif ty.is_integer(dt):
+        oid = pg_type_for_arrow(dt).oid
+        if oid not in _BINARY_INT_DTYPE:
+            return None  # uint64: numeric
+        values = _fixed_values(arr, np.dtype(dt.to_pandas_dtype()))
+        if fmt == 0:
+            fields = [str(v).encode() for v in values.tolist()]
+        else:
+            fields = _fixed_width_fields(values.astype(_BINARY_INT_DTYPE[oid]))
+    elif ty.is_float32(dt) or ty.is_float64(dt):
+        float4 = ty.is_float32(dt)
+        values = _fixed_values(arr, np.dtype(np.float32 if float4 else np.float64))
+        if fmt == 0:
+            efd = settings.extra_float_digits
+            fields = [_float_text(v, float4, efd).encode() for v in values.tolist()]
+        else:
+            fields = _fixed_width_fields(values.astype(">f4" if float4 else ">f8"))
+    elif ty.is_string(dt) or ty.is_large_string(dt) or ty.is_string_view(dt):
+        return [None if v is None else v.encode() for v in arr.to_pylist()]
+    elif ty.is_timestamp(dt):
+        utc_us = _to_us(arr)
+        if fmt == 1:
+            fields = _fixed_width_fields(
+                _rebase(utc_us, _US_1970_TO_2000, _INT64_LIMITS).astype(">i8")
+            )
+        else:
+            zone = _zone(settings.timezone) if dt.tz is not None else None
+            valid = _validity(arr)
+            fields = [
+                None
+                if valid is not None and not valid[i]
+                else (
+                    _timestamptz_text(us, zone) if zone is not None else _timestamp_text(us, None)
+                ).encode()
+                for i, us in enumerate(utc_us.tolist())
+            ]
+    elif ty.is_date(dt):
+        if ty.is_date64(dt):
+            days = _fixed_values(arr, np.dtype(np.int64)) // 86_400_000
+        else:
+            days = _fixed_values(arr, np.dtype(np.int32)).astype(np.int64)
+        if fmt == 1:
+            fields = _fixed_width_fields(
+                _rebase(days, _DAYS_1970_TO_2000, _INT32_LIMITS).astype(">i4")
+            )
+        else:
+            valid = _validity(arr)
+            fields = [
+                None if valid is not None and not valid[i] else _date_text(d).encode()
+                for i, d in enumerate(days.tolist())
+            ]
+    else:
+        return None
+    if arr.null_count:
+        valid = _validity(arr)
+        assert valid is not None
+        fields = [f if ok else None for f, ok in zip(fields, valid.tolist(), strict=True)]
+    return fields
+
+
+def _small_data_rows(
+    batch: pa.RecordBatch, formats: Sequence[int], settings: TextSettings
+) -> bytes | None:
+    """DataRows of a small batch rendered value by value; None if a column's type needs the
+    vectorised path."""
+    columns = []
+    for col, fmt in zip(batch.columns, formats, strict=True):
+        fields = _small_fields(col, fmt, settings)
+        if fields is None:
+            return None
+        columns.append(fields)
+    ncols = batch.num_columns
+    out: list[bytes] = []
+    for row in zip(*columns, strict=True):
+        parts: list[bytes] = []
+        size = 6
+        for v in row:
+            if v is None:
+                parts.append(_NULL_FIELD)
+                size += 4
+            else:
+                parts.append(_FIELD_LENGTH.pack(len(v)))
+                parts.append(v)
+                size += 4 + len(v)
+        out.append(_DATA_ROW_START.pack(b"D", size, ncols))
+        out += parts
+    return b"".join(out)
+
+
 _CHUNK_BUFFER_BYTES_MAX = 64 << 20  # keeps every rendered chunk well under int32 offsets (2 GiB)
 _DATA_ROW_HEADER = np.dtype([("tag", "u1"), ("length", ">i4"), ("ncols", ">i2")])
 
@@ -1722,6 +1863,10 @@ def encode_data_rows(
         return encode_data_rows(batch.slice(0, half), formats, settings) + encode_data_rows(
             batch.slice(half), formats, settings
         )
+    if batch.num_rows <= _SMALL_BATCH_ROWS_MAX:
+        small = _small_data_rows(batch, formats, settings)
+        if small is not None:
+            return small
     n = batch.num_rows
     columns = [
         _encode_column(col, fmt, settings) for col, fmt in zip(batch.columns, formats, strict=True)
