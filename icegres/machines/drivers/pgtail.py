@@ -1,0 +1,601 @@
+"""The trio driver of the Postgres tail machine: performs effects with psycopg, feeds back events.
+
+`open_pg_tail(dsn, ...)` claims a tail in PostgreSQL (refusing when another live writer holds it),
+recovers it and yields a `PgTail` with the WAL tail's surface (`icegres.machines.drivers.wal`):
+`replay`, `await append(payload) -> lsn` (returns once the COMMIT holding the record returned),
+`advance_watermark(lsn)`, `health()`, `durable_lsn`, and `AppendFailed` with `.outcome_unknown`.
+
+psycopg 3 is used synchronously in worker threads (`trio.to_thread.run_sync`), never on the trio
+loop. Three kinds of work, two connections:
+
+- the write connection holds the tail's session-level advisory lock for its lifetime and runs the
+  claim, every batch transaction and every read-back (one at a time: the core keeps at most one
+  in flight). When it breaks, the next effect reconnects: it re-takes the advisory lock and checks
+  that the owner row still holds our epoch (otherwise: `Fenced`). If the lock is still held while
+  the epoch is ours, our own old backend has not exited yet: the attempt fails and is retried
+  after a backoff. The session sets `synchronous_commit = on` (a COMMIT that returns is durable
+  as the server is configured to make it), `lock_timeout` and
+  `idle_in_transaction_session_timeout`, so a transaction stranded by a dead client cannot hold
+  the owner row for long.
+- the trim connection deletes rows at or below the watermark, in the background.
+
+Classification of a batch's failures (the core decides what to do with them):
+BEGIN or INSERT failing -> `BatchAborted` (COMMIT was never sent: definitely not committed);
+the epoch check inserting nothing -> `Fenced`; a unique violation on (tail_id, lsn) ->
+`CommitOutcomeUnknown` (the read-back decides); COMMIT raising for any reason ->
+`CommitOutcomeUnknown`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import trio
+
+# One exception for both tails, so that the server handles either the same way.
+from icegres.machines.drivers.wal import AppendFailed
+from icegres.machines.pgtail import (
+    Acknowledge,
+    AppendRequested,
+    BatchAborted,
+    BatchCommitted,
+    Claim,
+    Commit,
+    CommitOutcomeUnknown,
+    Config,
+    Effect,
+    Event,
+    FailAppends,
+    Fenced,
+    Health,
+    Phase,
+    ReadBack,
+    ReadBackDone,
+    ReadBackFailed,
+    Recovery,
+    RefuseAppend,
+    StartTimer,
+    State,
+    StoredRow,
+    TimerFired,
+    Trim,
+    TrimDone,
+    TrimFailed,
+    WatermarkAdvanced,
+    health,
+    recover,
+    step,
+)
+from icegres.machines.wal_format import Record, is_tail_id
+
+__all__ = [
+    "AppendFailed",
+    "PgTail",
+    "PsycopgBackend",
+    "TailBackend",
+    "TailOwned",
+    "open_pg_tail",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TABLE = "icegres_tail"
+# The first key of the two-int advisory lock: our lock space ("ICE" in ASCII), so that the tail
+# locks cannot collide with another application's single-key advisory locks.
+ADVISORY_LOCK_CLASS = 0x494345
+CONNECT_TIMEOUT_SECONDS = 5
+LOCK_TIMEOUT = "5s"
+IDLE_IN_TRANSACTION_TIMEOUT = "30s"
+
+
+class TailOwned(Exception):
+    """Another live writer holds the tail: refused, nothing was changed."""
+
+
+class TailBackend(Protocol):
+    """Where the rows live. Each call performs one effect and answers with the core's event."""
+
+    async def claim(self, watermark_lsn: int) -> Claim:
+        """Take the lock, bump the epoch, read the rows above the watermark. Raises TailOwned."""
+        ...
+
+    async def commit(self, effect: Commit) -> Event: ...
+
+    async def read_back(self, effect: ReadBack) -> Event: ...
+
+    async def trim(self, effect: Trim) -> Event: ...
+
+    def close(self) -> None: ...
+
+
+# --- psycopg -------------------------------------------------------------------------------------
+
+
+class _Fenced(Exception):
+    pass
+
+
+class _LockBusy(Exception):
+    pass
+
+
+class PsycopgBackend:
+    """The tail's two tables in one PostgreSQL database, through psycopg 3 in worker threads.
+
+    Schema (created if missing, names derive from `table`):
+
+        CREATE TABLE {table}_owner (
+            tail_id     text PRIMARY KEY,
+            epoch       bigint NOT NULL,       -- bumped by every claim; batches check it FOR SHARE
+            owner       text NOT NULL,         -- host:pid of the claimer, for refusal messages
+            backend_pid integer NOT NULL,      -- its write connection's backend
+            trimmed_lsn bigint NOT NULL DEFAULT 0,
+            claimed_at  timestamptz NOT NULL DEFAULT now());
+        CREATE TABLE {table} (
+            tail_id  text   NOT NULL,
+            lsn      bigint NOT NULL,
+            epoch    bigint NOT NULL,          -- the epoch of the writer that committed the row
+            payload  bytea  NOT NULL,
+            checksum bigint NOT NULL,          -- CRC-32 of payload
+            PRIMARY KEY (tail_id, lsn));
+    """
+
+    def __init__(self, dsn: str, tail_id: str, *, table: str = DEFAULT_TABLE) -> None:
+        import psycopg
+        from psycopg import sql
+
+        if not is_tail_id(tail_id):
+            raise ValueError(f"tail id {tail_id!r} must match [A-Za-z0-9_-]{{1,64}}")
+        self._psycopg = psycopg
+        self.dsn = dsn
+        self.tail_id = tail_id
+        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        self.epoch = 0
+        self._writer: Any = None
+        self._trimmer: Any = None
+        rows = sql.Identifier(table)
+        owner = sql.Identifier(f"{table}_owner")
+        self._sql = {
+            "ddl": sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {owner} ("
+                " tail_id text PRIMARY KEY, epoch bigint NOT NULL, owner text NOT NULL,"
+                " backend_pid integer NOT NULL, trimmed_lsn bigint NOT NULL DEFAULT 0,"
+                " claimed_at timestamptz NOT NULL DEFAULT now());"
+                " CREATE TABLE IF NOT EXISTS {rows} ("
+                " tail_id text NOT NULL, lsn bigint NOT NULL, epoch bigint NOT NULL,"
+                " payload bytea NOT NULL, checksum bigint NOT NULL,"
+                " PRIMARY KEY (tail_id, lsn))"
+            ).format(owner=owner, rows=rows),
+            "bump": sql.SQL(
+                "INSERT INTO {owner} AS o (tail_id, epoch, owner, backend_pid)"
+                " VALUES (%(tail)s, 1, %(owner)s, pg_backend_pid())"
+                " ON CONFLICT (tail_id) DO UPDATE SET epoch = o.epoch + 1,"
+                " owner = EXCLUDED.owner, backend_pid = EXCLUDED.backend_pid, claimed_at = now()"
+                " RETURNING epoch, trimmed_lsn"
+            ).format(owner=owner),
+            "owner": sql.SQL(
+                "SELECT epoch, owner, backend_pid FROM {owner} WHERE tail_id = %(tail)s"
+            ).format(owner=owner),
+            "last": sql.SQL("SELECT max(lsn) FROM {rows} WHERE tail_id = %(tail)s").format(
+                rows=rows
+            ),
+            "rows": sql.SQL(
+                "SELECT lsn, payload, checksum, epoch FROM {rows}"
+                " WHERE tail_id = %(tail)s AND lsn > %(after)s ORDER BY lsn"
+            ).format(rows=rows),
+            # The epoch check and the insert are one statement: FOR SHARE holds the owner row
+            # until COMMIT, so a claim's epoch bump lands wholly before or after this batch.
+            "insert": sql.SQL(
+                "WITH o AS (SELECT epoch FROM {owner}"
+                " WHERE tail_id = %(tail)s AND epoch = %(epoch)s FOR SHARE)"
+                " INSERT INTO {rows} (tail_id, lsn, epoch, payload, checksum)"
+                " SELECT %(tail)s, u.lsn, o.epoch, u.payload, u.checksum FROM o,"
+                " unnest(%(lsns)s::bigint[], %(payloads)s::bytea[], %(checksums)s::bigint[])"
+                " AS u(lsn, payload, checksum)"
+            ).format(owner=owner, rows=rows),
+            # FOR NO KEY UPDATE conflicts with a stranded batch's FOR SHARE: wait it out first.
+            "wait_owner": sql.SQL(
+                "SELECT epoch FROM {owner} WHERE tail_id = %(tail)s FOR NO KEY UPDATE"
+            ).format(owner=owner),
+            "read_back": sql.SQL(
+                "SELECT lsn, checksum FROM {rows} WHERE tail_id = %(tail)s"
+                " AND lsn BETWEEN %(first)s AND %(last)s AND epoch = %(epoch)s ORDER BY lsn"
+            ).format(rows=rows),
+            "delete": sql.SQL(
+                "DELETE FROM {rows} WHERE tail_id = %(tail)s AND lsn > %(after)s"
+                " AND lsn <= %(through)s"
+            ).format(rows=rows),
+            "trimmed": sql.SQL(
+                "UPDATE {owner} SET trimmed_lsn = greatest(trimmed_lsn, %(through)s)"
+                " WHERE tail_id = %(tail)s"
+            ).format(owner=owner),
+        }
+
+    # The trio surface: each call runs its blocking half in a worker thread.
+
+    async def claim(self, watermark_lsn: int) -> Claim:
+        return await trio.to_thread.run_sync(self._claim, watermark_lsn)
+
+    async def commit(self, effect: Commit) -> Event:
+        return await trio.to_thread.run_sync(self._commit, effect)
+
+    async def read_back(self, effect: ReadBack) -> Event:
+        return await trio.to_thread.run_sync(self._read_back, effect)
+
+    async def trim(self, effect: Trim) -> Event:
+        return await trio.to_thread.run_sync(self._trim, effect)
+
+    def close(self) -> None:
+        for conn in (self._writer, self._trimmer):
+            if conn is not None:
+                try:
+                    conn.close()
+                except Exception:  # noqa: BLE001 - closing a broken connection may raise anything
+                    log.debug("closing a tail connection failed", exc_info=True)
+        self._writer = self._trimmer = None
+
+    # The blocking halves.
+
+    def _connect(self, role: str) -> Any:
+        conn = self._psycopg.connect(
+            self.dsn,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            application_name=f"icegres-tail:{self.tail_id}:{role}",
+        )
+        conn.execute("SET synchronous_commit = on")
+        conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+        conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_TIMEOUT}'")
+        return conn
+
+    def _try_lock(self, conn: Any) -> bool:
+        row = conn.execute(
+            "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (ADVISORY_LOCK_CLASS, self.tail_id)
+        ).fetchone()
+        return bool(row[0])
+
+    def _params(self, **extra: Any) -> dict[str, Any]:
+        return {"tail": self.tail_id, **extra}
+
+    def _claim(self, watermark_lsn: int) -> Claim:
+        conn = self._connect("writer")
+        try:
+            with conn.transaction():
+                # Serialises concurrent CREATE TABLE IF NOT EXISTS (it can race on pg_type).
+                conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (ADVISORY_LOCK_CLASS,))
+                conn.execute(self._sql["ddl"])
+            if not self._try_lock(conn):
+                row = conn.execute(self._sql["owner"], self._params()).fetchone()
+                who = f"{row[1]} (epoch {row[0]}, backend pid {row[2]})" if row else "unknown"
+                raise TailOwned(
+                    f"the Postgres tail {self.tail_id!r} is held by another live writer: {who}"
+                )
+            with conn.transaction():
+                epoch, trimmed = conn.execute(
+                    self._sql["bump"], self._params(owner=self.owner)
+                ).fetchone()
+                (last,) = conn.execute(self._sql["last"], self._params()).fetchone()
+                rows = conn.execute(self._sql["rows"], self._params(after=watermark_lsn)).fetchall()
+        except BaseException:
+            conn.close()
+            raise
+        self._writer = conn
+        self.epoch = epoch
+        stored = tuple(StoredRow(lsn, bytes(p), c, e) for lsn, p, c, e in rows)
+        return Claim(self.tail_id, epoch, trimmed, last or 0, stored)
+
+    def _write_connection(self) -> Any:
+        """The write connection, reconnected (lock re-taken, epoch checked) if it broke."""
+        conn = self._writer
+        if conn is not None and not conn.closed and not conn.broken:
+            return conn
+        self._drop_writer()
+        conn = self._connect("writer")
+        try:
+            locked = self._try_lock(conn)
+            row = conn.execute(self._sql["owner"], self._params()).fetchone()
+            if row is None or row[0] != self.epoch:
+                raise _Fenced(
+                    f"the tail {self.tail_id!r} was claimed by {row[1] if row else 'nobody'} "
+                    f"(epoch {row[0] if row else '?'}; ours is {self.epoch})"
+                )
+            if not locked:
+                raise _LockBusy("the tail's lock is still held (our previous session exiting?)")
+        except BaseException:
+            conn.close()
+            raise
+        self._writer = conn
+        return conn
+
+    def _drop_writer(self) -> None:
+        conn, self._writer = self._writer, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001
+                log.debug("closing the broken write connection failed", exc_info=True)
+
+    def _commit(self, effect: Commit) -> Event:
+        psycopg = self._psycopg
+        params = self._params(
+            epoch=effect.epoch,
+            lsns=[r.lsn for r in effect.records],
+            payloads=[r.payload for r in effect.records],
+            checksums=[r.checksum for r in effect.records],
+        )
+        try:
+            conn = self._write_connection()
+        except _Fenced as exc:
+            return Fenced(str(exc))
+        except (_LockBusy, psycopg.Error) as exc:
+            return BatchAborted(_reason(exc))
+        try:
+            conn.execute("BEGIN")
+            inserted = conn.execute(self._sql["insert"], params).rowcount
+        except psycopg.errors.UniqueViolation as exc:
+            self._rollback(conn)
+            return CommitOutcomeUnknown(f"an LSN of the batch exists already: {_reason(exc)}")
+        except psycopg.Error as exc:
+            # COMMIT was never sent: whatever the server holds of this transaction aborts.
+            self._rollback(conn)
+            return BatchAborted(_reason(exc))
+        if inserted != len(effect.records):
+            self._rollback(conn)
+            row = self._owner_row(conn)
+            return Fenced(
+                f"the owner row of {self.tail_id!r} holds epoch {row[0] if row else '?'} "
+                f"({row[1] if row else 'no owner'}), not ours ({effect.epoch})"
+            )
+        try:
+            conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            self._drop_writer()
+            return CommitOutcomeUnknown(f"COMMIT did not answer: {_reason(exc)}")
+        return BatchCommitted()
+
+    def _read_back(self, effect: ReadBack) -> Event:
+        psycopg = self._psycopg
+        try:
+            conn = self._write_connection()
+        except _Fenced:
+            # Another writer claimed the tail, so our old session is gone (the claim needed its
+            # lock) and its transaction is over: rows of our epoch are the truth.
+            conn = None
+        except (_LockBusy, psycopg.Error) as exc:
+            return ReadBackFailed(_reason(exc))
+        try:
+            if conn is None:
+                with self._connect("reader") as reader:
+                    return ReadBackDone(self._read_rows(reader, effect))
+            return ReadBackDone(self._read_rows(conn, effect))
+        except psycopg.Error as exc:
+            if conn is not None:
+                self._drop_writer()
+            return ReadBackFailed(_reason(exc))
+
+    def _read_rows(self, conn: Any, effect: ReadBack) -> tuple[tuple[int, int], ...]:
+        with conn.transaction():
+            conn.execute(self._sql["wait_owner"], self._params())
+            rows = conn.execute(
+                self._sql["read_back"],
+                self._params(first=effect.first_lsn, last=effect.last_lsn, epoch=effect.epoch),
+            ).fetchall()
+        return tuple((lsn, c) for lsn, c in rows)
+
+    def _trim(self, effect: Trim) -> Event:
+        psycopg = self._psycopg
+        params = self._params(after=effect.after_lsn, through=effect.through_lsn)
+        try:
+            if self._trimmer is None or self._trimmer.closed or self._trimmer.broken:
+                self._trimmer = self._connect("trimmer")
+            with self._trimmer.transaction():
+                self._trimmer.execute(self._sql["delete"], params)
+                self._trimmer.execute(self._sql["trimmed"], params)
+        except psycopg.Error as exc:
+            if self._trimmer is not None and self._trimmer.broken:
+                self._trimmer.close()
+                self._trimmer = None
+            return TrimFailed(_reason(exc))
+        return TrimDone(effect.through_lsn)
+
+    def _rollback(self, conn: Any) -> None:
+        try:
+            conn.execute("ROLLBACK")
+        except self._psycopg.Error:
+            self._drop_writer()
+
+    def _owner_row(self, conn: Any) -> Any:
+        try:
+            return conn.execute(self._sql["owner"], self._params()).fetchone()
+        except self._psycopg.Error:
+            self._drop_writer()
+            return None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+# --- the driver ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Waiter:
+    done: trio.Event
+    error: AppendFailed | None = None
+
+
+class PgTail:
+    """One open Postgres tail. Create it with `open_pg_tail`; use it only from that trio run."""
+
+    def __init__(self, backend: TailBackend, recovery: Recovery, nursery: trio.Nursery) -> None:
+        self._backend = backend
+        self._nursery = nursery
+        self._state: State = recovery.state
+        self._waiters: dict[int, _Waiter] = {}
+        self._idle = trio.Event()
+        self.replay: tuple[Record, ...] = recovery.replay
+        self.recovery = recovery
+        self._perform_all(recovery.effects)
+
+    @property
+    def tail_id(self) -> str:
+        return self._state.tail_id
+
+    @property
+    def epoch(self) -> int:
+        return self._state.epoch
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def durable_lsn(self) -> int:
+        return self._state.durable_lsn
+
+    def health(self) -> Health:
+        return health(self._state)
+
+    async def append(self, payload: bytes) -> int:
+        """Append one record; return its LSN once the COMMIT of a transaction holding it returned.
+
+        Raises AppendFailed if the tail is (or becomes) poisoned first; `outcome_unknown` says
+        the record may have committed. If the caller is cancelled while waiting, the record may
+        still commit and be replayed.
+        """
+        if len(payload) > self._state.config.payload_bytes_max:
+            raise ValueError(f"payload of {len(payload)} bytes is too large for the Postgres tail")
+        if self._state.phase is Phase.POISONED:
+            raise AppendFailed(
+                f"the Postgres tail is poisoned: {self._state.poison_reason}",
+                outcome_unknown=False,
+            )
+        lsn = self._state.next_lsn
+        waiter = _Waiter(trio.Event())
+        self._waiters[lsn] = waiter
+        self._step(AppendRequested(payload))
+        try:
+            await waiter.done.wait()
+        finally:
+            self._waiters.pop(lsn, None)
+        if waiter.error is not None:
+            raise waiter.error
+        return lsn
+
+    def advance_watermark(self, lsn: int) -> None:
+        """The lake committed every record up to `lsn`: their rows may be trimmed."""
+        self._step(WatermarkAdvanced(lsn))
+
+    async def wait_settled(self) -> None:
+        """Until nothing is queued or in flight (idle or poisoned)."""
+        while self._state.pending or self._state.inflight:
+            self._idle = trio.Event()
+            await self._idle.wait()
+
+    def _step(self, event: Event) -> None:
+        self._state, effects = step(self._state, event)
+        self._perform_all(effects)
+        if not self._state.pending and not self._state.inflight:
+            self._idle.set()
+
+    def _perform_all(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            self._perform(effect)
+
+    def _perform(self, effect: Effect) -> None:
+        match effect:
+            case Acknowledge(first_lsn=first, last_lsn=last):
+                self._wake(range(first, last + 1), None)
+            case FailAppends(reason=reason, unknown=unknown, failed=failed):
+                log.error("Postgres tail %s poisoned: %s", self.tail_id, reason)
+                self._wake(unknown, AppendFailed(reason, outcome_unknown=True))
+                self._wake(failed, AppendFailed(reason, outcome_unknown=False))
+            case RefuseAppend():
+                pass  # append() raises for its caller
+            case StartTimer(timer=timer, seconds=seconds):
+                self._nursery.start_soon(self._timer, timer, seconds)
+            case Commit() | ReadBack() | Trim():
+                self._nursery.start_soon(self._io, effect)
+            case _:
+                raise AssertionError(f"unknown effect {effect!r}")
+
+    def _wake(self, lsns: range, error: AppendFailed | None) -> None:
+        for lsn in lsns:
+            waiter = self._waiters.get(lsn)
+            if waiter is not None:
+                waiter.error = error
+                waiter.done.set()
+
+    def _fail_waiters(self, reason: str) -> None:
+        for waiter in self._waiters.values():
+            if not waiter.done.is_set():
+                waiter.error = AppendFailed(reason, outcome_unknown=True)
+                waiter.done.set()
+
+    async def _timer(self, timer: int, seconds: float) -> None:
+        await trio.sleep(seconds)
+        self._step(TimerFired(timer))
+
+    async def _io(self, effect: Commit | ReadBack | Trim) -> None:
+        # The database call must finish even if the tail is being closed: an abandoned COMMIT
+        # could land after we believed it had not.
+        with trio.CancelScope(shield=True):
+            match effect:
+                case Commit():
+                    event = await self._backend.commit(effect)
+                case ReadBack():
+                    event = await self._backend.read_back(effect)
+                case Trim():
+                    event = await self._backend.trim(effect)
+        self._step(event)
+
+
+WatermarkOf = Callable[[str], int]
+
+
+@asynccontextmanager
+async def open_pg_tail(
+    dsn: str | TailBackend,
+    config: Config | None = None,
+    *,
+    watermark_lsn: int | WatermarkOf = 0,
+    tail_id: str = "main",
+    table: str = DEFAULT_TABLE,
+    close_timeout_seconds: float = 10.0,
+) -> AsyncIterator[PgTail]:
+    """Claim the Postgres tail `tail_id` and keep it open for the block.
+
+    `dsn` is a libpq connection string or URL (or a TailBackend, for tests); `watermark_lsn` is
+    the lake's committed LSN for this tail, or a function from the tail id to it. On entry every
+    committed row is durable and `tail.replay` holds those above the watermark, to be replayed
+    into the lake before serving. Raises TailOwned when another live writer holds the tail and
+    icegres.machines.pgtail.PoisonedTail when rows the lake needs are missing. On exit, appends in
+    flight are given up to `close_timeout_seconds` to be answered; any still waiting then fail
+    with an unknown outcome, and the connections (and the lock) are released.
+    """
+    backend: TailBackend = (
+        PsycopgBackend(dsn, tail_id, table=table) if isinstance(dsn, str) else dsn
+    )
+    try:
+        watermark = watermark_lsn(tail_id) if callable(watermark_lsn) else watermark_lsn
+        claim = await backend.claim(watermark)
+        recovery = recover(claim, config or Config(), watermark_lsn=watermark)
+        async with trio.open_nursery() as nursery:
+            tail = PgTail(backend, recovery, nursery)
+            try:
+                yield tail
+                with trio.move_on_after(close_timeout_seconds):
+                    await tail.wait_settled()
+            finally:
+                tail._fail_waiters(f"the Postgres tail {tail_id!r} was closed")
+                nursery.cancel_scope.cancel()
+    finally:
+        backend.close()
