@@ -73,7 +73,10 @@ class LakeWorld:
     def __init__(self, lakehouse: Lakehouse, txn: TxnState) -> None:
         self.lakehouse = lakehouse
         self._writes: dict[str, StagedWrite] = {w.table_name: w for w in txn.writes.values()}
+        self._properties = dict(txn.snapshot_properties)
         self._landed: dict[tuple[str, str], tuple[str, Any]] = {}
+        self._exact = False  # the commit landed on exactly the bases the writes were built on
+        self._token = ""
 
     def adopt(self, engine: Any) -> None:
         """Hand the engine the snapshots this commit produced, so the next statement needs no
@@ -85,6 +88,8 @@ class LakeWorld:
         for write in self._writes.values():
             landed = self._landed.get(write.key)
             base: Any = write.base.table
+            if landed is None and self._exact and self.lakehouse.kind == "rest":
+                landed = self._landed_on_rest(write)
             if landed is None or base is None:
                 continue
             location, metadata = landed
@@ -95,6 +100,20 @@ class LakeWorld:
             plan = replace(view, metadata_location=location, snapshot_id=metadata.current_snapshot_id,
                            data_files=data_files, table=table)
             engine.adopt(write.key, write.base.metadata_location, plan)
+
+    def _landed_on_rest(self, write: StagedWrite) -> tuple[str, Any] | None:
+        """REST's transactions/commit answers without metadata: one loadTable finds the new
+        location. Adopted only if the head is exactly our snapshot on top of our base (nobody
+        committed in between), so the file list we know is the head's — no manifest reads."""
+        if write.metadata_change is not None:
+            return None
+        table: Any = self.lakehouse.load_table(*write.key)
+        snapshot = table.metadata.current_snapshot()
+        if snapshot is None or snapshot.summary is None or snapshot.summary.get(TOKEN_PROPERTY) != self._token:
+            return None
+        if snapshot.parent_snapshot_id != write.base.snapshot_id:
+            return None
+        return table.metadata_location, table.metadata
 
     # --- CommitWorld ------------------------------------------------------------------------
 
@@ -119,6 +138,8 @@ class LakeWorld:
             return PublishOutcomeUnknown(str(exc))
         if all(self._writes[t].base.snapshot_id == b for t, b in publish.bases):
             self._landed = landed  # built on exactly our bases: the new heads are base + our files
+            self._exact = True
+            self._token = request.token
         return PublishSucceeded()
 
     def inspect(self, request: CommitRequest, tables: tuple[str, ...]) -> tuple[TableHead, ...]:
@@ -169,7 +190,7 @@ class LakeWorld:
             requirements = (AssertTableUUID(uuid=table.metadata.table_uuid),
                             AssertCurrentSchemaId(current_schema_id=write.base.schema_id), *tx._requirements)
             return TableChange(write.key[0], write.key[1], requirements, tx._updates)
-        producer = tx.update_snapshot(snapshot_properties={TOKEN_PROPERTY: token})
+        producer = tx.update_snapshot(snapshot_properties={**self._properties, TOKEN_PROPERTY: token})
         if write.is_append:
             with producer.fast_append() as append:
                 for data_file in write.added.values():

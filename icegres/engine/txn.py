@@ -88,6 +88,9 @@ class TxnState:
     marks: list[tuple[str, dict[Key, StagedWrite]]] = field(default_factory=list)
     version: int = 0
     ident: int = field(default_factory=lambda: next(_txn_ids))
+    # Extra snapshot-summary properties for every snapshot the commit makes (the write buffer's
+    # tail watermark: `icegres.tail-id`, `icegres.tail-lsn`), published in the same atomic commit.
+    snapshot_properties: dict[str, str] = field(default_factory=dict)
 
     def pin(self, key: Key, plan: ReadPlan | None) -> None:
         if key in self.pins:
