@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the lakehouse to Postgres clients")
     add_arguments(serve, ("data_dir", "host", "port", "database", "password_file", "query_threads",
-                          "log_level", *_CATALOG_KEYS))
+                          "log_level", "write_buffer_ms", "tail_dir", *_CATALOG_KEYS))
     seed = sub.add_parser("seed", help="write the deterministic demo tables (idempotent), on any catalog")
     add_arguments(seed, ("data_dir", "log_level", *_CATALOG_KEYS))
     seed.add_argument("--rows", type=int, default=1_000_000, help="rows in demo.trips")
@@ -81,30 +81,67 @@ def _serve(settings: Settings) -> int:
         print(f"icegres: {exc.message}", file=sys.stderr)
         return 1
     server = PgServer(settings, engine)
+    log = logging.getLogger("icegres")
 
     async def run() -> None:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(server.serve)
-            auth = "password" if settings.users else "trust"
-            logging.getLogger("icegres").info(
-                "serving %s on %s:%d (database %s, %s auth) after %.2fs",
-                lakehouse.description, settings.host, settings.port, settings.database, auth,
-                time.monotonic() - started,
-            )
-            import signal
+        import signal
 
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
-                    logging.getLogger("icegres").info("shutting down")
-                    nursery.cancel_scope.cancel()
-                    return
+        from icegres.ladder import open_ladder
+
+        # The signal receiver is open before the ladder starts, so a SIGTERM during replay waits
+        # for the replay (and then drains) instead of killing the process halfway.
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with open_ladder(engine, write_buffer_ms=settings.write_buffer_ms,
+                                   tail_dir=settings.tail_dir) as ladder:
+                if ladder is not None:
+                    log.info("write buffer on: %d ms window, %s (replayed %d records)",
+                             settings.write_buffer_ms,
+                             f"WAL tail {settings.tail_dir}" if settings.tail_dir else "memory only",
+                             ladder.replayed_records)
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(server.serve)
+                    auth = "password" if settings.users else "trust"
+                    log.info(
+                        "serving %s on %s:%d (database %s, %s auth) after %.2fs",
+                        lakehouse.description, settings.host, settings.port, settings.database, auth,
+                        time.monotonic() - started,
+                    )
+                    async for _ in signals:
+                        log.info("shutting down")
+                        if ladder is not None:
+                            # Every acked row goes to the lake before the process exits.
+                            await ladder.shutdown()
+                            log.info("write buffer flushed: %s", ladder.stats())
+                        nursery.cancel_scope.cancel()
+                        return
 
     try:
         trio.run(run)
     except OSError as exc:
         print(f"icegres: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        from icegres.machines.drivers.wal import AppendFailed
+        from icegres.machines.wal import PoisonedTail
+
+        cause = _find(exc, (PoisonedTail, AppendFailed))
+        if cause is not None:
+            print(f"icegres: cannot open the WAL tail {settings.tail_dir}: {cause}", file=sys.stderr)
+            return 1
+        raise
     return 0
+
+
+def _find(exc: BaseException, kinds: tuple[type, ...]) -> BaseException | None:
+    """The first exception of `kinds` in `exc` or, through exception groups, inside it."""
+    if isinstance(exc, kinds):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find(inner, kinds)
+            if found is not None:
+                return found
+    return None
 
 
 if __name__ == "__main__":

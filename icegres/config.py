@@ -58,6 +58,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("s3_secret_key", None, "S3 secret access key", secret=True),
     Option("s3_region", None, "S3 region"),
     Option("s3_path_style", False, "use path-style S3 addressing (MinIO, SeaweedFS)", bool),
+    Option("write_buffer_ms", 0, "group-commit window: autocommit INSERT/COPY into tables without a primary key are acked from memory and committed to the lake per table at most this many ms later (0 = off: every write commits before its ack)", int),
+    Option("tail_dir", None, "local write-ahead log directory: buffered writes are fsynced here before the ack and replayed at start-up (requires --write-buffer-ms > 0)"),
 )
 OPTIONS_BY_KEY = {o.key: o for o in OPTIONS}
 
@@ -86,6 +88,8 @@ class Settings:
     s3_secret_key: str | None = field(default=None, repr=False)
     s3_region: str | None = None
     s3_path_style: bool = False
+    write_buffer_ms: int = 0
+    tail_dir: str | None = None
 
     @property
     def warehouse_dir(self) -> Path:
@@ -153,7 +157,19 @@ def resolve(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -
         values[option.key] = option.default if value is None else value
     users = load_users(values.pop("password_file"), values.pop("users"))
     values["data_dir"] = Path(values["data_dir"])
+    check_write_ladder(values["write_buffer_ms"], values["tail_dir"])
     return Settings(users=users, **values)
+
+
+def check_write_ladder(write_buffer_ms: int, tail_dir: str | None) -> None:
+    """The write-ladder options make sense together, or start-up stops with this ValueError."""
+    if write_buffer_ms < 0:
+        raise ValueError("--write-buffer-ms must be >= 0 (0 turns the write buffer off)")
+    if tail_dir and write_buffer_ms == 0:
+        raise ValueError(
+            "--tail-dir needs the write buffer: set --write-buffer-ms (ICEGRES_WRITE_BUFFER_MS) "
+            "to a window > 0, e.g. 200"
+        )
 
 
 def _parse(option: Option, raw: Any) -> Any:

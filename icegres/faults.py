@@ -17,6 +17,9 @@ Points:
   mid-publish     SQL catalogs: the new table metadata files are written, the database
                   transaction that moves the pointers has not begun; REST: just before the
                   `transactions/commit` POST (`catalog.commit_tables`).
+  after-flush-commit  the write buffer's flush committed (its snapshot carries the tail
+                  watermark) and is mounted; the WAL has not been told it may trim
+                  (`icegres.ladder`).
 
 The variable is read and parsed once, when this module is first imported (at server start-up,
 via the catalog module). A malformed value raises ValueError then — a typo must never silently
@@ -31,7 +34,7 @@ import time
 from dataclasses import dataclass
 
 ENV_VAR = "ICEGRES_FAULTS"
-POINTS = frozenset({"before-publish", "mid-publish"})
+POINTS = frozenset({"before-publish", "mid-publish", "after-flush-commit"})
 SLEEP_S_MAX = 3600.0
 CRASH_EXIT_CODE = 137  # what a shell reports for SIGKILL (128 + 9)
 

@@ -127,7 +127,57 @@ def describe(qctx: QueryContext, sql: str) -> tuple[pa.Schema | None, dict[int, 
 # --- statements ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class InsertRows:
+    """An INSERT computed but not written: the write buffer's path (`insert_rows`)."""
+
+    key: Key
+    rows: pa.Table
+    returning: pa.Table | None
+
+    @property
+    def tag(self) -> str:
+        return f"INSERT 0 {self.rows.num_rows}"
+
+
+def insert_rows(qctx: QueryContext, txn: TxnState, sql: str, params: dict[str, Any] | None) -> InsertRows | None:
+    """An autocommit INSERT's conformed rows and RETURNING rows, exactly as `execute` computes
+    them, with nothing written or staged. None when the write buffer must not take the statement
+    (not an INSERT, or a primary-key target: the key check needs every row in the lake)."""
+    import sqlglot.expressions as exp
+
+    tree = parse(sql)
+    if not isinstance(tree, exp.Insert):
+        return None
+    qctx.pin_for(sql)
+    table = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    key = _target(qctx, txn, table)
+    if _plan_of(txn, key).primary_key:
+        return None
+    key, rows = _insert_rows(qctx, txn, tree, params)
+    returning = None
+    if tree.args.get("returning") is not None:
+        returning = _returning(qctx, tree.args["returning"], rows, table, key)
+    return InsertRows(key, rows, returning)
+
+
 def _insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[str, Any] | None) -> DmlResult:
+    import sqlglot.expressions as exp
+
+    key, rows = _insert_rows(qctx, txn, tree, params)
+    plan = _plan_of(txn, key)
+    _check_unique(qctx, plan, key, rows, exclude_files=())
+    _append(txn, key, rows)
+    returning = None
+    if tree.args.get("returning") is not None:
+        table = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+        returning = _returning(qctx, tree.args["returning"], rows, table, key)
+    return DmlResult(f"INSERT 0 {rows.num_rows}", returning)
+
+
+def _insert_rows(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
+                 params: dict[str, Any] | None) -> tuple[Key, pa.Table]:
+    """The target and the conformed rows an INSERT adds (nothing written)."""
     import sqlglot.expressions as exp
 
     if tree.args.get("conflict") is not None:
@@ -142,19 +192,16 @@ def _insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[st
     elif (data := _parameter_rows(source, columns, plan, params)) is not None:
         pass
     else:
-        df = qctx.plan(_sql(source), params)
-        if len(df.schema()) != len(columns):
-            more = "expressions" if len(df.schema()) > len(columns) else "target columns"
-            raise PgError("42601", f"INSERT has more {more} than {'target columns' if more == 'expressions' else 'expressions'}")
-        data = _collect(df)
+        source_sql = _sql(source)
+        # Outside a transaction block the source also sees the write buffer's acked rows.
+        with qctx.buffered_reads(qctx.buffered_entries(source_sql)):
+            df = qctx.plan(source_sql, params)
+            if len(df.schema()) != len(columns):
+                more = "expressions" if len(df.schema()) > len(columns) else "target columns"
+                raise PgError("42601", f"INSERT has more {more} than {'target columns' if more == 'expressions' else 'expressions'}")
+            data = _collect(df)
         data = data.rename_columns(columns)
-    rows = conform(data, plan, key)
-    _check_unique(qctx, plan, key, rows, exclude_files=())
-    _append(txn, key, rows)
-    returning = None
-    if tree.args.get("returning") is not None:
-        returning = _returning(qctx, tree.args["returning"], rows, table, key)
-    return DmlResult(f"INSERT 0 {rows.num_rows}", returning)
+    return key, conform(data, plan, key)
 
 
 def _update(qctx: QueryContext, txn: TxnState, tree: exp.Update, params: dict[str, Any] | None) -> DmlResult:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +116,9 @@ class Engine:
         self._pending: dict[tuple[str, str], str] = {}  # changed in the catalog, not yet mounted
         self._fresh_pool: Any = None
         self._shape_dirty = True  # tables or schemas went away: pg_catalog must be rebuilt
+        # The write ladder (icegres.ladder.WriteLadder) while --write-buffer-ms is on: statements
+        # union its acked, not yet mounted rows with the tables they read.
+        self.ladder: Any = None
         for schema in SYSTEM_SCHEMAS:
             self._ensure_schema(schema)
 
@@ -372,9 +377,13 @@ class QueryContext:
         # set, statements read its pinned snapshots and staged writes through a private context.
         self.txn: TxnState | None = None
         self._private: tuple[tuple[int, int, str], SessionContext] | None = None
+        # One statement's context over the write buffer's rows (see `buffered_reads`).
+        self._overlay: SessionContext | None = None
 
     @property
     def ctx(self) -> SessionContext:
+        if self._overlay is not None:
+            return self._overlay
         if self.txn is not None and not self.txn.autocommit:
             return self._private_ctx(self.txn)
         default = self._default_schema()
@@ -451,6 +460,17 @@ class QueryContext:
         assert txn is not None
         if txn.serializable and sql:
             txn.read_keys |= self.table_refs(sql) or set()
+        ladder = self.engine.ladder
+        if ladder is not None and not txn.autocommit and ladder.has_entries():
+            # A transaction block reads lake snapshots only (its pins): rows acked by the write
+            # buffer must be in the lake before a table is pinned, or the block would miss them.
+            if self.engine.lakehouse.kind != "rest":
+                if not txn.pinned_all:
+                    ladder.settle_blocking(None)
+            else:
+                refs = self.table_refs(sql) if sql else set()
+                if refs is None or any(ref not in txn.pins for ref in refs):
+                    ladder.settle_blocking(None if refs is None else {r for r in refs if r not in txn.pins})
         if self.engine.lakehouse.kind != "rest" and not txn.autocommit:
             if not txn.pinned_all:
                 self.engine.refresh(None)
@@ -509,12 +529,21 @@ class QueryContext:
         key = (txn.ident, txn.version, default)
         if self._private is not None and self._private[0] == key:
             return self._private[1]
+        stores = self.engine.stores
+        views = {k: (lambda ctx, plan=plan: to_dataframe(ctx, plan, stores)) for k, plan in txn.views().items()}
+        ctx = self._context_with(views)
+        self._private = (key, ctx)
+        return ctx
+
+    def _context_with(self, views: dict[tuple[str, str], Any]) -> SessionContext:
+        """A new context over a private copy of the shared catalog in which each table of `views`
+        is replaced by `views[key](ctx)` (a DataFrame)."""
         from datafusion import SessionContext
         from datafusion.catalog import Catalog, Schema
 
         from icegres.engine import pg_functions
 
-        ctx = SessionContext(session_config(default, object_store=self.engine.object_store))
+        ctx = SessionContext(session_config(self._default_schema(), object_store=self.engine.object_store))
         catalog = Catalog.memory_catalog()
         master = self.engine.master.catalog(DEFAULT_CATALOG)
         schemas = {}
@@ -527,17 +556,58 @@ class QueryContext:
             schemas[schema_name] = schema
         ctx.register_catalog_provider(DEFAULT_CATALOG, catalog)
         self.engine.stores.register_all(ctx)
-        for (ns, name), plan in txn.views().items():
+        for (ns, name), make in views.items():
             schema = schemas.get(ns)
             if schema is None:
                 schema = schemas[ns] = Schema.memory_schema()
                 catalog.register_schema(ns, schema)
             if name in schema.names():
                 schema.deregister_table(name)
-            schema.register_table(name, to_dataframe(ctx, plan, self.engine.stores).into_view())
+            schema.register_table(name, make(ctx).into_view())
         pg_functions.register_functions(ctx, self.env)
-        self._private = (key, ctx)
         return ctx
+
+    # --- the write buffer ----------------------------------------------------------------------
+
+    def buffered_entries(self, sql: str) -> dict[tuple[str, str], Any] | None:
+        """The write buffer's acked entries of the tables `sql` reads, or None (nothing buffered,
+        or inside a transaction block, which reads lake snapshots only). Call it BEFORE the
+        statement's plans are read: entries first, then the plan, is what makes the union exact."""
+        ladder = self.engine.ladder
+        if ladder is None or (self.txn is not None and not self.txn.autocommit) or not ladder.has_entries():
+            return None
+        return ladder.visible(self.table_refs(sql)) or None
+
+    @contextmanager
+    def buffered_reads(self, taken: dict[tuple[str, str], Any] | None) -> Iterator[None]:
+        """For the block, plan on a context where each table of `taken` is its mounted plan
+        (read now) plus the entries above that plan's lake watermark."""
+        if not taken:
+            yield
+            return
+        ladder = self.engine.ladder
+        plans = self.engine.plans()
+        stores = self.engine.stores
+        views = {}
+        for key, entries in taken.items():
+            plan = plans.get(key)
+            if plan is None:
+                continue  # dropped meanwhile: the statement gets its 42P01
+            mark = ladder.watermark(plan)
+            rows = [b.rows for b in entries if b.lsn > mark]
+
+            def make(ctx: Any, plan: ReadPlan = plan, rows: list[pa.Table] = rows) -> Any:
+                df = to_dataframe(ctx, plan, stores)
+                if rows:
+                    df = df.union(ctx.from_arrow(_fit(rows, df.schema())))
+                return df
+
+            views[key] = make
+        self._overlay = self._context_with(views)
+        try:
+            yield
+        finally:
+            self._overlay = None
 
     def end_transaction(self) -> None:
         self.txn = None
@@ -568,6 +638,11 @@ class QueryContext:
 
         The schema carries the column names PostgreSQL would give the result.
         """
+        taken = self.buffered_entries(sql)
+        if taken:
+            self.refresh_for(sql)
+            with self.buffered_reads(taken):
+                return self._execute(sql, params)
         speculated = self._start_speculating(sql, params)
         if speculated is not None:
             return speculated
@@ -658,6 +733,17 @@ def _needs_rewrite(sql: str) -> bool:
 
 
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_$]*")
+
+
+def _fit(parts: list[pa.Table], schema: pa.Schema) -> pa.Table:
+    """Buffered rows (the table's write schema when they were inserted) as `schema`, by name:
+    the scan's types (Utf8View strings), a column added since as NULL."""
+    rows = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
+    columns = [
+        rows.column(f.name).cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=pa.schema([f.with_nullable(True) for f in schema]))
 
 
 class _Prefetched:

@@ -43,6 +43,7 @@ from icegres.machines.buffer import (
     FlushTable,
     Metrics,
     Phase,
+    Recovered,
     Refuse,
     ReportLost,
     ShutdownRequested,
@@ -137,6 +138,7 @@ class BufferDriver:
         self._deadline_ms: int | None = None
         self._entries = 0
         self._stopped = trio.Event()
+        self._stepped = trio.Event()
         self._running = False
         self.lost: list[ReportLost] = []
 
@@ -172,19 +174,62 @@ class BufferDriver:
         Raises BufferRefused when the buffer refuses (shutting down, full). Not cancellable midway
         in effect: once sent, the entry is acked or refused whether or not the caller waits.
         """
+        entry_id = self.submit(table, rows_ref, row_count, size_bytes, lsn)
+        await self.acked(entry_id)
+        return entry_id
+
+    def submit(
+        self,
+        table: str,
+        rows_ref: Any,
+        row_count: int,
+        size_bytes: int,
+        lsn: int | None = None,
+    ) -> str:
+        """The first half of `append`, without waiting: the entry joins the command queue now.
+
+        Entries reach the core in the order of `submit` calls, which is how a tail front door
+        keeps lsn order when its durable acks wake writers in any order. Await `acked` next.
+        """
         if self._stopped.is_set() or not self._running:
             raise BufferRefused("57P01", "the write buffer is not running")
         self._entries += 1
         entry_id = f"{self._state.incarnation}-{self._entries}"
-        done = self._waiters[entry_id] = trio.Event()
+        self._waiters[entry_id] = trio.Event()
         self._send.send_nowait(
             partial(Appended, entry_id, table, rows_ref, lsn, row_count, size_bytes)
         )
-        await done.wait()
+        return entry_id
+
+    async def acked(self, entry_id: str) -> None:
+        """Wait for the core's answer to a submitted entry; BufferRefused if it was refused."""
+        done = self._waiters.get(entry_id)
+        if done is not None:
+            await done.wait()
         refused = self._answers.pop(entry_id)
         if refused is not None:
             raise BufferRefused(refused.sqlstate, refused.message)
-        return entry_id
+
+    def replay(self, entries: list[tuple[str, Any, int, int, int]]) -> None:
+        """Restart under the tail policy: hand the core the acked records not yet in the lake.
+
+        `entries` are (table, rows_ref, lsn, row_count, size_bytes) in lsn order. Must be the
+        first command after `run` started (the core accepts `Recovered` only first); the replayed
+        batches are flushed at once. Readers start with no snapshot adopted.
+        """
+        if self._entries or not self._running:
+            raise AssertionError("replay must come first, after run started")
+        made = []
+        for table, rows_ref, lsn, row_count, size_bytes in entries:
+            self._entries += 1
+            entry_id = f"{self._state.incarnation}-{self._entries}"
+            made.append(Entry(entry_id, table, row_count, size_bytes, lsn, 0, rows_ref))
+        self._send.send_nowait(partial(Recovered, tuple(made), ()))
+
+    async def wait_until(self, predicate: Callable[[State], bool]) -> None:
+        """Return once `predicate(state)` holds (checked after every step) or the core stopped."""
+        while not predicate(self._state) and not self._stopped.is_set():
+            await self._stepped.wait()
 
     async def shutdown(self) -> None:
         """Refuse new appends, flush everything, and return when the core has stopped."""
@@ -206,9 +251,12 @@ class BufferDriver:
                     self._state, effects = step(self._state, event)
                     for effect in effects:
                         self._perform(effect, nursery)
+                    self._stepped.set()
+                    self._stepped = trio.Event()
             finally:
                 self._running = False
                 self._stopped.set()
+                self._stepped.set()
                 self._refuse_waiters()
 
     async def _next_command(self) -> Callable[[int], Event]:

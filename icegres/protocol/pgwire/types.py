@@ -2313,6 +2313,8 @@ def _parse_time(s: str, with_tz: bool, settings: TextSettings) -> time | _Unrepr
         )
     us = _time_of_day_us(m.group("time"), s)
     if not with_tz:
+        if m.group("zone") and _OFFSET_RE.fullmatch(m.group("zone")):
+            _zone_offset_s(m.group("zone"), s, settings)  # ignored, but PostgreSQL still range-checks it
         return _time_from_us(us)
     if m.group("zone"):
         off = _zone_offset_s(m.group("zone"), s, settings)

@@ -52,6 +52,18 @@ async def run_write(session: Session, stmt: Statement, params: list[Any] | None,
     from icegres.engine import dml
 
     values = {str(i + 1): v for i, v in enumerate(params or [])} or None
+    ladder = session.qctx.engine.ladder
+    if ladder is not None and session.tx.status == "I":
+        if stmt.tag == "INSERT":
+            buffered = await _buffered_insert(session, ladder, stmt.sql, values)
+            if buffered is not None:
+                if buffered.returning is not None:
+                    await _send_table(session, buffered.returning, describe, formats)
+                session.send(m.command_complete(buffered.tag))
+                return
+        else:
+            # A rewrite must see the buffered rows of the tables it reads as lake files.
+            await ladder.settle(session.qctx.table_refs(stmt.sql))
     result = await _in_transaction(session, lambda txn: dml.execute(session.qctx, txn, stmt.sql, values))
     if result.returning is not None:
         await _send_table(session, result.returning, describe, formats)
@@ -67,6 +79,11 @@ async def run_ddl(session: Session, stmt: Statement) -> None:
         return
     qctx = session.qctx
     path = list(qctx.env.search_path)
+    if qctx.engine.ladder is not None:
+        # ALTER/DROP: the table's buffered rows go to the lake under the schema they were acked in.
+        keys = await session._in_thread(_ddl_keys, cmd, path, qctx)
+        if keys:
+            await qctx.engine.ladder.settle(keys)
 
     def apply() -> list[str]:
         notices = ddl_apply.apply_ddl(qctx.engine.lakehouse, cmd, path)
@@ -119,7 +136,8 @@ async def _create_table_as(session: Session, cmd: Any) -> None:
     path = list(qctx.env.search_path)
 
     def create() -> tuple[tuple[str, str] | None, pa.Table]:
-        data = dml._collect(qctx.plan(cmd.query_sql, None))
+        with qctx.buffered_reads(qctx.buffered_entries(cmd.query_sql)):
+            data = dml._collect(qctx.plan(cmd.query_sql, None))
         key = ddl_apply.create_table_from_arrow(qctx.engine.lakehouse, cmd, data.schema, path)
         if key is not None:
             qctx.engine.refresh(None if qctx.engine.lakehouse.kind != "rest" else {key})
@@ -144,6 +162,22 @@ async def _create_table_as(session: Session, cmd: Any) -> None:
 
     count = await _in_transaction(session, append)
     session.send(m.command_complete(f"SELECT {count}"))
+
+
+async def _buffered_insert(session: Session, ladder: Any, sql: str, values: dict[str, Any] | None) -> Any:
+    """An autocommit INSERT through the write buffer: rows computed as the synchronous path does,
+    acked once the buffer (and its tail) took them. None: the statement stays synchronous."""
+    from icegres.engine import dml
+
+    qctx = session.qctx
+    qctx.txn = new_transaction(session, None, autocommit=True)
+    try:
+        result = await session._in_thread(dml.insert_rows, qctx, qctx.txn, sql, values)
+    finally:
+        qctx.end_transaction()
+    if result is not None:
+        await ladder.append(result.key, result.rows)
+    return result
 
 
 async def _in_transaction(session: Session, work: Any) -> Any:
@@ -288,15 +322,29 @@ async def copy_from(session: Session, stmt: Statement) -> None:
             else:
                 raise PgError(E.PROTOCOL_VIOLATION, f"unexpected message type during COPY from stdin: {type(msg).__name__}")
 
-    def load(txn: TxnState) -> int:
+    def rows_of(txn: TxnState) -> tuple[tuple[str, str], pa.Table, bool]:
         key, names, schema = target_info(txn)
         table = parse_copy(b"".join(chunks), fmt, names, schema)
         plan = dml._plan_of(txn, key)
-        rows = assign.conform(table, plan, key)
+        return key, assign.conform(table, plan, key), bool(plan.primary_key)
+
+    def load(txn: TxnState) -> int:
+        key, rows, _ = rows_of(txn)
         dml._append(txn, key, rows)
         return rows.num_rows
 
     await receive()
+    ladder = qctx.engine.ladder
+    if ladder is not None and session.tx.status == "I":
+        qctx.txn = new_transaction(session, None, autocommit=True)
+        try:
+            key, rows, has_pk = await session._in_thread(rows_of, qctx.txn)
+        finally:
+            qctx.end_transaction()
+        if not has_pk:  # a primary-key table stays synchronous (its key check needs the lake)
+            await ladder.append(key, rows)
+            session.send(m.command_complete(f"COPY {rows.num_rows}"))
+            return
     count = await _in_transaction(session, load)
     session.send(m.command_complete(f"COPY {count}"))
 
