@@ -84,7 +84,7 @@ def describe(qctx: QueryContext, sql: str) -> tuple[pa.Schema | None, dict[int, 
     from icegres.engine.params import placeholder_types
 
     tree = parse(sql)
-    qctx.pin_for(sql)
+    qctx.pin_for(sql, fresh=False)
     txn = qctx.txn
     table = tree.this.this if isinstance(tree, exp.Insert) and isinstance(tree.this, exp.Schema) else (
         tree.this if not isinstance(tree, exp.TruncateTable) else None)

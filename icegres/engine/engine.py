@@ -449,8 +449,12 @@ class QueryContext:
 
     # --- transactions ------------------------------------------------------------------------
 
-    def pin_for(self, sql: str) -> None:
+    def pin_for(self, sql: str, *, fresh: bool = True) -> None:
         """Inside a transaction: pin the snapshot of every table the statement may read.
+
+        `fresh=False` (describing an autocommit statement at Parse time) pins what is mounted
+        without a catalog round trip when every table is mounted: the statement's Execute pins
+        afresh, and only parameter types and RETURNING columns come from this.
 
         On SQL catalogs the first statement pins every table at once (one listing is one
         consistent instant of the whole catalog); on REST catalogs each table is pinned when a
@@ -477,6 +481,13 @@ class QueryContext:
                 txn.pin_all(self.engine.plans())
             return
         refs = self.table_refs(sql) if sql else set()
+        if not fresh and txn.autocommit and refs is not None:
+            # Unqualified names expand over search_path: the mounted candidates are the answer.
+            mounted = {ref: self.engine.read_plan(*ref) for ref in refs if ref not in txn.pins}
+            if any(plan is not None for plan in mounted.values()):
+                for key, plan in mounted.items():
+                    txn.pin(key, plan)
+                return
         if refs is None:  # catalog introspection reads every table
             self.engine.refresh(None)
             for key, plan in self.engine.plans().items():
