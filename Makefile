@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 5439
 PYTEST_ARGS ?=
 
-.PHONY: serve test test-unit test-e2e seed lint bench clean install
+.PHONY: serve test test-unit test-e2e seed lint bench clean install flightsql-protos
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,7 +45,14 @@ lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check icegres tests bench
 
 bench: $(VENV)/.test-installed
-	$(PY) -m bench.pgwire_read
+	$(PY) -m bench $(BENCH_ARGS)
+
+# The Flight / Flight SQL protobuf modules are generated and committed; run this after editing
+# icegres/protocol/flightsql/proto/*.proto (grpcio-tools comes with the test extra).
+FLIGHT_PROTO := icegres/protocol/flightsql/proto
+flightsql-protos: $(VENV)/.test-installed
+	$(PY) -m grpc_tools.protoc -I $(FLIGHT_PROTO) --python_out=icegres/protocol/flightsql \
+		--pyi_out=icegres/protocol/flightsql $(FLIGHT_PROTO)/icegres_flight.proto $(FLIGHT_PROTO)/icegres_flight_sql.proto
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR)

@@ -1,0 +1,157 @@
+"""`python -m bench [suite ...] [--backend embedded|seaweedfs|both] [--rounds N] [--quick]`
+
+Runs the named suites (default: every suite below except the long write ones, see DEFAULT), each
+interleaving its peers round by round, and writes bench/results/<date>-<section>.json, its
+bench/SCORECARD.md section and its plots. `--check` instead compares the newest results' ratios
+with bench/baselines.json and exits 1 on a regression beyond the tolerance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+SUITES = {
+    "read": "read latency over pgwire (trips + TPC-H) vs in-process, DuckDB, PostgreSQL",
+    "concurrency": "qps and p95 at 1/4/16/64 connections, icegres vs PostgreSQL",
+    "startup": "process start to first answered query, peak RSS, icegres vs PostgreSQL",
+    "scale": "point/filter/join/group-by at 1M and 10M rows (50M with --scale-50m)",
+    "pgwire_read": "bench/pgwire_read.py (streaming, anatomy, S3 requests)",
+    "pgwire_write": "bench/pgwire_write.py (sync DML vs pyiceberg appends)",
+    "write_ladder": "bench/write_ladder.py (ack latency per write-ladder rung vs bare fsync)",
+}
+DEFAULT = ("read", "concurrency", "startup", "scale", "pgwire_read", "pgwire_write")
+
+
+@dataclass
+class Options:
+    backends: tuple[str, ...]
+    rounds: int | None
+    quick: bool
+    write: bool
+    command: str
+    scale_50m: bool
+
+    def rounds_or(self, default: int) -> int:
+        return self.rounds if self.rounds is not None else default
+
+
+def _legacy(name: str, opts: Options) -> None:
+    """The per-issue harnesses keep their own CLI, results and scorecard sections."""
+    backend = "both" if len(opts.backends) > 1 else opts.backends[0]
+    args: list[str] = []
+    if name == "pgwire_read":
+        from bench.pgwire_read import main
+
+        args = ["--backend", backend, "--rounds", str(opts.rounds_or(3 if opts.quick else 15))]
+        if opts.quick:
+            args += ["--warmup", "1", "--starts", "1", "--stream-attempts", "1"]
+    elif name == "pgwire_write":
+        from bench.pgwire_write import main
+
+        args = ["--backend", backend, "--rounds", str(opts.rounds_or(5 if opts.quick else 20))]
+        if opts.quick:
+            args.append("--no-profile")
+    else:
+        from bench.write_ladder import main
+
+        if opts.quick:
+            args = ["--statements", "100", "--seconds", "1.5"]
+    if not opts.write:
+        args.append("--no-write") if name != "write_ladder" else None
+    print(f"[{name}] python -m bench.{name} {' '.join(args)}", flush=True)
+    rc = main(args)
+    if rc:
+        raise RuntimeError(f"bench.{name} exited with {rc}")
+
+
+def run_suite(name: str, opts: Options) -> None:
+    if name in ("pgwire_read", "pgwire_write", "write_ladder"):
+        _legacy(name, opts)
+        return
+    module = __import__(f"bench.suites.{name}", fromlist=["run"])
+    module.run(opts)
+
+
+def check(tolerance: float | None) -> int:
+    from bench.harness import BASELINES, GATE_TOLERANCE, check, latest_results
+
+    baselines = json.loads(BASELINES.read_text())
+    tol = tolerance if tolerance is not None else float(baselines.get("_tolerance", GATE_TOLERANCE))
+    ok, lines = check(latest_results(), baselines, tol)
+    print(f"bench gate: newest results vs bench/baselines.json, tolerance {tol:.0%} (ratios only)")
+    print("\n".join(lines))
+    print("PASS" if ok else "FAIL: a ratio regressed beyond the tolerance")
+    return 0 if ok else 1
+
+
+def update_baselines() -> int:
+    """Write the newest results' gated ratios as the baselines (review the diff before committing)."""
+    from bench.harness import BASELINES, GATE_TOLERANCE, latest_results
+
+    old: dict[str, Any] = json.loads(BASELINES.read_text()) if BASELINES.exists() else {}
+    out: dict[str, Any] = {"_tolerance": old.get("_tolerance", GATE_TOLERANCE),
+                           "_note": "ratios, not times; regenerate with python -m bench --update-baselines"}
+    for section, rep in sorted(latest_results().items()):
+        gate = rep.get("gate") or {}
+        if gate:
+            better = rep.get("gate_better", {})
+            out[section] = {m: {"ratio": round(v, 3), "better": better.get(m, "lower"),
+                                "from": f"{rep.get('date')} {rep.get('commit')}"}
+                            for m, v in sorted(gate.items()) if v is not None}
+    BASELINES.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {BASELINES}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="suites:\n" + "\n".join(f"  {k:13} {v}" for k, v in SUITES.items()))
+    ap.add_argument("suites", nargs="*", metavar="suite", help=f"default: {' '.join(DEFAULT)}")
+    ap.add_argument("--backend", choices=("embedded", "seaweedfs", "both"), default="embedded")
+    ap.add_argument("--rounds", type=int, default=None, help="measured rounds (per-suite default)")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and iterations (smoke run)")
+    ap.add_argument("--no-write", action="store_true", help="print only; no results/scorecard/plots")
+    ap.add_argument("--scale-50m", action="store_true",
+                    help="scale suite: add trips at 50M rows (long to build and run on 2 cores)")
+    ap.add_argument("--check", action="store_true", help="regression gate: newest ratios vs baselines")
+    ap.add_argument("--tolerance", type=float, default=None, help="gate tolerance (default in baselines.json)")
+    ap.add_argument("--update-baselines", action="store_true", help="newest ratios -> bench/baselines.json")
+    args = ap.parse_args(argv)
+    if args.check:
+        return check(args.tolerance)
+    if args.update_baselines:
+        return update_baselines()
+    unknown = [s for s in args.suites if s not in SUITES]
+    if unknown:
+        ap.error(f"unknown suite(s) {unknown}; known: {', '.join(SUITES)}")
+    command = "python -m bench " + " ".join(sys.argv[1:] if argv is None else argv)
+    opts = Options(
+        backends=("embedded", "seaweedfs") if args.backend == "both" else (args.backend,),
+        rounds=args.rounds, quick=args.quick, write=not args.no_write, command=command.strip(),
+        scale_50m=args.scale_50m,
+    )
+    failed: list[str] = []
+    for name in args.suites or DEFAULT:
+        t0 = time.perf_counter()
+        print(f"\n=== suite {name} ===", flush=True)
+        try:
+            run_suite(name, opts)
+        except Exception as exc:  # one broken suite must not hide the others' numbers
+            import traceback
+
+            traceback.print_exc()
+            failed.append(f"{name}: {type(exc).__name__}: {exc}")
+        print(f"=== suite {name} done in {time.perf_counter() - t0:.0f} s ===", flush=True)
+    for f in failed:
+        print(f"SUITE FAILED {f}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

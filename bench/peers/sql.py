@@ -1,0 +1,79 @@
+"""icegres over pgwire, icegres's engine in-process, and DuckDB + iceberg, on the same tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.harness import Peer
+
+
+def arrow_rows(batches: list[Any]) -> list[tuple]:
+    rows: list[tuple] = []
+    for b in batches:
+        rows.extend(zip(*[c.to_pylist() for c in b.columns], strict=True))
+    return rows
+
+
+class PgwirePeer(Peer):
+    """psycopg 3 with its defaults, one autocommit connection: a simple Query for a new text, a
+    prepared statement after psycopg has seen a text 5 times."""
+
+    def __init__(self, conninfo: str, name: str) -> None:
+        import psycopg
+
+        self.name = name
+        self.conn = psycopg.connect(conninfo, autocommit=True)
+
+    def run(self, sql: str) -> list[tuple]:
+        return self.conn.execute(sql).fetchall()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class InProcessPeer(Peer):
+    """icegres's engine in this process, no wire: `ctx.sql(q).collect()` (Arrow batches)."""
+
+    def __init__(self, backend: Any, name: str = "in-process") -> None:
+        from icegres.engine.engine import Engine
+
+        self.name = name
+        self.engine = Engine(backend.lakehouse())
+        self.engine.refresh()
+        self.ctx = self.engine.new_context("public")
+
+    def run(self, sql: str) -> list[tuple]:
+        return arrow_rows(self.ctx.sql(sql).collect())
+
+
+class DuckPeer(Peer):
+    """DuckDB 1.5.5 in process, `iceberg_scan('<current metadata file>')` behind views named like
+    icegres's tables (a view inlines, so filters push into the scan). Opened once, as a server
+    would; extensions installed offline from their wheels."""
+
+    def __init__(self, locations: dict[str, str], name: str = "duckdb",
+                 extensions: tuple[str, ...] = ("avro", "iceberg"), setup: tuple[str, ...] = ()) -> None:
+        from bench.datasets import duck_connect
+
+        self.name = name
+        self.con = duck_connect(extensions)
+        for stmt in setup:
+            self.con.execute(stmt)
+        for schema in sorted({k.split(".", 1)[0] for k in locations}):
+            self.con.execute(f"create schema if not exists {schema}")
+        for qualified, loc in sorted(locations.items()):
+            self.con.execute(f"create view {qualified} as select * from iceberg_scan('{loc}')")
+
+    def run(self, sql: str) -> list[tuple]:
+        # Arrow, not fetchall(): DuckDB's Python rows need pytz for timestamptz.
+        return arrow_rows(self.con.execute(sql).to_arrow_table().to_batches())
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def embedded_backend(lake: Path) -> Any:
+    from bench.pgwire_read import EMBEDDED, Backend
+
+    return Backend(EMBEDDED, lake)
