@@ -62,7 +62,7 @@ def execute(qctx: QueryContext, txn: TxnState, sql: str, params: dict[str, Any] 
     import sqlglot.expressions as exp
 
     tree = parse(sql)
-    qctx.pin_for(sql)
+    _pin(qctx, txn, sql, tree)
     if isinstance(tree, exp.Insert):
         return _insert(qctx, txn, tree, params)
     if isinstance(tree, exp.Update):
@@ -75,6 +75,31 @@ def execute(qctx: QueryContext, txn: TxnState, sql: str, params: dict[str, Any] 
             _rewrite(qctx, txn, key, None, None, params, delete=True)
         return DmlResult("TRUNCATE TABLE")
     raise PgError("0A000", f"statement is not supported: {sql.split(None, 1)[0].upper()}")
+
+
+def _pin(qctx: QueryContext, txn: TxnState | None, sql: str, tree: exp.Expression) -> None:
+    """Pin the snapshots the statement works on.
+
+    An autocommit INSERT … VALUES reads no table, so it builds on the mounted snapshot without a
+    catalog round trip: if another writer committed meanwhile, the commit is rejected and the
+    commit machine rebases the append onto the new head. A primary-key target is the exception —
+    its uniqueness check reads the table — and is pinned fresh.
+    """
+    import sqlglot.expressions as exp
+
+    blind = (txn is not None and txn.autocommit and isinstance(tree, exp.Insert)
+             and isinstance(tree.expression, exp.Values) and tree.expression.find(exp.Select) is None)
+    if not blind:
+        qctx.pin_for(sql)
+        return
+    qctx.pin_for(sql, fresh=False)
+    target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    key = qctx.resolve_table(target.db or None, target.name)
+    plan = txn.pins.get(key) if key is not None else None
+    if plan is None or plan.primary_key:
+        if key is not None:
+            txn.pins.pop(key, None)
+        qctx.pin_for(sql)
 
 
 def describe(qctx: QueryContext, sql: str) -> tuple[pa.Schema | None, dict[int, pa.DataType]]:
@@ -149,7 +174,7 @@ def insert_rows(qctx: QueryContext, txn: TxnState, sql: str, params: dict[str, A
     tree = parse(sql)
     if not isinstance(tree, exp.Insert):
         return None
-    qctx.pin_for(sql)
+    _pin(qctx, qctx.txn, sql, tree)
     table = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
     key = _target(qctx, txn, table)
     if _plan_of(txn, key).primary_key:
