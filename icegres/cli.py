@@ -20,8 +20,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="icegres", description="A Postgres-wire endpoint over an Iceberg lakehouse.")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the lakehouse to Postgres clients")
-    add_arguments(serve, ("data_dir", "host", "port", "database", "password_file", "query_threads",
-                          "log_level", "write_buffer_ms", "tail_dir", *_CATALOG_KEYS))
+    serve_keys = ("data_dir", "host", "port", "flight_port", "database", "password_file", "query_threads",
+                  "log_level", "write_buffer_ms", "tail_dir", "tail_url", *_CATALOG_KEYS)
+    add_arguments(serve, serve_keys)
+    flight = sub.add_parser("flight-serve", help="serve the lakehouse to Arrow Flight SQL (ADBC) clients only")
+    flight.add_argument("--port", dest="flight_port", type=int, default=None,
+                        help="Flight SQL listen port (env ICEGRES_FLIGHT_PORT) (default 50051)")
+    add_arguments(flight, tuple(k for k in serve_keys if k not in ("port", "flight_port")))
     seed = sub.add_parser("seed", help="write the deterministic demo tables (idempotent), on any catalog")
     add_arguments(seed, ("data_dir", "log_level", *_CATALOG_KEYS))
     seed.add_argument("--rows", type=int, default=1_000_000, help="rows in demo.trips")
@@ -38,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "seed":
         return _seed(settings, args.rows)
-    if args.command == "serve":
-        return _serve(settings)
+    if args.command in ("serve", "flight-serve"):
+        return _serve(settings, pgwire=args.command == "serve")
     return 2
 
 
@@ -63,7 +68,7 @@ def _seed(settings: Settings, rows: int) -> int:
     return 0
 
 
-def _serve(settings: Settings) -> int:
+def _serve(settings: Settings, *, pgwire: bool = True) -> int:
     started = time.monotonic()
     import trio
 
@@ -80,30 +85,47 @@ def _serve(settings: Settings) -> int:
     except PgError as exc:
         print(f"icegres: {exc.message}", file=sys.stderr)
         return 1
-    server = PgServer(settings, engine)
+    server = PgServer(settings, engine) if pgwire else None
+    flight = None
+    if not pgwire or settings.flight_port is not None:
+        from icegres.protocol.flightsql.server import FlightServer
+
+        # One engine and one pool of query threads for both protocols.
+        flight = FlightServer(settings, engine, limiter=server.limiter if server is not None else None)
     log = logging.getLogger("icegres")
 
     async def run() -> None:
         import signal
 
-        from icegres.ladder import open_ladder
+        from icegres.config import redact_uri
+        from icegres.ladder import open_ladder, pg_tail_id
 
         # The signal receiver is open before the ladder starts, so a SIGTERM during replay waits
         # for the replay (and then drains) instead of killing the process halfway.
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            tail_id = pg_tail_id(settings) if settings.tail_url else None
             async with open_ladder(engine, write_buffer_ms=settings.write_buffer_ms,
-                                   tail_dir=settings.tail_dir) as ladder:
+                                   tail_dir=settings.tail_dir, tail_url=settings.tail_url,
+                                   tail_id=tail_id) as ladder:
                 if ladder is not None:
+                    if settings.tail_url:
+                        tail = f"Postgres tail {tail_id} at {redact_uri(settings.tail_url)}"
+                    elif settings.tail_dir:
+                        tail = f"WAL tail {settings.tail_dir}"
+                    else:
+                        tail = "memory only"
                     log.info("write buffer on: %d ms window, %s (replayed %d records)",
-                             settings.write_buffer_ms,
-                             f"WAL tail {settings.tail_dir}" if settings.tail_dir else "memory only",
-                             ladder.replayed_records)
+                             settings.write_buffer_ms, tail, ladder.replayed_records)
                 async with trio.open_nursery() as nursery:
-                    await nursery.start(server.serve)
+                    if server is not None:
+                        await nursery.start(server.serve)
+                    if flight is not None:
+                        await nursery.start(flight.serve)
                     auth = "password" if settings.users else "trust"
                     log.info(
                         "serving %s on %s:%d (database %s, %s auth) after %.2fs",
-                        lakehouse.description, settings.host, settings.port, settings.database, auth,
+                        lakehouse.description, settings.host,
+                        settings.port if server is not None else flight.port, settings.database, auth,
                         time.monotonic() - started,
                     )
                     async for _ in signals:
@@ -121,9 +143,14 @@ def _serve(settings: Settings) -> int:
         print(f"icegres: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:
+        from icegres.ladder import TailUnavailable
         from icegres.machines.drivers.wal import AppendFailed
         from icegres.machines.wal import PoisonedTail
 
+        unavailable = _find(exc, (TailUnavailable,))
+        if unavailable is not None:
+            print(f"icegres: {unavailable}", file=sys.stderr)
+            return 1
         cause = _find(exc, (PoisonedTail, AppendFailed))
         if cause is not None:
             print(f"icegres: cannot open the WAL tail {settings.tail_dir}: {cause}", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("data_dir", ".icegres", "embedded lakehouse directory: SQLite catalog + warehouse; also the local cache directory"),
     Option("host", "127.0.0.1", "listen address; a non-loopback address requires passwords"),
     Option("port", DEFAULT_PORT, "Postgres wire listen port", int),
+    Option("flight_port", None, "Arrow Flight SQL listen port: `serve` also serves Flight SQL there when set; `flight-serve --port` sets it (default 50051)", int),
     Option("database", DEFAULT_DATABASE, "the database name clients connect to"),
     Option("password_file", None, "file of user:password lines; with it (or ICEGRES_USERS) clients must log in"),
     Option("users", None, "user:password[,user:password]; switches to password authentication", secret=True),
@@ -60,6 +62,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("s3_path_style", False, "use path-style S3 addressing (MinIO, SeaweedFS)", bool),
     Option("write_buffer_ms", 0, "group-commit window: autocommit INSERT/COPY into tables without a primary key are acked from memory and committed to the lake per table at most this many ms later (0 = off: every write commits before its ack)", int),
     Option("tail_dir", None, "local write-ahead log directory: buffered writes are fsynced here before the ack and replayed at start-up (requires --write-buffer-ms > 0)"),
+    Option("tail_url", None, "postgresql://… URL of a PostgreSQL database holding the write-ahead log instead of --tail-dir: buffered writes are committed there before the ack and replayed at start-up; the tail id derives from the catalog and the data dir (requires --write-buffer-ms > 0; exclusive with --tail-dir)", secret=True),
 )
 OPTIONS_BY_KEY = {o.key: o for o in OPTIONS}
 
@@ -69,6 +72,7 @@ class Settings:
     data_dir: Path = Path(".icegres")
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
+    flight_port: int | None = None  # Arrow Flight SQL (grpc) listen port; None: no Flight SQL
     database: str = DEFAULT_DATABASE
     # user -> password; empty means trust (only allowed on loopback, see server.py).
     users: dict[str, str] = field(default_factory=dict, repr=False)
@@ -90,6 +94,7 @@ class Settings:
     s3_path_style: bool = False
     write_buffer_ms: int = 0
     tail_dir: str | None = None
+    tail_url: str | None = field(default=None, repr=False)
 
     @property
     def warehouse_dir(self) -> Path:
@@ -107,13 +112,18 @@ class Settings:
                 continue
             value = getattr(self, option.key)
             if value is not None and option.secret:
-                value = redact_uri(value) if option.key == "catalog_uri" else "***"
+                value = redact_uri(value) if option.key in _SECRET_URIS else "***"
             out[option.key] = value
         return out
 
 
+_SECRET_URIS = ("catalog_uri", "tail_url")
+_PASSWORD_PARAM = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+
+
 def redact_uri(uri: str) -> str:
-    """postgresql://user:secret@host/db -> postgresql://user:***@host/db."""
+    """postgresql://user:secret@host/db -> postgresql://user:***@host/db (and ?password=*** too)."""
+    uri = _PASSWORD_PARAM.sub(r"\1***", uri)
     scheme, sep, rest = uri.partition("://")
     if not sep or "@" not in rest:
         return uri
@@ -157,19 +167,33 @@ def resolve(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -
         values[option.key] = option.default if value is None else value
     users = load_users(values.pop("password_file"), values.pop("users"))
     values["data_dir"] = Path(values["data_dir"])
-    check_write_ladder(values["write_buffer_ms"], values["tail_dir"])
+    check_write_ladder(values["write_buffer_ms"], values["tail_dir"], values["tail_url"])
     return Settings(users=users, **values)
 
 
-def check_write_ladder(write_buffer_ms: int, tail_dir: str | None) -> None:
+def check_write_ladder(write_buffer_ms: int, tail_dir: str | None, tail_url: str | None = None) -> None:
     """The write-ladder options make sense together, or start-up stops with this ValueError."""
     if write_buffer_ms < 0:
         raise ValueError("--write-buffer-ms must be >= 0 (0 turns the write buffer off)")
-    if tail_dir and write_buffer_ms == 0:
+    if tail_dir and tail_url:
         raise ValueError(
-            "--tail-dir needs the write buffer: set --write-buffer-ms (ICEGRES_WRITE_BUFFER_MS) "
-            "to a window > 0, e.g. 200"
+            "--tail-dir and --tail-url are exclusive: the write buffer has one tail, a local "
+            "directory or a PostgreSQL database; give only one of them"
         )
+    for flag, given in (("--tail-dir", tail_dir), ("--tail-url", tail_url)):
+        if given and write_buffer_ms == 0:
+            raise ValueError(
+                f"{flag} needs the write buffer: set --write-buffer-ms (ICEGRES_WRITE_BUFFER_MS) "
+                "to a window > 0, e.g. 200"
+            )
+    if tail_url:
+        scheme, sep, rest = tail_url.partition("://")
+        if not sep or scheme.lower() not in ("postgresql", "postgres") or not rest:
+            # Not a URL at all (a keyword DSN, say) may hold a password anywhere: not echoed.
+            shown = f"not {redact_uri(tail_url)!r}" if sep else "(the value given is not a URL)"
+            raise ValueError(
+                f"--tail-url must be a postgresql://[user[:password]@]host[:port]/database URL, {shown}"
+            )
 
 
 def _parse(option: Option, raw: Any) -> Any:

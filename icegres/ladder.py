@@ -1,13 +1,17 @@
-"""The write ladder's trio side: the group-commit buffer and the local WAL tail wired to the lake.
+"""The write ladder's trio side: the group-commit buffer and its tail (local WAL or PostgreSQL)
+wired to the lake.
 
-`--write-buffer-ms N` (issue 6, rung 1) and `--tail-dir PATH` (rung 2). `open_ladder` starts a
-`BufferDriver` (and, with a tail directory, opens the WAL and replays it) before the server accepts
-connections; `WriteLadder.shutdown` drains it on SIGTERM/SIGINT. What goes through it, and why:
+`--write-buffer-ms N` (issue 6, rung 1), `--tail-dir PATH` (rung 2) and `--tail-url
+postgresql://…` (rung 3: the same log in a PostgreSQL table, `machines/drivers/pgtail.py`).
+`open_ladder` starts a `BufferDriver` (and, with a tail, opens it and replays it) before the server
+accepts connections; `WriteLadder.shutdown` drains it on SIGTERM/SIGINT. What goes through it, and
+why:
 
 - Autocommit INSERT and COPY FROM into tables without a primary key (`writes.run_write`,
   `writes.copy_from`). The rows are computed and conformed exactly as the synchronous path does,
-  then get an LSN — from the WAL, once an fsync covers their record, or from an in-process
-  counter — and are appended to the buffer; the client is acked when the buffer acks.
+  then get an LSN — from the tail, once an fsync (WAL) or a COMMIT (PostgreSQL) covers their
+  record, or from an in-process counter — and are appended to the buffer; the client is acked
+  when the buffer acks.
   Primary-key tables stay synchronous: the key check must see every committed row, and a
   buffered row of another session would be a key the lake does not hold yet.
   Transaction blocks stay synchronous: a COMMIT staged in the tail would be acknowledged before the
@@ -24,8 +28,14 @@ connections; `WriteLadder.shutdown` drains it on SIGTERM/SIGINT. What goes throu
   in LSN order and mounts only move forward, so an entry is in the plan iff its LSN is at or below
   the plan's watermark: no duplicate while a flush is in flight, no gap after it.
 - Replay: with a tail, every record above its table's lake watermark is handed back to the buffer
-  (no second tail write) and flushed before serving. The WAL is told it may trim up to the highest
+  (no second tail write) and flushed before serving. The tail is told it may trim up to the highest
   LSN L such that every record <= L is in the lake.
+- The Postgres tail's id is the row key of its log (`pg_tail_id`): derived from the catalog and the
+  data directory, so a restart of the same deployment (on this node or a replacement with the same
+  configuration) finds its records, and a second live server of the same deployment is refused.
+  It is opened with the trim point it persisted as its watermark: rows at or below it were deleted
+  only once every record <= it was in the lake, which is the WAL's rule for deleting a segment;
+  exactly-once is then decided per table by the lake watermark, as for the WAL.
 
 All blocking work (Arrow, Parquet, pyiceberg) runs in worker threads behind a limiter of its own,
 so a flush never waits for the query threads that statements waiting on a flush may hold.
@@ -46,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import trio
 
+from icegres.config import redact_uri
 from icegres.machines.buffer import AckPolicy, Config, FlushTable, ReportLost, visible_entries
 from icegres.machines.drivers.buffer import (
     BufferDriver,
@@ -57,19 +68,25 @@ from icegres.machines.drivers.buffer import (
 from icegres.protocol.pgwire.errors import PgError
 
 if TYPE_CHECKING:
+    from icegres.config import Settings
     from icegres.engine.engine import Engine
     from icegres.engine.mounts import ReadPlan
+    from icegres.machines.drivers.pgtail import PgTail
     from icegres.machines.drivers.wal import WalTail
+
+    Tail = WalTail | PgTail
 
 __all__ = [
     "TAIL_ID_PROPERTY",
     "TAIL_LSN_PROPERTY",
     "Buffered",
+    "TailUnavailable",
     "WriteLadder",
     "decode_payload",
     "encode_payload",
     "lake_watermark",
     "open_ladder",
+    "pg_tail_id",
 ]
 
 log = logging.getLogger("icegres.ladder")
@@ -84,6 +101,14 @@ _TABLE_METADATA = b"icegres.table"
 _NON_RETRYABLE = frozenset({"42P01", "42804", "23502", "22P02", "22003"})
 _FLUSH_THREADS = 4
 _WATERMARK_CACHE_MAX = 4096
+# A restart right after a crash on this node may find the dead server's backend still holding the
+# tail's lock for a moment: wait this long for it to go before refusing.
+_DEAD_OWNER_WAIT_S = 15.0
+_PG_CONNECT_TIMEOUT_S = 5
+
+
+class TailUnavailable(Exception):
+    """The tail could not be opened: start-up stops with this one-line message (secrets redacted)."""
 
 
 @dataclass(frozen=True)
@@ -159,11 +184,12 @@ class _Latency:
 
 
 class WriteLadder:
-    """The buffer (and optional WAL tail) of one server. Create it with `open_ladder`."""
+    """The buffer (and optional tail: WAL or Postgres) of one server. Create it with `open_ladder`."""
 
-    def __init__(self, engine: Engine, window_ms: int, tail: WalTail | None = None) -> None:
+    def __init__(self, engine: Engine, window_ms: int, tail: Tail | None = None) -> None:
         self.engine = engine
         self.tail = tail
+        self.tail_kind = _tail_kind(tail)
         self.driver = BufferDriver(
             Config(window_ms=window_ms, ack=AckPolicy.TAIL if tail is not None else AckPolicy.MEMORY),
             self._flush,
@@ -212,14 +238,14 @@ class WriteLadder:
             if lsn <= marks[key]:
                 continue  # its flush committed before the crash: in the lake already
             if self.engine.read_plan(*key) is None:
-                log.error("WAL record %d names %s.%s, which no longer exists: not replayed", lsn, *key)
+                log.error("tail record %d names %s.%s, which no longer exists: not replayed", lsn, *key)
                 continue
             table = self._table(key)
             entries.append((table, Buffered(key, lsn, rows), lsn, rows.num_rows, rows.nbytes))
             self._reserve(lsn)
         self.replayed_records = len(entries)
         if entries:
-            log.info("replaying %d WAL records into the lake before serving", len(entries))
+            log.info("replaying %d %s tail records into the lake before serving", len(entries), self.tail_kind)
             self.driver.replay(entries)
             # `last_lsn` is set once the core has taken the replay (the predicate must not hold
             # on the state from before it).
@@ -249,7 +275,7 @@ class WriteLadder:
             "lost_entries": m.lost_entries,
             "refused_appends": m.refused_appends,
             "replayed_records": self.replayed_records,
-            "tail": "wal" if self.tail is not None else "memory",
+            "tail": self.tail_kind,
             "tail_id": self.tail_id,
         }
         out.update(self._flush_latency.as_dict("flush_latency"))
@@ -257,16 +283,22 @@ class WriteLadder:
             out.update(self._fsync.as_dict("fsync_latency"))
             health = self.tail.health()
             out["durable_lsn"] = health.durable_lsn
-            out["trimmed_lsn"] = health.watermark_lsn
-            out["wal_segments"] = health.segments
-            out["wal_ok"] = health.ok
+            out["tail_ok"] = health.ok
+            if self.tail_kind == "wal":
+                out["trimmed_lsn"] = health.watermark_lsn
+                out["wal_segments"] = health.segments
+                out["wal_ok"] = health.ok
+            else:
+                out["trimmed_lsn"] = health.trimmed_lsn
+                out["lake_lsn"] = health.watermark_lsn
+                out["pg_tail_epoch"] = health.epoch
         return out
 
     # --- the front door (trio) ------------------------------------------------------------------
 
     async def append(self, key: Key, rows: pa.Table) -> None:
         """Buffer one statement's conformed rows; returns once they are acknowledged (visible to
-        every reader of this server, and durable in the WAL when there is one). PgError if not."""
+        every reader of this server, and durable in the tail when there is one). PgError if not."""
         if rows.num_rows == 0:
             return
         table = self._table(key)
@@ -304,7 +336,7 @@ class WriteLadder:
                 if not exc.outcome_unknown:
                     self._outstanding.discard(lsn)  # never written: nothing to keep the WAL for
                 self._turn_finished(lsn)
-                raise PgError("58030", f"could not make the write durable in the WAL tail: {exc}",
+                raise PgError("58030", f"could not make the write durable in the {self.tail_kind} tail: {exc}",
                               detail="the tail stops acknowledging after an I/O failure; see the server log") from None
             self._fsync.add((time.perf_counter() - started) * 1000)
             assert got == lsn, (got, lsn)
@@ -491,7 +523,7 @@ class WriteLadder:
         heapq.heappush(self._outstanding_heap, lsn)
 
     def _advance_trim(self) -> None:
-        """Tell the WAL the highest LSN L such that every record <= L is in the lake."""
+        """Tell the tail the highest LSN L such that every record <= L is in the lake."""
         tail = self.tail
         if tail is None:
             return
@@ -507,24 +539,40 @@ class WriteLadder:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
 
+def _tail_kind(tail: Tail | None) -> str:
+    if tail is None:
+        return "memory"
+    from icegres.machines.drivers.wal import WalTail
+
+    return "wal" if isinstance(tail, WalTail) else "postgres"
+
+
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 @asynccontextmanager
-async def open_ladder(engine: Engine, *, write_buffer_ms: int, tail_dir: str | None) -> AsyncIterator[WriteLadder | None]:
+async def open_ladder(
+    engine: Engine,
+    *,
+    write_buffer_ms: int,
+    tail_dir: str | None,
+    tail_url: str | None = None,
+    tail_id: str | None = None,
+) -> AsyncIterator[WriteLadder | None]:
     """The server's write ladder for the block, or None when the buffer is off.
 
-    On entry the buffer runs and, with a tail, every acked record not yet in the lake has been
-    replayed and flushed. `engine.ladder` is set for the block. On a normal exit the buffer is
-    drained (everything flushed) before the tail closes.
+    On entry the buffer runs and, with a tail (`tail_dir` or `tail_url`, whose row key is
+    `tail_id`), every acked record not yet in the lake has been replayed and flushed.
+    `engine.ladder` is set for the block. On a normal exit the buffer is drained (everything
+    flushed) before the tail closes. Raises TailUnavailable when the tail cannot be opened.
     """
     if write_buffer_ms <= 0:
         yield None
         return
     async with trio.open_nursery() as nursery:
-        if tail_dir:
-            async with _open_tail(tail_dir) as tail:
+        if tail_dir or tail_url:
+            async with _open_tail(tail_dir, tail_url, tail_id) as tail:
                 ladder = WriteLadder(engine, write_buffer_ms, tail)
                 await nursery.start(ladder.run)
                 await ladder.replay()
@@ -537,13 +585,160 @@ async def open_ladder(engine: Engine, *, write_buffer_ms: int, tail_dir: str | N
                 yield ladder
 
 
-def _open_tail(tail_dir: str) -> Any:
-    """The tail behind the buffer. The seam for `--tail-url`: a Postgres tail with the surface of
-    `open_wal_tail` (`tail_id`, `state.next_lsn`, `append`, `advance_watermark`, `replay`,
-    `health()`) plugs in here, chosen by the setting."""
+def _open_tail(tail_dir: str | None, tail_url: str | None, tail_id: str | None) -> Any:
+    """The tail behind the buffer: the local WAL, or the Postgres tail (same surface:
+    `tail_id`, `state.next_lsn`, `append`, `advance_watermark`, `replay`, `health()`)."""
+    if tail_url:
+        return _open_pg_tail(tail_url, tail_id or "main")
     from icegres.machines.drivers.wal import open_wal_tail
 
+    assert tail_dir
     return open_wal_tail(tail_dir)
+
+
+# --- the Postgres tail ----------------------------------------------------------------------------
+
+
+def pg_tail_id(settings: Settings) -> str:
+    """The Postgres tail's id (its row key, and the `icegres.tail-id` of its flushes): a hash of
+    the catalog (URI without its password, name, warehouse) and the absolute data directory.
+
+    Stable across restarts of one deployment; two servers with the same catalog and the same
+    data directory path are the same deployment, and the second one is refused while the first
+    holds the tail. Changing the data directory (or the catalog) starts a new, empty tail: let
+    the old server drain (SIGTERM) first.
+    """
+    import hashlib
+
+    catalog = redact_uri(settings.catalog_uri) if settings.catalog_uri else "embedded"
+    identity = json.dumps([catalog, settings.catalog_name, settings.warehouse,
+                           str(settings.data_dir.expanduser().resolve())])
+    return "pg-" + hashlib.sha256(identity.encode()).hexdigest()[:24]
+
+
+def _scrub(text: str, url: str) -> str:
+    """One line of `text` with anything secret of `url` taken out (drivers may echo parts)."""
+    from urllib.parse import unquote, urlsplit
+
+    line = " ".join(text.split())
+    secrets = {url}
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    if password:
+        secrets |= {password, unquote(password)}
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret and len(secret) > 2:
+            line = line.replace(secret, "***" if secret != url else redact_uri(url))
+    return line
+
+
+@dataclass(frozen=True)
+class _OwnerRow:
+    trimmed_lsn: int
+    owner: str
+    backend_pid: int
+
+
+def _read_owner(url: str, tail_id: str) -> _OwnerRow | None:
+    """The tail's owner row (None before its first claim). Blocking: a worker thread's job."""
+    import psycopg
+    from psycopg import sql
+
+    from icegres.machines.drivers.pgtail import DEFAULT_TABLE
+
+    query = sql.SQL(
+        "SELECT trimmed_lsn, owner, backend_pid FROM {owner} WHERE tail_id = %s"
+    ).format(owner=sql.Identifier(f"{DEFAULT_TABLE}_owner"))
+    with psycopg.connect(url, autocommit=True, connect_timeout=_PG_CONNECT_TIMEOUT_S,
+                         application_name=f"icegres-tail:{tail_id}:open") as conn:
+        try:
+            row = conn.execute(query, (tail_id,)).fetchone()
+        except psycopg.errors.UndefinedTable:
+            return None
+    return None if row is None else _OwnerRow(int(row[0]), str(row[1]), int(row[2]))
+
+
+def _owner_is_dead_here(owner: str) -> bool:
+    """The owner `host:pid` is a process of this host that no longer exists."""
+    import os
+    import socket
+
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+@asynccontextmanager
+async def _open_pg_tail(url: str, tail_id: str) -> AsyncIterator[PgTail]:
+    """Claim the Postgres tail `tail_id` at `url` for the block; TailUnavailable if it cannot be.
+
+    The watermark it is opened with is the trim point the tail persisted (read just before the
+    claim; re-read and retried if a trim of the previous, dead owner landed in between). A dead
+    owner on this host whose backend still holds the lock is waited for (bounded); a live owner
+    anywhere is refused at once.
+    """
+    from contextlib import AsyncExitStack
+
+    import psycopg
+
+    from icegres.machines.drivers.pgtail import TailOwned, open_pg_tail
+    from icegres.machines.pgtail import PoisonedTail
+
+    shown = redact_uri(url)
+    deadline = trio.current_time() + _DEAD_OWNER_WAIT_S
+    async with AsyncExitStack() as stack:
+        used = -1
+        while True:
+            try:
+                owner = await trio.to_thread.run_sync(_read_owner, url, tail_id)
+                used = owner.trimmed_lsn if owner is not None else 0
+                watermark = used
+                tail = await stack.enter_async_context(open_pg_tail(url, tail_id=tail_id, watermark_lsn=watermark))
+                break
+            except TailOwned as exc:
+                owner = await _read_owner_quietly(url, tail_id)
+                if owner is not None and _owner_is_dead_here(owner.owner) and trio.current_time() < deadline:
+                    log.info("Postgres tail %s: the previous owner %s is gone, waiting for its session "
+                             "(backend pid %d) to end", tail_id, owner.owner, owner.backend_pid)
+                    await trio.sleep(0.2)
+                    continue
+                raise TailUnavailable(
+                    f"the Postgres tail {tail_id} at {shown} is owned by another live server "
+                    f"({_scrub(str(exc), url)}); a second server of the same deployment (same catalog "
+                    "and data directory) must not share it: stop the other one or give this one "
+                    "its own --data-dir"
+                ) from None
+            except PoisonedTail as exc:
+                again = await _read_owner_quietly(url, tail_id)
+                if again is not None and again.trimmed_lsn > used:
+                    continue  # the previous owner's last trim landed after our read: re-read
+                raise TailUnavailable(
+                    f"cannot open the Postgres tail {tail_id} at {shown}: {_scrub(str(exc), url)}"
+                ) from None
+            except (psycopg.Error, OSError) as exc:
+                raise TailUnavailable(
+                    f"cannot open the Postgres tail at {shown}: {_scrub(str(exc), url) or type(exc).__name__}"
+                ) from None
+        log.info("Postgres tail %s at %s claimed (epoch %d; %d records to replay above LSN %d)",
+                 tail_id, shown, tail.epoch, len(tail.replay), used)
+        yield tail
+
+
+async def _read_owner_quietly(url: str, tail_id: str) -> _OwnerRow | None:
+    try:
+        return await trio.to_thread.run_sync(_read_owner, url, tail_id)
+    except Exception:  # noqa: BLE001 - only a hint for the retry decision
+        log.debug("reading the Postgres tail's owner row failed", exc_info=True)
+        return None
 
 
 @asynccontextmanager

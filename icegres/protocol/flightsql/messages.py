@@ -1,0 +1,303 @@
+"""Flight SQL messages: commands in and out of google.protobuf.Any, FlightData by hand, IPC.
+
+Pure functions over bytes, protobuf messages and Arrow objects: no I/O, no engine. Everything a
+client sends passes through `decode_command` / `decode_action_body`, which either return a known
+message or raise `BadCommand` (the server answers INVALID_ARGUMENT) — never anything else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+from google.protobuf import any_pb2
+from google.protobuf.message import Message
+
+from icegres.protocol.flightsql import icegres_flight_pb2 as fl
+from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
+
+TYPE_URL_PREFIX = "type.googleapis.com/"
+SQL_PACKAGE = "arrow.flight.protocol.sql."
+
+# The Flight SQL messages a client may send inside Any, by their upstream names.
+COMMANDS: dict[str, type[Message]] = {
+    cls.DESCRIPTOR.name: cls
+    for cls in (
+        sql.CommandGetSqlInfo,
+        sql.CommandGetCatalogs,
+        sql.CommandGetDbSchemas,
+        sql.CommandGetTables,
+        sql.CommandGetTableTypes,
+        sql.CommandStatementQuery,
+        sql.TicketStatementQuery,
+        sql.CommandPreparedStatementQuery,
+        sql.CommandStatementUpdate,
+        sql.CommandPreparedStatementUpdate,
+        sql.ActionCreatePreparedStatementRequest,
+        sql.ActionClosePreparedStatementRequest,
+        sql.ActionBeginTransactionRequest,
+        sql.ActionEndTransactionRequest,
+    )
+}
+
+# Commands whose name we know but do not serve yet: UNIMPLEMENTED rather than INVALID_ARGUMENT.
+KNOWN_UNSUPPORTED = frozenset({
+    "CommandGetXdbcTypeInfo", "CommandGetPrimaryKeys", "CommandGetExportedKeys",
+    "CommandGetImportedKeys", "CommandGetCrossReference", "CommandStatementSubstraitPlan",
+    "CommandStatementIngest", "ActionCreatePreparedSubstraitPlanRequest",
+    "ActionBeginSavepointRequest", "ActionEndSavepointRequest", "ActionCancelQueryRequest",
+})
+
+COMMAND_BYTES_MAX = 16 << 20  # a command is SQL text and a few names: anything bigger is abuse
+
+
+class BadCommand(ValueError):
+    """A command, ticket or action body that is not a well-formed Flight SQL message."""
+
+
+class UnsupportedCommand(BadCommand):
+    """A well-formed Flight SQL message this server does not implement (yet)."""
+
+
+def pack_any(message: Message) -> bytes:
+    """`message` inside google.protobuf.Any, under its upstream Flight SQL type URL."""
+    envelope = any_pb2.Any(type_url=TYPE_URL_PREFIX + SQL_PACKAGE + message.DESCRIPTOR.name,
+                           value=message.SerializeToString())
+    return envelope.SerializeToString()
+
+
+def decode_command(data: bytes) -> Message:
+    """The Flight SQL message inside an Any-wrapped command, ticket or action body."""
+    if len(data) > COMMAND_BYTES_MAX:
+        raise BadCommand(f"command of {len(data)} bytes is too large")
+    try:
+        envelope = any_pb2.Any.FromString(data)
+    except Exception as exc:  # DecodeError, and whatever else a corrupt buffer provokes
+        raise BadCommand(f"not a google.protobuf.Any: {exc}") from None
+    url = envelope.type_url
+    if not url.startswith(TYPE_URL_PREFIX + SQL_PACKAGE):
+        raise BadCommand(f"unknown command type {url[:200]!r}")
+    name = url[len(TYPE_URL_PREFIX + SQL_PACKAGE):]
+    cls = COMMANDS.get(name)
+    if cls is None:
+        if name in KNOWN_UNSUPPORTED:
+            raise UnsupportedCommand(f"{name} is not supported by this server yet")
+        raise BadCommand(f"unknown command type {url[:200]!r}")
+    return parse(cls, envelope.value)
+
+
+def parse(cls: type[Message], data: bytes) -> Message:
+    """`cls` decoded from `data`, or BadCommand."""
+    try:
+        return cls.FromString(data)
+    except Exception as exc:
+        raise BadCommand(f"malformed {cls.DESCRIPTOR.name}: {exc}") from None
+
+
+# --- FlightData, encoded by hand ---------------------------------------------------------------
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_DESCRIPTOR_TAG = b"\x0a"  # field 1, length-delimited
+_HEADER_TAG = b"\x12"  # field 2
+_APP_METADATA_TAG = b"\x1a"  # field 3
+_BODY_TAG = b"\xc2\x3e"  # field 1000: (1000 << 3 | 2) as a varint
+
+
+def flight_data(header: bytes | pa.Buffer | memoryview = b"", body: bytes | pa.Buffer | memoryview = b"",
+                app_metadata: bytes = b"", descriptor: bytes = b"") -> bytes:
+    """A serialized FlightData message, built with one join: the Arrow body is copied once."""
+    parts: list[bytes | pa.Buffer | memoryview] = []
+    for tag, value in ((_DESCRIPTOR_TAG, descriptor), (_HEADER_TAG, header),
+                       (_APP_METADATA_TAG, app_metadata), (_BODY_TAG, body)):
+        size = len(value) if not isinstance(value, pa.Buffer) else value.size
+        if size:
+            parts += (tag, _varint(size), value)
+    return b"".join(parts)
+
+
+# --- Arrow IPC ---------------------------------------------------------------------------------
+
+def schema_bytes(schema: pa.Schema) -> bytes:
+    """The IPC-encapsulated Schema message of FlightInfo.schema and prepared statement results."""
+    return schema.serialize().to_pybytes()
+
+
+def schema_flight_data(schema: pa.Schema) -> bytes:
+    """The first FlightData of a DoGet stream: the schema message, no body."""
+    return flight_data(header=pa.ipc.read_message(schema.serialize()).metadata)
+
+
+def batch_flight_data(batch: pa.RecordBatch) -> bytes:
+    """One record batch as FlightData: the IPC message's flatbuffer header and its body."""
+    message = pa.ipc.read_message(batch.serialize())
+    return flight_data(header=message.metadata, body=message.body)
+
+
+def read_ipc_schema(data: bytes) -> pa.Schema:
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(data))
+    except Exception as exc:
+        raise BadCommand(f"malformed IPC schema: {exc}") from None
+
+
+@dataclass
+class IpcStreamReader:
+    """Decodes a DoPut's FlightData messages (schema first, then record batches)."""
+
+    schema: pa.Schema | None = None
+
+    def feed(self, data: fl.FlightData) -> pa.RecordBatch | None:
+        if not data.data_header:
+            return None
+        try:
+            message = pa.ipc.read_message(_encapsulate(data.data_header, data.data_body))
+            if message.type == "schema":
+                self.schema = pa.ipc.read_schema(message)
+                return None
+            if message.type != "record batch":
+                raise BadCommand(f"unexpected IPC message {message.type!r} (dictionaries are not supported)")
+            if self.schema is None:
+                raise BadCommand("record batch before the schema")
+            return pa.ipc.read_record_batch(message, self.schema)
+        except BadCommand:
+            raise
+        except Exception as exc:
+            raise BadCommand(f"malformed IPC stream: {exc}") from None
+
+
+def _encapsulate(header: bytes, body: bytes) -> pa.Buffer:
+    padding = (-len(header)) % 8
+    return pa.py_buffer(b"".join((b"\xff\xff\xff\xff", (len(header) + padding).to_bytes(4, "little"),
+                                  header, b"\0" * padding, body)))
+
+
+def wire_type(t: pa.DataType) -> pa.DataType:
+    """The type a result column has on the wire.
+
+    DataFusion scans strings as Utf8View; ADBC reads it but maps it to no XDBC type, so the wire
+    carries plain utf8 (binary likewise). Dictionaries are decoded: a DoGet stream sends no
+    dictionary batches."""
+    if pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_dictionary(t):
+        return wire_type(t.value_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
+        item = t.value_field
+        inner = item.with_type(wire_type(item.type))
+        return pa.large_list(inner) if pa.types.is_large_list(t) else pa.list_(inner)
+    if pa.types.is_fixed_size_list(t):
+        item = t.value_field
+        return pa.list_(item.with_type(wire_type(item.type)), t.list_size)
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(wire_type(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(wire_type(t.key_type)),
+                       t.item_field.with_type(wire_type(t.item_type)), t.keys_sorted)
+    return t
+
+
+def wire_schema(schema: pa.Schema) -> pa.Schema:
+    """The one schema a result has on the wire: FlightInfo, prepare results and the stream."""
+    return pa.schema([f.with_type(wire_type(f.type)) for f in schema], schema.metadata)
+
+
+def to_wire(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """`batch` with exactly `schema`'s types (a no-op when they already agree)."""
+    if batch.schema.equals(schema, check_metadata=False):
+        return batch
+    columns = [col if col.type == f.type else col.cast(f.type) for col, f in zip(batch.columns, schema, strict=True)]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+# --- fixed result schemas (the ADBC driver checks them exactly, nullability included) ----------
+
+CATALOGS_SCHEMA = pa.schema([pa.field("catalog_name", pa.string(), nullable=False)])
+DB_SCHEMAS_SCHEMA = pa.schema([
+    pa.field("catalog_name", pa.string()),
+    pa.field("db_schema_name", pa.string(), nullable=False),
+])
+TABLES_SCHEMA = pa.schema([
+    pa.field("catalog_name", pa.string()),
+    pa.field("db_schema_name", pa.string()),
+    pa.field("table_name", pa.string(), nullable=False),
+    pa.field("table_type", pa.string(), nullable=False),
+])
+TABLES_WITH_SCHEMA_SCHEMA = TABLES_SCHEMA.append(pa.field("table_schema", pa.binary(), nullable=False))
+TABLE_TYPES_SCHEMA = pa.schema([pa.field("table_type", pa.string(), nullable=False)])
+
+SQL_INFO_VALUE_TYPE = pa.dense_union([
+    pa.field("string_value", pa.string()),
+    pa.field("bool_value", pa.bool_()),
+    pa.field("bigint_value", pa.int64()),
+    pa.field("int32_bitmask", pa.int32()),
+    pa.field("string_list", pa.list_(pa.string())),
+    pa.field("int32_to_int32_list_map", pa.map_(pa.int32(), pa.list_(pa.int32()))),
+], type_codes=[0, 1, 2, 3, 4, 5])
+SQL_INFO_SCHEMA = pa.schema([
+    pa.field("info_name", pa.uint32(), nullable=False),
+    pa.field("value", SQL_INFO_VALUE_TYPE, nullable=False),
+])
+
+
+@dataclass(frozen=True)
+class Int32:
+    """A SqlInfo value that travels as int32_bitmask (enums such as FLIGHT_SQL_SERVER_TRANSACTION)."""
+
+    value: int
+
+
+SqlInfoValue = str | bool | int | Int32 | list[str]
+
+
+def sql_info_batch(values: dict[int, SqlInfoValue], wanted: list[int]) -> pa.RecordBatch:
+    """GetSqlInfo's result for the ids in `wanted` (all when empty) that this server knows."""
+    ids = [i for i in (wanted or sorted(values)) if i in values]
+    children: list[list] = [[] for _ in range(6)]
+    codes: list[int] = []
+    offsets: list[int] = []
+    for info in ids:
+        value = values[info]
+        if isinstance(value, bool):
+            code = 1
+        elif isinstance(value, str):
+            code = 0
+        elif isinstance(value, Int32):
+            code, value = 3, value.value
+        elif isinstance(value, int):
+            code = 2
+        else:
+            code = 4
+        codes.append(code)
+        offsets.append(len(children[code]))
+        children[code].append(value)
+    arrays = [pa.array(values_, type=f.type) for values_, f in zip(children, SQL_INFO_VALUE_TYPE, strict=True)]
+    union = pa.UnionArray.from_dense(
+        pa.array(codes, pa.int8()), pa.array(offsets, pa.int32()), arrays,
+        [f.name for f in SQL_INFO_VALUE_TYPE], [0, 1, 2, 3, 4, 5],
+    )
+    return pa.RecordBatch.from_arrays([pa.array(ids, pa.uint32()), union], schema=SQL_INFO_SCHEMA)
+
+
+# --- session options ---------------------------------------------------------------------------
+
+def option_value(value: fl.SessionOptionValue) -> object:
+    kind = value.WhichOneof("option_value")
+    if kind is None:
+        return None
+    if kind == "string_list_value":
+        return list(value.string_list_value.values)
+    return getattr(value, kind)
+
+
+def string_option(text: str) -> fl.SessionOptionValue:
+    return fl.SessionOptionValue(string_value=text)

@@ -1,0 +1,67 @@
+"""The Flight SQL listener: a grpclib server inside the trio process, under trio-asyncio.
+
+grpclib is asyncio-only. `trio_asyncio.open_loop()` runs an asyncio loop on top of trio, so the
+gRPC handlers share the process, the Engine and the worker-thread CapacityLimiter with pgwire;
+they reach trio (worker threads) through `trio_asyncio.trio_as_aio`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from icegres.config import Settings
+from icegres.protocol.pgwire.server import is_loopback
+
+if TYPE_CHECKING:
+    from icegres.engine.engine import Engine
+
+log = logging.getLogger("icegres.flightsql")
+
+DEFAULT_FLIGHT_PORT = 50051
+
+
+class FlightServer:
+    def __init__(self, settings: Settings, engine: Engine, *, port: int | None = None,
+                 limiter: trio.CapacityLimiter | None = None) -> None:
+        if not settings.users and not is_loopback(settings.host):
+            raise SystemExit(
+                f"refusing to serve Flight SQL on {settings.host} without passwords: trust auth is for "
+                "loopback only (set --password-file or ICEGRES_USERS)"
+            )
+        self.settings = settings
+        self.engine = engine
+        self.port = port if port is not None else (settings.flight_port or DEFAULT_FLIGHT_PORT)
+        self.limiter = limiter or trio.CapacityLimiter(settings.query_threads)
+
+    async def _run_sync_trio(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter, abandon_on_cancel=True)
+
+    async def run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """From an asyncio handler: `fn(*args)` in a worker thread behind the shared limiter."""
+        import trio_asyncio
+
+        return await trio_asyncio.trio_as_aio(self._run_sync_trio)(fn, *args)
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled; `task_status.started()` once the port is bound."""
+        import trio_asyncio
+        from grpclib.server import Server
+
+        from icegres.protocol.flightsql.service import CODEC, FlightSqlService
+
+        async with trio_asyncio.open_loop():
+            server = Server([FlightSqlService(self)], codec=CODEC)
+            await trio_asyncio.aio_as_trio(server.start)(self.settings.host, self.port)
+            log.info("Flight SQL on %s:%d (%s auth)", self.settings.host, self.port,
+                     "password" if self.settings.users else "trust")
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                server.close()
+                with trio.CancelScope(shield=True), trio.move_on_after(5):
+                    await trio_asyncio.aio_as_trio(server.wait_closed)()

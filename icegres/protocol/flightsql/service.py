@@ -1,0 +1,696 @@
+"""The Flight SQL service: grpclib handlers for arrow.flight.protocol.FlightService.
+
+Handlers are asyncio coroutines (grpclib), driven by trio through trio-asyncio. Every engine call
+— planning, DataFusion batches, IPC encoding, catalog round trips — runs in a worker thread behind
+the server's trio.CapacityLimiter (the one pgwire uses), so the event loop only moves bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import itertools
+import logging
+import re
+import secrets
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from google.protobuf.message import Message
+from grpclib.const import Cardinality, Handler, Status
+from grpclib.encoding.proto import ProtoCodec
+from grpclib.exceptions import GRPCError
+
+from icegres import __version__
+from icegres.engine.statements import Kind, classify
+from icegres.protocol.flightsql import errors
+from icegres.protocol.flightsql import icegres_flight_pb2 as fl
+from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
+from icegres.protocol.flightsql import messages as M
+from icegres.protocol.flightsql.sessions import (
+    RESULTS_MAX,
+    SESSIONS_MAX,
+    TOKENS_MAX,
+    Bounded,
+    Prepared,
+    Result,
+    Session,
+    new_handle,
+)
+from icegres.protocol.pgwire.errors import PgError
+
+if TYPE_CHECKING:
+    from grpclib.server import Stream
+
+    from icegres.protocol.flightsql.server import FlightServer
+    from icegres.protocol.pgwire.results import RowSource
+
+log = logging.getLogger("icegres.flightsql")
+
+SERVICE = "/arrow.flight.protocol.FlightService/"
+ANONYMOUS_USER = "icegres"
+
+# A DoGet message gathers DataFusion's 8k-row batches up to BATCH_ROWS rows, and stays under
+# MESSAGE_BYTES: gRPC clients refuse messages over 4 MiB unless told otherwise.
+BATCH_ROWS = 65_536
+MESSAGE_BYTES = 3 << 20
+CHUNK_BYTES = 8 << 20  # the FlightData one worker-thread hop prepares
+PARAMETER_BYTES_MAX = 64 << 20  # parameter batches bound by one DoPut
+
+SYSTEM_SCHEMAS = frozenset({"pg_catalog", "pg_toast", "information_schema"})
+TABLE_TYPES = {"BASE TABLE": "TABLE", "VIEW": "VIEW"}
+
+# SqlInfo ids (FlightSql.proto enum SqlInfo) and what this server honestly reports.
+SQL_INFO: dict[int, M.SqlInfoValue] = {
+    0: "icegres",  # FLIGHT_SQL_SERVER_NAME
+    1: __version__,  # FLIGHT_SQL_SERVER_VERSION
+    2: pa.__version__,  # FLIGHT_SQL_SERVER_ARROW_VERSION
+    3: True,  # FLIGHT_SQL_SERVER_READ_ONLY: no DML over Flight SQL yet
+    4: True,  # FLIGHT_SQL_SERVER_SQL
+    5: False,  # FLIGHT_SQL_SERVER_SUBSTRAIT
+    # FLIGHT_SQL_SERVER_TRANSACTION: 0 = none. The ADBC driver then falls back to autocommit
+    # instead of sending BeginTransaction, which this slice does not implement.
+    8: M.Int32(0),
+    9: False,  # FLIGHT_SQL_SERVER_CANCEL: no CancelFlightInfo; cancelling the DoGet stream works
+    100: M.Int32(0),  # FLIGHT_SQL_SERVER_STATEMENT_TIMEOUT: prepared handles never time out
+    101: M.Int32(0),  # FLIGHT_SQL_SERVER_TRANSACTION_TIMEOUT
+    500: False,  # SQL_DDL_CATALOG
+    501: False,  # SQL_DDL_SCHEMA
+    502: False,  # SQL_DDL_TABLE
+    503: M.Int32(3),  # SQL_IDENTIFIER_CASE: lower case (unquoted names fold as in PostgreSQL)
+    504: '"',  # SQL_IDENTIFIER_QUOTE_CHAR
+    506: True,  # SQL_ALL_TABLES_ARE_SELECTABLE
+    507: M.Int32(0),  # SQL_NULL_ORDERING: NULLs sort high, as in PostgreSQL
+}
+
+ACTIONS = {
+    "CreatePreparedStatement": "prepare a SQL query; returns its handle and schemas",
+    "ClosePreparedStatement": "release a prepared statement",
+    "GetSessionOptions": "current session options (catalog, schema)",
+    "SetSessionOptions": "set session options (catalog, schema)",
+    "CloseSession": "end this session: release its prepared statements",
+}
+
+
+class _Codec(ProtoCodec):
+    """Protobuf, except that bytes go out as they are: DoGet's FlightData is encoded by hand."""
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        if isinstance(message, bytes):
+            return message
+        return super().encode(message, message_type)
+
+
+CODEC = _Codec()
+
+
+class Identity:
+    __slots__ = ("key", "user")
+
+    def __init__(self, key: str, user: str) -> None:
+        self.key = key
+        self.user = user
+
+
+def _grpc_error(exc: BaseException) -> GRPCError:
+    if isinstance(exc, GRPCError):
+        return exc
+    if isinstance(exc, PgError):
+        return GRPCError(errors.status_for(exc.sqlstate), errors.message_for(exc))
+    if isinstance(exc, M.UnsupportedCommand):
+        return GRPCError(Status.UNIMPLEMENTED, f"{exc} (SQLSTATE 0A000)")
+    if isinstance(exc, M.BadCommand):
+        return GRPCError(Status.INVALID_ARGUMENT, f"{exc} (SQLSTATE 08P01)")
+    return GRPCError(Status.INTERNAL, f"internal error: {exc} (SQLSTATE XX000)")
+
+
+def _rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Every failure of a handler leaves as a gRPC status; a bug costs one call, never the server."""
+
+    async def wrapper(self: FlightSqlService, stream: Stream) -> None:
+        try:
+            await fn(self, stream)
+        except (GRPCError, PgError, M.BadCommand) as exc:
+            raise _grpc_error(exc) from None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("internal error in %s", fn.__name__)
+            raise _grpc_error(exc) from None
+
+    wrapper.__name__ = fn.__name__
+    return wrapper
+
+
+def unimplemented(what: str) -> GRPCError:
+    return GRPCError(Status.UNIMPLEMENTED, f"{what} is not supported by this server yet (SQLSTATE 0A000)")
+
+
+def like_regex(pattern: str) -> re.Pattern[str]:
+    """A SQL LIKE pattern (`%`, `_`, backslash escapes) as a regular expression."""
+    out = []
+    chars = iter(pattern)
+    for ch in chars:
+        if ch == "\\":
+            out.append(re.escape(next(chars, "\\")))
+        elif ch == "%":
+            out.append(".*")
+        elif ch == "_":
+            out.append(".")
+        else:
+            out.append(re.escape(ch))
+    return re.compile("".join(out), re.DOTALL)
+
+
+def pull_messages(source: RowSource, schema: pa.Schema, stop: threading.Event,
+                  budget: int = CHUNK_BYTES) -> tuple[list[bytes], int, bool]:
+    """Encode the next FlightData messages of a result (about `budget` bytes). Blocking.
+
+    Returns (messages, rows, exhausted). `stop` (a cancelled DoGet) ends the pull between batches.
+    """
+    messages: list[bytes] = []
+    rows = size = 0
+    while size < budget and not stop.is_set():
+        parts: list[pa.RecordBatch] = []
+        part_rows = part_bytes = 0
+        while part_rows < BATCH_ROWS and part_bytes < MESSAGE_BYTES:
+            batch = source.take(BATCH_ROWS - part_rows)
+            if batch is None:
+                break
+            room = MESSAGE_BYTES - part_bytes
+            if batch.nbytes > room and batch.num_rows > 1:
+                keep = batch.num_rows * room // batch.nbytes
+                if keep == 0 and parts:
+                    source.pending = batch  # it starts the next message
+                    break
+                keep = max(1, keep)
+                source.pending = batch.slice(keep)
+                batch = batch.slice(0, keep)
+            parts.append(M.to_wire(batch, schema))
+            part_rows += batch.num_rows
+            part_bytes += batch.nbytes
+        if not parts:
+            return messages, rows, True
+        batch = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+        data = M.batch_flight_data(batch)
+        messages.append(data)
+        rows += batch.num_rows
+        size += len(data)
+    return messages, rows, stop.is_set() or not source.has_more()
+
+
+class FlightSqlService:
+    """grpclib servable: the FlightService methods that Flight SQL uses."""
+
+    def __init__(self, server: FlightServer) -> None:
+        self.server = server
+        self.users = server.settings.users
+        self.database = server.settings.database
+        self._tokens: Bounded[str, str] = Bounded(TOKENS_MAX)
+        self._sessions: Bounded[str, Session] = Bounded(SESSIONS_MAX)
+        self._results: Bounded[bytes, Result] = Bounded(RESULTS_MAX, on_evict=Result.close)
+        self._pids = itertools.count(1)
+
+    def __mapping__(self) -> dict[str, Handler]:
+        return {
+            SERVICE + "Handshake": Handler(self.Handshake, Cardinality.STREAM_STREAM,
+                                           fl.HandshakeRequest, fl.HandshakeResponse),
+            SERVICE + "ListFlights": Handler(self.ListFlights, Cardinality.UNARY_STREAM,
+                                             fl.Criteria, fl.FlightInfo),
+            SERVICE + "GetFlightInfo": Handler(self.GetFlightInfo, Cardinality.UNARY_UNARY,
+                                               fl.FlightDescriptor, fl.FlightInfo),
+            SERVICE + "GetSchema": Handler(self.GetSchema, Cardinality.UNARY_UNARY,
+                                           fl.FlightDescriptor, fl.SchemaResult),
+            SERVICE + "DoGet": Handler(self.DoGet, Cardinality.UNARY_STREAM, fl.Ticket, fl.FlightData),
+            SERVICE + "DoPut": Handler(self.DoPut, Cardinality.STREAM_STREAM, fl.FlightData, fl.PutResult),
+            SERVICE + "DoAction": Handler(self.DoAction, Cardinality.UNARY_STREAM, fl.Action, fl.Result),
+            SERVICE + "ListActions": Handler(self.ListActions, Cardinality.UNARY_STREAM,
+                                             fl.Empty, fl.ActionType),
+        }
+
+    # --- authentication and sessions ------------------------------------------------------------
+
+    def _check_basic(self, value: str) -> str:
+        """The user a `Basic <base64 user:password>` header names, if the password is right."""
+        token = value.strip()
+        try:
+            # The Go client (ADBC) strips the base64 padding: put it back before decoding.
+            raw = base64.b64decode(token + "=" * (-len(token) % 4), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raise GRPCError(Status.UNAUTHENTICATED, "malformed Basic credentials (SQLSTATE 28000)") from None
+        user, sep, password = raw.partition(":")
+        if not sep or not user:
+            raise GRPCError(Status.UNAUTHENTICATED, "malformed Basic credentials (SQLSTATE 28000)")
+        if not self.users:
+            return user  # trust: only ever on loopback (checked at server start), as in pgwire
+        expected = self.users.get(user)
+        if expected is None or not hmac.compare_digest(password.encode(), expected.encode()):
+            raise GRPCError(Status.UNAUTHENTICATED,
+                            f'password authentication failed for user "{user}" (SQLSTATE 28P01)')
+        return user
+
+    def authenticate(self, stream: Stream) -> Identity:
+        """Who is calling: a known bearer token, Basic credentials, or (trust only) anyone."""
+        header = (stream.metadata or {}).get("authorization") if stream.metadata is not None else None
+        peer = stream.peer.addr() if stream.peer is not None else None
+        peer_key = f"peer:{peer[0]}:{peer[1]}" if peer else "peer:?"
+        if isinstance(header, str):
+            scheme, _, value = header.partition(" ")
+            if scheme.lower() == "bearer" and value:
+                user = self._tokens.get(value.strip())
+                if user is not None:
+                    return Identity("token:" + value.strip(), user)
+                if self.users:
+                    raise GRPCError(Status.UNAUTHENTICATED, "invalid or expired bearer token (SQLSTATE 28000)")
+                return Identity("token:" + value.strip(), ANONYMOUS_USER)
+            if scheme.lower() == "basic":
+                return Identity(peer_key, self._check_basic(value))
+            if self.users:
+                raise GRPCError(Status.UNAUTHENTICATED, "unsupported authorization scheme (SQLSTATE 28000)")
+        elif self.users:
+            raise GRPCError(Status.UNAUTHENTICATED, "authentication required (SQLSTATE 28000)")
+        return Identity(peer_key, ANONYMOUS_USER)
+
+    def session(self, stream: Stream) -> Session:
+        who = self.authenticate(stream)
+        session = self._sessions.get(who.key)
+        if session is None or session.user != who.user:
+            from icegres.engine.engine import SERVER_VERSION, SessionEnv
+            from icegres.protocol.pgwire import settings as guc
+
+            env = SessionEnv(database=self.database, user=who.user, backend_pid=next(self._pids),
+                             settings=guc.defaults(SERVER_VERSION, who.user))
+            session = Session(who.key, who.user, self.server.engine.open_session(env), self.database)
+            self._sessions.put(who.key, session)
+        return session
+
+    async def run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await self.server.run_sync(fn, *args)
+
+    # --- Handshake ------------------------------------------------------------------------------
+
+    @_rpc
+    async def Handshake(self, stream: Stream) -> None:
+        """Basic credentials in the header (no HandshakeRequest needed) -> a bearer token."""
+        header = stream.metadata.get("authorization") if stream.metadata is not None else None
+        if isinstance(header, str) and header.partition(" ")[0].lower() == "basic":
+            user = self._check_basic(header.partition(" ")[2])
+        elif self.users:
+            raise GRPCError(Status.UNAUTHENTICATED, "Handshake needs Basic credentials (SQLSTATE 28000)")
+        else:
+            user = ANONYMOUS_USER
+        token = secrets.token_urlsafe(32)
+        self._tokens.put(token, user)
+        await stream.send_initial_metadata(metadata={"authorization": f"Bearer {token}"})
+        log.info("flight handshake: user %s", user)
+
+    # --- GetFlightInfo / GetSchema -------------------------------------------------------------
+
+    def _command(self, descriptor: fl.FlightDescriptor) -> Message:
+        if descriptor.type != fl.FlightDescriptor.CMD:
+            raise M.BadCommand("only CMD descriptors are served (Flight SQL commands)")
+        return M.decode_command(descriptor.cmd)
+
+    @_rpc
+    async def GetFlightInfo(self, stream: Stream) -> None:
+        descriptor = await stream.recv_message()
+        assert descriptor is not None
+        session = self.session(stream)
+        command = self._command(descriptor)
+        if isinstance(command, sql.CommandStatementQuery):
+            if command.HasField("transaction_id"):
+                raise unimplemented("transactions over Flight SQL")
+            result = await self._start(session, command.query, None)
+            info = self._result_info(descriptor, result)
+        elif isinstance(command, sql.CommandPreparedStatementQuery):
+            prepared = self._prepared(session, command.prepared_statement_handle)
+            result = await self._start(session, prepared.sql, prepared.params)
+            info = self._result_info(descriptor, result)
+        else:
+            schema = self._metadata_schema(command)
+            info = fl.FlightInfo(
+                schema=M.schema_bytes(schema), flight_descriptor=descriptor,
+                endpoint=[fl.FlightEndpoint(ticket=fl.Ticket(ticket=descriptor.cmd))],
+                total_records=-1, total_bytes=-1, ordered=True,
+            )
+        await stream.send_message(info)
+
+    @_rpc
+    async def GetSchema(self, stream: Stream) -> None:
+        descriptor = await stream.recv_message()
+        assert descriptor is not None
+        session = self.session(stream)
+        command = self._command(descriptor)
+        if isinstance(command, sql.CommandStatementQuery):
+            schema = (await self._describe(session, command.query))[0]
+        elif isinstance(command, sql.CommandPreparedStatementQuery):
+            schema = self._prepared(session, command.prepared_statement_handle).dataset_schema
+        else:
+            schema = self._metadata_schema(command)
+        await stream.send_message(fl.SchemaResult(schema=M.schema_bytes(schema)))
+
+    def _result_info(self, descriptor: fl.FlightDescriptor, result: Result) -> fl.FlightInfo:
+        ticket = M.pack_any(sql.TicketStatementQuery(statement_handle=result.handle))
+        return fl.FlightInfo(
+            schema=M.schema_bytes(result.schema), flight_descriptor=descriptor,
+            endpoint=[fl.FlightEndpoint(ticket=fl.Ticket(ticket=ticket))],
+            total_records=result.rows if result.exhausted else -1, total_bytes=-1, ordered=True,
+        )
+
+    def _metadata_schema(self, command: Message) -> pa.Schema:
+        if isinstance(command, sql.CommandGetSqlInfo):
+            return M.SQL_INFO_SCHEMA
+        if isinstance(command, sql.CommandGetCatalogs):
+            return M.CATALOGS_SCHEMA
+        if isinstance(command, sql.CommandGetDbSchemas):
+            return M.DB_SCHEMAS_SCHEMA
+        if isinstance(command, sql.CommandGetTables):
+            return M.TABLES_WITH_SCHEMA_SCHEMA if command.include_schema else M.TABLES_SCHEMA
+        if isinstance(command, sql.CommandGetTableTypes):
+            return M.TABLE_TYPES_SCHEMA
+        if isinstance(command, sql.CommandStatementUpdate | sql.CommandPreparedStatementUpdate):
+            raise M.BadCommand(f"{command.DESCRIPTOR.name} belongs in DoPut, not GetFlightInfo")
+        raise M.BadCommand(f"{command.DESCRIPTOR.name} is not a GetFlightInfo command")
+
+    def _prepared(self, session: Session, handle: bytes) -> Prepared:
+        prepared = session.prepared.get(handle)
+        if prepared is None:
+            raise GRPCError(Status.NOT_FOUND, "prepared statement does not exist (SQLSTATE 26000)")
+        return prepared
+
+    # --- running queries ------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_query(text: str) -> None:
+        stmt = classify(text)
+        # UNSUPPORTED (not a statement we recognise) goes to the planner, whose error says why.
+        if stmt.kind not in (Kind.QUERY, Kind.UNSUPPORTED):
+            raise PgError("0A000", f"{stmt.tag or 'this statement'} over Flight SQL is not supported yet: "
+                                   "this server serves queries only")
+
+    async def _start(self, session: Session, text: str, params: dict[str, Any] | None) -> Result:
+        """Plan and start a query and pull its first messages (in a worker thread)."""
+        self._check_query(text)
+        from icegres.protocol.pgwire.results import RowSource
+
+        handle = new_handle()
+
+        def start() -> Result:
+            with session.lock:
+                schema, batches = session.qctx.start(text, params)
+            source = RowSource(schema, batches)
+            wire = M.wire_schema(schema)
+            # Pulling the first message now tells a small result's row count (total_records)
+            # and surfaces execution errors at GetFlightInfo, where the client expects them.
+            first, rows, exhausted = pull_messages(source, wire, threading.Event(), MESSAGE_BYTES)
+            return Result(handle, session.key, text, params, wire, None if exhausted else source,
+                          first, exhausted, rows)
+
+        result = await self.run_sync(start)
+        self._results.put(handle, result)
+        return result
+
+    async def _describe(self, session: Session, text: str) -> tuple[pa.Schema, pa.Schema]:
+        """(result schema on the wire, parameter schema) of a query, without running it."""
+        self._check_query(text)
+
+        def describe() -> tuple[pa.Schema, pa.Schema]:
+            with session.lock:
+                schema, inferred = session.qctx.describe(text)
+            count = max([*inferred.keys(), _max_placeholder(text)], default=0)
+            params = pa.schema([
+                pa.field(f"${i}", M.wire_type(inferred[i]) if i in inferred else pa.null())
+                for i in range(1, count + 1)
+            ])
+            return M.wire_schema(schema), params
+
+        return await self.run_sync(describe)
+
+    # --- DoGet ----------------------------------------------------------------------------------
+
+    @_rpc
+    async def DoGet(self, stream: Stream) -> None:
+        ticket = await stream.recv_message()
+        assert ticket is not None
+        session = self.session(stream)
+        command = M.decode_command(ticket.ticket)
+        if isinstance(command, sql.TicketStatementQuery):
+            result = self._results.get(command.statement_handle)
+            if result is None or result.session_key != session.key:
+                raise GRPCError(Status.NOT_FOUND, "unknown or expired ticket (SQLSTATE 26000)")
+            await self._stream_result(stream, session, result)
+            return
+        schema = self._metadata_schema(command)
+        batch = await self.run_sync(self._metadata, session, command)
+        await stream.send_message(M.schema_flight_data(schema))
+        if batch.num_rows:
+            await stream.send_message(await self.run_sync(M.batch_flight_data, batch))
+
+    async def _stream_result(self, stream: Stream, session: Session, result: Result) -> None:
+        """Send a result: the messages GetFlightInfo pulled, then the rest, one chunk ahead.
+
+        Backpressure: the next chunk is pulled only while the previous one is being sent, and a
+        send waits for the client's HTTP/2 flow-control window, so a slow reader holds the query
+        at most two chunks ahead. A cancelled stream (client cancel, dropped connection, deadline)
+        stops pulling at the next batch and lets the DataFusion stream go.
+        """
+        source, first, exhausted, first_rows = result.source, result.first, result.exhausted, result.rows
+        if source is None and not exhausted:
+            # A second DoGet of a ticket whose stream the first one consumed: run it again.
+            rerun = await self._start(session, result.sql, result.params)
+            self._results.pop(rerun.handle)
+            if not rerun.schema.equals(result.schema):
+                raise GRPCError(Status.ABORTED, "the result's schema changed since GetFlightInfo (SQLSTATE 40001)")
+            source, first, exhausted, first_rows = rerun.source, rerun.first, rerun.exhausted, rerun.rows
+        elif source is not None:
+            result.source, result.first = None, []  # this DoGet owns the stream now
+        # else: a complete small result, kept so that it can be fetched again
+        stop = threading.Event()
+        pending: asyncio.Future[Any] | None = None
+        sent = 0
+        try:
+            await stream.send_message(M.schema_flight_data(result.schema))
+            for message in first:
+                await stream.send_message(message)
+            sent += first_rows
+            while not exhausted and source is not None:
+                if pending is None:
+                    pending = asyncio.ensure_future(self.run_sync(pull_messages, source, result.schema, stop))
+                messages, rows, exhausted = await pending
+                # The next chunk is pulled while this one is sent.
+                pending = None if exhausted else asyncio.ensure_future(
+                    self.run_sync(pull_messages, source, result.schema, stop))
+                for message in messages:
+                    await stream.send_message(message)
+                sent += rows
+        except asyncio.CancelledError:
+            log.info("DoGet cancelled by the client after %d rows: query stopped", sent)
+            raise
+        finally:
+            stop.set()
+            if pending is not None:
+                pending.cancel()
+
+    # --- metadata -------------------------------------------------------------------------------
+
+    def _metadata(self, session: Session, command: Message) -> pa.RecordBatch:
+        """The result batch of a metadata command. Blocking (catalog and engine calls)."""
+        if isinstance(command, sql.CommandGetSqlInfo):
+            return M.sql_info_batch(SQL_INFO, list(command.info))
+        if isinstance(command, sql.CommandGetCatalogs):
+            return pa.RecordBatch.from_pylist([{"catalog_name": self.database}], schema=M.CATALOGS_SCHEMA)
+        if isinstance(command, sql.CommandGetTableTypes):
+            return pa.RecordBatch.from_pylist([{"table_type": "TABLE"}], schema=M.TABLE_TYPES_SCHEMA)
+        if isinstance(command, sql.CommandGetDbSchemas):
+            rows = [{"catalog_name": self.database, "db_schema_name": name}
+                    for name in self._schemas(session, command)]
+            return pa.RecordBatch.from_pylist(rows, schema=M.DB_SCHEMAS_SCHEMA)
+        if isinstance(command, sql.CommandGetTables):
+            return self._tables(session, command)
+        raise M.BadCommand(f"{command.DESCRIPTOR.name} is not a metadata command")
+
+    def _catalog_matches(self, command: Message) -> bool:
+        return not command.HasField("catalog") or command.catalog == self.database
+
+    def _query_rows(self, session: Session, text: str) -> list[dict[str, Any]]:
+        with session.lock:
+            _, batches = session.qctx.start(text, None)
+        rows: list[dict[str, Any]] = []
+        for batch in batches:
+            rows += (batch if isinstance(batch, pa.RecordBatch) else batch.to_pyarrow()).to_pylist()
+        return rows
+
+    def _schemas(self, session: Session, command: sql.CommandGetDbSchemas) -> list[str]:
+        if not self._catalog_matches(command):
+            return []
+        names = {r["schema_name"] for r in self._query_rows(
+            session, "select schema_name from information_schema.schemata")} - SYSTEM_SCHEMAS
+        if command.HasField("db_schema_filter_pattern"):
+            pattern = like_regex(command.db_schema_filter_pattern)
+            names = {n for n in names if pattern.fullmatch(n)}
+        return sorted(names)
+
+    def _tables(self, session: Session, command: sql.CommandGetTables) -> pa.RecordBatch:
+        schema = M.TABLES_WITH_SCHEMA_SCHEMA if command.include_schema else M.TABLES_SCHEMA
+        if not self._catalog_matches(command):
+            return pa.RecordBatch.from_pylist([], schema=schema)
+        rows = self._query_rows(session, "select table_schema, table_name, table_type from information_schema.tables")
+        schema_pattern = (like_regex(command.db_schema_filter_pattern)
+                          if command.HasField("db_schema_filter_pattern") else None)
+        table_pattern = (like_regex(command.table_name_filter_pattern)
+                         if command.HasField("table_name_filter_pattern") else None)
+        types = set(command.table_types)
+        out = []
+        for row in rows:
+            ns, name = row["table_schema"], row["table_name"]
+            kind = TABLE_TYPES.get(row["table_type"], row["table_type"])
+            if ns in SYSTEM_SCHEMAS or (types and kind not in types):
+                continue
+            if schema_pattern is not None and not schema_pattern.fullmatch(ns):
+                continue
+            if table_pattern is not None and not table_pattern.fullmatch(name):
+                continue
+            out.append({"catalog_name": self.database, "db_schema_name": ns, "table_name": name,
+                        "table_type": kind})
+        out.sort(key=lambda r: (r["db_schema_name"], r["table_name"], r["table_type"]))
+        if command.include_schema:
+            from icegres.engine.engine import DEFAULT_CATALOG
+
+            catalog = self.server.engine.master.catalog(DEFAULT_CATALOG)
+            for row in out:
+                table_schema = catalog.schema(row["db_schema_name"]).table(row["table_name"]).schema
+                row["table_schema"] = M.schema_bytes(M.wire_schema(table_schema))
+        return pa.RecordBatch.from_pylist(out, schema=schema)
+
+    # --- DoPut ----------------------------------------------------------------------------------
+
+    @_rpc
+    async def DoPut(self, stream: Stream) -> None:
+        first = await stream.recv_message()
+        if first is None:
+            raise M.BadCommand("DoPut without a FlightData message")
+        session = self.session(stream)
+        command = self._command(first.flight_descriptor)
+        if isinstance(command, sql.CommandStatementUpdate | sql.CommandPreparedStatementUpdate):
+            raise unimplemented("DML over Flight SQL (execute_update, executemany)")
+        if not isinstance(command, sql.CommandPreparedStatementQuery):
+            raise M.BadCommand(f"{command.DESCRIPTOR.name} is not a DoPut command")
+        prepared = self._prepared(session, command.prepared_statement_handle)
+        reader = M.IpcStreamReader()
+        batches = []
+        size = 0
+        message: fl.FlightData | None = first
+        while message is not None:
+            size += len(message.data_body) + len(message.data_header)
+            if size > PARAMETER_BYTES_MAX:
+                raise M.BadCommand(f"parameters exceed {PARAMETER_BYTES_MAX} bytes")
+            batch = reader.feed(message)
+            if batch is not None:
+                batches.append(batch)
+            message = await stream.recv_message()
+        rows = sum(b.num_rows for b in batches)
+        if rows > 1:
+            raise GRPCError(Status.INVALID_ARGUMENT,
+                            f"a query binds one row of parameters, got {rows} (SQLSTATE 22023)")
+        if rows == 1:
+            row = next(b for b in batches if b.num_rows)
+            prepared.params = {str(i + 1): col[0].as_py() for i, col in enumerate(row.columns)}
+        else:
+            prepared.params = None
+        # The handle comes back so that a stateless server could encode the bindings in it; ours
+        # keeps them on the statement, so it is the same handle.
+        reply = sql.DoPutPreparedStatementResult(prepared_statement_handle=prepared.handle)
+        await stream.send_message(fl.PutResult(app_metadata=reply.SerializeToString()))
+
+    # --- DoAction -------------------------------------------------------------------------------
+
+    @_rpc
+    async def DoAction(self, stream: Stream) -> None:
+        action = await stream.recv_message()
+        assert action is not None
+        session = self.session(stream)
+        kind = action.type
+        if kind == "CreatePreparedStatement":
+            request = M.decode_command(action.body)
+            if not isinstance(request, sql.ActionCreatePreparedStatementRequest):
+                raise M.BadCommand("CreatePreparedStatement needs an ActionCreatePreparedStatementRequest")
+            if request.HasField("transaction_id"):
+                raise unimplemented("transactions over Flight SQL")
+            dataset, params = await self._describe(session, request.query)
+            prepared = Prepared(new_handle(), request.query, dataset, params)
+            session.prepared.put(prepared.handle, prepared)
+            reply = sql.ActionCreatePreparedStatementResult(
+                prepared_statement_handle=prepared.handle, dataset_schema=M.schema_bytes(dataset),
+                parameter_schema=M.schema_bytes(params))
+            await stream.send_message(fl.Result(body=M.pack_any(reply)))
+        elif kind == "ClosePreparedStatement":
+            request = M.decode_command(action.body)
+            if not isinstance(request, sql.ActionClosePreparedStatementRequest):
+                raise M.BadCommand("ClosePreparedStatement needs an ActionClosePreparedStatementRequest")
+            session.prepared.pop(request.prepared_statement_handle)
+        elif kind == "GetSessionOptions":
+            M.parse(fl.GetSessionOptionsRequest, action.body)
+            reply = fl.GetSessionOptionsResult()
+            reply.session_options["catalog"].CopyFrom(M.string_option(session.catalog))
+            reply.session_options["schema"].CopyFrom(M.string_option(session.schema))
+            await stream.send_message(fl.Result(body=reply.SerializeToString()))
+        elif kind == "SetSessionOptions":
+            request = M.parse(fl.SetSessionOptionsRequest, action.body)
+            reply = fl.SetSessionOptionsResult()
+            for name, value in request.session_options.items():
+                error = self._set_option(session, name, M.option_value(value))
+                if error is not None:
+                    reply.errors[name].value = error
+            await stream.send_message(fl.Result(body=reply.SerializeToString()))
+        elif kind == "CloseSession":
+            M.parse(fl.CloseSessionRequest, action.body)
+            self._sessions.pop(session.key)
+            for result in self._results.values():
+                if result.session_key == session.key:
+                    self._results.pop(result.handle)
+                    result.close()
+            reply = fl.CloseSessionResult(status=fl.CloseSessionResult.CLOSED)
+            await stream.send_message(fl.Result(body=reply.SerializeToString()))
+        elif kind in ("BeginTransaction", "EndTransaction", "BeginSavepoint", "EndSavepoint"):
+            raise unimplemented("transactions over Flight SQL")
+        else:
+            raise unimplemented(f"action {kind[:100]!r}")
+
+    def _set_option(self, session: Session, name: str, value: object) -> int | None:
+        """None when set, else a SetSessionOptionsResult.ErrorValue."""
+        errors_ = fl.SetSessionOptionsResult
+        if name == "catalog":
+            return None if value in (None, self.database) else errors_.INVALID_VALUE
+        if name == "schema":
+            if not isinstance(value, str) or not value:
+                return errors_.INVALID_VALUE
+            if not self.server.engine.has_schema(value):
+                return errors_.INVALID_VALUE
+            session.set_schema(value)
+            return None
+        return errors_.INVALID_NAME
+
+    # --- listings -------------------------------------------------------------------------------
+
+    @_rpc
+    async def ListFlights(self, stream: Stream) -> None:
+        await stream.recv_message()
+        self.session(stream)  # authenticated, and nothing to list: flights are made by commands
+
+    @_rpc
+    async def ListActions(self, stream: Stream) -> None:
+        await stream.recv_message()
+        self.session(stream)
+        for name, description in ACTIONS.items():
+            await stream.send_message(fl.ActionType(type=name, description=description))
+
+
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+
+
+def _max_placeholder(text: str) -> int:
+    return max((int(m.group(1)) for m in _PLACEHOLDER.finditer(text)), default=0)

@@ -1,0 +1,127 @@
+"""Server-side state of Flight SQL clients: bearer tokens, sessions, prepared statements, results.
+
+gRPC has no connection-level session, so a session is named by what the client sends on every
+call: its bearer token (after a Handshake or with a header-only token), else the HTTP/2 peer
+address (one ADBC connection is one gRPC channel). Everything here is bounded: a full table
+forgets its least recently used entry, so a client that never closes anything costs a fixed
+amount of memory.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from icegres.engine.engine import QueryContext
+    from icegres.protocol.pgwire.results import RowSource
+
+TOKENS_MAX = 4096
+SESSIONS_MAX = 1024
+PREPARED_MAX = 256  # per session
+RESULTS_MAX = 64  # started results awaiting their DoGet, server-wide
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Bounded(Generic[K, V]):
+    """A dict that forgets its least recently used entry beyond `limit` (thread-safe)."""
+
+    def __init__(self, limit: int, on_evict: Any = None) -> None:
+        self.limit = limit
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+        self._on_evict = on_evict
+
+    def get(self, key: K) -> V | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: K, value: V) -> None:
+        evicted = []
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.limit:
+                evicted.append(self._items.popitem(last=False)[1])
+        if self._on_evict is not None:
+            for item in evicted:
+                self._on_evict(item)
+
+    def pop(self, key: K) -> V | None:
+        with self._lock:
+            return self._items.pop(key, None)
+
+    def values(self) -> list[V]:
+        with self._lock:
+            return list(self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def new_handle() -> bytes:
+    return secrets.token_bytes(16)
+
+
+@dataclass
+class Prepared:
+    """A prepared statement: its SQL, the schemas reported at prepare time, and bound values."""
+
+    handle: bytes
+    sql: str
+    dataset_schema: pa.Schema
+    parameter_schema: pa.Schema
+    params: dict[str, Any] | None = None  # "1" -> value, as QueryContext.start takes them
+
+
+@dataclass
+class Result:
+    """A query started by GetFlightInfo, waiting for its DoGet (or re-run by a second DoGet)."""
+
+    handle: bytes
+    session_key: str
+    sql: str
+    params: dict[str, Any] | None
+    schema: pa.Schema  # the wire schema: FlightInfo's and the stream's
+    source: RowSource | None  # the running stream, taken by the first DoGet
+    first: list[bytes]  # FlightData messages already pulled from `source`
+    exhausted: bool
+    rows: int  # rows in `first`
+
+    def close(self) -> None:
+        self.source = None
+        self.first = []
+
+
+@dataclass
+class Session:
+    key: str
+    user: str
+    qctx: QueryContext
+    catalog: str
+    # One statement at a time touches a session's QueryContext (plans, routes, settings); the
+    # streams it started are read without it.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    prepared: Bounded[bytes, Prepared] = field(default_factory=lambda: Bounded(PREPARED_MAX))
+
+    @property
+    def schema(self) -> str:
+        """The first schema on search_path that exists (where unqualified names resolve)."""
+        for name in self.qctx.env.search_path:
+            if self.qctx.engine.has_schema(name):
+                return name
+        return "public"
+
+    def set_schema(self, name: str) -> None:
+        self.qctx.env.settings["search_path"] = '"' + name.replace('"', '""') + '"'
+        self.qctx.forget_routes()

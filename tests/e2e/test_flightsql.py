@@ -1,0 +1,279 @@
+"""Arrow Flight SQL with the real ADBC driver (adbc_driver_flightsql.dbapi, Go inside).
+
+Every call here is one FLIGHT.md records the driver making; the servers are real `icegres
+flight-serve` / `icegres serve --flight-port` processes over the seeded demo lakehouse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import adbc_driver_flightsql as flightsql
+import adbc_driver_flightsql.dbapi as adbc
+import adbc_driver_manager
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from tests.e2e import expected
+from tests.support.icegres_server import free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+USERS = "alice:wonder land"
+
+
+@contextlib.contextmanager
+def flight_server(data_dir: Path, *args: str, env: dict[str, str] | None = None,
+                  command: str = "flight-serve") -> Iterator[tuple[str, int, Path]]:
+    """(uri, pid, log) of a running `icegres <command>`; the Flight port is free and loopback."""
+    port = free_port()
+    log_path = data_dir.parent / f"flight-{port}.log"
+    port_args = ("--port", str(port)) if command == "flight-serve" else ("--flight-port", str(port))
+    cmd = [sys.executable, "-m", "icegres", command, "--data-dir", str(data_dir), "--host", "127.0.0.1",
+           *port_args, *args]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})})
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "Flight SQL server did not listen within 60 s"
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+            time.sleep(0.05)
+        yield f"grpc://127.0.0.1:{port}", proc.pid, log_path
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def trust(seeded_dir: Path) -> Iterator[tuple[str, int, Path]]:
+    with flight_server(seeded_dir) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def password(seeded_dir: Path) -> Iterator[str]:
+    with flight_server(seeded_dir, env={"ICEGRES_USERS": USERS}) as (uri, _, _):
+        yield uri
+
+
+@pytest.fixture
+def conn(trust: tuple[str, int, Path]) -> Iterator[adbc.Connection]:
+    with adbc.connect(trust[0], autocommit=True) as c:
+        yield c
+
+
+# --- connecting --------------------------------------------------------------------------------
+
+def test_connect_without_credentials_falls_back_to_autocommit(trust):
+    # The server reports FLIGHT_SQL_SERVER_TRANSACTION = 0: the driver warns and autocommits.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with adbc.connect(trust[0]) as c, c.cursor() as cur:
+            cur.execute("select 1 as one")
+            assert cur.fetchall() == [(1,)]
+    assert any("autocommit" in str(w.message) for w in caught)
+
+
+def test_password_handshake_and_current_user(password):
+    kwargs = {"username": "alice", "password": "wonder land"}
+    with adbc.connect(password, db_kwargs=kwargs, autocommit=True) as c, c.cursor() as cur:
+        cur.execute("select current_user, count(*) from demo.cities")
+        assert cur.fetchall() == [("alice", 20)]
+
+
+def test_bad_password_and_missing_credentials_are_unauthenticated(password):
+    with pytest.raises(adbc_driver_manager.ProgrammingError) as exc:
+        adbc.connect(password, db_kwargs={"username": "alice", "password": "nope"}, autocommit=True)
+    assert "UNAUTHENTICATED" in str(exc.value) and "28P01" in str(exc.value)
+    with adbc.connect(password, autocommit=True) as c, c.cursor() as cur:
+        with pytest.raises(adbc_driver_manager.ProgrammingError, match="UNAUTHENTICATED"):
+            cur.execute("select 1")
+
+
+def test_header_only_bearer_token(password):
+    # A token from a Basic -> Bearer handshake (pyarrow's C++ Flight client, zero
+    # HandshakeRequest messages), then used verbatim by ADBC without any handshake of its own.
+    import pyarrow.flight
+
+    client = pyarrow.flight.FlightClient(password)
+    name, value = client.authenticate_basic_token("alice", "wonder land")
+    assert name == b"authorization" and value.startswith(b"Bearer ")
+    client.close()
+    header = flightsql.DatabaseOptions.AUTHORIZATION_HEADER.value
+    with adbc.connect(password, db_kwargs={header: value.decode()}, autocommit=True) as c, c.cursor() as cur:
+        cur.execute("select current_user")
+        assert cur.fetchall() == [("alice",)]
+    with adbc.connect(password, db_kwargs={header: "Bearer forged"}, autocommit=True) as c, c.cursor() as cur:
+        with pytest.raises(adbc_driver_manager.ProgrammingError, match="UNAUTHENTICATED"):
+            cur.execute("select 1")
+
+
+# --- queries -----------------------------------------------------------------------------------
+
+def test_select_values_types_and_rowcount(conn):
+    with conn.cursor() as cur:
+        cur.execute("select id, city, fare, pickup_ts, passengers, paid from demo.trips where id <= 3 order by id")
+        table = cur.fetch_arrow_table()
+        assert cur.rowcount == 3  # FlightInfo.total_records of a small result
+    assert table.schema.types == [pa.int64(), pa.string(), pa.float64(), pa.timestamp("us", tz="UTC"),
+                                  pa.int32(), pa.bool_()]
+    for row in table.to_pylist():
+        want = expected.trip(row["id"])
+        assert row == {k: want[k] for k in row}
+
+
+def test_parameters_by_doput(conn):
+    with conn.cursor() as cur:
+        cur.execute("select id, city from demo.trips where id = $1", parameters=(42,))
+        assert cur.fetchall() == [(42, expected.trip(42)["city"])]
+        # The same prepared statement with new bindings: the handle round trip of DoPut.
+        cur.execute("select id, city from demo.trips where id = $1", parameters=(43,))
+        assert cur.fetchall() == [(43, expected.trip(43)["city"])]
+        trips = expected.trips()
+        city = trips["city"][7].as_py()
+        want = trips.filter(pc.and_(pc.equal(trips["city"], city), pc.greater_equal(trips["passengers"], 2)))
+        cur.execute("select count(*) from demo.trips where city = $1 and passengers >= $2", parameters=(city, 2))
+        assert cur.fetchall() == [(want.num_rows,)]
+
+
+def test_one_million_rows(conn):
+    with conn.cursor() as cur:
+        cur.execute("select * from demo.trips")
+        table = cur.fetch_arrow_table()
+    assert table.num_rows == 1_000_000
+    assert pc.sum(table["id"]).as_py() == 1_000_000 * 1_000_001 // 2
+    assert table.schema.field("city").type == pa.string()
+
+
+def test_errors_carry_sqlstate(conn):
+    with conn.cursor() as cur:
+        with pytest.raises(adbc_driver_manager.ProgrammingError) as exc:
+            cur.execute("select * from demo.nope")
+        assert "NOT_FOUND" in str(exc.value) and "42P01" in str(exc.value)
+        with pytest.raises(adbc_driver_manager.Error) as exc:
+            cur.execute("selec 1")
+        assert "42601" in str(exc.value)
+        with pytest.raises(adbc_driver_manager.NotSupportedError) as exc:
+            cur.execute("insert into demo.cities values ('x', 'y', 1)")
+        assert "0A000" in str(exc.value)
+        cur.execute("select 1")  # the connection is fine afterwards
+        assert cur.fetchall() == [(1,)]
+
+
+def test_cancel_stops_the_stream(trust):
+    uri, _, log_path = trust
+    with adbc.connect(uri, autocommit=True) as c, c.cursor() as cur:
+        # 10^12 rows: only backpressure keeps the server from computing them all.
+        cur.execute("select a.id, b.id as other from demo.trips a cross join demo.trips b")
+        reader = cur.fetch_record_batch()
+        assert reader.read_next_batch().num_rows > 0
+        cur.adbc_cancel()
+        with pytest.raises(Exception, match="(?i)cancel"):
+            for _ in reader:
+                pass
+        cur.execute("select 42")
+        assert cur.fetchall() == [(42,)]
+    deadline = time.monotonic() + 10
+    while "DoGet cancelled by the client" not in log_path.read_text(errors="replace"):
+        assert time.monotonic() < deadline, "the server did not stop the cancelled query"
+        time.sleep(0.1)
+
+
+# --- metadata ----------------------------------------------------------------------------------
+
+def test_get_info_and_table_types(conn):
+    info = conn.adbc_get_info()
+    assert info["vendor_name"] == "icegres"
+    assert info["vendor_arrow_version"] == pa.__version__
+    assert conn.adbc_get_table_types() == ["TABLE"]
+
+
+def test_get_objects_at_every_depth(conn):
+    catalogs = conn.adbc_get_objects(depth="catalogs").read_all().to_pylist()
+    assert [c["catalog_name"] for c in catalogs] == ["icegres"]
+    schemas = conn.adbc_get_objects(depth="db_schemas").read_all().to_pylist()
+    names = [s["db_schema_name"] for s in schemas[0]["catalog_db_schemas"]]
+    assert "demo" in names and "pg_catalog" not in names
+    tables = conn.adbc_get_objects(depth="tables", db_schema_filter="demo").read_all().to_pylist()
+    demo = tables[0]["catalog_db_schemas"][0]
+    assert sorted(t["table_name"] for t in demo["db_schema_tables"]) == ["cities", "trips"]
+    columns = conn.adbc_get_objects(depth="all", db_schema_filter="demo", table_name_filter="tri%").read_all()
+    trips = columns.to_pylist()[0]["catalog_db_schemas"][0]["db_schema_tables"]
+    assert [t["table_name"] for t in trips] == ["trips"]
+    cols = [(c["column_name"], c["ordinal_position"]) for c in trips[0]["table_columns"]]
+    assert cols[:3] == [("id", 1), ("city", 2), ("fare", 3)]
+    assert conn.adbc_get_objects(depth="tables", catalog_filter="other").read_all().to_pylist() == []
+
+
+def test_get_table_schema(conn):
+    schema = conn.adbc_get_table_schema("trips", db_schema_filter="demo")
+    assert schema.names == ["id", "city", "fare", "distance", "pickup_ts", "passengers", "vendor", "paid"]
+    assert schema.field("city").type == pa.string()
+    assert not schema.field("id").nullable
+
+
+def test_session_options_catalog_and_schema(conn):
+    assert conn.adbc_current_catalog == "icegres"
+    assert conn.adbc_current_db_schema == "public"
+    conn.adbc_connection.set_options(**{"adbc.connection.db_schema": "demo"})
+    assert conn.adbc_current_db_schema == "demo"
+    with conn.cursor() as cur:
+        cur.execute("select count(*) from cities")
+        assert cur.fetchall() == [(20,)]
+
+
+# --- one process, both protocols ---------------------------------------------------------------
+
+def test_serve_with_flight_port_serves_both_protocols(seeded_dir):
+    pg_port = free_port()
+    with flight_server(seeded_dir, "--port", str(pg_port), command="serve") as (uri, _, _):
+        with adbc.connect(uri, autocommit=True) as c, c.cursor() as cur:
+            cur.execute("select count(*) from demo.cities")
+            assert cur.fetchall() == [(20,)]
+        with psycopg.connect(f"host=127.0.0.1 port={pg_port} dbname=icegres user=icegres") as pg:
+            assert pg.execute("select count(*) from demo.cities").fetchone() == (20,)
+
+
+def test_malformed_commands_are_invalid_argument_and_harmless(trust):
+    # Random bytes where Flight SQL expects Any-wrapped commands, through pyarrow's C++ client.
+    import random
+
+    import pyarrow.flight
+
+    rng = random.Random(7)
+    client = pyarrow.flight.FlightClient(trust[0])
+    calls = (
+        lambda b: client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(b)),
+        lambda b: client.do_get(pyarrow.flight.Ticket(b)).read_all(),
+        lambda b: list(client.do_action(pyarrow.flight.Action("CreatePreparedStatement", b))),
+    )
+    for _ in range(60):
+        garbage = rng.randbytes(rng.randrange(1, 200))
+        for call in calls:
+            with pytest.raises(pa.ArrowInvalid, match="invalid argument"):
+                call(garbage)
+    client.close()
+    with adbc.connect(trust[0], autocommit=True) as c, c.cursor() as cur:
+        cur.execute("select 7")
+        assert cur.fetchall() == [(7,)]
+    assert "Traceback" not in trust[2].read_text(errors="replace")
