@@ -1,195 +1,471 @@
-"""The write ladder's ack latency: a 1-row autocommit INSERT on each rung, beside the fsync floor.
+"""The write ladder's ack latency: a 1-row autocommit INSERT on each rung, beside its floors.
 
-    .venv/bin/python -m bench.write_ladder [--statements N] [--writers 8]
+    .venv/bin/python -m bench.write_ladder [--rounds 5] [--statements 300] [--seconds 2] [--writers 8]
 
-Rungs, each a real `icegres serve` subprocess on its own fresh embedded lake (SQLite catalog,
-local warehouse), driven by psycopg 3 in autocommit mode with `%s` parameters:
+One run starts a throwaway PostgreSQL 15 (bench/peers/postgres.py: initdb in a temp dir, the
+on-disk binaries, fsync=on) and four `icegres serve` subprocesses, each on its own fresh embedded
+lake (SQLite catalog, local warehouse), all alive for the whole run:
 
 - ``sync``: `--write-buffer-ms 0` (the default): every INSERT is one Iceberg commit before its ack;
-- ``buffer``: `--write-buffer-ms 200`: acked from memory, group-committed per table;
-- ``buffer+wal``: `--write-buffer-ms 200 --tail-dir D`: acked once an fsync of the WAL covers it.
+- ``buffer``: `--write-buffer-ms W`: acked from memory, group-committed per table every W ms;
+- ``tail-dir``: `--write-buffer-ms W --tail-dir D`: acked once an fsync of the local WAL covers it;
+- ``tail-url``: `--write-buffer-ms W --tail-url postgresql://…` (the bench's PostgreSQL): acked once
+  a COMMIT of the tail's log table covers it.
 
-Floor, measured in the same run on the same filesystem as the tail directory: ``os.write`` of
-100 B + ``os.fsync`` (DESIGN.md measured 0.38 ms on this machine). Figures: p50/p95 of the
-per-statement ack latency for one writer, and the total statements per second of ``--writers``
-concurrent writers (group fsync: many writers share one fsync). The sync rung's latency grows with
-table history (DESIGN.md), so it runs fewer statements. Results go to bench/results/ as JSON.
+Floors, measured in the same run, on the same machine, interleaved with the rungs:
+
+- ``fsync``: `os.write` of 100 B + `os.fsync`, appending to a file in a sibling of the WAL directory
+  (same filesystem); with several writers each thread does its own write + fsync on one
+  shared file (no group fsync: the naive baseline);
+- ``pg-insert``: a bare single-row `INSERT … VALUES (%s, %s)` into that PostgreSQL (psycopg,
+  autocommit: one COMMIT, one WAL flush per statement; PostgreSQL's own group commit with many).
+
+Each round runs every target (4 rungs + 2 floors) back to back in a rotating order (A B C …,
+B C … A, …) so drift on this shared machine hits all alike. Per target and round: 1 writer runs
+`--statements` INSERTs back to back (the sync rung at most SYNC_STATEMENTS: each is a commit), then
+`--writers` threads each with its own connection (opened and warmed before timing) insert for
+`--seconds`. Every (round, writers) cell writes a fresh table, so table history (which slows the
+sync rung) is the same in every round; after a cell the bench idles one flush window plus a margin
+so a rung's background flush never lands in the next target's cell. Latency = client-side
+`execute()` round trip (the ack); throughput = acked statements / wall time of the cell.
+
+Targets (issue 6): buffer-only ack < 1 ms; tail-dir within 1 ms of the fsync floor; tail-url
+within 1 ms of the PostgreSQL INSERT floor; 8 writers on tail-dir get more total throughput than 1.
+Differences and ratios are medians over rounds of the per-round values. Writes
+bench/results/<date>-write_ladder.json and the `write_ladder` section of bench/SCORECARD.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
+import contextlib
 import os
-import statistics
+import shutil
+import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.pgwire_read import RESULTS_DIR, Server, git_commit, machine_facts, percentile
+from bench.harness import (
+    fmt_ms,
+    fmt_x,
+    load_meter,
+    median,
+    percentile,
+    provenance,
+    rotation,
+    write_report,
+)
+from bench.pgwire_read import Server
 
-SYNC_STATEMENTS = 60
-
-
-def fsync_floor(directory: Path, n: int) -> list[float]:
-    """Milliseconds of one `os.write` of 100 B + `os.fsync`, n times, appending to one file."""
-    path = directory / "fsync-floor.bin"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    out = []
-    try:
-        payload = b"x" * 100
-        for _ in range(n):
-            t = time.perf_counter()
-            os.write(fd, payload)
-            os.fsync(fd)
-            out.append((time.perf_counter() - t) * 1000)
-    finally:
-        os.close(fd)
-        path.unlink()
-    return out
+SYNC_STATEMENTS = 40
+WARM_STATEMENTS = 5  # per connection, before timing: connection, prepared statement, caches
+RUNGS = ("sync", "buffer", "tail-dir", "tail-url")
+FLOORS = ("fsync", "pg-insert")
 
 
-def one_writer(conninfo: str, table: str, n: int) -> list[float]:
+# --- writers: one connection each ---------------------------------------------------------------
+
+
+class Writer:
+    """One client: `do(i)` runs one 1-row INSERT (or one write + fsync) and returns on its ack."""
+
+    def do(self, i: int) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class SqlWriter(Writer):
+    def __init__(self, conninfo: str, table: str, base: int) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(conninfo, autocommit=True)
+        self.sql = f"insert into {table} values (%s, %s)"
+        self.base = base
+        for i in range(WARM_STATEMENTS):
+            self.conn.execute(self.sql, (-(base + i) - 1, "warm"))
+
+    def do(self, i: int) -> None:
+        self.conn.execute(self.sql, (self.base + i, "x"))
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class FsyncWriter(Writer):
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.payload = b"x" * 100
+        for i in range(WARM_STATEMENTS):
+            self.do(i)
+
+    def do(self, i: int) -> None:
+        os.write(self.fd, self.payload)
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+@dataclass
+class Cell:
+    """One (target, round, writers) measurement."""
+
+    latencies_ms: list[float]
+    statements: int
+    seconds: float
+    retries: int = 0  # 40001 serialization failures (the sync rung's concurrent commits)
+
+    @property
+    def per_second(self) -> float:
+        return self.statements / self.seconds if self.seconds > 0 else 0.0
+
+
+def run_one(writer: Writer, n: int) -> Cell:
+    lat = []
+    t0 = time.perf_counter()
+    for i in range(n):
+        t = time.perf_counter()
+        writer.do(i)
+        lat.append((time.perf_counter() - t) * 1000)
+    return Cell(lat, n, time.perf_counter() - t0)
+
+
+def run_many(writers: list[Writer], seconds: float) -> Cell:
     import psycopg
 
-    out = []
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        sql = f"insert into {table} values (%s, %s)"
-        for i in range(10):  # warm up: connection, prepared statement, caches
-            conn.execute(sql, (-1 - i, "warm"))
-        for i in range(n):
+    k = len(writers)
+    lat: list[list[float]] = [[] for _ in range(k)]
+    retries = [0] * k
+    errors: list[BaseException] = []
+    start = threading.Barrier(k + 1)
+    stop_at = [0.0]
+
+    def work(w: int) -> None:
+        start.wait()
+        i = 0
+        while True:
             t = time.perf_counter()
-            conn.execute(sql, (i, "x"))
-            out.append((time.perf_counter() - t) * 1000)
-    return out
+            if t >= stop_at[0]:
+                return
+            try:
+                writers[w].do(i)
+            except psycopg.errors.SerializationFailure:
+                retries[w] += 1  # concurrent sync commits to one table rebase, and may give up
+                continue
+            except BaseException as exc:  # noqa: BLE001 - reported by the caller
+                errors.append(exc)
+                return
+            lat[w].append((time.perf_counter() - t) * 1000)
+            i += 1
 
-
-def many_writers(conninfo: str, table: str, writers: int, seconds: float) -> dict[str, float]:
-    import psycopg
-
-    counts = [0] * writers
-    failures = [0] * writers
-    latencies: list[list[float]] = [[] for _ in range(writers)]
-    stop = threading.Event()
-
-    def run(w: int) -> None:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            sql = f"insert into {table} values (%s, %s)"
-            i = 0
-            while not stop.is_set():
-                t = time.perf_counter()
-                try:
-                    conn.execute(sql, (w * 10_000_000 + i, "m"))
-                except psycopg.errors.SerializationFailure:
-                    # The sync rung: concurrent commits to one table rebase, and may give up (40001).
-                    failures[w] += 1
-                    continue
-                latencies[w].append((time.perf_counter() - t) * 1000)
-                i += 1
-                counts[w] += 1
-
-    threads = [threading.Thread(target=run, args=(w,), daemon=True) for w in range(writers)]
-    started = time.perf_counter()
+    threads = [threading.Thread(target=work, args=(w,), daemon=True) for w in range(k)]
     for t in threads:
         t.start()
-    time.sleep(seconds)
-    stop.set()
+    stop_at[0] = time.perf_counter() + seconds
+    t0 = time.perf_counter()
+    start.wait()
     for t in threads:
-        t.join(timeout=60)
-    elapsed = time.perf_counter() - started
-    flat = [x for lat in latencies for x in lat]
-    return {
-        "writers": writers,
-        "statements": sum(counts),
-        "serialization_failures": sum(failures),
-        "per_second": sum(counts) / elapsed,
-        "p50_ms": percentile(flat, 50),
-        "p95_ms": percentile(flat, 95),
-    }
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    flat = [x for xs in lat for x in xs]
+    return Cell(flat, len(flat), elapsed, sum(retries))
 
 
-def run_rung(name: str, env: dict[str, str], root: Path, statements: int, writers: int, seconds: float) -> dict[str, Any]:
-    import psycopg
-
-    data_dir = root / name / "data"
-    data_dir.mkdir(parents=True)
-    server = Server(data_dir, root / name / "icegres.log", env=env)
-    server.start()
-    try:
-        _wait(server)
-        with psycopg.connect(server.conninfo, autocommit=True) as conn:
-            conn.execute("create schema wl")
-            conn.execute("create table wl.one (id bigint, v text)")
-            conn.execute("create table wl.many (id bigint, v text)")
-        lat = one_writer(server.conninfo, "wl.one", statements)
-        concurrent = many_writers(server.conninfo, "wl.many", writers, seconds)
-    finally:
-        server.stop()
-    return {
-        "rung": name,
-        "env": env,
-        "statements": len(lat),
-        "p50_ms": statistics.median(lat),
-        "p95_ms": percentile(lat, 95),
-        "mean_ms": statistics.fmean(lat),
-        "concurrent": concurrent,
-    }
+# --- targets ------------------------------------------------------------------------------------
 
 
-def _wait(server: Server, timeout_s: float = 60) -> None:
+@dataclass
+class Target:
+    name: str
+    kind: str  # "rung" or "floor"
+    open_writer: Callable[[str, int], Writer]  # (table, writer index) -> a warmed writer
+    make_table: Callable[[str], None]
+    settle_s: float = 0.0
+    one_statements: int = 0
+    cells: dict[int, dict[int, Cell]] = field(default_factory=dict)  # writers -> round -> cell
+    server: Server | None = None
+
+
+def _wait(server: Server, timeout_s: float = 90) -> None:
     import psycopg
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        assert server.proc is not None
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"icegres serve exited:\n{server.log_tail(40)}")
         try:
             with psycopg.connect(server.conninfo, autocommit=True) as conn:
                 conn.execute("select 1")
                 return
         except psycopg.OperationalError:
             time.sleep(0.05)
-    raise RuntimeError(f"server did not start: {server.log_path.read_text(errors='replace')[-3000:]}")
+    raise RuntimeError(f"server did not start:\n{server.log_tail(40)}")
+
+
+def _exec(conninfo: str, *sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        for s in sql:
+            conn.execute(s)
+
+
+def table_name(rnd: int, writers: int) -> str:
+    return f"r{rnd}_w{writers}" if rnd >= 0 else f"warm_w{writers}"
+
+
+def measure_cell(target: Target, rnd: int, writers: int, statements: int, seconds: float) -> Cell:
+    table = table_name(rnd, writers)
+    target.make_table(table)
+    ws = [target.open_writer(table, w) for w in range(writers)]
+    try:
+        cell = run_one(ws[0], statements) if writers == 1 else run_many(ws, seconds)
+    finally:
+        for w in ws:
+            with contextlib.suppress(Exception):
+                w.close()
+    if target.settle_s:
+        time.sleep(target.settle_s)  # the rung's flush of this cell lands before the next cell
+    return cell
+
+
+# --- summary ------------------------------------------------------------------------------------
+
+
+def summarise(targets: list[Target], writers: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for t in targets:
+        per_w: dict[str, Any] = {}
+        for k, cells in t.cells.items():
+            rounds = sorted(r for r in cells if r >= 0)
+            flat = [x for r in rounds for x in cells[r].latencies_ms]
+            per_w[str(k)] = {
+                "p50_ms": percentile(flat, 50),
+                "p95_ms": percentile(flat, 95),
+                "p99_ms": percentile(flat, 99),
+                "n": len(flat),
+                "per_second": median(cells[r].per_second for r in rounds),
+                "retries_40001": sum(cells[r].retries for r in rounds),
+                "rounds": {r: {"p50_ms": percentile(cells[r].latencies_ms, 50),
+                               "p95_ms": percentile(cells[r].latencies_ms, 95),
+                               "n": cells[r].statements, "seconds": cells[r].seconds,
+                               "per_second": cells[r].per_second, "retries_40001": cells[r].retries}
+                           for r in rounds},
+            }
+        one, many = per_w.get("1"), per_w.get(str(writers))
+        out[t.name] = {"kind": t.kind, "writers": per_w,
+                       "scaling": _round_ratio(t, writers, 1, "per_second") if one and many else None}
+    return out
+
+
+def _round_values(t: Target, writers: int, what: str) -> dict[int, float]:
+    cells = t.cells.get(writers, {})
+    if what == "p50":
+        return {r: percentile(c.latencies_ms, 50) for r, c in cells.items() if r >= 0}
+    return {r: c.per_second for r, c in cells.items() if r >= 0}
+
+
+def _round_ratio(t: Target, wa: int, wb: int, what: str) -> float | None:
+    a, b = _round_values(t, wa, what), _round_values(t, wb, what)
+    vals = [a[r] / b[r] for r in a if r in b and b[r] > 0]
+    return median(vals) if vals else None
+
+
+def _round_diff(a: Target, b: Target, writers: int) -> float | None:
+    va, vb = _round_values(a, writers, "p50"), _round_values(b, writers, "p50")
+    vals = [va[r] - vb[r] for r in va if r in vb]
+    return median(vals) if vals else None
+
+
+def _signed(v: float | None) -> str:
+    return "—" if v is None else f"{v:+.3f}"
+
+
+def verdicts(by: dict[str, Target], summary: dict[str, Any], writers: int) -> list[dict[str, Any]]:
+    buf = summary["buffer"]["writers"]["1"]
+    d_dir = _round_diff(by["tail-dir"], by["fsync"], 1)
+    d_url = _round_diff(by["tail-url"], by["pg-insert"], 1)
+    d_dir8 = _round_diff(by["tail-dir"], by["fsync"], writers)
+    d_url8 = _round_diff(by["tail-url"], by["pg-insert"], writers)
+    scale = summary["tail-dir"]["scaling"]
+    return [
+        {"target": "buffer-only ack < 1 ms (1 writer, p50)", "value": buf["p50_ms"],
+         "shown": f"p50 {buf['p50_ms']:.3f} ms (p95 {buf['p95_ms']:.3f} ms)",
+         "pass": buf["p50_ms"] < 1.0},
+        {"target": "tail-dir ack within 1 ms of the fsync floor (1 writer, p50)", "value": d_dir,
+         "shown": f"{_signed(d_dir)} ms over the floor", "pass": d_dir is not None and d_dir <= 1.0},
+        {"target": "tail-url ack within 1 ms of the PostgreSQL INSERT floor (1 writer, p50)",
+         "value": d_url, "shown": f"{_signed(d_url)} ms over the floor",
+         "pass": d_url is not None and d_url <= 1.0},
+        {"target": f"{writers} writers on tail-dir: more total throughput than 1", "value": scale,
+         "shown": f"{fmt_x(scale)} the 1-writer statements/s", "pass": scale is not None and scale > 1.0},
+        {"target": f"(not a target) tail-dir vs fsync floor at {writers} writers, p50", "value": d_dir8,
+         "shown": f"{_signed(d_dir8)} ms", "pass": None},
+        {"target": f"(not a target) tail-url vs PostgreSQL INSERT floor at {writers} writers, p50",
+         "value": d_url8, "shown": f"{_signed(d_url8)} ms", "pass": None},
+    ]
+
+
+# --- main ---------------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.peers.postgres import running_cluster
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--statements", type=int, default=500, help="1-row INSERTs per buffered rung (one writer)")
+    parser.add_argument("--rounds", type=int, default=5, help="measured rounds (plus one warm-up round)")
+    parser.add_argument("--statements", type=int, default=300,
+                        help=f"1-writer INSERTs per target and round (the sync rung: at most {SYNC_STATEMENTS})")
     parser.add_argument("--writers", type=int, default=8)
-    parser.add_argument("--seconds", type=float, default=3.0, help="duration of the concurrent-writers phase")
-    parser.add_argument("--window-ms", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=2.0, help="duration of each concurrent-writers cell")
+    parser.add_argument("--window-ms", type=int, default=200, help="--write-buffer-ms of the buffered rungs")
+    parser.add_argument("--no-write", action="store_true", help="print only; no results file or scorecard")
     args = parser.parse_args(argv)
+    argv_shown = sys.argv[1:] if argv is None else argv
+    command = ".venv/bin/python -m bench.write_ladder " + " ".join(argv_shown)
+    prov = provenance(command.strip())
     root = Path(tempfile.mkdtemp(prefix="icegres-ladder-bench-"))
     window = str(args.window_ms)
-    rungs = [
-        ("sync", {}, min(args.statements, SYNC_STATEMENTS)),
-        ("buffer", {"ICEGRES_WRITE_BUFFER_MS": window}, args.statements),
-        ("buffer+wal", {"ICEGRES_WRITE_BUFFER_MS": window, "ICEGRES_TAIL_DIR": str(root / "wal")}, args.statements),
-    ]
-    floor = fsync_floor(root, args.statements)
-    results = [run_rung(name, env, root, n, args.writers, args.seconds) for name, env, n in rungs]
-    floor_p50 = statistics.median(floor)
-    print(f"fsync floor (os.write 100 B + fsync, {root}): p50 {floor_p50:.3f} ms  p95 {percentile(floor, 95):.3f} ms")
-    print(f"{'rung':<12} {'n':>5} {'p50 ms':>9} {'p95 ms':>9} {'p50-floor':>10}   {args.writers} writers: stmts/s  p50 ms  p95 ms")
-    for r in results:
-        c = r["concurrent"]
-        print(f"{r['rung']:<12} {r['statements']:>5} {r['p50_ms']:>9.3f} {r['p95_ms']:>9.3f} {r['p50_ms'] - floor_p50:>10.3f}"
-              f"   {c['per_second']:>15.0f} {c['p50_ms']:>7.2f} {c['p95_ms']:>7.2f}")
-    out = {
-        "bench": "write_ladder",
-        "date": dt.date.today().isoformat(),
-        "commit": git_commit(),
-        "machine": machine_facts(),
-        "command": "python -m bench.write_ladder " + " ".join(argv or []),
-        "fsync_floor": {"p50_ms": floor_p50, "p95_ms": percentile(floor, 95), "n": len(floor)},
-        "rungs": results,
-    }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{out['date']}-write_ladder.json"
-    path.write_text(json.dumps(out, indent=2, default=str) + "\n")
-    print(f"wrote {path}")
+    settle = args.window_ms / 1000 + 0.4
+    servers: list[Server] = []
+    try:
+        with running_cluster() as pg:
+            url = f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
+            _exec(pg.conninfo, "create schema if not exists floor")
+            envs = {
+                "sync": {},
+                "buffer": {"ICEGRES_WRITE_BUFFER_MS": window},
+                "tail-dir": {"ICEGRES_WRITE_BUFFER_MS": window, "ICEGRES_TAIL_DIR": str(root / "wal")},
+                "tail-url": {"ICEGRES_WRITE_BUFFER_MS": window, "ICEGRES_TAIL_URL": url},
+            }
+            targets: list[Target] = []
+            for name in RUNGS:
+                server = Server(root / name / "data", root / name / "icegres.log", env=envs[name])
+                server.start()
+                servers.append(server)
+            for name, server in zip(RUNGS, servers, strict=True):
+                _wait(server)
+                _exec(server.conninfo, "create schema wl")
+                ci = server.conninfo
+                targets.append(Target(
+                    name, "rung",
+                    open_writer=lambda table, w, ci=ci: SqlWriter(ci, f"wl.{table}", w * 10_000_000),
+                    make_table=lambda table, ci=ci: _exec(ci, f"create table wl.{table} (id bigint, v text)"),
+                    settle_s=settle if name != "sync" else 0.2,
+                    one_statements=min(args.statements, SYNC_STATEMENTS) if name == "sync" else args.statements,
+                    server=server,
+                ))
+            fsync_dir = root / "fsync-floor"  # beside the WAL directory: the same filesystem
+            fsync_dir.mkdir(exist_ok=True)
+            targets.append(Target(
+                "fsync", "floor",
+                open_writer=lambda table, w: FsyncWriter(fsync_dir / f"floor-{table}.bin"),
+                make_table=lambda table: None, settle_s=0.2, one_statements=args.statements,
+            ))
+            targets.append(Target(
+                "pg-insert", "floor",
+                open_writer=lambda table, w: SqlWriter(pg.conninfo, f"floor.{table}", w * 10_000_000),
+                make_table=lambda table: _exec(pg.conninfo, f"create table floor.{table} (id bigint, v text)"),
+                settle_s=0.2, one_statements=args.statements,
+            ))
+            meter = load_meter()
+            t_start = time.perf_counter()
+            for rnd in range(-1, args.rounds):  # round -1 warms every target up, not counted
+                t0 = time.perf_counter()
+                for t in rotation(targets, rnd + 1):
+                    for k in (1, args.writers):
+                        cell = measure_cell(t, rnd, k, t.one_statements, args.seconds)
+                        t.cells.setdefault(k, {})[rnd] = cell
+                label = "warm-up" if rnd < 0 else f"round {rnd + 1}/{args.rounds}"
+                print(f"  {label} ({time.perf_counter() - t0:.1f}s): " + ", ".join(
+                    f"{t.name} {percentile(t.cells[1][rnd].latencies_ms, 50):.2f}/"
+                    f"{t.cells[args.writers][rnd].per_second:.0f}/s" for t in targets), flush=True)
+            load = meter.finish()
+            wall = time.perf_counter() - t_start
+            pg_version = _pg_version(pg.conninfo)
+    finally:
+        for s in servers:
+            with contextlib.suppress(Exception):
+                s.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+    by = {t.name: t for t in targets}
+    summary = summarise(targets, args.writers)
+    checks = verdicts(by, summary, args.writers)
+    report = _report(prov, args, summary, checks, load, wall, pg_version)
+    write_report(report, write=not args.no_write)
     return 0
+
+
+def _pg_version(conninfo: str) -> str:
+    import psycopg
+
+    with psycopg.connect(conninfo) as c:
+        return str(c.execute("show server_version").fetchone()[0])
+
+
+def _report(prov: dict[str, Any], args: Any, summary: dict[str, Any], checks: list[dict[str, Any]],
+            load: dict[str, Any], wall: float, pg_version: str) -> dict[str, Any]:
+    k = args.writers
+    rows = []
+    for name in (*FLOORS, *RUNGS):
+        s = summary[name]
+        for w in ("1", str(k)):
+            st = s["writers"][w]
+            rows.append([name if w == "1" else "", w, fmt_ms(st["p50_ms"]), fmt_ms(st["p95_ms"]),
+                         f"{st['per_second']:.0f}", st["n"], st["retries_40001"] or "",
+                         fmt_x(s["scaling"]) if w != "1" else ""])
+    lat_table = {
+        "title": "Ack latency of a 1-row autocommit INSERT (client round trip) and throughput",
+        "columns": ["target", "writers", "p50 ms", "p95 ms", "stmts/s (median of rounds)", "n",
+                    "40001 retries", f"{k}w / 1w stmts/s"],
+        "rows": rows, "align": "lrrrrrrr",
+        "notes": ["p50/p95 pool every measured round's statements; stmts/s and the scaling ratio are "
+                  "medians over rounds of each round's value. Floors: `fsync` = os.write 100 B + "
+                  f"os.fsync on the WAL's filesystem (with {k} writers: {k} threads, one shared file, no "
+                  "group fsync); `pg-insert` = a bare single-row INSERT into the bench's PostgreSQL "
+                  f"{pg_version} (fsync=on, synchronous_commit on), psycopg autocommit."],
+    }
+    check_table = {
+        "title": "Issue-6 targets",
+        "columns": ["target", "measured", "verdict"],
+        "rows": [[c["target"], c["shown"], "—" if c["pass"] is None else ("**pass**" if c["pass"] else "**MISS**")]
+                 for c in checks],
+        "align": "lll",
+        "notes": ["Differences are medians over rounds of (rung p50 − floor p50) within the same round."],
+    }
+    return {
+        "section": "write_ladder",
+        "title": "Write ladder: 1-row INSERT ack latency per rung vs fsync and PostgreSQL floors (issue 6)",
+        **prov,
+        "load": load,
+        "facts": {
+            "Setup": (f"4 `icegres serve` subprocesses alive for the whole run (sync; buffer "
+                      f"`--write-buffer-ms {args.window_ms}`; + `--tail-dir`; + `--tail-url` to the bench's "
+                      f"PostgreSQL {pg_version}), each on a fresh embedded lake; one throwaway PostgreSQL "
+                      "(floors and the tail-url rung's log). Client: psycopg 3 in this process, one thread "
+                      "and connection per writer, connections opened and warmed before timing."),
+            "Rounds": (f"{args.rounds} measured + 1 warm-up; per round every target in rotating order; "
+                       f"1 writer: {args.statements} statements back to back (sync: "
+                       f"{min(args.statements, SYNC_STATEMENTS)}); "
+                       f"{k} writers: {args.seconds:g} s; a fresh table per (round, writers) cell; idle "
+                       f"{args.window_ms / 1000 + 0.4:.1f} s after each buffered cell so its flush lands "
+                       f"before the next target's cell. Measured span {wall:.0f} s."),
+        },
+        "tables": [lat_table, check_table],
+        "summary": summary,
+        "checks": checks,
+    }
 
 
 if __name__ == "__main__":
