@@ -1,0 +1,117 @@
+"""The per-statement caches (table references, result column names) keyed on literal shape."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from icegres.engine import engine as engine_mod
+from icegres.engine.catalog import Lakehouse
+from icegres.engine.engine import Engine, SessionEnv, _literal_shape
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("select * from demo.trips where id = 123456", "select * from demo.trips where id = 7"),
+        ("select count(*) from t where zone = 'z1' limit 5", "select count(*) from t where zone = 'it''s' limit 50"),
+        ("select * from t where a in (1, 'x') and b > -1.5e3", "select * from t where a in (22, '') and b > -3"),
+        ("select '1'::int, date '2020-01-01'", "select '7'::int, date '1999-12-31'"),
+        ("update t set a = 'x' where b = 1", "update t set a = 'y' where b = 2"),
+        ("select cast('5' as numeric(10, 2))", "select cast('6' as numeric(12, 4))"),
+    ],
+)
+def test_statements_differing_only_in_values_share_a_shape(a, b):
+    assert _literal_shape(a) == _literal_shape(b)
+    assert _literal_shape(a) != a
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("select 1", "select 1 as a"),
+        ("select 1", "select '1'"),  # different literal kinds keep different tokens
+        ("select 1 as true", "select 1 as false"),  # names "true" / "false"
+        ("select true", "select 1"),  # `bool` vs `?column?`
+        ("select '1'::int", "select '1'::text"),
+        ('select 1 as "x"', 'select 1 as "y"'),
+        ("select 1 as 5", "select 1 as 6"),  # sqlglot reads a number after AS as a name
+        ("select 1 as 'x'", "select 1 as 'y'"),
+        ("select * from 'x'", "select * from 'y'"),  # sqlglot reads these strings as tables
+        ("select * from t, 'x'", "select * from t, 'y'"),
+        ("select * from ('x')", "select * from ('y')"),
+        ("select * from t join 'x' on true", "select * from t join 'y' on true"),
+        ("with 'x' as (select 1) select 1", "with 'y' as (select 1) select 1"),
+        ("insert into 'x' values (1)", "insert into 'y' values (1)"),
+        ("select * from t where a in (select b from u, 'x')", "select * from t where a in (select b from u, 'y')"),
+        ("select * from date, 'x'", "select * from date, 'y'"),
+        ("select E'a\\'b', 5", "select E'a\\'c', 5"),  # backslash escapes: verbatim
+        ("select $$1$$", "select $$2$$"),
+        ("select $1, 5", "select $2, 5"),
+        ("select 5 -- 1\n", "select 5 -- 2\n"),
+        ("select 5 /* 1 /* 2 */ 3 */", "select 5 /* 1 /* 2 */ 4 */"),
+        ("select 'a$' , $1", "select 'b$' , $1"),
+        ("select U&'d!0061' UESCAPE '!'", "select U&'d!0062' UESCAPE '!'"),
+        ("select 'a", "select 'b"),  # unterminated: exact text
+        ('select "a', 'select "b'),
+    ],
+)
+def test_statements_that_may_differ_in_meaning_do_not_share_a_shape(a, b):
+    assert _literal_shape(a) != _literal_shape(b)
+
+
+def test_a_text_with_nul_never_equals_a_mask():
+    masked = _literal_shape("select 5")
+    assert _literal_shape(masked) != masked
+
+
+@pytest.fixture
+def qctx(tmp_path):
+    lh = Lakehouse.embedded(tmp_path)
+    lh.create_namespace_if_missing("demo")
+    t = lh.catalog.create_table(
+        ("demo", "trips"), schema=pa.schema([pa.field("id", pa.int64()), pa.field("zone", pa.string())])
+    )
+    t.append(pa.table({"id": [1, 2, 3], "zone": ["a", "b", "c"]}))
+    engine = Engine(lh)
+    engine.refresh()
+    return engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+
+
+def test_point_lookups_with_new_literals_parse_once(qctx, monkeypatch):
+    from icegres.engine import pg_rewrite
+
+    parses = []
+    real_parse = pg_rewrite.parse
+    monkeypatch.setattr(pg_rewrite, "parse", lambda sql: parses.append(sql) or real_parse(sql))
+    for i in range(5):
+        schema, stream = qctx.start(f"select count(*), max(zone) from trips where id = {i} and zone <> 'z{i}'")
+        assert schema.names == ["count", "max"]
+        assert sum(b.to_pyarrow().num_rows for b in stream) == 1
+    assert len(parses) == 2  # the first statement: once for its tables, once for its column names
+    assert qctx.table_refs("select * from trips where id = 99") == {("demo", "trips")}
+
+
+def test_names_from_datafusion_are_not_cached_with_the_shape(qctx):
+    # `?column?` comes from the select list; the fallback for `*` is DataFusion's own per schema.
+    assert qctx.start("select 1, id from trips where id = 1")[0].names == ["?column?", "id"]
+    assert qctx.start("select 2, id from trips where id = 2")[0].names == ["?column?", "id"]
+    assert qctx.start("select 1 as a, id from trips where id = 1")[0].names == ["a", "id"]
+    for sql in ("select true, id from trips", "select false as x, 'a' from trips", "select 1 as true from trips"):
+        schema = qctx.start(sql)[0]
+        plain = qctx.plan(sql).schema()
+        assert schema.names == engine_mod._postgres_names(engine_mod._select_list_names(sql), plain)
+    assert qctx.start("select 1 as true from trips")[0].names == ["true"]
+
+
+def test_search_path_still_keys_table_refs(qctx):
+    assert qctx.table_refs("select * from trips where id = 1") == {("demo", "trips")}
+    qctx.env.settings["search_path"] = "public"
+    assert qctx.table_refs("select * from trips where id = 2") == {("public", "trips")}
+
+
+def test_long_texts_key_on_the_exact_text():
+    sql = "select 1 from t where a in (" + ",".join(["1"] * engine_mod._SHAPE_TEXT_MAX) + ")"
+    assert _literal_shape(sql) == sql
