@@ -168,7 +168,7 @@ class ObjectStores:
 
     def __init__(self, s3_properties: dict[str, str]) -> None:
         self._props = s3_properties
-        self._registered: set[str] = set()
+        self._registered: dict[str, tuple[str | None, ...]] = {}  # bucket -> its credentials' identity
         self._stores: list[tuple[str, object]] = []  # (bucket, store), in registration order
         self._lock = threading.Lock()
 
@@ -189,16 +189,23 @@ class ObjectStores:
 
     def ensure(self, ctx: SessionContext, path: str, table_props: dict[str, str] | None = None) -> None:
         """Register the store for `path`'s bucket on first sight. `table_props` are the table's
-        own FileIO properties: credentials a REST catalog vended with loadTable win over ours."""
+        own FileIO properties: credentials a REST catalog vended with loadTable win over ours.
+
+        Vended credentials expire and every loadTable vends fresh ones: when a table is mounted
+        with credentials other than the bucket's store has, a new store replaces it (sessions
+        pick it up through `generation`, registered after — and so over — the old one)."""
         if not path.startswith("s3://"):
             return
         bucket = path[len("s3://") :].split("/", 1)[0]
+        props = {**self._props, **{k: v for k, v in (table_props or {}).items() if k.startswith("s3.")}}
+        identity = (props.get("s3.access-key-id"), _digest(props.get("s3.secret-access-key")),
+                    _digest(props.get("s3.session-token")))
         with self._lock:
-            if bucket in self._registered:
+            known = self._registered.get(bucket)
+            if known is not None and (known == identity or not _vended(table_props)):
                 return
             from datafusion.object_store import AmazonS3
 
-            props = {**self._props, **{k: v for k, v in (table_props or {}).items() if k.startswith("s3.")}}
             endpoint = props.get("s3.endpoint")
             store = AmazonS3(
                 bucket_name=bucket,
@@ -210,8 +217,19 @@ class ObjectStores:
                 allow_http=bool(endpoint and endpoint.startswith("http://")),
             )
             ctx.register_object_store("s3://", store, bucket)
-            self._registered.add(bucket)
+            self._registered[bucket] = identity
             self._stores.append((bucket, store))
+
+
+def _digest(secret: str | None) -> str | None:
+    """A secret's identity without keeping the secret itself around."""
+    import hashlib
+
+    return None if secret is None else hashlib.sha256(secret.encode()).hexdigest()[:16]
+
+
+def _vended(table_props: dict[str, str] | None) -> bool:
+    return bool(table_props) and any(k in table_props for k in ("s3.access-key-id", "s3.session-token"))
 
 
 def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | None = None) -> DataFrame:

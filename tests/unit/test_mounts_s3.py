@@ -79,3 +79,33 @@ def test_object_store_warehouse() -> None:
     assert object_store_warehouse("rest", {})
     assert object_store_warehouse("sql", {"s3.endpoint": "http://127.0.0.1:1"})
     assert not object_store_warehouse("sql", {})
+
+
+class _RecordingContext:
+    """Stands in for a SessionContext: records the object stores registered on it."""
+
+    def __init__(self) -> None:
+        self.registered: list[str] = []
+
+    def register_object_store(self, scheme: str, store: object, bucket: str) -> None:
+        self.registered.append(bucket)
+
+
+def test_vended_credentials_replace_the_buckets_store_when_they_change() -> None:
+    from icegres.engine.mounts import ObjectStores
+
+    base = {"s3.endpoint": "http://127.0.0.1:1", "s3.region": "us-east-1"}
+    stores = ObjectStores(base)
+    ctx = _RecordingContext()
+    first = {"s3.access-key-id": "AK1", "s3.secret-access-key": "S1", "s3.session-token": "T1"}
+    stores.ensure(ctx, "s3://lake/t/data/a.parquet", first)
+    stores.ensure(ctx, "s3://lake/t/data/b.parquet", first)  # same credentials: nothing new
+    assert ctx.registered == ["lake"] and stores.generation == 1
+    renewed = {**first, "s3.session-token": "T2"}  # a later loadTable vended fresh credentials
+    stores.ensure(ctx, "s3://lake/t/data/a.parquet", renewed)
+    assert ctx.registered == ["lake", "lake"] and stores.generation == 2
+    stores.ensure(ctx, "s3://lake/t/data/a.parquet", None)  # a table without vended ones keeps it
+    assert stores.generation == 2
+    session = _RecordingContext()
+    assert stores.register_all(session) == 2
+    assert session.registered == ["lake", "lake"]  # the newer store is registered last, so it wins
