@@ -352,10 +352,24 @@ class RestLakehouse(Lakehouse):
                 return self.catalog.load_table(ident).metadata_location
             except NoSuchTableError:
                 return None
-        return json.loads(response.content).get("metadata-location")
+        body = json.loads(response.content)
+        vended = {k: v for k, v in (body.get("config") or {}).items() if k.startswith("s3.")}
+        if vended:
+            with self._lock:
+                self._vended[(namespace, name)] = vended
+        return body.get("metadata-location")
+
+    def vended_credentials(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The S3 properties the catalog vended with the table's latest loadTable, if any."""
+        with self._lock:
+            return self._vended.get((namespace, name))
 
     def load_table(self, namespace: str, name: str) -> Table:
         return retrying(super().load_table, namespace, name)
+
+    def __init__(self, catalog: Catalog, description: str) -> None:
+        super().__init__(catalog, description)
+        self._vended: dict[tuple[str, str], dict[str, str]] = {}
 
     def namespace_exists(self, namespace: str) -> bool:
         return self.catalog.namespace_exists(namespace)

@@ -178,6 +178,7 @@ class Engine:
                         changed = True
                     continue
                 if current is not None and current.metadata_location == location:
+                    self._renew_credentials(key, current)
                     continue
                 self._mount(key, location)
                 changed = True
@@ -185,6 +186,15 @@ class Engine:
                 namespaces = tuple(sorted({k[0] for k in self._plans} | (set(self._listing.namespaces) if self._listing else set())))
                 self._listing = Listing(namespaces, ())
                 self._register_pg_catalog(self._listing)
+
+    def _renew_credentials(self, key: tuple[str, str], plan: ReadPlan) -> None:
+        """Every loadTable vends fresh credentials: hand them to the bucket's object store (it is
+        replaced only if they differ), so an unchanged table outlives its first credentials."""
+        vended = getattr(self.lakehouse, "vended_credentials", lambda *_: None)(*key)
+        if vended and plan.files:
+            from icegres.engine.mounts import _scan_path
+
+            self._stores.ensure(self._master, _scan_path(plan.files[0].path), vended)
 
     def _mount(self, key: tuple[str, str], location: str) -> None:
         try:
