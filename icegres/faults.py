@@ -20,6 +20,8 @@ Points:
   after-flush-commit  the write buffer's flush committed (its snapshot carries the tail
                   watermark) and is mounted; the WAL has not been told it may trim
                   (`icegres.ladder`).
+  after-publish   a session's commit is in the catalog; the client has not been answered
+                  (`protocol/pgwire/writes.publish`).
 
 The variable is read and parsed once, when this module is first imported (at server start-up,
 via the catalog module). A malformed value raises ValueError then — a typo must never silently
@@ -34,7 +36,7 @@ import time
 from dataclasses import dataclass
 
 ENV_VAR = "ICEGRES_FAULTS"
-POINTS = frozenset({"before-publish", "mid-publish", "after-flush-commit"})
+POINTS = frozenset({"before-publish", "mid-publish", "after-flush-commit", "after-publish"})
 SLEEP_S_MAX = 3600.0
 CRASH_EXIT_CODE = 137  # what a shell reports for SIGKILL (128 + 9)
 

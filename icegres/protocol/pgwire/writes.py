@@ -206,6 +206,7 @@ async def publish(session: Session, txn: TxnState) -> None:
     """Commit a transaction's staged writes through the commit machine; PgError if it aborts."""
     import trio
 
+    from icegres import faults
     from icegres.engine.dml import compact
     from icegres.engine.lake_world import LakeWorld, commit_request, delete_files
     from icegres.machines.commit import Config
@@ -217,10 +218,16 @@ async def publish(session: Session, txn: TxnState) -> None:
     try:
         if request is not None:
             world = LakeWorld(session.qctx.engine.lakehouse, txn)
-            outcome = await run_commit(request, world, Config())
-            if outcome.committed:
-                await session._in_thread(world.adopt, session.qctx.engine)
-            else:
+            # From here on a cancel (CancelRequest, statement_timeout) must not interrupt: once the
+            # machine has published, the files are the lake's, and reporting the commit as
+            # cancelled would make the caller discard — delete — files a snapshot references.
+            with trio.CancelScope(shield=True):
+                outcome = await run_commit(request, world, Config())
+                if outcome.committed:
+                    txn.writes.clear()  # committed files belong to the lake now, never to a discard
+                    await session._in_thread(faults.point, "after-publish")
+                    await session._in_thread(world.adopt, session.qctx.engine)
+            if not outcome.committed:
                 txn.writes.clear()  # the machine deleted (or, if unknown, deliberately kept) them
                 raise PgError(outcome.sqlstate or E.INTERNAL_ERROR, outcome.message or "commit failed",
                               detail=outcome.detail or None)
