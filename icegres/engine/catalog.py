@@ -100,12 +100,22 @@ class Lakehouse:
         if warehouse.startswith("file://"):
             Path(warehouse.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
         description = f"postgres sql catalog at {redact_uri(uri)}"
-        try:
-            catalog = SqlCatalog(settings.catalog_name, uri=sa_uri, warehouse=warehouse,
-                                 pool_pre_ping="true", **_s3_properties(settings))
-            catalog.list_namespaces()
-        except Exception as exc:
-            raise CatalogUnavailable(f"cannot open the {description}: {_one_line(exc)}") from None
+        from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+        for attempt in range(3):
+            try:
+                catalog = SqlCatalog(settings.catalog_name, uri=sa_uri, warehouse=warehouse,
+                                     pool_pre_ping="true", **_s3_properties(settings))
+                catalog.list_namespaces()
+                break
+            except (IntegrityError, ProgrammingError) as exc:
+                # Two processes opening a fresh catalog database at once both create its tables;
+                # PostgreSQL lets one CREATE TABLE IF NOT EXISTS fail on the other's pg_type row.
+                # The tables exist now: opening again succeeds.
+                if attempt == 2:
+                    raise CatalogUnavailable(f"cannot open the {description}: {_one_line(exc)}") from None
+            except Exception as exc:
+                raise CatalogUnavailable(f"cannot open the {description}: {_one_line(exc)}") from None
         return cls(catalog, description)
 
     def s3_properties(self) -> dict[str, str]:
