@@ -18,47 +18,26 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from tests.support.icegres_server import _wait_listening, free_port
+from tests.support import ladder
+from tests.support.icegres_server import free_port
+from tests.support.ladder import Server, Writers, catalog, lake_ids
 from tests.support.postgres import PostgresServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 WINDOW_MS = 200
-CONNECT_TIMEOUT_S = 10
 PASSWORD = "tail-s3cret-pw"  # trust auth ignores it; it must never show up in any output
 TAIL_ID = "icegres.tail-id"
 TAIL_LSN = "icegres.tail-lsn"
-
-
-@dataclass
-class Server:
-    proc: subprocess.Popen[bytes]
-    port: int
-    log_path: Path
-
-    def connect(self) -> psycopg.Connection:
-        return psycopg.connect(f"host=127.0.0.1 port={self.port} dbname=icegres user=icegres",
-                               autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout=timeout_s)
 
 
 def tail_url(pg: PostgresServer, *, password: str = PASSWORD, dbname: str | None = None) -> str:
@@ -71,22 +50,15 @@ def redacted(url: str) -> str:
 
 @contextlib.contextmanager
 def serve(data_dir: Path, url: str, *args: str, window_ms: int = WINDOW_MS, faults: str = "") -> Iterator[Server]:
-    port = free_port()
-    log_path = data_dir.parent / f"icegres-{port}.log"
-    cmd = [sys.executable, "-m", "icegres", "serve", "--data-dir", str(data_dir), "--port", str(port),
-           "--write-buffer-ms", str(window_ms), *args]
     # The URL goes through the environment twin: it is a secret, kept off the command line.
-    env = {**os.environ, "ICEGRES_FAULTS": faults, "ICEGRES_TAIL_URL": url}
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    env = {"ICEGRES_FAULTS": faults, "ICEGRES_TAIL_URL": url}
+    srv = None
     try:
-        _wait_listening(proc, port, log_path, 90)
-        yield Server(proc, port, log_path)
+        with ladder.serve(data_dir, "--write-buffer-ms", str(window_ms), *args, env=env, timeout_s=90) as srv:
+            yield srv
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-        assert PASSWORD not in log_path.read_text(errors="replace"), "the tail URL's password was logged"
+        if srv is not None:
+            assert PASSWORD not in srv.log(), "the tail URL's password was logged"
 
 
 def run_serve(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -94,21 +66,6 @@ def run_serve(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> 
     cmd = [sys.executable, "-m", "icegres", "serve", "--data-dir", str(data_dir), "--port", str(free_port()), *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
                           env={**os.environ, **(env or {})})
-
-
-def catalog(data_dir: Path) -> Any:
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    return SqlCatalog("icegres", uri=f"sqlite:///{data_dir.resolve() / 'catalog.db'}",
-                      warehouse=(data_dir.resolve() / "warehouse").as_uri())
-
-
-def lake_ids(data_dir: Path, ns: str) -> list[int]:
-    """Every id in the table's current snapshot, read by pyiceberg (not through icegres)."""
-    table = catalog(data_dir).load_table((ns, "t"))
-    if table.current_snapshot() is None:
-        return []
-    return table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()
 
 
 def flush_summaries(data_dir: Path, ns: str) -> list[dict[str, str]]:
@@ -141,55 +98,6 @@ def data_dir(tmp_path: Path) -> Path:
     d = tmp_path / "data"
     d.mkdir()
     return d
-
-
-def make_table(srv: Server) -> str:
-    ns = f"u_{uuid.uuid4().hex[:8]}"
-    with srv.connect() as conn:
-        conn.execute(f"create schema {ns}")
-        conn.execute(f"create table {ns}.t (id bigint, w int, note text)")
-    return ns
-
-
-class Writers:
-    """N threads inserting unique ids one row per statement; `acked` holds what the server acked."""
-
-    def __init__(self, srv: Server, table: str, n: int, *, base: int = 0) -> None:
-        self.srv, self.table, self.base = srv, table, base
-        self.acked: list[int] = []
-        self.errors: list[BaseException] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(w,), daemon=True) for w in range(n)]
-
-    def __enter__(self) -> Writers:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=30)
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.acked)
-
-    def _run(self, w: int) -> None:
-        i = 0
-        try:
-            with self.srv.connect() as conn:
-                while not self._stop.is_set():
-                    ident = self.base + w * 1_000_000 + i
-                    i += 1
-                    conn.execute(f"insert into {self.table} values (%s, %s, 'x')", (ident, w))
-                    with self._lock:
-                        self.acked.append(ident)
-        except (psycopg.OperationalError, psycopg.errors.AdminShutdown):
-            pass  # the server went away (killed or shutting down): what was acked is in `acked`
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            self.errors.append(exc)
 
 
 def check_exactly_once(data_dir: Path, ns: str, acked: list[int]) -> list[int]:
@@ -275,7 +183,7 @@ def _kill_round(data_dir: Path, url: str, ns: str, base: int, *, kill_after_s: f
 def test_sigkill_then_restart_replays_every_acked_row_exactly_once(data_dir: Path, real_postgres: PostgresServer) -> None:
     url = tail_url(real_postgres)
     with serve(data_dir, url) as srv:
-        ns = make_table(srv)
+        ns = ladder.make_table(srv, prefix="u")
         assert srv.stop() == 0
     rng = random.Random(61)
     rounds: list[dict[str, Any]] = [dict(kill_after_s=rng.uniform(0.15, 1.2)) for _ in range(4)]
@@ -310,7 +218,7 @@ def test_sigkill_then_restart_replays_every_acked_row_exactly_once(data_dir: Pat
 def test_sigterm_drains_every_acked_row(data_dir: Path, real_postgres: PostgresServer) -> None:
     url = tail_url(real_postgres)
     with serve(data_dir, url, window_ms=5000) as srv:
-        ns = make_table(srv)
+        ns = ladder.make_table(srv, prefix="u")
         with Writers(srv, f"{ns}.t", 4) as writers:
             time.sleep(0.5)
             assert lake_ids(data_dir, ns) == [], "a 5 s window: nothing flushed yet"
@@ -332,7 +240,7 @@ def test_sigterm_drains_every_acked_row(data_dir: Path, real_postgres: PostgresS
 def test_a_second_server_on_the_same_tail_is_refused(data_dir: Path, real_postgres: PostgresServer) -> None:
     url = tail_url(real_postgres)
     with serve(data_dir, url) as first:
-        ns = make_table(first)
+        ns = ladder.make_table(first, prefix="u")
         with first.connect() as conn:
             conn.execute(f"insert into {ns}.t values (1, 0, 'first')")
         # Same catalog and data directory: the same deployment, so the same tail id.

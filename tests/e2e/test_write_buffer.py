@@ -11,88 +11,36 @@ SIGKILL without a tail loses at most the unflushed window; UPDATE sees buffered 
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import signal
 import subprocess
 import sys
-import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
-from tests.support.icegres_server import _wait_listening, free_port
+from tests.support import ladder
+from tests.support.ladder import Server, Writers, catalog, lake_ids, make_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 WINDOW_MS = 200
-CONNECT_TIMEOUT_S = 10
 TAIL_ID = "icegres.tail-id"
 TAIL_LSN = "icegres.tail-lsn"
 
 
-@dataclass
-class Server:
-    proc: subprocess.Popen[bytes]
-    port: int
-    log_path: Path
-
-    def dsn(self) -> str:
-        return f"host=127.0.0.1 port={self.port} dbname=icegres user=icegres"
-
-    def connect(self) -> psycopg.Connection:
-        return psycopg.connect(self.dsn(), autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout=timeout_s)
-
-
 @contextlib.contextmanager
 def serve(data_dir: Path, *args: str, faults: str = "") -> Iterator[Server]:
-    port = free_port()
-    log_path = data_dir.parent / f"icegres-{port}.log"
-    cmd = [sys.executable, "-m", "icegres", "serve", "--data-dir", str(data_dir), "--port", str(port), *args]
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "ICEGRES_FAULTS": faults})
-    try:
-        _wait_listening(proc, port, log_path, 60)
-        yield Server(proc, port, log_path)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
-def catalog(data_dir: Path) -> Any:
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    return SqlCatalog("icegres", uri=f"sqlite:///{data_dir.resolve() / 'catalog.db'}",
-                      warehouse=(data_dir.resolve() / "warehouse").as_uri())
+    with ladder.serve(data_dir, *args, env={"ICEGRES_FAULTS": faults}) as srv:
+        yield srv
 
 
 def snapshots(data_dir: Path, ns: str, name: str) -> list[Any]:
     return list(catalog(data_dir).load_table((ns, name)).metadata.snapshots)
-
-
-def lake_ids(data_dir: Path, ns: str, name: str) -> list[int]:
-    """Every id in the table's current snapshot, read by pyiceberg (not through icegres)."""
-    table = catalog(data_dir).load_table((ns, name))
-    if table.current_snapshot() is None:
-        return []
-    return table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()
 
 
 @pytest.fixture
@@ -100,63 +48,6 @@ def data_dir(tmp_path: Path) -> Path:
     d = tmp_path / "data"
     d.mkdir()
     return d
-
-
-def make_table(srv: Server, name: str = "t") -> str:
-    ns = f"b_{uuid.uuid4().hex[:8]}"
-    with srv.connect() as conn:
-        conn.execute(f"create schema {ns}")
-        conn.execute(f"create table {ns}.{name} (id bigint, w int, note text)")
-    return ns
-
-
-class Writers:
-    """N threads inserting unique ids one row per statement; `acked` holds what the server acked."""
-
-    def __init__(self, srv: Server, table: str, n: int, *, pause_s: float = 0.0, base: int = 0) -> None:
-        self.srv, self.table, self.pause_s, self.base = srv, table, pause_s, base
-        self.acked: list[int] = []
-        self.errors: list[BaseException] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(w,), daemon=True) for w in range(n)]
-
-    def __enter__(self) -> Writers:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=30)
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.acked)
-
-    def _run(self, w: int) -> None:
-        i = 0
-        try:
-            with self.srv.connect() as conn:
-                while not self._stop.is_set():
-                    ident = self.base + w * 1_000_000 + i
-                    i += 1
-                    conn.execute(f"insert into {self.table} values (%s, %s, 'x')", (ident, w))
-                    with self._lock:
-                        self.acked.append(ident)
-                    if self.pause_s:
-                        time.sleep(self.pause_s)
-        except (psycopg.OperationalError, psycopg.errors.AdminShutdown):
-            pass  # the server went away (killed or shutting down): what was acked is in `acked`
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            self.errors.append(exc)
-
-
-# --- tests -----------------------------------------------------------------------------------------
 
 
 def test_tail_dir_without_a_buffer_window_is_a_start_up_error(tmp_path: Path) -> None:
