@@ -435,7 +435,9 @@ class WriteLadder:
             except PgError as exc:
                 return FlushError(exc.sqlstate, exc.message, exc.sqlstate not in _NON_RETRYABLE)
             except Exception as exc:
-                log.warning("flush %s: staging failed", effect.flush_id, exc_info=True)
+                # One line per retry: an outage would otherwise print a traceback every window.
+                log.warning("flush %s: staging failed, will retry: %s", effect.flush_id, _describe(exc))
+                log.debug("flush %s: staging failure", effect.flush_id, exc_info=True)
                 return FlushError("58030", _describe(exc), True)
             self._staged[effect.flush_id] = staged
         txn, request = staged
