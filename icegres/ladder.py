@@ -410,6 +410,9 @@ class WriteLadder:
         }
         if not ids:
             return
+        for lane in state.lanes:
+            if lane.pending and (refs is None or self._keys.get(lane.table) in refs):
+                self.driver.request_flush(lane.table)
 
         def settled(s: Any) -> bool:
             return not any(e.entry_id in ids for lane in s.lanes for e in visible_entries(s, lane.table))

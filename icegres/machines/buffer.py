@@ -155,6 +155,7 @@ class Lane:
     adopted_seq: int | None = None  # the snapshot this table's readers are on (None: unknown yet)
     lake_watermark: int | None = None  # highest lsn known committed to this table
     flushes: int = 0  # batches started, for flush ids
+    urgent: bool = False  # a FlushRequested is waiting: flush pending the moment the lane is free
 
     @property
     def phase(self) -> LanePhase:
@@ -235,6 +236,15 @@ class SnapshotAdopted:
 
 
 @dataclass(frozen=True)
+class FlushRequested:
+    """Someone must see `table`'s pending entries in the lake (an UPDATE, DELETE or DDL is waiting):
+    flush them now, or the moment the batch in flight is done, instead of at the window's end."""
+
+    table: str
+    at_ms: int
+
+
+@dataclass(frozen=True)
 class ShutdownRequested:
     at_ms: int
 
@@ -258,6 +268,7 @@ Event = (
     | FlushCommitted
     | FlushFailed
     | SnapshotAdopted
+    | FlushRequested
     | ShutdownRequested
     | Recovered
 )
@@ -652,6 +663,13 @@ def _on_adopted(state: State, event: SnapshotAdopted) -> tuple[State, list[Effec
     return _flush_if_due(state, lane, [])
 
 
+def _on_flush_requested(state: State, event: FlushRequested) -> tuple[State, list[Effect]]:
+    lane = lane_of(state, event.table)
+    if not lane.pending or lane.urgent:
+        return state, []  # nothing waits outside a batch, or it is already marked
+    return _flush_if_due(state, replace(lane, urgent=True), [])
+
+
 def _on_shutdown(state: State, event: ShutdownRequested) -> tuple[State, list[Effect]]:
     state = replace(state, phase=Phase.DRAINING)
     effects: list[Effect] = []
@@ -698,6 +716,7 @@ def _due(state: State, lane: Lane) -> bool:
     config = state.config
     return (
         state.phase is Phase.DRAINING
+        or lane.urgent
         or lane.pending_rows >= config.max_batch_rows
         or lane.pending_bytes >= config.max_batch_bytes
         or state.now_ms >= lane.pending[0].appended_ms + config.window_ms
@@ -724,7 +743,7 @@ def _start_flush(state: State, lane: Lane, effects: list[Effect]) -> State:
         started_ms=state.now_ms,
     )
     effects.append(FlushTable(lane.table, batch.flush_id, entries, batch.watermark, 1))
-    return _with_lane(state, replace(lane, pending=(), batch=batch, flushes=number))
+    return _with_lane(state, replace(lane, pending=(), batch=batch, flushes=number, urgent=False))
 
 
 def _resend(state: State, lane: Lane, batch: Batch, effects: list[Effect]) -> State:
@@ -784,6 +803,7 @@ _HANDLERS: dict[tuple[Phase, type], _Handler] = {
     (Phase.ACCEPTING, FlushCommitted): _on_committed,
     (Phase.ACCEPTING, FlushFailed): _on_failed,
     (Phase.ACCEPTING, SnapshotAdopted): _on_adopted,
+    (Phase.ACCEPTING, FlushRequested): _on_flush_requested,
     (Phase.ACCEPTING, ShutdownRequested): _on_shutdown,
     (Phase.ACCEPTING, Recovered): _on_recovered,
     (Phase.DRAINING, Appended): _on_appended,
@@ -791,5 +811,6 @@ _HANDLERS: dict[tuple[Phase, type], _Handler] = {
     (Phase.DRAINING, FlushCommitted): _on_committed,
     (Phase.DRAINING, FlushFailed): _on_failed,
     (Phase.DRAINING, SnapshotAdopted): _on_adopted,
+    (Phase.DRAINING, FlushRequested): _on_flush_requested,
     (Phase.DRAINING, ShutdownRequested): _on_shutdown_again,
 }

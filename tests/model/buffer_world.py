@@ -30,6 +30,7 @@ from icegres.machines.buffer import (
     Event,
     FlushCommitted,
     FlushFailed,
+    FlushRequested,
     FlushTable,
     Phase,
     Refuse,
@@ -218,6 +219,7 @@ class BufferHarness:
         self.timer_ms: int | None = None
         self.shutdown = False
         self.stopped = False
+        self.forced: set[str] = set()  # entries pending when a FlushRequested named their table
         self.violations: list[str] = []
         self.core_watermarks: dict[str, int] = {}
         self.observations: list[Observation] = []
@@ -287,6 +289,13 @@ class BufferHarness:
         self.now_ms = max(self.now_ms, self.timer_ms)
         self.timer_ms = None
         self._step(TimerFired(self.now_ms))
+
+    def _op_force(self, inp: dict[str, Any]) -> None:
+        """An UPDATE/DELETE/DDL needs the table's pending entries in the lake now."""
+        if self.stopped:
+            return
+        self.forced.update(e.entry_id for e in lane_of(self.state, inp["table"]).pending)
+        self._step(FlushRequested(inp["table"], self.now_ms))
 
     def _op_stray_timer(self, inp: dict[str, Any]) -> None:
         """A wake-up with nothing necessarily due (a stale timer, a scheduler hiccup)."""
@@ -420,6 +429,7 @@ class BufferHarness:
         self.incarnations += 1
         self.flushes, self.adopts, self.timer_ms = {}, {}, None
         self.shutdown = self.stopped = False
+        self.forced = set()
         self.reader_seq = dict(heads)
         self.core_watermarks = {}
         before = initial_state(self.config, f"i{self.incarnations}")
@@ -660,6 +670,13 @@ def check_drained_when_stopped(h: BufferHarness) -> None:
         assert not visible_entries(h.state, lane.table), f"stopped with {lane.table} buffered"
 
 
+def check_requested_flush_never_waits_for_the_window(h: BufferHarness) -> None:
+    for lane in h.state.lanes:
+        if lane.batch is None:
+            waiting = [e.entry_id for e in lane.pending if e.entry_id in h.forced]
+            assert not waiting, f"{lane.table}: {waiting} wait for the window after a FlushRequested"
+
+
 def check_spec_transitions_only(h: BufferHarness) -> None:
     allowed = {("top", t.source, t.event, t.target, t.effects) for t in h.top.transitions} | {
         ("lane", t.source, t.event, t.target, t.effects) for t in h.lane.transitions
@@ -691,6 +708,7 @@ STEP_CHECKERS: dict[str, Callable[[BufferHarness], None]] = {
     "watermark_only_forward": check_watermark_only_forward,
     "nothing_acked_during_shutdown": check_nothing_acked_during_shutdown,
     "drained_when_stopped": check_drained_when_stopped,
+    "requested_flush_never_waits_for_the_window": check_requested_flush_never_waits_for_the_window,
     "spec_transitions_only": check_spec_transitions_only,
 }
 RUN_CHECKERS: dict[str, Callable[[tuple[Spec, Spec], set[tuple[str, Transition]]], None]] = {

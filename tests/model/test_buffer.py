@@ -121,7 +121,7 @@ class BufferMachine(RuleBasedStateMachine):
     # Rarer inputs share one rule, so that they do not crowd out appends and flushes.
     @rule(
         kind=st.sampled_from(
-            ("stray_timer", "refresh", "confirm", "foreign_commit", "read", "restart")
+            ("stray_timer", "refresh", "confirm", "foreign_commit", "read", "force", "restart")
         ),
         table=st.sampled_from(TABLES),
         pick=st.integers(0, 3),
@@ -136,6 +136,8 @@ class BufferMachine(RuleBasedStateMachine):
             self._apply({"op": "confirm", "table": table})
         elif kind == "foreign_commit":
             self._apply({"op": "foreign_commit", "table": table})
+        elif kind == "force":
+            self._apply({"op": "force", "table": table})
         elif kind == "read":
             self._apply({"op": "read", "reader": pick % READERS, "table": table})
         elif self.harness.tail:
@@ -334,6 +336,21 @@ async def test_driver_acks_at_once_and_group_commits_per_table(mock_clock) -> No
         m = driver.metrics()
         assert m.flushed_batches == 2 and m.flushed_rows == 4 and m.buffered_rows == 0
         assert m.flush_latency_ms_last == 10
+        await driver.shutdown()
+
+
+async def test_driver_flushes_at_once_when_asked(mock_clock) -> None:
+    lake = StubLake()
+    async with trio.open_nursery() as nursery:
+        driver = await _started(nursery, BufferDriver(DRIVER_CONFIG, lake.flush, adopt=lake.adopt))
+        first = await driver.append("ns.a", object(), 1, 100)
+        await trio.sleep(0.03)
+        driver.request_flush("ns.a")
+        driver.request_flush("ns.b")  # nothing buffered there: a no-op
+        await driver.wait_until(lambda s: not driver.reader_view("ns.a")[1])
+        # Not at the window's end (0.1 s): at once, and it took the flush's own 10 ms.
+        assert [(t, len(f.entries)) for t, f in lake.calls] == [(0.03, 1)]
+        assert trio.current_time() < 0.05 and lake.rows() == [first]
         await driver.shutdown()
 
 

@@ -40,6 +40,7 @@ from icegres.machines.buffer import (
     Event,
     FlushCommitted,
     FlushFailed,
+    FlushRequested,
     FlushTable,
     Metrics,
     Phase,
@@ -230,6 +231,11 @@ class BufferDriver:
         """Return once `predicate(state)` holds (checked after every step) or the core stopped."""
         while not predicate(self._state) and not self._stopped.is_set():
             await self._stepped.wait()
+
+    def request_flush(self, table: str) -> None:
+        """Flush `table`'s pending entries now rather than at the end of its window."""
+        if not self._stopped.is_set():
+            self._send.send_nowait(partial(FlushRequested, table))
 
     async def shutdown(self) -> None:
         """Refuse new appends, flush everything, and return when the core has stopped."""
