@@ -7,12 +7,13 @@ Everything here blocks (SQL, file and object-store I/O): callers run it in worke
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from icegres import faults
 from icegres.config import Settings, redact_uri
+from icegres.engine.lean_transaction import stage_update
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -405,6 +406,10 @@ class TableChange:
     name: str
     requirements: tuple[Any, ...]
     updates: tuple[Any, ...]
+    # The pyiceberg table the updates were built on, when the caller has it loaded: a SQL catalog
+    # commit stages on it instead of reading the head's metadata file again (its compare-and-set
+    # on the metadata location still catches a table that moved since).
+    base: Any = field(default=None, compare=False, repr=False)
 
 
 class CommitRejected(Exception):
@@ -435,12 +440,14 @@ def _commit_tables_sql(lakehouse: Lakehouse, changes: list[TableChange]) -> dict
     staged = []
     for change in changes:
         ident = (*change.namespace.split("."), change.name)
+        current = change.base
+        if current is None:
+            try:
+                current = catalog.load_table(ident)
+            except NoSuchTableError as exc:
+                raise CommitRejected(f"table {change.namespace}.{change.name} no longer exists") from exc
         try:
-            current = catalog.load_table(ident)
-        except NoSuchTableError as exc:
-            raise CommitRejected(f"table {change.namespace}.{change.name} no longer exists") from exc
-        try:
-            table = catalog._update_and_stage_table(current, ident, change.requirements, change.updates)
+            table = stage_update(catalog, current, ident, change.requirements, change.updates)
         except CommitFailedException as exc:
             raise CommitRejected(str(exc)) from exc
         if not change.updates:
@@ -463,6 +470,8 @@ def _commit_tables_sql(lakehouse: Lakehouse, changes: list[TableChange]) -> dict
                                                "ns": change.namespace, "t": change.name})
                 if result.rowcount != 1:
                     tx.rollback()
+                    if any(c.base is not None for c in changes):
+                        raise _StaleBase
                     raise CommitRejected(f"table {change.namespace}.{change.name} was changed by a concurrent commit")
         except DBAPIError as exc:
             tx.rollback()
@@ -472,9 +481,22 @@ def _commit_tables_sql(lakehouse: Lakehouse, changes: list[TableChange]) -> dict
         except DBAPIError as exc:
             # The COMMIT itself failed: the server may have applied it before the connection broke.
             raise CommitUnknown(_one_line(exc)) from exc
+    except _StaleBase:
+        stale = True
+    else:
+        stale = False
     finally:
         conn.close()
+    if stale:
+        # Staged on what we had loaded, which is no longer the head: decide on the head itself,
+        # as pyiceberg would (the requirements may still hold there). The files just written are
+        # unreferenced garbage, as after any conflict.
+        return _commit_tables_sql(lakehouse, [replace(c, base=None) for c in changes])
     return {(c.namespace, c.name): (new, meta) for c, _, new, meta in staged if meta is not None}
+
+
+class _StaleBase(Exception):
+    """A table moved past the loaded metadata a change was staged on."""
 
 
 def _commit_tables_rest(lakehouse: Lakehouse, changes: list[TableChange]) -> dict[tuple[str, str], tuple[str, Any]]:

@@ -436,33 +436,58 @@ def _parameter_rows(source: exp.Expression, columns: list[str], plan: ReadPlan,
     Drivers send multi-row inserts exactly so (psycopg's executemany, ORMs' bulk inserts), and
     planning hundreds of placeholders costs far more than the rows. Parameters arrive decoded as
     the target columns' types (Parse inferred them from the columns), so they convert as they are.
-    None when the VALUES list holds anything but parameters and NULLs, or a value does not
-    convert: the general path then plans it and reports errors as PostgreSQL would.
+    Constants whose meaning cannot depend on a cast (a string into a text column, an integer into
+    an integer column, a boolean into a boolean one) are taken too. None when the VALUES list holds
+    anything else, or a value does not convert: the general path then plans it and reports errors
+    as PostgreSQL would.
     """
     import sqlglot.expressions as exp
 
     if not isinstance(source, exp.Values) or params is None:
         return None
     width = len(columns)
+    target = {f.name: f.type for f in write_schema(plan)}
     rows = []
     for row in source.expressions:
         items = row.expressions
         if len(items) != width:
             return None
         values = []
-        for item in items:
+        for item, column in zip(items, columns, strict=True):
             if isinstance(item, exp.Parameter):
                 values.append(params.get(str(item.this.this)))
             elif isinstance(item, exp.Null):
                 values.append(None)
+            elif (constant := _plain_constant(item, target.get(column))) is not _NOT_PLAIN:
+                values.append(constant)
             else:
                 return None
         rows.append(values)
-    target = {f.name: f.type for f in write_schema(plan)}
     try:
         return pa.table({c: pa.array([r[i] for r in rows], type=target[c]) for i, c in enumerate(columns)})
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
         return None
+
+
+_NOT_PLAIN = object()
+
+
+def _plain_constant(item: exp.Expression, target: pa.DataType | None) -> Any:
+    """The value of a constant that means the same under any PostgreSQL coercion to `target`."""
+    import sqlglot.expressions as exp
+
+    if target is None:
+        return _NOT_PLAIN
+    if isinstance(item, exp.Literal):
+        text = item.this
+        if item.is_string:
+            return text if pa.types.is_string(target) or pa.types.is_large_string(target) else _NOT_PLAIN
+        if pa.types.is_integer(target) and text.isdigit():
+            return int(text)
+        return _NOT_PLAIN
+    if isinstance(item, exp.Boolean) and pa.types.is_boolean(target):
+        return bool(item.this)
+    return _NOT_PLAIN
 
 
 def _insert_columns(tree: exp.Insert, plan: ReadPlan) -> list[str]:

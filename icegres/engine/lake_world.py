@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from icegres import faults
+from icegres.engine import lean_transaction
 from icegres.engine.catalog import (
     CommitNotApplied,
     CommitRejected,
@@ -182,14 +183,14 @@ class LakeWorld:
                 raise CommitRejected(f"table {name} moved again while rebasing")
             if write.base.primary_key and write.added:
                 _recheck_primary_key(write, table)
-        tx = table.transaction()
+        tx = lean_transaction.transaction(table)
         if write.metadata_change is not None:
             write.metadata_change(tx)
             # A schema or property change makes no snapshot: the token rides in a property.
             tx.set_properties({TOKEN_PROPERTY: token})
             requirements = (AssertTableUUID(uuid=table.metadata.table_uuid),
                             AssertCurrentSchemaId(current_schema_id=write.base.schema_id), *tx._requirements)
-            return TableChange(write.key[0], write.key[1], requirements, tx._updates)
+            return TableChange(write.key[0], write.key[1], requirements, tx._updates, base=table)
         producer = tx.update_snapshot(snapshot_properties={**self._properties, TOKEN_PROPERTY: token})
         if write.is_append:
             with producer.fast_append() as append:
@@ -206,7 +207,7 @@ class LakeWorld:
             AssertCurrentSchemaId(current_schema_id=write.base.schema_id),
             *tx._requirements,  # assert-ref-snapshot-id(main) = base, from the snapshot producer
         )
-        return TableChange(write.key[0], write.key[1], requirements, tx._updates)
+        return TableChange(write.key[0], write.key[1], requirements, tx._updates, base=table)
 
     def _guard(self, read: ReadAssertion) -> TableChange:
         """SERIALIZABLE: a read table joins the commit with requirements and no updates."""
