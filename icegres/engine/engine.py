@@ -107,6 +107,7 @@ class Engine:
         self._footers = FooterCache()
         self._stores = ObjectStores(lakehouse.s3_properties())
         self._plans: dict[tuple[str, str], ReadPlan] = {}
+        self._scans: dict[tuple[str, str], dict[Any, Any]] = {}  # per table: to_dataframe's scans
         self._schemas: set[str] = set()
         self._listing: Listing | None = None
         self._token: int | None = None
@@ -205,7 +206,7 @@ class Engine:
             self._unreadable[key] = (location, err)
             return
         self._unreadable.pop(key, None)
-        df = to_dataframe(self._master, plan, self._stores)
+        df = to_dataframe(self._master, plan, self._stores, self._scans.setdefault(key, {}))
         self._ensure_schema(key[0])
         schema = self._master.catalog(DEFAULT_CATALOG).schema(key[0])
         if key[1] in schema.names():
@@ -261,6 +262,7 @@ class Engine:
         except Exception:
             pass
         self._plans.pop(key, None)
+        self._scans.pop(key, None)
 
     def _register_pg_catalog(self, listing: Listing) -> None:
         from icegres.engine import pg_catalog
@@ -328,7 +330,7 @@ class Engine:
             current = self._plans.get(key)
             if current is None or current.metadata_location != previous_location:
                 return
-            df = to_dataframe(self._master, plan, self._stores)
+            df = to_dataframe(self._master, plan, self._stores, self._scans.setdefault(key, {}))
             schema = self._master.catalog(DEFAULT_CATALOG).schema(key[0])
             if key[1] in schema.names():
                 schema.deregister_table(key[1])

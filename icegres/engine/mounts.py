@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -232,26 +232,44 @@ def _vended(table_props: dict[str, str] | None) -> bool:
     return bool(table_props) and any(k in table_props for k in ("s3.access-key-id", "s3.session-token"))
 
 
-def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | None = None) -> DataFrame:
-    """One DataFrame over exactly the plan's files: a union of native Parquet scans."""
+def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | None = None,
+                 scans: dict[Any, DataFrame] | None = None) -> DataFrame:
+    """One DataFrame over exactly the plan's files: a union of native Parquet scans.
+
+    `scans` (kept by the caller per table, over `ctx`) holds each file's scan from earlier plans
+    of the same table: a commit adds a file or a few, and building a scan is a listing-table
+    set-up per file, so re-mounting a table of many files rebuilt hundreds of them per commit.
+    On return it holds exactly this plan's scans."""
     from datafusion import col, lit
 
     frames: list[DataFrame] = []
+    kept: dict[Any, DataFrame] = {}
     for f in plan.files:
+        cache_key = (f.path, f.columns, plan.schema_id)  # the Iceberg schema id fixes the Arrow schema
+        cached = None if scans is None else scans.get(cache_key)
+        if cached is not None:
+            frames.append(cached)
+            kept[cache_key] = cached
+            continue
         path = _scan_path(f.path)
         if stores is not None:
             stores.ensure(ctx, path, plan.io_properties)
         if f.matches_schema:
-            frames.append(ctx.read_parquet(path, schema=plan.schema))
-            continue
-        raw = ctx.read_parquet(path)
-        exprs = []
-        for target, (cur, old) in zip(plan.schema, f.columns, strict=True):
-            if old is None:
-                exprs.append(lit(None).cast(target.type).alias(cur))
-            else:
-                exprs.append(col(f'"{old}"').cast(target.type).alias(cur))
-        frames.append(raw.select(*exprs))
+            frame = ctx.read_parquet(path, schema=plan.schema)
+        else:
+            raw = ctx.read_parquet(path)
+            exprs = []
+            for target, (cur, old) in zip(plan.schema, f.columns, strict=True):
+                if old is None:
+                    exprs.append(lit(None).cast(target.type).alias(cur))
+                else:
+                    exprs.append(col(f'"{old}"').cast(target.type).alias(cur))
+            frame = raw.select(*exprs)
+        frames.append(frame)
+        kept[cache_key] = frame
+    if scans is not None:
+        scans.clear()
+        scans.update(kept)
     if not frames:
         return ctx.from_arrow(plan.schema.empty_table())
     df = frames[0]
