@@ -1,0 +1,152 @@
+"""File pruning from Iceberg bounds: the answers never change, and the files read do shrink."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+import sqlglot
+
+from icegres.engine import prune
+from icegres.engine.catalog import Lakehouse
+from icegres.engine.engine import Engine, SessionEnv
+from icegres.engine.prune import Constraint
+
+pytestmark = pytest.mark.unit
+
+SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("city", pa.string()), pa.field("n", pa.int32()),
+                    pa.field("fare", pa.float64()), pa.field("Mixed", pa.int64())])
+# Five files: ids 0-99, 100-199, ... ; cities by file; n cycles; a NULL-only id file at the end.
+FILES = [
+    pa.table({"id": list(range(k * 100, k * 100 + 100)), "city": [f"c{k}"] * 100,
+              "n": [i % 7 - 3 for i in range(100)], "fare": [float(i) for i in range(100)],
+              "Mixed": list(range(k * 100, k * 100 + 100))}, schema=SCHEMA)
+    for k in range(4)
+] + [pa.table({"id": [None, None], "city": [None, "zz"], "n": [None, 1], "fare": [None, 1.0],
+               "Mixed": [None, None]}, schema=SCHEMA)]
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory):
+    lh = Lakehouse.embedded(tmp_path_factory.mktemp("prune"))
+    lh.create_namespace_if_missing("demo")
+    t = lh.catalog.create_table(("demo", "t"), schema=SCHEMA)
+    for f in FILES:
+        t.append(f)
+    return lh
+
+
+@pytest.fixture(scope="module")
+def q(lake):
+    engine = Engine(lake)
+    engine.refresh()
+    return engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+
+
+def scans(df) -> int:
+    return df.execution_plan().display_indent().count("DataSourceExec")
+
+
+def rows(df) -> list[tuple]:
+    table = df.to_arrow_table()
+    return sorted(zip(*(table.column(i).to_pylist() for i in range(table.num_columns)), strict=True),
+                  key=repr)
+
+
+def unpruned(q, sql: str, params=None) -> list[tuple]:
+    """The same statement over every file (as it was planned before pruning existed)."""
+    return rows(q.ctx.sql(sql, param_values=params))
+
+
+CASES = [
+    ("select * from demo.t where id = 150", 1),
+    ("select * from t where id = 150", 1),
+    ("select id from demo.t x where x.id = 150", 1),
+    ("select id from demo.t X where x.id = 150", 1),
+    ("select id from demo.t where 150 = id", 1),
+    ("select count(*) from demo.t where id between 120 and 230", 2),
+    ("select count(*) from demo.t where id >= 200 and id < 300", 1),
+    ("select count(*) from demo.t where id > 199 and id <= 200", 1),
+    ("select count(*) from demo.t where id > 399", 0),
+    ("select count(*) from demo.t where id in (5, 305, 9999)", 2),
+    ("select count(*) from demo.t where id = -5", 0),
+    ("select count(*) from demo.t where id > -5 and id < 50", 1),
+    ("select count(*) from demo.t where city = 'c2'", 1),
+    ("select count(*) from demo.t where city in ('c1', 'c3')", 2),
+    ("select count(*) from demo.t where city > 'c2'", 2),  # c3 and the file with 'zz'
+    ("select count(*) from demo.t where id = 150 and city = 'c2'", 0),
+    ("select count(*) from demo.t where id = 150 and city = 'c1'", 1),
+    ("select count(*) from demo.t where (id = 5) and (fare > 1.5)", 1),
+    ('select count(*) from demo.t where "Mixed" = 250', 1),
+    ("select id from demo.t where id = 5 or id = 305", 5),  # OR: nothing pruned
+    ("select count(*) from demo.t where n = 2", 4),  # the last file's n is only 1 (and NULL)
+    ("select count(*) from demo.t where id is null", 5),
+    ("select count(*) from demo.t where not id = 5", 5),
+    ("select count(*) from demo.t where id = (select max(id) from demo.t)", None),
+    ("select count(*) from demo.t where id + 0 = 5", 5),
+    ("select count(*) from demo.t where id = 5.0", 5),
+    ("select city, count(*) from demo.t where id < 250 group by city order by city", 3),
+    ("select * from demo.t where id = 42 limit 1", 1),
+]
+
+
+@pytest.mark.parametrize("sql,expected_scans", CASES)
+def test_answers_match_every_file_and_files_are_pruned(q, sql, expected_scans) -> None:
+    df = q.plan(sql)
+    assert rows(df) == unpruned(q, sql)
+    if expected_scans is not None:
+        # An empty subset is one empty in-memory table, not a Parquet scan.
+        assert scans(df) == expected_scans
+
+
+def test_parameters_prune_when_bound_and_not_when_described(q) -> None:
+    sql = "select * from demo.t where id = $1"
+    df = q.plan(sql, {"1": 250})
+    assert scans(df) == 1 and rows(df) == unpruned(q, sql, {"1": 250})
+    assert q._plan_pruned(sql, None) is None  # Describe: no value yet, planned as sent
+    df = q.plan("select * from demo.t where city = $1", {"1": "c0"})
+    assert scans(df) == 1 and len(rows(df)) == 100
+
+
+def test_statements_it_does_not_touch(q) -> None:
+    for sql in ("select count(*) from demo.t a join demo.t b on a.id = b.id where a.id = 5",
+                "with x as (select * from demo.t) select count(*) from x where id = 5",
+                "select count(*) from demo.t"):
+        assert q._plan_pruned(sql, None) is None
+        assert rows(q.plan(sql)) == unpruned(q, sql)
+
+
+def test_column_names_stay_postgres_names(q) -> None:
+    df = q.plan("select count(*), max(id) from demo.t where id = 5")
+    assert q.pg_schema("select count(*), max(id) from demo.t where id = 5", df.schema()).names == ["count", "max"]
+
+
+# --- the pure parts ------------------------------------------------------------------------------
+
+
+def where(sql: str):
+    return sqlglot.parse_one(sql, read="postgres").args["where"]
+
+
+def test_constraints_narrow_per_column() -> None:
+    kinds = {"id": "int", "city": "str"}
+    got = prune.constraints(where("select 1 from t where id > 5 and id <= 9 and id in (1, 7, 8) and city = 'a'"),
+                            {"t"}, kinds, None)
+    assert got == {"id": Constraint(lo=5, lo_inclusive=False, hi=9, values=frozenset({1, 7, 8})),
+                   "city": Constraint(values=frozenset({"a"}))}
+    assert got["id"].admits(7, 7) and not got["id"].admits(2, 4) and not got["id"].admits(10, 20)
+    assert not got["id"].admits(1, 5)  # 1 is in the list, but not > 5
+
+
+def test_constraints_ignore_what_they_cannot_read() -> None:
+    kinds = {"id": "int"}
+    for sql in ("select 1 from t where id = 5 or id = 6", "select 1 from t where u.id = 5",
+                "select 1 from t where id = '5'", "select 1 from t where id = 5.5",
+                "select 1 from t where id in (select 1)", "select 1 from t where other = 5",
+                "select 1 from t where id = $1"):
+        assert prune.constraints(where(sql), {"t"}, kinds, None) is None, sql
+    assert prune.prunable_shape(where("select 1 from t where id = $1"), {"t"}, kinds)
+    assert not prune.prunable_shape(where("select 1 from t where id + 1 = 5"), {"t"}, kinds)
+
+
+def test_bounds_of_another_type_keep_the_file() -> None:
+    assert Constraint(values=frozenset({5})).admits("a", "b")
