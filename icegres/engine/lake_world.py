@@ -87,6 +87,8 @@ class LakeWorld:
         from pyiceberg.table import Table
 
         for write in self._writes.values():
+            if write.metadata_change is not None:
+                continue  # a new schema or properties: the next statement re-plans the table
             landed = self._landed.get(write.key)
             base: Any = write.base.table
             if landed is None and self._exact and self.lakehouse.kind == "rest":
