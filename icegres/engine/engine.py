@@ -384,6 +384,10 @@ class Engine:
 
 
 _ROUTE_CACHE_SIZE = 2048
+# Pruning costs ~1.3 ms of parsing and re-planning per statement; an unread file saves ~0.3-1 ms of
+# planning and opening. Measured on the 4-file demo table it broke even; on 40 files a point lookup
+# went from 44.8 to 7.7 ms. Below this many files a statement is planned as sent.
+PRUNE_MIN_FILES = 8
 _PRUNED_CATALOG = "icegres_pruned"
 _PRUNED_SCHEMA = "files"
 _PRUNED_NAMES = itertools.count()
@@ -776,7 +780,7 @@ class QueryContext:
             return None
         (key,) = refs
         plan = self.engine.read_plan(*key)
-        if plan is None or len(plan.files) < 2:
+        if plan is None or len(plan.files) < PRUNE_MIN_FILES:
             return None
         shape = (_literal_shape(sql), tuple(self.env.search_path))
         if self._unprunable.get(shape) is True:
@@ -826,9 +830,11 @@ class QueryContext:
         kinds = prune.column_kinds(plan)
         if not prune.prunable_shape(tree.args.get("where"), names, kinds):
             return None
-        tree = pg_rewrite.rewrite(tree, self.env)
-        source = tree.args.get("from") or tree.args.get("from_")
-        return tree, source.this, names, kinds
+        if _needs_rewrite(sql):
+            tree = pg_rewrite.rewrite(tree, self.env)  # the rewrite copies; the FROM table is new
+            source = tree.args.get("from") or tree.args.get("from_")
+            table = source.this
+        return tree, table, names, kinds
 
     def _plan_over(self, tree: Any, table: Any, view: Any, shape: Any,
                    params: dict[str, Any] | None) -> DataFrame | None:

@@ -6,6 +6,7 @@ import pyarrow as pa
 import pytest
 import sqlglot
 
+from icegres.engine import engine as engine_mod
 from icegres.engine import prune
 from icegres.engine.catalog import Lakehouse
 from icegres.engine.engine import Engine, SessionEnv
@@ -37,9 +38,13 @@ def lake(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def q(lake):
+    # Five files: below the production threshold, so the tests lower it.
+    mp = pytest.MonkeyPatch()
+    mp.setattr(engine_mod, "PRUNE_MIN_FILES", 2)
     engine = Engine(lake)
     engine.refresh()
-    return engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    yield engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    mp.undo()
 
 
 def scans(df) -> int:
@@ -150,3 +155,8 @@ def test_constraints_ignore_what_they_cannot_read() -> None:
 
 def test_bounds_of_another_type_keep_the_file() -> None:
     assert Constraint(values=frozenset({5})).admits("a", "b")
+
+
+def test_tables_of_few_files_are_planned_as_sent(q, monkeypatch) -> None:
+    monkeypatch.setattr(engine_mod, "PRUNE_MIN_FILES", len(FILES) + 1)
+    assert q._plan_pruned("select * from demo.t where id = 150", None) is None
