@@ -20,11 +20,12 @@ SUITES = {
     "concurrency": "qps and p95 at 1/4/16/64 connections, icegres vs PostgreSQL",
     "startup": "process start to first answered query, peak RSS, icegres vs PostgreSQL",
     "scale": "point/filter/join/group-by at 1M and 10M rows (50M with --scale-50m)",
+    "flight": "Flight SQL DoGet throughput to ADBC vs pyarrow.flight (1M, 10M), point lookup vs pgwire",
     "pgwire_read": "bench/pgwire_read.py (streaming, anatomy, S3 requests)",
     "pgwire_write": "bench/pgwire_write.py (sync DML vs pyiceberg appends)",
     "write_ladder": "bench/write_ladder.py (ack latency per write-ladder rung vs bare fsync)",
 }
-DEFAULT = ("read", "concurrency", "startup", "scale", "pgwire_read", "pgwire_write")
+DEFAULT = ("read", "concurrency", "startup", "scale", "flight", "pgwire_read", "pgwire_write")
 
 
 @dataclass

@@ -135,15 +135,16 @@ def run_backend(name: str, opts: Any) -> dict[str, Any]:
                 f"{pg_load['load_s']:.0f} s",
         "Rounds": f"{rounds} measured (+{warmup} warm-up{', --quick: fewer iterations' if opts.quick else ''}); "
                   "ratios are medians of per-round ratios of per-round medians",
-        "Flight SQL": "not yet (issue 7): no Flight rows are measured",
+        "Flight SQL": "measured in the `flight` section (`python -m bench flight`): DoGet throughput "
+                      "vs pyarrow.flight and point-lookup latency vs pgwire",
     }
     report["tables"] = [latency_table(summary, labels, PEERS, PG, (DUCK, INPROC, POSTGRES),
                                       {DUCK: "DuckDB", POSTGRES: "PostgreSQL"})]
     report["tables"].append({
         "title": "Protocols", "columns": ["protocol", "status"],
         "rows": [["Postgres wire (psycopg 3)", "measured above"],
-                 ["Arrow Flight SQL (ADBC)", "not yet (issue 7)"],
-                 ["pyarrow.flight C++ server (Flight ceiling)", "not yet (issue 7)"]],
+                 ["Arrow Flight SQL (ADBC)", "the `flight` section"],
+                 ["pyarrow.flight C++ server (Flight ceiling)", "the `flight` section"]],
     })
     report["summary"] = summary
     report["gate"] = {f"{q}: pgwire/duckdb": e["ratios"][f"{PG}/{DUCK}"]

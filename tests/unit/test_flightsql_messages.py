@@ -68,7 +68,7 @@ def test_unknown_and_unsupported_commands():
         return any_pb2.Any(type_url=url).SerializeToString()
 
     with pytest.raises(M.UnsupportedCommand):
-        M.decode_command(envelope("type.googleapis.com/arrow.flight.protocol.sql.CommandGetPrimaryKeys"))
+        M.decode_command(envelope("type.googleapis.com/arrow.flight.protocol.sql.CommandStatementSubstraitPlan"))
     with pytest.raises(M.BadCommand):
         M.decode_command(envelope("type.googleapis.com/Nope"))
     assert _grpc_error(M.BadCommand("x")).status is Status.INVALID_ARGUMENT

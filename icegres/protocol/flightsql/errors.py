@@ -13,6 +13,9 @@ _EXACT = {
     "40001": Status.ABORTED,
     "40P01": Status.ABORTED,
     "42501": Status.PERMISSION_DENIED,
+    "42P07": Status.ALREADY_EXISTS,  # duplicate table (ingest mode "create" on an existing table)
+    "42P06": Status.ALREADY_EXISTS,  # duplicate schema
+    "23505": Status.ALREADY_EXISTS,  # a row with this primary key already exists
     "42P01": Status.NOT_FOUND,
     "42703": Status.NOT_FOUND,
     "42883": Status.NOT_FOUND,

@@ -14,7 +14,9 @@ from google.protobuf import any_pb2
 from google.protobuf.message import Message
 
 from icegres.protocol.flightsql import icegres_flight_pb2 as fl
+from icegres.protocol.flightsql import icegres_flight_sql_metadata_pb2 as meta
 from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
+from icegres.protocol.flightsql import icegres_flight_sql_writes_pb2 as writes
 
 TYPE_URL_PREFIX = "type.googleapis.com/"
 SQL_PACKAGE = "arrow.flight.protocol.sql."
@@ -37,14 +39,19 @@ COMMANDS: dict[str, type[Message]] = {
         sql.ActionClosePreparedStatementRequest,
         sql.ActionBeginTransactionRequest,
         sql.ActionEndTransactionRequest,
+        meta.CommandGetXdbcTypeInfo,
+        meta.CommandGetPrimaryKeys,
+        meta.CommandGetExportedKeys,
+        meta.CommandGetImportedKeys,
+        meta.CommandGetCrossReference,
+        writes.CommandStatementIngest,
     )
 }
 
 # Commands whose name we know but do not serve yet: UNIMPLEMENTED rather than INVALID_ARGUMENT.
 KNOWN_UNSUPPORTED = frozenset({
-    "CommandGetXdbcTypeInfo", "CommandGetPrimaryKeys", "CommandGetExportedKeys",
-    "CommandGetImportedKeys", "CommandGetCrossReference", "CommandStatementSubstraitPlan",
-    "CommandStatementIngest", "ActionCreatePreparedSubstraitPlanRequest",
+    "CommandStatementSubstraitPlan",
+    "ActionCreatePreparedSubstraitPlanRequest",
     "ActionBeginSavepointRequest", "ActionEndSavepointRequest", "ActionCancelQueryRequest",
 })
 
@@ -135,10 +142,29 @@ def schema_flight_data(schema: pa.Schema) -> bytes:
     return flight_data(header=pa.ipc.read_message(schema.serialize()).metadata)
 
 
-def batch_flight_data(batch: pa.RecordBatch) -> bytes:
-    """One record batch as FlightData: the IPC message's flatbuffer header and its body."""
-    message = pa.ipc.read_message(batch.serialize())
+def batch_flight_data(batch: pa.RecordBatch, compression: str | None = None) -> bytes:
+    """One record batch as FlightData: the IPC message's flatbuffer header and its body.
+
+    With `compression` ("zstd" or "lz4_frame") the body's buffers are compressed as the IPC
+    format allows (the header's BodyCompression tells readers); CPU-heavy, so call it from a
+    worker thread."""
+    if compression is None:
+        message = pa.ipc.read_message(batch.serialize())
+    else:
+        message = _compressed_message(batch, compression)
     return flight_data(header=message.metadata, body=message.body)
+
+
+def _compressed_message(batch: pa.RecordBatch, compression: str) -> pa.ipc.Message:
+    # RecordBatch.serialize takes no write options: write a one-batch stream and take its second
+    # message (the first is the schema).
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=compression, use_threads=False)
+    with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
+        writer.write_batch(batch)
+    reader = pa.ipc.MessageReader.open_stream(sink.getvalue())
+    reader.read_next_message()
+    return reader.read_next_message()
 
 
 def read_ipc_schema(data: bytes) -> pa.Schema:

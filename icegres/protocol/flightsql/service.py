@@ -27,7 +27,7 @@ from grpclib.exceptions import GRPCError
 
 from icegres import __version__
 from icegres.engine.statements import Kind, classify
-from icegres.protocol.flightsql import errors
+from icegres.protocol.flightsql import errors, metadata
 from icegres.protocol.flightsql import icegres_flight_pb2 as fl
 from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
 from icegres.protocol.flightsql import messages as M
@@ -41,11 +41,18 @@ from icegres.protocol.flightsql.sessions import (
     Session,
     new_handle,
 )
+from icegres.protocol.flightsql.writes import (
+    DOPUT_COMMANDS,
+    FlightWrites,
+    empty_put_message,
+    not_a_write,
+)
 from icegres.protocol.pgwire.errors import PgError
 
 if TYPE_CHECKING:
     from grpclib.server import Stream
 
+    from icegres.engine.txn import TxnState
     from icegres.protocol.flightsql.server import FlightServer
     from icegres.protocol.pgwire.results import RowSource
 
@@ -69,22 +76,30 @@ SQL_INFO: dict[int, M.SqlInfoValue] = {
     0: "icegres",  # FLIGHT_SQL_SERVER_NAME
     1: __version__,  # FLIGHT_SQL_SERVER_VERSION
     2: pa.__version__,  # FLIGHT_SQL_SERVER_ARROW_VERSION
-    3: True,  # FLIGHT_SQL_SERVER_READ_ONLY: no DML over Flight SQL yet
+    3: False,  # FLIGHT_SQL_SERVER_READ_ONLY: DML, DDL and bulk ingest (flightsql/writes.py)
     4: True,  # FLIGHT_SQL_SERVER_SQL
     5: False,  # FLIGHT_SQL_SERVER_SUBSTRAIT
-    # FLIGHT_SQL_SERVER_TRANSACTION: 0 = none. The ADBC driver then falls back to autocommit
-    # instead of sending BeginTransaction, which this slice does not implement.
-    8: M.Int32(0),
+    # FLIGHT_SQL_SERVER_TRANSACTION: 1 = transactions (BeginTransaction/EndTransaction), no
+    # savepoints. ADBC then opens a transaction at connect unless autocommit=True.
+    8: M.Int32(1),
     9: False,  # FLIGHT_SQL_SERVER_CANCEL: no CancelFlightInfo; cancelling the DoGet stream works
     100: M.Int32(0),  # FLIGHT_SQL_SERVER_STATEMENT_TIMEOUT: prepared handles never time out
     101: M.Int32(0),  # FLIGHT_SQL_SERVER_TRANSACTION_TIMEOUT
     500: False,  # SQL_DDL_CATALOG
-    501: False,  # SQL_DDL_SCHEMA
-    502: False,  # SQL_DDL_TABLE
+    501: True,  # SQL_DDL_SCHEMA: CREATE/DROP SCHEMA
+    502: True,  # SQL_DDL_TABLE: CREATE/ALTER/DROP TABLE
     503: M.Int32(3),  # SQL_IDENTIFIER_CASE: lower case (unquoted names fold as in PostgreSQL)
     504: '"',  # SQL_IDENTIFIER_QUOTE_CHAR
     506: True,  # SQL_ALL_TABLES_ARE_SELECTABLE
     507: M.Int32(0),  # SQL_NULL_ORDERING: NULLs sort high, as in PostgreSQL
+    # SQL_DEFAULT_TRANSACTION_ISOLATION: snapshot isolation, reported as REPEATABLE READ (3) as
+    # PostgreSQL's own snapshot isolation is; SQL_SUPPORTED_TRANSACTIONS_ISOLATION_LEVELS: it and
+    # SERIALIZABLE (bits 3 and 4, via default_transaction_isolation).
+    562: M.Int32(3),
+    563: True,  # SQL_TRANSACTIONS_SUPPORTED
+    564: M.Int32((1 << 3) | (1 << 4)),
+    572: True,  # SQL_BATCH_UPDATES_SUPPORTED: executemany is one DoPut, one commit
+    573: False,  # SQL_SAVEPOINTS_SUPPORTED
 }
 
 ACTIONS = {
@@ -92,7 +107,9 @@ ACTIONS = {
     "ClosePreparedStatement": "release a prepared statement",
     "GetSessionOptions": "current session options (catalog, schema)",
     "SetSessionOptions": "set session options (catalog, schema)",
-    "CloseSession": "end this session: release its prepared statements",
+    "CloseSession": "end this session: release its prepared statements, roll back its transactions",
+    "BeginTransaction": "open a transaction (snapshot isolation); returns its id",
+    "EndTransaction": "commit or roll back a transaction",
 }
 
 
@@ -167,10 +184,11 @@ def like_regex(pattern: str) -> re.Pattern[str]:
 
 
 def pull_messages(source: RowSource, schema: pa.Schema, stop: threading.Event,
-                  budget: int = CHUNK_BYTES) -> tuple[list[bytes], int, bool]:
+                  budget: int = CHUNK_BYTES, compression: str | None = None) -> tuple[list[bytes], int, bool]:
     """Encode the next FlightData messages of a result (about `budget` bytes). Blocking.
 
     Returns (messages, rows, exhausted). `stop` (a cancelled DoGet) ends the pull between batches.
+    `compression` (--result-compression) compresses the IPC bodies here, in the worker thread.
     """
     messages: list[bytes] = []
     rows = size = 0
@@ -190,13 +208,17 @@ def pull_messages(source: RowSource, schema: pa.Schema, stop: threading.Event,
                 keep = max(1, keep)
                 source.pending = batch.slice(keep)
                 batch = batch.slice(0, keep)
-            parts.append(M.to_wire(batch, schema))
+            parts.append(batch)
             part_rows += batch.num_rows
             part_bytes += batch.nbytes
         if not parts:
             return messages, rows, True
-        batch = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
-        data = M.batch_flight_data(batch)
+        # Concatenate first, cast once: concatenating Utf8View columns copies only their views,
+        # so the string bytes are copied by the cast alone, not by the cast and the concat.
+        if len(parts) > 1 and not all(p.schema.equals(parts[0].schema) for p in parts[1:]):
+            parts = [M.to_wire(p, schema) for p in parts]
+        batch = M.to_wire(parts[0] if len(parts) == 1 else pa.concat_batches(parts), schema)
+        data = M.batch_flight_data(batch, compression)
         messages.append(data)
         rows += batch.num_rows
         size += len(data)
@@ -210,10 +232,14 @@ class FlightSqlService:
         self.server = server
         self.users = server.settings.users
         self.database = server.settings.database
+        # IPC body compression of query results (None = off); metadata results stay uncompressed.
+        codec = getattr(server.settings, "result_compression", "none")
+        self.compression: str | None = None if codec in (None, "none") else codec
         self._tokens: Bounded[str, str] = Bounded(TOKENS_MAX)
         self._sessions: Bounded[str, Session] = Bounded(SESSIONS_MAX)
         self._results: Bounded[bytes, Result] = Bounded(RESULTS_MAX, on_evict=Result.close)
         self._pids = itertools.count(1)
+        self.writes = FlightWrites(self)
 
     def __mapping__(self) -> dict[str, Handler]:
         return {
@@ -322,13 +348,12 @@ class FlightSqlService:
         session = self.session(stream)
         command = self._command(descriptor)
         if isinstance(command, sql.CommandStatementQuery):
-            if command.HasField("transaction_id"):
-                raise unimplemented("transactions over Flight SQL")
-            result = await self._start(session, command.query, None)
+            txn_id = command.transaction_id if command.HasField("transaction_id") else None
+            result = await self.writes.start(session, command.query, None, txn_id)
             info = self._result_info(descriptor, result)
         elif isinstance(command, sql.CommandPreparedStatementQuery):
             prepared = self._prepared(session, command.prepared_statement_handle)
-            result = await self._start(session, prepared.sql, prepared.params)
+            result = await self.writes.start(session, prepared.sql, prepared.params, prepared.transaction_id)
             info = self._result_info(descriptor, result)
         else:
             schema = self._metadata_schema(command)
@@ -346,7 +371,8 @@ class FlightSqlService:
         session = self.session(stream)
         command = self._command(descriptor)
         if isinstance(command, sql.CommandStatementQuery):
-            schema = (await self._describe(session, command.query))[0]
+            txn_id = command.transaction_id if command.HasField("transaction_id") else None
+            schema = (await self.writes.describe(session, command.query, txn_id))[0]
         elif isinstance(command, sql.CommandPreparedStatementQuery):
             schema = self._prepared(session, command.prepared_statement_handle).dataset_schema
         else:
@@ -372,6 +398,8 @@ class FlightSqlService:
             return M.TABLES_WITH_SCHEMA_SCHEMA if command.include_schema else M.TABLES_SCHEMA
         if isinstance(command, sql.CommandGetTableTypes):
             return M.TABLE_TYPES_SCHEMA
+        if (schema := metadata.schema_of(command)) is not None:
+            return schema
         if isinstance(command, sql.CommandStatementUpdate | sql.CommandPreparedStatementUpdate):
             raise M.BadCommand(f"{command.DESCRIPTOR.name} belongs in DoPut, not GetFlightInfo")
         raise M.BadCommand(f"{command.DESCRIPTOR.name} is not a GetFlightInfo command")
@@ -389,11 +417,12 @@ class FlightSqlService:
         stmt = classify(text)
         # UNSUPPORTED (not a statement we recognise) goes to the planner, whose error says why.
         if stmt.kind not in (Kind.QUERY, Kind.UNSUPPORTED):
-            raise PgError("0A000", f"{stmt.tag or 'this statement'} over Flight SQL is not supported yet: "
-                                   "this server serves queries only")
+            raise not_a_write(stmt)
 
-    async def _start(self, session: Session, text: str, params: dict[str, Any] | None) -> Result:
-        """Plan and start a query and pull its first messages (in a worker thread)."""
+    async def _start(self, session: Session, text: str, params: dict[str, Any] | None,
+                     txn: TxnState | None = None) -> Result:
+        """Plan and start a query and pull its first messages (in a worker thread); inside
+        transaction `txn` it reads the transaction's snapshots and staged writes."""
         self._check_query(text)
         from icegres.protocol.pgwire.results import RowSource
 
@@ -401,26 +430,36 @@ class FlightSqlService:
 
         def start() -> Result:
             with session.lock:
-                schema, batches = session.qctx.start(text, params)
+                session.qctx.txn = txn
+                try:
+                    schema, batches = session.qctx.start(text, params)
+                finally:
+                    session.qctx.txn = None
             source = RowSource(schema, batches)
             wire = M.wire_schema(schema)
             # Pulling the first message now tells a small result's row count (total_records)
             # and surfaces execution errors at GetFlightInfo, where the client expects them.
-            first, rows, exhausted = pull_messages(source, wire, threading.Event(), MESSAGE_BYTES)
+            first, rows, exhausted = pull_messages(source, wire, threading.Event(), MESSAGE_BYTES,
+                                                   self.compression)
             return Result(handle, session.key, text, params, wire, None if exhausted else source,
-                          first, exhausted, rows)
+                          first, exhausted, rows, txn)
 
         result = await self.run_sync(start)
         self._results.put(handle, result)
         return result
 
-    async def _describe(self, session: Session, text: str) -> tuple[pa.Schema, pa.Schema]:
+    async def _describe(self, session: Session, text: str,
+                        txn: TxnState | None = None) -> tuple[pa.Schema, pa.Schema]:
         """(result schema on the wire, parameter schema) of a query, without running it."""
         self._check_query(text)
 
         def describe() -> tuple[pa.Schema, pa.Schema]:
             with session.lock:
-                schema, inferred = session.qctx.describe(text)
+                session.qctx.txn = txn
+                try:
+                    schema, inferred = session.qctx.describe(text)
+                finally:
+                    session.qctx.txn = None
             count = max([*inferred.keys(), _max_placeholder(text)], default=0)
             params = pa.schema([
                 pa.field(f"${i}", M.wire_type(inferred[i]) if i in inferred else pa.null())
@@ -461,7 +500,7 @@ class FlightSqlService:
         source, first, exhausted, first_rows = result.source, result.first, result.exhausted, result.rows
         if source is None and not exhausted:
             # A second DoGet of a ticket whose stream the first one consumed: run it again.
-            rerun = await self._start(session, result.sql, result.params)
+            rerun = await self._start(session, result.sql, result.params, result.txn)
             self._results.pop(rerun.handle)
             if not rerun.schema.equals(result.schema):
                 raise GRPCError(Status.ABORTED, "the result's schema changed since GetFlightInfo (SQLSTATE 40001)")
@@ -479,11 +518,12 @@ class FlightSqlService:
             sent += first_rows
             while not exhausted and source is not None:
                 if pending is None:
-                    pending = asyncio.ensure_future(self.run_sync(pull_messages, source, result.schema, stop))
+                    pending = asyncio.ensure_future(self.run_sync(pull_messages, source, result.schema, stop,
+                                                                  CHUNK_BYTES, self.compression))
                 messages, rows, exhausted = await pending
                 # The next chunk is pulled while this one is sent.
                 pending = None if exhausted else asyncio.ensure_future(
-                    self.run_sync(pull_messages, source, result.schema, stop))
+                    self.run_sync(pull_messages, source, result.schema, stop, CHUNK_BYTES, self.compression))
                 for message in messages:
                     await stream.send_message(message)
                 sent += rows
@@ -500,7 +540,9 @@ class FlightSqlService:
     def _metadata(self, session: Session, command: Message) -> pa.RecordBatch:
         """The result batch of a metadata command. Blocking (catalog and engine calls)."""
         if isinstance(command, sql.CommandGetSqlInfo):
-            return M.sql_info_batch(SQL_INFO, list(command.info))
+            return M.sql_info_batch(metadata.sql_info_values(SQL_INFO), list(command.info))
+        if isinstance(command, metadata.COMMANDS):
+            return self._keys_and_types(session, command)
         if isinstance(command, sql.CommandGetCatalogs):
             return pa.RecordBatch.from_pylist([{"catalog_name": self.database}], schema=M.CATALOGS_SCHEMA)
         if isinstance(command, sql.CommandGetTableTypes):
@@ -512,6 +554,15 @@ class FlightSqlService:
         if isinstance(command, sql.CommandGetTables):
             return self._tables(session, command)
         raise M.BadCommand(f"{command.DESCRIPTOR.name} is not a metadata command")
+
+    def _keys_and_types(self, session: Session, command: Message) -> pa.RecordBatch:
+        if isinstance(command, metadata.meta.CommandGetPrimaryKeys):
+            rows = self._query_rows(session, "select table_schema, table_name, column_name, ordinal_position, "
+                                    "constraint_name from information_schema.key_column_usage")
+            return metadata.primary_keys_batch(self.database, rows, command)
+        if isinstance(command, metadata.meta.CommandGetXdbcTypeInfo):
+            return metadata.xdbc_type_info_batch(command)
+        return metadata.empty_keys_batch()
 
     def _catalog_matches(self, command: Message) -> bool:
         return not command.HasField("catalog") or command.catalog == self.database
@@ -572,11 +623,12 @@ class FlightSqlService:
     async def DoPut(self, stream: Stream) -> None:
         first = await stream.recv_message()
         if first is None:
-            raise M.BadCommand("DoPut without a FlightData message")
+            raise M.BadCommand(empty_put_message())
         session = self.session(stream)
         command = self._command(first.flight_descriptor)
-        if isinstance(command, sql.CommandStatementUpdate | sql.CommandPreparedStatementUpdate):
-            raise unimplemented("DML over Flight SQL (execute_update, executemany)")
+        if isinstance(command, DOPUT_COMMANDS):
+            await self.writes.do_put(stream, session, command, first)
+            return
         if not isinstance(command, sql.CommandPreparedStatementQuery):
             raise M.BadCommand(f"{command.DESCRIPTOR.name} is not a DoPut command")
         prepared = self._prepared(session, command.prepared_statement_handle)
@@ -618,10 +670,9 @@ class FlightSqlService:
             request = M.decode_command(action.body)
             if not isinstance(request, sql.ActionCreatePreparedStatementRequest):
                 raise M.BadCommand("CreatePreparedStatement needs an ActionCreatePreparedStatementRequest")
-            if request.HasField("transaction_id"):
-                raise unimplemented("transactions over Flight SQL")
-            dataset, params = await self._describe(session, request.query)
-            prepared = Prepared(new_handle(), request.query, dataset, params)
+            txn_id = request.transaction_id if request.HasField("transaction_id") else None
+            dataset, params = await self.writes.describe(session, request.query, txn_id)
+            prepared = Prepared(new_handle(), request.query, dataset, params, transaction_id=txn_id)
             session.prepared.put(prepared.handle, prepared)
             reply = sql.ActionCreatePreparedStatementResult(
                 prepared_statement_handle=prepared.handle, dataset_schema=M.schema_bytes(dataset),
@@ -649,14 +700,19 @@ class FlightSqlService:
         elif kind == "CloseSession":
             M.parse(fl.CloseSessionRequest, action.body)
             self._sessions.pop(session.key)
+            await self.writes.close_session(session)
             for result in self._results.values():
                 if result.session_key == session.key:
                     self._results.pop(result.handle)
                     result.close()
             reply = fl.CloseSessionResult(status=fl.CloseSessionResult.CLOSED)
             await stream.send_message(fl.Result(body=reply.SerializeToString()))
-        elif kind in ("BeginTransaction", "EndTransaction", "BeginSavepoint", "EndSavepoint"):
-            raise unimplemented("transactions over Flight SQL")
+        elif kind in ("BeginTransaction", "EndTransaction"):
+            reply_body = await self.writes.action(session, kind, action.body)
+            if reply_body is not None:
+                await stream.send_message(fl.Result(body=reply_body))
+        elif kind in ("BeginSavepoint", "EndSavepoint"):
+            raise unimplemented("savepoints over Flight SQL")
         else:
             raise unimplemented(f"action {kind[:100]!r}")
 

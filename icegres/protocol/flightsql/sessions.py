@@ -19,12 +19,14 @@ import pyarrow as pa
 
 if TYPE_CHECKING:
     from icegres.engine.engine import QueryContext
+    from icegres.engine.txn import TxnState
     from icegres.protocol.pgwire.results import RowSource
 
 TOKENS_MAX = 4096
 SESSIONS_MAX = 1024
 PREPARED_MAX = 256  # per session
 RESULTS_MAX = 64  # started results awaiting their DoGet, server-wide
+TRANSACTIONS_MAX = 16  # open transactions per session
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -82,6 +84,7 @@ class Prepared:
     dataset_schema: pa.Schema
     parameter_schema: pa.Schema
     params: dict[str, Any] | None = None  # "1" -> value, as QueryContext.start takes them
+    transaction_id: bytes | None = None  # the transaction it was prepared in, if any
 
 
 @dataclass
@@ -97,10 +100,21 @@ class Result:
     first: list[bytes]  # FlightData messages already pulled from `source`
     exhausted: bool
     rows: int  # rows in `first`
+    txn: TxnState | None = None  # the transaction the query reads in (a re-run reads there too)
 
     def close(self) -> None:
         self.source = None
         self.first = []
+
+
+@dataclass
+class FlightTxn:
+    """A transaction opened by BeginTransaction: its state, and whether a statement failed in it
+    (then, as in PostgreSQL, it only rolls back)."""
+
+    ident: bytes
+    state: TxnState
+    failed: bool = False
 
 
 @dataclass
@@ -113,6 +127,12 @@ class Session:
     # streams it started are read without it.
     lock: threading.Lock = field(default_factory=threading.Lock)
     prepared: Bounded[bytes, Prepared] = field(default_factory=lambda: Bounded(PREPARED_MAX))
+    transactions: Bounded[bytes, FlightTxn] = field(default_factory=lambda: Bounded(TRANSACTIONS_MAX))
+    # The ADBC driver keeps a cursor's prepared statement across commit()/rollback() and runs it
+    # again with the transaction it was prepared in: an ended transaction's id then means the
+    # session's current one (the driver begins the next at once), or autocommit if none is open.
+    current_txn: bytes | None = None
+    ended_txns: Bounded[bytes, bool] = field(default_factory=lambda: Bounded(PREPARED_MAX))
 
     @property
     def schema(self) -> str:

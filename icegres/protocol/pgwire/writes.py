@@ -1,17 +1,21 @@
-"""What a session does with statements that change the lake: DML, DDL, COPY FROM, COMMIT.
+"""What a pgwire session does with statements that change the lake: DML, DDL, COPY FROM, COMMIT.
 
-Writes stage into the session's transaction (`TxnState`); outside a transaction block each write is
-its own transaction and commits at once. Every commit goes through the commit machine
-(`icegres.machines.drivers.commit.run_commit`) with a `LakeWorld`; nothing here publishes itself.
+The write path itself is protocol-neutral (`icegres.engine.writes`, shared with Flight SQL): this
+module adapts the session to it (`PgHost`) and sends what the statements report — RETURNING rows,
+notices, command tags — as PostgreSQL messages. Writes stage into the session's transaction
+(`TxnState`); outside a transaction block each write is its own transaction and commits at once,
+through the commit machine.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from icegres.engine import writes as core
 from icegres.engine.statements import Statement
 from icegres.engine.txn import TxnState
 from icegres.protocol.pgwire import errors as E
@@ -22,21 +26,54 @@ from icegres.protocol.pgwire.results import row_description
 if TYPE_CHECKING:
     from icegres.protocol.pgwire.session import Session
 
-DML_WORDS = ("INSERT", "UPDATE", "DELETE", "TRUNCATE")
-DDL_WORDS = ("CREATE", "DROP", "ALTER")
-
-
-def is_dml(stmt: Statement) -> bool:
-    return stmt.tag in DML_WORDS
-
-
-def is_ddl(stmt: Statement) -> bool:
-    return stmt.tag in DDL_WORDS
+DML_WORDS = core.DML_WORDS
+DDL_WORDS = core.DDL_WORDS
+is_dml = core.is_dml
+is_ddl = core.is_ddl
 
 
 def new_transaction(session: Session, isolation: str | None, *, autocommit: bool = False) -> TxnState:
-    level = (isolation or session.settings.get("default_transaction_isolation") or "").lower()
-    return TxnState(serializable=level == "serializable", autocommit=autocommit)
+    return core.new_transaction(session.settings.get("default_transaction_isolation"), isolation,
+                                autocommit=autocommit)
+
+
+class PgHost:
+    """A pgwire session as the write path's host: one statement at a time, so the query
+    context's transaction is simply set and cleared on the session's own context."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @property
+    def qctx(self) -> Any:
+        return self.session.qctx
+
+    @property
+    def idle(self) -> bool:
+        return self.session.tx.status == "I"
+
+    def block(self) -> TxnState | None:
+        session = self.session
+        if session.tx.status != "T":
+            return None
+        if session.tx.state is None:
+            session.tx.state = new_transaction(session, None)
+            session.qctx.txn = session.tx.state
+        return session.tx.state
+
+    def new_txn(self, *, autocommit: bool) -> TxnState:
+        return new_transaction(self.session, None, autocommit=autocommit)
+
+    def bind(self, txn: TxnState | None) -> None:
+        if txn is None:
+            self.session.qctx.end_transaction()
+        else:
+            self.session.qctx.txn = txn
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await self.session._in_thread(fn, *args)
 
 
 async def run_write(session: Session, stmt: Statement, params: list[Any] | None, describe: bool,
@@ -49,211 +86,34 @@ async def run_write(session: Session, stmt: Statement, params: list[Any] | None,
         from icegres.protocol.pgwire.session import _unsupported
 
         raise _unsupported(stmt)
-    from icegres.engine import dml
-
     values = {str(i + 1): v for i, v in enumerate(params or [])} or None
-    ladder = session.qctx.engine.ladder
-    if ladder is not None and session.tx.status == "I":
-        if stmt.tag == "INSERT":
-            buffered = await _buffered_insert(session, ladder, stmt.sql, values)
-            if buffered is not None:
-                if buffered.returning is not None:
-                    await _send_table(session, buffered.returning, describe, formats)
-                session.send(m.command_complete(buffered.tag))
-                return
-        else:
-            # A rewrite must see the buffered rows of the tables it reads as lake files.
-            await ladder.settle(session.qctx.table_refs(stmt.sql))
-    result = await _in_transaction(session, lambda txn: dml.execute(session.qctx, txn, stmt.sql, values))
+    result = await core.execute_dml(PgHost(session), stmt, values)
     if result.returning is not None:
         await _send_table(session, result.returning, describe, formats)
     session.send(m.command_complete(result.tag))
 
 
 async def run_ddl(session: Session, stmt: Statement) -> None:
-    from icegres.engine import ddl, ddl_apply
-
-    cmd = ddl.parse_ddl(stmt.sql)
-    if isinstance(cmd, ddl.CreateTableAs):
-        await _create_table_as(session, cmd)
-        return
-    qctx = session.qctx
-    path = list(qctx.env.search_path)
-    if qctx.engine.ladder is not None:
-        # ALTER/DROP: the table's buffered rows go to the lake under the schema they were acked in.
-        keys = await session._in_thread(_ddl_keys, cmd, path, qctx)
-        if keys:
-            await qctx.engine.ladder.settle(keys)
-
-    def apply() -> list[str]:
-        notices = ddl_apply.apply_ddl(qctx.engine.lakehouse, cmd, path)
-        qctx.engine.refresh(None if qctx.engine.lakehouse.kind != "rest" else _ddl_keys(cmd, path, qctx))
-        qctx.forget_routes()
-        txn = qctx.txn
-        if txn is not None:
-            for key in _ddl_keys(cmd, path, qctx):
-                txn.repin(key, qctx.engine.read_plan(*key))
-        return notices
-
-    for notice in await session._in_thread(apply):
+    result = await core.run_ddl(PgHost(session), stmt)
+    for notice in result.notices:
         session.send(m.notice_response(PgError("00000", notice, severity="NOTICE")))
-    session.send(m.command_complete(ddl.command_tag(cmd)))
-
-
-def _ddl_keys(cmd: Any, path: list[str], qctx: Any) -> set[tuple[str, str]]:
-    """The tables a DDL command may have created, changed or dropped (schema commands: none)."""
-    from icegres.engine import ddl
-
-    if isinstance(cmd, ddl.DropTable):
-        named = list(cmd.names)
-    elif isinstance(cmd, ddl.CreateTable | ddl.AlterTable):
-        named = [(cmd.schema, cmd.name)]
-    else:
-        named = []
-    keys = {_qualify(schema, name, path, qctx) for schema, name in named}
-    return {k for k in keys if k is not None}
-
-
-def _qualify(schema: str | None, name: str, path: list[str], qctx: Any) -> tuple[str, str] | None:
-    if schema:
-        return (schema, name)
-    for candidate in path:
-        if qctx.engine.has_table(candidate, name) or qctx.engine.has_schema(candidate):
-            return (candidate, name)
-    return None
-
-
-async def _create_table_as(session: Session, cmd: Any) -> None:
-    """CREATE TABLE ... AS SELECT: create the table from the query's columns, then append its rows.
-
-    The table is created first and the rows are one commit through the machine: if that commit
-    fails the table stays, empty. (Iceberg catalogs offer no create-and-append transaction that
-    every catalog kind supports.)
-    """
-    from icegres.engine import assign, ddl_apply, dml
-
-    qctx = session.qctx
-    path = list(qctx.env.search_path)
-
-    def create() -> tuple[tuple[str, str] | None, pa.Table]:
-        with qctx.buffered_reads(qctx.buffered_entries(cmd.query_sql)):
-            data = dml._collect(qctx.plan(cmd.query_sql, None))
-        key = ddl_apply.create_table_from_arrow(qctx.engine.lakehouse, cmd, data.schema, path)
-        if key is not None:
-            qctx.engine.refresh(None if qctx.engine.lakehouse.kind != "rest" else {key})
-        return key, data
-
-    key, data = await session._in_thread(create)
-    if key is None:
-        session.send(m.notice_response(PgError("00000", f'relation "{cmd.name}" already exists, skipping', severity="NOTICE")))
-        session.send(m.command_complete("CREATE TABLE AS"))
-        return
-    if not cmd.with_data:
-        session.send(m.command_complete("CREATE TABLE AS"))
-        return
-
-    def append(txn: TxnState) -> int:
-        qctx.pin_for("")
-        txn.pin(key, qctx.engine.read_plan(*key))
-        plan = txn.plan(key)
-        rows = assign.conform(data.rename_columns(plan.schema.names), plan, key)
-        dml._append(txn, key, rows)
-        return rows.num_rows
-
-    count = await _in_transaction(session, append)
-    session.send(m.command_complete(f"SELECT {count}"))
-
-
-async def _buffered_insert(session: Session, ladder: Any, sql: str, values: dict[str, Any] | None) -> Any:
-    """An autocommit INSERT through the write buffer: rows computed as the synchronous path does,
-    acked once the buffer (and its tail) took them. None: the statement stays synchronous."""
-    from icegres.engine import dml
-
-    qctx = session.qctx
-    qctx.txn = new_transaction(session, None, autocommit=True)
-    try:
-        result = await session._in_thread(dml.insert_rows, qctx, qctx.txn, sql, values)
-    finally:
-        qctx.end_transaction()
-    if result is not None:
-        await ladder.append(result.key, result.rows)
-    return result
+    session.send(m.command_complete(result.tag))
 
 
 async def _in_transaction(session: Session, work: Any) -> Any:
     """Run `work(txn)` in a worker thread inside the open transaction, or as its own transaction
     (committed through the machine before returning) when no block is open."""
-    qctx = session.qctx
-    if session.tx.status == "T":
-        if session.tx.state is None:
-            session.tx.state = new_transaction(session, None)
-            qctx.txn = session.tx.state
-        return await session._in_thread(work, session.tx.state)
-    txn = new_transaction(session, None, autocommit=True)
-    qctx.txn = txn
-    try:
-        result = await session._in_thread(work, txn)
-        await publish(session, txn)
-    except BaseException:
-        await discard(session, txn)
-        raise
-    finally:
-        qctx.end_transaction()
-    return result
+    return await core.in_transaction(PgHost(session), work)
 
 
 async def publish(session: Session, txn: TxnState) -> None:
     """Commit a transaction's staged writes through the commit machine; PgError if it aborts."""
-    import trio
-
-    from icegres import faults
-    from icegres.engine.dml import compact
-    from icegres.engine.lake_world import LakeWorld, commit_request, delete_files
-    from icegres.machines.commit import Config
-    from icegres.machines.drivers.commit import run_commit
-
-    await session._in_thread(compact, txn)
-    request = commit_request(txn)
-    writes = list(txn.writes.values())
-    try:
-        if request is not None:
-            world = LakeWorld(session.qctx.engine.lakehouse, txn)
-            # From here on a cancel (CancelRequest, statement_timeout) must not interrupt: once the
-            # machine has published, the files are the lake's, and reporting the commit as
-            # cancelled would make the caller discard — delete — files a snapshot references.
-            with trio.CancelScope(shield=True):
-                outcome = await run_commit(request, world, Config())
-                if outcome.committed:
-                    txn.writes.clear()  # committed files belong to the lake now, never to a discard
-                    await session._in_thread(faults.point, "after-publish")
-                    await session._in_thread(world.adopt, session.qctx.engine)
-            if not outcome.committed:
-                txn.writes.clear()  # the machine deleted (or, if unknown, deliberately kept) them
-                raise PgError(outcome.sqlstate or E.INTERNAL_ERROR, outcome.message or "commit failed",
-                              detail=outcome.detail or None)
-    finally:
-        # Orphans (staged, then rewritten or rolled back to a savepoint) are in no request, so
-        # they go whatever the verdict.
-        if txn.orphans:
-            orphans = list(txn.orphans)
-            txn.orphans.clear()
-            with trio.CancelScope(shield=True):
-                await session._in_thread(delete_files, writes, orphans)
+    await core.publish(PgHost(session), txn)
 
 
 async def discard(session: Session, txn: TxnState) -> None:
     """ROLLBACK: staged files are unreferenced; delete them (best effort)."""
-    import trio
-
-    from icegres.engine.lake_world import delete_files
-
-    paths = txn.all_added() + txn.orphans
-    writes = list(txn.writes.values())
-    txn.writes.clear()
-    txn.orphans.clear()
-    if paths and writes:
-        with trio.CancelScope(shield=True):
-            await session._in_thread(delete_files, writes, paths)
+    await core.discard(PgHost(session), txn)
 
 
 async def describe_write(session: Session, sql: str) -> tuple[pa.Schema | None, dict[int, pa.DataType]]:

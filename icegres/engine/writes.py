@@ -1,0 +1,324 @@
+"""The write path both front ends share: a write statement staged into a transaction, then
+published through the commit machine or discarded.
+
+pgwire (`protocol/pgwire/writes.py`) and Flight SQL (`protocol/flightsql/writes.py`) differ only in
+how they receive statements and report results; what a write does to the lake is decided here.
+Writes stage into a `TxnState`; outside a transaction each write is its own transaction and
+commits at once. Every commit goes through the commit machine
+(`icegres.machines.drivers.commit.run_commit`) with a `LakeWorld`; nothing here publishes itself.
+
+A front end plugs in through `WriteHost`: its query context, how it runs blocking work in a
+worker thread with that context bound to a transaction, and which transaction block (if any) is
+open. These are trio coroutines: pgwire calls them from its trio session, Flight SQL's asyncio
+handlers through trio-asyncio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pyarrow as pa
+
+from icegres.engine.statements import Statement
+from icegres.engine.txn import Key, TxnState
+from icegres.protocol.pgwire import errors as E
+from icegres.protocol.pgwire.errors import PgError
+
+if TYPE_CHECKING:
+    from icegres.engine.engine import QueryContext
+
+DML_WORDS = ("INSERT", "UPDATE", "DELETE", "TRUNCATE")
+DDL_WORDS = ("CREATE", "DROP", "ALTER")
+
+
+def is_dml(stmt: Statement) -> bool:
+    return stmt.tag in DML_WORDS
+
+
+def is_ddl(stmt: Statement) -> bool:
+    return stmt.tag in DDL_WORDS
+
+
+def new_transaction(default_isolation: str | None, isolation: str | None, *, autocommit: bool = False) -> TxnState:
+    """A transaction at `isolation`, else the session's default_transaction_isolation."""
+    level = (isolation or default_isolation or "").lower()
+    return TxnState(serializable=level == "serializable", autocommit=autocommit)
+
+
+class WriteHost(Protocol):
+    """What a front end gives the write path."""
+
+    @property
+    def qctx(self) -> QueryContext: ...
+
+    @property
+    def idle(self) -> bool:
+        """No transaction block is open: an autocommit INSERT may go through the write buffer."""
+        ...
+
+    def block(self) -> TxnState | None:
+        """The open transaction block's state (made on first use), or None: autocommit."""
+        ...
+
+    def new_txn(self, *, autocommit: bool) -> TxnState: ...
+
+    def bind(self, txn: TxnState | None) -> None:
+        """From now on, worker-thread work sees `txn` as the query context's transaction."""
+        ...
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` in a worker thread, with the query context bound as `bind` said."""
+        ...
+
+
+@dataclass
+class WriteResult:
+    """What a write statement reports: its command tag, RETURNING rows and notices."""
+
+    tag: str
+    returning: pa.Table | None = None
+    notices: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        """Rows the statement wrote (the tag's last number; 0 for DDL)."""
+        last = self.tag.rsplit(" ", 1)[-1]
+        return int(last) if last.isdigit() else 0
+
+
+# --- DML -----------------------------------------------------------------------------------------
+
+
+async def execute_dml(host: WriteHost, stmt: Statement, values: dict[str, Any] | None) -> WriteResult:
+    """INSERT/UPDATE/DELETE/TRUNCATE: staged into the open block, or committed as its own
+    transaction (an autocommit INSERT through the write buffer when one runs)."""
+    from icegres.engine import dml
+
+    sql = stmt.sql
+    ladder = host.qctx.engine.ladder
+    if ladder is not None and host.idle:
+        if stmt.tag == "INSERT":
+            buffered = await buffered_insert(host, ladder, sql, values)
+            if buffered is not None:
+                return WriteResult(buffered.tag, buffered.returning)
+        else:
+            # A rewrite must see the buffered rows of the tables it reads as lake files.
+            await ladder.settle(host.qctx.table_refs(sql))
+    qctx = host.qctx
+    result = await in_transaction(host, lambda txn: dml.execute(qctx, txn, sql, values))
+    return WriteResult(result.tag, result.returning)
+
+
+async def buffered_insert(host: WriteHost, ladder: Any, sql: str, values: dict[str, Any] | None) -> Any:
+    """An autocommit INSERT through the write buffer: rows computed as the synchronous path does,
+    acked once the buffer (and its tail) took them. None: the statement stays synchronous."""
+    from icegres.engine import dml
+
+    qctx = host.qctx
+    txn = host.new_txn(autocommit=True)
+    host.bind(txn)
+    try:
+        result = await host.run(dml.insert_rows, qctx, txn, sql, values)
+    finally:
+        host.bind(None)
+    if result is not None:
+        await ladder.append(result.key, result.rows)
+    return result
+
+
+async def in_transaction(host: WriteHost, work: Callable[[TxnState], Any]) -> Any:
+    """Run `work(txn)` in a worker thread inside the open transaction, or as its own transaction
+    (committed through the machine before returning) when no block is open."""
+    block = host.block()
+    if block is not None:
+        return await host.run(work, block)
+    txn = host.new_txn(autocommit=True)
+    host.bind(txn)
+    try:
+        result = await host.run(work, txn)
+        await publish(host, txn)
+    except BaseException:
+        await discard(host, txn)
+        raise
+    finally:
+        host.bind(None)
+    return result
+
+
+async def describe_dml(host: WriteHost, sql: str) -> tuple[pa.Schema | None, dict[int, pa.DataType]]:
+    """Parse-time description of a DML statement: RETURNING columns and parameter types."""
+    from icegres.engine import dml
+
+    qctx = host.qctx
+    if host.block() is not None:
+        return await host.run(dml.describe, qctx, sql)
+    host.bind(host.new_txn(autocommit=True))
+    try:
+        return await host.run(dml.describe, qctx, sql)
+    finally:
+        host.bind(None)
+
+
+# --- DDL -----------------------------------------------------------------------------------------
+
+
+async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
+    """CREATE/DROP/ALTER: applied to the catalog at once (not transactional, as a catalog change
+    is its own commit); an open transaction re-pins the tables it changed."""
+    from icegres.engine import ddl, ddl_apply
+
+    cmd = ddl.parse_ddl(stmt.sql)
+    if isinstance(cmd, ddl.CreateTableAs):
+        return await create_table_as(host, cmd)
+    qctx = host.qctx
+    path = list(qctx.env.search_path)
+    if qctx.engine.ladder is not None:
+        # ALTER/DROP: the table's buffered rows go to the lake under the schema they were acked in.
+        keys = await host.run(ddl_keys, cmd, path, qctx)
+        if keys:
+            await qctx.engine.ladder.settle(keys)
+
+    def apply() -> list[str]:
+        notices = ddl_apply.apply_ddl(qctx.engine.lakehouse, cmd, path)
+        qctx.engine.refresh(None if qctx.engine.lakehouse.kind != "rest" else ddl_keys(cmd, path, qctx))
+        qctx.forget_routes()
+        txn = qctx.txn
+        if txn is not None:
+            for key in ddl_keys(cmd, path, qctx):
+                txn.repin(key, qctx.engine.read_plan(*key))
+        return notices
+
+    notices = await host.run(apply)
+    return WriteResult(ddl.command_tag(cmd), None, list(notices))
+
+
+def ddl_keys(cmd: Any, path: list[str], qctx: Any) -> set[Key]:
+    """The tables a DDL command may have created, changed or dropped (schema commands: none)."""
+    from icegres.engine import ddl
+
+    if isinstance(cmd, ddl.DropTable):
+        named = list(cmd.names)
+    elif isinstance(cmd, ddl.CreateTable | ddl.AlterTable):
+        named = [(cmd.schema, cmd.name)]
+    else:
+        named = []
+    keys = {_qualify(schema, name, path, qctx) for schema, name in named}
+    return {k for k in keys if k is not None}
+
+
+def _qualify(schema: str | None, name: str, path: list[str], qctx: Any) -> Key | None:
+    if schema:
+        return (schema, name)
+    for candidate in path:
+        if qctx.engine.has_table(candidate, name) or qctx.engine.has_schema(candidate):
+            return (candidate, name)
+    return None
+
+
+async def create_table_as(host: WriteHost, cmd: Any) -> WriteResult:
+    """CREATE TABLE ... AS SELECT: create the table from the query's columns, then append its rows.
+
+    The table is created first and the rows are one commit through the machine: if that commit
+    fails the table stays, empty. (Iceberg catalogs offer no create-and-append transaction that
+    every catalog kind supports.)
+    """
+    from icegres.engine import ddl_apply, dml
+
+    qctx = host.qctx
+    path = list(qctx.env.search_path)
+
+    def create() -> tuple[Key | None, pa.Table]:
+        with qctx.buffered_reads(qctx.buffered_entries(cmd.query_sql)):
+            data = dml._collect(qctx.plan(cmd.query_sql, None))
+        key = ddl_apply.create_table_from_arrow(qctx.engine.lakehouse, cmd, data.schema, path)
+        if key is not None:
+            qctx.engine.refresh(None if qctx.engine.lakehouse.kind != "rest" else {key})
+        return key, data
+
+    key, data = await host.run(create)
+    if key is None:
+        return WriteResult("CREATE TABLE AS", None, [f'relation "{cmd.name}" already exists, skipping'])
+    if not cmd.with_data:
+        return WriteResult("CREATE TABLE AS")
+    count = await append_rows(host, key, data)
+    return WriteResult(f"SELECT {count}")
+
+
+async def append_rows(host: WriteHost, key: Key, data: pa.Table) -> int:
+    """Append `data` (columns in the table's order, any names) to table `key`: one commit through
+    the machine, or staged into the open block. Values are assigned to the column types as
+    INSERT assigns them."""
+    from icegres.engine import assign, dml
+
+    qctx = host.qctx
+
+    def append(txn: TxnState) -> int:
+        qctx.pin_for("")
+        txn.pin(key, qctx.engine.read_plan(*key))
+        plan = txn.plan(key)
+        rows = assign.conform(data.rename_columns(plan.schema.names), plan, key)
+        dml._append(txn, key, rows)
+        return rows.num_rows
+
+    return await in_transaction(host, append)
+
+
+# --- commit and rollback -------------------------------------------------------------------------
+
+
+async def publish(host: WriteHost, txn: TxnState) -> None:
+    """Commit a transaction's staged writes through the commit machine; PgError if it aborts."""
+    import trio
+
+    from icegres import faults
+    from icegres.engine.dml import compact
+    from icegres.engine.lake_world import LakeWorld, commit_request, delete_files
+    from icegres.machines.commit import Config
+    from icegres.machines.drivers.commit import run_commit
+
+    engine = host.qctx.engine
+    await host.run(compact, txn)
+    request = commit_request(txn)
+    writes = list(txn.writes.values())
+    try:
+        if request is not None:
+            world = LakeWorld(engine.lakehouse, txn)
+            # From here on a cancel (CancelRequest, statement_timeout, a dropped gRPC call) must
+            # not interrupt: once the machine has published, the files are the lake's, and
+            # reporting the commit as cancelled would make the caller discard — delete — files a
+            # snapshot references.
+            with trio.CancelScope(shield=True):
+                outcome = await run_commit(request, world, Config())
+                if outcome.committed:
+                    txn.writes.clear()  # committed files belong to the lake now, never to a discard
+                    await host.run(faults.point, "after-publish")
+                    await host.run(world.adopt, engine)
+            if not outcome.committed:
+                txn.writes.clear()  # the machine deleted (or, if unknown, deliberately kept) them
+                raise PgError(outcome.sqlstate or E.INTERNAL_ERROR, outcome.message or "commit failed",
+                              detail=outcome.detail or None)
+    finally:
+        # Orphans (staged, then rewritten or rolled back to a savepoint) are in no request, so
+        # they go whatever the verdict.
+        if txn.orphans:
+            orphans = list(txn.orphans)
+            txn.orphans.clear()
+            with trio.CancelScope(shield=True):
+                await host.run(delete_files, writes, orphans)
+
+
+async def discard(host: WriteHost, txn: TxnState) -> None:
+    """ROLLBACK: staged files are unreferenced; delete them (best effort)."""
+    import trio
+
+    from icegres.engine.lake_world import delete_files
+
+    paths = txn.all_added() + txn.orphans
+    writes = list(txn.writes.values())
+    txn.writes.clear()
+    txn.orphans.clear()
+    if paths and writes:
+        with trio.CancelScope(shield=True):
+            await host.run(delete_files, writes, paths)

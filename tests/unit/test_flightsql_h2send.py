@@ -1,0 +1,108 @@
+"""The coalescing DATA writer: every byte arrives, in order, under the peer's flow control."""
+
+from __future__ import annotations
+
+import asyncio
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
+import pytest
+
+from icegres.protocol.flightsql import h2send
+
+pytestmark = pytest.mark.unit
+
+
+class _Conn:
+    def __init__(self) -> None:
+        self.write_ready = asyncio.Event()
+        self.write_ready.set()
+        self.data_sent = 0
+
+    def data_send_process(self) -> None:
+        pass
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+
+class _Stream:
+    """What grpclib's Stream gives send_data: ids, the h2 connection, events, counters."""
+
+    def __init__(self, server: h2.connection.H2Connection, stream_id: int) -> None:
+        self.id = stream_id
+        self._h2_connection = server
+        self._transport = _Transport()
+        self.connection = _Conn()
+        self.window_updated = asyncio.Event()
+        self.data_sent = 0
+
+
+def _pair(window: int) -> tuple[h2.connection.H2Connection, h2.connection.H2Connection, int]:
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    client.initiate_connection()
+    client.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
+    server.initiate_connection()
+    server.receive_data(client.data_to_send())
+    client.receive_data(server.data_to_send())
+    server.receive_data(client.data_to_send())
+    stream_id = client.get_next_available_stream_id()
+    client.send_headers(stream_id, [(":method", "POST"), (":path", "/x"), (":scheme", "http"),
+                                    (":authority", "t")])
+    server.receive_data(client.data_to_send())
+    server.send_headers(stream_id, [(":status", "200")])
+    client.receive_data(server.data_to_send())
+    return client, server, stream_id
+
+
+@pytest.mark.parametrize("size, window", [(0, 65_535), (10, 65_535), (3_000_000, 65_535),
+                                          (1_000_000, 20_000), (300_000, 1 << 24)])
+def test_every_byte_arrives_in_order_under_flow_control(size, window):
+    payload = bytes(i % 251 for i in range(size))
+
+    async def run() -> tuple[bytes, bool, int]:
+        client, server, stream_id = _pair(window)
+        stream = _Stream(server, stream_id)
+        received = bytearray()
+        ended = False
+
+        async def peer() -> None:
+            nonlocal ended
+            while not ended:
+                await asyncio.sleep(0)
+                while stream._transport.writes:
+                    for event in client.receive_data(stream._transport.writes.pop(0)):
+                        if isinstance(event, h2.events.DataReceived):
+                            received.extend(event.data)
+                            client.acknowledge_received_data(event.flow_controlled_length, stream_id)
+                        if isinstance(event, h2.events.StreamEnded):
+                            ended = True
+                    # The client's WINDOW_UPDATEs reach the server, which wakes the sender.
+                    server.receive_data(client.data_to_send())
+                    stream.window_updated.set()
+
+        sender = asyncio.create_task(h2send.send_data(stream, payload, end_stream=True))
+        await asyncio.wait_for(asyncio.gather(sender, peer()), 30)
+        return bytes(received), ended, len(stream._transport.writes)
+
+    received, ended, _ = asyncio.run(run())
+    assert ended and received == payload
+
+
+def test_frames_are_written_in_batches():
+    client, server, stream_id = _pair(1 << 24)
+    client.increment_flow_control_window(1 << 24)
+    server.receive_data(client.data_to_send())
+    stream = _Stream(server, stream_id)
+    asyncio.run(h2send.send_data(stream, b"x" * 2_000_000))
+    frames = 2_000_000 // server.max_outbound_frame_size
+    assert len(stream._transport.writes) <= 2_000_000 // h2send.FLUSH_BYTES + 1 < frames
+    assert stream.data_sent == 2_000_000
