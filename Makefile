@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 5439
 PYTEST_ARGS ?=
 
-.PHONY: serve test test-unit test-e2e seed lint bench clean install flightsql-protos
+.PHONY: serve test test-unit test-e2e seed lint bench clean install flightsql-protos model-deep
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,13 @@ test-e2e: $(VENV)/.test-installed
 	bash infra/system-deps.sh
 	$(PY) -m pytest -p no:cacheprovider -m e2e $(PYTEST_ARGS)
 
+# The model tests with many more examples than CI runs (tests/model/README.md): minutes, not seconds.
+MODEL_DEEP_EXAMPLES ?= 20000
+MODEL_DEEP_SEEDS ?= 5000
+model-deep: $(VENV)/.test-installed
+	ICEGRES_QUORUM_EXAMPLES=$(MODEL_DEEP_EXAMPLES) ICEGRES_QUORUM_SEEDS=$(MODEL_DEEP_SEEDS) \
+		$(PY) -m pytest -p no:cacheprovider -m model tests/model $(PYTEST_ARGS)
+
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check icegres tests bench
 
@@ -52,7 +59,7 @@ bench: $(VENV)/.test-installed
 FLIGHT_PROTO := icegres/protocol/flightsql/proto
 flightsql-protos: $(VENV)/.test-installed
 	$(PY) -m grpc_tools.protoc -I $(FLIGHT_PROTO) --python_out=icegres/protocol/flightsql \
-		--pyi_out=icegres/protocol/flightsql $(FLIGHT_PROTO)/icegres_flight.proto $(FLIGHT_PROTO)/icegres_flight_sql.proto
+		--pyi_out=icegres/protocol/flightsql $(sort $(wildcard $(FLIGHT_PROTO)/*.proto))
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR)
