@@ -3,14 +3,17 @@
     .venv/bin/python -m bench.write_ladder [--rounds 5] [--statements 300] [--seconds 2] [--writers 8]
 
 One run starts a throwaway PostgreSQL 15 (bench/peers/postgres.py: initdb in a temp dir, the
-on-disk binaries, fsync=on) and four `icegres serve` subprocesses, each on its own fresh embedded
-lake (SQLite catalog, local warehouse), all alive for the whole run:
+on-disk binaries, fsync=on), three `icegres keeper` processes on 127.0.0.1 (fresh data dirs, `--init`)
+and five `icegres serve` subprocesses, each on its own fresh embedded lake (SQLite catalog, local
+warehouse), all alive for the whole run:
 
 - ``sync``: `--write-buffer-ms 0` (the default): every INSERT is one Iceberg commit before its ack;
 - ``buffer``: `--write-buffer-ms W`: acked from memory, group-committed per table every W ms;
 - ``tail-dir``: `--write-buffer-ms W --tail-dir D`: acked once an fsync of the local WAL covers it;
 - ``tail-url``: `--write-buffer-ms W --tail-url postgresql://…` (the bench's PostgreSQL): acked once
-  a COMMIT of the tail's log table covers it.
+  a COMMIT of the tail's log table covers it;
+- ``tail-quorum``: `--write-buffer-ms W --tail-quorum k1,k2,k3` (the bench's three keepers): acked
+  once a majority of keepers fsynced the record (docs/quorum-protocol.md).
 
 Floors, measured in the same run, on the same machine, interleaved with the rungs:
 
@@ -20,7 +23,7 @@ Floors, measured in the same run, on the same machine, interleaved with the rung
 - ``pg-insert``: a bare single-row `INSERT … VALUES (%s, %s)` into that PostgreSQL (psycopg,
   autocommit: one COMMIT, one WAL flush per statement; PostgreSQL's own group commit with many).
 
-Each round runs every target (4 rungs + 2 floors) back to back in a rotating order (A B C …,
+Each round runs every target (5 rungs + 2 floors) back to back in a rotating order (A B C …,
 B C … A, …) so drift on this shared machine hits all alike. Per target and round: 1 writer runs
 `--statements` INSERTs back to back (the sync rung at most SYNC_STATEMENTS: each is a commit), then
 `--writers` threads each with its own connection (opened and warmed before timing) insert for
@@ -31,6 +34,7 @@ so a rung's background flush never lands in the next target's cell. Latency = cl
 
 Targets (issue 6): buffer-only ack < 1 ms; tail-dir within 1 ms of the fsync floor; tail-url
 within 1 ms of the PostgreSQL INSERT floor; 8 writers on tail-dir get more total throughput than 1.
+Issue 8: quorum ack (p50) within 2x of tail-dir, 1 and 8 writers.
 Differences and ratios are medians over rounds of the per-round values. Writes
 bench/results/<date>-write_ladder.json and the `write_ladder` section of bench/SCORECARD.md.
 """
@@ -41,6 +45,8 @@ import argparse
 import contextlib
 import os
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -64,7 +70,9 @@ from bench.pgwire_read import Server
 
 SYNC_STATEMENTS = 40
 WARM_STATEMENTS = 5  # per connection, before timing: connection, prepared statement, caches
-RUNGS = ("sync", "buffer", "tail-dir", "tail-url")
+RUNGS = ("sync", "buffer", "tail-dir", "tail-url", "tail-quorum")
+KEEPERS = 3
+KEEPER_READY_TIMEOUT_S = 20
 FLOORS = ("fsync", "pg-insert")
 
 
@@ -178,6 +186,63 @@ def run_many(writers: list[Writer], seconds: float) -> Cell:
         raise errors[0]
     flat = [x for xs in lat for x in xs]
     return Cell(flat, len(flat), elapsed, sum(retries))
+
+
+# --- the quorum tail's keepers ------------------------------------------------------------------
+
+
+class Keeper:
+    """One `icegres keeper` subprocess on 127.0.0.1 with its own data dir; stopped by PID."""
+
+    def __init__(self, data_dir: Path) -> None:
+        from bench.pgwire_read import free_port
+
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, *, init: bool = False) -> None:
+        from bench.pgwire_read import icegres_command
+
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [*icegres_command(), "keeper", "--host", "127.0.0.1", "--port", str(self.port),
+               "--data-dir", str(self.data_dir), *(["--init"] if init else [])]
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def wait_ready(self, timeout_s: float = KEEPER_READY_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"icegres keeper exited:\n{self.log_path.read_text(errors='replace')[-3000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"icegres keeper on port {self.port} did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()  # its log is fsynced per record: nothing to drain
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+
+def start_keepers(root: Path, n: int = KEEPERS) -> list[Keeper]:
+    """`n` fresh keepers (`--init`), ready to accept connections."""
+    keepers = [Keeper(root / f"keeper{i}") for i in range(n)]
+    for k in keepers:
+        k.start(init=True)
+    for k in keepers:
+        k.wait_ready()
+    return keepers
 
 
 # --- targets ------------------------------------------------------------------------------------
@@ -298,6 +363,13 @@ def verdicts(by: dict[str, Target], summary: dict[str, Any], writers: int) -> li
     d_dir8 = _round_diff(by["tail-dir"], by["fsync"], writers)
     d_url8 = _round_diff(by["tail-url"], by["pg-insert"], writers)
     scale = summary["tail-dir"]["scaling"]
+    q1 = _round_p50_ratio(by["tail-quorum"], by["tail-dir"], 1)
+    qk = _round_p50_ratio(by["tail-quorum"], by["tail-dir"], writers)
+    quorum = [
+        {"target": f"quorum ack within 2x of tail-dir ({k} writer{'s' if k > 1 else ''}, p50)", "value": q,
+         "shown": f"{fmt_x(q)} the tail-dir p50", "pass": q is not None and q <= 2.0}
+        for k, q in ((1, q1), (writers, qk))
+    ]
     return [
         {"target": "buffer-only ack < 1 ms (1 writer, p50)", "value": buf["p50_ms"],
          "shown": f"p50 {buf['p50_ms']:.3f} ms (p95 {buf['p95_ms']:.3f} ms)",
@@ -313,7 +385,15 @@ def verdicts(by: dict[str, Target], summary: dict[str, Any], writers: int) -> li
          "shown": f"{_signed(d_dir8)} ms", "pass": None},
         {"target": f"(not a target) tail-url vs PostgreSQL INSERT floor at {writers} writers, p50",
          "value": d_url8, "shown": f"{_signed(d_url8)} ms", "pass": None},
+        *quorum,
     ]
+
+
+def _round_p50_ratio(a: Target, b: Target, writers: int) -> float | None:
+    """Median over rounds of (a's p50 / b's p50) within the same round."""
+    va, vb = _round_values(a, writers, "p50"), _round_values(b, writers, "p50")
+    vals = [va[r] / vb[r] for r in va if r in vb and vb[r] > 0]
+    return median(vals) if vals else None
 
 
 # --- main ---------------------------------------------------------------------------------------
@@ -338,15 +418,19 @@ def main(argv: list[str] | None = None) -> int:
     window = str(args.window_ms)
     settle = args.window_ms / 1000 + 0.4
     servers: list[Server] = []
+    keepers: list[Keeper] = []
     try:
         with running_cluster() as pg:
             url = f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
             _exec(pg.conninfo, "create schema if not exists floor")
+            keepers = start_keepers(root / "keepers")
+            quorum = ",".join(k.address for k in keepers)
             envs = {
                 "sync": {},
                 "buffer": {"ICEGRES_WRITE_BUFFER_MS": window},
                 "tail-dir": {"ICEGRES_WRITE_BUFFER_MS": window, "ICEGRES_TAIL_DIR": str(root / "wal")},
                 "tail-url": {"ICEGRES_WRITE_BUFFER_MS": window, "ICEGRES_TAIL_URL": url},
+                "tail-quorum": {"ICEGRES_WRITE_BUFFER_MS": window, "ICEGRES_TAIL_QUORUM": quorum},
             }
             targets: list[Target] = []
             for name in RUNGS:
@@ -397,6 +481,9 @@ def main(argv: list[str] | None = None) -> int:
         for s in servers:
             with contextlib.suppress(Exception):
                 s.stop()
+        for k in keepers:
+            with contextlib.suppress(Exception):
+                k.stop()
         shutil.rmtree(root, ignore_errors=True)
 
     by = {t.name: t for t in targets}
@@ -437,23 +524,26 @@ def _report(prov: dict[str, Any], args: Any, summary: dict[str, Any], checks: li
                   f"{pg_version} (fsync=on, synchronous_commit on), psycopg autocommit."],
     }
     check_table = {
-        "title": "Issue-6 targets",
+        "title": "Issue-6 and issue-8 targets",
         "columns": ["target", "measured", "verdict"],
         "rows": [[c["target"], c["shown"], "—" if c["pass"] is None else ("**pass**" if c["pass"] else "**MISS**")]
                  for c in checks],
         "align": "lll",
-        "notes": ["Differences are medians over rounds of (rung p50 − floor p50) within the same round."],
+        "notes": ["Differences are medians over rounds of (rung p50 − floor p50) within the same round; "
+                  "the quorum ratios are medians over rounds of (tail-quorum p50 / tail-dir p50) within the "
+                  "same round (issue 8)."],
     }
     return {
         "section": "write_ladder",
-        "title": "Write ladder: 1-row INSERT ack latency per rung vs fsync and PostgreSQL floors (issue 6)",
+        "title": "Write ladder: 1-row INSERT ack latency per rung vs fsync and PostgreSQL floors (issues 6, 8)",
         **prov,
         "load": load,
         "facts": {
-            "Setup": (f"4 `icegres serve` subprocesses alive for the whole run (sync; buffer "
+            "Setup": (f"5 `icegres serve` subprocesses alive for the whole run (sync; buffer "
                       f"`--write-buffer-ms {args.window_ms}`; + `--tail-dir`; + `--tail-url` to the bench's "
-                      f"PostgreSQL {pg_version}), each on a fresh embedded lake; one throwaway PostgreSQL "
-                      "(floors and the tail-url rung's log). Client: psycopg 3 in this process, one thread "
+                      f"PostgreSQL {pg_version}; + `--tail-quorum` on {KEEPERS} `icegres keeper` processes "
+                      "on 127.0.0.1, fresh data dirs on the WAL's filesystem), each on a fresh embedded "
+                      "lake; one throwaway PostgreSQL (floors and the tail-url rung's log). Client: psycopg 3 in this process, one thread "
                       "and connection per writer, connections opened and warmed before timing."),
             "Rounds": (f"{args.rounds} measured + 1 warm-up; per round every target in rotating order; "
                        f"1 writer: {args.statements} statements back to back (sync: "

@@ -1,0 +1,275 @@
+"""The HTTP operations endpoint (`--ops-port`): /health, /ready and /metrics, served by hypercorn
+on trio inside the server process, on the same `--host` (loopback by default).
+
+- `GET /health` -> 200 `{"status": "ok", ...}`, or 503 `{"status": "unhealthy", "reasons": [...]}`
+  when the write tail is poisoned (WAL or PostgreSQL tail), the quorum writer lost its term
+  (fenced, by the keepers or at the lake), or its last write found no majority. A process that is
+  still starting (replaying its tail) is alive: 200 with `"ready": false`.
+- `GET /ready` -> 200 once the server accepts clients, 503 before (during replay) and after a
+  shutdown began.
+- `GET /metrics` -> Prometheus text format 0.0.4 of `WriteLadder.stats()` (buffered rows, oldest
+  un-flushed age, flush and fsync latency, replayed records, the writer term).
+
+The reports are built from plain values (`health_report`, `metrics_text`) so unit tests drive them
+without sockets. Nothing secret is ever in a reply: the tail's own reason strings pass through
+`scrub`, which takes out every secret setting (passwords, tokens, credential-bearing URLs).
+The app reads in-memory state only: no request waits on a thread, the lake or the tail.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+if TYPE_CHECKING:
+    from icegres.config import Settings
+    from icegres.engine.engine import Engine
+
+__all__ = ["HealthReport", "OpsServer", "health_report", "metrics_text", "scrub"]
+
+log = logging.getLogger("icegres.ops")
+
+# Counters among the ladder's stats (monotonic totals); every other number is a gauge.
+_COUNTERS = frozenset({
+    "flushed_batches", "flushed_rows", "flush_failures", "lost_entries", "refused_appends",
+    "flush_latency_count", "fsync_latency_count",
+})
+_HELP = {
+    "buffered_rows": "acknowledged rows not yet committed to the lake",
+    "buffered_entries": "acknowledged statements not yet committed to the lake",
+    "buffered_bytes": "bytes held by the write buffer",
+    "oldest_unflushed_age_ms": "age of the oldest acknowledged, un-flushed entry, ms",
+    "flush_latency_ms_last": "latency of the last flush (write + commit + mount), ms",
+    "fsync_latency_ms_last": "latency of the last tail append (fsync, COMMIT or quorum ack), ms",
+    "replayed_records": "tail records replayed into the lake at start-up",
+    "tail_ok": "1 while the write tail accepts appends",
+    "writer_term_round": "the quorum writer's term round",
+}
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    ok: bool
+    body: dict[str, Any]
+
+    @property
+    def status_code(self) -> int:
+        return 200 if self.ok else 503
+
+
+def scrub(text: str, settings: Settings | None) -> str:
+    """`text` on one line with the value of every secret setting replaced by ***."""
+    from icegres.config import OPTIONS, redact_uri
+
+    line = " ".join(str(text).split())
+    if settings is None:
+        return line
+    secrets: set[str] = set()
+    for option in OPTIONS:
+        if not option.secret or option.key == "users":  # a dict: its passwords are added below
+            continue
+        value = getattr(settings, option.key, None)
+        if not value:
+            continue
+        value = str(value)
+        secrets.add(value)
+        shown = redact_uri(value)
+        if shown != value and "://" in value:
+            # The password part of a URI, on its own (drivers may echo it).
+            userinfo = value.split("://", 1)[1].rsplit("@", 1)[0]
+            secrets.add(userinfo.partition(":")[2])
+        for pair in value.split(","):  # user:password lists
+            secrets.add(pair.partition(":")[2])
+    users = getattr(settings, "users", None) or {}
+    secrets |= {str(password) for password in (users.values() if isinstance(users, Mapping) else ())}
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) > 2:
+            line = line.replace(secret, "***")
+    return line
+
+
+def health_report(stats: Mapping[str, Any] | None, *, ready: bool, settings: Settings | None = None) -> HealthReport:
+    """/health from the ladder's stats (None: no write buffer). Unhealthy when the tail cannot
+    acknowledge: poisoned, fenced, or its last append failed (no majority) and none succeeded since."""
+    reasons: list[str] = []
+    body: dict[str, Any] = {"ready": ready}
+    if stats is not None:
+        tail = stats.get("tail", "memory")
+        body["tail"] = tail
+        if "writer_term" in stats:
+            body["writer_term"] = stats["writer_term"]
+        if tail != "memory":
+            if not stats.get("tail_ok", True):
+                phase = stats.get("tail_phase") or "poisoned"
+                why = stats.get("tail_reason") or "the tail stopped acknowledging"
+                if tail == "quorum":
+                    reasons.append(f"quorum writer {phase}: lost its writer term: {why}"
+                                   if phase == "fenced" else f"quorum writer {phase}: {why}")
+                else:
+                    reasons.append(f"{tail} tail {phase}: {why}")
+            failure = stats.get("tail_failure")
+            if failure:
+                prefix = "no majority of keepers" if tail == "quorum" else f"{tail} tail append failed"
+                reasons.append(f"{prefix}: {failure}")
+    reasons = [scrub(r, settings) for r in reasons]
+    if reasons:
+        return HealthReport(False, {"status": "unhealthy", "reasons": reasons, **body})
+    return HealthReport(True, {"status": "ok", **body})
+
+
+def _metric_name(key: str) -> str:
+    return "icegres_ladder_" + "".join(c if c.isalnum() else "_" for c in key)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def metrics_text(stats: Mapping[str, Any] | None, *, ready: bool, healthy: bool) -> str:
+    """Prometheus text exposition (format 0.0.4) of the ladder's numeric stats, plus
+    `icegres_ready`, `icegres_healthy` and an info metric naming the tail (and the writer term)."""
+    lines = [
+        "# HELP icegres_ready 1 once the server accepts clients",
+        "# TYPE icegres_ready gauge",
+        f"icegres_ready {int(ready)}",
+        "# HELP icegres_healthy 1 while /health answers 200",
+        "# TYPE icegres_healthy gauge",
+        f"icegres_healthy {int(healthy)}",
+    ]
+    if stats is None:
+        return "\n".join(lines) + "\n"
+    labels = {"tail": str(stats.get("tail", "memory"))}
+    term = stats.get("writer_term")
+    if term:
+        labels["writer_term"] = str(term)
+        round_, _, _ = str(term).partition("/")
+        if round_.isdigit():
+            stats = {**stats, "writer_term_round": int(round_)}
+    shown = ",".join(f'{k}="{_label(v)}"' for k, v in labels.items())
+    lines += ["# HELP icegres_ladder_info the write ladder's tail (and writer term)",
+              "# TYPE icegres_ladder_info gauge", f"icegres_ladder_info{{{shown}}} 1"]
+    for key in sorted(stats):
+        value = _number(stats[key])
+        if value is None or key in ("tail_id",):
+            continue
+        counter = key in _COUNTERS
+        name = _metric_name(key) + ("_total" if counter else "")
+        if key in _HELP:
+            lines.append(f"# HELP {name} {_HELP[key]}")
+        lines.append(f"# TYPE {name} {'counter' if counter else 'gauge'}")
+        lines.append(f"{name} {value:g}" if value != int(value) else f"{name} {int(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def ladder_stats(engine: Engine) -> dict[str, Any] | None:
+    """The ladder's stats plus its tail's phase and reason (None without a write buffer)."""
+    ladder = getattr(engine, "ladder", None)
+    if ladder is None:
+        return None
+    stats = ladder.stats()
+    if ladder.tail is not None:
+        health = ladder.tail.health()
+        stats["tail_phase"] = health.phase
+        stats["tail_reason"] = health.reason
+    return stats
+
+
+class OpsServer:
+    """The endpoint of one server process. `serve` binds `--host:--ops-port`; `set_ready` once
+    the server accepts clients, `set_stopping` when a shutdown begins."""
+
+    def __init__(self, settings: Settings, engine: Engine) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.ready = False
+        self.port: int | None = None
+
+    def set_ready(self) -> None:
+        self.ready = True
+
+    def set_stopping(self) -> None:
+        self.ready = False
+
+    def health(self) -> HealthReport:
+        report = health_report(ladder_stats(self.engine), ready=self.ready, settings=self.settings)
+        # The PID lets a supervisor (or an operator) tell a replacement from its predecessor.
+        return HealthReport(report.ok, {**report.body, "pid": os.getpid()})
+
+    async def app(self, scope: dict[str, Any], receive: Callable[[], Awaitable[dict[str, Any]]],
+                  send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        """The ASGI application: three GET routes, everything else 404/405."""
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path, method = scope.get("path", ""), scope.get("method", "GET")
+        if path not in ("/health", "/ready", "/metrics"):
+            await _reply(send, 404, {"status": "not found"})
+            return
+        if method not in ("GET", "HEAD"):
+            await _reply(send, 405, {"status": "method not allowed"})
+            return
+        try:
+            if path == "/health":
+                report = self.health()
+                await _reply(send, report.status_code, report.body)
+            elif path == "/ready":
+                await _reply(send, 200 if self.ready else 503,
+                             {"status": "ready" if self.ready else "not ready"})
+            else:
+                stats = ladder_stats(self.engine)
+                healthy = health_report(stats, ready=self.ready).ok
+                text = metrics_text(stats, ready=self.ready, healthy=healthy)
+                await _send(send, 200, text.encode(), b"text/plain; version=0.0.4; charset=utf-8")
+        except Exception as exc:  # noqa: BLE001 - an operations probe must get an answer
+            log.exception("ops endpoint %s failed", path)
+            await _reply(send, 500, {"status": "error", "reasons": [scrub(repr(exc), self.settings)]})
+
+    async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; `task_status.started(port)` once listening."""
+        from hypercorn.config import Config
+        from hypercorn.trio import serve
+
+        config = Config()
+        host = self.settings.host
+        config.bind = [f"[{host}]:{self.settings.ops_port}" if ":" in host else f"{host}:{self.settings.ops_port}"]
+        config.accesslog = None
+        config.errorlog = logging.getLogger("icegres.ops.hypercorn")
+        config.graceful_timeout = 0.5
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(serve, self.app, config)
+            self.port = int(str(binds[0]).rsplit(":", 1)[1])
+            log.info("operations endpoint on %s (/health, /ready, /metrics)", binds[0])
+            task_status.started(self.port)
+
+
+async def _reply(send: Callable[[dict[str, Any]], Awaitable[None]], status: int, body: dict[str, Any]) -> None:
+    await _send(send, status, json.dumps(body, default=str).encode() + b"\n", b"application/json")
+
+
+async def _send(send: Callable[[dict[str, Any]], Awaitable[None]], status: int, body: bytes, kind: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode()),
+                            (b"cache-control", b"no-store")]})
+    await send({"type": "http.response.body", "body": body})
