@@ -41,6 +41,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("host", "127.0.0.1", "listen address; a non-loopback address requires passwords"),
     Option("port", DEFAULT_PORT, "Postgres wire listen port", int),
     Option("flight_port", None, "Arrow Flight SQL listen port: `serve` also serves Flight SQL there when set; `flight-serve --port` sets it (default 50051)", int),
+    Option("ops_port", None, "HTTP operations port (same --host): GET /health (503 with the reasons when the write tail is poisoned, the quorum writer was fenced or lost its majority), /ready (200 once serving), /metrics (Prometheus text of the write ladder's counters); unset = off", int),
+    Option("standby", False, "warm standby: start, open the lake, then wait for SIGUSR1 before winning the writer term, replaying and serving (SIGTERM before it: exit); `icegres supervise --warm-standby` keeps one ready to promote", bool),
+    Option("result_compression", "none", "Flight SQL result bodies: none, or zstd (Arrow IPC buffers ZSTD-compressed in worker threads: about half the bytes for more CPU; pays off on slow links, not on loopback)"),
+    Option("tls_cert", None, "PEM certificate (chain) file: the Flight SQL port serves grpc+tls:// (with --tls-key)"),
+    Option("tls_key", None, "PEM private key file of --tls-cert"),
     Option("database", DEFAULT_DATABASE, "the database name clients connect to"),
     Option("password_file", None, "file of user:password lines; with it (or ICEGRES_USERS) clients must log in"),
     Option("users", None, "user:password[,user:password]; switches to password authentication", secret=True),
@@ -63,6 +68,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("write_buffer_ms", 0, "group-commit window: autocommit INSERT/COPY into tables without a primary key are acked from memory and committed to the lake per table at most this many ms later (0 = off: every write commits before its ack)", int),
     Option("tail_dir", None, "local write-ahead log directory: buffered writes are fsynced here before the ack and replayed at start-up (requires --write-buffer-ms > 0)"),
     Option("tail_url", None, "postgresql://… URL of a PostgreSQL database holding the write-ahead log instead of --tail-dir: buffered writes are committed there before the ack and replayed at start-up; the tail id derives from the catalog and the data dir (requires --write-buffer-ms > 0; exclusive with --tail-dir)", secret=True),
+    Option("tail_quorum", None, "host:port,host:port,host:port of `icegres keeper` processes holding the write-ahead log instead of --tail-dir: the server wins a writer term from a majority of them, replays what they hold, and acks a buffered write once a majority fsynced it; each flush asserts the term at the lake (requires --write-buffer-ms > 0; exclusive with --tail-dir and --tail-url; docs/quorum-protocol.md)"),
 )
 OPTIONS_BY_KEY = {o.key: o for o in OPTIONS}
 
@@ -73,6 +79,11 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     flight_port: int | None = None  # Arrow Flight SQL (grpc) listen port; None: no Flight SQL
+    ops_port: int | None = None  # HTTP /health, /ready, /metrics (icegres/protocol/http.py); None: off
+    standby: bool = False  # wait for SIGUSR1 before opening the tail and serving (icegres/supervise.py)
+    result_compression: str = "none"  # Flight SQL IPC body compression: none | zstd
+    tls_cert: str | None = None  # PEM files: with both, the Flight SQL port speaks TLS
+    tls_key: str | None = None
     database: str = DEFAULT_DATABASE
     # user -> password; empty means trust (only allowed on loopback, see server.py).
     users: dict[str, str] = field(default_factory=dict, repr=False)
@@ -95,6 +106,7 @@ class Settings:
     write_buffer_ms: int = 0
     tail_dir: str | None = None
     tail_url: str | None = field(default=None, repr=False)
+    tail_quorum: str | None = None
 
     @property
     def warehouse_dir(self) -> Path:
@@ -167,14 +179,39 @@ def resolve(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -
         values[option.key] = option.default if value is None else value
     users = load_users(values.pop("password_file"), values.pop("users"))
     values["data_dir"] = Path(values["data_dir"])
-    check_write_ladder(values["write_buffer_ms"], values["tail_dir"], values["tail_url"])
+    check_write_ladder(values["write_buffer_ms"], values["tail_dir"], values["tail_url"], values["tail_quorum"])
+    values["result_compression"] = check_flight_transport(values["result_compression"], values["tls_cert"],
+                                                          values["tls_key"])
     return Settings(users=users, **values)
 
 
-def check_write_ladder(write_buffer_ms: int, tail_dir: str | None, tail_url: str | None = None) -> None:
+RESULT_COMPRESSIONS = ("none", "zstd")
+
+
+def check_flight_transport(result_compression: str, tls_cert: str | None, tls_key: str | None) -> str:
+    """The normalised compression name, once the Flight transport options make sense together."""
+    codec = (result_compression or "none").strip().lower()
+    if codec not in RESULT_COMPRESSIONS:
+        raise ValueError(f"--result-compression must be one of {', '.join(RESULT_COMPRESSIONS)}, not {result_compression!r}")
+    if bool(tls_cert) != bool(tls_key):
+        raise ValueError("--tls-cert and --tls-key go together: give both PEM files (certificate and its private key)")
+    return codec
+
+
+def check_write_ladder(write_buffer_ms: int, tail_dir: str | None, tail_url: str | None = None,
+                       tail_quorum: str | None = None) -> None:
     """The write-ladder options make sense together, or start-up stops with this ValueError."""
     if write_buffer_ms < 0:
         raise ValueError("--write-buffer-ms must be >= 0 (0 turns the write buffer off)")
+    if tail_quorum:
+        if tail_dir or tail_url:
+            raise ValueError("--tail-quorum is exclusive with --tail-dir and --tail-url: the write buffer has one tail")
+        if write_buffer_ms == 0:
+            raise ValueError("--tail-quorum needs the write buffer: set --write-buffer-ms (ICEGRES_WRITE_BUFFER_MS) "
+                             "to a window > 0, e.g. 200")
+        from icegres.machines.drivers.quorum import parse_addresses
+
+        parse_addresses(tail_quorum)  # a ValueError names the bad address
     if tail_dir and tail_url:
         raise ValueError(
             "--tail-dir and --tail-url are exclusive: the write buffer has one tail, a local "

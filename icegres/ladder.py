@@ -87,6 +87,7 @@ __all__ = [
     "lake_watermark",
     "open_ladder",
     "pg_tail_id",
+    "quorum_tail_id",
 ]
 
 log = logging.getLogger("icegres.ladder")
@@ -95,10 +96,14 @@ Key = tuple[str, str]
 
 TAIL_ID_PROPERTY = "icegres.tail-id"
 TAIL_LSN_PROPERTY = "icegres.tail-lsn"
+# The quorum tail's writer term: every flush asserts it (docs/quorum-protocol.md, lake fencing).
+QUORUM_TERM_PROPERTY = "icegres.quorum-term"
+# SQLSTATE of a flush the lake refused because a higher writer term published (never retried).
+FENCED_SQLSTATE = "25006"
 _TABLE_METADATA = b"icegres.table"
 # A flush the lake refuses for good (the table is gone, the rows no longer fit it). A 40001 on a
 # blind append means the schema moved: re-staging conforms the rows to the new one, so it retries.
-_NON_RETRYABLE = frozenset({"42P01", "42804", "23502", "22P02", "22003"})
+_NON_RETRYABLE = frozenset({"42P01", "42804", "23502", "22P02", "22003", FENCED_SQLSTATE})
 _FLUSH_THREADS = 4
 _WATERMARK_CACHE_MAX = 4096
 # A restart right after a crash on this node may find the dead server's backend still holding the
@@ -215,6 +220,9 @@ class WriteLadder:
         self._fsync = _Latency()
         self._flush_latency = _Latency()
         self.replayed_records = 0
+        # The last tail append's failure, cleared by the next success: /health reports it (a
+        # quorum writer that lost its majority is still "leading" until a write finds out).
+        self.tail_failure: str | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -284,6 +292,7 @@ class WriteLadder:
             health = self.tail.health()
             out["durable_lsn"] = health.durable_lsn
             out["tail_ok"] = health.ok
+            out["tail_failure"] = self.tail_failure
             if self.tail_kind == "wal":
                 out["trimmed_lsn"] = health.watermark_lsn
                 out["wal_segments"] = health.segments
@@ -292,6 +301,8 @@ class WriteLadder:
                 out["trimmed_lsn"] = health.trimmed_lsn
                 out["lake_lsn"] = health.watermark_lsn
                 out["pg_tail_epoch"] = health.epoch
+            if self.tail_kind == "quorum":
+                out["writer_term"] = health.epoch
         return out
 
     # --- the front door (trio) ------------------------------------------------------------------
@@ -333,12 +344,14 @@ class WriteLadder:
             try:
                 got = await tail.append(payload)
             except AppendFailed as exc:
+                self.tail_failure = str(exc)
                 if not exc.outcome_unknown:
                     self._outstanding.discard(lsn)  # never written: nothing to keep the WAL for
                 self._turn_finished(lsn)
                 raise PgError("58030", f"could not make the write durable in the {self.tail_kind} tail: {exc}",
                               detail="the tail stops acknowledging after an I/O failure; see the server log") from None
             self._fsync.add((time.perf_counter() - started) * 1000)
+            self.tail_failure = None
             assert got == lsn, (got, lsn)
             await self._my_turn(lsn)
             try:
@@ -432,7 +445,11 @@ class WriteLadder:
         watermark = max(b.lsn for b in batch)
         started = time.perf_counter()
         staged = self._staged.get(effect.flush_id)
+        quorum = self.tail_kind == "quorum"
         if staged is None:
+            if quorum and effect.attempt > 1:
+                # Re-staged after a refusal: on the catalog's head, not on a stale mount.
+                await self._thread(self.engine.refresh, {key})
             try:
                 staged = await self._thread(self._stage, key, batch, effect.flush_id, watermark)
             except PgError as exc:
@@ -442,11 +459,19 @@ class WriteLadder:
                 log.warning("flush %s: staging failed, will retry: %s", effect.flush_id, _describe(exc))
                 log.debug("flush %s: staging failure", effect.flush_id, exc_info=True)
                 return FlushError("58030", _describe(exc), True)
+            if staged is None:
+                # Quorum tail: another writer already put this whole batch in the lake.
+                for b in batch:
+                    self._outstanding.discard(b.lsn)
+                self._advance_trim()
+                return FlushDone(next(self._seq))
             self._staged[effect.flush_id] = staged
         txn, request = staged
         world = LakeWorld(self.engine.lakehouse, txn)
         run = run_commit if effect.attempt == 1 else run_recovery
-        outcome = await run(request, world, CommitConfig())
+        # Quorum tail: no rebase. The publish asserts the head the fence was checked on; a moved
+        # head aborts, and the retry checks the fence again on the new head.
+        outcome = await run(request, world, CommitConfig(max_attempts=1) if quorum else CommitConfig())
         if not outcome.committed:
             message = outcome.message or "commit failed"
             if outcome.phase is Phase.UNKNOWN:
@@ -471,8 +496,9 @@ class WriteLadder:
             self._advance_trim()
         return FlushDone(next(self._seq))
 
-    def _stage(self, key: Key, batch: list[Buffered], flush_id: str, watermark: int) -> tuple[Any, Any]:
-        """Write the batch's rows as data files on the mounted head; the commit request to publish."""
+    def _stage(self, key: Key, batch: list[Buffered], flush_id: str, watermark: int) -> tuple[Any, Any] | None:
+        """Write the batch's rows as data files on the mounted head; the commit request to publish
+        (None: a quorum tail's batch that is wholly in the lake already)."""
         from icegres.engine import dml
         from icegres.engine.assign import conform
         from icegres.engine.lake_world import commit_request
@@ -484,16 +510,47 @@ class WriteLadder:
             plan = self.engine.read_plan(*key)
         if plan is None or plan.table is None:
             raise PgError("42P01", f'relation "{key[0]}.{key[1]}" does not exist')
+        properties = {TAIL_ID_PROPERTY: self.tail_id, TAIL_LSN_PROPERTY: str(watermark)}
+        if self.tail_kind == "quorum":
+            batch = self._quorum_fence(plan, batch, key)
+            if not batch:
+                return None
+            properties[QUORUM_TERM_PROPERTY] = self.tail.term  # type: ignore[union-attr]
         # Conformed again to the table as it is now: a column added since reads as NULL.
         parts = [conform(b.rows, plan, key) for b in batch]
         rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         txn = TxnState(autocommit=True)
         txn.pins[key] = plan
         dml._append(txn, key, rows)
-        txn.snapshot_properties = {TAIL_ID_PROPERTY: self.tail_id, TAIL_LSN_PROPERTY: str(watermark)}
+        txn.snapshot_properties = properties
         request = commit_request(txn)
         assert request is not None
         return txn, replace(request, token=flush_id)
+
+    def _quorum_fence(self, plan: ReadPlan, batch: list[Buffered], key: Key) -> list[Buffered]:
+        """Lake-side fencing of a quorum writer, on the head the flush will assert: refuse if a
+        higher writer term published to this table (PgError 25006, and the tail stops appending);
+        drop the records another writer of the same quorum already put there (same slots, same
+        chosen records). Blocking."""
+        from pyiceberg.table.snapshots import ancestors_of
+
+        from icegres.machines.quorum import Term
+
+        tail: Any = self.tail
+        metadata = plan.table.metadata  # type: ignore[union-attr]
+        for snapshot in ancestors_of(metadata.current_snapshot(), metadata):
+            summary = snapshot.summary
+            if summary is None or summary.get(TAIL_ID_PROPERTY) != self.tail_id:
+                continue
+            # Terms only grow along a table's history: the newest flush of the tail has the highest.
+            published = summary.get(QUORUM_TERM_PROPERTY)
+            if published and Term.parse(published) > Term.parse(tail.term):
+                reason = f"writer term {published} published to {key[0]}.{key[1]}, above this writer's term {tail.term}"
+                tail.fence(reason)
+                raise PgError(FENCED_SQLSTATE, f"this writer was fenced: {reason}")
+            mark = int(summary.get(TAIL_LSN_PROPERTY) or 0)
+            return [b for b in batch if b.lsn > mark]
+        return batch
 
     def _mount(self, world: Any, key: Key, watermark: int) -> None:
         """Make the engine read a snapshot that holds the batch before the flush reports done."""
@@ -547,6 +604,9 @@ class WriteLadder:
 def _tail_kind(tail: Tail | None) -> str:
     if tail is None:
         return "memory"
+    kind = getattr(tail, "kind", None)  # the quorum tail names itself
+    if isinstance(kind, str):
+        return kind
     from icegres.machines.drivers.wal import WalTail
 
     return "wal" if isinstance(tail, WalTail) else "postgres"
@@ -564,6 +624,7 @@ async def open_ladder(
     tail_dir: str | None,
     tail_url: str | None = None,
     tail_id: str | None = None,
+    tail_quorum: str | None = None,
 ) -> AsyncIterator[WriteLadder | None]:
     """The server's write ladder for the block, or None when the buffer is off.
 
@@ -576,8 +637,12 @@ async def open_ladder(
         yield None
         return
     async with trio.open_nursery() as nursery:
-        if tail_dir or tail_url:
-            async with _open_tail(tail_dir, tail_url, tail_id) as tail:
+        if tail_dir or tail_url or tail_quorum:
+            # These two lines time a failover's phases (bench/failover.py): start-up, then the
+            # tail's opening (a quorum writer's election), then replay.
+            log.info("opening the write tail")
+            async with _open_tail(tail_dir, tail_url, tail_id, tail_quorum) as tail:
+                log.info("write tail open: %d records recovered", len(tail.replay))
                 ladder = WriteLadder(engine, write_buffer_ms, tail)
                 await nursery.start(ladder.run)
                 await ladder.replay()
@@ -590,9 +655,14 @@ async def open_ladder(
                 yield ladder
 
 
-def _open_tail(tail_dir: str | None, tail_url: str | None, tail_id: str | None) -> Any:
-    """The tail behind the buffer: the local WAL, or the Postgres tail (same surface:
-    `tail_id`, `state.next_lsn`, `append`, `advance_watermark`, `replay`, `health()`)."""
+def _open_tail(tail_dir: str | None, tail_url: str | None, tail_id: str | None,
+               tail_quorum: str | None = None) -> Any:
+    """The tail behind the buffer: the local WAL, the Postgres tail or the quorum tail (same
+    surface: `tail_id`, `state.next_lsn`, `append`, `advance_watermark`, `replay`, `health()`)."""
+    if tail_quorum:
+        from icegres.machines.drivers.quorum import open_ladder_quorum_tail
+
+        return open_ladder_quorum_tail(tail_quorum, tail_id or "quorum")
     if tail_url:
         return _open_pg_tail(tail_url, tail_id or "main")
     from icegres.machines.drivers.wal import open_wal_tail
@@ -602,6 +672,24 @@ def _open_tail(tail_dir: str | None, tail_url: str | None, tail_id: str | None) 
 
 
 # --- the Postgres tail ----------------------------------------------------------------------------
+
+
+def quorum_tail_id(settings: Settings) -> str:
+    """The quorum tail's id (the `icegres.tail-id` of its flushes): a hash of the catalog and the
+    sorted keeper addresses, the same for every writer of that quorum, wherever it runs (a
+    replacement writer finds its predecessor's watermark). A new keeper set is a new tail: drain
+    the old one (SIGTERM) before changing it."""
+    import hashlib
+
+    from icegres.machines.drivers.quorum import parse_addresses
+
+    catalog = redact_uri(settings.catalog_uri) if settings.catalog_uri else "embedded"
+    keepers = sorted(f"{h}:{p}" for h, p in parse_addresses(settings.tail_quorum or ""))
+    identity = json.dumps([catalog, settings.catalog_name, settings.warehouse, keepers])
+    if not settings.catalog_uri:
+        # The embedded catalog lives in the data directory: that is the lake's identity.
+        identity = json.dumps([identity, str(settings.data_dir.expanduser().resolve())])
+    return "q" + hashlib.sha256(identity.encode()).hexdigest()[:24]
 
 
 def pg_tail_id(settings: Settings) -> str:
