@@ -300,9 +300,8 @@ class WriteLadder:
             else:
                 out["trimmed_lsn"] = health.trimmed_lsn
                 out["lake_lsn"] = health.watermark_lsn
-                out["pg_tail_epoch"] = health.epoch
-            if self.tail_kind == "quorum":
-                out["writer_term"] = health.epoch
+                # The Postgres tail's epoch, or the quorum writer's term: each tail's own name.
+                out["writer_term" if self.tail_kind == "quorum" else "pg_tail_epoch"] = health.epoch
         return out
 
     # --- the front door (trio) ------------------------------------------------------------------
