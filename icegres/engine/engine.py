@@ -109,6 +109,7 @@ class Engine:
         self._stores = ObjectStores(lakehouse.s3_properties())
         self._plans: dict[tuple[str, str], ReadPlan] = {}
         self._scans: dict[tuple[str, str], dict[Any, Any]] = {}  # per table: to_dataframe's scans
+        self._many_files: set[tuple[str, str]] = set()  # tables of >= PRUNE_MIN_FILES files
         self._schemas: set[str] = set()
         self._listing: Listing | None = None
         self._token: int | None = None
@@ -213,7 +214,7 @@ class Engine:
         if key[1] in schema.names():
             schema.deregister_table(key[1])
         schema.register_table(key[1], df.into_view())
-        self._plans[key] = plan
+        self._set_plan(key, plan)
 
     def _apply(self, listing: Listing) -> None:
         """Take in a new listing: drop what is gone, note what changed (mounted on first use)."""
@@ -264,6 +265,20 @@ class Engine:
             pass
         self._plans.pop(key, None)
         self._scans.pop(key, None)
+        self._many_files.discard(key)
+
+    def _set_plan(self, key: tuple[str, str], plan: ReadPlan) -> None:
+        self._plans[key] = plan
+        if len(plan.files) >= PRUNE_MIN_FILES:
+            self._many_files.add(key)
+        else:
+            self._many_files.discard(key)
+
+    @property
+    def prunable(self) -> bool:
+        """Whether any mounted table has enough files for pruning to pay (QueryContext.plan):
+        otherwise no statement pays for finding which tables it reads."""
+        return bool(self._many_files)
 
     def _register_pg_catalog(self, listing: Listing) -> None:
         from icegres.engine import pg_catalog
@@ -349,7 +364,7 @@ class Engine:
             if key[1] in schema.names():
                 schema.deregister_table(key[1])
             schema.register_table(key[1], df.into_view())
-            self._plans[key] = plan
+            self._set_plan(key, plan)
 
     def open_session(self, env: SessionEnv) -> QueryContext:
         from icegres.engine import pg_catalog
@@ -773,7 +788,7 @@ class QueryContext:
         """A single-table query over a table of several files, planned over only the files its
         WHERE clause can read (prune.py); None where that does not apply or gains nothing, and
         the statement is planned as sent."""
-        if self._overlay is not None or self.txn is not None:
+        if self._overlay is not None or self.txn is not None or not self.engine.prunable:
             return None  # transactions and the write buffer read views of their own
         refs = self.table_refs(sql)
         if not refs or len(refs) != 1:

@@ -35,17 +35,28 @@ class LeanTransaction(Transaction):
         cached = self._lean
         if cached is not None and cached[0] is updates:
             return cached[1]
-        context = _TableMetadataUpdateContext()
-        metadata = base
-        for update in updates:
-            metadata = _apply_table_update(update, metadata, context)
-        # pyiceberg's own rule for a transaction's view: a change always moves last-updated-ms.
-        if context.has_changes() and base.last_updated_ms == metadata.last_updated_ms:
-            metadata = metadata.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
-        metadata.spec().check_compatible(metadata.schema())
-        metadata.sort_order().check_compatible(metadata.schema())
+        metadata = _applied(base, updates, None)
         self._lean = (updates, metadata)  # holding the tuple keeps its identity from being reused
         return metadata
+
+
+def _applied(base: Any, updates: tuple[Any, ...], metadata_location: str | None) -> Any:
+    """pyiceberg's `update_table_metadata` minus its final deep copy: the same update functions,
+    the same metadata-log rule (given the base's location) and last-updated rule, the same checks."""
+    from pyiceberg.table.update import _update_table_metadata_log
+
+    context = _TableMetadataUpdateContext()
+    metadata = base
+    for update in updates:
+        metadata = _apply_table_update(update, metadata, context)
+    if context.has_changes():
+        if metadata_location:
+            metadata = _update_table_metadata_log(metadata, metadata_location, base.last_updated_ms)
+        if base.last_updated_ms == metadata.last_updated_ms:
+            metadata = metadata.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
+    metadata.spec().check_compatible(metadata.schema())
+    metadata.sort_order().check_compatible(metadata.schema())
+    return metadata
 
 
 def transaction(table: Any) -> LeanTransaction:
@@ -61,21 +72,10 @@ def stage_update(catalog: Any, current: Any, identifier: tuple[str, ...], requir
     same metadata-log and last-updated rules)."""
     from pyiceberg.table import StagedTable
     from pyiceberg.table.locations import load_location_provider
-    from pyiceberg.table.update import _update_table_metadata_log
 
-    base = current.metadata
     for requirement in requirements:
-        requirement.validate(base)
-    context = _TableMetadataUpdateContext()
-    metadata = base
-    for update in updates:
-        metadata = _apply_table_update(update, metadata, context)
-    if context.has_changes():
-        metadata = _update_table_metadata_log(metadata, current.metadata_location, base.last_updated_ms)
-        if base.last_updated_ms == metadata.last_updated_ms:
-            metadata = metadata.model_copy(update={"last_updated_ms": datetime_to_millis(datetime.now().astimezone())})
-    metadata.spec().check_compatible(metadata.schema())
-    metadata.sort_order().check_compatible(metadata.schema())
+        requirement.validate(current.metadata)
+    metadata = _applied(current.metadata, updates, current.metadata_location)
     version = catalog._parse_metadata_version(current.metadata_location) + 1
     location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
     return StagedTable(identifier=identifier, metadata=metadata, metadata_location=location,

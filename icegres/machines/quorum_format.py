@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import re
 import struct
-import zlib
 from dataclasses import dataclass
 
 from icegres.machines.quorum import (
@@ -51,6 +50,7 @@ from icegres.machines.quorum import (
     Trim,
     Trimmed,
 )
+from icegres.machines.wal_format import checksum  # the WAL's CRC32, one definition
 
 __all__ = [
     "BODY_BYTES_MAX",
@@ -106,10 +106,6 @@ class CorruptFrame(QuorumFormatError):
 
 class MidLogCorruption(QuorumFormatError):
     """A corrupt frame is followed by a valid one: durable state is damaged, never cut silently."""
-
-
-def checksum(data: bytes | memoryview) -> int:
-    return zlib.crc32(data) & 0xFFFFFFFF
 
 
 # --- encoding ------------------------------------------------------------------------------------
