@@ -9,7 +9,7 @@ silently different value.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -22,10 +22,7 @@ if TYPE_CHECKING:
 
 def write_schema(plan: ReadPlan) -> pa.Schema:
     """The exact Arrow schema pyiceberg's writer expects for the table's current schema."""
-    from pyiceberg.io.pyarrow import schema_to_pyarrow
-
-    table: Any = plan.table
-    return schema_to_pyarrow(table.schema(), include_field_ids=False)
+    return plan.write_schema
 
 
 def conform(data: pa.Table, plan: ReadPlan, key: Key) -> pa.Table:

@@ -10,6 +10,7 @@ columns added after the file was written read as NULL.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,15 @@ class ReadPlan:
     schema_id: int = 0
     data_files: dict[str, object] = field(default_factory=dict, compare=False, repr=False)  # path -> DataFile
     table: object = field(default=None, compare=False, repr=False)  # the pyiceberg Table it was planned from
+
+    @functools.cached_property
+    def write_schema(self) -> pa.Schema:
+        """The exact Arrow schema pyiceberg's writer expects for this snapshot's schema: built once
+        per plan (pyiceberg's schema visitor took ~0.1 ms, a tenth of a buffered INSERT)."""
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+        table: Any = self.table
+        return schema_to_pyarrow(table.schema(), include_field_ids=False)
 
 
 _FIELD_ID = b"PARQUET:field_id"

@@ -129,14 +129,9 @@ class Batch:
     started_ms: int  # when attempt 1 was emitted (flush latency)
     retry_at_ms: int | None = None  # set while backing off after a retryable failure
     committed_seq: int | None = None  # the lake snapshot that holds it, once committed
-
-    @property
-    def row_count(self) -> int:
-        return sum(e.row_count for e in self.entries)
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(e.size_bytes for e in self.entries)
+    # Totals of `entries`, kept so the per-append budget check does not walk every entry.
+    row_count: int = 0
+    size_bytes: int = 0
 
 
 class LanePhase(Enum):
@@ -156,6 +151,10 @@ class Lane:
     lake_watermark: int | None = None  # highest lsn known committed to this table
     flushes: int = 0  # batches started, for flush ids
     urgent: bool = False  # a FlushRequested is waiting: flush pending the moment the lane is free
+    # Totals of `pending`, kept with it (`_queued`): every append checks them, and summing the
+    # queue each time made an append cost grow with the entries of the window.
+    pending_rows: int = 0
+    pending_bytes: int = 0
 
     @property
     def phase(self) -> LanePhase:
@@ -167,14 +166,6 @@ class Lane:
         if batch.retry_at_ms is not None:
             return LanePhase.RETRY_WAIT
         return LanePhase.FLUSHING
-
-    @property
-    def pending_rows(self) -> int:
-        return sum(e.row_count for e in self.pending)
-
-    @property
-    def pending_bytes(self) -> int:
-        return sum(e.size_bytes for e in self.pending)
 
 
 # --- events (past tense); every event carries the driver's clock at the moment it is stepped -----
@@ -572,7 +563,7 @@ def _on_appended(state: State, event: Appended) -> tuple[State, list[Effect]]:
         event.at_ms,
         event.rows_ref,
     )
-    lane = replace(lane, pending=lane.pending + (entry,))
+    lane = _queued(lane, entry)
     effects: list[Effect] = [Ack(event.entry_id)]
     return _flush_if_due(state, lane, effects)
 
@@ -697,7 +688,7 @@ def _on_recovered(state: State, event: Recovered) -> tuple[State, list[Effect]]:
         lane = lanes.get(entry.table, Lane(entry.table))
         # The old process's clock means nothing here: age counts from the replay.
         entry = replace(entry, appended_ms=event.at_ms)
-        lanes[entry.table] = replace(lane, pending=lane.pending + (entry,))
+        lanes[entry.table] = _queued(lane, entry)
     state = replace(state, lanes=tuple(lanes[t] for t in sorted(lanes)), last_lsn=last_lsn)
     effects: list[Effect] = []
     for lane in state.lanes:
@@ -741,9 +732,21 @@ def _start_flush(state: State, lane: Lane, effects: list[Effect]) -> State:
         watermark=max(lsns) if lsns else None,
         attempts=1,
         started_ms=state.now_ms,
+        row_count=lane.pending_rows,
+        size_bytes=lane.pending_bytes,
     )
     effects.append(FlushTable(lane.table, batch.flush_id, entries, batch.watermark, 1))
-    return _with_lane(state, replace(lane, pending=(), batch=batch, flushes=number, urgent=False))
+    emptied = replace(lane, pending=(), pending_rows=0, pending_bytes=0)
+    return _with_lane(state, replace(emptied, batch=batch, flushes=number, urgent=False))
+
+
+def _queued(lane: Lane, entry: Entry) -> Lane:
+    return replace(
+        lane,
+        pending=lane.pending + (entry,),
+        pending_rows=lane.pending_rows + entry.row_count,
+        pending_bytes=lane.pending_bytes + entry.size_bytes,
+    )
 
 
 def _resend(state: State, lane: Lane, batch: Batch, effects: list[Effect]) -> State:

@@ -143,6 +143,21 @@ class DirectoryStore:
     async def fsync(self, name: str) -> None:
         await trio.to_thread.run_sync(lambda: os.fsync(self._fd(name)))
 
+    async def write_then_fsync(self, name: str, offset: int, data: bytes) -> OSError | None:
+        """Write, then fsync the file, in one worker-thread call (one thread hop, not two).
+
+        Raises the write's OSError; returns the fsync's (the bytes are written but may not be
+        durable), or None once they are."""
+        return await trio.to_thread.run_sync(self._write_then_fsync, name, offset, data)
+
+    def _write_then_fsync(self, name: str, offset: int, data: bytes) -> OSError | None:
+        self._write(name, offset, data)
+        try:
+            os.fsync(self._fd(name))
+        except OSError as exc:
+            return exc
+        return None
+
     async def truncate_and_fsync(self, name: str, length: int) -> None:
         await trio.to_thread.run_sync(self._truncate_and_fsync, name, length)
 
@@ -199,6 +214,10 @@ class WalTail:
     """One open tail. Create it with `open_wal_tail`; use it only from that trio run."""
 
     def __init__(self, store: SegmentStore, recovery: Recovery, nursery: trio.Nursery) -> None:
+        # Segment -> outcome of the fsync a Write already did (None: durable), for the Fsync the
+        # core always asks for next: the core waits for WriteDone before it asks, so a store
+        # that can write and fsync in one call saves the second thread hop of every batch.
+        self._presynced: dict[str, OSError | None] = {}
         self._store = store
         self._nursery = nursery
         self._state: State = recovery.state
@@ -323,10 +342,24 @@ class WalTail:
         name = segment_name
         match effect:
             case Write(segment=segment, offset=offset, data=data):
-                await self._store.write(name(self.tail_id, segment), offset, data)
+                fused = getattr(self._store, "write_then_fsync", None)
+                if fused is None:
+                    await self._store.write(name(self.tail_id, segment), offset, data)
+                else:
+                    # A failed fsync is not this Write's failure: it is reported as the answer
+                    # to the Fsync that follows (poisoning the tail), never retried or forgotten.
+                    self._presynced[name(self.tail_id, segment)] = await fused(
+                        name(self.tail_id, segment), offset, data
+                    )
                 return WriteDone()
             case Fsync(segment=segment):
-                await self._store.fsync(name(self.tail_id, segment))
+                file = name(self.tail_id, segment)
+                if file in self._presynced:
+                    failure = self._presynced.pop(file)
+                    if failure is not None:
+                        raise failure
+                else:
+                    await self._store.fsync(file)
                 return FsyncDone()
             case CreateSegment(first_lsn=first):
                 await self._store.create(name(self.tail_id, first))
