@@ -155,7 +155,11 @@ async def test_second_writer_refused_then_fenced_after_takeover(
     ]
 
 
-async def test_connection_killed_before_commit_retries(real_postgres: PostgresServer) -> None:
+async def test_connection_killed_in_the_batch_insert_is_read_back_and_retried(
+    real_postgres: PostgresServer,
+) -> None:
+    """The batch is one autocommit INSERT: a backend killed in it may or may not have committed
+    (a FATAL can follow the commit), so the outcome is unknown and the read-back decides."""
     dsn = real_postgres.dsn()
     table = "tail_kill_insert"
     backend = RecordingBackend(dsn, "k", table=table)
@@ -186,20 +190,24 @@ async def test_connection_killed_before_commit_retries(real_postgres: PostgresSe
             await trio.to_thread.run_sync(blocker.close)
         assert results == [2]
         kinds = [type(e) for e in backend.events]
-        assert kinds[0] is BatchCommitted and BatchAborted in kinds and kinds[-1] is BatchCommitted
-        assert CommitOutcomeUnknown not in kinds
+        assert kinds[0] is BatchCommitted and kinds[-1] is BatchCommitted and Fenced not in kinds
+        unknown = kinds.index(CommitOutcomeUnknown)
+        # Blocked on the lock, it never committed: the read-back finds nothing, the batch is retried.
+        done = [e for e in backend.events[unknown:] if isinstance(e, ReadBackDone)]
+        assert done and done[0].found == ()
     rows = await admin(dsn, f"SELECT lsn, payload FROM {table} ORDER BY lsn")
     assert [(r[0], bytes(r[1])) for r in rows] == [(1, b"first"), (2, b"second")]
 
 
 async def test_connection_killed_during_commit_is_read_back(real_postgres: PostgresServer) -> None:
-    """COMMIT is on the wire when the backend dies: outcome unknown, resolved by reading back."""
+    """The batch's commit is running when the backend dies: outcome unknown, resolved by reading back."""
     dsn = real_postgres.dsn()
     table = "tail_kill_commit"
     backend = RecordingBackend(dsn, "c", table=table)
     async with open_pg_tail(backend, FAST, tail_id="c") as tail:
         assert await tail.append(b"first") == 1
-        # A deferred constraint trigger runs at COMMIT: it sleeps while the flag row exists.
+        # A deferred constraint trigger runs at the commit (of the autocommit INSERT): it sleeps
+        # while the flag row exists.
         await admin(
             dsn,
             f"""
@@ -223,7 +231,7 @@ async def test_connection_killed_during_commit_is_read_back(real_postgres: Postg
             nursery.start_soon(append, b"second")
             (pid,) = await wait_for(
                 dsn,
-                WRITER_PID + " AND query = 'COMMIT' AND state = 'active'",
+                WRITER_PID + " AND state = 'active' AND wait_event = 'PgSleep'",
                 ("icegres-tail:c:writer",),
             )
             nursery.start_soon(append, b"third")  # queued behind the batch in flight
@@ -233,7 +241,7 @@ async def test_connection_killed_during_commit_is_read_back(real_postgres: Postg
         assert sorted(results) == [2, 3]
         kinds = [type(e) for e in backend.events]
         unknown = kinds.index(CommitOutcomeUnknown)
-        # The killed COMMIT did not commit: the read-back finds nothing, the batch is retried.
+        # The killed commit did not happen: the read-back finds nothing, the batch is retried.
         assert ReadBackDone in kinds[unknown:]
         done = [e for e in backend.events if isinstance(e, ReadBackDone)]
         assert done[-1].found == ()
@@ -257,3 +265,33 @@ async def test_read_back_of_a_committed_batch_finds_it(real_postgres: PostgresSe
             ((1, checksum(b"a")), (2, checksum(b"b")), (3, checksum(b"c")))
         )
         assert await backend.read_back(ReadBack(tail.epoch + 1, 1, 3)) == ReadBackDone(())
+
+
+async def test_batch_insert_answered_with_an_error_is_aborted_and_retried(
+    real_postgres: PostgresServer,
+) -> None:
+    """An error the server answers with rolled the batch back for sure: BatchAborted, no read-back."""
+    dsn = real_postgres.dsn()
+    table = "tail_insert_error"
+    backend = RecordingBackend(dsn, "e", table=table)
+    async with open_pg_tail(backend, FAST, tail_id="e") as tail:
+        assert await tail.append(b"first") == 1
+        # A sequence is not transactional: the trigger fails the next batch's INSERT exactly once.
+        await admin(
+            dsn,
+            f"""
+            CREATE SEQUENCE {table}_tries;
+            CREATE FUNCTION {table}_fail_once() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              IF nextval('{table}_tries') = 1 THEN RAISE EXCEPTION 'injected failure'; END IF;
+              RETURN NEW;
+            END $$;
+            CREATE TRIGGER fail_once BEFORE INSERT ON {table}
+              FOR EACH ROW EXECUTE FUNCTION {table}_fail_once();
+            """,
+        )
+        assert await tail.append(b"second") == 2
+        kinds = [type(e) for e in backend.events]
+        assert kinds == [BatchCommitted, BatchAborted, BatchCommitted]
+    rows = await admin(dsn, f"SELECT lsn, payload FROM {table} ORDER BY lsn")
+    assert [(r[0], bytes(r[1])) for r in rows] == [(1, b"first"), (2, b"second")]

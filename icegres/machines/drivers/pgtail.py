@@ -9,7 +9,8 @@ psycopg 3 is used synchronously in worker threads (`trio.to_thread.run_sync`), n
 loop. Three kinds of work, two connections:
 
 - the write connection holds the tail's session-level advisory lock for its lifetime and runs the
-  claim, every batch transaction and every read-back (one at a time: the core keeps at most one
+  claim, every batch (one autocommit INSERT: its own transaction, one round trip, as a bare
+  single-row INSERT into PostgreSQL is) and every read-back (one at a time: the core keeps at most one
   in flight). When it breaks, the next effect reconnects: it re-takes the advisory lock and checks
   that the owner row still holds our epoch (otherwise: `Fenced`). If the lock is still held while
   the epoch is ours, our own old backend has not exited yet: the attempt fails and is retried
@@ -19,10 +20,11 @@ loop. Three kinds of work, two connections:
   the owner row for long.
 - the trim connection deletes rows at or below the watermark, in the background.
 
-Classification of a batch's failures (the core decides what to do with them):
-BEGIN or INSERT failing -> `BatchAborted` (COMMIT was never sent: definitely not committed);
-the epoch check inserting nothing -> `Fenced`; a unique violation on (tail_id, lsn) ->
-`CommitOutcomeUnknown` (the read-back decides); COMMIT raising for any reason ->
+Classification of a batch's failures (the core decides what to do with them): the INSERT
+answered with an error -> `BatchAborted` (the server rolled its implicit transaction back:
+definitely not committed); the epoch check inserting nothing -> `Fenced` (nothing was written);
+a unique violation on (tail_id, lsn) -> `CommitOutcomeUnknown` (the read-back decides); no
+answer at all (the connection broke: the implicit commit may have happened) ->
 `CommitOutcomeUnknown`.
 """
 
@@ -335,28 +337,25 @@ class PsycopgBackend:
             return Fenced(str(exc))
         except (_LockBusy, psycopg.Error) as exc:
             return BatchAborted(_reason(exc))
+        # One autocommit statement: the epoch check (the owner row, FOR SHARE), the rows and the
+        # commit in a single round trip; `synchronous_commit = on` makes its answer durable.
         try:
-            conn.execute("BEGIN")
             inserted = conn.execute(self._sql["insert"], params).rowcount
         except psycopg.errors.UniqueViolation as exc:
-            self._rollback(conn)
             return CommitOutcomeUnknown(f"an LSN of the batch exists already: {_reason(exc)}")
         except psycopg.Error as exc:
-            # COMMIT was never sent: whatever the server holds of this transaction aborts.
-            self._rollback(conn)
-            return BatchAborted(_reason(exc))
+            if conn.broken or exc.sqlstate is None:
+                # No answer: the statement's implicit commit may or may not have happened.
+                self._drop_writer()
+                return CommitOutcomeUnknown(f"the batch INSERT did not answer: {_reason(exc)}")
+            return BatchAborted(_reason(exc))  # answered with an error: rolled back
         if inserted != len(effect.records):
-            self._rollback(conn)
+            # The epoch check matched no owner row, so the statement inserted (and committed) nothing.
             row = self._owner_row(conn)
             return Fenced(
                 f"the owner row of {self.tail_id!r} holds epoch {row[0] if row else '?'} "
                 f"({row[1] if row else 'no owner'}), not ours ({effect.epoch})"
             )
-        try:
-            conn.execute("COMMIT")
-        except psycopg.Error as exc:
-            self._drop_writer()
-            return CommitOutcomeUnknown(f"COMMIT did not answer: {_reason(exc)}")
         return BatchCommitted()
 
     def _read_back(self, effect: ReadBack) -> Event:
@@ -403,12 +402,6 @@ class PsycopgBackend:
                 self._trimmer = None
             return TrimFailed(_reason(exc))
         return TrimDone(effect.through_lsn)
-
-    def _rollback(self, conn: Any) -> None:
-        try:
-            conn.execute("ROLLBACK")
-        except self._psycopg.Error:
-            self._drop_writer()
 
     def _owner_row(self, conn: Any) -> Any:
         try:
