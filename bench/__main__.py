@@ -24,6 +24,7 @@ SUITES = {
     "pgwire_read": "bench/pgwire_read.py (streaming, anatomy, S3 requests)",
     "pgwire_write": "bench/pgwire_write.py (sync DML vs pyiceberg appends)",
     "write_ladder": "bench/write_ladder.py (ack latency per write-ladder rung vs bare fsync)",
+    "load": "TPC-H bulk load through icegres, COPY over pgwire vs Flight SQL ingest (--sf, default 1)",
 }
 DEFAULT = ("read", "concurrency", "startup", "scale", "flight", "pgwire_read", "pgwire_write")
 
@@ -36,6 +37,8 @@ class Options:
     write: bool
     command: str
     scale_50m: bool
+    sf: float | None = None  # load suite: TPC-H scale factor (None: 1, or 0.1 with --quick)
+    keep_lakes: bool = False  # load suite: keep bench/.data/load-{copy,flight}
 
     def rounds_or(self, default: int) -> int:
         return self.rounds if self.rounds is not None else default
@@ -120,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print only; no results/scorecard/plots")
     ap.add_argument("--scale-50m", action="store_true",
                     help="scale suite: add trips at 50M rows (long to build and run on 2 cores)")
+    ap.add_argument("--sf", type=float, default=None,
+                    help="load suite: TPC-H scale factor (default 1; 0.1 with --quick)")
+    ap.add_argument("--keep-lakes", action="store_true", help="load suite: keep the two loaded lakes")
+    ap.add_argument("--tpch-load", choices=("flight", "copy"), default=None,
+                    help="how a missing TPC-H dataset is loaded (default: the measured-faster path, "
+                         "see bench/datasets.py)")
     ap.add_argument("--check", action="store_true", help="regression gate: newest ratios vs baselines")
     ap.add_argument("--tolerance", type=float, default=None, help="gate tolerance (default in baselines.json)")
     ap.add_argument("--update-baselines", action="store_true", help="newest ratios -> bench/baselines.json")
@@ -135,8 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     opts = Options(
         backends=("embedded", "seaweedfs") if args.backend == "both" else (args.backend,),
         rounds=args.rounds, quick=args.quick, write=not args.no_write, command=command.strip(),
-        scale_50m=args.scale_50m,
+        scale_50m=args.scale_50m, sf=args.sf, keep_lakes=args.keep_lakes,
     )
+    if args.tpch_load:
+        import os
+
+        from bench.datasets import TPCH_LOAD_ENV
+
+        os.environ[TPCH_LOAD_ENV] = args.tpch_load
     failed: list[str] = []
     for name in args.suites or DEFAULT:
         t0 = time.perf_counter()

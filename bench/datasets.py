@@ -5,10 +5,21 @@
   files, 64k-row groups) and ``demo.cities``. The seed writes through pyiceberg directly.
 - ``tpch(lake)``: TPC-H SF1 (lineitem, orders, customer, part, supplier, nation, region) generated
   by DuckDB's tpch extension (``CALL dbgen(sf=1)``, deterministic) and loaded **through icegres**:
-  ``CREATE SCHEMA`` / ``CREATE TABLE`` over the Postgres wire, then ``COPY ... FROM STDIN (FORMAT
-  csv)`` with psycopg's copy, 1M rows per COPY statement (each COPY is one Iceberg commit, so
-  lineitem lands as 7 files). Flight SQL ingest does not exist yet (issue 7), so COPY is the only
-  bulk path to compare; the load time is recorded in the marker file.
+  ``CREATE SCHEMA`` / ``CREATE TABLE`` (the same DDL on either path, so the Iceberg schemas are
+  identical), then the rows by one of two paths, 1M rows per statement (each one Iceberg commit, so
+  lineitem lands as 7 files on either path):
+
+  - ``flight`` (the default: it measured faster, 11x over all seven tables at SF1 in the same run,
+    see the ``tpch_load`` section of SCORECARD.md and ``python -m bench load``): Arrow straight from DuckDB's record-batch reader (64k-row batches)
+    into ADBC's ``adbc_ingest(..., mode="append")``, i.e. Flight SQL CommandStatementIngest, one
+    DoPut per 1M rows (the server holds one stream in memory up to 1 GiB), DDL over Flight too.
+    Ingest mode ``create`` would make every column nullable (as CREATE TABLE AS does), hence the
+    DDL first and ``append``.
+  - ``copy``: ``COPY ... FROM STDIN (FORMAT csv)`` over pgwire with psycopg's copy, from a CSV that
+    DuckDB exports.
+
+  Choose with ``path=`` or ``ICEGRES_BENCH_TPCH_LOAD=copy|flight`` (``python -m bench --tpch-load
+  copy``). The facts of the load (path, seconds, rows/s) are kept in the marker file.
 
 A marker file (``.bench-seeded``, ``.bench-tpch-sf1``) says a dataset is whole; delete the
 directory (or the marker) to rebuild.
@@ -16,6 +27,7 @@ directory (or the marker) to rebuild.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -23,6 +35,7 @@ import re
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +46,16 @@ SEEDED_MARKER = ".bench-seeded"  # the same marker bench/pgwire_read.py writes
 TPCH_MARKER = ".bench-tpch-sf1"
 TPCH_SCHEMA = "tpch"
 TPCH_TABLES = ("region", "nation", "supplier", "customer", "part", "orders", "lineitem")
-COPY_ROWS = 1_000_000  # rows per COPY statement: one commit, one data file
+COPY_ROWS = 1_000_000  # rows per COPY statement or ingest call: one commit, one data file
 COPY_BLOCK_BYTES = 1 << 20
+INGEST_BATCH_ROWS = 65_536  # Arrow batch size inside one ingest stream (DoGet sends the same)
+TPCH_LOAD_PATHS = ("flight", "copy")
+TPCH_LOAD_DEFAULT = "flight"  # measured faster: SCORECARD.md section tpch_load (python -m bench load)
+TPCH_LOAD_ENV = "ICEGRES_BENCH_TPCH_LOAD"
+TPCH_LOAD_DESCRIPTIONS = {
+    "copy": "COPY FROM STDIN (FORMAT csv) over pgwire, psycopg copy",
+    "flight": "Flight SQL ingest (ADBC adbc_ingest, mode append) of DuckDB's Arrow record batches",
+}
 
 
 def lake_dir(rows: int) -> Path:
@@ -75,6 +96,15 @@ def duck_connect(extensions: tuple[str, ...] = ()) -> Any:
     return con
 
 
+def tpch_load_path(path: str | None = None) -> str:
+    """The TPC-H load path to use: `path`, else $ICEGRES_BENCH_TPCH_LOAD, else the measured-faster
+    default (TPCH_LOAD_DEFAULT)."""
+    chosen = path or os.environ.get(TPCH_LOAD_ENV) or TPCH_LOAD_DEFAULT
+    if chosen not in TPCH_LOAD_PATHS:
+        raise ValueError(f"TPC-H load path {chosen!r}: expected one of {TPCH_LOAD_PATHS}")
+    return chosen
+
+
 def _pg_type(duck_type: str) -> str:
     t = duck_type.upper()
     if t.startswith("DECIMAL"):
@@ -83,12 +113,175 @@ def _pg_type(duck_type: str) -> str:
             "DOUBLE": "double precision"}[t]
 
 
-def tpch_ddl(con: Any, table: str) -> tuple[str, list[str]]:
-    cols = con.execute(
+def _columns(con: Any, table: str) -> list[tuple[str, str, str]]:
+    return con.execute(
         "select column_name, data_type, is_nullable from information_schema.columns "
         "where table_name = ? order by ordinal_position", [table]).fetchall()
+
+
+def tpch_ddl(con: Any, table: str) -> tuple[str, list[str]]:
+    """The CREATE TABLE both load paths send (so both lakes get the same Iceberg schema)."""
+    cols = _columns(con, table)
     body = ", ".join(f"{c} {_pg_type(t)}{' not null' if n == 'NO' else ''}" for c, t, n in cols)
     return f"create table {TPCH_SCHEMA}.{table} ({body})", [c for c, _, _ in cols]
+
+
+def tpch_checksum_sql(con: Any, table: str, qualified: bool = True) -> str:
+    """One row that pins a table's contents: count(*), sum of every number, sum(length()) / min /
+    max of every string, min / max of every date. The same text runs on icegres (pgwire) and on
+    DuckDB's generated source (`qualified=False`)."""
+    parts = ["count(*)"]
+    for c, t, _ in _columns(con, table):
+        t = t.upper()
+        if t.startswith("DECIMAL") or t in ("BIGINT", "INTEGER", "DOUBLE"):
+            parts.append(f"sum({c})")
+        elif t == "VARCHAR":
+            parts += [f"sum(length({c}))", f"min({c})", f"max({c})"]
+        elif t == "DATE":
+            parts += [f"min({c})", f"max({c})"]
+    return f"select {', '.join(parts)} from {TPCH_SCHEMA + '.' if qualified else ''}{table}"
+
+
+def tpch_generate(sf: float) -> tuple[Any, float]:
+    """An in-memory DuckDB holding TPC-H at `sf` (`CALL dbgen`), and the seconds it took."""
+    print(f"dataset: TPC-H SF{sf:g}: generating with DuckDB's tpch extension ...", flush=True)
+    con = duck_connect(("tpch",))
+    t0 = time.perf_counter()
+    con.execute(f"CALL dbgen(sf={sf})")
+    return con, time.perf_counter() - t0
+
+
+def copy_table(pg: Any, con: Any, table: str, tmp_dir: Path) -> dict[str, Any]:
+    """Create tpch.<table> over pgwire (`pg`: an autocommit psycopg connection) and load DuckDB's
+    rows of it by COPY FROM STDIN (FORMAT csv), COPY_ROWS rows per COPY (one commit each).
+    Returns rows, statements, wire bytes (CSV), the CSV export's seconds and the total seconds."""
+    ddl, columns = tpch_ddl(con, table)
+    n = con.execute(f"select count(*) from {table}").fetchone()[0]
+    t0 = time.perf_counter()
+    pg.execute(f"drop table if exists {TPCH_SCHEMA}.{table}")
+    pg.execute(ddl)
+    csv = tmp_dir / f"{table}.csv"
+    con.execute(f"COPY {table} TO '{csv}' (FORMAT csv, HEADER false)")
+    export_s = time.perf_counter() - t0
+    loaded = statements = wire = 0
+    try:
+        with csv.open("rb") as f:
+            while loaded < n:
+                chunk = [line for _, line in zip(range(COPY_ROWS), f, strict=False)]
+                if not chunk:
+                    break
+                buf = b"".join(chunk)
+                with pg.cursor() as cur, cur.copy(
+                    f"COPY {TPCH_SCHEMA}.{table} ({', '.join(columns)}) FROM STDIN (FORMAT csv)"
+                ) as cp:
+                    for i in range(0, len(buf), COPY_BLOCK_BYTES):
+                        cp.write(buf[i:i + COPY_BLOCK_BYTES])
+                loaded += len(chunk)
+                statements += 1
+                wire += len(buf)
+                el = time.perf_counter() - t0
+                print(f"  copy   {table}: {loaded:,}/{n:,} rows ({el:.0f} s, "
+                      f"{loaded / max(el, 1e-9):,.0f} rows/s)", flush=True)
+    finally:
+        csv.unlink(missing_ok=True)
+    if loaded != n:
+        raise RuntimeError(f"tpch.{table}: sent {loaded} rows by COPY, DuckDB generated {n}")
+    return {"rows": n, "statements": statements, "wire_bytes": wire, "wire": "CSV",
+            "export_s": round(export_s, 3), "seconds": time.perf_counter() - t0}
+
+
+def _row_chunks(reader: Any, rows: int) -> Iterator[list[Any]]:
+    """The batches of `reader` regrouped into lists of exactly `rows` rows (the last: the rest)."""
+    chunk: list[Any] = []
+    n = 0
+    for batch in reader:
+        while batch.num_rows:
+            take = min(rows - n, batch.num_rows)
+            chunk.append(batch.slice(0, take))
+            n += take
+            batch = batch.slice(take)
+            if n == rows:
+                yield chunk
+                chunk, n = [], 0
+    if chunk:
+        yield chunk
+
+
+def flight_table(fc: Any, con: Any, table: str) -> dict[str, Any]:
+    """Create tpch.<table> over Flight SQL (`fc`: an autocommit ADBC Flight SQL connection) and
+    load DuckDB's rows of it as Arrow by `adbc_ingest(mode="append")` (CommandStatementIngest),
+    COPY_ROWS rows per ingest (one DoPut, one commit), sent as INGEST_BATCH_ROWS-row batches.
+    DuckDB's Arrow types are the DDL's (checked), so no cast is needed. Returns rows, statements,
+    wire bytes (Arrow IPC) and the total seconds."""
+    import pyarrow as pa
+
+    ddl, columns = tpch_ddl(con, table)
+    n = con.execute(f"select count(*) from {table}").fetchone()[0]
+    t0 = time.perf_counter()
+    loaded = statements = wire = 0
+    with fc.cursor() as cur:
+        cur.execute(f"drop table if exists {TPCH_SCHEMA}.{table}")
+        cur.execute(ddl)
+        described = _columns(con, table)
+        # The reader is the connection's pending result: no other query on `con` until it is read.
+        reader = con.execute(f"select {', '.join(columns)} from {table}").to_arrow_reader(
+            INGEST_BATCH_ROWS)
+        _check_arrow_types(described, table, reader.schema)
+        for chunk in _row_chunks(reader, COPY_ROWS):
+            rows = sum(b.num_rows for b in chunk)
+            wire += sum(pa.ipc.get_record_batch_size(b) for b in chunk)
+            got = cur.adbc_ingest(table, pa.RecordBatchReader.from_batches(reader.schema, chunk),
+                                  mode="append", db_schema_name=TPCH_SCHEMA)
+            if got != rows:
+                raise RuntimeError(f"tpch.{table}: ingest of {rows} rows reported {got}")
+            loaded += rows
+            statements += 1
+            el = time.perf_counter() - t0
+            print(f"  flight {table}: {loaded:,}/{n:,} rows ({el:.0f} s, "
+                  f"{loaded / max(el, 1e-9):,.0f} rows/s)", flush=True)
+    if loaded != n:
+        raise RuntimeError(f"tpch.{table}: ingested {loaded} rows, DuckDB generated {n}")
+    return {"rows": n, "statements": statements, "wire_bytes": wire, "wire": "Arrow IPC",
+            "export_s": None, "seconds": time.perf_counter() - t0}
+
+
+def _check_arrow_types(columns: list[tuple[str, str, str]], table: str, schema: Any) -> None:
+    """DuckDB's Arrow export of `table` has the Arrow type of each column the DDL creates."""
+    import pyarrow as pa
+
+    def expected(duck: str) -> Any:
+        t = duck.upper()
+        if t.startswith("DECIMAL"):
+            p, s = (int(x) for x in t[t.index("(") + 1:-1].split(","))
+            return pa.decimal128(p, s)
+        return {"BIGINT": pa.int64(), "INTEGER": pa.int32(), "VARCHAR": pa.string(),
+                "DATE": pa.date32(), "DOUBLE": pa.float64()}[t]
+
+    for (c, t, _), f in zip(columns, schema, strict=True):
+        if f.name != c or f.type != expected(t):
+            raise RuntimeError(f"tpch.{table}.{c}: DuckDB exports {f.type}, the DDL says {t}")
+
+
+@contextlib.contextmanager
+def flight_server(data_dir: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """`icegres flight-serve` on `data_dir` (loopback, a free port) for a load; yields its URI and
+    stops it (by PID) afterwards."""
+    from bench.peers.flight import stop_process, wait_port
+    from bench.pgwire_read import free_port, icegres_command
+
+    port = free_port()
+    log_path = DATA_DIR / "logs" / "tpch-flight-load.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [*icegres_command(), "flight-serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
+             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, **env} if env else None)
+    try:
+        wait_port(port, proc, 120, log_path)
+        yield f"grpc://127.0.0.1:{port}"
+    finally:
+        stop_process(proc)
 
 
 def tpch_info(lake: Path) -> dict[str, Any] | None:
@@ -96,63 +289,55 @@ def tpch_info(lake: Path) -> dict[str, Any] | None:
     return json.loads(m.read_text()) if m.exists() else None
 
 
-def tpch(lake: Path, conninfo: str, sf: float = 1.0) -> dict[str, Any]:
+def tpch(lake: Path, conninfo: str, sf: float = 1.0, *, path: str | None = None,
+         flight_uri: str | None = None, server_env: dict[str, str] | None = None) -> dict[str, Any]:
     """Load TPC-H at scale factor `sf` into `lake` through the icegres server at `conninfo`
-    (which must serve `lake`). Returns the load facts (also kept in the marker)."""
+    (which must serve `lake`), unless its marker says it is there already. Returns the load facts
+    (also kept in the marker).
+
+    `path` (see `tpch_load_path`) picks the load path. The Flight path uses `flight_uri` if given,
+    else starts its own `icegres flight-serve` on `lake` for the load (with `server_env`); that
+    needs `lake` to be an embedded lake (its catalog.db), otherwise it falls back to COPY and says
+    so."""
     import psycopg
 
     info = tpch_info(lake)
     if info is not None and info.get("sf") == sf:
         return info
-    print(f"dataset: TPC-H SF{sf:g}: generating with DuckDB's tpch extension ...", flush=True)
-    con = duck_connect(("tpch",))
-    t0 = time.perf_counter()
-    con.execute(f"CALL dbgen(sf={sf})")
-    gen_s = time.perf_counter() - t0
+    chosen = tpch_load_path(path)
+    if chosen == "flight" and flight_uri is None and not (lake / "catalog.db").exists():
+        print(f"dataset: {lake} is not an embedded lake and no Flight endpoint was given: "
+              "loading TPC-H by COPY instead", flush=True)
+        chosen = "copy"
+    con, gen_s = tpch_generate(sf)
     facts: dict[str, Any] = {"sf": sf, "generate_s": round(gen_s, 1), "tables": {},
-                             "path": "COPY FROM STDIN (FORMAT csv) over pgwire, psycopg copy",
-                             "rows_per_copy": COPY_ROWS}
-    with psycopg.connect(conninfo, autocommit=True) as pg, tempfile.TemporaryDirectory(
-        prefix="tpch-", dir=DATA_DIR
-    ) as tmp:
+                             "load_path": chosen, "path": TPCH_LOAD_DESCRIPTIONS[chosen],
+                             "rows_per_copy": COPY_ROWS, "rows_per_statement": COPY_ROWS}
+    with contextlib.ExitStack() as stack:
+        pg = stack.enter_context(psycopg.connect(conninfo, autocommit=True))
         pg.execute(f"create schema if not exists {TPCH_SCHEMA}")
+        if chosen == "flight":
+            import adbc_driver_flightsql.dbapi as adbc
+
+            uri = flight_uri or stack.enter_context(flight_server(lake, server_env))
+            fc = stack.enter_context(adbc.connect(uri, autocommit=True))
+        else:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tpch-", dir=DATA_DIR)))
         total0 = time.perf_counter()
         for table in TPCH_TABLES:
-            ddl, columns = tpch_ddl(con, table)
-            pg.execute(f"drop table if exists {TPCH_SCHEMA}.{table}")
-            pg.execute(ddl)
-            n = con.execute(f"select count(*) from {table}").fetchone()[0]
-            csv = Path(tmp) / f"{table}.csv"
-            con.execute(f"COPY {table} TO '{csv}' (FORMAT csv, HEADER false)")
-            t1 = time.perf_counter()
-            loaded = 0
-            with csv.open("rb") as f:
-                while loaded < n:
-                    chunk = [line for _, line in zip(range(COPY_ROWS), f, strict=False)]
-                    if not chunk:
-                        break
-                    with pg.cursor() as cur, cur.copy(
-                        f"COPY {TPCH_SCHEMA}.{table} ({', '.join(columns)}) FROM STDIN (FORMAT csv)"
-                    ) as cp:
-                        buf = b"".join(chunk)
-                        for i in range(0, len(buf), COPY_BLOCK_BYTES):
-                            cp.write(buf[i:i + COPY_BLOCK_BYTES])
-                    loaded += len(chunk)
-                    el = time.perf_counter() - t1
-                    print(f"  {table}: {loaded:,}/{n:,} rows ({el:.0f} s, "
-                          f"{loaded / max(el, 1e-9):,.0f} rows/s)", flush=True)
-            csv.unlink()
+            done = flight_table(fc, con, table) if chosen == "flight" else copy_table(pg, con, table, tmp)
             got = pg.execute(f"select count(*) from {TPCH_SCHEMA}.{table}").fetchone()[0]
-            if got != n:
-                raise RuntimeError(f"tpch.{table}: loaded {got} rows, DuckDB generated {n}")
-            facts["tables"][table] = {"rows": n, "load_s": round(time.perf_counter() - t1, 1)}
+            if got != done["rows"]:
+                raise RuntimeError(f"tpch.{table}: {got} rows over pgwire, DuckDB generated {done['rows']}")
+            facts["tables"][table] = {"rows": done["rows"], "load_s": round(done["seconds"], 1)}
         facts["load_s"] = round(time.perf_counter() - total0, 1)
+    con.close()
     facts["loaded_utc"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     rows = sum(t["rows"] for t in facts["tables"].values())
     facts["rows_per_s"] = round(rows / facts["load_s"])
     (lake / TPCH_MARKER).write_text(json.dumps(facts, indent=1) + "\n")
-    print(f"dataset: TPC-H SF{sf:g} loaded through icegres: {rows:,} rows in {facts['load_s']:.0f} s "
-          f"({facts['rows_per_s']:,} rows/s)", flush=True)
+    print(f"dataset: TPC-H SF{sf:g} loaded through icegres ({chosen}): {rows:,} rows in "
+          f"{facts['load_s']:.0f} s ({facts['rows_per_s']:,} rows/s)", flush=True)
     return facts
 
 
