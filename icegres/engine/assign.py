@@ -59,7 +59,8 @@ def cast(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
                     return pc.cast(column, to)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                     pass
-            return _cast_text(column, to)
+            vectorised = _vector_text(column, to)
+            return vectorised if vectorised is not None else _cast_text(column, to)
     if None not in (_assign_kind(src), _assign_kind(to)) and _assign_kind(src) != _assign_kind(to):
         # Arrow would turn a date into its day number or true into 1; PostgreSQL has no such
         # assignment cast and says 42804 (the caller turns this error into that).
@@ -111,6 +112,39 @@ def _assign_kind(t: pa.DataType) -> str | None:
         return "boolean"
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         return "binary"
+    return None
+
+
+# Text forms whose PostgreSQL reading Arrow's parser shares exactly: ISO dates of years 1-9999,
+# at most microseconds, and (timestamptz) an explicit offset PostgreSQL accepts (under 16 hours).
+# Anything else -- no offset (read in the session's TimeZone), BC, 24:00, leap seconds, prefixes
+# of true/false -- is read value by value by the input functions.
+_YEAR = r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
+_CLOCK = _YEAR + r"-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?"
+_TIMESTAMP_TEXT = "^" + _CLOCK + "$"
+_TIMESTAMPTZ_TEXT = "^" + _CLOCK + r"(?:Z|[+-](?:0[0-9]|1[0-5])(?::?[0-5][0-9])?)$"
+
+
+def _vector_text(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray | None:
+    """`column` read by Arrow when every value has a form Arrow reads exactly as PostgreSQL does
+    (COPY sends whole columns of them); None when any value needs the input functions."""
+    import pyarrow.compute as pc
+
+    present = len(column) - column.null_count
+    if pa.types.is_boolean(to):
+        low = pc.utf8_lower(column)
+        true, false = pc.is_in(low, pa.array(["t", "true"])), pc.is_in(low, pa.array(["f", "false"]))
+        if pc.sum(pc.or_(true, false)).as_py() != present:
+            return None
+        return pc.if_else(pc.is_valid(column), true, pa.scalar(None, pa.bool_()))
+    if pa.types.is_timestamp(to) and to.unit == "us":
+        pattern = _TIMESTAMPTZ_TEXT if to.tz is not None else _TIMESTAMP_TEXT
+        if pc.sum(pc.match_substring_regex(column, pattern)).as_py() != present:
+            return None
+        try:
+            return pc.cast(column, to)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None  # an impossible date (Feb 30): the input function says which
     return None
 
 
