@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     keeper.add_argument("--init", action="store_true",
                         help="create a new keeper in an empty --data-dir (refused when it already holds a log; "
                              "never use it to restart a keeper that lost its disk)")
+    keeper.add_argument("--rejoin", metavar="HOST:PORT,...",
+                        help="replace a keeper that lost its disk: catch up from these other keepers (for 3 "
+                             "keepers, both others must be up) before answering anyone (docs/quorum-protocol.md)")
     return parser
 
 
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             # The default port is the Postgres one: a keeper must be given its own.
             print("icegres keeper: --port is required", file=sys.stderr)
             return 2
-        return _keeper(settings, init=args.init)
+        return _keeper(settings, init=args.init, rejoin=args.rejoin)
     if args.command == "supervise":
         return _supervise(settings, vars(args))
     if args.command in ("serve", "flight-serve"):
@@ -113,18 +116,25 @@ def _seed(settings: Settings, rows: int) -> int:
     return 0
 
 
-def _keeper(settings: Settings, *, init: bool) -> int:
+def _keeper(settings: Settings, *, init: bool, rejoin: str | None = None) -> int:
     import signal
 
     import trio
 
     from icegres.keeper import KeeperRefused, run_keeper
+    from icegres.machines.drivers.quorum import parse_addresses
+
+    try:
+        peers = parse_addresses(rejoin) if rejoin else []
+    except ValueError as exc:
+        print(f"icegres keeper: --rejoin: {exc}", file=sys.stderr)
+        return 2
 
     async def run() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 async def keeper() -> None:
-                    await run_keeper(settings.data_dir, settings.host, settings.port, init=init)
+                    await run_keeper(settings.data_dir, settings.host, settings.port, init=init, rejoin=peers)
                     nursery.cancel_scope.cancel()
 
                 nursery.start_soon(keeper)

@@ -15,38 +15,66 @@ cannot vouch for breaks the quorum.
 
 An empty data directory is a new member only with `--init` (and `--init` refuses a directory that
 already holds a log): a keeper that lost its disk must not rejoin as if it had promised nothing.
+It rejoins with `--rejoin host:port,...` (the other members): it listens at once but refuses every
+request (`Refused`) while the rejoin core (`icegres.machines.quorum_rejoin`) collects snapshots
+from enough peers; the merge becomes `keeper.log` atomically (temp file, fsync, rename, directory
+fsync), and only then does the keeper answer. A crash before that leaves no `keeper.log`, so the
+next start must be `--rejoin` again: a half-done catch-up can never pass for a member's state.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import trio
 
+from icegres.machines.drivers.quorum import received_frames
 from icegres.machines.quorum import (
+    AcceptorPhase,
     AcceptorState,
+    CatchUp,
+    CaughtUp,
     Persist,
+    Refused,
     Reply,
+    Snapshot,
+    Tick,
     acceptor_step,
     recover_acceptor,
+    rejoining_acceptor,
 )
 from icegres.machines.quorum_format import (
     CorruptFrame,
-    IncompleteFrame,
     QuorumFormatError,
-    decode_frame,
     encode_frame,
     scan_log,
 )
+from icegres.machines.quorum_rejoin import (
+    AskPeer,
+    Install,
+    RejoinConfig,
+    RejoinState,
+    SnapshotReceived,
+    rejoin_step,
+    start_rejoin,
+)
 
-__all__ = ["KeeperLog", "KeeperRefused", "KeeperServer", "LOG_NAME", "open_keeper_log"]
+__all__ = [
+    "KeeperLog",
+    "KeeperRefused",
+    "KeeperServer",
+    "LOG_NAME",
+    "create_rejoined_log",
+    "open_keeper_log",
+    "run_keeper",
+]
 
 log = logging.getLogger(__name__)
 
 LOG_NAME = "keeper.log"
-READ_BYTES = 256 * 1024
 # A request frame larger than this closes the connection (a writer's batch is far smaller).
 FRAME_BYTES_MAX = 128 * 1024 * 1024
 
@@ -70,10 +98,13 @@ class KeeperLog:
         self._promised = state.promised
         self._trimmed = state.trimmed
         self._accepted = dict(state.accepted)
+        self._rejoins = state.rejoins
 
     @property
     def state(self) -> AcceptorState:
-        return AcceptorState(self._promised, self._trimmed, dict(self._accepted))
+        return AcceptorState(
+            self._promised, self._trimmed, dict(self._accepted), rejoins=self._rejoins
+        )
 
     def append_and_fsync(self, records: list[Persist]) -> None:
         data = b"".join(encode_frame(r) for r in records)
@@ -91,6 +122,7 @@ class KeeperLog:
         for record in records:
             self._promised = max(self._promised, record.promised)
             self._trimmed = max(self._trimmed, record.trimmed)
+            self._rejoins = max(self._rejoins, record.rejoins)
             for entry in record.entries:
                 self._accepted[entry.slot] = entry
         if self._trimmed > trimmed_before:
@@ -124,7 +156,45 @@ class KeeperLog:
 
 def _snapshot(state: AcceptorState) -> Persist:
     entries = tuple(state.accepted[s] for s in sorted(state.accepted))
-    return Persist(state.promised, state.trimmed, entries)
+    return Persist(state.promised, state.trimmed, entries, state.rejoins)
+
+
+def create_rejoined_log(data_dir: str | os.PathLike[str], record: Persist) -> KeeperLog:
+    """Write a caught-up keeper's first log, atomically; blocking. Raises KeeperRefused.
+
+    The log appears whole or not at all (temp file, fsync, rename, directory fsync): a keeper
+    that dies mid catch-up leaves no `keeper.log` and must rejoin again, never start from half.
+    """
+    directory = Path(data_dir)
+    path = directory / LOG_NAME
+    if path.exists():
+        raise KeeperRefused(
+            f"{path} appeared during the catch-up: another keeper uses {directory}?"
+        )
+    tmp = path.with_suffix(".tmp")
+    data = encode_frame(record)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(directory)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+    return KeeperLog(path, fd, len(data), recover_acceptor([record]))
+
+
+def _prepare_rejoin_dir(data_dir: str | os.PathLike[str]) -> None:
+    directory = Path(data_dir)
+    path = directory / LOG_NAME
+    if path.exists():
+        raise KeeperRefused(
+            f"{path} exists: --rejoin is for a keeper that lost its disk (an empty data dir); "
+            "this one still holds its log, restart it without --rejoin"
+        )
+    directory.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".tmp").unlink(missing_ok=True)  # a catch-up that died mid-write
 
 
 def _fsync_dir(path: Path) -> None:
@@ -152,9 +222,10 @@ def open_keeper_log(data_dir: str | os.PathLike[str], *, init: bool = False) -> 
         return KeeperLog(path, fd, 0, AcceptorState())
     if not path.exists():
         raise KeeperRefused(
-            f"{directory} holds no keeper log ({LOG_NAME}). If this is a new keeper, start it "
-            "once with --init. If this keeper lost its disk, it must not rejoin under the same "
-            "address: it would have forgotten its promises (docs/quorum-protocol.md, 'Disk loss')"
+            f"{directory} holds no keeper log ({LOG_NAME}). If this keeper lost its disk (or died "
+            "during a catch-up), start it with --rejoin host:port,... naming the other keepers: "
+            "it catches up from them before it answers (docs/quorum-protocol.md, 'Replacing a "
+            "keeper that lost its disk'). --init is only for the keepers of a brand-new quorum"
         )
     data = path.read_bytes()
     try:
@@ -180,17 +251,21 @@ class KeeperServer:
 
     def __init__(
         self,
-        keeper_log: KeeperLog,
+        keeper_log: KeeperLog | None,
         host: str = "127.0.0.1",
         port: int = 0,
         *,
         compact_bytes: int = 64 * 1024 * 1024,
     ) -> None:
+        # None: a rejoining keeper before its catch-up is durable (it refuses every request, so
+        # nothing is persisted until `install` creates the log).
         self.log = keeper_log
         self.host = host
         self.port = port
         self.compact_bytes = compact_bytes
-        self.state: AcceptorState = keeper_log.state  # a copy: the log folds its own
+        self.state: AcceptorState = (
+            keeper_log.state if keeper_log is not None else rejoining_acceptor()
+        )  # a copy: the log folds its own
         self._queued: list[Persist] = []
         self._queued_seq = 0  # Persists produced so far
         self._durable_seq = 0  # Persists fsynced so far
@@ -214,6 +289,7 @@ class KeeperServer:
             batch, self._queued = self._queued, []
             if not batch:
                 continue
+            assert self.log is not None, "a catching-up keeper persists nothing"
             try:
                 # Shielded: a write that has started must finish before anyone is told otherwise.
                 with trio.CancelScope(shield=True):
@@ -228,6 +304,16 @@ class KeeperServer:
             self._durable_seq += len(batch)
             self._durable_changed.set()
             self._durable_changed = trio.Event()
+
+    async def install(self, data_dir: str | os.PathLike[str], installed: Install) -> None:
+        """Make a catch-up's merge durable as the first log, then answer from it (not before)."""
+        state, effects = acceptor_step(self.state, CaughtUp(installed.state))
+        (record,) = [e for e in effects if isinstance(e, Persist)]
+        with trio.CancelScope(shield=True):
+            self.log = await trio.to_thread.run_sync(create_rejoined_log, data_dir, record)
+        # Requests that arrived during the write were refused from the old state: only now, with
+        # the merge on disk, does the keeper answer from it.
+        self.state = state
 
     async def _durable(self, seq: int) -> None:
         while self._durable_seq < seq:
@@ -252,22 +338,8 @@ class KeeperServer:
         send: trio.MemorySendChannel[tuple[int, bytes]],
         peer: str,
     ) -> None:
-        buffer = bytearray()
-        while True:
-            chunk = await stream.receive_some(READ_BYTES)
-            if not chunk:
-                return
-            buffer += chunk
-            offset = 0
-            while offset < len(buffer):
-                try:
-                    message, end = decode_frame(buffer, offset, body_bytes_max=FRAME_BYTES_MAX)
-                except IncompleteFrame:
-                    break
-                except CorruptFrame as exc:
-                    log.warning("closing the connection from %s: %s", peer, exc)
-                    return
-                offset = end
+        try:
+            async for message in received_frames(stream, body_bytes_max=FRAME_BYTES_MAX):
                 try:
                     state, effects = acceptor_step(self.state, message)  # type: ignore[arg-type]
                 except Exception as exc:  # a frame that is not a request
@@ -282,7 +354,8 @@ class KeeperServer:
                     elif isinstance(effect, Reply):
                         # Sent once every Persist produced so far is durable.
                         await send.send((self._queued_seq, encode_frame(effect.message)))
-            del buffer[:offset]
+        except CorruptFrame as exc:
+            log.warning("closing the connection from %s: %s", peer, exc)
 
     async def _replies(
         self,
@@ -316,28 +389,198 @@ def _peer(stream: trio.SocketStream) -> str:
         return "?"
 
 
+class _PeerLink:
+    """The connection to one peer during a catch-up: an outbox while connected, nothing while not
+    (the core asks unanswered peers again every few ticks)."""
+
+    def __init__(self, index: int, address: tuple[str, int]) -> None:
+        self.index = index
+        self.address = address
+        self.outbox: trio.MemorySendChannel[bytes] | None = None
+        self.refused: str | None = None
+
+    def send(self, frame: bytes) -> None:
+        if self.outbox is not None:
+            try:
+                self.outbox.send_nowait(frame)
+            except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+
+class Rejoin:
+    """The I/O of a catch-up: links to the peers, a ticker, and the rejoin core stepped in order.
+
+    `run` returns the core's `Install` once enough peers answered; the caller makes it durable.
+    """
+
+    TICK_SECONDS = 0.05
+    CONNECT_TIMEOUT_SECONDS = 1.0
+    RECONNECT_SECONDS = 0.2
+    PROGRESS_LOG_SECONDS = 5.0
+
+    def __init__(self, peers: Sequence[tuple[str, int]]) -> None:
+        self.links = [_PeerLink(i, a) for i, a in enumerate(peers)]
+        self.state, effects = start_rejoin(RejoinConfig(peers=len(self.links)))
+        self._pending = effects
+        self._done = trio.Event()
+        self.installed: Install | None = None
+
+    async def run(self) -> Install:
+        async with trio.open_nursery() as nursery:
+            for link in self.links:
+                nursery.start_soon(self._run_link, link)
+            nursery.start_soon(self._ticker)
+            self._perform(self._pending)
+            await self._done.wait()
+            nursery.cancel_scope.cancel()
+        assert self.installed is not None
+        return self.installed
+
+    def _step(self, event: SnapshotReceived | Tick) -> None:
+        if self.installed is not None:
+            # Over: a duplicate answer or a tick can still arrive before `run` cancels the tasks.
+            return
+        self.state, effects = rejoin_step(self.state, event)
+        self._perform(effects)
+
+    def _perform(self, effects: list[AskPeer | Install]) -> None:
+        for effect in effects:
+            if isinstance(effect, AskPeer):
+                self.links[effect.peer].send(encode_frame(effect.message))
+            else:
+                self.installed = effect
+                self._done.set()
+
+    async def _ticker(self) -> None:
+        waited = 0.0
+        while True:
+            await trio.sleep(self.TICK_SECONDS)
+            self._step(Tick())
+            waited += self.TICK_SECONDS
+            if waited >= self.PROGRESS_LOG_SECONDS:
+                waited = 0.0
+                state: RejoinState = self.state
+                missing = [
+                    f"{link.address[0]}:{link.address[1]}"
+                    + (f" ({link.refused})" if link.refused else "")
+                    for link in self.links
+                    if link.index not in state.answers
+                ]
+                log.warning(
+                    "catch-up %s: %d of the %d peers needed answered; waiting for %s",
+                    state.phase.value,
+                    len(state.answers),
+                    state.config.needed,
+                    ", ".join(missing),
+                )
+
+    async def _run_link(self, link: _PeerLink) -> None:
+        host, port = link.address
+        while True:
+            stream = None
+            with trio.move_on_after(self.CONNECT_TIMEOUT_SECONDS):
+                try:
+                    stream = await trio.open_tcp_stream(host, port)
+                except OSError:
+                    pass
+            if stream is not None:
+                send, receive = trio.open_memory_channel[bytes](64)
+                # A peer going away is routine: both halves catch their own errors and end the
+                # connection, so nothing escapes the nursery and the link simply reconnects.
+                try:
+                    async with stream, trio.open_nursery() as nursery:
+                        link.outbox = send
+                        nursery.start_soon(self._write_link, stream, receive, nursery.cancel_scope)
+                        # Ask at once: a peer that connects late need not wait for a retry tick.
+                        link.send(encode_frame(_catch_up_message(self.state)))
+                        await self._read_link(link, stream)
+                        nursery.cancel_scope.cancel()
+                finally:
+                    link.outbox = None
+                    send.close()
+            await trio.sleep(self.RECONNECT_SECONDS)
+
+    async def _write_link(
+        self,
+        stream: trio.SocketStream,
+        receive: trio.MemoryReceiveChannel[bytes],
+        connection: trio.CancelScope,
+    ) -> None:
+        try:
+            async for frame in receive:
+                await stream.send_all(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        connection.cancel()
+
+    async def _read_link(self, link: _PeerLink, stream: trio.SocketStream) -> None:
+        try:
+            async for message in received_frames(stream, body_bytes_max=FRAME_BYTES_MAX):
+                if isinstance(message, Snapshot):
+                    link.refused = None
+                    self._step(SnapshotReceived(link.index, message))
+                elif isinstance(message, Refused):
+                    # The peer is catching up itself: it cannot vouch for anything yet.
+                    link.refused = message.reason
+                else:
+                    log.warning("peer %s:%d answered a catch-up with %r", *link.address, message)
+                    return
+        except CorruptFrame as exc:
+            log.warning("peer %s:%d sent a corrupt frame: %s", *link.address, exc)
+
+
+def _catch_up_message(state: RejoinState) -> CatchUp:
+    return CatchUp(state.target)
+
+
 async def run_keeper(
-    data_dir: str | os.PathLike[str], host: str, port: int, *, init: bool = False
+    data_dir: str | os.PathLike[str],
+    host: str,
+    port: int,
+    *,
+    init: bool = False,
+    rejoin: Sequence[tuple[str, int]] = (),
 ) -> None:
-    """Open the log and serve until cancelled. Raises KeeperRefused (refusing to start, or a
-    write failure that stopped the keeper)."""
-    keeper_log = await trio.to_thread.run_sync(lambda: open_keeper_log(data_dir, init=init))
+    """Open the log (or, with `rejoin`, catch up from those peers first) and serve until
+    cancelled. Raises KeeperRefused (refusing to start, or a write failure that stopped it)."""
+    if init and rejoin:
+        raise KeeperRefused("--init and --rejoin exclude each other")
+    if (host, port) in rejoin:
+        raise KeeperRefused(f"--rejoin names this keeper ({host}:{port}): list the other keepers")
+    if rejoin:
+        await trio.to_thread.run_sync(_prepare_rejoin_dir, data_dir)
+        keeper_log = None
+    else:
+        keeper_log = await trio.to_thread.run_sync(lambda: open_keeper_log(data_dir, init=init))
     server = KeeperServer(keeper_log, host, port)
     try:
         async with trio.open_nursery() as nursery:
             bound = await nursery.start(server.serve)
+            if rejoin:
+                log.info(
+                    "keeper listening on %s:%d, catching up from %s before answering anyone",
+                    host,
+                    bound,
+                    ", ".join(f"{h}:{p}" for h, p in rejoin),
+                )
+                installed = await Rejoin(rejoin).run()
+                await server.install(data_dir, installed)
             state = server.state
+            assert state.phase is AcceptorPhase.SERVING
             log.info(
-                "keeper listening on %s:%d (data dir %s, promised term %s, %d records held above "
-                "trim point %d)",
+                "keeper %s on %s:%d (data dir %s, promised term %s, %d records held above "
+                "trim point %d, rejoin count %d)",
+                "caught up and serving" if rejoin else "listening",
                 host,
                 bound,
                 data_dir,
                 state.promised,
                 len(state.accepted),
                 state.trimmed,
+                state.rejoins,
             )
     finally:
-        keeper_log.close()
+        if server.log is not None:
+            server.log.close()
     if server.failure:
         raise KeeperRefused(server.failure)

@@ -36,10 +36,15 @@ Why it is shaped this way:
 - Time enters only as `Tick`. Every `retry_ticks` ticks a proposer resends what has not been
   answered (prepares, accepts), so dropped messages are retried without a clock read.
 - An acceptor that lost its disk must not come back as if it had promised nothing: it could accept
-  in a term lower than one it promised before, and two values could be chosen for one slot. No
-  protocol message can tell a keeper what it forgot, so a keeper with an empty data directory is a
-  new member only when told so explicitly (`icegres keeper --init`); otherwise it refuses to start
-  and counts as a failed member (see docs/quorum-protocol.md, "Disk loss").
+  in a term lower than one it promised before, and two values could be chosen for one slot. It
+  comes back only through a catch-up (`icegres keeper --rejoin`, `icegres.machines.quorum_rejoin`):
+  it starts CATCHING_UP, refuses every proposer message (`Refused`, which no proposer treats as a
+  vote or a promise), asks enough other acceptors for a `Snapshot` of their state and installs the
+  merge (`CaughtUp`) before it serves. Every acceptor counts the catch-ups it took part in
+  (`rejoins`) and every promise and vote (`Promised`, `Accepted`) carries that count: a writer
+  never combines one of a lower count with one of a higher count, because the lower one may come
+  from an incarnation that was wiped since (docs/quorum-protocol.md, "Replacing a keeper that
+  lost its disk").
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ __all__ = [
     "Accepted",
     "AppendRequested",
     "Acknowledge",
+    "CatchUp",
+    "CaughtUp",
     "Config",
     "Effect",
     "Entry",
@@ -74,10 +81,12 @@ __all__ = [
     "ProposerMessage",
     "QuorumProtocolError",
     "RefuseAppend",
+    "Refused",
     "Rejected",
     "Replay",
     "Reply",
     "Send",
+    "Snapshot",
     "Started",
     "State",
     "StepDown",
@@ -88,6 +97,7 @@ __all__ = [
     "WatermarkAdvanced",
     "acceptor_step",
     "health",
+    "rejoining_acceptor",
     "recover",
     "recover_acceptor",
     "step",
@@ -136,18 +146,28 @@ class Entry:
 
 @dataclass(frozen=True)
 class Prepare:
-    """Promise to accept nothing below `term`, and tell me what you accepted."""
+    """Promise to accept nothing below `term`, and tell me what you accepted.
+
+    `rejoins` is the highest rejoin count the writer has seen: an acceptor below it raises its
+    own before promising, so that acceptors a catch-up left at different counts (it died half
+    way) can again make a majority together. Raising a count is always safe: only a count lower
+    than the one a catch-up raised its peers to marks a promise as possibly stale."""
 
     term: Term
+    rejoins: int = 0
 
 
 @dataclass(frozen=True)
 class Accept:
-    """Accept `payloads` at slots first_slot, first_slot + 1, ... in `term`."""
+    """Accept `payloads` at slots first_slot, first_slot + 1, ... in `term`.
+
+    `rejoins` as in Prepare: a leader's votes count only at one rejoin count, so keepers a
+    catch-up left at different counts are levelled by the accepts too, not only by elections."""
 
     term: Term
     first_slot: int
     payloads: tuple[bytes, ...] = field(repr=False)
+    rejoins: int = 0
 
     @property
     def last_slot(self) -> int:
@@ -173,6 +193,10 @@ class Promised:
     term: Term
     trimmed: int  # the acceptor's trim point: records at or below it are in the lake
     entries: tuple[Entry, ...]  # every record it holds above `trimmed`, in slot order
+    # How many catch-ups (keeper replacements) this acceptor took part in or came from when it
+    # promised. A writer counts only promises of the highest count it has seen in an election: a
+    # lower one may come from an incarnation whose disk was lost since (see `_on_promised`).
+    rejoins: int = 0
 
 
 @dataclass(frozen=True)
@@ -180,6 +204,11 @@ class Accepted:
     term: Term
     first_slot: int
     last_slot: int
+    # As in Promised: a writer counts a slot's votes of one rejoin count only. An Accepted of the
+    # wiped incarnation (in flight when its disk was lost) carries its old count; a peer's vote
+    # made after a catch-up's snapshot carries the raised one, so the two never make a majority
+    # together (the rejoined keeper may not hold that record: it was not in the snapshots).
+    rejoins: int = 0
 
 
 @dataclass(frozen=True)
@@ -199,11 +228,45 @@ class Trimmed:
 AcceptorMessage = Promised | Accepted | Rejected | Trimmed
 
 
+# --- messages: catch-up of an acceptor that lost its disk (keeper -> keeper) --------------------
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """From a rejoining acceptor: raise your rejoin count to at least `rejoins` (durably), then
+    tell me your whole state. `rejoins` = 0 only asks (the first round learns the counts)."""
+
+    rejoins: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An acceptor's durable state when it answered a CatchUp (its count already raised)."""
+
+    promised: Term
+    trimmed: int
+    rejoins: int
+    entries: tuple[Entry, ...]  # every record held above `trimmed`, in slot order
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A catching-up acceptor's answer to any request: it holds nothing it may vouch for yet.
+
+    Not an AcceptorMessage: a proposer's driver logs it and drops it (no vote, no promise, and
+    never a fence: the acceptor knows no term to compare with)."""
+
+    reason: str
+
+
 # --- the acceptor --------------------------------------------------------------------------------
 
 
 class AcceptorPhase(Enum):
-    SERVING = "serving"  # the only state: every request is answered from durable state
+    SERVING = "serving"  # every request is answered from durable state
+    # A keeper that lost its disk, before its catch-up is durable: it refuses every request.
+    # Never reached from SERVING: a rejoining keeper starts here (`rejoining_acceptor`).
+    CATCHING_UP = "catching_up"
 
 
 @dataclass(frozen=True)
@@ -212,6 +275,19 @@ class AcceptorState:
     trimmed: int = 0
     accepted: Mapping[int, Entry] = field(default_factory=dict)  # slot -> latest accepted
     phase: AcceptorPhase = AcceptorPhase.SERVING
+    rejoins: int = 0  # catch-ups taken part in (see Promised.rejoins); never decreases
+
+
+def rejoining_acceptor() -> AcceptorState:
+    """The state of a keeper started with `--rejoin`: nothing held, every request refused."""
+    return AcceptorState(phase=AcceptorPhase.CATCHING_UP)
+
+
+@dataclass(frozen=True)
+class CaughtUp:
+    """The rejoin core merged enough peers' snapshots (`quorum_rejoin.merge`): install it."""
+
+    state: AcceptorState
 
 
 @dataclass(frozen=True)
@@ -219,37 +295,39 @@ class Persist:
     """Make these changes durable (fsync) before any later Reply is sent.
 
     Folding every Persist of an acceptor's life in order (`recover_acceptor`) gives its state.
-    `promised` and `trimmed` are the new values (they never decrease); `entries` replace what the
-    acceptor held at their slots.
+    `promised`, `trimmed` and `rejoins` are the new values (they never decrease); `entries`
+    replace what the acceptor held at their slots.
     """
 
     promised: Term
     trimmed: int
     entries: tuple[Entry, ...] = ()
+    rejoins: int = 0
 
 
 @dataclass(frozen=True)
 class Reply:
-    """Send `message` to the proposer whose request this step answered."""
+    """Send `message` to whoever sent the request this step answered."""
 
-    message: AcceptorMessage
+    message: AcceptorMessage | Snapshot | Refused
 
 
-AcceptorEvent = Prepare | Accept | Trim
+AcceptorEvent = Prepare | Accept | Trim | CatchUp | CaughtUp
 AcceptorEffect = Persist | Reply
 
 
 def recover_acceptor(persisted: Iterable[Persist]) -> AcceptorState:
     """An acceptor's state from its durable Persist records, oldest first (none: a new member)."""
-    promised, trimmed = ZERO_TERM, 0
+    promised, trimmed, rejoins = ZERO_TERM, 0, 0
     accepted: dict[int, Entry] = {}
     for record in persisted:
         promised = max(promised, record.promised)
         trimmed = max(trimmed, record.trimmed)
+        rejoins = max(rejoins, record.rejoins)
         for entry in record.entries:
             accepted[entry.slot] = entry
     accepted = {s: e for s, e in accepted.items() if s > trimmed}
-    return AcceptorState(promised=promised, trimmed=trimmed, accepted=accepted)
+    return AcceptorState(promised=promised, trimmed=trimmed, accepted=accepted, rejoins=rejoins)
 
 
 def acceptor_step(
@@ -268,12 +346,12 @@ def _acceptor_prepare(
     if event.term < state.promised:
         return state, [Reply(Rejected(event.term, state.promised))]
     effects: list[AcceptorEffect] = []
-    if event.term > state.promised:
-        state = replace(state, promised=event.term)
-        effects.append(Persist(state.promised, state.trimmed))
+    if event.term > state.promised or event.rejoins > state.rejoins:
+        state = replace(state, promised=event.term, rejoins=max(state.rejoins, event.rejoins))
+        effects.append(Persist(state.promised, state.trimmed, rejoins=state.rejoins))
     # A repeated Prepare of the promised term is answered again: its first answer may be lost.
     entries = tuple(state.accepted[s] for s in sorted(state.accepted))
-    effects.append(Reply(Promised(event.term, state.trimmed, entries)))
+    effects.append(Reply(Promised(event.term, state.trimmed, entries, state.rejoins)))
     return state, effects
 
 
@@ -287,14 +365,15 @@ def _acceptor_accept(
         for slot, payload in enumerate(event.payloads, start=event.first_slot)
         if slot > state.trimmed and state.accepted.get(slot) != Entry(slot, event.term, payload)
     )
-    reply = Reply(Accepted(event.term, event.first_slot, event.last_slot))
-    if not fresh and event.term == state.promised:
+    rejoins = max(state.rejoins, event.rejoins)
+    reply = Reply(Accepted(event.term, event.first_slot, event.last_slot, rejoins))
+    if not fresh and event.term == state.promised and rejoins == state.rejoins:
         return state, [reply]  # a duplicate (or wholly trimmed): already durable
     accepted = dict(state.accepted)
     for entry in fresh:
         accepted[entry.slot] = entry
-    state = replace(state, promised=event.term, accepted=accepted)
-    return state, [Persist(state.promised, state.trimmed, fresh), reply]
+    state = replace(state, promised=event.term, accepted=accepted, rejoins=rejoins)
+    return state, [Persist(state.promised, state.trimmed, fresh, state.rejoins), reply]
 
 
 def _acceptor_trim(state: AcceptorState, event: Trim) -> tuple[AcceptorState, list[AcceptorEffect]]:
@@ -306,7 +385,41 @@ def _acceptor_trim(state: AcceptorState, event: Trim) -> tuple[AcceptorState, li
     trimmed = max(state.trimmed, event.watermark)
     accepted = {s: e for s, e in state.accepted.items() if s > trimmed}
     state = replace(state, promised=event.term, trimmed=trimmed, accepted=accepted)
-    return state, [Persist(state.promised, state.trimmed), reply]
+    return state, [Persist(state.promised, state.trimmed, rejoins=state.rejoins), reply]
+
+
+def _acceptor_catch_up(
+    state: AcceptorState, event: CatchUp
+) -> tuple[AcceptorState, list[AcceptorEffect]]:
+    # The count is raised and made durable before the snapshot leaves, in one step: every promise
+    # this acceptor makes after the snapshot carries the new count, and every promise it made
+    # before is in the snapshot's `promised`. That split is what the rejoin's safety rests on.
+    effects: list[AcceptorEffect] = []
+    if event.rejoins > state.rejoins:
+        state = replace(state, rejoins=event.rejoins)
+        effects.append(Persist(state.promised, state.trimmed, rejoins=state.rejoins))
+    entries = tuple(state.accepted[s] for s in sorted(state.accepted))
+    effects.append(Reply(Snapshot(state.promised, state.trimmed, state.rejoins, entries)))
+    return state, effects
+
+
+def _acceptor_refuse(
+    state: AcceptorState, event: AcceptorEvent
+) -> tuple[AcceptorState, list[AcceptorEffect]]:
+    # No Rejected: that would fence a writer with a promise this acceptor does not hold.
+    reason = (
+        f"this keeper is catching up after losing its disk: it answers no "
+        f"{type(event).__name__} until it holds what the other keepers hold"
+    )
+    return state, [Reply(Refused(reason))]
+
+
+def _acceptor_caught_up(
+    state: AcceptorState, event: CaughtUp
+) -> tuple[AcceptorState, list[AcceptorEffect]]:
+    merged = replace(event.state, phase=AcceptorPhase.SERVING)
+    entries = tuple(merged.accepted[s] for s in sorted(merged.accepted))
+    return merged, [Persist(merged.promised, merged.trimmed, entries, merged.rejoins)]
 
 
 # --- the proposer: configuration, events, effects ------------------------------------------------
@@ -435,13 +548,15 @@ class State:
     phase: Phase = Phase.STARTING
     term: Term = ZERO_TERM
     highest_seen: Term = ZERO_TERM  # the highest promise any acceptor reported
+    rejoins_seen: int = 0  # the highest rejoin count any promise or vote carried
     attempts: int = 0  # elections started
     promises: Mapping[int, Promised] = field(default_factory=dict)  # this term's, by acceptor
     watermark: int = 0  # the lake holds every record up to here
     acked: int = 0  # every slot up to here is chosen and acknowledged (or in the lake)
     next_slot: int = 1
     inflight: Mapping[int, bytes] = field(default_factory=dict, repr=False)  # sent, not acked
-    votes: Mapping[int, frozenset[int]] = field(default_factory=dict)  # slot -> acceptors
+    # slot -> {acceptor: the rejoin count its Accepted carried}; only the highest count counts.
+    votes: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
     recovering_through: int = 0
     recovered: tuple[tuple[int, bytes], ...] = field(default=(), repr=False)
     ticks: int = 0
@@ -530,7 +645,7 @@ def _elect(state: State, round_: int) -> tuple[State, list[Effect]]:
         recovering_through=0,
         recovered=(),
     )
-    return state, _broadcast(state, Prepare(term))
+    return state, _broadcast(state, Prepare(term, state.rejoins_seen))
 
 
 def _on_promised(state: State, event: FromAcceptor) -> tuple[State, list[Effect]]:
@@ -538,7 +653,18 @@ def _on_promised(state: State, event: FromAcceptor) -> tuple[State, list[Effect]
     assert isinstance(msg, Promised)
     if msg.term != state.term:
         return state, []  # an answer to an earlier round of ours
-    promises = {**state.promises, event.acceptor: msg}
+    # Promises of different rejoin counts never make a majority together. An acceptor raises its
+    # count (durably) when it answers a catch-up, so a promise of the higher count was made after
+    # that catch-up's snapshot; a promise of a lower count from another acceptor may have been
+    # made by an incarnation that lost its disk before that catch-up and that the rejoined one
+    # does not honour (its promise came from snapshots taken before this term was promised).
+    # Keep the highest count: the acceptors dropped are asked again on the next retry tick, with
+    # a Prepare carrying that count (they raise theirs and promise again).
+    if msg.rejoins < state.rejoins_seen:
+        return state, []
+    promises = {a: p for a, p in state.promises.items() if p.rejoins == msg.rejoins}
+    promises[event.acceptor] = msg
+    state = replace(state, rejoins_seen=msg.rejoins)
     state = replace(state, promises=promises)
     if len(promises) < state.config.majority:
         return state, []
@@ -567,7 +693,7 @@ def _won(state: State) -> tuple[State, list[Effect]]:
         acked=start,
         next_slot=last + 1,
         inflight=values,
-        votes={slot: frozenset() for slot in values},
+        votes={slot: {} for slot in values},
         recovering_through=last,
         recovered=recovered,
     )
@@ -591,9 +717,15 @@ def _on_accepted(state: State, event: FromAcceptor) -> tuple[State, list[Effect]
     if msg.term != state.term:
         return state, []
     votes = dict(state.votes)
+    state = replace(state, rejoins_seen=max(state.rejoins_seen, msg.rejoins))
     for slot in range(max(msg.first_slot, state.acked + 1), msg.last_slot + 1):
-        if slot in votes:
-            votes[slot] = votes[slot] | {event.acceptor}
+        held = votes.get(slot)
+        if held is None or msg.rejoins < max(held.values(), default=0):
+            continue  # not in flight, or a vote of a lower count: asked again on a retry tick
+        votes[slot] = {
+            **{a: c for a, c in held.items() if c == msg.rejoins},
+            event.acceptor: msg.rejoins,
+        }
     acked = state.acked
     inflight = state.inflight
     while acked + 1 in votes and len(votes[acked + 1]) >= state.config.majority:
@@ -658,9 +790,9 @@ def _on_append(state: State, event: AppendRequested) -> tuple[State, list[Effect
         state,
         next_slot=slot + 1,
         inflight={**state.inflight, slot: event.payload},
-        votes={**state.votes, slot: frozenset()},
+        votes={**state.votes, slot: {}},
     )
-    return state, _broadcast(state, Accept(state.term, slot, (event.payload,)))
+    return state, _broadcast(state, Accept(state.term, slot, (event.payload,), state.rejoins_seen))
 
 
 def _on_append_fenced(state: State, event: AppendRequested) -> tuple[State, list[Effect]]:
@@ -675,7 +807,7 @@ def _on_tick(state: State, event: Tick) -> tuple[State, list[Effect]]:
     if state.phase is Phase.ELECTING:
         for acceptor in range(state.config.acceptors):
             if acceptor not in state.promises:
-                effects.append(Send(acceptor, Prepare(state.term)))
+                effects.append(Send(acceptor, Prepare(state.term, state.rejoins_seen)))
         return state, effects
     for acceptor in range(state.config.acceptors):
         missing = [s for s in sorted(state.votes) if acceptor not in state.votes[s]]
@@ -712,7 +844,7 @@ def _accepts_for(state: State, acceptor: int, slots: list[int]) -> list[Effect]:
             slot is None or slot != run[-1] + 1 or len(run) >= state.config.batch_records_max
         ):
             payloads = tuple(state.inflight[s] for s in run)
-            effects.append(Send(acceptor, Accept(state.term, run[0], payloads)))
+            effects.append(Send(acceptor, Accept(state.term, run[0], payloads, state.rejoins_seen)))
             run = []
         if slot is not None:
             run.append(slot)
@@ -748,4 +880,8 @@ _ACCEPTOR_HANDLERS: dict[tuple[AcceptorPhase, type], _Handler] = {
     (AcceptorPhase.SERVING, Prepare): _acceptor_prepare,
     (AcceptorPhase.SERVING, Accept): _acceptor_accept,
     (AcceptorPhase.SERVING, Trim): _acceptor_trim,
+    (AcceptorPhase.SERVING, CatchUp): _acceptor_catch_up,
+    # A keeper that is itself catching up must not feed another's catch-up: it holds nothing yet.
+    **{(AcceptorPhase.CATCHING_UP, t): _acceptor_refuse for t in (Prepare, Accept, Trim, CatchUp)},
+    (AcceptorPhase.CATCHING_UP, CaughtUp): _acceptor_caught_up,
 }

@@ -12,14 +12,21 @@ Fields: a term is `round u64, writer_len u8, writer` (ASCII `[A-Za-z0-9_-]`, emp
 zero term); a slot or watermark is a u64; a payload is `len u32, bytes`; a list is `count u32`
 then its items. The kinds:
 
-    1  Prepare   term
-    2  Accept    term, first_slot, count, payload*            (count >= 1)
+    1  Prepare   term, rejoins
+    2  Accept    term, first_slot, count, payload*, last_slot, rejoins   (count >= 1)
     3  Trim      term, watermark
-    11 Promised  term, trimmed, count, (slot, term, payload)*  (slots ascending, above trimmed)
-    12 Accepted  term, first_slot, last_slot                  (first <= last)
+    4  CatchUp   rejoins                                      (keeper -> keeper)
+    11 Promised  term, trimmed, rejoins, count, (slot, term, payload)*  (slots ascending, above trimmed)
+    12 Accepted  term, first_slot, last_slot, rejoins         (first <= last)
     13 Rejected  term, promised
     14 Trimmed   term, watermark
+    15 Snapshot  promised, trimmed, rejoins, count, (slot, term, payload)*  (keeper -> keeper)
+    16 Refused   reason_len u16, reason (UTF-8)               (a catching-up keeper's answer)
     21 Persist   promised, trimmed, count, (slot, term, payload)*   (the keeper's log only)
+    22 Persist   promised, trimmed, rejoins, count, (slot, term, payload)*   (with a rejoin count)
+
+A Persist whose rejoin count is 0 is written as kind 21, so logs written before catch-ups existed
+read back unchanged; kind 22 carries the count once a keeper took part in a catch-up.
 
 The bytes come from the network and from disk: untrusted. Decoding raises only
 `QuorumFormatError` subclasses: `IncompleteFrame` ("need more bytes": a prefix of a plausible
@@ -41,11 +48,14 @@ from dataclasses import dataclass
 from icegres.machines.quorum import (
     Accept,
     Accepted,
+    CatchUp,
     Entry,
     Persist,
     Prepare,
     Promised,
+    Refused,
     Rejected,
+    Snapshot,
     Term,
     Trim,
     Trimmed,
@@ -75,21 +85,39 @@ BODY_BYTES_MAX = 256 * 1024 * 1024
 U64_MAX = (1 << 64) - 1
 _WRITER = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _U8 = struct.Struct("<B")
+_U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
-Message = Prepare | Accept | Trim | Promised | Accepted | Rejected | Trimmed | Persist
+Message = (
+    Prepare
+    | Accept
+    | Trim
+    | CatchUp
+    | Promised
+    | Accepted
+    | Rejected
+    | Trimmed
+    | Snapshot
+    | Refused
+    | Persist
+)
 
 _KIND = {
     Prepare: 1,
     Accept: 2,
     Trim: 3,
+    CatchUp: 4,
     Promised: 11,
     Accepted: 12,
     Rejected: 13,
     Trimmed: 14,
+    Snapshot: 15,
+    Refused: 16,
     Persist: 21,
 }
+_PERSIST_WITH_REJOINS = 22
+REASON_BYTES_MAX = 1024
 
 
 class QuorumFormatError(Exception):
@@ -113,11 +141,17 @@ class MidLogCorruption(QuorumFormatError):
 
 def encode_frame(message: Message) -> bytes:
     """The frame of one message. Raises ValueError for a message that cannot be framed."""
-    out = bytearray(_U8.pack(_KIND[type(message)]))
+    kind = _KIND.get(type(message))
+    if kind is None:
+        raise ValueError(f"not a quorum message: {message!r}")
+    if isinstance(message, Persist) and message.rejoins:
+        kind = _PERSIST_WITH_REJOINS
+    out = bytearray(_U8.pack(kind))
     match message:
-        case Prepare(term=term):
+        case Prepare(term=term, rejoins=rejoins):
             _term(out, term)
-        case Accept(term=term, first_slot=first, payloads=payloads):
+            _u64(out, rejoins)
+        case Accept(term=term, first_slot=first, payloads=payloads, rejoins=rejoins):
             if not payloads:
                 raise ValueError("an Accept carries at least one record")
             _term(out, term)
@@ -126,27 +160,44 @@ def encode_frame(message: Message) -> bytes:
             for payload in payloads:
                 _bytes(out, payload)
             _slot(out, first + len(payloads) - 1)
+            _u64(out, rejoins)
         case Trim(term=term, watermark=watermark) | Trimmed(term=term, watermark=watermark):
             _term(out, term)
             _u64(out, watermark)
-        case Promised(term=term, trimmed=trimmed, entries=entries):
+        case CatchUp(rejoins=rejoins):
+            _u64(out, rejoins)
+        case Promised(term=term, trimmed=trimmed, entries=entries, rejoins=rejoins):
             _term(out, term)
             _u64(out, trimmed)
+            _u64(out, rejoins)
             _entries(out, entries, trimmed)
-        case Accepted(term=term, first_slot=first, last_slot=last):
+        case Snapshot(promised=promised, trimmed=trimmed, rejoins=rejoins, entries=entries):
+            _term(out, promised)
+            _u64(out, trimmed)
+            _u64(out, rejoins)
+            _entries(out, entries, trimmed)
+        case Refused(reason=reason):
+            raw = reason.encode("utf-8")[:REASON_BYTES_MAX]
+            # Cut on a character boundary: the decoder is strict about UTF-8.
+            raw = raw.decode("utf-8", "ignore").encode("utf-8")
+            out += _U16.pack(len(raw)) + raw
+        case Accepted(term=term, first_slot=first, last_slot=last, rejoins=rejoins):
             if last < first:
                 raise ValueError("Accepted: last_slot < first_slot")
             _term(out, term)
             _slot(out, first)
             _slot(out, last)
+            _u64(out, rejoins)
         case Rejected(term=term, promised=promised):
             _term(out, term)
             _term(out, promised)
-        case Persist(promised=promised, trimmed=trimmed, entries=entries):
+        case Persist(promised=promised, trimmed=trimmed, entries=entries, rejoins=rejoins):
             _term(out, promised)
             _u64(out, trimmed)
+            if rejoins:
+                _u64(out, rejoins)
             _entries(out, entries, 0)
-        case _:
+        case _:  # pragma: no cover - _KIND covers every class matched above
             raise ValueError(f"not a quorum message: {message!r}")
     if len(out) > BODY_BYTES_MAX:
         raise ValueError(f"frame body of {len(out)} bytes exceeds {BODY_BYTES_MAX}")
@@ -208,6 +259,9 @@ class _Reader:
     def u8(self) -> int:
         return int(self.take(1)[0])
 
+    def u16(self) -> int:
+        return int(_U16.unpack(self.take(2))[0])
+
     def u32(self) -> int:
         return int(_U32.unpack(self.take(4))[0])
 
@@ -264,7 +318,7 @@ def _decode_body(body: memoryview) -> Message:
     r = _Reader(body)
     message: Message
     if kind == 1:
-        message = Prepare(r.term())
+        message = Prepare(r.term(), r.u64())
     elif kind == 2:
         term, first = r.term(), r.slot()
         n = r.count(4)
@@ -273,24 +327,42 @@ def _decode_body(body: memoryview) -> Message:
         payloads = tuple(r.payload() for _ in range(n))
         if first + n - 1 > U64_MAX or r.slot() != first + n - 1:
             raise CorruptFrame("an Accept's last slot does not match its records")
-        message = Accept(term, first, payloads)
+        message = Accept(term, first, payloads, r.u64())
     elif kind == 3:
         message = Trim(r.term(), r.u64())
+    elif kind == 4:
+        message = CatchUp(r.u64())
     elif kind == 11:
-        term, trimmed = r.term(), r.u64()
-        message = Promised(term, trimmed, r.entries(trimmed))
+        term, trimmed, rejoins = r.term(), r.u64(), r.u64()
+        message = Promised(term, trimmed, r.entries(trimmed), rejoins)
     elif kind == 12:
         term, first, last = r.term(), r.slot(), r.slot()
         if last < first:
             raise CorruptFrame("Accepted: last_slot < first_slot")
-        message = Accepted(term, first, last)
+        message = Accepted(term, first, last, r.u64())
     elif kind == 13:
         message = Rejected(r.term(), r.term())
     elif kind == 14:
         message = Trimmed(r.term(), r.u64())
+    elif kind == 15:
+        promised, trimmed, rejoins = r.term(), r.u64(), r.u64()
+        message = Snapshot(promised, trimmed, rejoins, r.entries(trimmed))
+    elif kind == 16:
+        raw = bytes(r.take(r.u16()))
+        if len(raw) > REASON_BYTES_MAX:
+            raise CorruptFrame("a refusal's reason is too long")
+        try:
+            message = Refused(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise CorruptFrame("a refusal's reason is not UTF-8") from None
     elif kind == 21:
         promised, trimmed = r.term(), r.u64()
         message = Persist(promised, trimmed, r.entries(0))
+    elif kind == _PERSIST_WITH_REJOINS:
+        promised, trimmed, rejoins = r.term(), r.u64(), r.u64()
+        if rejoins == 0:
+            raise CorruptFrame("a kind-22 Persist with a rejoin count of 0")  # one encoding each
+        message = Persist(promised, trimmed, r.entries(0), rejoins)
     else:
         raise CorruptFrame(f"unknown message kind {kind}")
     r.end()

@@ -129,9 +129,10 @@ async def test_three_keepers_majority_failures_and_fencing(tmp_path: Path) -> No
                 before = keepers[0].durable_state()
                 await keepers[0].start()
                 assert before.promised.writer == "first"
-                assert {s: e.payload for s, e in before.accepted.items() if s <= 5} == {
-                    s: acked[s] for s in range(1, 6)
-                }
+                # Slots 1-5 went to all three, but each ack needed two votes only: the killed
+                # keeper may not have saved the last ones. What it did save is what was acked.
+                held = {s: e.payload for s, e in before.accepted.items() if s <= 5}
+                assert held and all(acked[s] == payload for s, payload in held.items())
                 after = keepers[0].durable_state()
                 assert after.promised >= before.promised
                 assert all(after.accepted[s] == e for s, e in before.accepted.items())

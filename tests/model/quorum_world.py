@@ -7,10 +7,11 @@ duplicated. Faults arrive as harness inputs, so a recorded input list replays a 
 - an acceptor may crash while it handles a request: before its Persist is durable (nothing of the
   step survives, no reply) or after (durable, no reply); it may crash between requests, keeping
   its disk, and restart from it (`recover_acceptor` over its durable Persist records);
-- an acceptor may lose its disk. It then counts as a failed member and never rejoins: a keeper
-  with an empty data directory refuses to start unless told it is a new member (`--init`), because
-  coming back with amnesia could accept below a term it promised before (docs/quorum-protocol.md).
-  At most one acceptor (a minority) loses its disk in a run;
+- an acceptor may lose its disk. It then counts as a failed member until it rejoins through a
+  catch-up (`icegres keeper --rejoin`: the rejoin core of `icegres.machines.quorum_rejoin`, its
+  CatchUp/Snapshot messages crossing the same faulty network, refusing every request until it
+  installed the merge); it may crash again mid catch-up and start over. At most a minority of the
+  acceptors is lost (or catching up) at a time;
 - a proposer may crash at any time (it holds nothing durable) and new ones start at any round;
 - the lake is a model of the flush commit: it records the highest writer term that flushed and
   refuses a flush of a lower term (the requirement phase 4 puts in every flush commit), and a
@@ -32,20 +33,26 @@ from icegres.machines.quorum import (
     NOOP,
     Accept,
     AcceptorMessage,
+    AcceptorPhase,
     AcceptorState,
     Acknowledge,
     AppendRequested,
+    CatchUp,
+    CaughtUp,
     Config,
     Effect,
     Event,
     FromAcceptor,
     Persist,
     Phase,
+    Promised,
     ProposerMessage,
     RefuseAppend,
+    Refused,
     Replay,
     Reply,
     Send,
+    Snapshot,
     State,
     StepDown,
     Term,
@@ -54,9 +61,21 @@ from icegres.machines.quorum import (
     acceptor_step,
     recover,
     recover_acceptor,
+    rejoining_acceptor,
     step,
 )
 from icegres.machines.quorum_format import decode_frame, encode_frame
+from icegres.machines.quorum_rejoin import (
+    AskPeer,
+    Install,
+    RejoinConfig,
+    RejoinEffect,
+    RejoinEvent,
+    RejoinState,
+    SnapshotReceived,
+    rejoin_step,
+    start_rejoin,
+)
 from tests.model.trace import SPECS_DIR, Spec, Transition, _check_well_formed, load_spec
 
 ACCEPTORS = 3
@@ -72,11 +91,12 @@ MODEL_CONFIG = Config(
 EXERCISED: set[tuple[str, Transition]] = set()
 
 
-def load_acceptor_spec(top: Spec) -> Spec:
-    """The [acceptor] section of specs/quorum.toml as a Spec of its own (same file, same hash)."""
-    data = tomllib.loads((SPECS_DIR / "quorum.toml").read_text())["acceptor"]
+def load_acceptor_spec(top: Spec, section: str = "acceptor") -> Spec:
+    """A section of specs/quorum.toml ([acceptor], [rejoin]) as a Spec of its own (same file,
+    same hash)."""
+    data = tomllib.loads((SPECS_DIR / "quorum.toml").read_text())[section]
     spec = Spec(
-        machine="quorum.acceptor",
+        machine=f"quorum.{section}",
         module=top.module,
         initial=data["initial"],
         states=frozenset(data["states"]),
@@ -100,6 +120,15 @@ def load_specs() -> tuple[Spec, Spec]:
     return top, load_acceptor_spec(top)
 
 
+REJOIN_SPEC = load_acceptor_spec(load_spec("quorum"), "rejoin")
+REJOIN_CONFIG = RejoinConfig(peers=ACCEPTORS - 1, retry_ticks=2)
+
+
+def peers_of(index: int) -> list[int]:
+    """The acceptor indices a rejoining acceptor numbers 0.. as its peers (--rejoin's order)."""
+    return [i for i in range(ACCEPTORS) if i != index]
+
+
 def collapse(names: tuple[str, ...]) -> tuple[str, ...]:
     """The spec writes a run of the same effect once: ("Send", "Send", "Send") -> ("Send",)."""
     out: list[str] = []
@@ -116,7 +145,11 @@ def collapse(names: tuple[str, ...]) -> tuple[str, ...]:
 class SimAcceptor:
     state: AcceptorState | None = field(default_factory=AcceptorState)  # None: down
     disk: list[Persist] = field(default_factory=list)  # durable, in order
-    lost: bool = False  # lost its disk: a failed member for good
+    lost: bool = False  # lost its disk: a failed member until a catch-up installed
+    incarnation: int = 0  # ghost: disks lost so far (a new one after each)
+    rejoin: RejoinState | None = None  # the catch-up in progress
+    # Ghost: the snapshots the catch-up's second round used, by peer index.
+    snapshots: dict[int, Snapshot] = field(default_factory=dict)
 
 
 @dataclass
@@ -133,16 +166,19 @@ class SimProposer:
     # recovery settled before it served: it has no records for them).
     flushable: int = 0
     stepped_down: bool = False
+    # Ghost: acceptor -> (term, incarnation) of the promise it sent for that term.
+    promise_from: dict[int, tuple[Term, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Wire:
     """A message in flight: to an acceptor (a request) or back to a proposer (an answer)."""
 
-    pid: int
+    pid: int  # a writer; negative: the catch-up of acceptor -pid - 1
     acceptor: int
     to_acceptor: bool
     frame: bytes  # every message crosses the wire encoded: the codec is exercised too
+    incarnation: int = 0  # ghost: of the acceptor that sent an answer
 
 
 @dataclass
@@ -166,12 +202,19 @@ class QuorumHarness:
         self.lake = Lake()
         self.payloads = 0
         self.appended: set[bytes] = set()
-        # Ghosts: (slot, term) -> (value, acceptors that durably accepted it).
-        self.votes: dict[tuple[int, Term], tuple[bytes, set[int]]] = {}
+        # Ghosts: (slot, term) -> (value, acceptors whose current incarnation durably accepted it,
+        # acceptors any incarnation of which did). A disk loss takes the acceptor out of the first
+        # set: its votes are gone, and only the first set can make a value chosen from then on.
+        self.votes: dict[tuple[int, Term], tuple[bytes, set[int], set[int]]] = {}
         self.chosen: dict[int, tuple[bytes, Term]] = {}  # slot -> (value, lowest term chosen in)
         self.acked: dict[int, bytes] = {}
         self.acked_terms: dict[int, Term] = {}  # slot -> the lowest term that acknowledged it
         self.flushed_terms: list[Term] = []
+        # Ghost: acceptor -> terms that won with a promise of an incarnation since wiped, while
+        # that acceptor had not rejoined yet (its catch-up must adopt at least each).
+        self.stale_wins: dict[int, list[Term]] = {}
+        self.rejoins_installed = 0
+        self._event: Event | None = None
         self.settled = False
         self.violations: dict[str, list[str]] = {}
 
@@ -230,6 +273,9 @@ class QuorumHarness:
         proposer = self._pick(self.live(), inp.get("p", 0))
         if proposer is not None and proposer.state.phase is not Phase.STARTING:
             self._step(proposer, Tick())
+        for index, acceptor in enumerate(self.acceptors):
+            if acceptor.rejoin is not None:
+                self._rejoin_step(index, Tick())
 
     def _op_crash_proposer(self, inp: dict[str, Any]) -> None:
         proposer = self._pick(self.live(), inp.get("p", 0))
@@ -282,8 +328,15 @@ class QuorumHarness:
         message, end = decode_frame(wire.frame)
         assert end == len(wire.frame)
         if not wire.to_acceptor:
+            if wire.pid < 0:
+                self._deliver_to_rejoiner(-wire.pid - 1, wire.acceptor, message)
+                return
             proposer = self.proposers.get(wire.pid)
+            if isinstance(message, Refused):
+                return  # the driver logs it: no vote, no promise, no fence
             if proposer is not None:
+                if isinstance(message, Promised) and message.term == proposer.state.term:
+                    proposer.promise_from[wire.acceptor] = (message.term, wire.incarnation)
                 self._step(proposer, FromAcceptor(wire.acceptor, message))  # type: ignore[arg-type]
             return
         acceptor = self.acceptors[wire.acceptor]
@@ -291,41 +344,69 @@ class QuorumHarness:
             return  # down: the message is lost
         before = acceptor.state
         after, effects = acceptor_step(before, message)  # type: ignore[arg-type]
-        self._record_acceptor(before, type(message).__name__, effects)
+        self._record_acceptor(before, type(message).__name__, after, effects)
+        if before.phase is AcceptorPhase.CATCHING_UP:
+            replies = [e.message for e in effects if isinstance(e, Reply)]
+            if any(not isinstance(r, Refused) for r in replies) or after != before:
+                self._violate(
+                    "rejoin_catches_up_first",
+                    f"acceptor {wire.acceptor} answered {replies} while catching up",
+                )
         persists = [e for e in effects if isinstance(e, Persist)]
         if fault == "crash_before_persist" and persists:
             acceptor.state = None  # the step's changes never reached the disk
+            acceptor.rejoin = None
             return
         acceptor.state = after
         for persist in persists:
             self._persist(wire.acceptor, persist)
         if fault == "crash_after_persist":
             acceptor.state = None
+            acceptor.rejoin = None
             return
+        if isinstance(message, Accept) and after.promised == message.term:
+            # Accepted: the reply vouches for every slot it holds in that term, a duplicate it held
+            # already included. A catch-up's copy answers such a duplicate too (its promise is
+            # that term, so it holds exactly what accepting would have written): a vote, as the
+            # writer counts it.
+            for slot in range(message.first_slot, message.last_slot + 1):
+                entry = after.accepted.get(slot)
+                if entry is not None and entry.term == message.term:
+                    self._vote(wire.acceptor, entry)
         for effect in effects:
             if isinstance(effect, Reply):
-                self._send(Wire(wire.pid, wire.acceptor, False, encode_frame(effect.message)))
+                frame = encode_frame(effect.message)
+                self._send(Wire(wire.pid, wire.acceptor, False, frame, acceptor.incarnation))
 
-    def _persist(self, index: int, persist: Persist) -> None:
+    def _persist(self, index: int, persist: Persist, *, vote: bool = True) -> None:
         self.acceptors[index].disk.append(persist)
+        if not vote:
+            return  # a catch-up's copies: held, but never an acceptance (no Accepted is sent)
         for entry in persist.entries:
-            key = (entry.slot, entry.term)
-            value, who = self.votes.setdefault(key, (entry.payload, set()))
-            if value != entry.payload:
-                self._violate(
-                    "one_value_per_slot", f"term {entry.term} proposed two values for {entry.slot}"
-                )
-            who.add(index)
-            if len(who) >= MAJORITY:
-                chosen = self.chosen.get(entry.slot)
-                if chosen is not None and chosen[0] != value:
-                    self._violate(
-                        "one_value_per_slot",
-                        f"slot {entry.slot}: {value!r} chosen in {entry.term} after "
-                        f"{chosen[0]!r} in {chosen[1]}",
-                    )
-                if chosen is None or entry.term < chosen[1]:
-                    self.chosen[entry.slot] = (value, entry.term)
+            self._vote(index, entry)
+
+    def _vote(self, index: int, entry: Any) -> None:
+        """Acceptor `index` durably holds `entry` and has said so (or is about to)."""
+        key = (entry.slot, entry.term)
+        value, who, ever = self.votes.setdefault(key, (entry.payload, set(), set()))
+        if value != entry.payload:
+            self._violate(
+                "one_value_per_slot", f"term {entry.term} proposed two values for {entry.slot}"
+            )
+        who.add(index)
+        ever.add(index)
+        if len(who) >= MAJORITY:
+            self._choose(entry.slot, value, entry.term)
+
+    def _choose(self, slot: int, value: bytes, term: Term) -> None:
+        chosen = self.chosen.get(slot)
+        if chosen is not None and chosen[0] != value:
+            self._violate(
+                "one_value_per_slot",
+                f"slot {slot}: {value!r} chosen in {term} after {chosen[0]!r} in {chosen[1]}",
+            )
+        if chosen is None or term < chosen[1]:
+            self.chosen[slot] = (value, term)
 
     def _send(self, wire: Wire) -> None:
         self.net.append(wire)
@@ -335,10 +416,104 @@ class QuorumHarness:
     def _op_crash_acceptor(self, inp: dict[str, Any]) -> None:
         acceptor = self.acceptors[inp.get("a", 0) % ACCEPTORS]
         acceptor.state = None
+        acceptor.rejoin = None  # a catch-up dies with its process (nothing of it was durable)
         lost = sum(a.lost for a in self.acceptors)
         if inp.get("disk") and not acceptor.lost and lost < DISK_LOSSES_MAX:
             acceptor.lost = True
             acceptor.disk = []
+            acceptor.incarnation += 1
+            index = inp.get("a", 0) % ACCEPTORS
+            for _, who, _ in self.votes.values():
+                who.discard(index)  # what was chosen stays chosen; its other votes are gone
+
+    def _op_rejoin_acceptor(self, inp: dict[str, Any]) -> None:
+        """`icegres keeper --rejoin`: a lost acceptor starts catching up from the others."""
+        index = inp.get("a", 0) % ACCEPTORS
+        acceptor = self.acceptors[index]
+        if not acceptor.lost or acceptor.state is not None:
+            return  # a member with its disk restarts normally; a running catch-up goes on
+        acceptor.state = rejoining_acceptor()
+        acceptor.snapshots = {}
+        state, effects = start_rejoin(REJOIN_CONFIG)
+        acceptor.rejoin = state
+        self._record_rejoin(None, "Started", state, effects)
+        self._perform_rejoin(index, effects)
+
+    def _rejoin_step(self, index: int, event: RejoinEvent) -> None:
+        acceptor = self.acceptors[index]
+        before = acceptor.rejoin
+        assert before is not None
+        after, effects = rejoin_step(before, event)
+        acceptor.rejoin = after
+        self._record_rejoin(before, type(event).__name__, after, effects)
+        fetching = before.phase.value == "fetching"
+        if (
+            fetching
+            and isinstance(event, SnapshotReceived)
+            and event.snapshot.rejoins >= before.target
+        ):
+            acceptor.snapshots[event.peer] = event.snapshot
+        self._perform_rejoin(index, effects)
+
+    def _deliver_to_rejoiner(self, index: int, sender: int, message: Any) -> None:
+        acceptor = self.acceptors[index]
+        if acceptor.rejoin is None or not isinstance(message, Snapshot):
+            return  # the catch-up died or finished; a Refused from a peer catching up itself
+        self._rejoin_step(index, SnapshotReceived(peers_of(index).index(sender), message))
+
+    def _perform_rejoin(self, index: int, effects: list[RejoinEffect]) -> None:
+        for effect in effects:
+            if isinstance(effect, AskPeer):
+                peer = peers_of(index)[effect.peer]
+                self._send(Wire(-index - 1, peer, True, encode_frame(effect.message)))
+            else:
+                self._install(index, effect)
+
+    def _install(self, index: int, install: Install) -> None:
+        acceptor = self.acceptors[index]
+        before = acceptor.state
+        assert before is not None and before.phase is AcceptorPhase.CATCHING_UP
+        after, effects = acceptor_step(before, CaughtUp(install.state))
+        self._record_acceptor(before, "CaughtUp", after, effects)
+        self._check_install(index, install, after)
+        # The keeper writes the merge as its first log, atomically, before it answers anyone.
+        for effect in effects:
+            if isinstance(effect, Persist):
+                self._persist(index, effect, vote=False)
+        acceptor.state = after
+        acceptor.lost = False
+        acceptor.rejoin = None
+        self.rejoins_installed += 1
+
+    def _check_install(self, index: int, install: Install, after: AcceptorState) -> None:
+        """rejoin_catches_up_first and rejoin_keeps_promises, at the moment it would serve."""
+        name = "rejoin_catches_up_first"
+        acceptor = self.acceptors[index]
+        target = acceptor.rejoin.target if acceptor.rejoin is not None else 0
+        used = {p: acceptor.snapshots[p] for p in install.peers}
+        if len(used) < REJOIN_CONFIG.needed or target < 1:
+            self._violate(name, f"acceptor {index} installed from {sorted(used)} at {target}")
+        if any(s.rejoins < target for s in used.values()):
+            self._violate(name, f"acceptor {index} merged a snapshot below the target {target}")
+        # The merge, computed here independently of quorum_rejoin.merge.
+        promised = max(s.promised for s in used.values())
+        trimmed = max(s.trimmed for s in used.values())
+        best: dict[int, Any] = {}
+        for snap in used.values():
+            for e in snap.entries:
+                if e.slot > trimmed and (e.slot not in best or e.term > best[e.slot].term):
+                    best[e.slot] = e
+        if (after.promised, after.trimmed, dict(after.accepted)) != (promised, trimmed, best):
+            self._violate(name, f"acceptor {index} installed something else than the merge")
+        if after.rejoins < target:
+            self._violate(name, f"acceptor {index} installed count {after.rejoins} < {target}")
+        stale = self.stale_wins.pop(index, [])
+        if stale and after.promised < max(stale):
+            self._violate(
+                "rejoin_keeps_promises",
+                f"acceptor {index} rejoined with promise {after.promised} below term "
+                f"{max(stale)}, which won with its lost incarnation's promise",
+            )
 
     def _op_restart_acceptor(self, inp: dict[str, Any]) -> None:
         acceptor = self.acceptors[inp.get("a", 0) % ACCEPTORS]
@@ -353,9 +528,19 @@ class QuorumHarness:
         self.proposers.clear()
         for index in range(ACCEPTORS):
             self._op_restart_acceptor({"a": index})
-        # What the dead writers left in flight still arrives; answers to them go nowhere.
-        while self.net:
-            self._deliver(self.net.pop(0), "ok")
+        # What the dead writers left in flight still arrives; answers to them go nowhere. A
+        # catch-up under way finishes (its peers are up now; it asks again on its ticks).
+        for _ in range(SETTLE_STEPS_MAX):
+            if self.net:
+                self._deliver(self.net.pop(0), "ok")
+            elif any(a.rejoin is not None for a in self.acceptors):
+                for index, acceptor in enumerate(self.acceptors):
+                    if acceptor.rejoin is not None:
+                        self._rejoin_step(index, Tick())
+            else:
+                break
+        if any(a.rejoin is not None for a in self.acceptors):
+            raise AssertionError("a catch-up did not finish with every other keeper up")
         # A replacement writer may still be fenced by a promise a dead writer left behind on an
         # acceptor it had not heard from when it started serving; the failover supervisor then
         # starts another above the term that fenced it (its StepDown names it). Alone, each one
@@ -413,6 +598,7 @@ class QuorumHarness:
 
     def _step(self, proposer: SimProposer, event: Event) -> None:
         before = proposer.state
+        self._event = event
         after, effects = step(before, event)
         name = (
             type(event.message).__name__
@@ -429,17 +615,30 @@ class QuorumHarness:
         EXERCISED.add(("top", t))
         self.steps.append(("top", before.phase.value, event, after.phase.value, names))
 
-    def _record_acceptor(self, before: AcceptorState, event: str, effects: list[Any]) -> None:
+    def _record_acceptor(
+        self, before: AcceptorState, event: str, after: AcceptorState, effects: list[Any]
+    ) -> None:
         names = tuple(type(e).__name__ for e in effects)
-        phase = before.phase.value
-        t = self.acceptor_spec.check_step(phase, event, phase, names)
+        source, target = before.phase.value, after.phase.value
+        t = self.acceptor_spec.check_step(source, event, target, names)
         EXERCISED.add(("acceptor", t))
-        self.steps.append(("acceptor", phase, event, phase, names))
+        self.steps.append(("acceptor", source, event, target, names))
+
+    def _record_rejoin(
+        self, before: RejoinState | None, event: str, after: RejoinState, effects: list[Any]
+    ) -> None:
+        names = collapse(tuple(type(e).__name__ for e in effects))
+        if before is None:  # start_rejoin: the initial state, asking every peer
+            assert after.phase.value == REJOIN_SPEC.initial and names == ("AskPeer",), names
+            return
+        t = REJOIN_SPEC.check_step(before.phase.value, event, after.phase.value, names)
+        EXERCISED.add(("rejoin", t))
+        self.steps.append(("rejoin", before.phase.value, event, after.phase.value, names))
 
     def _perform(self, proposer: SimProposer, before: State, effects: list[Effect]) -> None:
         state = proposer.state
         if before.phase is Phase.ELECTING and state.phase in (Phase.RECOVERING, Phase.LEADING):
-            self._on_won(proposer, state)
+            self._on_won(proposer, state, before)
         for effect in effects:
             match effect:
                 case Send(acceptor=acceptor, message=message):
@@ -448,6 +647,19 @@ class QuorumHarness:
                     for slot in range(first, last + 1):
                         self._on_ack(proposer, slot, before.inflight[slot])
                 case Replay(records=records, through=through):
+                    # Recovery re-proposed them and counted a majority in this term, like an
+                    # acknowledgement: they are chosen (possibly with a vote of an incarnation
+                    # that has lost its disk since, which chosen_never_lost then watches).
+                    for slot, payload in records:
+                        if slot <= self.lake.watermark:
+                            continue  # a keeper that trimmed it answered for the lake, no vote
+                        vote = self.votes.get((slot, state.term))
+                        if vote is None or vote[0] != payload or len(vote[2]) < MAJORITY:
+                            self._violate(
+                                "lake_exactly_once", f"{state.term} replays {slot} unchosen"
+                            )
+                        else:
+                            self._choose(slot, payload, state.term)
                     proposer.buffer.update(records)
                     proposer.flushable = through
                 case StepDown():
@@ -457,7 +669,24 @@ class QuorumHarness:
                 case _:
                     raise AssertionError(f"unknown effect {effect!r}")
 
-    def _on_won(self, proposer: SimProposer, state: State) -> None:
+    def _on_won(self, proposer: SimProposer, state: State, before: State) -> None:
+        # rejoin_keeps_promises: the promises it won with, and which incarnation made each.
+        quorum = set(before.promises)
+        if isinstance(self._event, FromAcceptor):
+            quorum.add(self._event.acceptor)
+        for index in quorum:
+            term, incarnation = proposer.promise_from.get(index, (None, 0))
+            acceptor = self.acceptors[index]
+            if term != state.term or incarnation == acceptor.incarnation:
+                continue
+            if acceptor.lost:  # not rejoined yet: its catch-up must adopt at least this term
+                self.stale_wins.setdefault(index, []).append(state.term)
+            elif recover_acceptor(acceptor.disk).promised < state.term:
+                self._violate(
+                    "rejoin_keeps_promises",
+                    f"writer {state.term} won with a promise of acceptor {index}'s lost "
+                    "incarnation, which its rejoined state does not hold",
+                )
         proposer.start = state.watermark
         proposer.recovery = dict(state.inflight)
         proposer.recovery_term = state.term
@@ -488,9 +717,14 @@ class QuorumHarness:
             self._violate("fenced_writer_acks_nothing", f"{term} acked {slot} after stepping down")
         if payload == NOOP:
             self._violate("acked_only_when_chosen", f"a no-op acknowledged at {slot}")
+        # Every Accepted the writer counted came from a durable vote of some incarnation; whether
+        # the record survives the incarnations that since lost their disks is chosen_never_lost's
+        # to check, from the moment of the acknowledgement (which makes it chosen).
         vote = self.votes.get((slot, term))
-        if vote is None or vote[0] != payload or len(vote[1]) < MAJORITY:
+        if vote is None or vote[0] != payload or len(vote[2]) < MAJORITY:
             self._violate("acked_only_when_chosen", f"{term} acked {slot} without a majority")
+        else:
+            self._choose(slot, payload, term)
         if self.acked.get(slot, payload) != payload:
             self._violate("acked_only_when_chosen", f"slot {slot} acked with two records")
         self.acked[slot] = payload
@@ -571,10 +805,24 @@ def check_lake_exactly_once(h: QuorumHarness) -> None:
     assert len(set(h.lake.records.values())) == len(h.lake.records), "a record twice in the lake"
 
 
+def check_rejoin_catches_up_first(h: QuorumHarness) -> None:
+    _no_violations("rejoin_catches_up_first")(h)
+    for index, acceptor in enumerate(h.acceptors):
+        catching_up = (
+            acceptor.state is not None and acceptor.state.phase is AcceptorPhase.CATCHING_UP
+        )
+        assert catching_up == (acceptor.rejoin is not None), f"acceptor {index}: {acceptor}"
+        if acceptor.lost:
+            assert not acceptor.disk, f"acceptor {index} wrote its log before its catch-up ended"
+
+
 def check_spec_transitions_only(h: QuorumHarness) -> None:
-    top = {(t.source, t.event, t.target, t.effects) for t in h.spec.transitions}
-    low = {(t.source, t.event, t.target, t.effects) for t in h.acceptor_spec.transitions}
-    stray = [s for s in h.steps if s[1:] not in (top if s[0] == "top" else low)]
+    specs = {"top": h.spec, "acceptor": h.acceptor_spec, "rejoin": REJOIN_SPEC}
+    allowed = {
+        level: {(t.source, t.event, t.target, t.effects) for t in spec.transitions}
+        for level, spec in specs.items()
+    }
+    stray = [s for s in h.steps if s[1:] not in allowed[s[0]]]
     assert not stray, f"steps outside the spec: {stray}"
 
 
@@ -584,6 +832,7 @@ def check_every_transition_exercised(
     top, acceptor = specs
     missing = [("top", t) for t in top.transitions if ("top", t) not in exercised]
     missing += [("acceptor", t) for t in acceptor.transitions if ("acceptor", t) not in exercised]
+    missing += [("rejoin", t) for t in REJOIN_SPEC.transitions if ("rejoin", t) not in exercised]
     assert not missing, "spec transitions never exercised:\n" + "\n".join(
         f"  {level}: {t.source} --{t.event}--> {t.target} {list(t.effects)}" for level, t in missing
     )
@@ -596,6 +845,8 @@ STEP_CHECKERS: dict[str, Callable[[QuorumHarness], None]] = {
     "new_term_recovers_acked": _no_violations("new_term_recovers_acked"),
     "fenced_writer_acks_nothing": check_fenced_writer_acks_nothing,
     "lake_exactly_once": check_lake_exactly_once,
+    "rejoin_catches_up_first": check_rejoin_catches_up_first,
+    "rejoin_keeps_promises": _no_violations("rejoin_keeps_promises"),
     "spec_transitions_only": check_spec_transitions_only,
 }
 RUN_CHECKERS: dict[str, Callable[[tuple[Spec, Spec], set[tuple[str, Transition]]], None]] = {
@@ -610,6 +861,7 @@ def check_step_invariants(h: QuorumHarness) -> None:
 
 __all__ = [
     "EXERCISED",
+    "REJOIN_SPEC",
     "RUN_CHECKERS",
     "STEP_CHECKERS",
     "QuorumHarness",
@@ -618,4 +870,4 @@ __all__ = [
     "load_specs",
 ]
 
-_ = Accept  # re-exported for hand-written tests
+_ = (Accept, CatchUp)  # re-exported for hand-written tests

@@ -17,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from tests.model.quorum_world import (
     EXERCISED,
+    REJOIN_SPEC,
     RUN_CHECKERS,
     STEP_CHECKERS,
     QuorumHarness,
@@ -38,11 +39,13 @@ delivery_fault = st.sampled_from(("ok",) * 4 + ("drop", "duplicate"))
 
 
 # A keeper crashing while it handles a request: before its Persist is durable, or after it but
-# before its reply leaves.
+# before its reply leaves. "rejoin_keeper": the keeper that lost its disk starts its catch-up
+# (`icegres keeper --rejoin`); a no-op while no keeper is lost.
 fault_kinds = ("restart_keeper",) * 6 + (
     "crash_writer",
     "crash_keeper",
     "lose_keeper_disk",
+    "rejoin_keeper",
     "crash_before_persist",
     "crash_after_persist",
 )
@@ -53,6 +56,10 @@ def _fault(harness: QuorumHarness, kind: str, which: int) -> None:
         harness.apply({"op": "crash_proposer", "p": which})
     elif kind == "restart_keeper":
         harness.apply({"op": "restart_acceptor", "a": which})
+    elif kind == "rejoin_keeper":
+        lost = [i for i, a in enumerate(harness.acceptors) if a.lost and a.state is None]
+        if lost:
+            harness.apply({"op": "rejoin_acceptor", "a": lost[which % len(lost)]})
     elif kind in ("crash_before_persist", "crash_after_persist"):
         if harness.net:
             harness.apply({"op": "deliver", "i": which, "fault": kind})
@@ -222,7 +229,12 @@ def test_replay_trace(path: Path) -> None:
 
 def test_there_are_traces_to_replay() -> None:
     names = {p.stem for p in traces_for("quorum")}
-    assert {"second-writer-fences-first", "keeper-disk-loss-acked-survives"} <= names, names
+    assert {
+        "second-writer-fences-first",
+        "keeper-disk-loss-acked-survives",
+        "rejoined-keeper-stale-promise-not-counted",
+        "two-keepers-replaced-in-turn-acked-survives",
+    } <= names, names
 
 
 def test_trace_roundtrip(tmp_path: Path) -> None:
@@ -314,6 +326,15 @@ def test_spec_names_match_the_code() -> None:
     assert ACCEPTOR_SPEC.effects == {t.__name__ for t in quorum.AcceptorEffect.__args__}
     assert {(p.value, e.__name__) for p, e in quorum._ACCEPTOR_HANDLERS} == {
         (t.source, t.event) for t in ACCEPTOR_SPEC.transitions
+    }
+    from icegres.machines import quorum_rejoin
+
+    assert REJOIN_SPEC.states == {p.value for p in quorum_rejoin.RejoinPhase}
+    assert REJOIN_SPEC.initial == quorum_rejoin.RejoinPhase.ASKING.value
+    assert REJOIN_SPEC.events == {t.__name__ for t in quorum_rejoin.RejoinEvent.__args__}
+    assert REJOIN_SPEC.effects == {t.__name__ for t in quorum_rejoin.RejoinEffect.__args__}
+    assert {(p.value, e.__name__) for p, e in quorum_rejoin._HANDLERS} == {
+        (t.source, t.event) for t in REJOIN_SPEC.transitions
     }
 
 

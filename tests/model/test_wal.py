@@ -325,8 +325,12 @@ def mock_clock() -> trio.testing.MockClock:
     return trio.testing.MockClock(autojump_threshold=0)
 
 
-async def test_driver_group_fsync_shares_fsyncs_in_virtual_time(mock_clock) -> None:
-    store = VirtualStore(fsync_seconds=1.0)
+STORES = pytest.mark.parametrize("store_class", ["VirtualStore", "FusedVirtualStore"])
+
+
+@STORES
+async def test_driver_group_fsync_shares_fsyncs_in_virtual_time(mock_clock, store_class) -> None:
+    store = globals()[store_class](fsync_seconds=1.0)
     done: dict[int, float] = {}
 
     async def append(tail, payload: bytes) -> None:
@@ -341,6 +345,8 @@ async def test_driver_group_fsync_shares_fsyncs_in_virtual_time(mock_clock) -> N
             for i in range(7):
                 nursery.start_soon(append, tail, b"rider%d" % i)
     assert len(store.fsyncs) == 2  # eight writers, two fsyncs
+    if isinstance(store, FusedVirtualStore):
+        assert store.separate_fsyncs == 0  # each batch's fsync came with its write
     assert done[1] - start == pytest.approx(1.0)
     assert all(done[lsn] - start == pytest.approx(2.0) for lsn in range(2, 9))
 
@@ -357,8 +363,10 @@ async def test_driver_group_window_waits_then_writes_once(mock_clock) -> None:
     assert len(store.fsyncs) == 1
 
 
-async def test_driver_fsync_failure_poisons_and_reports(mock_clock) -> None:
-    store = VirtualStore(fsync_seconds=0.1, fail_fsyncs=1)
+@STORES
+async def test_driver_fsync_failure_poisons_and_reports(mock_clock, store_class) -> None:
+    # Fused: the failed fsync of a write is reported at the Fsync that follows, and poisons.
+    store = globals()[store_class](fsync_seconds=0.1, fail_fsyncs=1)
     errors: list[AppendFailed] = []
 
     async def append(tail, payload: bytes) -> None:
@@ -378,6 +386,7 @@ async def test_driver_fsync_failure_poisons_and_reports(mock_clock) -> None:
         with pytest.raises(AppendFailed):
             await tail.append(b"c")
     assert len(store.fsyncs) == 1  # never retried
+    assert getattr(store, "separate_fsyncs", 0) == 0
 
 
 class FusedVirtualStore(VirtualStore):
@@ -399,46 +408,3 @@ class FusedVirtualStore(VirtualStore):
         self.separate_fsyncs += 1
         await VirtualStore.fsync(self, name)
 
-
-async def test_driver_fused_write_fsync_groups_and_skips_the_second_fsync(mock_clock) -> None:
-    store = FusedVirtualStore(fsync_seconds=1.0)
-    done: dict[int, float] = {}
-
-    async def append(tail, payload: bytes) -> None:
-        lsn = await tail.append(payload)
-        done[lsn] = trio.current_time()
-
-    async with open_wal_tail(store, Config(), new_tail_id="t1") as tail:
-        start = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(append, tail, b"first")
-            await trio.sleep(0.1)
-            for i in range(7):
-                nursery.start_soon(append, tail, b"rider%d" % i)
-    assert len(store.fsyncs) == 2 and store.separate_fsyncs == 0
-    assert done[1] - start == pytest.approx(1.0)
-    assert all(done[lsn] - start == pytest.approx(2.0) for lsn in range(2, 9))
-
-
-async def test_driver_fused_fsync_failure_poisons_at_the_fsync(mock_clock) -> None:
-    store = FusedVirtualStore(fsync_seconds=0.1, fail_fsyncs=1)
-    errors: list[AppendFailed] = []
-
-    async def append(tail, payload: bytes) -> None:
-        try:
-            await tail.append(payload)
-        except AppendFailed as exc:
-            errors.append(exc)
-
-    async with open_wal_tail(store, Config(), new_tail_id="t1") as tail:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(append, tail, b"a")
-            await trio.sleep(0.05)
-            nursery.start_soon(append, tail, b"b")
-        # The written-but-not-durable record is unknown, the queued one failed; no ack at all.
-        assert sorted(e.outcome_unknown for e in errors) == [False, True]
-        report = tail.health()
-        assert not report.ok and report.phase == "poisoned" and "fsync failed" in report.reason
-        with pytest.raises(AppendFailed):
-            await tail.append(b"c")
-    assert len(store.fsyncs) == 1 and store.separate_fsyncs == 0  # never retried

@@ -9,11 +9,14 @@ from hypothesis import strategies as st
 from icegres.machines.quorum import (
     Accept,
     Accepted,
+    CatchUp,
     Entry,
     Persist,
     Prepare,
     Promised,
+    Refused,
     Rejected,
+    Snapshot,
     Term,
     Trim,
     Trimmed,
@@ -48,26 +51,37 @@ def messages(draw):
     kind = draw(
         st.sampled_from(
             ("prepare", "accept", "trim", "promised", "accepted", "rejected", "trimmed", "persist")
+            + ("catch_up", "snapshot", "refused")
         )
     )
     term = draw(terms)
+    rejoins = draw(st.integers(0, 2**64 - 1))
     if kind == "prepare":
-        return Prepare(term)
+        return Prepare(term, rejoins)
+    if kind == "catch_up":
+        return CatchUp(rejoins)
+    if kind == "snapshot":
+        trimmed = draw(st.integers(0, 2**40))
+        return Snapshot(term, trimmed, rejoins, draw(entry_lists(trimmed)))
+    if kind == "refused":
+        return Refused(draw(st.text(max_size=40)))
     if kind == "accept":
-        return Accept(term, draw(slots), tuple(draw(st.lists(payloads, min_size=1, max_size=5))))
+        return Accept(
+            term, draw(slots), tuple(draw(st.lists(payloads, min_size=1, max_size=5))), rejoins
+        )
     if kind == "trim":
         return Trim(term, draw(st.integers(0, 2**64 - 1)))
     if kind == "trimmed":
         return Trimmed(term, draw(st.integers(0, 2**64 - 1)))
     if kind == "promised":
         trimmed = draw(st.integers(0, 2**40))
-        return Promised(term, trimmed, draw(entry_lists(trimmed)))
+        return Promised(term, trimmed, draw(entry_lists(trimmed)), rejoins)
     if kind == "accepted":
         first = draw(slots)
-        return Accepted(term, first, first + draw(st.integers(0, 100)))
+        return Accepted(term, first, first + draw(st.integers(0, 100)), rejoins)
     if kind == "rejected":
         return Rejected(term, draw(terms))
-    return Persist(term, draw(st.integers(0, 2**40)), draw(entry_lists()))
+    return Persist(term, draw(st.integers(0, 2**40)), draw(entry_lists()), rejoins)
 
 
 @settings(max_examples=400)
@@ -181,7 +195,9 @@ def test_fuzz_damaged_frames_never_decode_to_something_else(message, at: int, va
 
 
 @settings(max_examples=300)
-@given(kind=st.sampled_from((1, 2, 3, 11, 12, 13, 14, 21)), rest=st.binary(max_size=120))
+@given(
+    kind=st.sampled_from((1, 2, 3, 4, 11, 12, 13, 14, 15, 16, 21, 22)), rest=st.binary(max_size=120)
+)
 def test_fuzz_checksummed_garbage_bodies(kind: int, rest: bytes) -> None:
     """Past the checksums: a well-framed body of garbage still only raises format errors."""
     import struct

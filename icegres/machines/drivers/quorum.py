@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import trio
 
 from icegres.machines.quorum import (
+    Accepted,
     Acknowledge,
     AppendRequested,
     Config,
@@ -33,13 +34,17 @@ from icegres.machines.quorum import (
     FromAcceptor,
     Health,
     Phase,
+    Promised,
     ProposerMessage,
     RefuseAppend,
+    Refused,
+    Rejected,
     Replay,
     Send,
     State,
     StepDown,
     Tick,
+    Trimmed,
     WatermarkAdvanced,
     health,
     recover,
@@ -48,6 +53,7 @@ from icegres.machines.quorum import (
 from icegres.machines.quorum_format import (
     CorruptFrame,
     IncompleteFrame,
+    Message,
     decode_frame,
     encode_frame,
 )
@@ -63,12 +69,39 @@ __all__ = [
     "open_ladder_quorum_tail",
     "open_quorum_tail",
     "parse_addresses",
+    "received_frames",
 ]
 
 log = logging.getLogger(__name__)
 
 READ_BYTES = 256 * 1024
 OUTBOX_MESSAGES_MAX = 4096
+
+
+async def received_frames(
+    stream: trio.abc.ReceiveStream, *, body_bytes_max: int | None = None
+) -> AsyncIterator[Message]:
+    """The messages framed on `stream`, in order, until the peer closes or the connection
+    breaks (both end the iteration: a peer going away is routine). A corrupt frame raises
+    CorruptFrame: nothing after it can be trusted, so the caller drops the connection."""
+    limit = {} if body_bytes_max is None else {"body_bytes_max": body_bytes_max}
+    buffer = bytearray()
+    while True:
+        try:
+            chunk = await stream.receive_some(READ_BYTES)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return
+        if not chunk:
+            return
+        buffer += chunk
+        offset = 0
+        while offset < len(buffer):
+            try:
+                message, offset = decode_frame(buffer, offset, **limit)
+            except IncompleteFrame:
+                break
+            yield message
+        del buffer[:offset]
 
 
 class QuorumAppendFailed(Exception):
@@ -121,6 +154,7 @@ class _Link:
         self.address = address
         self.outbox: trio.MemorySendChannel[bytes] | None = None
         self.connects = 0
+        self.refused: str | None = None  # the keeper is catching up (logged once per spell)
 
     def send(self, message: ProposerMessage) -> None:
         if self.outbox is None:
@@ -322,27 +356,22 @@ class QuorumTail:
         connection.cancel()
 
     async def _read_link(self, link: _Link, stream: trio.SocketStream) -> None:
-        buffer = bytearray()
-        while True:
-            try:
-                chunk = await stream.receive_some(READ_BYTES)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                return
-            if not chunk:
-                return
-            buffer += chunk
-            offset = 0
-            while offset < len(buffer):
-                try:
-                    message, end = decode_frame(buffer, offset)
-                except IncompleteFrame:
-                    break
-                except CorruptFrame as exc:
-                    log.warning("keeper %s:%d sent a corrupt frame: %s", *link.address, exc)
+        try:
+            async for message in received_frames(stream):
+                if isinstance(message, Refused):
+                    # A keeper catching up after a disk loss: no vote, no promise, no fence. The
+                    # core resends to it on its retry ticks, so it counts again once caught up.
+                    if link.refused is None:
+                        log.warning("keeper %s:%d refuses: %s", *link.address, message.reason)
+                    link.refused = message.reason
+                    continue
+                if not isinstance(message, Promised | Accepted | Rejected | Trimmed):
+                    log.warning("keeper %s:%d sent a %s", *link.address, type(message).__name__)
                     return
-                offset = end
-                self._step(FromAcceptor(link.index, message))  # type: ignore[arg-type]
-            del buffer[:offset]
+                link.refused = None
+                self._step(FromAcceptor(link.index, message))
+        except CorruptFrame as exc:
+            log.warning("keeper %s:%d sent a corrupt frame: %s", *link.address, exc)
 
 
 @asynccontextmanager
