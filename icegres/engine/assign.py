@@ -137,6 +137,16 @@ def _vector_text(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray | 
         if pc.sum(pc.or_(true, false)).as_py() != present:
             return None
         return pc.if_else(pc.is_valid(column), true, pa.scalar(None, pa.bool_()))
+    if pa.types.is_decimal(to):
+        # Plain digits that fit: no rounding, exponent, NaN or spaces for Arrow to read otherwise.
+        frac = rf"(?:\.[0-9]{{1,{to.scale}}})?" if to.scale > 0 else ""
+        pattern = rf"^[+-]?[0-9]{{1,{max(to.precision - to.scale, 1)}}}{frac}$"
+        if to.scale < 0 or pc.sum(pc.match_substring_regex(column, pattern)).as_py() != present:
+            return None
+        try:
+            return pc.cast(column, to)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
     if pa.types.is_timestamp(to) and to.unit == "us":
         pattern = _TIMESTAMPTZ_TEXT if to.tz is not None else _TIMESTAMP_TEXT
         if pc.sum(pc.match_substring_regex(column, pattern)).as_py() != present:

@@ -123,3 +123,20 @@ def test_vectorised_booleans_read_as_the_input_function_does(values) -> None:
         assert exact is not None and fast.to_pylist() == exact.to_pylist()
     if all(v is None or v.lower() in ("t", "f", "true", "false") for v in values):
         assert fast is not None  # the plain forms COPY sends take the vectorised path
+
+
+@given(values=st.lists(st.one_of(st.none(), st.from_regex(r"\A[+-]?[0-9]{0,16}(\.[0-9]{0,4})?\Z"),
+                                 st.sampled_from(["NaN", "1e3", " 1", "-0", ".5", "5."])),
+                       min_size=1, max_size=5),
+       scale=st.integers(0, 3))
+@settings(max_examples=500, deadline=None)
+def test_vectorised_numerics_read_as_the_input_function_does(values, scale) -> None:
+    column = pa.chunked_array([pa.array(values, pa.string())])
+    to = pa.decimal128(15, scale)
+    fast = _vector_text(column, to)
+    try:
+        exact = _cast_text(column, to)
+    except (PgError, pa.ArrowInvalid):
+        exact = None
+    if fast is not None:
+        assert exact is not None and fast.to_pylist() == exact.to_pylist()
