@@ -240,9 +240,9 @@ def render(report: dict[str, Any]) -> None:
     report["notes"] = [
         "Where the time goes: the COPY path's server was busy "
         f"{totals[COPY]['server_cpu_s']:.0f} CPU-s of its {totals[COPY]['seconds']:.0f} s "
-        f"({busy[COPY]:.0%} of one core; its COPY FROM reads CSV in Python, a character at a time, "
-        "then casts each column from strings: `_csv_rows` / `parse_copy` in "
-        "icegres/protocol/pgwire/writes.py); the "
+        f"({busy[COPY]:.0%} of one core: the CSV text is split by Arrow's reader and each column "
+        "cast from strings, vectorised where PostgreSQL's input rules allow and value by value "
+        "elsewhere, `copy_fields` / `parse_copy` in icegres/protocol/pgwire/writes.py); the "
         f"Flight path's server {totals[FLIGHT]['server_cpu_s']:.0f} CPU-s of "
         f"{totals[FLIGHT]['seconds']:.0f} s ({busy[FLIGHT]:.0%}): Arrow arrives as Arrow. Server "
         f"CPU per row: COPY / Flight = "
