@@ -116,8 +116,9 @@ def _serve(path: Path, port: int) -> None:
 
 def _serve_grpclib(path: Path, port: int) -> None:
     """The same table, pre-encoded once, sent by grpclib under trio-asyncio exactly as icegres
-    sends a result (same codec, same FlightData framing, same h2 write batching): the transport
-    alone, without the engine, so a miss can be split between the engine and the transport."""
+    sends a result (same codec, same FlightData encoding, the same pre-built HTTP/2 DATA frames
+    written by h2send.send_framed, the same corked writes): the transport alone, without the
+    engine, so a miss can be split between the engine and the transport."""
     import trio
     import trio_asyncio
     from grpclib.const import Cardinality, Handler
@@ -158,9 +159,20 @@ def _serve_grpclib(path: Path, port: int) -> None:
                 await stream.send_message(M.schema_flight_data(M.SQL_INFO_SCHEMA))
                 await stream.send_message(sql_info)
                 return
-            await stream.send_message(M.schema_flight_data(schema))
+            if not h2send.framed_ok():
+                await stream.send_message(M.schema_flight_data(schema))
+                for frame in frames:
+                    await stream.send_message(frame)
+                return
+            # As icegres sends a result: each message laid out as this stream's HTTP/2 DATA
+            # frames (one numpy copy; icegres makes it in its worker thread), written as is.
+            await stream.send_initial_metadata()
+            h2_stream = stream._stream
+            head = M.http2_data_frames([[M.schema_flight_data(schema)]], h2_stream.id)
+            await h2send.send_framed(h2_stream, head, M.FRAME_PAYLOAD_BYTES)
             for frame in frames:
-                await stream.send_message(frame)
+                framed = M.http2_data_frames([[frame]], h2_stream.id)
+                await h2send.send_framed(h2_stream, framed, M.FRAME_PAYLOAD_BYTES)
 
         async def action(self, stream: Any) -> None:
             action = await stream.recv_message()

@@ -252,8 +252,8 @@ def run(opts: Any) -> list[dict[str, Any]]:
             "(`cursor.execute` + `fetch_arrow_table`); "
             f"{ZSTD} = the same with `--result-compression zstd`; {TRANSPORT} = the same Arrow "
             "table pre-encoded once and sent by grpclib under trio-asyncio exactly as icegres sends "
-            "a result (codec, FlightData framing, h2 write batching) — icegres's transport without "
-            f"its engine; {CEILING} = Arrow's C++ Flight "
+            "a result (codec, FlightData encoding, pre-built HTTP/2 DATA frames, corked writes) — "
+            f"icegres's transport without its engine; {CEILING} = Arrow's C++ Flight "
             "server (pyarrow.flight, own process) streaming the same Arrow table from memory in "
             "64k-row batches, answering just enough Flight SQL for ADBC; latency: the same icegres "
             "process over Flight (ADBC) and pgwire (psycopg 3, autocommit)",

@@ -85,7 +85,7 @@ def conn(trust: tuple[str, int, Path]) -> Iterator[adbc.Connection]:
 # --- connecting --------------------------------------------------------------------------------
 
 def test_connect_without_credentials_opens_a_transaction(trust):
-    # The server reports FLIGHT_SQL_SERVER_TRANSACTION = 1: the driver keeps autocommit off and
+    # The server reports FLIGHT_SQL_SERVER_TRANSACTION = 2: the driver keeps autocommit off and
     # sends BeginTransaction, without the "falling back to autocommit" warning.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -176,7 +176,8 @@ def test_errors_carry_sqlstate(conn):
             cur.execute("selec 1")
         assert "42601" in str(exc.value)
         with pytest.raises(adbc_driver_manager.NotSupportedError) as exc:
-            cur.execute("savepoint a")  # writes work (test_flightsql_writes.py); savepoints do not
+            # Savepoints are actions (test_flightsql_savepoints.py), not SQL text.
+            cur.execute("savepoint a")
         assert "0A000" in str(exc.value)
         cur.execute("select 1")  # the connection is fine afterwards
         assert cur.fetchall() == [(1,)]

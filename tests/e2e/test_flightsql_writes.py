@@ -215,13 +215,14 @@ def test_get_info_reports_transactions(both):
         from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
         from icegres.protocol.flightsql import messages as M
 
-        cmd = M.pack_any(sql.CommandGetSqlInfo(info=[3, 8, 563]))
+        cmd = M.pack_any(sql.CommandGetSqlInfo(info=[3, 8, 563, 573]))
         flight_info = client.get_flight_info(pyarrow.flight.FlightDescriptor.for_command(cmd))
         table = client.do_get(flight_info.endpoints[0].ticket).read_all()
     finally:
         client.close()
     values = {r["info_name"]: r["value"] for r in table.to_pylist()}
-    assert values == {3: False, 8: 1, 563: True}
+    # 8 = FLIGHT_SQL_SERVER_TRANSACTION: 2, transactions and savepoints (test_flightsql_savepoints.py).
+    assert values == {3: False, 8: 2, 563: True, 573: True}
 
 
 def test_one_conflict_between_protocols_is_one_40001(both, ns):

@@ -23,6 +23,7 @@ _EXACT = {
     "3D000": Status.NOT_FOUND,
     "3F000": Status.NOT_FOUND,
     "26000": Status.NOT_FOUND,
+    "3B001": Status.NOT_FOUND,  # no such savepoint
     "58030": Status.UNAVAILABLE,
     "XX000": Status.INTERNAL,
 }

@@ -62,3 +62,33 @@ class ActionBeginTransactionResult(_message.Message):
     TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
     transaction_id: bytes
     def __init__(self, transaction_id: _Optional[bytes] = ...) -> None: ...
+
+class ActionBeginSavepointRequest(_message.Message):
+    __slots__ = ("transaction_id", "name")
+    TRANSACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    transaction_id: bytes
+    name: str
+    def __init__(self, transaction_id: _Optional[bytes] = ..., name: _Optional[str] = ...) -> None: ...
+
+class ActionBeginSavepointResult(_message.Message):
+    __slots__ = ("savepoint_id",)
+    SAVEPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    savepoint_id: bytes
+    def __init__(self, savepoint_id: _Optional[bytes] = ...) -> None: ...
+
+class ActionEndSavepointRequest(_message.Message):
+    __slots__ = ("savepoint_id", "action")
+    class EndSavepoint(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        END_SAVEPOINT_UNSPECIFIED: _ClassVar[ActionEndSavepointRequest.EndSavepoint]
+        END_SAVEPOINT_RELEASE: _ClassVar[ActionEndSavepointRequest.EndSavepoint]
+        END_SAVEPOINT_ROLLBACK: _ClassVar[ActionEndSavepointRequest.EndSavepoint]
+    END_SAVEPOINT_UNSPECIFIED: ActionEndSavepointRequest.EndSavepoint
+    END_SAVEPOINT_RELEASE: ActionEndSavepointRequest.EndSavepoint
+    END_SAVEPOINT_ROLLBACK: ActionEndSavepointRequest.EndSavepoint
+    SAVEPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    savepoint_id: bytes
+    action: ActionEndSavepointRequest.EndSavepoint
+    def __init__(self, savepoint_id: _Optional[bytes] = ..., action: _Optional[_Union[ActionEndSavepointRequest.EndSavepoint, str]] = ...) -> None: ...

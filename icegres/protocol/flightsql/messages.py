@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 from google.protobuf import any_pb2
 from google.protobuf.message import Message
@@ -39,6 +40,8 @@ COMMANDS: dict[str, type[Message]] = {
         sql.ActionClosePreparedStatementRequest,
         sql.ActionBeginTransactionRequest,
         sql.ActionEndTransactionRequest,
+        writes.ActionBeginSavepointRequest,
+        writes.ActionEndSavepointRequest,
         meta.CommandGetXdbcTypeInfo,
         meta.CommandGetPrimaryKeys,
         meta.CommandGetExportedKeys,
@@ -52,7 +55,7 @@ COMMANDS: dict[str, type[Message]] = {
 KNOWN_UNSUPPORTED = frozenset({
     "CommandStatementSubstraitPlan",
     "ActionCreatePreparedSubstraitPlanRequest",
-    "ActionBeginSavepointRequest", "ActionEndSavepointRequest", "ActionCancelQueryRequest",
+    "ActionCancelQueryRequest",
 })
 
 COMMAND_BYTES_MAX = 16 << 20  # a command is SQL text and a few names: anything bigger is abuse
@@ -118,16 +121,93 @@ _APP_METADATA_TAG = b"\x1a"  # field 3
 _BODY_TAG = b"\xc2\x3e"  # field 1000: (1000 << 3 | 2) as a varint
 
 
-def flight_data(header: bytes | pa.Buffer | memoryview = b"", body: bytes | pa.Buffer | memoryview = b"",
-                app_metadata: bytes = b"", descriptor: bytes = b"") -> bytes:
-    """A serialized FlightData message, built with one join: the Arrow body is copied once."""
-    parts: list[bytes | pa.Buffer | memoryview] = []
+Bytes = bytes | pa.Buffer | memoryview
+
+
+def flight_data_parts(header: Bytes = b"", body: Bytes = b"", app_metadata: bytes = b"",
+                      descriptor: bytes = b"") -> list[Bytes]:
+    """A FlightData message as the pieces that, joined, are its serialization (nothing copied)."""
+    parts: list[Bytes] = []
     for tag, value in ((_DESCRIPTOR_TAG, descriptor), (_HEADER_TAG, header),
                        (_APP_METADATA_TAG, app_metadata), (_BODY_TAG, body)):
         size = len(value) if not isinstance(value, pa.Buffer) else value.size
         if size:
             parts += (tag, _varint(size), value)
-    return b"".join(parts)
+    return parts
+
+
+def flight_data(header: Bytes = b"", body: Bytes = b"", app_metadata: bytes = b"",
+                descriptor: bytes = b"") -> bytes:
+    """A serialized FlightData message, built with one join: the Arrow body is copied once."""
+    return b"".join(flight_data_parts(header, body, app_metadata, descriptor))
+
+
+# --- gRPC messages in HTTP/2 DATA frames ---------------------------------------------------------
+
+FRAME_HEADER_BYTES = 9
+# 16 KiB is the smallest SETTINGS_MAX_FRAME_SIZE a peer may advertise (RFC 9113 6.5.2) and what the
+# Go client (ADBC) advertises, so frames of this payload are valid for every client. It is also
+# below the smallest initial flow-control window (65,535), so a whole frame always fits eventually.
+FRAME_PAYLOAD_BYTES = 16_384
+
+
+def http2_data_frames(messages: list[list[Bytes]], stream_id: int,
+                      frame_size: int = FRAME_PAYLOAD_BYTES) -> np.ndarray:
+    """gRPC messages (each the pieces of one serialized message) as the bytes of HTTP/2 DATA
+    frames of stream `stream_id`: what goes on the socket, made with one copy of the pieces.
+
+    Each message gets gRPC's 5-byte prefix (not compressed, length); the frames then cut that
+    byte stream every `frame_size` bytes — a frame may hold the end of one message and the start
+    of the next, as HTTP/2 allows. Every frame is full but the last, so the sender can tell the
+    frame boundaries (and the payload, which flow control counts) from the length alone
+    (`http2_payload_bytes`). No frame carries END_STREAM: gRPC ends the stream with its trailers.
+
+    The copy is numpy's (whole runs of full frames in one strided assignment, without the GIL
+    for most of it), ~3x faster than joining 16 KiB slices and lighter on the event loop's
+    thread, which shares the GIL with this one.
+    """
+    stream: list[Bytes] = []
+    total = 0
+    for parts in messages:
+        size = sum(p.size if isinstance(p, pa.Buffer) else len(p) for p in parts)
+        stream.append(b"\0" + size.to_bytes(4, "big"))
+        stream.extend(parts)
+        total += 5 + size
+    step = frame_size + FRAME_HEADER_BYTES
+    full, rest = divmod(total, frame_size)
+    out = np.empty(total + FRAME_HEADER_BYTES * (full + (1 if rest else 0)), np.uint8)
+    grid = out[:full * step].reshape(full, step)
+    sid = (stream_id & 0x7FFFFFFF).to_bytes(4, "big")
+    # Frame headers: length (24 bits), type DATA (0), no flags, stream id.
+    grid[:, :FRAME_HEADER_BYTES] = np.frombuffer(frame_size.to_bytes(3, "big") + b"\0\0" + sid, np.uint8)
+    if rest:
+        tail = full * step
+        out[tail:tail + FRAME_HEADER_BYTES] = np.frombuffer(rest.to_bytes(3, "big") + b"\0\0" + sid, np.uint8)
+    offset = 0  # in the payload stream
+    for part in stream:
+        src = np.frombuffer(part, np.uint8)
+        n, i = src.size, 0
+        while i < n:
+            frame, within = divmod(offset, frame_size)
+            if within == 0:
+                k = min((n - i) // frame_size, full - frame)
+                if k > 0:  # whole frames: one strided copy
+                    grid[frame:frame + k, FRAME_HEADER_BYTES:] = src[i:i + k * frame_size].reshape(k, frame_size)
+                    i += k * frame_size
+                    offset += k * frame_size
+                    continue
+            take = min(frame_size - within, n - i)
+            at = frame * step + FRAME_HEADER_BYTES + within
+            out[at:at + take] = src[i:i + take]
+            i += take
+            offset += take
+    return out
+
+
+def http2_payload_bytes(framed_bytes: int, frame_size: int = FRAME_PAYLOAD_BYTES) -> int:
+    """The DATA payload in `framed_bytes` bytes of `http2_data_frames` output (headers excluded)."""
+    frames = -(-framed_bytes // (frame_size + FRAME_HEADER_BYTES))
+    return framed_bytes - frames * FRAME_HEADER_BYTES
 
 
 # --- Arrow IPC ---------------------------------------------------------------------------------
@@ -148,11 +228,16 @@ def batch_flight_data(batch: pa.RecordBatch, compression: str | None = None) -> 
     With `compression` ("zstd" or "lz4_frame") the body's buffers are compressed as the IPC
     format allows (the header's BodyCompression tells readers); CPU-heavy, so call it from a
     worker thread."""
+    return b"".join(batch_flight_data_parts(batch, compression))
+
+
+def batch_flight_data_parts(batch: pa.RecordBatch, compression: str | None = None) -> list[Bytes]:
+    """`batch_flight_data` as pieces (the body is the IPC buffer itself, not a copy)."""
     if compression is None:
         message = pa.ipc.read_message(batch.serialize())
     else:
         message = _compressed_message(batch, compression)
-    return flight_data(header=message.metadata, body=message.body)
+    return flight_data_parts(header=message.metadata, body=message.body)
 
 
 def _compressed_message(batch: pa.RecordBatch, compression: str) -> pa.ipc.Message:

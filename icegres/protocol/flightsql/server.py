@@ -7,10 +7,12 @@ they reach trio (worker threads) through `trio_asyncio.trio_as_aio`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import outcome
 import trio
 
 from icegres.config import Settings
@@ -53,10 +55,49 @@ class FlightServer:
         return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter, abandon_on_cancel=True)
 
     async def run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """From an asyncio handler: `fn(*args)` in a worker thread behind the shared limiter."""
-        import trio_asyncio
+        """From an asyncio handler: `fn(*args)` in a worker thread behind the shared limiter.
 
-        return await trio_asyncio.trio_as_aio(self._run_sync_trio)(fn, *args)
+        The usual path takes a free token of the limiter without waiting and hands `fn` to
+        trio's thread cache directly; the result comes back as one `call_soon_threadsafe`.
+        `trio_as_aio` + `trio.to_thread.run_sync` would add a trio task and an asyncio future
+        bridged both ways (several scheduler passes) to every call, and a point lookup makes two
+        (prepare, GetFlightInfo), a large DoGet one per chunk. When no token is free it takes that
+        path, to wait in the limiter's FIFO like every other caller (pgwire's included).
+
+        As with `abandon_on_cancel=True`, a cancelled caller leaves the thread running; the token
+        is released when the thread ends, on the loop thread (trio-asyncio's loop runs inside
+        trio, where the limiter lives).
+        """
+        borrower = object()
+        try:
+            self.limiter.acquire_on_behalf_of_nowait(borrower)
+        except trio.WouldBlock:
+            import trio_asyncio
+
+            return await trio_asyncio.trio_as_aio(self._run_sync_trio)(fn, *args)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+
+        def finish(result: outcome.Outcome[Any]) -> None:  # on the loop thread
+            self.limiter.release_on_behalf_of(borrower)
+            if not future.done():
+                if isinstance(result, outcome.Error):
+                    future.set_exception(result.error)
+                else:
+                    future.set_result(result.value)
+
+        def deliver(result: outcome.Outcome[Any]) -> None:  # in the worker thread
+            try:
+                loop.call_soon_threadsafe(finish, result)
+            except RuntimeError:  # the loop closed meanwhile (shutdown): nothing waits any more
+                pass
+
+        try:
+            trio.lowlevel.start_thread_soon(lambda: fn(*args), deliver)
+        except BaseException:
+            self.limiter.release_on_behalf_of(borrower)
+            raise
+        return await future
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled; `task_status.started()` once the port is bound."""

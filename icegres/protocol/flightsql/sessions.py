@@ -107,14 +107,19 @@ class Result:
         self.first = []
 
 
+SAVEPOINTS_MAX = 1024  # open savepoints per transaction
+
+
 @dataclass
 class FlightTxn:
-    """A transaction opened by BeginTransaction: its state, and whether a statement failed in it
-    (then, as in PostgreSQL, it only rolls back)."""
+    """A transaction opened by BeginTransaction: its state, whether a statement failed in it
+    (then, as in PostgreSQL, it only rolls back, to its start or to a savepoint), and the ids of
+    its open savepoints, oldest first (`savepoints[i]` is `state.marks[i]`)."""
 
     ident: bytes
     state: TxnState
     failed: bool = False
+    savepoints: list[bytes] = field(default_factory=list)
 
 
 @dataclass

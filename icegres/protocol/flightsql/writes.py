@@ -41,7 +41,13 @@ from icegres.protocol.flightsql import icegres_flight_pb2 as fl
 from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
 from icegres.protocol.flightsql import icegres_flight_sql_writes_pb2 as wr
 from icegres.protocol.flightsql import messages as M
-from icegres.protocol.flightsql.sessions import FlightTxn, Result, Session, new_handle
+from icegres.protocol.flightsql.sessions import (
+    SAVEPOINTS_MAX,
+    FlightTxn,
+    Result,
+    Session,
+    new_handle,
+)
 from icegres.protocol.pgwire.errors import PgError
 
 if TYPE_CHECKING:
@@ -169,8 +175,19 @@ class FlightWrites:
     # --- transactions ---------------------------------------------------------------------------
 
     async def action(self, session: Session, kind: str, body: bytes) -> bytes | None:
-        """DoAction BeginTransaction / EndTransaction: the Result body to send, if any."""
+        """DoAction BeginTransaction / EndTransaction / BeginSavepoint / EndSavepoint: the Result
+        body to send, if any."""
         request = M.decode_command(body)
+        if kind == "BeginSavepoint":
+            if not isinstance(request, wr.ActionBeginSavepointRequest):
+                raise M.BadCommand("BeginSavepoint needs an ActionBeginSavepointRequest")
+            ident = await self.begin_savepoint(session, request.transaction_id, request.name)
+            return M.pack_any(wr.ActionBeginSavepointResult(savepoint_id=ident))
+        if kind == "EndSavepoint":
+            if not isinstance(request, wr.ActionEndSavepointRequest):
+                raise M.BadCommand("EndSavepoint needs an ActionEndSavepointRequest")
+            await self.end_savepoint(session, request.savepoint_id, request.action)
+            return None
         if kind == "BeginTransaction":
             if not isinstance(request, sql.ActionBeginTransactionRequest):
                 raise M.BadCommand("BeginTransaction needs an ActionBeginTransactionRequest")
@@ -209,6 +226,55 @@ class FlightWrites:
             await self._trio(core.discard, host, txn.state)
             raise PgError("25P02", "the transaction was aborted by an earlier error and has been rolled back")
         await self._trio(core.publish, host, txn.state)
+
+    # --- savepoints: the TxnState marks pgwire's SAVEPOINT / RELEASE / ROLLBACK TO use ----------
+
+    async def begin_savepoint(self, session: Session, txn_id: bytes, name: str) -> bytes:
+        """SAVEPOINT in transaction `txn_id` (refused once a statement failed in it: 25P02)."""
+        txn = self.transaction(session, txn_id)
+        if txn is None:
+            raise GRPCError(Status.NOT_FOUND, "transaction does not exist or has ended (SQLSTATE 25P01)")
+        if len(txn.savepoints) >= SAVEPOINTS_MAX:
+            raise PgError("53400", f"too many savepoints in this transaction (at most {SAVEPOINTS_MAX}): "
+                                   "release some first")
+        ident = new_handle()
+
+        def mark() -> None:
+            with session.lock:  # statements of this session stage into the state under it
+                txn.state.mark(name)
+                txn.savepoints.append(ident)
+
+        await self.service.run_sync(mark)
+        return ident
+
+    async def end_savepoint(self, session: Session, ident: bytes, action: int) -> None:
+        """RELEASE SAVEPOINT (it and later ones end; the writes since stay) or ROLLBACK TO
+        SAVEPOINT (the writes since are undone; it stays, later ones end; a transaction aborted by
+        an error since then is usable again), as in PostgreSQL."""
+        txn = next((t for t in session.transactions.values() if ident in t.savepoints), None)
+        if txn is None:
+            raise PgError("3B001", "savepoint does not exist (released, rolled back past, or its "
+                                   "transaction ended)")
+        release = action == wr.ActionEndSavepointRequest.END_SAVEPOINT_RELEASE
+        if not release and action != wr.ActionEndSavepointRequest.END_SAVEPOINT_ROLLBACK:
+            raise M.BadCommand("EndSavepoint needs RELEASE or ROLLBACK")
+        if release and txn.failed:
+            raise PgError("25P02", IN_FAILED)
+
+        def end() -> None:
+            with session.lock:
+                if ident not in txn.savepoints:  # ended by a concurrent EndSavepoint meanwhile
+                    raise PgError("3B001", "savepoint does not exist (released or rolled back past)")
+                index = txn.savepoints.index(ident)
+                if release:
+                    txn.state.release(index)
+                    del txn.savepoints[index:]
+                else:
+                    txn.state.rollback_to(index)
+                    del txn.savepoints[index + 1:]
+                    txn.failed = False
+
+        await self.service.run_sync(end)
 
     async def close_session(self, session: Session) -> None:
         """CloseSession (or a session forgotten): its open transactions roll back."""
@@ -576,7 +642,10 @@ def empty_put_message() -> str:
 
 
 def not_a_write(stmt: Statement) -> PgError:
-    if stmt.kind in (Kind.BEGIN, Kind.COMMIT, Kind.ROLLBACK, Kind.SAVEPOINT, Kind.RELEASE, Kind.ROLLBACK_TO):
+    if stmt.kind in (Kind.SAVEPOINT, Kind.RELEASE, Kind.ROLLBACK_TO):
+        return PgError("0A000", f"{stmt.tag} as SQL text over Flight SQL is not supported: use the "
+                                "BeginSavepoint and EndSavepoint actions")
+    if stmt.kind in (Kind.BEGIN, Kind.COMMIT, Kind.ROLLBACK):
         return PgError("0A000", f"{stmt.tag} over Flight SQL is not supported: use the BeginTransaction and "
                                 "EndTransaction actions (ADBC: autocommit off, then commit() or rollback())")
     return PgError("0A000", f"{stmt.tag or 'this statement'} over Flight SQL is not supported: Flight SQL "
