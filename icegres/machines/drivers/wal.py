@@ -78,7 +78,10 @@ class AppendFailed(Exception):
 
 
 class SegmentStore(Protocol):
-    """Where segment files live. Every method may raise OSError; names are segment file names."""
+    """Where segment files live. Every method may raise OSError; names are segment file names.
+
+    A store may also offer `write_then_fsync(name, offset, data) -> OSError | None` (see
+    DirectoryStore): the driver then writes and fsyncs a batch in one call."""
 
     async def read_all(self) -> dict[str, bytes]: ...
 
