@@ -259,8 +259,8 @@ def render(report: dict[str, Any]) -> None:
     ]
     report["totals"] = totals
     report["errors"], report["mismatches"] = {}, verify["mismatches"]
-    report["gate"] = {"tpch load: copy/flight time": overall}
-    report["gate_better"] = {"tpch load: copy/flight time": "higher"}
+    # No gate: both paths are icegres's, so their ratio moves either way when either improves
+    # (COPY FROM got 4x faster and the ratio "regressed" from 11x to 3.7x).
 
 
 def rewrite(results_file: Path) -> None:
