@@ -180,20 +180,20 @@ class AppendRequested:
 
 @dataclass(frozen=True)
 class BatchCommitted:
-    """COMMIT of the batch returned successfully."""
+    """The batch's commit returned successfully."""
 
 
 @dataclass(frozen=True)
 class BatchAborted:
-    """The batch definitely did not commit: the connection failed before COMMIT was sent, or the
-    server rejected the transaction before it (ROLLBACK)."""
+    """The batch definitely did not commit: the server answered it with an error (and rolled it
+    back), or the connection failed before the batch was sent."""
 
     reason: str
 
 
 @dataclass(frozen=True)
 class CommitOutcomeUnknown:
-    """The batch may or may not have committed (the connection dropped during COMMIT)."""
+    """The batch may or may not have committed (the connection dropped before its answer)."""
 
     reason: str
 
