@@ -47,6 +47,8 @@ from tests.model.buffer_world import (
 )
 from tests.model.trace import (
     NEW_TRACES_DIR,
+    assert_checkers_match,
+    assert_transitions_match,
     read_trace,
     trace_header,
     traces_for,
@@ -228,10 +230,7 @@ def test_readers_switching_mid_flush_is_refused() -> None:
 
 
 def test_every_invariant_in_the_spec_has_a_checker_and_vice_versa() -> None:
-    step_names = {n for n, i in SPEC.invariants.items() if i.scope == "step"}
-    run_names = {n for n, i in SPEC.invariants.items() if i.scope == "run"}
-    assert step_names == set(STEP_CHECKERS)
-    assert run_names == set(RUN_CHECKERS)
+    assert_checkers_match(SPEC, STEP_CHECKERS, RUN_CHECKERS)
 
 
 def test_spec_names_match_the_code() -> None:
@@ -247,9 +246,7 @@ def test_spec_names_match_the_code() -> None:
     assert LANE_SPEC.events <= SPEC.events
     machine = {t.__name__ for t in buffer_world.MACHINE_EFFECTS}
     assert LANE_SPEC.effects == SPEC.effects - machine
-    assert {(p.value, e.__name__) for p, e in buffer._HANDLERS} == {
-        (t.source, t.event) for t in SPEC.transitions
-    }
+    assert_transitions_match(SPEC, buffer._HANDLERS)
 
 
 # --- the trio driver with a world stub -----------------------------------------------------------

@@ -32,6 +32,8 @@ from tests.model.commit_world import (
 )
 from tests.model.trace import (
     NEW_TRACES_DIR,
+    assert_checkers_match,
+    assert_transitions_match,
     load_spec,
     read_trace,
     trace_header,
@@ -201,10 +203,7 @@ def test_harness_catches_partial_commit() -> None:
 
 
 def test_every_invariant_in_the_spec_has_a_checker_and_vice_versa() -> None:
-    step_names = {n for n, i in SPEC.invariants.items() if i.scope == "step"}
-    run_names = {n for n, i in SPEC.invariants.items() if i.scope == "run"}
-    assert step_names == set(STEP_CHECKERS)
-    assert run_names == set(RUN_CHECKERS)
+    assert_checkers_match(SPEC, STEP_CHECKERS, RUN_CHECKERS)
 
 
 def test_spec_names_match_the_code() -> None:
@@ -217,9 +216,7 @@ def test_spec_names_match_the_code() -> None:
         assert hasattr(commit, name), name
     assert SPEC.events == {t.__name__ for t in commit.Event.__args__}
     assert SPEC.effects == {t.__name__ for t in commit.Effect.__args__}
-    assert {(p.value, e.__name__) for p, e in commit._HANDLERS} == {
-        (t.source, t.event) for t in SPEC.transitions
-    }
+    assert_transitions_match(SPEC, commit._HANDLERS)
 
 
 # --- the trio driver on the model world ----------------------------------------------------------

@@ -24,7 +24,15 @@ from tests.model.quorum_world import (
     check_step_invariants,
     load_specs,
 )
-from tests.model.trace import NEW_TRACES_DIR, read_trace, trace_header, traces_for, write_trace
+from tests.model.trace import (
+    NEW_TRACES_DIR,
+    assert_checkers_match,
+    assert_transitions_match,
+    read_trace,
+    trace_header,
+    traces_for,
+    write_trace,
+)
 
 SPEC, ACCEPTOR_SPEC = load_specs()
 
@@ -303,10 +311,7 @@ def test_harness_catches_two_values_chosen() -> None:
 
 
 def test_every_invariant_in_the_spec_has_a_checker_and_vice_versa() -> None:
-    step_names = {n for n, i in SPEC.invariants.items() if i.scope == "step"}
-    run_names = {n for n, i in SPEC.invariants.items() if i.scope == "run"}
-    assert step_names == set(STEP_CHECKERS)
-    assert run_names == set(RUN_CHECKERS)
+    assert_checkers_match(SPEC, STEP_CHECKERS, RUN_CHECKERS)
 
 
 def test_spec_names_match_the_code() -> None:
@@ -318,24 +323,18 @@ def test_spec_names_match_the_code() -> None:
     direct = {t.__name__ for t in quorum.Event.__args__} - {"FromAcceptor"}
     assert SPEC.events == message_events | direct
     assert SPEC.effects == {t.__name__ for t in quorum.Effect.__args__}
-    assert {(p.value, e.__name__) for p, e in quorum._HANDLERS} == {
-        (t.source, t.event) for t in SPEC.transitions
-    }
+    assert_transitions_match(SPEC, quorum._HANDLERS)
     assert ACCEPTOR_SPEC.states == {p.value for p in quorum.AcceptorPhase}
     assert ACCEPTOR_SPEC.events == {t.__name__ for t in quorum.AcceptorEvent.__args__}
     assert ACCEPTOR_SPEC.effects == {t.__name__ for t in quorum.AcceptorEffect.__args__}
-    assert {(p.value, e.__name__) for p, e in quorum._ACCEPTOR_HANDLERS} == {
-        (t.source, t.event) for t in ACCEPTOR_SPEC.transitions
-    }
+    assert_transitions_match(ACCEPTOR_SPEC, quorum._ACCEPTOR_HANDLERS)
     from icegres.machines import quorum_rejoin
 
     assert REJOIN_SPEC.states == {p.value for p in quorum_rejoin.RejoinPhase}
     assert REJOIN_SPEC.initial == quorum_rejoin.RejoinPhase.ASKING.value
     assert REJOIN_SPEC.events == {t.__name__ for t in quorum_rejoin.RejoinEvent.__args__}
     assert REJOIN_SPEC.effects == {t.__name__ for t in quorum_rejoin.RejoinEffect.__args__}
-    assert {(p.value, e.__name__) for p, e in quorum_rejoin._HANDLERS} == {
-        (t.source, t.event) for t in REJOIN_SPEC.transitions
-    }
+    assert_transitions_match(REJOIN_SPEC, quorum_rejoin._HANDLERS)
 
 
 # --- run-scope invariant: keep last in this module -----------------------------------------------

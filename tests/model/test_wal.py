@@ -15,6 +15,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from tests.model.trace import (
     NEW_TRACES_DIR,
+    assert_checkers_match,
+    assert_transitions_match,
     load_spec,
     read_trace,
     trace_header,
@@ -182,10 +184,7 @@ def test_harness_catches_a_lost_acked_record() -> None:
 
 
 def test_every_invariant_in_the_spec_has_a_checker_and_vice_versa() -> None:
-    step_names = {n for n, i in SPEC.invariants.items() if i.scope == "step"}
-    run_names = {n for n, i in SPEC.invariants.items() if i.scope == "run"}
-    assert step_names == set(STEP_CHECKERS)
-    assert run_names == set(RUN_CHECKERS)
+    assert_checkers_match(SPEC, STEP_CHECKERS, RUN_CHECKERS)
 
 
 def test_spec_names_match_the_code() -> None:
@@ -195,9 +194,7 @@ def test_spec_names_match_the_code() -> None:
     assert SPEC.initial == wal.Phase.STARTING.value
     assert SPEC.events == {t.__name__ for t in wal.Event.__args__}
     assert SPEC.effects == {t.__name__ for t in wal.Effect.__args__}
-    assert {(p.value, e.__name__) for p, e in wal._HANDLERS} == {
-        (t.source, t.event) for t in SPEC.transitions
-    }
+    assert_transitions_match(SPEC, wal._HANDLERS)
 
 
 # --- run-scope invariant: keep last in this module -----------------------------------------------

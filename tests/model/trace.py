@@ -11,7 +11,7 @@ import hashlib
 import json
 import subprocess
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,3 +153,14 @@ def read_trace(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def traces_for(machine: str) -> list[Path]:
     return sorted((TRACES_DIR / machine).glob("*.ndjson"))
+
+
+def assert_checkers_match(spec: Spec, step_checkers: Mapping[str, Any], run_checkers: Mapping[str, Any]) -> None:
+    """Every invariant the spec states has a checker of its scope, and every checker an invariant."""
+    assert {n for n, i in spec.invariants.items() if i.scope == "step"} == set(step_checkers)
+    assert {n for n, i in spec.invariants.items() if i.scope == "run"} == set(run_checkers)
+
+
+def assert_transitions_match(spec: Spec, handlers: Iterable[tuple[Any, type]]) -> None:
+    """The spec's transitions are exactly the core's handler table: (state, event type) pairs."""
+    assert {(p.value, e.__name__) for p, e in handlers} == {(t.source, t.event) for t in spec.transitions}
