@@ -60,7 +60,9 @@ from icegres.machines.quorum import (
     Trim,
     Trimmed,
 )
-from icegres.machines.wal_format import checksum  # the WAL's CRC32, one definition
+
+# The WAL's CRC32 and its checked-header framing: one definition of each.
+from icegres.machines.wal_format import checksum, verified_body, verified_header
 
 __all__ = [
     "BODY_BYTES_MAX",
@@ -380,29 +382,12 @@ def decode_frame(
     checksums do not verify.
     """
     view = memoryview(data)
-    available = len(view) - offset
-    if offset < 0 or available <= 0:
-        raise IncompleteFrame(f"no bytes at offset {offset}")
-    if available < HEADER_BYTES:
-        prefix = bytes(view[offset : offset + min(available, len(MAGIC))])
-        if not MAGIC.startswith(prefix):
-            raise CorruptFrame(f"bad magic at offset {offset}")
-        raise IncompleteFrame(f"{available} bytes of a {HEADER_BYTES}-byte header at {offset}")
-    magic, body_len, body_crc = _PREFIX.unpack_from(view, offset)
-    if magic != MAGIC:
-        raise CorruptFrame(f"bad magic at offset {offset}")
-    (header_crc,) = _HEADER_CRC.unpack_from(view, offset + _PREFIX.size)
-    if checksum(view[offset : offset + _PREFIX.size]) != header_crc:
-        raise CorruptFrame(f"header checksum mismatch at offset {offset}")
+    _, body_len, body_crc = verified_header(view, offset, MAGIC, _PREFIX, _HEADER_CRC, IncompleteFrame, CorruptFrame)
     if body_len < 1 or body_len > min(body_bytes_max, BODY_BYTES_MAX):
         raise CorruptFrame(f"impossible body length {body_len} at offset {offset}")
     start = offset + HEADER_BYTES
+    body = verified_body(view, offset, start, body_len, body_crc, "frame", IncompleteFrame, CorruptFrame)
     end = start + body_len
-    if end > len(view):
-        raise IncompleteFrame(f"frame at {offset} needs {end - len(view)} more bytes")
-    body = view[start:end]
-    if checksum(body) != body_crc:
-        raise CorruptFrame(f"body checksum mismatch in frame at offset {offset}")
     try:
         return _decode_body(body), end
     except (ValueError, struct.error) as exc:  # a Term or Entry refusing a decoded field

@@ -31,6 +31,7 @@ import re
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "BODY_BYTES_MAX",
@@ -51,6 +52,8 @@ __all__ = [
     "record_bytes",
     "scan_segment",
     "segment_name",
+    "verified_body",
+    "verified_header",
 ]
 
 MAGIC = b"IGW1"
@@ -74,6 +77,46 @@ class IncompleteRecord(WalFormatError):
 
 class CorruptRecord(WalFormatError):
     """The bytes at this offset are not a record: wrong magic, a checksum mismatch, a bad body."""
+
+
+def verified_header(
+    view: memoryview, offset: int, magic: bytes, prefix: struct.Struct, header_crc: struct.Struct,
+    incomplete: type[Exception], corrupt: type[Exception],
+) -> tuple[Any, ...]:
+    """The fields of the checksummed header at `offset` (magic first) of a framing that puts
+    `magic` and its fields (`prefix`) under a CRC32 (`header_crc`). Raises `incomplete` when the
+    bytes end inside a plausible header, `corrupt` for a wrong magic or checksum. The WAL's records
+    and the quorum's frames share this layout and its rules."""
+    available = len(view) - offset
+    if offset < 0 or available <= 0:
+        raise incomplete(f"no bytes at offset {offset}")
+    header_bytes = prefix.size + header_crc.size
+    if available < header_bytes:
+        start = bytes(view[offset : offset + min(available, len(magic))])
+        if not magic.startswith(start):
+            raise corrupt(f"bad magic at offset {offset}")
+        raise incomplete(f"{available} bytes of a {header_bytes}-byte header at {offset}")
+    fields = prefix.unpack_from(view, offset)
+    if fields[0] != magic:
+        raise corrupt(f"bad magic at offset {offset}")
+    (crc,) = header_crc.unpack_from(view, offset + prefix.size)
+    if checksum(view[offset : offset + prefix.size]) != crc:
+        raise corrupt(f"header checksum mismatch at offset {offset}")
+    return fields
+
+
+def verified_body(
+    view: memoryview, offset: int, start: int, body_len: int, body_crc: int, noun: str,
+    incomplete: type[Exception], corrupt: type[Exception],
+) -> memoryview:
+    """The body of `body_len` bytes at `start` of the `noun` at `offset`, its CRC32 verified."""
+    end = start + body_len
+    if end > len(view):
+        raise incomplete(f"{noun} at {offset} needs {end - len(view)} more bytes")
+    body = view[start:end]
+    if checksum(body) != body_crc:
+        raise corrupt(f"body checksum mismatch in {noun} at offset {offset}")
+    return body
 
 
 class MidSegmentCorruption(WalFormatError):
@@ -127,29 +170,14 @@ def decode_record(data: bytes | memoryview, offset: int = 0) -> tuple[Record, in
     Never returns a record whose checksums do not verify.
     """
     view = memoryview(data)
-    available = len(view) - offset
-    if offset < 0 or available <= 0:
-        raise IncompleteRecord(f"no bytes at offset {offset}")
-    if available < HEADER_BYTES:
-        prefix = bytes(view[offset : offset + min(available, len(MAGIC))])
-        if not MAGIC.startswith(prefix):
-            raise CorruptRecord(f"bad magic at offset {offset}")
-        raise IncompleteRecord(f"{available} bytes of a {HEADER_BYTES}-byte header at {offset}")
-    magic, body_len, lsn, body_crc = _PREFIX.unpack_from(view, offset)
-    if magic != MAGIC:
-        raise CorruptRecord(f"bad magic at offset {offset}")
-    (header_crc,) = _HEADER_CRC.unpack_from(view, offset + _PREFIX.size)
-    if checksum(view[offset : offset + _PREFIX.size]) != header_crc:
-        raise CorruptRecord(f"header checksum mismatch at offset {offset}")
+    _, body_len, lsn, body_crc = verified_header(
+        view, offset, MAGIC, _PREFIX, _HEADER_CRC, IncompleteRecord, CorruptRecord
+    )
     if body_len > BODY_BYTES_MAX or body_len < 2 or lsn == 0:
         raise CorruptRecord(f"impossible header at offset {offset}")
     start = offset + HEADER_BYTES
+    body = verified_body(view, offset, start, body_len, body_crc, "record", IncompleteRecord, CorruptRecord)
     end = start + body_len
-    if end > len(view):
-        raise IncompleteRecord(f"record at {offset} needs {end - len(view)} more bytes")
-    body = view[start:end]
-    if checksum(body) != body_crc:
-        raise CorruptRecord(f"body checksum mismatch in record at offset {offset}")
     tail_len = body[0]
     if not 1 <= tail_len <= body_len - 1:
         raise CorruptRecord(f"bad tail id length in record at offset {offset}")
