@@ -24,7 +24,7 @@ import re
 import struct
 import uuid
 import zoneinfo
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from decimal import MAX_EMAX, MIN_EMIN, ROUND_DOWN, Context, Decimal, InvalidOperation
@@ -966,16 +966,28 @@ def _binary_value(v: Any, t: PgType, settings: TextSettings, depth: int = 1) -> 
 # --------------------------------------------------------------------------------------------------
 # Vectorised column encoding.
 #
-# Every column becomes a list of "pieces": binary arrays with one element per row whose row-wise
+# Every column becomes a list of "pieces", each holding one part of every row, whose row-wise
 # concatenation is that column's part of the DataRow (4-byte big-endian length, or -1 for NULL,
-# then the value). binary_join_element_wise then concatenates header + all pieces row by row, and
-# the joined array's data buffer is the wire bytes.
+# then the value). _join_pieces then concatenates header + all pieces row by row into the wire
+# bytes, with one copy of each row's bytes.
 
 
-# A piece is either an Arrow binary array (NULL elements contribute nothing) or an (n, width) uint8
-# matrix: a fixed-width part present in every row. Adjacent matrices are merged before the join,
-# which costs per row and per piece.
-_Piece: TypeAlias = "pa.Array | np.ndarray"
+# A piece is an Arrow binary array (NULL elements contribute nothing), an (n, width) uint8 matrix (a
+# fixed-width part present in every row) or a _Ragged matrix. The join costs per row and per run of
+# pieces it cannot merge, so renderers prefer matrices.
+_Piece: TypeAlias = "pa.Array | np.ndarray | _Ragged"
+
+
+@dataclass(frozen=True)
+class _Ragged:
+    """A piece whose row i is mat[i, starts[i]:starts[i] + lens[i]]: a rendering padded to a fixed
+    width, which the join reads in place. Left-aligned (starts None) it can follow fixed-width
+    pieces in one matrix; right-aligned (starts + lens == width) fixed-width pieces can follow it.
+    Build it with _ragged_piece, which returns the simplest form."""
+
+    mat: np.ndarray  # (n, width) uint8
+    lens: np.ndarray  # int64, 0 <= lens <= width - starts
+    starts: np.ndarray | None = None  # int64 per row; None: all 0
 
 
 @dataclass
@@ -1024,22 +1036,61 @@ def _fixed_piece(mat: np.ndarray, valid: np.ndarray | None = None) -> _Piece:
     return _matrix_array(mat, valid)
 
 
-def _ragged_piece(mat: np.ndarray, lens: np.ndarray) -> _Piece:
-    """Row i is mat[i, :lens[i]]."""
+def _ragged_piece(mat: np.ndarray, lens: np.ndarray, starts: np.ndarray | None = None) -> _Piece:
+    """Row i is mat[i, starts[i]:][:lens[i]] (starts None: 0), in the simplest form that says so:
+    the fewer rows vary, the more neighbouring pieces the join can merge with this one."""
     n, width = mat.shape
-    if n and int(lens.min()) == width:
+    if starts is not None and n:
+        shown = starts[lens > 0]  # an empty row can start anywhere
+        first = int(shown[0]) if len(shown) else 0
+        if bool((shown == first).all()):
+            mat, starts = mat[:, first:], None
+            width -= first
+    if starts is None and n and int(lens.min()) == width:
         return mat
-    keep = np.arange(width, dtype=np.int64)[None, :] < lens[:, None]
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(lens, out=offsets[1:])
+    return _Ragged(mat, lens, starts)
+
+
+_RAGGED_SOURCE_BYTES_MAX = 2**31 - 1
+
+
+def _ragged_source(mat: np.ndarray, lens: np.ndarray, starts: np.ndarray | None) -> pa.Array:
+    """A binary array over mat's own bytes whose element 2i is row i's bytes and 2i + 1 the padding
+    up to row i + 1's, so no byte moves until the join's single copy."""
+    n, width = mat.shape
+    if (n + 1) * width > _RAGGED_SOURCE_BYTES_MAX:  # int32 offsets cannot span it: compact instead
+        col = np.arange(width, dtype=np.int64)[None, :]
+        first = np.zeros((n, 1), dtype=np.int64) if starts is None else starts[:, None]
+        keep = (col >= first) & (col < first + lens[:, None])
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(lens, out=offsets[1:])
+        compact = pa.Array.from_buffers(
+            pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(mat[keep])]
+        )
+        spaced = np.zeros(2 * n + 1, dtype=np.int32)  # gaps of length 0
+        spaced[1::2] = offsets[1:]
+        spaced[2::2] = offsets[1:]
+        return pa.Array.from_buffers(
+            pa.binary(), 2 * n, [None, pa.py_buffer(spaced), compact.buffers()[2]]
+        )
+    rows = np.arange(0, (n + 1) * width, width, dtype=np.int64)
+    if starts is not None:
+        rows[:-1] += starts
+    offsets = np.empty(2 * n + 1, dtype=np.int32)
+    offsets[0::2] = rows
+    offsets[1::2] = rows[:-1] + lens
     return pa.Array.from_buffers(
-        pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(mat[keep])]
+        pa.binary(),
+        2 * n,
+        [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(mat))],
     )
 
 
 def _piece_lengths(piece: _Piece) -> np.ndarray:
     if isinstance(piece, np.ndarray):
         return np.full(piece.shape[0], piece.shape[1], dtype=np.int64)
+    if isinstance(piece, _Ragged):
+        return piece.lens
     lens = _varlen_lengths(piece)
     valid = _validity(piece)
     return lens if valid is None else np.where(valid, lens, 0)
@@ -1069,23 +1120,103 @@ def _hstack_rows(mats: list[np.ndarray]) -> np.ndarray:
     return out.view(np.uint8).reshape(-1, sum(widths))
 
 
-def _join_pieces(pieces: list[_Piece]) -> pa.Array:
-    """Row-wise concatenation of all pieces: one binary array."""
-    arrays: list[pa.Array] = []
-    run: list[np.ndarray] = []
-    for piece in pieces:
+@dataclass
+class _Segment:
+    """Consecutive pieces that occupy one contiguous run of bytes in every row of one matrix: row
+    i is hstack(mats)[i, start[i]:end[i]] (start None: 0; end None: the full width, 'open')."""
+
+    mats: list[np.ndarray]
+    start: np.ndarray | None = None
+    end: np.ndarray | None = None
+
+    @property
+    def width(self) -> int:
+        return sum(m.shape[1] for m in self.mats)
+
+    def extend(self, piece: np.ndarray | _Ragged) -> bool:
+        """Append a piece that begins where every row of this segment ends; False if it cannot."""
+        if self.end is not None:
+            return False
         if isinstance(piece, np.ndarray):
-            run.append(piece)
+            self.mats.append(piece)
+            return True
+        if piece.starts is not None:
+            return False
+        self.end = self.width + piece.lens
+        self.mats.append(piece.mat)
+        return True
+
+    def source(self) -> tuple[pa.Array, int]:
+        """A binary array holding the segment, and how many of its elements each row spans."""
+        mat = _hstack_rows(self.mats)
+        if self.start is None and self.end is None:
+            return _matrix_array(mat), 1
+        width = mat.shape[1]
+        start = np.zeros(len(mat), dtype=np.int64) if self.start is None else self.start
+        end = np.full(len(mat), width, dtype=np.int64) if self.end is None else self.end
+        return _ragged_source(mat, end - start, start), 2
+
+
+def _segment(piece: np.ndarray | _Ragged) -> _Segment:
+    if isinstance(piece, np.ndarray):
+        return _Segment([piece])
+    if piece.starts is None:
+        return _Segment([piece.mat], None, piece.lens)
+    width = piece.mat.shape[1]
+    open_end = bool((piece.starts + piece.lens == width).all())
+    return _Segment([piece.mat], piece.starts, None if open_end else piece.starts + piece.lens)
+
+
+def _join_pieces(pieces: list[_Piece], n: int) -> bytes:
+    """Row-wise concatenation of all pieces: the bytes of row 0, then row 1, ...
+
+    Every piece becomes a source array and each row an index into it; one `take` over all sources
+    concatenated, indices row-major, copies each row's segments in order. Its cost is per segment
+    (a row's bytes from one source), so pieces are merged into as few segments as contiguity
+    allows: fixed-width pieces with their neighbours, a left-aligned ragged piece after fixed ones,
+    fixed ones after a right-aligned ragged piece.
+    """
+    sources: list[pa.Array] = []
+    strides: list[int] = []  # source elements per row: 2 for a ragged source (bytes, padding)
+    current: _Segment | None = None
+    for piece in pieces:
+        if isinstance(piece, np.ndarray | _Ragged):
+            if current is None or not current.extend(piece):
+                if current is not None:
+                    source, stride = current.source()
+                    sources.append(source)
+                    strides.append(stride)
+                current = _segment(piece)
             continue
-        if run:
-            arrays.append(_matrix_array(_hstack_rows(run) if len(run) > 1 else run[0]))
-            run = []
-        arrays.append(piece)
-    if run:
-        arrays.append(_matrix_array(_hstack_rows(run) if len(run) > 1 else run[0]))
-    if len(arrays) == 1:
-        return arrays[0]
-    return pc.binary_join_element_wise(*arrays, pa.scalar(b"", pa.binary()), null_handling="skip")
+        if current is not None:
+            source, stride = current.source()
+            sources.append(source)
+            strides.append(stride)
+            current = None
+        sources.append(_as_binary(piece))
+        strides.append(1)
+    if current is not None:
+        source, stride = current.source()
+        sources.append(source)
+        strides.append(stride)
+    total = sum(len(src) for src in sources)
+    rows = np.empty((n, len(sources)), dtype=np.int32 if total < 2**31 else np.int64)
+    base = 0
+    for j, (src, stride) in enumerate(zip(sources, strides, strict=True)):
+        rows[:, j] = np.arange(base, base + stride * n, stride)
+        base += len(src)
+    offset_type = np.int32
+    if sum(src.nbytes for src in sources) >= _RAGGED_SOURCE_BYTES_MAX:  # padding included
+        sources = [pc.cast(src, pa.large_binary()) for src in sources]
+        offset_type = np.int64
+    joined = pa.concat_arrays(sources).take(pa.array(rows.reshape(-1)))
+    offsets = np.frombuffer(
+        joined.buffers()[1],
+        dtype=offset_type,
+        count=len(joined) + 1,
+        offset=joined.offset * np.dtype(offset_type).itemsize,
+    )
+    return joined.buffers()[2][int(offsets[0]) : int(offsets[-1])].to_pybytes()
 
 
 def _length_words(lens: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
@@ -1171,11 +1302,45 @@ _BINARY_INT_DTYPE: dict[int, np.dtype[Any]] = {
 
 def _encode_int(arr: pa.Array, t: PgType, fmt: int, settings: TextSettings) -> _Column:
     if fmt == 0:
-        return _column_from_varlen(pc.cast(arr, pa.string()))
+        valid = _validity(arr)
+        piece = _int_text_piece(_fixed_values(arr, np.dtype(arr.type.to_pandas_dtype())), valid)
+        if piece is None:
+            return _column_from_varlen(pc.cast(arr, pa.string()))
+        lens = _piece_lengths(piece)
+        return _Column([_fixed_piece(_length_words(lens, valid)), piece], lens + 4)
     if t.oid == NUMERIC.oid:  # uint64 widened to numeric
         return _numeric_binary_column(pc.cast(arr, pa.string()), 0)
     values = _fixed_values(arr, np.dtype(arr.type.to_pandas_dtype()))
     return _column_from_fixed(values.astype(_BINARY_INT_DTYPE[t.oid]), _validity(arr))
+
+
+def _int_text_piece(values: np.ndarray, valid: np.ndarray | None) -> _Piece | None:
+    """Integers as text, right-aligned in a matrix (so pieces after them can share it); None when
+    some magnitude needs more than 32 bits, where numpy's digit arithmetic is slow."""
+    n = len(values)
+    if valid is not None:
+        values = np.where(valid, values, 0)
+    low, high = int(values.min(initial=0)), int(values.max(initial=0))
+    if low <= -(2**32) or high >= 2**32:
+        return None
+    values = values.astype(np.int64)  # no overflow in abs() or '-' below for narrow types
+    magnitude = np.abs(values).astype(np.uint32) if low < 0 else values.astype(np.uint32)
+    digits_max = len(str(max(-low, high)))
+    width = (low < 0) + digits_max
+    mat = np.empty((n, width), dtype=np.uint8)
+    for k, digit in enumerate(_digits(magnitude, digits_max)):
+        mat[:, width - 1 - k] = digit
+    digits = np.ones(n, dtype=np.int64)
+    for k in range(1, digits_max):
+        digits += magnitude >= 10**k
+    starts = width - digits
+    if low < 0:
+        negative = values < 0
+        starts -= negative
+        mat[negative.nonzero()[0], starts[negative]] = ord("-")
+    if valid is not None:
+        starts = np.where(valid, starts, width)
+    return _ragged_piece(mat, width - starts, starts)
 
 
 def _encode_bool(arr: pa.Array, fmt: int) -> _Column:
@@ -1266,6 +1431,80 @@ def _float_layout_to_pg(s: pa.Array, values: np.ndarray, float4: bool) -> pa.Arr
     return s
 
 
+# Most float8 columns hold values read from short decimals (prices, distances): v is the double
+# nearest to m / 10**k for a small k and an integer m of at most 15 digits. Then m / 10**k, trailing
+# zeros dropped, is v's shortest round-trip text: any other decimal of at most 15 significant digits
+# (DBL_DIG) maps to another double. Such a column is rendered with integer arithmetic, with no
+# per-value formatting; a batch with any other value takes the general path above.
+_DECIMAL_PLACES_MAX = 4  # 10**-4 is also where PostgreSQL's fixed notation starts
+_SHORT_DECIMAL_ABS_MAX = 10**15  # DBL_DIG significant digits; |v| < 1e15 also stays fixed
+_PLACES_SAMPLE_ROWS = 64
+
+
+def _short_decimal_piece(values: np.ndarray, valid: np.ndarray | None) -> _Piece | None:
+    """float8 values as PostgreSQL text, if every valid one is a short decimal (see above)."""
+    n = len(values)
+    sample = values[:_PLACES_SAMPLE_ROWS]
+    if valid is not None:
+        sample = sample[valid[:_PLACES_SAMPLE_ROWS]]
+    with np.errstate(invalid="ignore", over="ignore"):
+        places = next(
+            (k for k in range(_DECIMAL_PLACES_MAX + 1) if _short_at(sample, k)[0].all()), None
+        )
+        if places is None:
+            return None
+        if valid is not None:
+            values = np.where(valid, values, 0.0)
+        short, scaled = _short_at(values, places)
+        if not short.all():
+            return None
+    # Float arithmetic is exact here (integers below 2**53) and, unlike int64, vectorised.
+    scale = 10.0**places
+    magnitude = np.abs(scaled)
+    whole_f = np.floor(magnitude / scale)
+    whole_max = int(whole_f.max(initial=0))
+    whole = whole_f.astype(np.uint32 if whole_max < 2**32 else np.uint64)
+    frac = (magnitude - whole_f * scale).astype(np.uint32)
+    int_digits_max = len(str(whole_max))
+    point = 1 + int_digits_max  # column of '.', after room for a sign and the integer digits
+    mat = np.empty((n, point + 1 + places), dtype=np.uint8)
+    for k, digit in enumerate(_digits(whole, int_digits_max)):
+        mat[:, point - 1 - k] = digit
+    int_digits = np.ones(n, dtype=np.int64)
+    for k in range(1, int_digits_max):
+        int_digits += whole >= 10**k
+    negative = np.signbit(values)  # -0.0 prints as "-0", as in PostgreSQL
+    starts = point - int_digits - negative
+    mat[negative.nonzero()[0], starts[negative]] = ord("-")
+    mat[:, point] = ord(".")
+    frac_digits = np.full(n, places, dtype=np.int64)  # less the trailing zeros
+    zeros_so_far = np.ones(n, dtype=bool)
+    for k, digit in enumerate(_digits(frac, places)):
+        mat[:, point + places - k] = digit
+        zeros_so_far &= digit == ord("0")
+        frac_digits -= zeros_so_far
+    lens = point - starts + np.where(frac_digits > 0, 1 + frac_digits, 0)
+    if valid is not None:
+        lens = np.where(valid, lens, 0)
+    return _ragged_piece(mat, lens, starts)
+
+
+def _short_at(values: np.ndarray, places: int) -> tuple[np.ndarray, np.ndarray]:
+    """(which values are the double nearest to m / 10**places, m of at most 15 digits; m)."""
+    scale = 10.0**places
+    scaled = np.rint(values * scale)
+    return (np.abs(scaled) < _SHORT_DECIMAL_ABS_MAX) & (scaled / scale == values), scaled
+
+
+def _digits(values: np.ndarray, count: int) -> Iterator[np.ndarray]:
+    """ASCII digits of unsigned integers, least significant first, `count` of them (zero-padded).
+    Division by a constant is vectorised for unsigned types; '%' and int64 products are not."""
+    for _ in range(count):
+        quotient = values // 10
+        yield (values - quotient * 10).astype(np.uint8) + np.uint8(ord("0"))
+        values = quotient
+
+
 def _encode_float(arr: pa.Array, t: PgType, fmt: int, settings: TextSettings) -> _Column:
     float4 = t.oid == FLOAT4.oid
     if pa.types.is_float16(arr.type):
@@ -1275,6 +1514,12 @@ def _encode_float(arr: pa.Array, t: PgType, fmt: int, settings: TextSettings) ->
         return _column_from_fixed(values.astype(">f4" if float4 else ">f8"), _validity(arr))
     if settings.extra_float_digits <= 0:
         return _fallback(arr, t, fmt, settings)
+    if not float4:
+        valid = _validity(arr)
+        piece = _short_decimal_piece(_fixed_values(arr, np.dtype(np.float64)), valid)
+        if piece is not None:
+            lens = _piece_lengths(piece)
+            return _Column([_fixed_piece(_length_words(lens, valid)), piece], lens + 4)
     return _column_from_varlen(_float_text_column(arr, float4))
 
 
@@ -1394,35 +1639,38 @@ def _to_us(arr: pa.Array) -> np.ndarray:
 
 
 def _offset_piece(offset_s: np.ndarray, valid: np.ndarray) -> _Piece:
-    """'+HH', '+HH:MM' or '+HH:MM:SS' per row (EncodeTimezone); NULL where not valid.
+    """'+HH', '+HH:MM' or '+HH:MM:SS' per row (EncodeTimezone); nothing where not valid.
 
     A batch holds few distinct offsets (one for UTC, two for a zone with daylight saving), so each
-    distinct one is rendered once and the rows pick theirs by index.
+    distinct one is rendered once and the rows pick theirs by index, into a matrix: one that every
+    row fills whole (the usual case) merges with its neighbours in the join.
     """
     n = len(offset_s)
-    lo, hi = int(offset_s.min(initial=0)), int(offset_s.max(initial=0))
-    if hi - lo <= 4 * _TZDISP_LIMIT_S:
+    lo, hi = int(offset_s.min()), int(offset_s.max())
+    if lo == hi:
+        distinct, codes = np.array([lo]), np.zeros(n, dtype=np.intp)
+    elif hi - lo <= 4 * _TZDISP_LIMIT_S:
         present = np.zeros(hi - lo + 1, dtype=bool)
         present[offset_s - lo] = True
         distinct = np.flatnonzero(present)
-        index = np.zeros(hi - lo + 1, dtype=np.int32)
-        index[distinct] = np.arange(len(distinct), dtype=np.int32)
+        index = np.zeros(hi - lo + 1, dtype=np.intp)
+        index[distinct] = np.arange(len(distinct))
         codes = index[offset_s - lo]
         distinct += lo
     else:
         distinct, codes = np.unique(offset_s, return_inverse=True)
-    texts = pa.array([_offset_text(int(o)).encode() for o in distinct], pa.binary())
-    if len(distinct) == 1 and bool(valid.all()):
-        width = len(texts[0].as_py())
-        return np.tile(np.frombuffer(texts[0].as_py(), dtype=np.uint8), (n, 1)).reshape(n, width)
-    return texts.take(
-        pa.Array.from_buffers(
-            pa.int32(),
-            n,
-            [_bitmap(valid), pa.py_buffer(codes.astype(np.int32))],
-            int(n - np.count_nonzero(valid)),
-        )
-    )
+    texts = [_offset_text(int(o)).encode() for o in distinct]
+    width = max(len(t) for t in texts)
+    table = np.zeros((len(texts), width), dtype=np.uint8)
+    for i, text in enumerate(texts):
+        table[i, : len(text)] = np.frombuffer(text, dtype=np.uint8)
+    if len(texts) == 1:
+        mat = np.tile(table[0], (n, 1))
+        lens = np.where(valid, len(texts[0]), 0)
+    else:
+        mat = table[codes]
+        lens = np.where(valid, np.array([len(t) for t in texts])[codes], 0)
+    return _ragged_piece(mat, lens)
 
 
 def _clock_column(
@@ -1877,11 +2125,7 @@ def encode_data_rows(
     header["ncols"] = batch.num_columns
     pieces: list[_Piece] = [header.view(np.uint8).reshape(n, _DATA_ROW_HEADER.itemsize)]
     pieces += [p for c in columns for p in c.pieces]
-    joined = _join_pieces(pieces)
-    offsets = np.frombuffer(
-        joined.buffers()[1], dtype=np.int32, count=n + 1, offset=joined.offset * 4
-    )
-    return joined.buffers()[2][int(offsets[0]) : int(offsets[-1])].to_pybytes()
+    return _join_pieces(pieces, n)
 
 
 # --------------------------------------------------------------------------------------------------
