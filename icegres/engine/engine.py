@@ -38,9 +38,8 @@ PRIVATE_CATALOG = "icegres_work"  # per-session relations (DML work tables); nev
 PRIVATE_SCHEMA = "w"
 
 
-def session_config(default_schema: str = "public", *, object_store: bool = False):
-    """DataFusion settings of every context. `object_store`: the data files live on S3-like
-    storage, where a request costs a round trip whatever its size."""
+def session_config(default_schema: str = "public"):
+    """DataFusion settings of every context."""
     from datafusion import SessionConfig
 
     return (
@@ -48,15 +47,17 @@ def session_config(default_schema: str = "public", *, object_store: bool = False
         .with_default_catalog_and_schema(DEFAULT_CATALOG, default_schema)
         .with_information_schema(False)
         .set("datafusion.sql_parser.dialect", "PostgreSQL")
-        # Row-level pushdown reads a row group in two phases (the filter columns, then the rest
-        # for the matching rows): two GETs where one would do. SeaweedFS answers any range GET
-        # of a 4 MB data file in ~6.5 ms, so on object stores one coalesced read of the row
-        # group wins (SeaweedFS point lookup, in-process: 21 -> 15 ms). Local files keep it.
-        .set("datafusion.execution.parquet.pushdown_filters", "false" if object_store else "true")
-        .set("datafusion.execution.parquet.reorder_filters", "true")
-        # The dynamic IN-list filter a hash join pushes into the probe-side scan is evaluated
-        # row by row there (pushdown_filters) and pruned nothing on the demo joins, costing
-        # ~25 ms per file: the join with demo.cities ran 34 -> 20 ms without it.
+        # Row-level filter pushdown stays off (DataFusion's default). It decodes the filter
+        # columns first and the others only for matching rows; with the page index icegres
+        # writes (parquet_files.py) a point lookup already reads one page per column, so that
+        # saves ~0.3 ms there, while a scan with several moderately selective conjuncts pays for
+        # one filtering pass per conjunct: TPC-H Q6 ran 368 -> 189 ms without it, top-k 21 -> 18
+        # (in-process A/B, interleaved). On object stores it also costs a second GET per row
+        # group (SeaweedFS point lookup 21 -> 15 ms without it).
+        .set("datafusion.execution.parquet.pushdown_filters", "false")
+        # The dynamic IN-list filter a hash join pushes into the probe-side scan pruned nothing on
+        # the demo joins and cost time in every file: the join with demo.cities ran 34 -> 20 ms
+        # without it (with row-level pushdown; 37 -> 31 ms without that, Q3 297 -> 279 ms).
         .set("datafusion.optimizer.enable_join_dynamic_filter_pushdown", "false")
         # `::timestamptz` must plan as a zoned timestamp (OID 1184), as in PostgreSQL.
         .set("datafusion.execution.time_zone", "+00:00")
@@ -98,12 +99,9 @@ class Engine:
     def __init__(self, lakehouse: Lakehouse, *, database: str = "icegres") -> None:
         from datafusion import SessionContext
 
-        from icegres.engine.mounts import object_store_warehouse
-
         self.lakehouse = lakehouse
         self.database = database
-        self._object_store = object_store_warehouse(lakehouse.kind, lakehouse.s3_properties())
-        self._master: SessionContext = SessionContext(session_config(object_store=self._object_store))
+        self._master: SessionContext = SessionContext(session_config())
         self._lock = threading.Lock()
         self._footers = FooterCache()
         self._stores = ObjectStores(lakehouse.s3_properties())
@@ -378,16 +376,11 @@ class Engine:
         # Planned here, executed in the master's runtime: its Parquet footer cache is shared by
         # every session, so a new client connection reads no footers the process already has.
         ctx = shared_runtime_context(
-            session_config(default_schema, object_store=self._object_store), self._master
+            session_config(default_schema), self._master
         )
         ctx.register_catalog_provider(DEFAULT_CATALOG, self._master.catalog(DEFAULT_CATALOG))
         self._stores.register_all(ctx)
         return ctx
-
-    @property
-    def object_store(self) -> bool:
-        """Whether data files live on an object store (where one coalesced read beats two)."""
-        return self._object_store
 
     @property
     def stores(self) -> ObjectStores:
@@ -611,7 +604,7 @@ class QueryContext:
 
         from icegres.engine import pg_functions
 
-        ctx = SessionContext(session_config(self._default_schema(), object_store=self.engine.object_store))
+        ctx = SessionContext(session_config(self._default_schema()))
         catalog = Catalog.memory_catalog()
         master = self.engine.master.catalog(DEFAULT_CATALOG)
         schemas = {}

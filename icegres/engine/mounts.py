@@ -288,15 +288,6 @@ def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | Non
     return df
 
 
-def object_store_warehouse(lakehouse_kind: str, s3_properties: dict[str, str]) -> bool:
-    """Whether the lakehouse's data files live on an object store rather than on local disk.
-
-    A REST catalog's tables live on object storage (its FileIO may vend credentials, so the
-    catalog's own properties can lack s3.*); a SQL catalog's do when it is given S3 settings.
-    """
-    return lakehouse_kind == "rest" or bool(s3_properties)
-
-
 _SHARED_RUNTIME_CONTEXT: type | None = None
 
 
