@@ -17,7 +17,7 @@ import re
 import secrets
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 from google.protobuf.message import Message
@@ -36,9 +36,11 @@ from icegres.protocol.flightsql.sessions import (
     SESSIONS_MAX,
     TOKENS_MAX,
     Bounded,
+    FlightTxn,
     Prepared,
     Result,
     Session,
+    Speculation,
     new_handle,
 )
 from icegres.protocol.flightsql.writes import (
@@ -260,6 +262,16 @@ def encode_groups(groups: list[list[pa.RecordBatch]], schema: pa.Schema, compres
     return messages, rows
 
 
+class _Began(NamedTuple):
+    """A query CreatePreparedStatement started (`FlightSqlService._speculate`)."""
+
+    token: int  # the catalog's change token, read before the start
+    settings: dict[str, Any]  # the session's settings it planned under
+    version: int | None  # its transaction's version after the start pinned (None: autocommit)
+    schema: pa.Schema  # the wire schema
+    source: RowSource
+
+
 class FlightSqlService:
     """grpclib servable: the FlightService methods that Flight SQL uses."""
 
@@ -388,7 +400,9 @@ class FlightSqlService:
             info = self._result_info(descriptor, result)
         elif isinstance(command, sql.CommandPreparedStatementQuery):
             prepared = self._prepared(session, command.prepared_statement_handle)
-            result = await self.writes.start(session, prepared.sql, prepared.params, prepared.transaction_id)
+            result = await self._take_speculation(session, prepared)
+            if result is None:
+                result = await self.writes.start(session, prepared.sql, prepared.params, prepared.transaction_id)
             info = self._result_info(descriptor, result)
         else:
             schema = self._metadata_schema(command)
@@ -482,6 +496,146 @@ class FlightSqlService:
         result = await self.run_sync(start)
         self._results.put(handle, result)
         return result
+
+    def _may_speculate(self, text: str) -> bool:
+        """Whether CreatePreparedStatement may start `text` (see `Speculation`): a query with no
+        placeholders, over a catalog whose change token sees every commit and whose transactions
+        pin every table at their first statement (not REST), with the write buffer off (its
+        acked rows are no commit, and transactions settle it when they pin)."""
+        engine = self.server.engine
+        return ("$" not in text and engine.ladder is None and engine.lakehouse.kind != "rest"
+                and classify(text).kind is Kind.QUERY)
+
+    async def _speculate(self, session: Session, text: str, txn: FlightTxn | None) -> Speculation | None:
+        """Start `text` (in transaction `txn`, if any) for the GetFlightInfo that should follow;
+        None: describe it instead.
+
+        One worker-thread call plans and starts the query, hands the result schema to the loop
+        (the prepare's reply goes out then) and goes on to pull the first message, which thus
+        overlaps the client's turnaround to GetFlightInfo. Any planning or execution error leaves
+        the statement to the usual path, which reports it where it always did (and, inside a
+        transaction, aborts it there).
+        """
+        if not self._may_speculate(text) or (txn is not None and txn.failed):
+            return None
+        from icegres.protocol.pgwire.results import RowSource
+
+        lakehouse = self.server.engine.lakehouse
+        state = txn.state if txn is not None else None
+        loop = asyncio.get_running_loop()
+        started: asyncio.Future[Speculation | None] = loop.create_future()
+        handle, stop = new_handle(), threading.Event()
+
+        def tell(began: _Began | None) -> None:  # on the loop thread, after `pulled` is set below
+            if started.done():
+                return
+            if began is None:
+                started.set_result(None)
+                return
+            started.set_result(Speculation(began.token, began.settings, txn.ident if txn is not None else None,
+                                           began.version, handle, began.schema, pulled, stop))
+
+        def begin() -> _Began | None:
+            try:
+                # The token is read before the start refreshes: equal at GetFlightInfo, no commit
+                # finished in between, so what the start mounted is still the catalog's head.
+                token = lakehouse.change_token()
+                if token is None:
+                    return None
+                with session.lock:
+                    session.qctx.txn = state
+                    try:
+                        settings = dict(session.qctx.env.settings)
+                        schema, batches = session.qctx.start(text, None)
+                    finally:
+                        session.qctx.txn = None
+                    version = state.version if state is not None else None
+            except Exception:  # describe (or GetFlightInfo) reports it
+                return None
+            return _Began(token, settings, version, M.wire_schema(schema), RowSource(schema, batches))
+
+        def run() -> Result | None:  # in the worker thread
+            began = None
+            try:
+                began = begin()
+            finally:  # the prepare waits for this, whatever happens
+                loop.call_soon_threadsafe(tell, began)
+            if began is None:
+                return None
+            first, rows, exhausted = pull_messages(began.source, began.schema, stop, MESSAGE_BYTES,
+                                                   self.compression)
+            return Result(handle, session.key, text, None, began.schema, None if exhausted else began.source,
+                          first, exhausted, rows, state)
+
+        async def pull() -> Result | None:
+            result = await self.run_sync(run)
+            if result is not None and not stop.is_set():
+                self._results.put(handle, result)
+            return result
+
+        pulled = asyncio.ensure_future(pull())
+        # A discarded speculation's failure is nobody's error: retrieve it so asyncio keeps quiet.
+        pulled.add_done_callback(lambda f: f.cancelled() or f.exception())
+        try:
+            return await started
+        except BaseException:  # cancelled: the pull stops at its next batch, its result unheld
+            stop.set()
+            raise
+
+    async def _speculation_holds(self, session: Session, prepared: Prepared, speculation: Speculation) -> bool:
+        """Whether a fresh start of `prepared` now would read what `speculation` read."""
+        if prepared.params is not None or self.server.engine.ladder is not None:
+            return False
+        if dict(session.qctx.env.settings) != speculation.settings:
+            return False
+        if speculation.txn_ident is not None:
+            # A transaction reads the snapshot its first statement pinned (the speculation's
+            # start pinned it at the latest) plus its own writes: the same while it is the same
+            # open transaction at the same version.
+            txn = session.transactions.get(speculation.txn_ident)
+            if txn is None or txn.failed or txn.state.version != speculation.txn_version:
+                return False
+            try:
+                return self.writes.transaction(session, prepared.transaction_id) is txn
+            except (GRPCError, PgError):  # the usual path reports it
+                return False
+        if prepared.transaction_id is not None:
+            return False
+        # PRAGMA data_version (~10 us) still takes a SQLite lock that a committing writer can
+        # hold for a while: in a worker thread, never on the loop.
+        return await self.run_sync(self.server.engine.lakehouse.change_token) == speculation.token
+
+    async def _take_speculation(self, session: Session, prepared: Prepared) -> Result | None:
+        """The Result CreatePreparedStatement started, if the statement would read the same now."""
+        speculation, prepared.speculation = prepared.speculation, None
+        if speculation is None:
+            return None
+        if not await self._speculation_holds(session, prepared, speculation):
+            self._discard(speculation)
+            return None
+        try:
+            pulled = await speculation.pulled
+        except Exception:
+            # An execution error: the statement runs again and reports it as it always did.
+            self._discard(speculation)
+            return None
+        except BaseException:  # cancelled (deadline, client gone): the pull stops, nothing keeps it
+            self._discard(speculation)
+            raise
+        result = self._results.get(speculation.handle) if pulled is not None else None
+        if result is None:  # evicted meanwhile (the results table is bounded)
+            return None
+        return result
+
+    def _discard(self, speculation: Speculation) -> None:
+        speculation.stop.set()
+
+        def drop(_: Any) -> None:
+            dropped = self._results.pop(speculation.handle)
+            if dropped is not None:
+                dropped.close()
+
+        speculation.pulled.add_done_callback(drop)
 
     async def _describe(self, session: Session, text: str,
                         txn: TxnState | None = None) -> tuple[pa.Schema, pa.Schema]:
@@ -743,8 +897,13 @@ class FlightSqlService:
             if not isinstance(request, sql.ActionCreatePreparedStatementRequest):
                 raise M.BadCommand("CreatePreparedStatement needs an ActionCreatePreparedStatementRequest")
             txn_id = request.transaction_id if request.HasField("transaction_id") else None
-            dataset, params = await self.writes.describe(session, request.query, txn_id)
-            prepared = Prepared(new_handle(), request.query, dataset, params, transaction_id=txn_id)
+            speculation = await self._speculate(session, request.query, self.writes.transaction(session, txn_id))
+            if speculation is not None:
+                dataset, params = speculation.schema, pa.schema([])
+            else:
+                dataset, params = await self.writes.describe(session, request.query, txn_id)
+            prepared = Prepared(new_handle(), request.query, dataset, params, transaction_id=txn_id,
+                                speculation=speculation)
             session.prepared.put(prepared.handle, prepared)
             reply = sql.ActionCreatePreparedStatementResult(
                 prepared_statement_handle=prepared.handle, dataset_schema=M.schema_bytes(dataset),
@@ -754,7 +913,10 @@ class FlightSqlService:
             request = M.decode_command(action.body)
             if not isinstance(request, sql.ActionClosePreparedStatementRequest):
                 raise M.BadCommand("ClosePreparedStatement needs an ActionClosePreparedStatementRequest")
-            session.prepared.pop(request.prepared_statement_handle)
+            closed = session.prepared.pop(request.prepared_statement_handle)
+            if closed is not None and closed.speculation is not None:
+                self._discard(closed.speculation)
+                closed.speculation = None
         elif kind == "GetSessionOptions":
             M.parse(fl.GetSessionOptionsRequest, action.body)
             reply = fl.GetSessionOptionsResult()

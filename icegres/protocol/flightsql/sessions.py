@@ -85,6 +85,31 @@ class Prepared:
     parameter_schema: pa.Schema
     params: dict[str, Any] | None = None  # "1" -> value, as QueryContext.start takes them
     transaction_id: bytes | None = None  # the transaction it was prepared in, if any
+    # The query as started at prepare time, for the GetFlightInfo that follows (taken by it).
+    speculation: Speculation | None = None
+
+
+@dataclass
+class Speculation:
+    """A parameterless query started by CreatePreparedStatement.
+
+    ADBC's `cursor.execute` prepares and sends GetFlightInfo straight after, so the query starts
+    at prepare time (one plan instead of describe + plan) and its first message is pulled while
+    the client turns around. GetFlightInfo takes it only if the statement would read the same
+    thing now: the session's settings are still `settings`, and in autocommit the catalog's
+    change token is still `token` (read before the start refreshed, so no commit finished
+    since), inside a transaction it is the same open transaction at version `txn_version`.
+    Otherwise it is discarded and the query runs afresh, as it would have without it.
+    """
+
+    token: int
+    settings: dict[str, Any]
+    txn_ident: bytes | None  # the transaction it started in (None: autocommit) ...
+    txn_version: int | None  # ... and that transaction's version after the start pinned
+    handle: bytes  # the Result's, in the service's results once pulled
+    schema: pa.Schema  # the wire schema
+    pulled: Any  # asyncio.Future[Result]: the first message pulled, the Result registered
+    stop: threading.Event  # set when discarded: the pull stops at its next batch
 
 
 @dataclass
