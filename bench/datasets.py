@@ -21,8 +21,9 @@
   Choose with ``path=`` or ``ICEGRES_BENCH_TPCH_LOAD=copy|flight`` (``python -m bench --tpch-load
   copy``). The facts of the load (path, seconds, rows/s) are kept in the marker file.
 
-A marker file (``.bench-seeded``, ``.bench-tpch-sf1``) says a dataset is whole; delete the
-directory (or the marker) to rebuild.
+A marker file (``.bench-seeded``, ``.bench-tpch-sf1``) says a dataset is whole and which data
+layout it was written with (``DATA_LAYOUT``); delete the directory (or the marker) to rebuild. A
+dataset of another layout is rebuilt on first use, so a run measures the files icegres writes today.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import datetime as dt
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -58,6 +60,34 @@ TPCH_LOAD_DESCRIPTIONS = {
 }
 
 
+# Bumped whenever the data files icegres writes change layout. 2: a page index and 8192-row pages
+# with a 64 KB dictionary bound (icegres/engine/parquet_files.py, DEFAULT_TABLE_PROPERTIES).
+DATA_LAYOUT = 2
+
+
+def seeded_marker_text(**facts: Any) -> str:
+    extra = "".join(f" {k}={v}" for k, v in facts.items())
+    return f"seeded {dt.datetime.now(dt.UTC).isoformat()} layout={DATA_LAYOUT}{extra}\n"
+
+
+def is_cached(d: Path, marker: str = SEEDED_MARKER, *, needs_catalog: bool = True) -> bool:
+    """True when `d` holds a whole dataset of today's layout. One of another layout is removed
+    here when it lives under bench/.data (the caller then builds it afresh); elsewhere it is the
+    user's directory, and this stops with what to do."""
+    m = d / marker
+    if not m.exists():
+        return False
+    if f"layout={DATA_LAYOUT}" in m.read_text().split() and (not needs_catalog or (d / "catalog.db").exists()):
+        return True
+    if not needs_catalog or (d / "catalog.db").exists():
+        if not d.resolve().is_relative_to(DATA_DIR.resolve()):
+            raise SystemExit(f"{d} holds data files of an older layout than this icegres writes "
+                             f"(bench/datasets.py DATA_LAYOUT={DATA_LAYOUT}): remove it or pass a fresh directory")
+        print(f"dataset: {d} was written with an older data layout: rebuilding it", flush=True)
+        shutil.rmtree(d)
+    return False
+
+
 def lake_dir(rows: int) -> Path:
     return DATA_DIR / ("lake-1m" if rows == 1_000_000 else f"trips-{rows // 1_000_000}m")
 
@@ -67,7 +97,7 @@ def trips(rows: int = 1_000_000) -> Path:
     from bench.pgwire_read import icegres_command
 
     d = lake_dir(rows)
-    if (d / SEEDED_MARKER).exists() and (d / "catalog.db").exists():
+    if is_cached(d):
         return d
     d.mkdir(parents=True, exist_ok=True)
     print(f"dataset: seeding demo.trips with {rows:,} rows into {d} (once; cached) ...", flush=True)
@@ -75,8 +105,7 @@ def trips(rows: int = 1_000_000) -> Path:
     subprocess.run([*icegres_command(), "seed", "--data-dir", str(d), "--rows", str(rows)],
                    check=True)
     took = time.perf_counter() - t0
-    (d / SEEDED_MARKER).write_text(
-        f"seeded {dt.datetime.now(dt.UTC).isoformat()} rows={rows} seconds={took:.1f}\n")
+    (d / SEEDED_MARKER).write_text(seeded_marker_text(rows=rows, seconds=f"{took:.1f}"))
     print(f"dataset: demo.trips {rows:,} rows seeded in {took:.0f} s", flush=True)
     return d
 
@@ -302,7 +331,7 @@ def tpch(lake: Path, conninfo: str, sf: float = 1.0, *, path: str | None = None,
     import psycopg
 
     info = tpch_info(lake)
-    if info is not None and info.get("sf") == sf:
+    if info is not None and info.get("sf") == sf and info.get("layout") == DATA_LAYOUT:
         return info
     chosen = tpch_load_path(path)
     if chosen == "flight" and flight_uri is None and not (lake / "catalog.db").exists():
@@ -310,7 +339,7 @@ def tpch(lake: Path, conninfo: str, sf: float = 1.0, *, path: str | None = None,
               "loading TPC-H by COPY instead", flush=True)
         chosen = "copy"
     con, gen_s = tpch_generate(sf)
-    facts: dict[str, Any] = {"sf": sf, "generate_s": round(gen_s, 1), "tables": {},
+    facts: dict[str, Any] = {"sf": sf, "layout": DATA_LAYOUT, "generate_s": round(gen_s, 1), "tables": {},
                              "load_path": chosen, "path": TPCH_LOAD_DESCRIPTIONS[chosen],
                              "rows_per_copy": COPY_ROWS, "rows_per_statement": COPY_ROWS}
     with contextlib.ExitStack() as stack:

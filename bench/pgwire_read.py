@@ -317,12 +317,14 @@ def short_error(exc: BaseException) -> str:
 
 def ensure_seeded(data_dir: Path) -> None:
     """Seed `data_dir` with the demo tables once; later runs reuse it (the marker says it is whole)."""
-    if (data_dir / SEEDED_MARKER).exists() and (data_dir / "catalog.db").exists():
+    from bench import datasets
+
+    if datasets.is_cached(data_dir):
         return
     data_dir.mkdir(parents=True, exist_ok=True)
     print(f"seeding {data_dir} (once; cached for later runs) ...", flush=True)
     subprocess.run([*icegres_command(), "seed", "--data-dir", str(data_dir)], check=True)
-    (data_dir / SEEDED_MARKER).write_text(f"seeded {dt.datetime.now(dt.UTC).isoformat()}\n")
+    (data_dir / SEEDED_MARKER).write_text(datasets.seeded_marker_text())
 
 
 def metadata_locations(data_dir: Path) -> dict[str, str]:
@@ -403,15 +405,17 @@ def open_backend(name: str, data_dir: Path, stack_dir: Path) -> Iterator[Backend
         ensure_seeded(data_dir)
         yield Backend(EMBEDDED, data_dir)
         return
+    from bench import datasets
     from tests.support.stack import running_stack
 
+    datasets.is_cached(stack_dir, needs_catalog=False)  # a stack of an older layout starts empty
     stack_dir.mkdir(parents=True, exist_ok=True)
     stack_dir.chmod(0o711)
     print(f"starting the SeaweedFS stack in {stack_dir} ...", flush=True)
     with running_stack(stack_dir) as stack:
         backend = Backend(SEAWEEDFS, stack_dir / "icegres", stack.env(), stack)
         marker = stack_dir / SEEDED_MARKER
-        if not marker.exists():
+        if not datasets.is_cached(stack_dir, needs_catalog=False):
             print(
                 "seeding demo tables into SeaweedFS (once; cached for later runs) ...", flush=True
             )
@@ -420,7 +424,7 @@ def open_backend(name: str, data_dir: Path, stack_dir: Path) -> Iterator[Backend
                 check=True,
                 env={**os.environ, **backend.env},
             )
-            marker.write_text(f"seeded {dt.datetime.now(dt.UTC).isoformat()}\n")
+            marker.write_text(datasets.seeded_marker_text())
         yield backend
 
 
