@@ -29,6 +29,27 @@ _DIALECT = Dialect.get_or_raise("postgres")
 
 PRIMARY_KEY_PROPERTY = "icegres.primary-key"
 PARTITIONING_OPTION = "partitioning"
+# Table properties the Parquet writers read as positive integers. A bad value is refused when it
+# is set (22023, as PostgreSQL refuses a bad storage parameter), not by every later write.
+_POSITIVE_INT_PROPERTIES = frozenset({
+    "write.parquet.row-group-limit", "write.parquet.row-group-size-bytes", "write.parquet.page-row-limit",
+    "write.parquet.page-size-bytes", "write.parquet.dict-size-bytes", "write.target-file-size-bytes",
+})
+
+
+def checked_properties(options: dict[str, str]) -> dict[str, str]:
+    """`options` as table properties, with every writer setting a positive integer."""
+    for key, value in options.items():
+        if key not in _POSITIVE_INT_PROPERTIES:
+            continue
+        try:
+            number = int(value)
+        except ValueError:
+            raise PgError(e.INVALID_PARAMETER_VALUE, f'invalid value for integer option "{key}": {value}') from None
+        if number <= 0:
+            raise PgError(e.INVALID_PARAMETER_VALUE, f'value {value} out of bounds for option "{key}"',
+                          detail="Valid values are positive integers.")
+    return options
 
 # Transform names accepted in WITH (partitioning = '...'); the plural spellings are Spark's.
 TIME_TRANSFORMS = {"year": "year", "years": "year", "month": "month", "months": "month",
@@ -830,7 +851,7 @@ class _Parser:
                 partitioning = parse_partitioning(value)
             else:
                 properties[key] = value
-        return partitioning, properties
+        return partitioning, checked_properties(properties)
 
     # -- ALTER TABLE
 
@@ -932,7 +953,7 @@ class _Parser:
             if self.peek_type(TokenType.L_PAREN):
                 options = self.option_list(with_values=True)
                 _refuse_partitioning(options)
-                return SetProperties(dict(options))
+                return SetProperties(checked_properties(dict(options)))
             words = self._words(self.i)
             if words:
                 raise _unsupported(f"ALTER TABLE ... SET {' '.join(words)}", position=self.position())

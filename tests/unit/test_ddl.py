@@ -313,6 +313,23 @@ def test_partition_column_must_exist():
     assert err("CREATE TABLE t (a int) WITH (partitioning = 'nope(a)')").sqlstate == "42601"
 
 
+@pytest.mark.parametrize("sql", [
+    "CREATE TABLE t (a int) WITH (\"write.parquet.page-row-limit\" = 'many')",
+    "ALTER TABLE t SET (\"write.parquet.row-group-limit\" = 'x1')",
+])
+def test_writer_settings_must_be_integers(sql):
+    error = err(sql)
+    assert error.sqlstate == "22023" and error.message.startswith("invalid value for integer option")
+
+
+def test_writer_settings_must_be_positive():
+    error = err("ALTER TABLE t SET (\"write.parquet.page-row-limit\" = '0')")
+    assert (error.sqlstate, error.message) == (
+        "22023", 'value 0 out of bounds for option "write.parquet.page-row-limit"')
+    assert parse_ddl("CREATE TABLE t (a int) WITH (\"write.parquet.page-row-limit\" = 1000)").properties == {
+        "write.parquet.page-row-limit": "1000"}
+
+
 # --- CREATE TABLE AS
 
 
