@@ -28,7 +28,7 @@ DEFAULT_TABLE_PROPERTIES = {
     # Pages of 8192 rows (DataFusion's batch) with a page index (parquet_files.py), and a 64 KB
     # dictionary bound so a column of unique values falls back to plain encoding early instead of
     # carrying a dictionary page every lookup in the chunk must read: a point lookup on demo.trips
-    # read ~530 KB per row group before, ~40 KB after.
+    # scans 163 KB of its file instead of 1.03 MB (DataFusion's EXPLAIN ANALYZE bytes_scanned).
     "write.parquet.page-row-limit": "8192",
     "write.parquet.dict-size-bytes": str(64 * 1024),
     "write.target-file-size-bytes": str(128 * 1024 * 1024),
