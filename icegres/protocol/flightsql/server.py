@@ -109,7 +109,8 @@ class FlightServer:
 
         h2send.install()  # DATA frames in batches: one syscall per ~256 KiB, not per 16 KiB frame
         async with trio_asyncio.open_loop():
-            server = Server([FlightSqlService(self)], codec=CODEC)
+            service = FlightSqlService(self)
+            server = Server([service], codec=CODEC)
             await trio_asyncio.aio_as_trio(server.start)(self.settings.host, self.port, ssl=self.ssl)
             log.info("Flight SQL on %s://%s:%d (%s auth, result compression %s)", self.scheme,
                      self.settings.host, self.port, "password" if self.settings.users else "trust",
@@ -119,5 +120,6 @@ class FlightServer:
                 await trio.sleep_forever()
             finally:
                 server.close()
+                service.stop_speculations()
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
                     await trio_asyncio.aio_as_trio(server.wait_closed)()

@@ -285,6 +285,9 @@ class FlightSqlService:
         self._tokens: Bounded[str, str] = Bounded(TOKENS_MAX)
         self._sessions: Bounded[str, Session] = Bounded(SESSIONS_MAX)
         self._results: Bounded[bytes, Result] = Bounded(RESULTS_MAX, on_evict=Result.close)
+        # First-message pulls of started prepared statements (`_speculate`), each with its stop
+        # event: they outlive the RPC that started them, so the service owns them until shutdown.
+        self._pulls: dict[asyncio.Future[Any], threading.Event] = {}
         self._pids = itertools.count(1)
         self.writes = FlightWrites(self)
 
@@ -574,8 +577,8 @@ class FlightSqlService:
             return result
 
         pulled = asyncio.ensure_future(pull())
-        # A discarded speculation's failure is nobody's error: retrieve it so asyncio keeps quiet.
-        pulled.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._pulls[pulled] = stop
+        pulled.add_done_callback(self._pull_done)
         try:
             return await started
         except BaseException:  # cancelled: the pull stops at its next batch, its result unheld
@@ -626,6 +629,18 @@ class FlightSqlService:
         if result is None:  # evicted meanwhile (the results table is bounded)
             return None
         return result
+
+    def _pull_done(self, pulled: asyncio.Future[Any]) -> None:
+        self._pulls.pop(pulled, None)
+        # A discarded speculation's failure is nobody's error: retrieve it so asyncio keeps quiet.
+        if not pulled.cancelled():
+            pulled.exception()
+
+    def stop_speculations(self) -> None:
+        """At shutdown: stop every first-message pull still running (its result is nobody's)."""
+        for pulled, stop in list(self._pulls.items()):
+            stop.set()
+            pulled.cancel()
 
     def _discard(self, speculation: Speculation) -> None:
         speculation.stop.set()
