@@ -2,7 +2,7 @@
 
 - ``trips(rows)``: ``icegres seed --rows N`` into ``bench/.data/lake-1m`` (1M) or
   ``bench/.data/trips-<N>`` (the scale curve): deterministic ``demo.trips`` (sorted by id, 250k-row
-  files, 64k-row groups) and ``demo.cities``. The seed writes through pyiceberg directly.
+  files, 64k-row groups of page-indexed 8192-row pages) and ``demo.cities``. The seed writes through pyiceberg directly.
 - ``tpch(lake)``: TPC-H SF1 (lineitem, orders, customer, part, supplier, nation, region) generated
   by DuckDB's tpch extension (``CALL dbgen(sf=1)``, deterministic) and loaded **through icegres**:
   ``CREATE SCHEMA`` / ``CREATE TABLE`` (the same DDL on either path, so the Iceberg schemas are

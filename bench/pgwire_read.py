@@ -1398,10 +1398,10 @@ def scorecard_section(report: dict[str, Any]) -> str:
     )
     data_line = (
         "Data: `icegres seed` into SeaweedFS through its Iceberg REST catalog (SigV4), "
-        "demo.trips (1M rows, 4 files, 64k-row groups) + demo.cities (20 rows); DuckDB reads the "
+        "demo.trips (1M rows, 4 files, 64k-row groups of page-indexed 8192-row pages) + demo.cities (20 rows); DuckDB reads the "
         "same metadata files from SeaweedFS's S3 (httpfs, path style)."
         if seaweed
-        else "Data: `icegres seed` demo.trips (1M rows, 4 files, 64k-row groups) + demo.cities (20 rows)."
+        else "Data: `icegres seed` demo.trips (1M rows, 4 files, 64k-row groups of page-indexed 8192-row pages) + demo.cities (20 rows)."
     )
     lines = [
         f"<!-- {section}:start -->",

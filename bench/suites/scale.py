@@ -117,7 +117,7 @@ def run(opts: Any) -> list[dict[str, Any]]:
         title="scale curve: demo.trips at " + " / ".join(_tag(n) for n in scales)
               + " rows, icegres over pgwire vs DuckDB",
         facts={
-            "Data": "`icegres seed --rows N` per scale (250k-row files sorted by id, 64k-row groups)"
+            "Data": "`icegres seed --rows N` per scale (250k-row files sorted by id, 64k-row groups of page-indexed 8192-row pages)"
                     + ("" if opts.scale_50m else "; 50M only with `--scale-50m` (slow to build and "
                        "run on this 2-core machine)"),
             "Peers": "pgwire = one `icegres serve` per scale + psycopg 3; duckdb = DuckDB 1.5.5 "
