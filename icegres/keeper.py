@@ -31,7 +31,7 @@ from pathlib import Path
 
 import trio
 
-from icegres.machines.drivers.quorum import received_frames
+from icegres.machines.drivers.quorum import received_frames, sent_frames
 from icegres.machines.quorum import (
     AcceptorPhase,
     AcceptorState,
@@ -136,16 +136,8 @@ class KeeperLog:
 
     def compact(self) -> None:
         """Rewrite the log as one snapshot frame of its state (crash-safe: rename is atomic)."""
-        tmp = self.path.with_suffix(".tmp")
         data = encode_frame(_snapshot(self.state))
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
+        _write_whole(self.path, data)
         os.close(self.fd)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         self.size = len(data)
@@ -171,16 +163,8 @@ def create_rejoined_log(data_dir: str | os.PathLike[str], record: Persist) -> Ke
         raise KeeperRefused(
             f"{path} appeared during the catch-up: another keeper uses {directory}?"
         )
-    tmp = path.with_suffix(".tmp")
     data = encode_frame(record)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(directory)
+    _write_whole(path, data)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     return KeeperLog(path, fd, len(data), recover_acceptor([record]))
 
@@ -195,6 +179,20 @@ def _prepare_rejoin_dir(data_dir: str | os.PathLike[str]) -> None:
         )
     directory.mkdir(parents=True, exist_ok=True)
     path.with_suffix(".tmp").unlink(missing_ok=True)  # a catch-up that died mid-write
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that it is whole or absent after a crash: a temp file,
+    fsynced, renamed over it, then the directory fsynced."""
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -490,7 +488,7 @@ class Rejoin:
                 try:
                     async with stream, trio.open_nursery() as nursery:
                         link.outbox = send
-                        nursery.start_soon(self._write_link, stream, receive, nursery.cancel_scope)
+                        nursery.start_soon(sent_frames, stream, receive, nursery.cancel_scope)
                         # Ask at once: a peer that connects late need not wait for a retry tick.
                         link.send(encode_frame(_catch_up_message(self.state)))
                         await self._read_link(link, stream)
@@ -499,19 +497,6 @@ class Rejoin:
                     link.outbox = None
                     send.close()
             await trio.sleep(self.RECONNECT_SECONDS)
-
-    async def _write_link(
-        self,
-        stream: trio.SocketStream,
-        receive: trio.MemoryReceiveChannel[bytes],
-        connection: trio.CancelScope,
-    ) -> None:
-        try:
-            async for frame in receive:
-                await stream.send_all(frame)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-        connection.cancel()
 
     async def _read_link(self, link: _PeerLink, stream: trio.SocketStream) -> None:
         try:

@@ -104,6 +104,28 @@ async def received_frames(
         del buffer[:offset]
 
 
+async def sent_frames(
+    stream: trio.abc.SendStream,
+    receive: trio.MemoryReceiveChannel[bytes],
+    connection: trio.CancelScope,
+) -> None:
+    """Write the encoded frames from `receive` to `stream`, those already queued in one write,
+    until the channel closes or the connection breaks; then cancel `connection`. Errors end the
+    connection here, never escape: a peer going away is routine."""
+    try:
+        async for frame in receive:
+            frames = [frame]
+            while True:
+                try:
+                    frames.append(receive.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            await stream.send_all(b"".join(frames))
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass
+    connection.cancel()
+
+
 class QuorumAppendFailed(Exception):
     """An append was not acknowledged. When `outcome_unknown`, its record was sent: it may still
     be chosen, and is then replayed by whichever writer recovers it."""
@@ -327,33 +349,13 @@ class QuorumTail:
             try:
                 async with stream, trio.open_nursery() as nursery:
                     link.outbox = send
-                    nursery.start_soon(self._write_link, stream, receive, nursery.cancel_scope)
+                    nursery.start_soon(sent_frames, stream, receive, nursery.cancel_scope)
                     await self._read_link(link, stream)
                     nursery.cancel_scope.cancel()
             finally:
                 link.outbox = None
                 send.close()
             await trio.sleep(self.timing.reconnect_seconds)
-
-    async def _write_link(
-        self,
-        stream: trio.SocketStream,
-        receive: trio.MemoryReceiveChannel[bytes],
-        connection: trio.CancelScope,
-    ) -> None:
-        # Errors end the connection here, never escape: a keeper going away is routine.
-        try:
-            async for frame in receive:
-                frames = [frame]
-                while True:
-                    try:
-                        frames.append(receive.receive_nowait())
-                    except trio.WouldBlock:
-                        break
-                await stream.send_all(b"".join(frames))
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-        connection.cancel()
 
     async def _read_link(self, link: _Link, stream: trio.SocketStream) -> None:
         try:
