@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ast
 from dataclasses import FrozenInstanceError
-from pathlib import Path
 
 import pytest
 
@@ -40,6 +38,7 @@ from icegres.machines.buffer import (
     step,
     visible_entries,
 )
+from tests.support.purity import imported_roots
 
 pytestmark = pytest.mark.unit
 
@@ -284,11 +283,5 @@ def test_config_is_validated_and_state_is_frozen() -> None:
 
 
 def test_the_core_imports_no_io() -> None:
-    tree = ast.parse(Path(buffer.__file__).read_text())
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module.split(".")[0])
+    imported = imported_roots(buffer)
     assert imported <= {"__future__", "collections", "dataclasses", "enum", "typing"}, imported

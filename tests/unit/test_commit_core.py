@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import tomllib
 from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
@@ -41,6 +40,7 @@ from icegres.machines.commit import (
     recover,
     step,
 )
+from tests.support.purity import imported_roots
 
 pytestmark = pytest.mark.unit
 
@@ -319,13 +319,7 @@ def test_states_and_requests_are_frozen_and_validated() -> None:
 
 
 def test_the_core_imports_no_io() -> None:
-    tree = ast.parse(Path(commit.__file__).read_text())
-    roots = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            roots.add((node.module or "").split(".")[0])
+    roots = imported_roots(commit)
     forbidden = {
         "trio",
         "os",

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ast
 from dataclasses import FrozenInstanceError
-from pathlib import Path
 
 import pytest
 
@@ -41,6 +39,7 @@ from icegres.machines.pgtail import (
     step,
 )
 from icegres.machines.wal_format import Record, checksum
+from tests.support.purity import imported_roots
 
 pytestmark = pytest.mark.unit
 
@@ -206,11 +205,5 @@ def test_events_and_effects_are_frozen() -> None:
 
 
 def test_the_core_imports_no_io() -> None:
-    tree = ast.parse(Path(pgtail.__file__).read_text())
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module.split(".")[0])
+    imported = imported_roots(pgtail)
     assert not imported & {"trio", "os", "socket", "psycopg", "time", "asyncio", "pyiceberg"}

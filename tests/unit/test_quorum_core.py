@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ast
 from dataclasses import FrozenInstanceError
-from pathlib import Path
 
 import pytest
 
@@ -42,6 +40,7 @@ from icegres.machines.quorum import (
     recover_acceptor,
     step,
 )
+from tests.support.purity import imported_roots
 
 pytestmark = pytest.mark.unit
 
@@ -255,13 +254,7 @@ def test_terms_are_unique_and_ordered() -> None:
 
 @pytest.mark.parametrize("module", [quorum, quorum_format])
 def test_the_core_imports_no_io(module) -> None:
-    tree = ast.parse(Path(module.__file__).read_text())
-    roots = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            roots.add((node.module or "").split(".")[0])
+    roots = imported_roots(module)
     assert roots <= {
         "__future__",
         "collections",

@@ -49,6 +49,7 @@ from icegres.machines.quorum_rejoin import (
     rejoin_step,
     start_rejoin,
 )
+from tests.support.purity import imported_roots
 
 pytestmark = pytest.mark.unit
 
@@ -343,13 +344,8 @@ def test_the_rejoin_core_imports_no_io() -> None:
 
     from icegres.machines import quorum_rejoin
 
+    roots = imported_roots(quorum_rejoin)
     tree = ast.parse(Path(quorum_rejoin.__file__).read_text())
-    roots = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            roots.add((node.module or "").split(".")[0])
     assert roots <= {"__future__", "collections", "dataclasses", "enum", "typing", "icegres"}, roots
     assert not any("drivers" in (getattr(n, "module", "") or "") for n in ast.walk(tree))
 

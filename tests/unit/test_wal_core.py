@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ast
 from dataclasses import FrozenInstanceError
-from pathlib import Path
 
 import pytest
 
@@ -40,6 +38,7 @@ from icegres.machines.wal import (
     step,
 )
 from icegres.machines.wal_format import Record, encode_record, segment_name
+from tests.support.purity import imported_roots
 
 pytestmark = pytest.mark.unit
 
@@ -228,13 +227,7 @@ def test_states_are_frozen_and_configs_validated() -> None:
 
 @pytest.mark.parametrize("module", [wal, wal_format])
 def test_the_core_imports_no_io(module) -> None:
-    tree = ast.parse(Path(module.__file__).read_text())
-    roots = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            roots.add((node.module or "").split(".")[0])
+    roots = imported_roots(module)
     allowed = {
         "__future__",
         "collections",
