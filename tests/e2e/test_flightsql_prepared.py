@@ -111,6 +111,24 @@ def test_an_execution_error_is_reported_by_execute(server, ns):
         assert cur.fetchall() == [(1,)]
 
 
+def test_an_execution_error_inside_a_transaction_aborts_it_until_rollback(server, ns):
+    # The prepare started the query; its error comes at execution, and must still reach execute
+    # and fail the transaction as any statement error does.
+    uri, _ = server
+    with adbc.connect(uri) as c, c.cursor() as cur:  # autocommit off: BeginTransaction at connect
+        cur.execute(f"select id from {ns}.t")
+        assert cur.fetchall() == [(1,)]
+        with pytest.raises(adbc_driver_manager.Error, match="22012"):
+            cur.execute(f"select id / (id - id) from {ns}.t")
+            cur.fetchall()
+        with pytest.raises(adbc_driver_manager.Error, match="25P02"):
+            cur.execute(f"select id from {ns}.t")
+            cur.fetchall()
+        c.rollback()
+        cur.execute(f"select id from {ns}.t")
+        assert cur.fetchall() == [(1,)]
+
+
 def test_inside_a_transaction_the_prepared_query_reads_the_snapshot(server, ns):
     uri, pg_port = server
     query = f"select count(*) as n from {ns}.t"
