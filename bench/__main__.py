@@ -113,6 +113,9 @@ def update_baselines() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from icegres import allocator
+
+    allocator.configure()  # the in-process engine allocates as `icegres serve` does
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="suites:\n" + "\n".join(f"  {k:13} {v}" for k, v in SUITES.items()))

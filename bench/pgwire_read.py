@@ -1633,6 +1633,9 @@ def print_report(report: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from icegres import allocator
+
+    allocator.configure()  # the in-process engine allocates as `icegres serve` does
     ap = argparse.ArgumentParser(
         prog="python -m bench.pgwire_read", description=__doc__.split("\n\n")[0]
     )

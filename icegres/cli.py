@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from icegres import allocator
+
+    allocator.configure()  # before any command imports DataFusion
     args = build_parser().parse_args(argv)
     try:
         settings = resolve(vars(args))
