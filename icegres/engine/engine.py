@@ -718,11 +718,27 @@ class QueryContext:
         return self._execute(sql, params)
 
     def _execute(self, sql: str, params: dict[str, Any] | None) -> tuple[pa.Schema, Any]:
+        from icegres.engine.batches import CancellableBatches, may_run_long, plan_nodes
+
         df = self.plan(sql, params)
         try:
-            return self.pg_schema(sql, df.schema()), df.execute_stream()
+            schema, stream = self.pg_schema(sql, df.schema()), df.execute_stream()
         except Exception as exc:
             raise engine_errors.from_datafusion(exc) from None
+        # A plan that may compute for long before its first batch is pulled so that a cancel can
+        # end the wait (engine/batches.py).
+        if may_run_long(plan_nodes(df.logical_plan()), self._input_rows(sql)):
+            stream = CancellableBatches(stream)
+        return schema, stream
+
+    def _input_rows(self, sql: str) -> int | None:
+        """Rows in the mounted snapshots of the tables `sql` may read (None: it may read any).
+        A name that is no mounted table is a catalog relation (small) or an error."""
+        refs = self.table_refs(sql)
+        if refs is None:
+            return None
+        plans = (self.engine.read_plan(*key) for key in refs)
+        return sum(plan.rows for plan in plans if plan is not None)
 
     def _start_speculating(self, sql: str, params: dict[str, Any] | None) -> tuple[pa.Schema, Any] | None:
         """On a REST catalog, run the freshness check concurrently with the query.

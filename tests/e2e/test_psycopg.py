@@ -98,8 +98,7 @@ def test_error_sqlstates(conn):
     assert conn.execute("select 2").fetchone() == (2,)
 
 
-# Long but bounded: DataFusion cannot interrupt a blocking operator mid-batch (docs/limitations.md),
-# so a cancelled runaway join would keep a worker thread busy after the client got its 57014.
+# Long but bounded, so the test is cheap on any backend (test_cancel_runaway.py cancels real runaways).
 SLOW_BOUNDED = "select count(*), sum(a.fare + b.fare) from demo.trips a join demo.trips b on a.id = b.id"
 # Streams 20M rows batch by batch: cancellation lands at the next batch boundary.
 SLOW_STREAMING = "select a.id, b.city from demo.trips a cross join demo.cities b"

@@ -64,10 +64,21 @@ class FlightServer:
         (prepare, GetFlightInfo), a large DoGet one per chunk. When no token is free it takes that
         path, to wait in the limiter's FIFO like every other caller (pgwire's included).
 
-        As with `abandon_on_cancel=True`, a cancelled caller leaves the thread running; the token
-        is released when the thread ends, on the loop thread (trio-asyncio's loop runs inside
-        trio, where the limiter lives).
+        As with `abandon_on_cancel=True`, a cancelled caller leaves the thread to finish (a pull
+        waiting inside a long DataFusion operator ends at once: engine/batches.py); the token is
+        released when the thread ends, on the loop thread (trio-asyncio's loop runs inside trio,
+        where the limiter lives).
         """
+        from icegres.engine.batches import PullScope, run_in_scope
+
+        scope = PullScope()  # a cancelled caller ends the job's long DataFusion pulls too
+        try:
+            return await self._run_sync(run_in_scope, scope, fn, *args)
+        except BaseException:
+            scope.cancel()
+            raise
+
+    async def _run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
         borrower = object()
         try:
             self.limiter.acquire_on_behalf_of_nowait(borrower)

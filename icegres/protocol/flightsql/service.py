@@ -613,7 +613,12 @@ class FlightSqlService:
         speculation, prepared.speculation = prepared.speculation, None
         if speculation is None:
             return None
-        if not await self._speculation_holds(session, prepared, speculation):
+        try:
+            holds = await self._speculation_holds(session, prepared, speculation)
+        except BaseException:  # cancelled (deadline, client gone) while checking: nothing keeps it
+            self._discard(speculation)
+            raise
+        if not holds:
             self._discard(speculation)
             return None
         try:
@@ -644,6 +649,9 @@ class FlightSqlService:
 
     def _discard(self, speculation: Speculation) -> None:
         speculation.stop.set()
+        # A pull still waiting for the first batch (a long aggregate, a runaway join) ends now and
+        # frees its thread (engine/batches.py); one between batches stops at `stop`.
+        speculation.pulled.cancel()
 
         def drop(_: Any) -> None:
             dropped = self._results.pop(speculation.handle)

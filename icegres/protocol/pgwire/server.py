@@ -59,7 +59,18 @@ class PgServer:
             session.cancel()
 
     async def run_sync(self, fn, *args):
-        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter, abandon_on_cancel=True)
+        """`fn(*args)` in a worker thread behind the query limiter. A cancelled caller (CancelRequest,
+        statement_timeout, a dropped client) leaves at once, and the job's pulls inside a long
+        DataFusion operator end too (engine/batches.py), freeing the thread."""
+        from icegres.engine.batches import PullScope, run_in_scope
+
+        scope = PullScope()
+        try:
+            return await trio.to_thread.run_sync(run_in_scope, scope, fn, *args, limiter=self.limiter,
+                                                 abandon_on_cancel=True)
+        except BaseException:
+            scope.cancel()
+            raise
 
     async def handle(self, stream: trio.SocketStream) -> None:
         from icegres.protocol.pgwire.session import Session
