@@ -2,11 +2,14 @@
 
 The server runs with one query thread, so a thread still busy with the cancelled query would make
 the next statement (from any client) wait for it; the runaway would run for hours. The statement
-after the cancel carries its own statement_timeout, so a regression fails in bounded time.
+after the cancel carries its own statement_timeout, so a regression fails in bounded time. The
+cancel comes from statement_timeout, a CancelRequest, a Flight deadline, or the client's death.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -104,3 +107,18 @@ def test_a_flight_deadline_frees_the_thread_and_stops_the_runaway(seeded_dir):
         deadline = time.monotonic() + 10
         while (rate := _server_cpu_rate(pid)) > 0.3:
             assert time.monotonic() < deadline, f"server still busy after the deadline: {rate:.2f} cores"
+
+
+def test_a_client_that_disconnects_mid_query_frees_the_thread_and_stops_the_runaway(server):
+    # The client process dies with the runaway running; nobody sends a CancelRequest.
+    client = subprocess.Popen(
+        [sys.executable, "-c", "import psycopg, sys; psycopg.connect(sys.argv[1], autocommit=True).execute(sys.argv[2])",
+         server.dsn(), RUNAWAY],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)
+        assert client.poll() is None  # still waiting for its runaway
+    finally:
+        client.kill()
+        client.wait(timeout=10)
+    _assert_freed_and_quiet(server)

@@ -41,6 +41,8 @@ class PgServer:
         self.server_version = SERVER_VERSION
         self.limiter = trio.CapacityLimiter(settings.query_threads)
         self._sessions: dict[int, Session] = {}
+        # Sessions running a statement, watched for a client that hangs up (hangup.py).
+        self.running: set[Session] = set()
         # Backend PIDs only need to be unique per server; start from ours so logs line up.
         self._pids = itertools.count(os.getpid() * 1000 % 2_000_000_000 + 1)
 
@@ -90,6 +92,10 @@ class PgServer:
             log.exception("session %s failed", session.pid)
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        from icegres.protocol.pgwire import hangup
+
         listeners = await trio.open_tcp_listeners(self.settings.port, host=self.settings.host)
-        task_status.started(listeners)
-        await trio.serve_listeners(self.handle, listeners)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hangup.watch, self.running)
+            task_status.started(listeners)
+            await trio.serve_listeners(self.handle, listeners)

@@ -120,6 +120,7 @@ class Session:
         self.qctx: Any = None
         self._running: trio.CancelScope | None = None
         self._cancel_requested = False
+        self._hung_up = False
 
     # --- I/O -----------------------------------------------------------------------------------
 
@@ -331,18 +332,32 @@ class Session:
             self._cancel_requested = True
             self._running.cancel()
 
+    def socket_fd(self) -> int:
+        return self.stream.socket.fileno()
+
+    def hang_up(self) -> None:
+        """The client went away mid-statement (hangup.py): stop the statement, end the session."""
+        if self._running is not None:
+            self._hung_up = True
+            self._running.cancel()
+
     async def _run_statement(self, fn, *args):
-        """Run `fn` (async) under this session's cancel scope and statement_timeout."""
+        """Run `fn` (async) under this session's cancel scope and statement_timeout, watched for a
+        client that hangs up meanwhile."""
         timeout_ms = int(self.settings.get("statement_timeout", "0") or 0)
         self._cancel_requested = False
         with trio.CancelScope() as scope:
             if timeout_ms > 0:
                 scope.deadline = trio.current_time() + timeout_ms / 1000
             self._running = scope
+            self.server.running.add(self)
             try:
                 return await fn(*args)
             finally:
                 self._running = None
+                self.server.running.discard(self)
+        if self._hung_up:
+            raise ConnectionClosed
         if self._cancel_requested:
             raise PgError(E.QUERY_CANCELED, "canceling statement due to user request")
         raise PgError(E.QUERY_CANCELED, "canceling statement due to statement timeout")
