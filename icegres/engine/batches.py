@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -115,6 +115,18 @@ def run_in_scope(scope: PullScope, fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
     finally:
         _local.scope = None
+
+
+async def cancellable_job(run_sync: Callable[..., Awaitable[T]], fn: Callable[..., T], *args: Any) -> T:
+    """`await run_sync(job)` — a front end's hand-off to a worker thread, trio's or asyncio's —
+    where the job is `fn(*args)` under a new PullScope, cancelled when the caller stops waiting
+    (the thread is abandoned; its long pulls end with it)."""
+    scope = PullScope()
+    try:
+        return await run_sync(run_in_scope, scope, fn, *args)
+    except BaseException:
+        scope.cancel()
+        raise
 
 
 class _ThreadLoop:

@@ -69,14 +69,9 @@ class FlightServer:
         released when the thread ends, on the loop thread (trio-asyncio's loop runs inside trio,
         where the limiter lives).
         """
-        from icegres.engine.batches import PullScope, run_in_scope
+        from icegres.engine.batches import cancellable_job
 
-        scope = PullScope()  # a cancelled caller ends the job's long DataFusion pulls too
-        try:
-            return await self._run_sync(run_in_scope, scope, fn, *args)
-        except BaseException:
-            scope.cancel()
-            raise
+        return await cancellable_job(self._run_sync, fn, *args)
 
     async def _run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
         borrower = object()

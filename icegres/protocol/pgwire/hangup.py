@@ -12,7 +12,7 @@ pulls end and its thread is freed: engine/batches.py), then closed without an an
 from __future__ import annotations
 
 import select
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from typing import Protocol
 
 import trio
@@ -37,7 +37,7 @@ def hung_up(fds: Iterable[int]) -> set[int]:
     return {fd for fd, events in poller.poll(0) if events & _GONE}
 
 
-async def watch(running: set[Running]) -> None:
+async def watch(running: Set[Running]) -> None:
     """Forever: every CHECK_INTERVAL_S, hang up the running sessions whose client is gone."""
     while True:
         await trio.sleep(CHECK_INTERVAL_S)

@@ -64,15 +64,12 @@ class PgServer:
         """`fn(*args)` in a worker thread behind the query limiter. A cancelled caller (CancelRequest,
         statement_timeout, a dropped client) leaves at once, and the job's pulls inside a long
         DataFusion operator end too (engine/batches.py), freeing the thread."""
-        from icegres.engine.batches import PullScope, run_in_scope
+        from icegres.engine.batches import cancellable_job
 
-        scope = PullScope()
-        try:
-            return await trio.to_thread.run_sync(run_in_scope, scope, fn, *args, limiter=self.limiter,
-                                                 abandon_on_cancel=True)
-        except BaseException:
-            scope.cancel()
-            raise
+        return await cancellable_job(self._to_thread, fn, *args)
+
+    async def _to_thread(self, fn, *args):
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter, abandon_on_cancel=True)
 
     async def handle(self, stream: trio.SocketStream) -> None:
         from icegres.protocol.pgwire.session import Session
