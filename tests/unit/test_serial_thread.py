@@ -1,0 +1,69 @@
+"""SerialThread: a tail's blocking calls, in order, on one thread, never abandoned."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import trio
+
+from icegres.machines.drivers.serial_thread import SerialThread
+
+pytestmark = pytest.mark.unit
+
+
+async def test_calls_run_in_order_on_one_thread_and_return_or_raise() -> None:
+    worker = SerialThread("test")
+    seen: list[tuple[int, int]] = []
+
+    def call(i: int) -> int:
+        seen.append((i, threading.get_ident()))
+        if i == 3:
+            raise OSError("disk full")
+        return i * 10
+
+    async with trio.open_nursery() as nursery:
+        results: dict[int, object] = {}
+
+        async def one(i: int) -> None:
+            try:
+                results[i] = await worker.run(call, i)
+            except OSError as exc:
+                results[i] = exc
+
+        for i in range(5):
+            nursery.start_soon(one, i)
+            await trio.sleep(0)  # submit in order
+    assert [i for i, _ in seen] == [0, 1, 2, 3, 4]
+    assert len({t for _, t in seen}) == 1 and seen[0][1] != threading.get_ident()
+    assert results[4] == 40 and isinstance(results[3], OSError)
+    worker.close()
+
+
+async def test_a_cancelled_caller_still_waits_for_its_call() -> None:
+    worker = SerialThread("test")
+    finished = threading.Event()
+
+    def slow() -> None:
+        time.sleep(0.2)
+        finished.set()
+
+    with trio.move_on_after(0.01) as scope:
+        await worker.run(slow)
+        landed = finished.is_set()  # the write landed before the caller was let go
+        await trio.sleep(0)  # and the cancel reaches it at its next checkpoint
+    assert landed and scope.cancelled_caught
+    worker.close()
+
+
+async def test_a_closed_thread_ends_and_a_new_one_serves_later_calls() -> None:
+    worker = SerialThread("test-close")
+    first = await worker.run(threading.get_ident)
+    worker.close()
+    deadline = time.monotonic() + 5
+    while any(t.ident == first for t in threading.enumerate()) and time.monotonic() < deadline:
+        await trio.sleep(0.01)
+    assert not any(t.ident == first for t in threading.enumerate())
+    assert await worker.run(lambda: 7) == 7
+    worker.close()
