@@ -25,6 +25,7 @@ from icegres import __version__
 from icegres.engine import errors as engine_errors
 from icegres.engine.catalog import Lakehouse, Listing
 from icegres.engine.mounts import FooterCache, ObjectStores, ReadPlan, plan_read, to_dataframe
+from icegres.engine.scan_sets import ScanSets
 from icegres.engine.txn import TxnState
 from icegres.protocol.pgwire.errors import PgError
 
@@ -113,6 +114,9 @@ class Engine:
         self._stores = ObjectStores(lakehouse.s3_properties())
         self._plans: dict[tuple[str, str], ReadPlan] = {}
         self._scans: dict[tuple[str, str], dict[Any, Any]] = {}  # per table: to_dataframe's scans
+        # Per table: the ScanSets its mounted DataFrame reads (scan_sets.py); a re-mount retires them.
+        self.scan_sets = ScanSets()
+        self._sets: dict[tuple[str, str], list[Any]] = {}
         self._many_files: set[tuple[str, str]] = set()  # tables of >= PRUNE_MIN_FILES files
         self._schemas: set[str] = set()
         self._listing: Listing | None = None
@@ -212,13 +216,25 @@ class Engine:
             self._unreadable[key] = (location, err)
             return
         self._unreadable.pop(key, None)
-        df = to_dataframe(self._master, plan, self._stores, self._scans.setdefault(key, {}))
         self._ensure_schema(key[0])
+        self._register(key, plan)
+
+    def _register(self, key: tuple[str, str], plan: ReadPlan) -> None:
+        """Mount `plan` as the table `key` of the master catalog (the caller holds the lock)."""
+        keep: list[Any] = []
+        df = to_dataframe(self._master, plan, self._stores, self._scans.setdefault(key, {}), self.scan_sets, keep)
         schema = self._master.catalog(DEFAULT_CATALOG).schema(key[0])
         if key[1] in schema.names():
             schema.deregister_table(key[1])
         schema.register_table(key[1], df.into_view())
-        self._set_plan(key, plan)
+        self._retire_sets(key)
+        self._sets[key] = keep
+        self._set_plan(key, plan, len(plan.files) - sum(len(s.files) for s in keep))
+
+    def _retire_sets(self, key: tuple[str, str]) -> None:
+        old = self._sets.pop(key, None)
+        if old:
+            self.scan_sets.retire(old)
 
     def _apply(self, listing: Listing) -> None:
         """Take in a new listing: drop what is gone, note what changed (mounted on first use)."""
@@ -269,11 +285,14 @@ class Engine:
             pass
         self._plans.pop(key, None)
         self._scans.pop(key, None)
+        self._retire_sets(key)
         self._many_files.discard(key)
 
-    def _set_plan(self, key: tuple[str, str], plan: ReadPlan) -> None:
+    def _set_plan(self, key: tuple[str, str], plan: ReadPlan, scans: int) -> None:
+        """`scans`: how many Parquet scans of one file each the mounted DataFrame unions (files
+        in a ScanSet are one scan, which DataFusion prunes by file statistics by itself)."""
         self._plans[key] = plan
-        if len(plan.files) >= PRUNE_MIN_FILES:
+        if scans >= PRUNE_MIN_FILES:
             self._many_files.add(key)
         else:
             self._many_files.discard(key)
@@ -340,6 +359,15 @@ class Engine:
         df = to_dataframe(self._master, replace(plan, files=files), self._stores, scans)
         return plan, df
 
+    def shared_tables(self) -> tuple[dict[str, list[tuple[str, Any]]], list[Any]]:
+        """The master catalog's tables by schema, and the ScanSets they read: one instant, so a
+        private copy of the catalog can hold exactly the directories its tables scan."""
+        with self._lock:
+            master = self._master.catalog(DEFAULT_CATALOG)
+            tables = {name: [(t, master.schema(name).table(t)) for t in master.schema(name).names()]
+                      for name in master.names()}
+            return tables, [s for sets in self._sets.values() for s in sets]
+
     def plans(self) -> dict[tuple[str, str], ReadPlan]:
         """Every mounted table's current plan: one consistent instant when the catalog has one."""
         with self._lock:
@@ -363,12 +391,7 @@ class Engine:
             current = self._plans.get(key)
             if current is None or current.metadata_location != previous_location:
                 return
-            df = to_dataframe(self._master, plan, self._stores, self._scans.setdefault(key, {}))
-            schema = self._master.catalog(DEFAULT_CATALOG).schema(key[0])
-            if key[1] in schema.names():
-                schema.deregister_table(key[1])
-            schema.register_table(key[1], df.into_view())
-            self._set_plan(key, plan)
+            self._register(key, plan)
 
     def open_session(self, env: SessionEnv) -> QueryContext:
         from icegres.engine import pg_catalog
@@ -398,9 +421,11 @@ class Engine:
 
 
 _ROUTE_CACHE_SIZE = 2048
-# Pruning costs ~1.3 ms of parsing and re-planning per statement; an unread file saves ~0.3-1 ms of
-# planning and opening. Measured on the 4-file demo table it broke even; on 40 files a point lookup
-# went from 44.8 to 7.7 ms. Below this many files a statement is planned as sent.
+# Pruning costs ~1.3 ms of parsing and re-planning per statement; an unread file of a union of
+# per-file scans saves ~0.3-1 ms of planning and opening. Measured on the 4-file demo table it broke
+# even; on 40 files a point lookup went from 44.8 to 7.7 ms. Below this many per-file scans a statement
+# is planned as sent. Files read as one ScanSet do not count: one scan over 41 local files answered
+# a point lookup in 4.7 ms unpruned, 7.1 ms pruned (in-process, 10M rows).
 PRUNE_MIN_FILES = 8
 _PRUNED_CATALOG = "icegres_pruned"
 _PRUNED_SCHEMA = "files"
@@ -464,7 +489,16 @@ class QueryContext:
         self.engine.refresh()
 
     def plan(self, sql: str, params: dict[str, Any] | None = None) -> DataFrame:
-        """Plan one query statement (DataFusion dialect permitting, else through the rewriter)."""
+        """Plan one query statement (DataFusion dialect permitting, else through the rewriter).
+
+        The DataFrame carries the statement's claim on the scan directories it may read
+        (`icegres_hold`, scan_sets.py), taken before planning; whatever runs the plan keeps it."""
+        hold = self.engine.scan_sets.hold()
+        df = self._plan(sql, params)
+        df.icegres_hold = hold
+        return df
+
+    def _plan(self, sql: str, params: dict[str, Any] | None) -> DataFrame:
         pruned = self._plan_pruned(sql, params)
         if pruned is not None:
             return pruned
@@ -596,15 +630,17 @@ class QueryContext:
         key = (txn.ident, txn.version, default)
         if self._private is not None and self._private[0] == key:
             return self._private[1]
-        stores = self.engine.stores
-        views = {k: (lambda ctx, plan=plan: to_dataframe(ctx, plan, stores)) for k, plan in txn.views().items()}
+        stores, sets = self.engine.stores, self.engine.scan_sets
+        views = {k: (lambda ctx, keep, plan=plan: to_dataframe(ctx, plan, stores, None, sets, keep))
+                 for k, plan in txn.views().items()}
         ctx = self._context_with(views)
         self._private = (key, ctx)
         return ctx
 
     def _context_with(self, views: dict[tuple[str, str], Any]) -> SessionContext:
         """A new context over a private copy of the shared catalog in which each table of `views`
-        is replaced by `views[key](ctx)` (a DataFrame)."""
+        is replaced by `views[key](ctx, keep)` (a DataFrame; the ScanSets it reads go in `keep`).
+        The context holds the scan directories of everything it mounts (`icegres_keep`)."""
         from datafusion import SessionContext
         from datafusion.catalog import Catalog, Schema
 
@@ -612,13 +648,12 @@ class QueryContext:
 
         ctx = SessionContext(session_config(self._default_schema()))
         catalog = Catalog.memory_catalog()
-        master = self.engine.master.catalog(DEFAULT_CATALOG)
+        shared, keep = self.engine.shared_tables()
         schemas = {}
-        for schema_name in master.names():
+        for schema_name, tables in shared.items():
             schema = Schema.memory_schema()
-            shared = master.schema(schema_name)
-            for table_name in shared.names():
-                schema.register_table(table_name, shared.table(table_name))
+            for table_name, table in tables:
+                schema.register_table(table_name, table)
             catalog.register_schema(schema_name, schema)
             schemas[schema_name] = schema
         ctx.register_catalog_provider(DEFAULT_CATALOG, catalog)
@@ -630,8 +665,9 @@ class QueryContext:
                 catalog.register_schema(ns, schema)
             if name in schema.names():
                 schema.deregister_table(name)
-            schema.register_table(name, make(ctx).into_view())
+            schema.register_table(name, make(ctx, keep).into_view())
         pg_functions.register_functions(ctx, self.env)
+        ctx.icegres_keep = keep
         return ctx
 
     # --- the write buffer ----------------------------------------------------------------------
@@ -654,7 +690,7 @@ class QueryContext:
             return
         ladder = self.engine.ladder
         plans = self.engine.plans()
-        stores = self.engine.stores
+        stores, sets = self.engine.stores, self.engine.scan_sets
         views = {}
         for key, entries in taken.items():
             plan = plans.get(key)
@@ -663,8 +699,8 @@ class QueryContext:
             mark = ladder.watermark(plan)
             rows = [b.rows for b in entries if b.lsn > mark]
 
-            def make(ctx: Any, plan: ReadPlan = plan, rows: list[pa.Table] = rows) -> Any:
-                df = to_dataframe(ctx, plan, stores)
+            def make(ctx: Any, keep: list[Any], plan: ReadPlan = plan, rows: list[pa.Table] = rows) -> Any:
+                df = to_dataframe(ctx, plan, stores, None, sets, keep)
                 if rows:
                     df = df.union(ctx.from_arrow(_fit(rows, df.schema())))
                 return df
@@ -725,6 +761,7 @@ class QueryContext:
             schema, stream = self.pg_schema(sql, df.schema()), df.execute_stream()
         except Exception as exc:
             raise engine_errors.from_datafusion(exc) from None
+        stream.icegres_hold = df.icegres_hold
         # A plan that may compute for long before its first batch is pulled so that a cancel can
         # end the wait (engine/batches.py).
         if may_run_long(plan_nodes(df.logical_plan()), self._input_rows(sql)):

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from datafusion import DataFrame, SessionContext
     from pyiceberg.table import Table
 
+    from icegres.engine.scan_sets import ScanSet, ScanSets
+
 
 @dataclass(frozen=True)
 class FileRead:
@@ -248,18 +250,33 @@ def _vended(table_props: dict[str, str] | None) -> bool:
 
 
 def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | None = None,
-                 scans: dict[Any, DataFrame] | None = None) -> DataFrame:
-    """One DataFrame over exactly the plan's files: a union of native Parquet scans.
+                 scans: dict[Any, DataFrame] | None = None, sets: ScanSets | None = None,
+                 keep: list[ScanSet] | None = None) -> DataFrame:
+    """One DataFrame over exactly the plan's files.
 
-    `scans` (kept by the caller per table, over `ctx`) holds each file's scan from earlier plans
+    With `sets`, the local files that need no column mapping are read by one Parquet scan over a
+    directory of links to them (scan_sets.py), and that ScanSet is appended to `keep`: the caller
+    holds it for as long as the DataFrame may be planned or run. Every other file is a scan of its
+    own, and the DataFrame the union of the scans.
+
+    `scans` (kept by the caller per table, over `ctx`) holds each per-file scan from earlier plans
     of the same table: a commit adds a file or a few, and building a scan is a listing-table
     set-up per file, so re-mounting a table of many files rebuilt hundreds of them per commit.
-    On return it holds exactly this plan's scans."""
+    On return it holds exactly this plan's per-file scans."""
     from datafusion import col, lit
 
     frames: list[DataFrame] = []
     kept: dict[Any, DataFrame] = {}
-    for f in plan.files:
+    files = plan.files
+    if sets is not None:
+        linked = [f for f in files if f.matches_schema and _is_local(f.path)]
+        if len(linked) > 1:
+            scan_set = sets.acquire(plan.metadata_location, [_scan_path(f.path) for f in linked])
+            if keep is not None:
+                keep.append(scan_set)
+            frames.append(ctx.read_parquet(scan_set.url, schema=plan.schema))
+            files = tuple(f for f in files if not (f.matches_schema and _is_local(f.path)))
+    for f in files:
         cache_key = (f.path, f.columns, plan.schema_id)  # the Iceberg schema id fixes the Arrow schema
         cached = None if scans is None else scans.get(cache_key)
         if cached is not None:
@@ -291,6 +308,10 @@ def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | Non
     for other in frames[1:]:
         df = df.union(other)
     return df
+
+
+def _is_local(path: str) -> bool:
+    return path.startswith("/") or path.startswith("file://")
 
 
 _SHARED_RUNTIME_CONTEXT: type | None = None

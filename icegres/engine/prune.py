@@ -1,7 +1,8 @@
 """File pruning from Iceberg column bounds: a query reads only the data files whose bounds can hold
 the rows its WHERE clause asks for.
 
-A table is mounted as a union of one Parquet scan per data file, and DataFusion plans and opens
+A table on an object store is mounted as a union of one Parquet scan per data file (local files
+are one scan: scan_sets.py, which DataFusion prunes by file statistics itself), and DataFusion plans and opens
 every branch of that union even when its row-group statistics rule the whole file out: about a
 millisecond per file per statement on this machine, so a point lookup got slower with every file
 the table gained (bench/SCORECARD.md, the scale curve). Iceberg's manifests already hold each

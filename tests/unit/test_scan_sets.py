@@ -1,0 +1,187 @@
+"""ScanSets: one scan over a snapshot's local files, and directories that never vanish under a
+statement still able to read them."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from icegres.engine import scan_sets
+from icegres.engine.catalog import Lakehouse
+from icegres.engine.engine import Engine, SessionEnv
+from icegres.engine.scan_sets import Retirements, ScanSets
+
+pytestmark = pytest.mark.unit
+
+
+# --- the bookkeeping (pure) ------------------------------------------------------------------------
+
+
+def test_a_retired_set_waits_for_the_statements_that_began_before_it() -> None:
+    books = Retirements()
+    books.begin(1)
+    assert books.retire("x") == []  # statement 1 may still read x
+    books.begin(2)  # began after x was retired: planned over x's successor
+    assert books.end(2) == []
+    assert books.end(1) == ["x"]
+
+
+def test_a_set_retired_with_no_statement_running_goes_at_once() -> None:
+    books = Retirements()
+    assert books.retire("x") == ["x"]
+    books.begin(1)
+    books.end(1)
+    assert books.retired == []
+
+
+def test_sets_go_in_retirement_order_as_their_readers_finish() -> None:
+    books = Retirements()
+    books.begin(1)
+    books.retire("a")
+    books.begin(2)
+    books.retire("b")
+    assert books.end(2) == []  # 1 began before both
+    books.begin(3)
+    assert books.end(1) == ["a", "b"]
+    assert books.end(3) == []
+
+
+# --- the directories ---------------------------------------------------------------------------
+
+
+def _wait_gone(path: Path) -> None:
+    deadline = time.monotonic() + 5
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not path.exists()
+
+
+def test_a_set_links_its_files_in_order_and_is_shared_while_held(tmp_path: Path) -> None:
+    files = []
+    for name in ("b.parquet", "a.parquet"):
+        (tmp_path / name).write_bytes(b"x")
+        files.append(str(tmp_path / name))
+    sets = ScanSets()
+    one = sets.acquire("meta-1", files)
+    assert sorted(os.listdir(one.path)) == ["000000-b.parquet", "000001-a.parquet"]
+    assert [os.readlink(one.path / n) for n in sorted(os.listdir(one.path))] == files
+    assert sets.acquire("meta-1", files) is one  # a transaction pinning the mounted snapshot
+    assert sets.acquire("meta-2", files) is not one
+    path = one.path
+    del one
+    gc.collect()
+    _wait_gone(path)
+
+
+def test_a_retired_set_outlives_a_held_statement(tmp_path: Path) -> None:
+    (tmp_path / "f.parquet").write_bytes(b"x")
+    sets = ScanSets()
+    hold = sets.hold()
+    mounted = [sets.acquire("meta", [str(tmp_path / "f.parquet")])]
+    path = mounted[0].path
+    sets.retire(mounted)
+    del mounted
+    gc.collect()
+    time.sleep(0.05)
+    assert path.exists()  # the statement began before the retirement
+    del hold
+    gc.collect()
+    _wait_gone(path)
+
+
+def test_roots_of_dead_processes_are_removed(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(scan_sets.tempfile, "gettempdir", lambda: str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    orphan = tmp_path / f"icegres-scan-{dead}-abc"
+    (orphan / "0").mkdir(parents=True)
+    live = tmp_path / f"icegres-scan-{os.getpid()}-def"
+    live.mkdir()
+    monkeypatch.setattr(scan_sets.tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "f.parquet").write_bytes(b"x")
+    ScanSets().acquire("meta", [str(tmp_path / "f.parquet")])
+    assert not orphan.exists()
+    assert live.exists()
+
+
+# --- through the engine ----------------------------------------------------------------------------
+
+
+SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string())])
+
+
+@pytest.fixture
+def engine(tmp_path: Path):
+    lh = Lakehouse.embedded(tmp_path / "lake")
+    lh.create_namespace_if_missing("demo")
+    t = lh.catalog.create_table(("demo", "t"), schema=SCHEMA)
+    for k in range(4):
+        t.append(pa.table({"id": list(range(k * 10, k * 10 + 10)), "v": [f"f{k}"] * 10}, schema=SCHEMA))
+    engine = Engine(lh)
+    engine.refresh()
+    return engine, lh
+
+
+def test_a_table_of_several_local_files_is_one_scan(engine) -> None:
+    eng, _ = engine
+    q = eng.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    plan = q.plan("select count(*), sum(id) from demo.t").execution_plan().display_indent()
+    assert plan.count("DataSourceExec") == 1
+    assert plan.count(".parquet") >= 4
+    assert q.plan("select count(*), sum(id) from demo.t").to_arrow_table().to_pylist() == [
+        {"count(*)": 40, "sum(demo.t.id)": sum(range(40))}]
+
+
+def test_a_running_statement_reads_on_while_commits_remount_the_table(engine) -> None:
+    eng, lh = engine
+    q = eng.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    # One batch per file at most: the stream opens the later files only as it is pulled.
+    eng.master.sql("set datafusion.execution.batch_size = 10")
+    schema, stream = q.start("select id from demo.t", None)
+    first = next(iter(stream))
+    before = {p for p in Path(scan_sets.tempfile.gettempdir()).glob(f"icegres-scan-{os.getpid()}-*/*")}
+    t = lh.catalog.load_table(("demo", "t"))
+    for k in range(4, 7):  # three commits, each a re-mount retiring the previous set
+        t.append(pa.table({"id": [k * 10], "v": ["new"]}, schema=SCHEMA))
+        eng.refresh()
+        t = lh.catalog.load_table(("demo", "t"))
+    gc.collect()
+    assert all(p.exists() for p in before)
+    ids = sorted([*first.to_pyarrow().column(0).to_pylist(),
+                  *(i for b in stream for i in b.to_pyarrow().column(0).to_pylist())])
+    assert ids == list(range(40))  # the snapshot it began on, every file of it
+    del stream
+    gc.collect()
+    for p in before:
+        _wait_gone(p)
+
+
+def _first_value(q, sql: str):
+    _, stream = q.start(sql, None)
+    return next(b.to_pyarrow().column(0)[0].as_py() for b in stream)
+
+
+def test_a_transaction_reads_its_pinned_snapshot_after_remounts(engine) -> None:
+    from icegres.engine.writes import new_transaction
+
+    eng, lh = engine
+    q = eng.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    q.txn = new_transaction(None, "repeatable read")
+    assert _first_value(q, "select count(*) from demo.t") == 40
+    t = lh.catalog.load_table(("demo", "t"))
+    for k in range(4, 7):
+        t.append(pa.table({"id": [k * 10], "v": ["new"]}, schema=SCHEMA))
+        eng.refresh()
+        t = lh.catalog.load_table(("demo", "t"))
+    gc.collect()
+    time.sleep(0.05)
+    assert _first_value(q, "select sum(id) from demo.t") == sum(range(40))  # still its snapshot
+    q.end_transaction()
+    assert _first_value(q, "select count(*) from demo.t") == 43
