@@ -44,7 +44,7 @@ class ScanSet:
     def __init__(self, path: Path, files: tuple[str, ...]) -> None:
         self.path = path
         self.files = files
-        weakref.finalize(self, _remove_soon, str(path))
+        weakref.finalize(self, _doomed.put, str(path))
 
     @property
     def url(self) -> str:
@@ -94,12 +94,16 @@ class ScanSets:
     """The per-process root of scan directories, and the holds that decide when they may go."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # Re-entrant: a hold or a set found by the cycle collector is finalized inside whatever
+        # code runs then, which may be this object's own locked section. Every interleaving that
+        # allows is conservative (Retirements only ever keeps a set longer).
+        self._lock = threading.RLock()
         self._root: Path | None = None
         self._names = itertools.count()
         self._ids = itertools.count()
         self._books = Retirements()
         self._live: weakref.WeakValueDictionary[tuple[str, tuple[str, ...]], ScanSet] = weakref.WeakValueDictionary()
+        _start_remover()
 
     def acquire(self, snapshot: str, files: Sequence[str]) -> ScanSet:
         """The set over `files` (absolute local paths, in scan order) of the snapshot named by
@@ -131,7 +135,7 @@ class ScanSets:
         the statements that may read it are done."""
         with self._lock:
             free = self._books.retire(item)
-        del free  # dropped outside the lock: a set's finalizer removes its directory
+        del free  # dropped outside the lock: a set's finalizer queues its directory's removal
 
     def _end(self, hold_id: int) -> None:
         with self._lock:
@@ -148,16 +152,16 @@ class ScanSets:
         return path
 
 
+# Directories are removed on a thread of their own: the last reference to a set may go on the
+# trio loop (a finished statement's stream), and a table of many files has many links. The
+# finalizer only queues (SimpleQueue.put is safe anywhere, even inside another lock).
 _doomed: queue.SimpleQueue[str] = queue.SimpleQueue()
 _remover: threading.Thread | None = None
 _remover_lock = threading.Lock()
 
 
-def _remove_soon(path: str) -> None:
-    """Remove a directory on a thread of its own: the last reference to a ScanSet may go on the
-    trio loop (a finished statement's stream), and a table of many files has many links."""
+def _start_remover() -> None:
     global _remover
-    _doomed.put(path)
     with _remover_lock:
         if _remover is None:
             _remover = threading.Thread(target=_remove_forever, name="icegres-scan-sets", daemon=True)

@@ -7,6 +7,7 @@ import gc
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -94,6 +95,24 @@ def test_a_retired_set_outlives_a_held_statement(tmp_path: Path) -> None:
     del hold
     gc.collect()
     _wait_gone(path)
+
+
+def test_a_hold_collected_inside_the_books_lock_does_not_deadlock() -> None:
+    """The cycle collector may finalize a hold in the middle of the sets' own locked code."""
+    sets = ScanSets()
+
+    def collect_while_locked() -> None:
+        cycle: list[object] = [sets.hold()]
+        cycle.append(cycle)
+        del cycle
+        with sets._lock:
+            gc.collect()  # finalizes the hold: ends it under the lock this thread holds
+
+    worker = threading.Thread(target=collect_while_locked, daemon=True)
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive()
+    assert sets._books.holds == {}
 
 
 def test_roots_of_dead_processes_are_removed(tmp_path: Path, monkeypatch) -> None:
