@@ -6,7 +6,9 @@ Everything here blocks (SQL, file and object-store I/O): callers run it in worke
 
 from __future__ import annotations
 
+import enum
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,18 @@ DEFAULT_TABLE_PROPERTIES = {
     "write.target-file-size-bytes": str(128 * 1024 * 1024),
     "write.parquet.compression-codec": "zstd",
 }
+
+
+class Busy(enum.Enum):
+    """The change token could not be read without waiting (`Lakehouse.change_token_now`)."""
+
+    BUSY = "busy"
+
+
+BUSY = Busy.BUSY
+# How long a worker thread waits for a committing writer to release SQLite's lock (sqlite3's
+# default busy timeout, which the watch connection no longer has).
+_TOKEN_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -140,12 +154,42 @@ class Lakehouse:
         """
         if self._sqlite_path is None:
             return None
+        with self._lock:
+            return self._read_token(wait=True)
+
+    def change_token_now(self) -> int | None | Busy:
+        """`change_token` if it can be read without waiting, else BUSY: another thread is reading
+        it, or a committing writer holds SQLite's lock. For the event loop, which must not wait:
+        the read itself is one page of a small, hot file; a wait is what goes to a thread."""
+        if self._sqlite_path is None:
+            return None
+        if not self._lock.acquire(blocking=False):
+            return BUSY
+        try:
+            if self._watch is None:
+                return BUSY  # opening the connection is a file open: the thread does it
+            return self._read_token(wait=False)
+        finally:
+            self._lock.release()
+
+    def _read_token(self, *, wait: bool) -> int | Busy:
         import sqlite3
 
-        with self._lock:
-            if self._watch is None:
-                self._watch = sqlite3.connect(self._sqlite_path, check_same_thread=False)
-            return int(self._watch.execute("PRAGMA data_version").fetchone()[0])
+        if self._watch is None:
+            # No busy timeout: SQLite answers "locked" at once, and only `wait` retries.
+            self._watch = sqlite3.connect(self._sqlite_path, check_same_thread=False, timeout=0)
+        deadline = time.monotonic() + _TOKEN_WAIT_S
+        while True:
+            try:
+                return int(self._watch.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if not wait:
+                    return BUSY
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.001)
 
     def listing(self) -> Listing:
         return retrying(self._listing)
