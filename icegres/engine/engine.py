@@ -404,9 +404,7 @@ class Engine:
 
         # Planned here, executed in the master's runtime: its Parquet footer cache is shared by
         # every session, so a new client connection reads no footers the process already has.
-        ctx = shared_runtime_context(
-            session_config(default_schema), self._master
-        )
+        ctx = shared_runtime_context(session_config(default_schema), self._master, self.scan_sets.hold)
         ctx.register_catalog_provider(DEFAULT_CATALOG, self._master.catalog(DEFAULT_CATALOG))
         self._stores.register_all(ctx)
         return ctx

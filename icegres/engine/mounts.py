@@ -317,8 +317,9 @@ def _is_local(path: str) -> bool:
 _SHARED_RUNTIME_CONTEXT: type | None = None
 
 
-def shared_runtime_context(config: object, runner: SessionContext) -> SessionContext:
-    """A SessionContext whose queries execute in `runner`'s runtime.
+def shared_runtime_context(config: object, runner: SessionContext, hold: Any = None) -> SessionContext:
+    """A SessionContext whose queries execute in `runner`'s runtime; `hold()`, if given, is
+    called before each statement is planned and its result kept by the statement's DataFrame.
 
     Each client session needs a SessionContext of its own (session-bound UDFs such as
     current_setting(), its default schema), but DataFusion keeps the Parquet footer cache in the
@@ -334,13 +335,18 @@ def shared_runtime_context(config: object, runner: SessionContext) -> SessionCon
         from datafusion import SessionContext
 
         class SharedRuntimeContext(SessionContext):
-            def __init__(self, config: object, runner: SessionContext) -> None:
+            def __init__(self, config: object, runner: SessionContext, hold: Any = None) -> None:
                 super().__init__(config)
                 self._runner = runner
+                self._hold = hold
 
             def sql(self, query, options=None, param_values=None, **named_params):  # type: ignore[override]
+                # Taken before planning, kept by the DataFrame (scan_sets.py): ibis plans here too.
+                hold = None if self._hold is None else self._hold()
                 df = super().sql(query, options, param_values, **named_params)
-                return self._runner.create_dataframe_from_logical_plan(df.logical_plan())
+                planned = self._runner.create_dataframe_from_logical_plan(df.logical_plan())
+                planned.icegres_hold = hold
+                return planned
 
         _SHARED_RUNTIME_CONTEXT = SharedRuntimeContext
-    return _SHARED_RUNTIME_CONTEXT(config, runner)
+    return _SHARED_RUNTIME_CONTEXT(config, runner, hold)

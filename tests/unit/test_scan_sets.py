@@ -204,3 +204,14 @@ def test_a_transaction_reads_its_pinned_snapshot_after_remounts(engine) -> None:
     assert _first_value(q, "select sum(id) from demo.t") == sum(range(40))  # still its snapshot
     q.end_transaction()
     assert _first_value(q, "select count(*) from demo.t") == 43
+
+
+def test_statements_planned_outside_a_session_hold_too(engine) -> None:
+    """ibis plans on `Engine.new_context` directly: its DataFrames carry a hold as well."""
+    eng, _ = engine
+    df = eng.new_context("public").sql("select count(*) from demo.t")
+    assert df.icegres_hold is not None
+    assert eng.scan_sets._books.holds  # begun, and ends with the DataFrame
+    del df
+    gc.collect()
+    assert not eng.scan_sets._books.holds
