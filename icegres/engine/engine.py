@@ -117,7 +117,7 @@ class Engine:
         # Per table: the ScanSets its mounted DataFrame reads (scan_sets.py); a re-mount retires them.
         self.scan_sets = ScanSets()
         self._sets: dict[tuple[str, str], list[Any]] = {}
-        self._many_files: set[tuple[str, str]] = set()  # tables of >= PRUNE_MIN_FILES files
+        self._many_files: set[tuple[str, str]] = set()  # tables of >= PRUNE_MIN_FILES per-file scans
         self._schemas: set[str] = set()
         self._listing: Listing | None = None
         self._token: int | None = None
@@ -490,10 +490,13 @@ class QueryContext:
         """Plan one query statement (DataFusion dialect permitting, else through the rewriter).
 
         The DataFrame carries the statement's claim on the scan directories it may read
-        (`icegres_hold`, scan_sets.py), taken before planning; whatever runs the plan keeps it."""
+        (`icegres_hold`, scan_sets.py): a hold taken before planning, and the sets of a private
+        context (transaction, write-buffer overlay), which may be dropped while the statement
+        still runs; whatever runs the plan keeps it."""
         hold = self.engine.scan_sets.hold()
+        own = getattr(self.ctx, "icegres_keep", None)
         df = self._plan(sql, params)
-        df.icegres_hold = hold
+        df.icegres_hold = (hold, own)
         return df
 
     def _plan(self, sql: str, params: dict[str, Any] | None) -> DataFrame:

@@ -215,3 +215,31 @@ def test_statements_planned_outside_a_session_hold_too(engine) -> None:
     del df
     gc.collect()
     assert not eng.scan_sets._books.holds
+
+
+def test_a_statement_outlives_the_private_context_it_was_planned_in(engine) -> None:
+    """A transaction's (or the write buffer's) context holds the sets of its snapshots; a stream
+    planned there keeps them after the context is dropped."""
+    from icegres.engine.writes import new_transaction
+
+    eng, lh = engine
+    t = lh.catalog.load_table(("demo", "t"))
+    for k in range(4, 16):  # 16 files: the stream opens the later ones only as it is pulled
+        t.append(pa.table({"id": list(range(k * 10, k * 10 + 10)), "v": [f"f{k}"] * 10}, schema=SCHEMA))
+    eng.refresh()
+    eng.master.sql("set datafusion.execution.batch_size = 10")
+    q = eng.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    q.txn = new_transaction(None, "repeatable read")
+    assert _first_value(q, "select count(*) from demo.t") == 160  # pins the 16-file snapshot
+    t = lh.catalog.load_table(("demo", "t"))
+    t.append(pa.table({"id": [999], "v": ["new"]}, schema=SCHEMA))
+    eng.refresh()  # the engine's set of the pinned snapshot is retired and goes
+    gc.collect()
+    _, stream = q.start("select id from demo.t", None)  # read through the private context's own set
+    first = next(iter(stream))
+    q.end_transaction()  # drops that context
+    gc.collect()
+    time.sleep(0.05)
+    ids = sorted([*first.to_pyarrow().column(0).to_pylist(),
+                  *(i for b in stream for i in b.to_pyarrow().column(0).to_pylist())])
+    assert ids == list(range(160))
