@@ -11,6 +11,7 @@ columns added after the file was written read as NULL.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from icegres.engine.scan_sets import ScanSet, ScanSets
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -270,8 +274,13 @@ def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | Non
     files = plan.files
     if sets is not None:
         linked = [f for f in files if f.matches_schema and _is_local(f.path)]
+        scan_set = None
         if len(linked) > 1:
-            scan_set = sets.acquire(plan.metadata_location, [_scan_path(f.path) for f in linked])
+            try:
+                scan_set = sets.acquire(plan.metadata_location, [_scan_path(f.path) for f in linked])
+            except OSError as exc:  # no temp space, no symlinks there: a scan per file still works
+                log.warning("scanning %s file by file: %s", plan.metadata_location, exc)
+        if scan_set is not None:
             if keep is not None:
                 keep.append(scan_set)
             frames.append(ctx.read_parquet(scan_set.url, schema=plan.schema))

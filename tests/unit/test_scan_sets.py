@@ -243,3 +243,21 @@ def test_a_statement_outlives_the_private_context_it_was_planned_in(engine) -> N
     ids = sorted([*first.to_pyarrow().column(0).to_pylist(),
                   *(i for b in stream for i in b.to_pyarrow().column(0).to_pylist())])
     assert ids == list(range(160))
+
+
+def test_a_table_is_still_read_when_no_scan_directory_can_be_made(tmp_path: Path, monkeypatch) -> None:
+    def refuse(self, snapshot, files):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ScanSets, "acquire", refuse)
+    lh = Lakehouse.embedded(tmp_path / "lake")
+    lh.create_namespace_if_missing("demo")
+    t = lh.catalog.create_table(("demo", "t"), schema=SCHEMA)
+    for k in range(3):
+        t.append(pa.table({"id": [k], "v": ["x"]}, schema=SCHEMA))
+    eng = Engine(lh)
+    eng.refresh()
+    q = eng.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    df = q.plan("select sum(id) from demo.t")
+    assert df.execution_plan().display_indent().count("DataSourceExec") == 3  # a scan per file
+    assert df.to_arrow_table().column(0).to_pylist() == [3]
