@@ -114,9 +114,13 @@ class ScanSets:
             if found is not None:
                 return found
             path = self._new_dir()
-        for i, file in enumerate(key[1]):
-            # Numbered so the listing (sorted by name) scans in the snapshot's file order.
-            os.symlink(file, path / f"{i:06d}-{os.path.basename(file)}")
+        try:
+            for i, file in enumerate(key[1]):
+                # Numbered so the listing (sorted by name) scans in the snapshot's file order.
+                os.symlink(file, path / f"{i:06d}-{os.path.basename(file)}")
+        except OSError:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
         made = ScanSet(path, key[1])
         with self._lock:
             return self._live.setdefault(key, made)

@@ -246,10 +246,13 @@ def test_a_statement_outlives_the_private_context_it_was_planned_in(engine) -> N
 
 
 def test_a_table_is_still_read_when_no_scan_directory_can_be_made(tmp_path: Path, monkeypatch) -> None:
-    def refuse(self, snapshot, files):
+    made: list[Path] = []
+
+    def refuse(target, link):
+        made.append(Path(link).parent)
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ScanSets, "acquire", refuse)
+    monkeypatch.setattr(scan_sets.os, "symlink", refuse)
     lh = Lakehouse.embedded(tmp_path / "lake")
     lh.create_namespace_if_missing("demo")
     t = lh.catalog.create_table(("demo", "t"), schema=SCHEMA)
@@ -261,3 +264,4 @@ def test_a_table_is_still_read_when_no_scan_directory_can_be_made(tmp_path: Path
     df = q.plan("select sum(id) from demo.t")
     assert df.execution_plan().display_indent().count("DataSourceExec") == 3  # a scan per file
     assert df.to_arrow_table().column(0).to_pylist() == [3]
+    assert made and not any(p.exists() for p in made)  # the half-made directory is gone
