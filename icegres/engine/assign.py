@@ -27,7 +27,11 @@ def write_schema(plan: ReadPlan) -> pa.Schema:
 
 def conform(data: pa.Table, plan: ReadPlan, key: Key) -> pa.Table:
     """Rows in the table's column order and types; NOT NULL checked (23502), casts checked (22xxx)."""
-    target = write_schema(plan)
+    return conform_to(data, write_schema(plan), key)
+
+
+def conform_to(data: pa.Table, target: pa.Schema, key: Key) -> pa.Table:
+    """`conform` to the writer's schema `target` of table `key`."""
     arrays = []
     for f in target:
         if f.name in data.column_names:

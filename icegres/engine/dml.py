@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from icegres.engine.assign import assignment, conform, write_schema
+from icegres.engine.insert_shape import InsertShape, compile_shape
 from icegres.engine.txn import Key, TxnState
 from icegres.protocol.pgwire.errors import PgError
 
@@ -179,17 +180,19 @@ def insert_rows(qctx: QueryContext, txn: TxnState, sql: str, params: dict[str, A
     key = _target(qctx, txn, table)
     if _plan_of(txn, key).primary_key:
         return None
-    key, rows = _insert_rows(qctx, txn, tree, params)
+    key, rows, shape = _insert_rows(qctx, txn, tree, params)
     returning = None
     if tree.args.get("returning") is not None:
         returning = _returning(qctx, tree.args["returning"], rows, table, key)
+    elif shape is not None:
+        qctx.insert_shapes.keep(sql, qctx.env.search_path, shape)
     return InsertRows(key, rows, returning)
 
 
 def _insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[str, Any] | None) -> DmlResult:
     import sqlglot.expressions as exp
 
-    key, rows = _insert_rows(qctx, txn, tree, params)
+    key, rows, _ = _insert_rows(qctx, txn, tree, params)
     plan = _plan_of(txn, key)
     _check_unique(qctx, plan, key, rows, exclude_files=())
     _append(txn, key, rows)
@@ -201,8 +204,9 @@ def _insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[st
 
 
 def _insert_rows(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
-                 params: dict[str, Any] | None) -> tuple[Key, pa.Table]:
-    """The target and the conformed rows an INSERT adds (nothing written)."""
+                 params: dict[str, Any] | None) -> tuple[Key, pa.Table, InsertShape | None]:
+    """The target and the conformed rows an INSERT adds (nothing written), and the recipe that
+    built them when they came straight from parameters and constants."""
     import sqlglot.expressions as exp
 
     if tree.args.get("conflict") is not None:
@@ -212,21 +216,28 @@ def _insert_rows(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
     plan = _plan_of(txn, key)
     columns = _insert_columns(tree, plan)
     source = tree.expression
+    shape = None
     if source is None:  # INSERT ... DEFAULT VALUES
         data = pa.table({c: pa.nulls(1) for c in columns})
-    elif (data := _parameter_rows(source, columns, plan, params)) is not None:
-        pass
+    elif (compiled := compile_shape(tree, key, plan, columns)) is not None and (data := compiled.rows(params)) is not None:
+        # `VALUES ($1, $2), ($3, $4) …` built straight into Arrow, without planning SQL: drivers
+        # send multi-row inserts exactly so (executemany, ORMs' bulk inserts), and planning
+        # hundreds of placeholders costs far more than the rows. Parameters arrive decoded as the
+        # target columns' types (Parse inferred them from the columns), so they convert as they are.
+        shape = compiled
     else:
         source_sql = _sql(source)
         # Outside a transaction block the source also sees the write buffer's acked rows.
         with qctx.buffered_reads(qctx.buffered_entries(source_sql)):
             df = qctx.plan(source_sql, params)
+            if not isinstance(tree.this, exp.Schema) and len(df.schema()) < len(columns):
+                columns = columns[:len(df.schema())]  # no column list: the first N columns
             if len(df.schema()) != len(columns):
                 more = "expressions" if len(df.schema()) > len(columns) else "target columns"
                 raise PgError("42601", f"INSERT has more {more} than {'target columns' if more == 'expressions' else 'expressions'}")
             data = _collect(df)
         data = data.rename_columns(columns)
-    return key, conform(data, plan, key)
+    return key, conform(data, plan, key), shape
 
 
 def _update(qctx: QueryContext, txn: TxnState, tree: exp.Update, params: dict[str, Any] | None) -> DmlResult:
@@ -429,72 +440,17 @@ def _plan_of(txn: TxnState | None, key: Key) -> ReadPlan:
     return plan
 
 
-def _parameter_rows(source: exp.Expression, columns: list[str], plan: ReadPlan,
-                    params: dict[str, Any] | None) -> pa.Table | None:
-    """`VALUES ($1, $2), ($3, $4) …` built straight into Arrow, without planning SQL.
-
-    Drivers send multi-row inserts exactly so (psycopg's executemany, ORMs' bulk inserts), and
-    planning hundreds of placeholders costs far more than the rows. Parameters arrive decoded as
-    the target columns' types (Parse inferred them from the columns), so they convert as they are.
-    Constants whose meaning cannot depend on a cast (a string into a text column, an integer into
-    an integer column, a boolean into a boolean one) are taken too. None when the VALUES list holds
-    anything else, or a value does not convert: the general path then plans it and reports errors
-    as PostgreSQL would.
-    """
-    import sqlglot.expressions as exp
-
-    if not isinstance(source, exp.Values) or params is None:
-        return None
-    width = len(columns)
-    target = {f.name: f.type for f in write_schema(plan)}
-    rows = []
-    for row in source.expressions:
-        items = row.expressions
-        if len(items) != width:
-            return None
-        values = []
-        for item, column in zip(items, columns, strict=True):
-            if isinstance(item, exp.Parameter):
-                values.append(params.get(str(item.this.this)))
-            elif isinstance(item, exp.Null):
-                values.append(None)
-            elif (constant := _plain_constant(item, target.get(column))) is not _NOT_PLAIN:
-                values.append(constant)
-            else:
-                return None
-        rows.append(values)
-    try:
-        return pa.table({c: pa.array([r[i] for r in rows], type=target[c]) for i, c in enumerate(columns)})
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
-        return None
-
-
-_NOT_PLAIN = object()
-
-
-def _plain_constant(item: exp.Expression, target: pa.DataType | None) -> Any:
-    """The value of a constant that means the same under any PostgreSQL coercion to `target`."""
-    import sqlglot.expressions as exp
-
-    if target is None:
-        return _NOT_PLAIN
-    if isinstance(item, exp.Literal):
-        text = item.this
-        if item.is_string:
-            return text if pa.types.is_string(target) or pa.types.is_large_string(target) else _NOT_PLAIN
-        if pa.types.is_integer(target) and text.isdigit():
-            return int(text)
-        return _NOT_PLAIN
-    if isinstance(item, exp.Boolean) and pa.types.is_boolean(target):
-        return bool(item.this)
-    return _NOT_PLAIN
-
-
 def _insert_columns(tree: exp.Insert, plan: ReadPlan) -> list[str]:
     import sqlglot.expressions as exp
 
     names = [f.name for f in plan.schema]
     if not isinstance(tree.this, exp.Schema):
+        # PostgreSQL: without a column list, the first N columns, N the width of VALUES (or of
+        # the query, which `_insert_rows` knows once planned); the rest take their defaults.
+        source = tree.expression
+        if isinstance(source, exp.Values) and source.expressions:
+            width = len(source.expressions[0].expressions)
+            return names[:width] if width < len(names) else names
         return names
     columns = [c.name for c in tree.this.expressions]
     for c in columns:

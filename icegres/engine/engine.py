@@ -24,6 +24,7 @@ import pyarrow as pa
 from icegres import __version__
 from icegres.engine import errors as engine_errors
 from icegres.engine.catalog import Lakehouse, Listing
+from icegres.engine.insert_shape import InsertShapes
 from icegres.engine.mounts import FooterCache, ObjectStores, ReadPlan, plan_read, to_dataframe
 from icegres.engine.scan_sets import ScanSets
 from icegres.engine.txn import TxnState
@@ -455,6 +456,8 @@ class QueryContext:
         self._private: tuple[tuple[int, int, str], SessionContext] | None = None
         # One statement's context over the write buffer's rows (see `buffered_reads`).
         self._overlay: SessionContext | None = None
+        # Recipes of the parameterised INSERTs the write buffer may take on the event loop.
+        self.insert_shapes = InsertShapes()
 
     @property
     def ctx(self) -> SessionContext:
