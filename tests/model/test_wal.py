@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -215,7 +216,7 @@ import random  # noqa: E402
 import trio  # noqa: E402
 import trio.testing  # noqa: E402
 
-from icegres.machines.drivers.wal import AppendFailed, open_wal_tail, read_tail  # noqa: E402
+from icegres.machines.drivers.wal import AppendFailed, DirectoryStore, open_wal_tail, read_tail  # noqa: E402
 from icegres.machines.wal import Config, PoisonedTail  # noqa: E402
 
 REAL = Config(segment_bytes_max=4096, batch_bytes_max=1024)
@@ -405,3 +406,50 @@ class FusedVirtualStore(VirtualStore):
         self.separate_fsyncs += 1
         await VirtualStore.fsync(self, name)
 
+
+
+class ScriptedDirectoryStore(DirectoryStore):
+    """A real directory whose fused write (the one the driver submits without a task) can be
+    slowed down or failed after the tail opened."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.delay_s = 0.0
+        self.fail: str | None = None  # "write" or "fsync"
+
+    def _write_then_fsync(self, name: str, offset: int, data: bytes) -> OSError | None:
+        time.sleep(self.delay_s)
+        if self.fail == "write":
+            raise OSError(28, "No space left on device")
+        if self.fail == "fsync":
+            self._write(name, offset, data)
+            return OSError(5, "Input/output error")
+        return super()._write_then_fsync(name, offset, data)
+
+
+@pytest.mark.parametrize("fail", ["write", "fsync"])
+async def test_driver_a_failed_submitted_write_poisons_and_reports(tmp_path: Path, fail: str) -> None:
+    store = ScriptedDirectoryStore(tmp_path)
+    async with open_wal_tail(store, REAL, new_tail_id="t1") as tail:
+        assert await tail.append(b"fine") == 1
+        store.fail = fail
+        with pytest.raises(AppendFailed) as failed:
+            await tail.append(b"lost")
+        assert failed.value.outcome_unknown  # its bytes were being written
+        report = tail.health()
+        assert not report.ok and report.phase == "poisoned"
+        assert ("fsync failed" if fail == "fsync" else "No space left on device") in report.reason
+        with pytest.raises(AppendFailed):
+            await tail.append(b"refused")
+    assert [r.payload for r in (await read_tail(tmp_path, REAL)).replay][:1] == [b"fine"]
+
+
+async def test_driver_leaving_the_tail_waits_for_a_submitted_write(tmp_path: Path) -> None:
+    store = ScriptedDirectoryStore(tmp_path)
+    async with open_wal_tail(store, REAL, new_tail_id="t1") as tail:
+        store.delay_s = 0.3
+        with trio.move_on_after(0.05):
+            await tail.append(b"in flight")  # its client gives up; the write goes on
+        started = trio.current_time()
+    assert trio.current_time() - started > 0.1  # the exit waited for the store's answer
+    assert [r.payload for r in (await read_tail(tmp_path, REAL)).replay] == [b"in flight"]

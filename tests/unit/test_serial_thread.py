@@ -67,3 +67,31 @@ async def test_a_closed_thread_ends_and_a_new_one_serves_later_calls() -> None:
     assert not any(t.ident == first for t in threading.enumerate())
     assert await worker.run(lambda: 7) == 7
     worker.close()
+
+
+async def test_submitted_calls_answer_on_the_trio_thread_in_order() -> None:
+    worker = SerialThread("test")
+    answers: list[tuple[object, int]] = []
+    trio_thread = threading.get_ident()
+    all_in = trio.Event()
+
+    def call(i: int) -> int:
+        if i == 2:
+            raise OSError("disk full")
+        return i
+
+    def done(result) -> None:
+        try:
+            answers.append((result.unwrap(), threading.get_ident()))
+        except OSError as exc:
+            answers.append((exc, threading.get_ident()))
+        if len(answers) == 4:
+            all_in.set()
+
+    for i in range(4):
+        worker.submit(call, i, done=done)  # no task waits on them
+    with trio.fail_after(5):
+        await all_in.wait()
+    assert [a for a, _ in answers][:2] == [0, 1] and isinstance(answers[2][0], OSError) and answers[3][0] == 3
+    assert {t for _, t in answers} == {trio_thread}
+    worker.close()

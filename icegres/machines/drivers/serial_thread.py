@@ -14,6 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import outcome
@@ -39,15 +40,23 @@ class SerialThread:
         self._lock = threading.Lock()
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        calls = self._calls or self._start()
         task = trio.lowlevel.current_task()
+        self.submit(fn, *args, done=partial(trio.lowlevel.reschedule, task))
+        return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+
+    def submit(self, fn: Callable[..., Any], *args: Any, done: Callable[[outcome.Outcome[Any]], object]) -> None:
+        """Queue `fn(*args)` without waiting; `done(outcome)` is then called on the trio thread
+        (through `run_sync_soon`, so it must not raise and must not block). Call from trio.
+
+        For a caller that is not a task waiting on the answer — a machine driver that steps its
+        core when the call ends — this saves the scheduler passes of a task that would wait."""
+        calls = self._calls or self._start()
         token = trio.lowlevel.current_trio_token()
 
         def deliver(result: outcome.Outcome[Any]) -> None:
-            token.run_sync_soon(trio.lowlevel.reschedule, task, result)
+            token.run_sync_soon(done, result)
 
         calls.put((fn, args, deliver))
-        return await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
 
     def close(self) -> None:
         """Stop the thread once the calls already queued have run (does not wait for it)."""

@@ -18,9 +18,11 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
+import outcome
 import trio
 
 from icegres.machines.drivers.serial_thread import SerialThread
@@ -83,7 +85,9 @@ class SegmentStore(Protocol):
     """Where segment files live. Every method may raise OSError; names are segment file names.
 
     A store may also offer `write_then_fsync(name, offset, data) -> OSError | None` (see
-    DirectoryStore): the driver then writes and fsyncs a batch in one call."""
+    DirectoryStore): the driver then writes and fsyncs a batch in one call; and
+    `submit_write_then_fsync(name, offset, data, done)`, the same call answered through a
+    callback on the trio thread, which the driver then prefers."""
 
     async def read_all(self) -> dict[str, bytes]: ...
 
@@ -158,6 +162,12 @@ class DirectoryStore:
         durable), or None once they are."""
         return await self._thread.run(self._write_then_fsync, name, offset, data)
 
+    def submit_write_then_fsync(self, name: str, offset: int, data: bytes,
+                                done: Callable[[outcome.Outcome[OSError | None]], object]) -> None:
+        """`write_then_fsync` without a waiting task: `done(outcome)` is called on the trio thread
+        when the call ends (`SerialThread.submit`)."""
+        self._thread.submit(self._write_then_fsync, name, offset, data, done=done)
+
     def _write_then_fsync(self, name: str, offset: int, data: bytes) -> OSError | None:
         self._write(name, offset, data)
         try:
@@ -228,6 +238,11 @@ class WalTail:
         # that can write and fsync in one call saves the second thread hop of every batch.
         self._presynced: dict[str, OSError | None] = {}
         self._store = store
+        # A batch's Write handed straight to the store's thread (no task, no scheduler pass
+        # before it starts or after it ends); its answer steps the core from a callback.
+        self._submit = getattr(store, "submit_write_then_fsync", None)
+        self._submitted = 0  # Writes submitted and not yet answered
+        self._answered = trio.Event()
         self._nursery = nursery
         self._state: State = recovery.state
         self._waiters: dict[int, _Waiter] = {}
@@ -323,6 +338,10 @@ class WalTail:
             case DeleteSegments(segments=segments):
                 names = [segment_name(self.tail_id, s) for s in segments]
                 self._nursery.start_soon(self._delete, names)
+            case Write(segment=segment, offset=offset, data=data) if self._submit is not None:
+                name = segment_name(self.tail_id, segment)
+                self._submitted += 1
+                self._submit(name, offset, data, partial(self._written, name))
             case Fsync(segment=segment) if segment_name(self.tail_id, segment) in self._presynced:
                 # The Write already fsynced: answer now, without a task or a thread hop.
                 failure = self._presynced.pop(segment_name(self.tail_id, segment))
@@ -331,6 +350,27 @@ class WalTail:
                 self._nursery.start_soon(self._io, effect)
             case _:
                 raise AssertionError(f"unknown effect {effect!r}")
+
+    def _written(self, name: str, result: outcome.Outcome[OSError | None]) -> None:
+        """A submitted Write's answer, on the trio thread. As in `_io`: the write's OSError fails
+        the Write; the fsync's is the answer to the Fsync the core asks for next."""
+        self._submitted -= 1
+        if not self._submitted:
+            self._answered.set()
+            self._answered = trio.Event()
+        event: Event
+        try:
+            self._presynced[name] = result.unwrap()
+            event = WriteDone()
+        except OSError as exc:
+            event = IoFailed(_failure(exc))
+        self._step(event)
+
+    async def wait_answered(self) -> None:
+        """Return once every submitted Write has been answered (the store then holds no call of
+        ours that could still land after we stop looking)."""
+        while self._submitted:
+            await self._answered.wait()
 
     def _wake(self, lsns: range, error: AppendFailed | None) -> None:
         for lsn in lsns:
@@ -446,7 +486,12 @@ async def open_wal_tail(
                 )
             # Segments recovery found wholly in the lake go now.
             tail.advance_watermark(recovery.state.watermark_lsn)
-            yield tail
+            try:
+                yield tail
+            finally:
+                # As the nursery waits for its shielded I/O tasks, so for submitted Writes.
+                with trio.CancelScope(shield=True):
+                    await tail.wait_answered()
             nursery.cancel_scope.cancel()
     finally:
         store.close()
