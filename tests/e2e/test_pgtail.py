@@ -61,13 +61,14 @@ class RecordingBackend(PsycopgBackend):
         super().__init__(*args, **kwargs)
         self.events: list[Event] = []
 
-    async def commit(self, effect: Any) -> Event:
-        event = await super().commit(effect)
+    # The blocking halves, so that a COMMIT submitted without a task (submit_commit) is kept too.
+    def _commit(self, effect: Any) -> Event:
+        event = super()._commit(effect)
         self.events.append(event)
         return event
 
-    async def read_back(self, effect: Any) -> Event:
-        event = await super().read_back(effect)
+    def _read_back(self, effect: Any) -> Event:
+        event = super()._read_back(effect)
         self.events.append(event)
         return event
 

@@ -5,8 +5,9 @@ recovers it and yields a `PgTail` with the WAL tail's surface (`icegres.machines
 `replay`, `await append(payload) -> lsn` (returns once the COMMIT holding the record returned),
 `advance_watermark(lsn)`, `health()`, `durable_lsn`, and `AppendFailed` with `.outcome_unknown`.
 
-psycopg 3 is used synchronously in worker threads (`trio.to_thread.run_sync`), never on the trio
-loop. Three kinds of work, two connections:
+psycopg 3 is used synchronously in worker threads, never on the trio loop: batches on the
+backend's own thread (`SerialThread`, submitted by the driver without a waiting task), the claim,
+read-backs and trims in trio's pooled threads. Three kinds of work, two connections:
 
 - the write connection holds the tail's session-level advisory lock for its lifetime and runs the
   claim, every batch (one autocommit INSERT: its own transaction, one round trip, as a bare
@@ -38,9 +39,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import outcome
 import trio
 
 # One exception for both tails, so that the server handles either the same way.
+from icegres.machines.drivers.serial_thread import SerialThread
 from icegres.machines.drivers.wal import AppendFailed
 from icegres.machines.pgtail import (
     Acknowledge,
@@ -115,6 +118,10 @@ class TailBackend(Protocol):
 
     def close(self) -> None: ...
 
+    # A backend may also offer `submit_commit(effect, done)`: `commit` answered through
+    # `done(outcome)` on the trio thread, without a waiting task (SerialThread.submit); the
+    # driver then prefers it.
+
 
 # --- psycopg -------------------------------------------------------------------------------------
 
@@ -161,6 +168,8 @@ class PsycopgBackend:
         self.epoch = 0
         self._writer: Any = None
         self._trimmer: Any = None
+        # Batches are committed on one long-lived thread (one hop cheaper than a pooled one).
+        self._thread = SerialThread(f"pg-tail {tail_id}")
         rows = sql.Identifier(table)
         owner = sql.Identifier(f"{table}_owner")
         self._sql = {
@@ -225,7 +234,10 @@ class PsycopgBackend:
         return await trio.to_thread.run_sync(self._claim, watermark_lsn)
 
     async def commit(self, effect: Commit) -> Event:
-        return await trio.to_thread.run_sync(self._commit, effect)
+        return await self._thread.run(self._commit, effect)
+
+    def submit_commit(self, effect: Commit, done: Callable[[outcome.Outcome[Event]], object]) -> None:
+        self._thread.submit(self._commit, effect, done=done)
 
     async def read_back(self, effect: ReadBack) -> Event:
         return await trio.to_thread.run_sync(self._read_back, effect)
@@ -234,6 +246,7 @@ class PsycopgBackend:
         return await trio.to_thread.run_sync(self._trim, effect)
 
     def close(self) -> None:
+        self._thread.close()
         for conn in (self._writer, self._trimmer):
             if conn is not None:
                 try:
@@ -431,6 +444,11 @@ class PgTail:
     def __init__(self, backend: TailBackend, recovery: Recovery, nursery: trio.Nursery) -> None:
         self._backend = backend
         self._nursery = nursery
+        # A batch's COMMIT handed straight to the backend's thread, answered by a callback
+        # that steps the core (as the WAL driver's writes: no task waits on it).
+        self._submit_commit = getattr(backend, "submit_commit", None)
+        self._submitted = 0
+        self._answered = trio.Event()
         self._state: State = recovery.state
         self._waiters: dict[int, _Waiter] = {}
         self._idle = trio.Event()
@@ -515,10 +533,31 @@ class PgTail:
                 pass  # append() raises for its caller
             case StartTimer(timer=timer, seconds=seconds):
                 self._nursery.start_soon(self._timer, timer, seconds)
+            case Commit() if self._submit_commit is not None:
+                self._submitted += 1
+                self._submit_commit(effect, self._committed)
             case Commit() | ReadBack() | Trim():
                 self._nursery.start_soon(self._io, effect)
             case _:
                 raise AssertionError(f"unknown effect {effect!r}")
+
+    def _committed(self, result: outcome.Outcome[Event]) -> None:
+        """A submitted Commit's answer, on the trio thread."""
+        self._submitted -= 1
+        if not self._submitted:
+            self._answered.set()
+            self._answered = trio.Event()
+        try:
+            event = result.unwrap()
+        except Exception as exc:  # not a database error (those are answered as events): a bug
+            log.exception("the Postgres tail's COMMIT raised")
+            event = CommitOutcomeUnknown(f"the batch INSERT raised {_reason(exc)}")
+        self._step(event)
+
+    async def wait_answered(self) -> None:
+        """Return once every submitted Commit has been answered."""
+        while self._submitted:
+            await self._answered.wait()
 
     def _wake(self, lsns: range, error: AppendFailed | None) -> None:
         for lsn in lsns:
@@ -589,6 +628,10 @@ async def open_pg_tail(
                     await tail.wait_settled()
             finally:
                 tail._fail_waiters(f"the Postgres tail {tail_id!r} was closed")
+                # As the nursery waits for its shielded I/O tasks, so for submitted COMMITs:
+                # the connection they use is closed next.
+                with trio.CancelScope(shield=True):
+                    await tail.wait_answered()
                 nursery.cancel_scope.cancel()
     finally:
         backend.close()
