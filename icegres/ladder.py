@@ -130,11 +130,40 @@ class Buffered:
 
 def encode_payload(key: Key, rows: pa.Table) -> bytes:
     """An Arrow IPC stream of the rows; the target table rides in the schema metadata."""
-    schema = rows.schema.with_metadata({**(rows.schema.metadata or {}), _TABLE_METADATA: json.dumps(list(key)).encode()})
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema) as writer:
-        writer.write_table(rows.replace_schema_metadata(schema.metadata))
-    return sink.getvalue().to_pybytes()
+    head = _schema_message(key, rows.schema)
+    if head is None:
+        schema = _payload_schema(key, rows.schema)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, schema) as writer:
+            writer.write_table(rows.replace_schema_metadata(schema.metadata))
+        return sink.getvalue().to_pybytes()
+    # The same bytes an IPC stream writer makes (schema message, one message per batch, end of
+    # stream), with the schema message made once per table and schema: ~2 µs instead of ~15,
+    # on the event loop, for every acknowledged statement.
+    return b"".join([head, *(b.serialize().to_pybytes() for b in rows.to_batches()), _END_OF_STREAM])
+
+
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+_schema_messages: dict[Key, tuple[pa.Schema, bytes | None]] = {}
+
+
+def _payload_schema(key: Key, schema: pa.Schema) -> pa.Schema:
+    return schema.with_metadata({**(schema.metadata or {}), _TABLE_METADATA: json.dumps(list(key)).encode()})
+
+
+def _schema_message(key: Key, schema: pa.Schema) -> bytes | None:
+    """The serialized schema message of `key`'s payloads of `schema`; None when batches cannot be
+    serialized alone (dictionary columns need their dictionary messages: the writer's path)."""
+    cached = _schema_messages.get(key)
+    if cached is not None and cached[0].equals(schema, check_metadata=True):
+        return cached[1]
+    head = None
+    if not any(pa.types.is_dictionary(f.type) for f in schema):
+        head = _payload_schema(key, schema).serialize().to_pybytes()
+    if len(_schema_messages) >= 1024:
+        _schema_messages.clear()
+    _schema_messages[key] = (schema, head)
+    return head
 
 
 def decode_payload(payload: bytes) -> tuple[Key, pa.Table]:

@@ -43,9 +43,13 @@ def conform_to(data: pa.Table, target: pa.Schema, key: Key) -> pa.Table:
         else:
             column = pa.nulls(data.num_rows, f.type)
         if not f.nullable and column.null_count:
-            raise PgError("23502", f'null value in column "{f.name}" of relation "{key[1]}" violates not-null constraint')
+            raise not_null_violation(f.name, key)
         arrays.append(column)
     return pa.Table.from_arrays(arrays, schema=target)
+
+
+def not_null_violation(column: str, key: Key) -> PgError:
+    return PgError("23502", f'null value in column "{column}" of relation "{key[1]}" violates not-null constraint')
 
 
 def cast(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:

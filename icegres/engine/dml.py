@@ -216,15 +216,14 @@ def _insert_rows(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
     plan = _plan_of(txn, key)
     columns = _insert_columns(tree, plan)
     source = tree.expression
-    shape = None
     if source is None:  # INSERT ... DEFAULT VALUES
         data = pa.table({c: pa.nulls(1) for c in columns})
-    elif (compiled := compile_shape(tree, key, plan, columns)) is not None and (data := compiled.rows(params)) is not None:
+    elif (shape := compile_shape(tree, key, plan, columns)) is not None and (rows := shape.rows(params)) is not None:
         # `VALUES ($1, $2), ($3, $4) …` built straight into Arrow, without planning SQL: drivers
         # send multi-row inserts exactly so (executemany, ORMs' bulk inserts), and planning
         # hundreds of placeholders costs far more than the rows. Parameters arrive decoded as the
         # target columns' types (Parse inferred them from the columns), so they convert as they are.
-        shape = compiled
+        return key, rows, shape
     else:
         source_sql = _sql(source)
         # Outside a transaction block the source also sees the write buffer's acked rows.
@@ -237,7 +236,7 @@ def _insert_rows(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
                 raise PgError("42601", f"INSERT has more {more} than {'target columns' if more == 'expressions' else 'expressions'}")
             data = _collect(df)
         data = data.rename_columns(columns)
-    return key, conform(data, plan, key), shape
+    return key, conform(data, plan, key), None
 
 
 def _update(qctx: QueryContext, txn: TxnState, tree: exp.Update, params: dict[str, Any] | None) -> DmlResult:

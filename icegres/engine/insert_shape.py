@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icegres.engine.assign import conform_to
+from icegres.engine.assign import not_null_violation
 
 if TYPE_CHECKING:
     import sqlglot.expressions as exp
@@ -56,23 +56,31 @@ class InsertShape:
     table_uuid: str
     schema_id: int
     target: pa.Schema  # the writer's schema: conformed rows have exactly this
-    columns: tuple[str, ...]  # the INSERT's column list (all columns when it names none)
-    values: tuple[tuple[Any, ...], ...]  # per row, per column: a Param or a plain constant
+    positions: tuple[int | None, ...]  # per target column: its place in the VALUES rows, or None
+    values: tuple[tuple[Any, ...], ...]  # per row, per INSERT column: a Param or a plain constant
 
     def rows(self, params: dict[str, Any] | None) -> pa.Table | None:
-        """The rows, unconformed (the INSERT's columns only); None if a value does not convert
-        as it is (the statement then takes the planned path, which casts or reports it)."""
+        """The conformed rows (every column of the table, the writer's types; the INSERT's
+        missing columns NULL); None if a value does not convert as it is (the statement then
+        takes the planned path, which casts or reports it). Raises PgError 23502 for a NULL in
+        a NOT NULL column, as `assign.conform` does."""
         if params is None:
             return None
-        types = {f.name: f.type for f in self.target}
+        count = len(self.values)
+        arrays = []
         try:
-            return pa.table({
-                column: pa.array([params.get(v.name) if isinstance(v, Param) else v for v in
-                                  (row[i] for row in self.values)], type=types[column])
-                for i, column in enumerate(self.columns)
-            })
+            for f, i in zip(self.target, self.positions, strict=True):
+                if i is None:
+                    arrays.append(pa.nulls(count, f.type))
+                else:
+                    arrays.append(pa.array([params.get(v.name) if isinstance(v, Param) else v
+                                            for v in (row[i] for row in self.values)], type=f.type))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
             return None
+        for f, array in zip(self.target, arrays, strict=True):
+            if not f.nullable and array.null_count:
+                raise not_null_violation(f.name, self.key)
+        return pa.Table.from_arrays(arrays, schema=self.target)
 
     def describes(self, plan: ReadPlan | None) -> bool:
         """Whether the recipe still holds for `plan`, the table's mounted snapshot."""
@@ -108,8 +116,9 @@ def compile_shape(tree: exp.Insert, key: Key, plan: ReadPlan, columns: list[str]
                 return None
         rows.append(tuple(values))
     table = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    place = {c: i for i, c in enumerate(columns)}
     return InsertShape(key, (table.db or None, table.name), plan.table_uuid, plan.schema_id, target,
-                       tuple(columns), tuple(rows))
+                       tuple(place.get(f.name) for f in target), tuple(rows))
 
 
 class InsertShapes:
@@ -138,8 +147,8 @@ class InsertShapes:
             return None
         if not shape.describes(engine.read_plan(*shape.key)):
             return None
-        data = shape.rows(params)
-        return None if data is None else (shape.key, conform_to(data, shape.target, shape.key))
+        rows = shape.rows(params)
+        return None if rows is None else (shape.key, rows)
 
 
 def _resolve(engine: Any, search_path: list[str] | tuple[str, ...], schema: str | None, name: str) -> Key | None:

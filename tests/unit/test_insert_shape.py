@@ -189,3 +189,10 @@ def test_a_session_keeps_a_bounded_number_of_recipes(lake) -> None:
     kept = [sql for sql in texts if _now(q, sql, {"1": 1, "2": "a"}) is not None]
     assert len(kept) == SHAPES_PER_SESSION_MAX
     assert kept == texts[-SHAPES_PER_SESSION_MAX:]  # the oldest went first
+
+
+def test_default_values_has_no_recipe(lake) -> None:
+    engine, _ = lake
+    q = _session(engine)
+    assert _planned(q, "insert into t default values", None).rows.to_pylist() == [{"id": None, "v": None}]
+    assert _now(q, "insert into t default values", None) is None
