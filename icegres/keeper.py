@@ -27,11 +27,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
+import outcome
 import trio
 
 from icegres.machines.drivers.quorum import received_frames, sent_frames
+from icegres.machines.drivers.serial_thread import SerialThread
 from icegres.machines.quorum import (
     AcceptorPhase,
     AcceptorState,
@@ -267,41 +270,64 @@ class KeeperServer:
         self._queued: list[Persist] = []
         self._queued_seq = 0  # Persists produced so far
         self._durable_seq = 0  # Persists fsynced so far
-        self._wake_writer = trio.Event()
         self._durable_changed = trio.Event()
+        # One batch at a time goes to the log's own thread, handed over straight from the request
+        # that queued it; its answer (a run_sync_soon callback) starts the next. No task waits in
+        # between: each would cost scheduler passes on every acknowledgement.
+        self._thread = SerialThread("keeper-log")
+        self._writing = False
+        self._written_event = trio.Event()  # set whenever a batch's write ends, failed or not
+        self._serving: trio.CancelScope | None = None
         self.failure: str | None = None
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         self.port = listeners[0].socket.getsockname()[1]
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._writer, nursery.cancel_scope)
-            await nursery.start(trio.serve_listeners, self._connection, listeners)
-            task_status.started(self.port)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._serving = nursery.cancel_scope
+                await nursery.start(trio.serve_listeners, self._connection, listeners)
+                task_status.started(self.port)
+        finally:
+            # A write that has started must finish before the keeper is gone (the writer task
+            # this replaced was shielded for the same reason).
+            with trio.CancelScope(shield=True):
+                while self._writing:
+                    await self._written_event.wait()
+            self._thread.close()
 
-    async def _writer(self, cancel_scope: trio.CancelScope) -> None:
-        """The one task that writes the log: each batch is every Persist queued meanwhile."""
-        while True:
-            await self._wake_writer.wait()
-            self._wake_writer = trio.Event()
-            batch, self._queued = self._queued, []
-            if not batch:
-                continue
-            assert self.log is not None, "a catching-up keeper persists nothing"
-            try:
-                # Shielded: a write that has started must finish before anyone is told otherwise.
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(self.log.append_and_fsync, batch)
-                    if self.log.size > self.compact_bytes:
-                        await trio.to_thread.run_sync(self.log.compact)
-            except OSError as exc:
-                self.failure = f"writing {self.log.path} failed: {exc}; the keeper stops"
-                log.error("%s", self.failure)
-                cancel_scope.cancel()
-                return
-            self._durable_seq += len(batch)
-            self._durable_changed.set()
-            self._durable_changed = trio.Event()
+    def _persist_soon(self) -> None:
+        """Hand every queued Persist to the log's thread as one batch, unless one is in flight
+        (its answer sends the next) or the keeper has failed."""
+        if self._writing or not self._queued or self.failure is not None:
+            return
+        batch, self._queued = self._queued, []
+        self._writing = True
+        self._thread.submit(self._write_batch, batch, done=partial(self._batch_written, len(batch)))
+
+    def _write_batch(self, batch: list[Persist]) -> None:
+        assert self.log is not None, "a catching-up keeper persists nothing"
+        self.log.append_and_fsync(batch)
+        if self.log.size > self.compact_bytes:
+            self.log.compact()
+
+    def _batch_written(self, count: int, result: outcome.Outcome[None]) -> None:
+        self._writing = False
+        self._written_event.set()
+        self._written_event = trio.Event()
+        try:
+            result.unwrap()
+        except OSError as exc:
+            path = self.log.path if self.log is not None else "the keeper log"
+            self.failure = f"writing {path} failed: {exc}; the keeper stops"
+            log.error("%s", self.failure)
+            if self._serving is not None:
+                self._serving.cancel()
+            return
+        self._durable_seq += count
+        self._durable_changed.set()
+        self._durable_changed = trio.Event()
+        self._persist_soon()
 
     async def install(self, data_dir: str | os.PathLike[str], installed: Install) -> None:
         """Make a catch-up's merge durable as the first log, then answer from it (not before)."""
@@ -344,14 +370,17 @@ class KeeperServer:
                     log.warning("closing the connection from %s: %s", peer, exc)
                     return
                 self.state = state
+                replies: list[tuple[int, bytes]] = []
                 for effect in effects:
                     if isinstance(effect, Persist):
                         self._queued.append(effect)
                         self._queued_seq += 1
-                        self._wake_writer.set()
                     elif isinstance(effect, Reply):
                         # Sent once every Persist produced so far is durable.
-                        await send.send((self._queued_seq, encode_frame(effect.message)))
+                        replies.append((self._queued_seq, encode_frame(effect.message)))
+                self._persist_soon()
+                for reply in replies:
+                    await send.send(reply)
         except CorruptFrame as exc:
             log.warning("closing the connection from %s: %s", peer, exc)
 

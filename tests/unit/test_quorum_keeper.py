@@ -143,10 +143,41 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_fsync_runs_off_the_event_loop() -> None:
-    """The keeper's blocking calls go through trio.to_thread (never block the loop)."""
-    source = (Path(__file__).resolve().parents[2] / "icegres" / "keeper.py").read_text()
-    assert "os.fsync" in source and "to_thread.run_sync(self.log.append_and_fsync" in source
+async def test_fsync_runs_off_the_event_loop_and_a_failed_write_stops_the_keeper(tmp_path: Path) -> None:
+    """The log is written and fsynced on another thread than the event loop's; a failed write
+    stops the keeper (it never answers from state it cannot vouch for)."""
+    import threading
+
+    dirs = [tmp_path / f"k{i}" for i in range(3)]
+    threads: set[int] = set()
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            servers = await _keepers(nursery, dirs)
+            for server in servers:
+                log, write = server.log, server.log.append_and_fsync
+
+                def recorded(batch, write=write):
+                    threads.add(threading.get_ident())
+                    return write(batch)
+
+                log.append_and_fsync = recorded
+            addresses = [f"127.0.0.1:{s.port}" for s in servers]
+            async with open_quorum_tail(addresses, timing=FAST, writer="w") as tail:
+                assert await tail.append(b"one") == 1
+                assert threads and threading.get_ident() not in threads
+
+                def full(batch):
+                    raise OSError(28, "No space left on device")
+
+                servers[0].log.append_and_fsync = full
+                assert await tail.append(b"two") == 2  # the other two are a majority
+                with trio.fail_after(5):
+                    while servers[0].failure is None:
+                        await trio.sleep(0.01)
+                assert "No space left on device" in servers[0].failure
+            nursery.cancel_scope.cancel()
+    for server in servers:
+        server.log.close()
 
 
 def test_incremental_fold_equals_recovery(tmp_path_factory: pytest.TempPathFactory) -> None:
