@@ -25,6 +25,7 @@ SUITES = {
     "pgwire_write": "bench/pgwire_write.py (sync DML vs pyiceberg appends)",
     "write_ladder": "bench/write_ladder.py (ack latency per write-ladder rung vs bare fsync)",
     "load": "TPC-H bulk load through icegres, COPY over pgwire vs Flight SQL ingest (--sf, default 1)",
+    "wakeups": "one cross-thread hand-off (trio, SerialThread, bare threading.Event) by waiter idle time",
 }
 DEFAULT = ("read", "concurrency", "startup", "scale", "flight", "pgwire_read", "pgwire_write")
 
