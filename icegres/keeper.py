@@ -317,10 +317,10 @@ class KeeperServer:
         self._written_event = trio.Event()
         try:
             result.unwrap()
-        except OSError as exc:
+        except Exception as exc:  # OSError, or a bug: either way this keeper cannot vouch for its log
             path = self.log.path if self.log is not None else "the keeper log"
             self.failure = f"writing {path} failed: {exc}; the keeper stops"
-            log.error("%s", self.failure)
+            log.error("%s", self.failure, exc_info=not isinstance(exc, OSError))
             if self._serving is not None:
                 self._serving.cancel()
             return

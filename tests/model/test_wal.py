@@ -421,13 +421,15 @@ class ScriptedDirectoryStore(DirectoryStore):
         time.sleep(self.delay_s)
         if self.fail == "write":
             raise OSError(28, "No space left on device")
+        if self.fail == "bug":
+            raise RuntimeError("a bug in the store")
         if self.fail == "fsync":
             self._write(name, offset, data)
             return OSError(5, "Input/output error")
         return super()._write_then_fsync(name, offset, data)
 
 
-@pytest.mark.parametrize("fail", ["write", "fsync"])
+@pytest.mark.parametrize("fail", ["write", "fsync", "bug"])
 async def test_driver_a_failed_submitted_write_poisons_and_reports(tmp_path: Path, fail: str) -> None:
     store = ScriptedDirectoryStore(tmp_path)
     async with open_wal_tail(store, REAL, new_tail_id="t1") as tail:
@@ -438,7 +440,8 @@ async def test_driver_a_failed_submitted_write_poisons_and_reports(tmp_path: Pat
         assert failed.value.outcome_unknown  # its bytes were being written
         report = tail.health()
         assert not report.ok and report.phase == "poisoned"
-        assert ("fsync failed" if fail == "fsync" else "No space left on device") in report.reason
+        expected = {"fsync": "fsync failed", "write": "No space left on device", "bug": "a bug in the store"}
+        assert expected[fail] in report.reason
         with pytest.raises(AppendFailed):
             await tail.append(b"refused")
     assert [r.payload for r in (await read_tail(tmp_path, REAL)).replay][:1] == [b"fine"]

@@ -364,6 +364,9 @@ class WalTail:
             event = WriteDone()
         except OSError as exc:
             event = IoFailed(_failure(exc))
+        except Exception as exc:  # a bug in the store: poison the tail (never ack), don't crash trio
+            log.exception("the WAL store's write raised")
+            event = IoFailed(f"{type(exc).__name__}: {exc}")
         self._step(event)
 
     async def wait_answered(self) -> None:
