@@ -14,7 +14,7 @@ import itertools
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -596,10 +596,17 @@ class QueryContext:
     def resolve_table(self, schema: str | None, name: str) -> tuple[str, str] | None:
         """The (namespace, table) an optionally qualified name means under search_path."""
         known = self.txn.pins if self.txn is not None else None
+        if known is None:
+            return self.resolve_mounted(schema, name)
+        return self._resolve(schema, name, known.__contains__)
 
-        def exists(key: tuple[str, str]) -> bool:
-            return key in known if known is not None else self.engine.has_table(*key)
+    def resolve_mounted(self, schema: str | None, name: str) -> tuple[str, str] | None:
+        """`resolve_table` against the mounted tables, whatever transaction is bound: safe to
+        call on the event loop while a worker thread runs this session's statement."""
+        return self._resolve(schema, name, lambda key: self.engine.has_table(*key))
 
+    def _resolve(self, schema: str | None, name: str,
+                 exists: Callable[[tuple[str, str]], bool]) -> tuple[str, str] | None:
         if schema is not None:
             return (schema, name) if exists((schema, name)) else None
         for candidate in self.env.search_path:

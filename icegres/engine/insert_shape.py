@@ -30,6 +30,7 @@ from icegres.engine.assign import not_null_violation
 if TYPE_CHECKING:
     import sqlglot.expressions as exp
 
+    from icegres.engine.engine import QueryContext
     from icegres.engine.mounts import ReadPlan
     from icegres.engine.txn import Key
 
@@ -136,26 +137,19 @@ class InsertShapes:
             self._shapes.pop(next(iter(self._shapes)), None)
         self._shapes[key] = shape
 
-    def rows_now(self, engine: Any, sql: str, search_path: list[str] | tuple[str, ...],
-                 params: dict[str, Any] | None) -> tuple[Key, pa.Table] | None:
-        """(target, conformed rows) of an autocommit execution of `sql`, from its recipe; None
-        when there is none or it no longer applies: take the planned path. Never blocks.
+    def rows_now(self, qctx: QueryContext, sql: str, params: dict[str, Any] | None) -> tuple[Key, pa.Table] | None:
+        """(target, conformed rows) of an autocommit execution of `sql` in `qctx`'s session, from
+        its recipe; None when there is none or it no longer applies: take the planned path.
+        Never blocks.
 
         Raises PgError 23502 for a NULL in a NOT NULL column, as the planned path would."""
-        shape = self._shapes.get((sql, tuple(search_path)))
-        if shape is None or _resolve(engine, search_path, *shape.written_as) != shape.key:
+        shape = self._shapes.get((sql, tuple(qctx.env.search_path)))
+        if shape is None or qctx.resolve_mounted(*shape.written_as) != shape.key:
             return None
-        if not shape.describes(engine.read_plan(*shape.key)):
+        if not shape.describes(qctx.engine.read_plan(*shape.key)):
             return None
         rows = shape.rows(params)
         return None if rows is None else (shape.key, rows)
-
-
-def _resolve(engine: Any, search_path: list[str] | tuple[str, ...], schema: str | None, name: str) -> Key | None:
-    """What `QueryContext.resolve_table` answers outside a transaction: the mounted tables only."""
-    if schema is not None:
-        return (schema, name) if engine.has_table(schema, name) else None
-    return next(((c, name) for c in search_path if engine.has_table(c, name)), None)
 
 
 def _plain_constant(item: exp.Expression, target: pa.DataType | None) -> Any:

@@ -119,7 +119,7 @@ async def buffered_insert(host: WriteHost, ladder: Any, sql: str, values: dict[s
     qctx = host.qctx
     # A prepared INSERT executed before builds its rows here, on the loop, from its recipe
     # (insert_shape.py: no I/O, and no thread hop, which was a fifth of a tail-dir ack).
-    made = qctx.insert_shapes.rows_now(qctx.engine, sql, qctx.env.search_path, values)
+    made = qctx.insert_shapes.rows_now(qctx, sql, values)
     if made is not None:
         result = dml.InsertRows(made[0], made[1], None)
     else:

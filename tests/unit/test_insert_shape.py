@@ -46,7 +46,7 @@ def _planned(q, sql: str, params: dict | None):
 
 
 def _now(q, sql: str, params: dict | None):
-    return q.insert_shapes.rows_now(q.engine, sql, q.env.search_path, params)
+    return q.insert_shapes.rows_now(q, sql, params)
 
 
 def test_a_recipe_builds_the_rows_datafusion_builds(lake) -> None:
