@@ -276,7 +276,6 @@ class KeeperServer:
         # between: each would cost scheduler passes on every acknowledgement.
         self._thread = SerialThread("keeper-log")
         self._writing = False
-        self._written_event = trio.Event()  # set whenever a batch's write ends, failed or not
         self._serving: trio.CancelScope | None = None
         self.failure: str | None = None
 
@@ -292,8 +291,7 @@ class KeeperServer:
             # A write that has started must finish before the keeper is gone (the writer task
             # this replaced was shielded for the same reason).
             with trio.CancelScope(shield=True):
-                while self._writing:
-                    await self._written_event.wait()
+                await self._thread.drained()
             self._thread.close()
 
     def _persist_soon(self) -> None:
@@ -313,8 +311,6 @@ class KeeperServer:
 
     def _batch_written(self, count: int, result: outcome.Outcome[None]) -> None:
         self._writing = False
-        self._written_event.set()
-        self._written_event = trio.Event()
         try:
             result.unwrap()
         except Exception as exc:  # OSError, or a bug: either way this keeper cannot vouch for its log

@@ -95,3 +95,20 @@ async def test_submitted_calls_answer_on_the_trio_thread_in_order() -> None:
     assert [a for a, _ in answers][:2] == [0, 1] and isinstance(answers[2][0], OSError) and answers[3][0] == 3
     assert {t for _, t in answers} == {trio_thread}
     worker.close()
+
+
+async def test_drained_waits_for_every_submitted_call_to_be_answered() -> None:
+    worker = SerialThread("test")
+    answered: list[int] = []
+    await worker.drained()  # nothing submitted: at once
+
+    def slow(i: int) -> int:
+        time.sleep(0.05)
+        return i
+
+    for i in range(3):
+        worker.submit(slow, i, done=lambda result: answered.append(result.unwrap()))
+    with trio.fail_after(5):
+        await worker.drained()
+    assert answered == [0, 1, 2]
+    worker.close()

@@ -120,7 +120,7 @@ class TailBackend(Protocol):
 
     # A backend may also offer `submit_commit(effect, done)`: `commit` answered through
     # `done(outcome)` on the trio thread, without a waiting task (SerialThread.submit); the
-    # driver then prefers it.
+    # driver then prefers it, and `async drained()` waits for every such call.
 
 
 # --- psycopg -------------------------------------------------------------------------------------
@@ -246,6 +246,9 @@ class PsycopgBackend:
 
     def submit_commit(self, effect: Commit, done: Callable[[outcome.Outcome[Event]], object]) -> None:
         self._thread.submit(self._commit, effect, done=done)
+
+    async def drained(self) -> None:
+        await self._thread.drained()
 
     async def read_back(self, effect: ReadBack) -> Event:
         return await trio.to_thread.run_sync(self._read_back, effect)
@@ -462,8 +465,6 @@ class PgTail:
         # A batch's COMMIT handed straight to the backend's thread, answered by a callback
         # that steps the core (as the WAL driver's writes: no task waits on it).
         self._submit_commit = getattr(backend, "submit_commit", None)
-        self._submitted = 0
-        self._answered = trio.Event()
         self._state: State = recovery.state
         self._waiters: dict[int, _Waiter] = {}
         self._idle = trio.Event()
@@ -549,7 +550,6 @@ class PgTail:
             case StartTimer(timer=timer, seconds=seconds):
                 self._nursery.start_soon(self._timer, timer, seconds)
             case Commit() if self._submit_commit is not None:
-                self._submitted += 1
                 self._submit_commit(effect, self._committed)
             case Commit() | ReadBack() | Trim():
                 self._nursery.start_soon(self._io, effect)
@@ -558,21 +558,12 @@ class PgTail:
 
     def _committed(self, result: outcome.Outcome[Event]) -> None:
         """A submitted Commit's answer, on the trio thread."""
-        self._submitted -= 1
-        if not self._submitted:
-            self._answered.set()
-            self._answered = trio.Event()
         try:
             event = result.unwrap()
         except Exception as exc:  # not a database error (those are answered as events): a bug
             log.exception("the Postgres tail's COMMIT raised")
             event = CommitOutcomeUnknown(f"the batch INSERT raised {_reason(exc)}")
         self._step(event)
-
-    async def wait_answered(self) -> None:
-        """Return once every submitted Commit has been answered."""
-        while self._submitted:
-            await self._answered.wait()
 
     def _wake(self, lsns: range, error: AppendFailed | None) -> None:
         for lsn in lsns:
@@ -645,8 +636,10 @@ async def open_pg_tail(
                 tail._fail_waiters(f"the Postgres tail {tail_id!r} was closed")
                 # As the nursery waits for its shielded I/O tasks, so for submitted COMMITs:
                 # the connection they use is closed next.
-                with trio.CancelScope(shield=True):
-                    await tail.wait_answered()
+                drained = getattr(backend, "drained", None)
+                if drained is not None:
+                    with trio.CancelScope(shield=True):
+                        await drained()
                 nursery.cancel_scope.cancel()
     finally:
         backend.close()

@@ -38,6 +38,8 @@ class SerialThread:
         self._name = name
         self._calls: queue.SimpleQueue[Any] | None = None  # the running thread's queue
         self._lock = threading.Lock()
+        self._outstanding = 0  # calls submitted and not yet answered (trio thread only)
+        self._drained: trio.Event | None = None
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         task = trio.lowlevel.current_task()
@@ -52,11 +54,28 @@ class SerialThread:
         core when the call ends — this saves the scheduler passes of a task that would wait."""
         calls = self._calls or self._start()
         token = trio.lowlevel.current_trio_token()
+        self._outstanding += 1
+
+        def answer(result: outcome.Outcome[Any]) -> None:
+            self._outstanding -= 1
+            if not self._outstanding and self._drained is not None:
+                self._drained.set()
+                self._drained = None
+            done(result)
 
         def deliver(result: outcome.Outcome[Any]) -> None:
-            token.run_sync_soon(done, result)
+            token.run_sync_soon(answer, result)
 
         calls.put((fn, args, deliver))
+
+    async def drained(self) -> None:
+        """Return once every call submitted so far has been answered: its owner may then close
+        what the calls use (a call that is still running could land after we stopped looking).
+        Call from trio; wrap in a shielded scope where the wait must not be cut short."""
+        while self._outstanding:
+            if self._drained is None:
+                self._drained = trio.Event()
+            await self._drained.wait()
 
     def close(self) -> None:
         """Stop the thread once the calls already queued have run (does not wait for it)."""

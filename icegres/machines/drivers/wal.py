@@ -87,7 +87,8 @@ class SegmentStore(Protocol):
     A store may also offer `write_then_fsync(name, offset, data) -> OSError | None` (see
     DirectoryStore): the driver then writes and fsyncs a batch in one call; and
     `submit_write_then_fsync(name, offset, data, done)`, the same call answered through a
-    callback on the trio thread, which the driver then prefers."""
+    callback on the trio thread, which the driver then prefers, with `async drained()` to wait
+    for every such call."""
 
     async def read_all(self) -> dict[str, bytes]: ...
 
@@ -165,8 +166,11 @@ class DirectoryStore:
     def submit_write_then_fsync(self, name: str, offset: int, data: bytes,
                                 done: Callable[[outcome.Outcome[OSError | None]], object]) -> None:
         """`write_then_fsync` without a waiting task: `done(outcome)` is called on the trio thread
-        when the call ends (`SerialThread.submit`)."""
+        when the call ends (`SerialThread.submit`); `drained` waits for every such call."""
         self._thread.submit(self._write_then_fsync, name, offset, data, done=done)
+
+    async def drained(self) -> None:
+        await self._thread.drained()
 
     def _write_then_fsync(self, name: str, offset: int, data: bytes) -> OSError | None:
         self._write(name, offset, data)
@@ -241,8 +245,6 @@ class WalTail:
         # A batch's Write handed straight to the store's thread (no task, no scheduler pass
         # before it starts or after it ends); its answer steps the core from a callback.
         self._submit = getattr(store, "submit_write_then_fsync", None)
-        self._submitted = 0  # Writes submitted and not yet answered
-        self._answered = trio.Event()
         self._nursery = nursery
         self._state: State = recovery.state
         self._waiters: dict[int, _Waiter] = {}
@@ -340,7 +342,6 @@ class WalTail:
                 self._nursery.start_soon(self._delete, names)
             case Write(segment=segment, offset=offset, data=data) if self._submit is not None:
                 name = segment_name(self.tail_id, segment)
-                self._submitted += 1
                 self._submit(name, offset, data, partial(self._written, name))
             case Fsync(segment=segment) if segment_name(self.tail_id, segment) in self._presynced:
                 # The Write already fsynced: answer now, without a task or a thread hop.
@@ -354,10 +355,6 @@ class WalTail:
     def _written(self, name: str, result: outcome.Outcome[OSError | None]) -> None:
         """A submitted Write's answer, on the trio thread. As in `_io`: the write's OSError fails
         the Write; the fsync's is the answer to the Fsync the core asks for next."""
-        self._submitted -= 1
-        if not self._submitted:
-            self._answered.set()
-            self._answered = trio.Event()
         event: Event
         try:
             self._presynced[name] = result.unwrap()
@@ -368,12 +365,6 @@ class WalTail:
             log.exception("the WAL store's write raised")
             event = IoFailed(f"{type(exc).__name__}: {exc}")
         self._step(event)
-
-    async def wait_answered(self) -> None:
-        """Return once every submitted Write has been answered (the store then holds no call of
-        ours that could still land after we stop looking)."""
-        while self._submitted:
-            await self._answered.wait()
 
     def _wake(self, lsns: range, error: AppendFailed | None) -> None:
         for lsn in lsns:
@@ -493,8 +484,10 @@ async def open_wal_tail(
                 yield tail
             finally:
                 # As the nursery waits for its shielded I/O tasks, so for submitted Writes.
-                with trio.CancelScope(shield=True):
-                    await tail.wait_answered()
+                drained = getattr(store, "drained", None)
+                if drained is not None:
+                    with trio.CancelScope(shield=True):
+                        await drained()
             nursery.cancel_scope.cancel()
     finally:
         store.close()
