@@ -41,11 +41,11 @@ def value_by_value(batch: pa.RecordBatch, s: TextSettings) -> bytes:
 
 
 def vectorised(batch: pa.RecordBatch, s: TextSettings = SESSION) -> bytes:
-    small, T._SMALL_BATCH_ROWS_MAX = T._SMALL_BATCH_ROWS_MAX, 0
+    small, T._SMALL_BATCH_VALUES_MAX = T._SMALL_BATCH_VALUES_MAX, 0
     try:
         return encode_data_rows(batch, [0] * batch.num_columns, s)
     finally:
-        T._SMALL_BATCH_ROWS_MAX = small
+        T._SMALL_BATCH_VALUES_MAX = small
 
 
 # Decimals with few places, as prices and distances are, plus the values at the fast path's edges:
@@ -191,3 +191,44 @@ def test_sliced_batches_encode_their_own_rows() -> None:
     counts = pa.array([3, None, -12, 7, 123456, 0] * 50, pa.int32())
     batch = pa.record_batch([counts, fares, stamps], names=["n", "fare", "ts"]).slice(37, 201)
     assert vectorised(batch) == value_by_value(batch, SESSION)
+
+
+def value_at_a_time(batch: pa.RecordBatch, s: TextSettings = SESSION) -> bytes:
+    """encode_data_rows forced down its small-batch path, whatever the batch's size."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(T, "_SMALL_BATCH_VALUES_MAX", 2**62)
+        return encode_data_rows(batch, [0] * batch.num_columns, s)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(row_values, min_size=1, max_size=40),
+    st.lists(st.one_of(short_decimals, edge_floats, st.floats(), st.none()), min_size=40, max_size=40),
+    st.sampled_from(["UTC", "America/New_York", "Asia/Kolkata"]),
+)
+def test_small_batches_rendered_value_at_a_time_match_value_by_value(
+    rows: list[tuple[object, ...]], doubles: list[float | None], zone: str
+) -> None:
+    ids, texts, fares, stamps, flags = (list(c) for c in zip(*rows, strict=True))
+    batch = pa.record_batch(
+        [
+            pa.array(ids, pa.int64()),
+            pa.array(texts, pa.string()),
+            pa.array(fares, pa.float64()),
+            pa.array(doubles[: len(rows)], pa.float64()),  # repr's fixed-notation range and beyond
+            pa.array(stamps, pa.timestamp("us", tz="UTC")),
+            pa.array(flags, pa.bool_()),
+        ],
+        names=["id", "city", "fare", "x", "ts", "paid"],
+    )
+    s = TextSettings(timezone=zone)
+    assert value_at_a_time(batch, s) == value_by_value(batch, s)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 1000])
+def test_a_result_without_columns_still_sends_one_datarow_per_row(rows: int) -> None:
+    # PostgreSQL answers `SELECT FROM t` with a DataRow of zero fields for every row of t.
+    batch = pa.record_batch([pa.array(range(rows))], names=["a"]).select([])
+    empty_row = struct.pack(">cih", b"D", 6, 0)
+    assert encode_data_rows(batch, [], SESSION) == empty_row * rows
+    assert vectorised(batch) == value_at_a_time(batch) == empty_row * rows

@@ -115,11 +115,11 @@ def encode_both_ways(batch: pa.RecordBatch, formats: list[int], s: TextSettings)
     """encode_data_rows, after checking that its small-batch (value by value) and vectorised
     paths agree byte for byte, so each comparison with PostgreSQL covers both."""
     got = encode_data_rows(batch, formats, s)
-    small, T._SMALL_BATCH_ROWS_MAX = T._SMALL_BATCH_ROWS_MAX, 0
+    small, T._SMALL_BATCH_VALUES_MAX = T._SMALL_BATCH_VALUES_MAX, 0
     try:
         vectorised = encode_data_rows(batch, formats, s)
     finally:
-        T._SMALL_BATCH_ROWS_MAX = small
+        T._SMALL_BATCH_VALUES_MAX = small
     assert got == vectorised
     return got
 
@@ -1034,6 +1034,7 @@ def test_large_batches_are_split_transparently(monkeypatch: pytest.MonkeyPatch) 
     real = T._encode_column
     monkeypatch.setattr(T, "_encode_column", lambda *a: calls.append(len(a[0])) or real(*a))
     monkeypatch.setattr(T, "_CHUNK_BUFFER_BYTES_MAX", 4000)
+    monkeypatch.setattr(T, "_SMALL_BATCH_VALUES_MAX", 0)  # the halves would go value by value
     assert encode_data_rows(batch, [0, 1], DEFAULTS) == whole
     assert 100 < max(calls) <= 250  # split into chunks, not into single rows
     assert len(parse_data_rows(whole)) == 1000

@@ -572,6 +572,11 @@ def _float_text(v: float, float4: bool, extra_float_digits: int) -> str:
         return "NaN"
     if math.isinf(v):
         return "Infinity" if v > 0 else "-Infinity"
+    if not float4 and extra_float_digits > 0 and (v == 0 or 1e-4 <= abs(v) < 1e15):
+        # Where float8out prints fixed notation, its shortest digits are repr's (both round-trip
+        # exactly; below 2**53 no tie decides between candidates): only repr's ".0" differs.
+        text = repr(v)
+        return text[:-2] if text.endswith(".0") else text
     if extra_float_digits <= 0:
         # PostgreSQL's pre-12 style: printf %g with FLT_DIG/DBL_DIG + extra_float_digits digits.
         return f"{v:.{max(1, (6 if float4 else 15) + extra_float_digits)}g}"
@@ -1976,12 +1981,14 @@ def _encode_column(arr: pa.Array, fmt: int, settings: TextSettings) -> _Column:
 # --- small batches: one value at a time ----------------------------------------------------------
 #
 # The column-at-a-time path costs tens of µs per column whatever the row count (pyarrow.compute
-# dispatch, numpy set-up): 0.56 ms for a demo.trips point lookup's one row, against 0.04 ms value
-# by value. So a batch of a few rows of the plain types is rendered value by value, with the same
-# scalar renderers the vectorised path uses for its rare rows; the tests check both paths against
+# dispatch, numpy set-up): 0.6 ms for a demo.trips point lookup's one row of 8 columns, 0.25 ms
+# for one row of (bigint, double), against 0.03 and 0.01 ms value by value. Value by value costs
+# ~1 µs per plain value (5 µs a row of demo.trips), so the two meet near 500 values: a batch of up
+# to that many values of the plain types is rendered one value at a time, with the same scalar
+# renderers the vectorised path uses for its rare rows; the tests check both paths against
 # PostgreSQL.
 
-_SMALL_BATCH_ROWS_MAX = 16
+_SMALL_BATCH_VALUES_MAX = 512  # rows x columns
 _FIELD_LENGTH = struct.Struct(">i")
 _DATA_ROW_START = struct.Struct(">cih")
 _NULL_FIELD = b"\xff\xff\xff\xff"
@@ -2073,6 +2080,8 @@ def _small_data_rows(
             return None
         columns.append(fields)
     ncols = batch.num_columns
+    if not ncols:  # `SELECT FROM t`: one empty row per row, which zip() would not yield
+        return _DATA_ROW_START.pack(b"D", 6, 0) * batch.num_rows
     out: list[bytes] = []
     for row in zip(*columns, strict=True):
         parts: list[bytes] = []
@@ -2111,7 +2120,7 @@ def encode_data_rows(
         return encode_data_rows(batch.slice(0, half), formats, settings) + encode_data_rows(
             batch.slice(half), formats, settings
         )
-    if batch.num_rows <= _SMALL_BATCH_ROWS_MAX:
+    if batch.num_rows * max(batch.num_columns, 1) <= _SMALL_BATCH_VALUES_MAX:
         small = _small_data_rows(batch, formats, settings)
         if small is not None:
             return small
