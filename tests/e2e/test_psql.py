@@ -41,6 +41,14 @@ def test_point_lookup_values(server):
     assert fields[6].startswith(ts.strftime("%Y-%m-%d %H:%M:%S")) and fields[6].endswith("+00")
 
 
+def test_a_select_without_columns_returns_its_rows(server):
+    # PostgreSQL answers `SELECT FROM t` with one zero-field DataRow per row; psql counts them.
+    # A small result and a larger one: they are encoded by different paths.
+    assert psql(server, "-c", "select from demo.cities limit 3").stdout.strip().endswith("(3 rows)")
+    out = psql(server, "-c", "select from demo.trips where id <= 1000").stdout
+    assert out.strip().endswith("(1000 rows)")
+
+
 def test_describe_table(server):
     out = psql(server, "-c", r"\d demo.trips").stdout
     assert 'Table "demo.trips"' in out
