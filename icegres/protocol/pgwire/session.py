@@ -23,6 +23,7 @@ from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire import settings as guc
 from icegres.protocol.pgwire import writes
 from icegres.protocol.pgwire.copy import copy_out_rows
+from icegres.protocol.pgwire.direct import DirectReply
 from icegres.protocol.pgwire.errors import PgError
 from icegres.protocol.pgwire.framing import FrameDecoder
 from icegres.protocol.pgwire.results import (
@@ -121,6 +122,7 @@ class Session:
         self._running: trio.CancelScope | None = None
         self._cancel_requested = False
         self._hung_up = False
+        self._told: dict[str, str] = {}  # reported settings as the client last heard them
 
     # --- I/O -----------------------------------------------------------------------------------
 
@@ -239,8 +241,9 @@ class Session:
         )
         self.qctx = self.server.engine.open_session(env)
         self.send(m.AUTH_OK)
-        for name in guc.REPORTED:
-            self.send(m.parameter_status(name, self.settings.get(name.lower(), "")))
+        self._told = self._reported_settings()
+        for name, value in self._told.items():
+            self.send(m.parameter_status(name, value))
         self.send(m.backend_key_data(self.pid, self.secret))
         self.send(m.ready_for_query("I"))
         await self.flush()
@@ -283,7 +286,7 @@ class Session:
                 log.exception("internal error in session %s", self.pid)
                 self._report(PgError(E.INTERNAL_ERROR, f"internal error: {exc}"))
                 if isinstance(msg, m.Query):
-                    self.send(m.ready_for_query(self.tx.status))
+                    self._ready_for_query()
                 else:
                     self.skip_to_sync = True
             await self._maybe_flush()
@@ -304,7 +307,7 @@ class Session:
         elif isinstance(msg, m.Sync):
             self.skip_to_sync = False
             self._end_implicit_transaction()
-            self.send(m.ready_for_query(self.tx.status))
+            self._ready_for_query()
             await self.flush()
         elif isinstance(msg, m.Flush):
             await self.flush()
@@ -334,6 +337,10 @@ class Session:
 
     def socket_fd(self) -> int:
         return self.stream.socket.fileno()
+
+    def _socket_fd_or_none(self) -> int | None:
+        socket = getattr(self.stream, "socket", None)  # a test's in-memory stream has none
+        return None if socket is None else socket.fileno()
 
     def hang_up(self) -> None:
         """The client went away mid-statement (hangup.py): stop the statement, end the session."""
@@ -386,6 +393,10 @@ class Session:
             self.tx = Transaction("T", state=batch)
             self.qctx.txn = batch
         failed = False
+        # A lone query outside a transaction block ends with ReadyForQuery('I') whatever its rows:
+        # its worker thread may send the whole answer itself (direct.py).
+        direct = len(classified) == 1 and classified[0].kind is Kind.QUERY and self.tx.status == "I"
+        replied = False
         for stmt, offset in zip(classified, offsets, strict=True):
             try:
                 if self.tx.status == "E" and stmt.kind not in (Kind.ROLLBACK, Kind.ROLLBACK_TO, Kind.COMMIT):
@@ -393,7 +404,7 @@ class Session:
                         E.IN_FAILED_TRANSACTION,
                         "current transaction is aborted, commands ignored until end of transaction block",
                     )
-                await self._run_statement(self._run_simple, stmt)
+                replied = await self._run_statement(self._run_simple, stmt, direct)
             except PgError as err:
                 if err.position is not None:
                     err.position += offset  # PostgreSQL counts from the start of the Query string
@@ -412,28 +423,79 @@ class Session:
                 self._report(err)
         elif implicit and self.tx.status == "E":
             self.tx = Transaction("I")
-        self.send(m.ready_for_query(self.tx.status))
+        if not replied:
+            self._ready_for_query()
         await self.flush()
 
-    async def _run_simple(self, stmt: Statement) -> None:
+    async def _run_simple(self, stmt: Statement, direct: bool = False) -> bool:
+        """Run one statement of a Query message. True if its worker thread sent the whole answer,
+        ReadyForQuery included (`direct`: the caller allows that; direct.py)."""
         if stmt.kind is not Kind.QUERY:
             await self._command(stmt, describe=True)
-            return
+            return False
         encode = self._encoder([])
+        reply = None
+        fd = self._socket_fd_or_none() if direct else None
+        if fd is not None:
+            await self.flush()  # anything queued goes first: the thread writes past this buffer
+            reply = DirectReply(fd)
 
-        def start() -> tuple[pa.Schema, RowSource, Chunk]:
+        def start() -> tuple[pa.Schema, RowSource, Chunk, bool]:
             # Plan, execute and encode the first chunk in one worker-thread hop: a small result
             # then costs a single hand-off between the trio loop and the thread pool.
             schema, stream = self.qctx.start(stmt.sql, None)
             source = RowSource(schema, stream)
             encode.formats[:] = [0] * len(schema)
             encode.schema = schema
-            return schema, source, source.pull(0, encode)
+            first = source.pull(0, encode)
+            # set_config() on a reported setting owes the client a ParameterStatus: the loop's job.
+            if reply is not None and first.exhausted and self._reported_settings() == self._told:
+                answer = b"".join((
+                    row_description(schema, encode.formats), first.data,
+                    m.command_complete(f"SELECT {first.rows}"), m.ready_for_query("I"),
+                ))
+                if reply.send(answer):
+                    return schema, source, first, True
+            return schema, source, first, False
 
-        schema, source, first = await self._in_thread(start)
+        try:
+            schema, source, first, replied = await self._in_thread(start)
+        except trio.Cancelled:
+            if reply is None or reply.refuse():
+                raise
+            replied = True  # the thread answered before the cancel landed: the statement is done
+        if replied:
+            assert reply is not None
+            await self._send_rest_of_reply(reply)
+            return True
         self.send(row_description(schema, encode.formats))
         rows = await self._send_chunks(source, encode, 0, first)
         self.send(m.command_complete(f"SELECT {rows}"))
+        return False
+
+    async def _send_rest_of_reply(self, reply: DirectReply) -> None:
+        if reply.error is not None:
+            raise ConnectionClosed
+        if reply.unsent:
+            with trio.CancelScope(shield=True):  # as in flush(): never half a message on the wire
+                try:
+                    await self.stream.send_all(reply.unsent)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    raise ConnectionClosed from None
+
+    def _reported_settings(self) -> dict[str, str]:
+        return {name: self.settings.get(name.lower(), "") for name in guc.REPORTED}
+
+    def _ready_for_query(self) -> None:
+        """ReadyForQuery, after a ParameterStatus for each reported setting that changed since
+        the client last heard (SET, RESET, set_config(), a rollback), as PostgreSQL 14+ does."""
+        now = self._reported_settings()
+        if now != self._told:
+            for name, value in now.items():
+                if self._told.get(name) != value:
+                    self.send(m.parameter_status(name, value))
+            self._told = now
+        self.send(m.ready_for_query(self.tx.status))
 
     # --- rows ----------------------------------------------------------------------------------
 
@@ -694,9 +756,6 @@ class Session:
         self.settings[change.key] = change.value
         if change.key == "search_path":
             self.qctx.forget_routes()
-        name = guc.reported_name(change.key)
-        if name is not None:
-            self.send(m.parameter_status(name, change.value))
 
     async def _cmd_set(self, stmt: Statement, describe: bool) -> None:
         if stmt.name == "transaction_isolation" and stmt.value is None:

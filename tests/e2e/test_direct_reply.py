@@ -1,0 +1,168 @@
+"""Answers a worker thread writes straight to the socket (pgwire/direct.py), seen from the wire.
+
+A lone query's answer may leave from its worker thread rather than the event loop. These tests
+drive the cases where that could go wrong: an earlier answer still queued, an answer bigger than
+the socket takes at once, a setting the client must hear about, and cancels racing the thread.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from tests.e2e.expected import trip
+from tests.support.icegres_server import IcegresServer, running_icegres
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def server(seeded_dir) -> Iterator[IcegresServer]:
+    with running_icegres(seeded_dir) as srv:
+        yield srv
+
+
+def _message(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack("!i", len(body) + 4) + body
+
+
+def _query(sql: str) -> bytes:
+    return _message(b"Q", sql.encode() + b"\0")
+
+
+class RawClient:
+    """Protocol 3.0 by hand: what a driver would hide (message order, packet boundaries)."""
+
+    def __init__(self, server: IcegresServer, rcvbuf: int | None = None) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(30)
+        self.sock.connect((server.host, server.port))
+        self.buf = b""
+        body = struct.pack("!i", 196608) + b"user\0icegres\0database\0icegres\0\0"
+        self.sock.sendall(struct.pack("!i", len(body) + 4) + body)
+        self.until_ready()
+
+    def read(self) -> tuple[bytes, bytes]:
+        while len(self.buf) < 5 or len(self.buf) < 1 + struct.unpack_from("!i", self.buf, 1)[0]:
+            data = self.sock.recv(1 << 16)
+            assert data, "server closed the connection"
+            self.buf += data
+        length = struct.unpack_from("!i", self.buf, 1)[0]
+        kind, body, self.buf = self.buf[:1], self.buf[5 : 1 + length], self.buf[1 + length :]
+        return kind, body
+
+    def until_ready(self) -> list[tuple[bytes, bytes]]:
+        got = []
+        while True:
+            kind, body = self.read()
+            got.append((kind, body))
+            if kind == b"Z":
+                return got
+
+    def close(self) -> None:
+        self.sock.sendall(_message(b"X", b""))
+        self.sock.close()
+
+
+def test_an_answer_queued_before_a_direct_one_leaves_first(server):
+    # One packet: an extended-protocol Execute with no Sync after it (its answer waits in the
+    # session's buffer for a Sync or Flush), then a Query whose worker thread is ready to write.
+    client = RawClient(server)
+    client.sock.sendall(
+        _message(b"P", b"\0select 7\0\0\0")
+        + _message(b"B", b"\0\0\0\0\0\0\0\0")
+        + _message(b"E", b"\0\0\0\0\0")
+        + _query("select 42")
+    )
+    answer = client.until_ready()
+    assert [k for k, _ in answer] == [b"1", b"2", b"D", b"C", b"T", b"D", b"C", b"Z"]
+    assert answer[2][1].endswith(b"7") and answer[5][1].endswith(b"42")
+    client.close()
+
+
+def test_an_answer_bigger_than_the_socket_takes_arrives_whole(server):
+    # ~0.4 MB of rows in one chunk, to a client with a tiny receive buffer that reads late: the
+    # thread's write stops short and the event loop sends the rest.
+    client = RawClient(server, rcvbuf=4096)
+    client.sock.sendall(_query("select * from demo.trips where id <= 3000 order by id"))
+    time.sleep(0.5)
+    answer = client.until_ready()
+    kinds = [k for k, _ in answer]
+    assert kinds[0] == b"T" and kinds[-2:] == [b"C", b"Z"]
+    assert kinds.count(b"D") == 3000
+    assert answer[-2][1] == b"SELECT 3000\0"
+    assert answer[-1][1] == b"I"
+    # The session is in step afterwards.
+    client.sock.sendall(_query("select 1"))
+    assert [k for k, _ in client.until_ready()] == [b"T", b"D", b"C", b"Z"]
+    client.close()
+
+
+def test_set_config_on_a_reported_setting_sends_parameter_status(server):
+    client = RawClient(server)
+    client.sock.sendall(_query("select set_config('application_name', 'from_set_config', false)"))
+    answer = client.until_ready()
+    # As PostgreSQL 14+: the ParameterStatus comes after CommandComplete, before ReadyForQuery.
+    assert [k for k, _ in answer] == [b"T", b"D", b"C", b"S", b"Z"]
+    assert answer[3][1] == b"application_name\0from_set_config\0"
+    client.sock.sendall(_query("set application_name = 'from_set'"))
+    assert [k for k, _ in client.until_ready()] == [b"C", b"S", b"Z"]
+    client.close()
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute("select set_config('application_name', 'seen_by_psycopg', false)")
+        assert conn.info.parameter_status("application_name") == "seen_by_psycopg"
+
+
+QUICK = [
+    ("select 1", [(1,)]),
+    ("select count(*) from demo.cities", [(20,)]),
+    ("select id, passengers from demo.trips where id = 4242", [(4242, trip(4242)["passengers"])]),
+]
+
+
+def test_cancels_racing_quick_answers_never_desynchronise_the_session(server):
+    # statement_timeout of 1 ms and a stream of CancelRequests land before, during and after
+    # each statement's thread answers: every statement gets exactly one answer, either its rows
+    # or 57014, and the next statement's answer is its own.
+    rng = random.Random(7)
+    answered = cancelled = 0
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        stop = threading.Event()
+
+        def cancel_often() -> None:
+            while not stop.is_set():
+                conn.cancel()
+                time.sleep(rng.uniform(0.001, 0.008))
+
+        canceller = threading.Thread(target=cancel_often)
+        canceller.start()
+        try:
+            for i in range(400):
+                sql, expected = QUICK[i % len(QUICK)]
+                try:
+                    if i % 2:
+                        conn.execute("set statement_timeout = 1")
+                    assert conn.execute(sql).fetchall() == expected
+                    answered += 1
+                except psycopg.errors.QueryCanceled:
+                    cancelled += 1
+                finally:
+                    try:
+                        conn.execute("set statement_timeout = 0")
+                    except psycopg.errors.QueryCanceled:
+                        pass
+        finally:
+            stop.set()
+            canceller.join()
+        conn.execute("set statement_timeout = 0")
+        assert conn.execute("select 7").fetchone() == (7,)
+    assert answered > 0
