@@ -10,6 +10,7 @@ All methods here block; the protocol layers call them from worker threads.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 import threading
@@ -446,6 +447,9 @@ class QueryContext:
         # still hits. Neither result depends on a literal's value (see `_literal_shape`).
         self._names: dict[str, list[str] | None] = {}
         self._refs: dict[tuple[str, tuple[str, ...]], set[tuple[str, str]] | None] = {}
+        self._kinds: dict[tuple[str, tuple[str, ...]], frozenset[str]] = {}  # plan node kinds
+        # Final result column names per shape and DataFusion's names for them (`pg_schema`).
+        self._pg_names: dict[tuple[str, tuple[str, ...]], list[str]] = {}
         # Statement shapes whose WHERE clause can never narrow the files read (prune.py).
         self._unprunable: dict[tuple[str, tuple[str, ...]], bool] = {}
         # The session context's private catalog of per-statement file subsets, and that context.
@@ -765,7 +769,7 @@ class QueryContext:
         return self._execute(sql, params)
 
     def _execute(self, sql: str, params: dict[str, Any] | None) -> tuple[pa.Schema, Any]:
-        from icegres.engine.batches import CancellableBatches, may_run_long, plan_nodes
+        from icegres.engine.batches import CancellableBatches
 
         df = self.plan(sql, params)
         try:
@@ -775,9 +779,25 @@ class QueryContext:
         stream.icegres_hold = df.icegres_hold
         # A plan that may compute for long before its first batch is pulled so that a cancel can
         # end the wait (engine/batches.py).
-        if may_run_long(plan_nodes(df.logical_plan()), self._input_rows(sql)):
+        if self._pulls_long(sql, df):
             stream = CancellableBatches(stream)
         return schema, stream
+
+    def _pulls_long(self, sql: str, df: DataFrame) -> bool:
+        """`may_run_long` for this statement. The node kinds of its unoptimised plan follow from
+        its tokens and what its names resolve to (tables are always scans), so they are kept per
+        literal shape: walking the plan from Python costs ~0.1 ms a statement."""
+        from icegres.engine.batches import STREAMING_NODES, may_run_long, plan_nodes
+
+        key = (_literal_shape(sql), tuple(self.env.search_path))
+        kinds = self._kinds.get(key)
+        if kinds is None:
+            kinds = self._kinds[key] = frozenset(plan_nodes(df.logical_plan()))
+            if len(self._kinds) > _ROUTE_CACHE_SIZE:
+                self._kinds.pop(next(iter(self._kinds)))
+        if kinds <= STREAMING_NODES:
+            return False  # decided without counting the input's rows
+        return may_run_long(set(kinds), self._input_rows(sql))
 
     def _input_rows(self, sql: str) -> int | None:
         """Rows in the mounted snapshots of the tables `sql` may read (None: it may read any).
@@ -837,14 +857,19 @@ class QueryContext:
         if all(_PLAIN_NAME.fullmatch(f.name) for f in schema):
             return schema
         key = _literal_shape(sql)
-        if key in self._names:
-            select_names = self._names[key]
-        else:
-            select_names = _select_list_names(sql)
-            self._names[key] = select_names
-            if len(self._names) > _ROUTE_CACHE_SIZE:
-                self._names.pop(next(iter(self._names)))
-        names = _postgres_names(select_names, schema)
+        named = (key, tuple(schema.names))
+        names = self._pg_names.get(named)
+        if names is None:
+            if key in self._names:
+                select_names = self._names[key]
+            else:
+                select_names = _select_list_names(sql)
+                self._names[key] = select_names
+                if len(self._names) > _ROUTE_CACHE_SIZE:
+                    self._names.pop(next(iter(self._names)))
+            names = self._pg_names[named] = _postgres_names(select_names, schema)
+            if len(self._pg_names) > _ROUTE_CACHE_SIZE:
+                self._pg_names.pop(next(iter(self._pg_names)))
         return pa.schema([f.with_name(n) for f, n in zip(schema, names, strict=True)], schema.metadata)
 
     def _plan_pruned(self, sql: str, params: dict[str, Any] | None) -> DataFrame | None:
@@ -1097,6 +1122,7 @@ _VALUE_WORDS = _CLAUSE_WORDS | {
 _NAME_WORDS = frozenset({"from", "join", "into", "update", "with", "table", "only", "lateral", "using"})
 
 
+@functools.lru_cache(maxsize=256)  # one statement asks 3-4 times (refs, names, pruning, kinds)
 def _literal_shape(sql: str) -> str:
     """`sql` with its value literals masked: two statements with the same shape differ only in
     literal values, so they have the same table references and result column names."""

@@ -72,3 +72,26 @@ def test_unchanged_table_is_not_replanned(lake, monkeypatch):
     lake.load_table("demo", "good").append(pa.table({"id": [4]}))
     engine.refresh()
     assert planned == ["good"]  # "bad" kept its planned scan: its metadata location is unchanged
+
+
+def test_pull_kind_is_decided_per_statement_shape_not_per_first_text(lake):
+    # The plan's node kinds are kept per literal shape: the same shape with other literals, and
+    # another shape, must each still get the pull their plan needs (engine/batches.py).
+    from icegres.engine.batches import CancellableBatches
+
+    q = session(Engine(lake))
+    q.engine.refresh()
+    for literal in (1, 2, 3):
+        _, join = q.start(f"select count(*) from good a join bad b on a.id = b.id where a.id > {literal}")
+        assert isinstance(join, CancellableBatches)
+        assert [b.to_pyarrow().column(0)[0].as_py() for b in join] == [3 - literal]
+        _, point = q.start(f"select id from good where id = {literal}")
+        assert not isinstance(point, CancellableBatches)
+        assert [r for b in point for r in b.to_pyarrow().column(0).to_pylist()] == [literal]
+    _, endless = q.start("select sum(value) from range(1, 10)")  # an aggregate over a table function
+    assert isinstance(endless, CancellableBatches)
+    schema, small = q.start("select count(*), sum(id) from good where id > 1")
+    assert not isinstance(small, CancellableBatches)  # a small aggregate: the blocking pull
+    assert schema.names == ["count", "sum"]  # PostgreSQL's names, kept per shape too
+    schema, _ = q.start("select count(*), sum(id) from good where id > 2")
+    assert schema.names == ["count", "sum"]
