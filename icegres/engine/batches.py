@@ -15,17 +15,22 @@ dropped, which stops DataFusion's tasks at their next yield (for a plan fed by a
 the scan's next batch; an operator that computes long from memory alone, such as a nested-loop
 join, runs to its next output first — docs/limitations.md).
 
-The async pull costs ~0.5 ms more on this machine (three cross-thread hand-offs instead of one),
-which a 4 ms selective aggregate would feel. So it is taken only where a pull may really run
-long (`may_run_long`): a plan with a join or another operator whose output is not bounded by its
+The async pull costs ~0.5-0.9 ms more on this machine: the stream's future runs on a second tokio
+runtime (pyo3-async-runtimes' own), so every pull crosses two more threads. A 4 ms selective
+aggregate or a 20 ms join would feel that. So it is taken only where a pull may really run long
+(`may_run_long`): a plan with a join or another operator whose output is not bounded by its
 input, or an aggregate, sort or window over more than LONG_INPUT_ROWS rows. The first batch is
-the long wait (a build side, an aggregation, a sort); later ones use the blocking pull.
+the long wait (a build side, an aggregation, a sort); later ones use the blocking pull. And a
+statement that already ran — the same text over the same snapshots of the same tables, so the
+same work — whose first pull then took under QUICK_FIRST_PULL_S takes the blocking pull too
+(`engine.QueryContext`): a cancel of it frees the thread about as soon as a streaming plan's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -45,6 +50,8 @@ INPUT_BOUNDED_NODES = frozenset({"Aggregate", "Sort", "Distinct", "Window", "Rep
 # Over this many input rows an input-bounded operator may run for seconds (a count(distinct) or a
 # sort of 4M rows here takes ~1-2 s), long enough that a cancel must not wait for it.
 LONG_INPUT_ROWS = 4_000_000
+# A repeat of a statement whose first pull took less than this is pulled blocking (module doc).
+QUICK_FIRST_PULL_S = 0.1
 
 
 class PullCancelled(Exception):
@@ -156,9 +163,10 @@ async def _next_batch(source: CancellableBatches) -> Any:
 class CancellableBatches:
     """A DataFusion RecordBatchStream whose first `next()` waits cancellably (module doc)."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, on_first: Callable[[float], None] | None = None) -> None:
         self._stream: Any = stream
         self._first = True
+        self._on_first = on_first  # told how many seconds the first pull took, if it completed
 
     def __iter__(self) -> CancellableBatches:
         return self
@@ -175,11 +183,15 @@ class CancellableBatches:
         scope: PullScope | None = getattr(_local, "scope", None)
         if scope is not None and not scope.waiting(loop, task):
             task.cancel()
+        started = time.perf_counter()
         try:
-            return loop.run_until_complete(task)
+            batch = loop.run_until_complete(task)
+            self._pulled(started)
+            return batch
         except asyncio.CancelledError:
             pass
         except StopAsyncIteration:
+            self._pulled(started)
             raise StopIteration from None
         finally:
             if scope is not None:
@@ -187,3 +199,7 @@ class CancellableBatches:
         # Dropping the stream stops the query's tasks; a half-made batch is never resumed.
         self._stream = None
         raise PullCancelled("the query was cancelled")
+
+    def _pulled(self, started: float) -> None:
+        if self._on_first is not None:
+            self._on_first(time.perf_counter() - started)

@@ -128,6 +128,9 @@ class Engine:
         self._catalog_snapshot: Any = None
         self._pending: dict[tuple[str, str], str] = {}  # changed in the catalog, not yet mounted
         self._fresh_pool: Any = None
+        # Statements (QueryContext._repeat_key) whose cancellable first pull came back quickly:
+        # their repeats take the blocking pull (engine/batches.py).
+        self.quick_first_pulls: dict[tuple[Any, ...], float] = {}
         self._shape_dirty = True  # tables or schemas went away: pg_catalog must be rebuilt
         # The write ladder (icegres.ladder.WriteLadder) while --write-buffer-ms is on: statements
         # union its acked, not yet mounted rows with the tables they read.
@@ -336,6 +339,15 @@ class Engine:
     def has_schema(self, schema: str) -> bool:
         return schema in self._schemas
 
+    def note_first_pull(self, key: tuple[Any, ...], seconds: float) -> None:
+        from icegres.engine.batches import QUICK_FIRST_PULL_S
+
+        if seconds < QUICK_FIRST_PULL_S:
+            with self._lock:
+                self.quick_first_pulls[key] = seconds
+                if len(self.quick_first_pulls) > _QUICK_PULLS_MAX:
+                    self.quick_first_pulls.pop(next(iter(self.quick_first_pulls)))
+
     def mounted_locations(self, refs: set[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
         with self._lock:
             return {k: (p.metadata_location if (p := self._plans.get(k)) is not None else None) for k in refs}
@@ -421,6 +433,7 @@ class Engine:
 
 
 _ROUTE_CACHE_SIZE = 2048
+_QUICK_PULLS_MAX = 4096  # Engine.quick_first_pulls: old snapshots' entries age out
 # Pruning costs ~1.3 ms of parsing and re-planning per statement; an unread file of a union of
 # per-file scans saves ~0.3-1 ms of planning and opening. Measured on the 4-file demo table it broke
 # even; on 40 files a point lookup went from 44.8 to 7.7 ms. Below this many per-file scans a statement
@@ -780,8 +793,26 @@ class QueryContext:
         # A plan that may compute for long before its first batch is pulled so that a cancel can
         # end the wait (engine/batches.py).
         if self._pulls_long(sql, df):
-            stream = CancellableBatches(stream)
+            repeat = self._repeat_key(sql)
+            if repeat is None:
+                stream = CancellableBatches(stream)
+            elif repeat not in self.engine.quick_first_pulls:
+                stream = CancellableBatches(stream, functools.partial(self.engine.note_first_pull, repeat))
         return schema, stream
+
+    def _repeat_key(self, sql: str) -> tuple[Any, ...] | None:
+        """What makes two runs of a statement the same work: its text and search_path, and the
+        mounted snapshots of the tables it reads (None: not knowable — a transaction's or the
+        write buffer's view, or tables the statement text does not name)."""
+        if self.txn is not None or self._overlay is not None:
+            return None
+        refs = self.table_refs(sql)
+        if not refs:
+            return None
+        locations = self.engine.mounted_locations(refs)
+        if any(location is None for location in locations.values()):
+            return None
+        return (sql, tuple(self.env.search_path), tuple(sorted(locations.items())))
 
     def _pulls_long(self, sql: str, df: DataFrame) -> bool:
         """`may_run_long` for this statement. The node kinds of its unoptimised plan follow from

@@ -95,3 +95,40 @@ def test_pull_kind_is_decided_per_statement_shape_not_per_first_text(lake):
     assert schema.names == ["count", "sum"]  # PostgreSQL's names, kept per shape too
     schema, _ = q.start("select count(*), sum(id) from good where id > 2")
     assert schema.names == ["count", "sum"]
+
+
+def test_a_quick_join_repeated_over_the_same_snapshots_takes_the_blocking_pull(lake, monkeypatch):
+    from icegres.engine import batches
+    from icegres.engine.batches import CancellableBatches
+
+    q = session(Engine(lake))
+    q.engine.refresh()
+    join = "select count(*) from good a join bad b on a.id = b.id"
+
+    def run() -> tuple[bool, int]:
+        _, stream = q.start(join)
+        counts = [b.to_pyarrow().column(0)[0].as_py() for b in stream]
+        return isinstance(stream, CancellableBatches), counts[0]
+
+    assert run() == (True, 3)  # first run: cancellable, and timed
+    assert run() == (False, 3)  # same text, same snapshots, quick last time: blocking
+    assert q.start(join + " where a.id > 1")[1].__class__ is CancellableBatches  # other text
+    lake.catalog.load_table(("demo", "bad")).append(pa.table({"id": [4]}))
+    q.refresh_for(join)
+    assert run() == (True, 3)  # a new snapshot of one table: timed again
+    monkeypatch.setattr(batches, "QUICK_FIRST_PULL_S", 0.0)  # as if every first pull were slow
+    lake.catalog.load_table(("demo", "good")).append(pa.table({"id": [4]}))
+    q.refresh_for(join)
+    assert run() == (True, 4)
+    assert run() == (True, 4)  # a slow first pull keeps its repeats cancellable
+
+
+def test_runs_are_only_called_the_same_work_when_the_snapshots_are_known(lake):
+    q = session(Engine(lake))
+    q.engine.refresh()
+    join = "select count(*) from good a join bad b on a.id = b.id"
+    assert q._repeat_key(join) is not None
+    assert q._repeat_key("select sum(value) from range(1, 10)") is None  # no mounted table named
+    assert q._repeat_key("select count(*) from good a join nosuch b on a.id = b.id") is None
+    q.txn = object()  # a transaction reads its own pinned snapshots, not the mounted ones
+    assert q._repeat_key(join) is None
