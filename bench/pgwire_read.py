@@ -128,14 +128,16 @@ QUERIES = (
         "groupby",
         "group-by",
         "select city, count(*), avg(fare), sum(distance) from demo.trips group by city",
-        3,
+        # 6, not 3: on this shared machine one slow sample in three set a round's median (one
+        # run's group-by samples spanned 14-29 ms), and the per-round overhead with it.
+        6,
     ),
     Query(
         "join",
         "join",
         "select c.country, count(*), avg(t.fare) from demo.trips t join demo.cities c on t.city = c.city "
         "group by c.country",
-        3,
+        6,
     ),
     # Not a target: the per-statement floor (wire, thread hops, freshness check, planning) with
     # no data to read, so the other rows can be read as floor + work.
