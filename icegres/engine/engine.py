@@ -793,26 +793,32 @@ class QueryContext:
         # A plan that may compute for long before its first batch is pulled so that a cancel can
         # end the wait (engine/batches.py).
         if self._pulls_long(sql, df):
-            repeat = self._repeat_key(sql)
+            repeat = self._repeat_key(sql, params)
             if repeat is None:
                 stream = CancellableBatches(stream)
             elif repeat not in self.engine.quick_first_pulls:
                 stream = CancellableBatches(stream, functools.partial(self.engine.note_first_pull, repeat))
         return schema, stream
 
-    def _repeat_key(self, sql: str) -> tuple[Any, ...] | None:
-        """What makes two runs of a statement the same work: its text and search_path, and the
-        mounted snapshots of the tables it reads (None: not knowable — a transaction's or the
-        write buffer's view, or tables the statement text does not name)."""
+    def _repeat_key(self, sql: str, params: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
+        """What makes two runs of a statement the same work: its text, parameter values and
+        search_path, and the mounted snapshots of the tables it reads (None: not knowable — a
+        transaction's or the write buffer's view, tables the statement text does not name, or a
+        parameter value that cannot be compared)."""
         if self.txn is not None or self._overlay is not None:
             return None
+        bound = tuple(sorted((params or {}).items()))
+        try:
+            hash(bound)
+        except TypeError:
+            return None  # an array parameter (a list)
         refs = self.table_refs(sql)
         if not refs:
             return None
         locations = self.engine.mounted_locations(refs)
         if any(location is None for location in locations.values()):
             return None
-        return (sql, tuple(self.env.search_path), tuple(sorted(locations.items())))
+        return (sql, bound, tuple(self.env.search_path), tuple(sorted(locations.items())))
 
     def _pulls_long(self, sql: str, df: DataFrame) -> bool:
         """`may_run_long` for this statement. The node kinds of its unoptimised plan follow from

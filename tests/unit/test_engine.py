@@ -130,5 +130,9 @@ def test_runs_are_only_called_the_same_work_when_the_snapshots_are_known(lake):
     assert q._repeat_key(join) is not None
     assert q._repeat_key("select sum(value) from range(1, 10)") is None  # no mounted table named
     assert q._repeat_key("select count(*) from good a join nosuch b on a.id = b.id") is None
+    prepared = "select count(*) from good a join bad b on a.id = b.id where a.id > $1"
+    assert q._repeat_key(prepared, {"1": 1}) != q._repeat_key(prepared, {"1": 2})  # other work
+    assert q._repeat_key(prepared, {"1": 1}) == q._repeat_key(prepared, {"1": 1})
+    assert q._repeat_key(prepared, {"1": [1, 2]}) is None
     q.txn = object()  # a transaction reads its own pinned snapshots, not the mounted ones
     assert q._repeat_key(join) is None
