@@ -16,6 +16,8 @@ from icegres.engine.prune import Constraint
 
 pytestmark = pytest.mark.unit
 
+_IS_LOCAL = mounts._is_local  # the `q` fixture pretends no file is local while it lives
+
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("city", pa.string()), pa.field("n", pa.int32()),
                     pa.field("fare", pa.float64()), pa.field("Mixed", pa.int64())])
 # Five files: ids 0-99, 100-199, ... ; cities by file; n cycles; a NULL-only id file at the end.
@@ -47,6 +49,20 @@ def q(lake):
     mp.setattr(mounts, "_is_local", lambda path: False)
     engine = Engine(lake)
     engine.refresh()
+    yield engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def q_linked(lake):
+    # The same five local files, mounted as one ScanSet scan: prunable from a lowered threshold
+    # of linked files; a pruned statement reads per-file scans built on demand.
+    mp = pytest.MonkeyPatch()
+    mp.setattr(engine_mod, "PRUNE_MIN_LINKED_FILES", 2)
+    mp.setattr(mounts, "_is_local", _IS_LOCAL)
+    engine = Engine(lake)
+    engine.refresh()
+    assert engine._sets[("demo", "t")], "the local files should be mounted as a ScanSet"
     yield engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
     mp.undo()
 
@@ -156,6 +172,33 @@ def test_constraints_ignore_what_they_cannot_read() -> None:
         assert prune.constraints(where(sql), {"t"}, kinds, None) is None, sql
     assert prune.prunable_shape(where("select 1 from t where id = $1"), {"t"}, kinds)
     assert not prune.prunable_shape(where("select 1 from t where id + 1 = 5"), {"t"}, kinds)
+
+
+@pytest.mark.parametrize("sql,expected_scans", CASES)
+def test_a_scanset_of_many_files_is_pruned_to_per_file_scans(q_linked, sql, expected_scans) -> None:
+    df = q_linked.plan(sql)
+    assert rows(df) == unpruned(q_linked, sql)
+    if expected_scans is not None and expected_scans < len(FILES):
+        assert scans(df) == expected_scans
+
+
+def test_per_file_scans_of_a_scanset_are_built_once_and_kept(q_linked) -> None:
+    engine = q_linked.engine
+    kept = engine._scans[("demo", "t")]
+    q_linked.plan("select * from demo.t where id = 250")
+    built = dict(kept)
+    assert any("parquet" in str(k[0]) for k in built)
+    q_linked.plan("select * from demo.t where id = 251")  # the same file
+    assert engine._scans[("demo", "t")] == built  # reused, not rebuilt
+
+
+def test_a_scanset_of_few_files_is_planned_as_sent(lake, monkeypatch) -> None:
+    monkeypatch.setattr(engine_mod, "PRUNE_MIN_LINKED_FILES", len(FILES) + 1)
+    engine = Engine(lake)
+    engine.refresh()
+    q = engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    assert not engine.prunable
+    assert q._plan_pruned("select * from demo.t where id = 150", None) is None
 
 
 def test_bounds_of_another_type_keep_the_file() -> None:
