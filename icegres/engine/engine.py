@@ -848,7 +848,8 @@ class QueryContext:
                 self._kinds.pop(next(iter(self._kinds)))
         if kinds <= STREAMING_NODES:
             return False  # decided without counting the input's rows
-        return may_run_long(set(kinds), self._input_rows(sql))
+        rows = getattr(df, "icegres_input_rows", None)
+        return may_run_long(set(kinds), self._input_rows(sql) if rows is None else rows)
 
     def _input_rows(self, sql: str) -> int | None:
         """Rows in the mounted snapshots of the tables `sql` may read (None: it may read any).
@@ -956,7 +957,14 @@ class QueryContext:
         view = self.engine.subset_view(key, files)
         if view is None:
             return None
-        return self._plan_over(tree, table, view[1], shape, params)
+        df = self._plan_over(tree, table, view[1], shape, params)
+        if df is not None:
+            # What the statement reads is the subset: an aggregate over a few files of a big table
+            # is bounded by their rows (`_pulls_long`).
+            counts = [getattr(plan.data_files.get(f.path), "record_count", None) for f in files]
+            if all(isinstance(n, int) for n in counts):
+                df.icegres_input_rows = sum(counts)
+        return df
 
     def _prune_target(self, sql: str, key: tuple[str, str], plan: ReadPlan) -> Any:
         """(rewritten tree, its FROM table, the names it goes by, prunable columns) when `sql` is a

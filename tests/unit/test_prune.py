@@ -208,3 +208,20 @@ def test_bounds_of_another_type_keep_the_file() -> None:
 def test_tables_of_few_files_are_planned_as_sent(q, monkeypatch) -> None:
     monkeypatch.setattr(engine_mod, "PRUNE_MIN_FILES", len(FILES) + 1)
     assert q._plan_pruned("select * from demo.t where id = 150", None) is None
+
+
+def test_a_pruned_aggregate_counts_only_the_rows_of_the_files_it_reads(q_linked, monkeypatch) -> None:
+    # An aggregate over a big table pulls cancellably (engine/batches.py); pruned to a few files,
+    # its input is those files' rows.
+    from icegres.engine import batches
+    from icegres.engine.batches import CancellableBatches
+
+    monkeypatch.setattr(batches, "LONG_INPUT_ROWS", 150)  # the table has 402 rows, a file 100
+    sql = "select count(*) from demo.t where id between 120 and 150"
+    assert q_linked.plan(sql).icegres_input_rows == 100
+    _, stream = q_linked.start(sql)
+    assert not isinstance(stream, CancellableBatches)
+    assert [b.to_pyarrow().column(0)[0].as_py() for b in stream] == [31]
+    _, stream = q_linked.start("select count(*) from demo.t where id between 120 and 250")
+    assert isinstance(stream, CancellableBatches)  # two files: 200 rows
+    assert [b.to_pyarrow().column(0)[0].as_py() for b in stream] == [131]
