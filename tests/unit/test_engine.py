@@ -136,3 +136,26 @@ def test_runs_are_only_called_the_same_work_when_the_snapshots_are_known(lake):
     assert q._repeat_key(prepared, {"1": [1, 2]}) is None
     q.txn = object()  # a transaction reads its own pinned snapshots, not the mounted ones
     assert q._repeat_key(join) is None
+
+
+def test_a_repeated_statement_reuses_its_plan_until_a_table_it_reads_moves(lake):
+    q = session(Engine(lake))
+    q.engine.refresh()
+    sql = "select count(*), sum(a.id) from good a join bad b on a.id = b.id"
+
+    def answer() -> tuple[int, int]:
+        _, stream = q.start(sql)
+        batch = next(b.to_pyarrow() for b in stream)
+        return batch.column(0)[0].as_py(), batch.column(1)[0].as_py()
+
+    first = answer()
+    assert answer() == first
+    assert len(q._planned) == 1  # planned once, reused
+    lake.catalog.load_table(("demo", "good")).append(pa.table({"id": [2]}))
+    q.refresh_for(sql)
+    assert answer() == (first[0] + 1, first[1] + 2)  # the new snapshot, not the cached plan's
+    assert len(q._planned) == 2
+    prepared = "select count(*) from good where id > $1"  # good: 1, 2, 3, 2
+    assert q.plan(prepared, {"1": 1}).to_arrow_table().column(0)[0].as_py() == 3
+    assert q.plan(prepared, {"1": 2}).to_arrow_table().column(0)[0].as_py() == 1  # its own plan
+    assert q.plan(prepared, {"1": 1}).to_arrow_table().column(0)[0].as_py() == 3
