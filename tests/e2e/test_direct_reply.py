@@ -122,10 +122,80 @@ def test_set_config_on_a_reported_setting_sends_parameter_status(server):
         assert conn.info.parameter_status("application_name") == "seen_by_psycopg"
 
 
+def _parse(sql: str) -> bytes:
+    return _message(b"P", b"\0" + sql.encode() + b"\0\0\0")
+
+
+def _bind() -> bytes:
+    return _message(b"B", b"\0\0" + b"\0\0" + b"\0\0" + b"\0\0")  # no formats, params, results
+
+
+def _execute(max_rows: int = 0) -> bytes:
+    return _message(b"E", b"\0" + struct.pack("!i", max_rows))
+
+
+DESCRIBE_PORTAL = _message(b"D", b"P\0")
+SYNC = _message(b"S", b"")
+FLUSH = _message(b"H", b"")
+
+
+def _kinds(answer: list[tuple[bytes, bytes]]) -> list[bytes]:
+    return [k for k, _ in answer]
+
+
+def test_an_extended_query_with_its_sync_is_answered_whole_and_in_order(server):
+    client = RawClient(server)
+    client.sock.sendall(_parse("select city from demo.cities order by city limit 2") + _bind()
+                        + DESCRIBE_PORTAL + _execute() + SYNC)
+    answer = client.until_ready()
+    assert _kinds(answer) == [b"1", b"2", b"T", b"D", b"D", b"C", b"Z"]
+    assert answer[-2][1] == b"SELECT 2\0" and answer[-1][1] == b"I"
+    # Without Describe, and two sequences pipelined in one packet: each answered in turn.
+    client.sock.sendall(_parse("select 5") + _bind() + _execute() + SYNC
+                        + _parse("select 6") + _bind() + _execute() + SYNC)
+    first, second = client.until_ready(), client.until_ready()
+    assert _kinds(first) == _kinds(second) == [b"1", b"2", b"D", b"C", b"Z"]
+    assert first[2][1].endswith(b"5") and second[2][1].endswith(b"6")
+    client.sock.sendall(_query("select 1"))
+    assert _kinds(client.until_ready()) == [b"T", b"D", b"C", b"Z"]
+    client.close()
+
+
+def test_extended_queries_the_thread_must_not_answer_still_answer_right(server):
+    client = RawClient(server)
+    # A Flush before the Sync: the rows go out at the Flush, ReadyForQuery at the Sync.
+    client.sock.sendall(_parse("select 7") + _bind() + _execute() + FLUSH)
+    assert [client.read()[0] for _ in range(4)] == [b"1", b"2", b"D", b"C"]
+    client.sock.sendall(SYNC)
+    assert _kinds(client.until_ready()) == [b"Z"]
+    # A row limit: the portal is suspended, then run to its end.
+    client.sock.sendall(_parse("select id from demo.trips where id <= 3 order by id") + _bind()
+                        + _execute(2) + _execute(0) + SYNC)
+    answer = client.until_ready()
+    assert _kinds(answer) == [b"1", b"2", b"D", b"D", b"s", b"D", b"C", b"Z"]
+    assert answer[-2][1] == b"SELECT 3\0"
+    # An error while executing: what was queued before it, then the error, then ReadyForQuery.
+    client.sock.sendall(_parse("select 1 / (id - id) from demo.trips where id = 1") + _bind()
+                        + _execute() + SYNC)
+    answer = client.until_ready()
+    assert _kinds(answer) == [b"1", b"2", b"E", b"Z"]
+    assert b"22012" in answer[2][1]
+    # Inside a transaction block: the block's status comes back.
+    client.sock.sendall(_query("begin"))
+    client.until_ready()
+    client.sock.sendall(_parse("select 8") + _bind() + _execute() + SYNC)
+    answer = client.until_ready()
+    assert _kinds(answer) == [b"1", b"2", b"D", b"C", b"Z"] and answer[-1][1] == b"T"
+    client.sock.sendall(_query("rollback"))
+    assert client.until_ready()[-1][1] == b"I"
+    client.close()
+
+
 QUICK = [
-    ("select 1", [(1,)]),
-    ("select count(*) from demo.cities", [(20,)]),
-    ("select id, passengers from demo.trips where id = 4242", [(4242, trip(4242)["passengers"])]),
+    ("select 1", [(1,)], None),
+    ("select count(*) from demo.cities", [(20,)], None),
+    ("select id, passengers from demo.trips where id = 4242", [(4242, trip(4242)["passengers"])], None),
+    ("select id, passengers from demo.trips where id = %s", [(4242, trip(4242)["passengers"])], (4242,)),
 ]
 
 
@@ -147,11 +217,11 @@ def test_cancels_racing_quick_answers_never_desynchronise_the_session(server):
         canceller.start()
         try:
             for i in range(400):
-                sql, expected = QUICK[i % len(QUICK)]
+                sql, expected, params = QUICK[i % len(QUICK)]
                 try:
-                    if i % 2:
+                    if i % 3:
                         conn.execute("set statement_timeout = 1")
-                    assert conn.execute(sql).fetchall() == expected
+                    assert conn.execute(sql, params).fetchall() == expected
                     answered += 1
                 except psycopg.errors.QueryCanceled:
                     cancelled += 1

@@ -38,6 +38,10 @@ class FrameDecoder:
         del self._buf[:length]
         return m.decode_startup(body)
 
+    def sync_is_next(self) -> bool:
+        """Whether the next buffered message is a whole Sync (what follows it does not matter)."""
+        return bytes(self._buf[:5]) == b"S\x00\x00\x00\x04"
+
     def next_message(self) -> m.FrontendMessage | None:
         """Next regular message, or NEED_DATA."""
         if len(self._buf) < 5:

@@ -123,6 +123,7 @@ class Session:
         self._cancel_requested = False
         self._hung_up = False
         self._told: dict[str, str] = {}  # reported settings as the client last heard them
+        self._sync_answered = False  # an Execute's thread answered the Sync after it (direct.py)
 
     # --- I/O -----------------------------------------------------------------------------------
 
@@ -307,7 +308,10 @@ class Session:
         elif isinstance(msg, m.Sync):
             self.skip_to_sync = False
             self._end_implicit_transaction()
-            self._ready_for_query()
+            if self._sync_answered:
+                self._sync_answered = False  # the Execute's thread sent this ReadyForQuery
+            else:
+                self._ready_for_query()
             await self.flush()
         elif isinstance(msg, m.Flush):
             await self.flush()
@@ -714,17 +718,44 @@ class Session:
         if portal.source is None:
             params = {str(i + 1): v for i, v in enumerate(portal.params)} or None
             encode = self._encoder([])
+            # An Execute of all rows with a Sync right behind it, outside a transaction block, is
+            # answered up to and including that Sync's ReadyForQuery('I') once its rows fit in
+            # one chunk: the thread may send it all, with whatever this session has queued
+            # before it (ParseComplete, BindComplete, RowDescription), as a simple query's does.
+            fd = self._socket_fd_or_none()
+            reply = prefix = None
+            if fd is not None and not limit and self.tx.status == "I" and self.decoder.sync_is_next():
+                reply, prefix = DirectReply(fd), bytes(self.out)
 
-            def start() -> tuple[RowSource, Chunk]:
+            def start() -> tuple[RowSource, Chunk, bool]:
                 schema, stream = self.qctx.start(portal.prepared.statement.sql, params)
                 source = RowSource(schema, stream)
                 if portal.formats is None or len(portal.formats) != len(schema):
                     portal.formats = expand_formats(portal.result_formats, len(schema))
                 encode.formats[:] = portal.formats
                 encode.schema = schema
-                return source, source.pull(limit, encode)
+                chunk = source.pull(limit, encode)
+                if reply is not None and chunk.exhausted and self._reported_settings() == self._told:
+                    answer = b"".join((prefix, chunk.data, m.command_complete(f"SELECT {chunk.rows}"),
+                                       m.ready_for_query("I")))
+                    if reply.send(answer):
+                        return source, chunk, True
+                return source, chunk, False
 
-            portal.source, first = await self._in_thread(start)
+            try:
+                portal.source, first, replied = await self._in_thread(start)
+            except trio.Cancelled:
+                if reply is None or reply.refuse():
+                    raise
+                replied = True  # the thread answered before the cancel landed
+            if replied:
+                assert reply is not None
+                self.out.clear()  # sent ahead of the rows
+                self._sync_answered = True  # and the Sync's ReadyForQuery after them
+                portal.finished = True
+                portal.tag_rows = first.rows if first is not None else 0
+                await self._send_rest_of_reply(reply)
+                return
         else:
             encode = self._encoder(portal.formats or [])
             encode.schema = portal.source.schema
