@@ -159,3 +159,15 @@ def test_a_repeated_statement_reuses_its_plan_until_a_table_it_reads_moves(lake)
     assert q.plan(prepared, {"1": 1}).to_arrow_table().column(0)[0].as_py() == 3
     assert q.plan(prepared, {"1": 2}).to_arrow_table().column(0)[0].as_py() == 1  # its own plan
     assert q.plan(prepared, {"1": 1}).to_arrow_table().column(0)[0].as_py() == 3
+
+
+def test_a_reused_plan_still_evaluates_now_per_statement(lake):
+    import time
+
+    q = session(Engine(lake))
+    q.engine.refresh()
+    sql = "select now() as t, count(*) as n from good"
+    first = q.plan(sql).to_arrow_table().column(0)[0].as_py()
+    time.sleep(0.01)
+    second = q.plan(sql).to_arrow_table().column(0)[0].as_py()
+    assert len(q._planned) == 1 and second > first
