@@ -5,7 +5,9 @@ A table on an object store is mounted as a union of one Parquet scan per data fi
 are one scan: scan_sets.py, which DataFusion prunes by file statistics itself), and DataFusion plans and opens
 every branch of that union even when its row-group statistics rule the whole file out: about a
 millisecond per file per statement on this machine, so a point lookup got slower with every file
-the table gained (bench/SCORECARD.md, the scale curve). Iceberg's manifests already hold each
+the table gained (bench/SCORECARD.md, the scale curve). A local scan of 100 or more files has the
+same problem more mildly (it opens every file before pruning): it is pruned too, to per-file scans
+of the files that can match (engine.PRUNE_MIN_LINKED_FILES). Iceberg's manifests already hold each
 file's lower and upper bound per column; this module decides, before DataFusion sees the
 statement, which files a single-table SELECT can possibly read.
 
