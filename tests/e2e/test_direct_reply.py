@@ -236,3 +236,15 @@ def test_cancels_racing_quick_answers_never_desynchronise_the_session(server):
         conn.execute("set statement_timeout = 0")
         assert conn.execute("select 7").fetchone() == (7,)
     assert answered > 0
+
+
+def test_psycopg_pipeline_mode_gets_every_answer_in_order(server):
+    # Pipeline mode sends several Parse/Bind/Describe/Execute groups and one Sync: only the last
+    # Execute has the Sync behind it, so the earlier answers are queued when its thread writes.
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        with conn.pipeline():
+            cursors = [conn.execute("select id, city from demo.trips where id = %s", (i,)) for i in (11, 12, 13)]
+            total = conn.execute("select count(*) from demo.cities")
+        assert [c.fetchall() for c in cursors] == [[(i, trip(i)["city"])] for i in (11, 12, 13)]
+        assert total.fetchall() == [(20,)]
+        assert conn.execute("select 9").fetchone() == (9,)
