@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -62,6 +61,7 @@ from icegres.machines.buffer import (
     refusal,
     step,
 )
+from icegres.machines.drivers.in_order import InOrder
 
 __all__ = [
     "BufferDriver",
@@ -141,9 +141,8 @@ class BufferDriver:
         self._answers: dict[str, Refuse | None] = {}
         self._deadline_ms: int | None = None
         self._timer = trio.CancelScope()  # the run task's wait for the deadline (or for Stop)
-        # Commands that arrive while a step is performing its effects, stepped after it in order.
-        self._commands: deque[Callable[[int], Event]] = deque()
-        self._stepping = False
+        # Commands that arrive while a step is performing its effects are stepped after it, in order.
+        self._commands: InOrder[Callable[[int], Event]] = InOrder(self._step_now)
         self._nursery: trio.Nursery | None = None
         self._entries = 0
         self._stopped = trio.Event()
@@ -254,20 +253,14 @@ class BufferDriver:
 
     def _command(self, make: Callable[[int], Event]) -> None:
         """Step the core with `make(now_ms)` now, or right after the step being performed."""
-        self._commands.append(make)
-        if self._stepping:
-            return
-        self._stepping = True
-        try:
-            while self._commands:
-                event = self._commands.popleft()(self._now_ms())
-                self._state, effects = step(self._state, event)
-                for effect in effects:
-                    self._perform(effect)
-                self._stepped.set()
-                self._stepped = trio.Event()
-        finally:
-            self._stepping = False
+        self._commands(make)
+
+    def _step_now(self, make: Callable[[int], Event]) -> None:
+        self._state, effects = step(self._state, make(self._now_ms()))
+        for effect in effects:
+            self._perform(effect)
+        self._stepped.set()
+        self._stepped = trio.Event()
 
     # --- the one task ---------------------------------------------------------------------------
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Protocol
 import outcome
 import trio
 
+from icegres.machines.drivers.in_order import InOrder
 from icegres.machines.drivers.serial_thread import SerialThread
 from icegres.machines.wal import (
     Acknowledge,
@@ -249,10 +249,9 @@ class WalTail:
         self._state: State = recovery.state
         self._waiters: dict[int, _Waiter] = {}
         self._opened = trio.Event()
-        # Events raised while effects are being performed wait here and are stepped in order
-        # by the outermost `_step` (an answer known at once never re-enters the core).
-        self._events: deque[Event] = deque()
-        self._stepping = False
+        # Events raised while effects are being performed are stepped after them, in order
+        # (an answer known at once never re-enters the core).
+        self._step: InOrder[Event] = InOrder(self._step_now)
         self.replay: tuple[Record, ...] = recovery.replay
         self.recovery = recovery
         self._perform_all(recovery.effects)
@@ -307,17 +306,9 @@ class WalTail:
     async def wait_opened(self) -> None:
         await self._opened.wait()
 
-    def _step(self, event: Event) -> None:
-        self._events.append(event)
-        if self._stepping:
-            return
-        self._stepping = True
-        try:
-            while self._events:
-                self._state, effects = step(self._state, self._events.popleft())
-                self._perform_all(effects)
-        finally:
-            self._stepping = False
+    def _step_now(self, event: Event) -> None:
+        self._state, effects = step(self._state, event)
+        self._perform_all(effects)
         if self._state.phase is not Phase.OPENING and not self._opened.is_set():
             self._opened.set()
 
