@@ -546,17 +546,18 @@ class QueryContext:
         # is ~0.5 ms of the 1-2 ms a repeated dashboard query spends outside execution.
         reuse = self._repeat_key(sql, params)
         ctx = self.ctx
-        if reuse is not None:
-            hit = self._planned.get(reuse)
-            if hit is not None and hit[0] is ctx:
-                self._planned.move_to_end(reuse)
-                # A new DataFrame each time: `plan` hangs this statement's scan-set hold on it.
-                return ctx.create_dataframe_from_logical_plan(hit[1])
-        df = self._plan_text(sql, params)
-        if reuse is not None:
-            self._planned[reuse] = (ctx, df.logical_plan())
-            if len(self._planned) > _PLANNED_MAX:
-                self._planned.popitem(last=False)
+        hit = None if reuse is None else self._planned.get(reuse)
+        if hit is not None and hit[0] is ctx:
+            self._planned.move_to_end(reuse)
+            # A new DataFrame each time: `plan` hangs this statement's scan-set hold on it.
+            df = ctx.create_dataframe_from_logical_plan(hit[1])
+        else:
+            df = self._plan_text(sql, params)
+            if reuse is not None:
+                self._planned[reuse] = (ctx, df.logical_plan())
+                if len(self._planned) > _PLANNED_MAX:
+                    self._planned.popitem(last=False)
+        df.icegres_repeat = reuse  # for `_execute`'s choice of pull
         return df
 
     def _plan_text(self, sql: str, params: dict[str, Any] | None) -> DataFrame:
@@ -830,7 +831,8 @@ class QueryContext:
         # A plan that may compute for long before its first batch is pulled so that a cancel can
         # end the wait (engine/batches.py).
         if self._pulls_long(sql, df):
-            repeat = self._repeat_key(sql, params)
+            # A pruned plan is the only kind without the key: its literals make it rarely repeat.
+            repeat = getattr(df, "icegres_repeat", None)
             if repeat is None:
                 stream = CancellableBatches(stream)
             elif repeat not in self.engine.quick_first_pulls:
@@ -849,13 +851,21 @@ class QueryContext:
             hash(bound)
         except TypeError:
             return None  # an array parameter (a list)
+        locations = self._mounted_snapshots(sql)
+        if locations is None:
+            return None
+        return (sql, bound, tuple(self.env.search_path), tuple(sorted(locations.items())))
+
+    def _mounted_snapshots(self, sql: str) -> dict[tuple[str, str], str] | None:
+        """The metadata location of every table `sql` may read, if each is mounted (None: it
+        names no table, or one that is not mounted now)."""
         refs = self.table_refs(sql)
         if not refs:
             return None
         locations = self.engine.mounted_locations(refs)
         if any(location is None for location in locations.values()):
             return None
-        return (sql, bound, tuple(self.env.search_path), tuple(sorted(locations.items())))
+        return locations  # type: ignore[return-value]
 
     def _pulls_long(self, sql: str, df: DataFrame) -> bool:
         """`may_run_long` for this statement. The node kinds of its unoptimised plan follow from
@@ -895,12 +905,10 @@ class QueryContext:
         """
         if self.txn is not None or self.engine.lakehouse.kind != "rest":
             return None
-        refs = self.table_refs(sql)
-        if not refs:
+        before = self._mounted_snapshots(sql)
+        if before is None:
             return None
-        before = self.engine.mounted_locations(refs)
-        if any(location is None for location in before.values()):
-            return None
+        refs = set(before)
         check = self.engine.check_freshness_async(refs)
         try:
             schema, stream = self._execute(sql, params)
