@@ -154,6 +154,18 @@ row_values = st.tuples(
 )
 
 
+def rows_batch(rows: list[tuple[object, ...]], doubles: list[float | None] | None = None) -> pa.RecordBatch:
+    """`row_values` rows as a demo.trips-like batch, with a second float8 column if given."""
+    ids, texts, fares, stamps, flags = (list(c) for c in zip(*rows, strict=True))
+    columns = [pa.array(ids, pa.int64()), pa.array(texts, pa.string()), pa.array(fares, pa.float64())]
+    names = ["id", "city", "fare"]
+    if doubles is not None:
+        columns.append(pa.array(doubles[: len(rows)], pa.float64()))
+        names.append("x")
+    columns += [pa.array(stamps, pa.timestamp("us", tz="UTC")), pa.array(flags, pa.bool_())]
+    return pa.record_batch(columns, names=[*names, "ts", "paid"])
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(row_values, min_size=1, max_size=40),
@@ -163,17 +175,7 @@ row_values = st.tuples(
 def test_rows_assembled_from_padded_renderings_match_value_by_value(
     rows: list[tuple[object, ...]], zone: str, compact: bool
 ) -> None:
-    ids, texts, fares, stamps, flags = (list(c) for c in zip(*rows, strict=True))
-    batch = pa.record_batch(
-        [
-            pa.array(ids, pa.int64()),
-            pa.array(texts, pa.string()),
-            pa.array(fares, pa.float64()),
-            pa.array(stamps, pa.timestamp("us", tz="UTC")),
-            pa.array(flags, pa.bool_()),
-        ],
-        names=["id", "city", "fare", "ts", "paid"],
-    )
+    batch = rows_batch(rows)
     s = TextSettings(timezone=zone)
     with pytest.MonkeyPatch.context() as patch:
         # `compact` forces what a batch too big for int32 offsets gets: ragged sources copied
@@ -209,18 +211,7 @@ def value_at_a_time(batch: pa.RecordBatch, s: TextSettings = SESSION) -> bytes:
 def test_small_batches_rendered_value_at_a_time_match_value_by_value(
     rows: list[tuple[object, ...]], doubles: list[float | None], zone: str
 ) -> None:
-    ids, texts, fares, stamps, flags = (list(c) for c in zip(*rows, strict=True))
-    batch = pa.record_batch(
-        [
-            pa.array(ids, pa.int64()),
-            pa.array(texts, pa.string()),
-            pa.array(fares, pa.float64()),
-            pa.array(doubles[: len(rows)], pa.float64()),  # repr's fixed-notation range and beyond
-            pa.array(stamps, pa.timestamp("us", tz="UTC")),
-            pa.array(flags, pa.bool_()),
-        ],
-        names=["id", "city", "fare", "x", "ts", "paid"],
-    )
+    batch = rows_batch(rows, doubles)  # x: repr's fixed-notation range and beyond
     s = TextSettings(timezone=zone)
     assert value_at_a_time(batch, s) == value_by_value(batch, s)
 
