@@ -10,6 +10,7 @@ import hmac
 import logging
 import secrets
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -444,7 +445,7 @@ class Session:
             await self.flush()  # anything queued goes first: the thread writes past this buffer
             reply = DirectReply(fd)
 
-        def start() -> tuple[pa.Schema, RowSource, Chunk, bool]:
+        def start() -> tuple[bytes, RowSource, Chunk, bool]:
             # Plan, execute and encode the first chunk in one worker-thread hop: a small result
             # then costs a single hand-off between the trio loop and the thread pool.
             schema, stream = self.qctx.start(stmt.sql, None)
@@ -452,30 +453,43 @@ class Session:
             encode.formats[:] = [0] * len(schema)
             encode.schema = schema
             first = source.pull(0, encode)
-            # set_config() on a reported setting owes the client a ParameterStatus: the loop's job.
-            if reply is not None and first.exhausted and self._reported_settings() == self._told:
-                answer = b"".join((
-                    row_description(schema, encode.formats), first.data,
-                    m.command_complete(f"SELECT {first.rows}"), m.ready_for_query("I"),
-                ))
-                if reply.send(answer):
-                    return schema, source, first, True
-            return schema, source, first, False
+            description = row_description(schema, encode.formats)
+            return description, source, first, self._answer_from_thread(reply, first, description)
 
-        try:
-            schema, source, first, replied = await self._in_thread(start)
-        except trio.Cancelled:
-            if reply is None or reply.refuse():
-                raise
-            replied = True  # the thread answered before the cancel landed: the statement is done
-        if replied:
-            assert reply is not None
-            await self._send_rest_of_reply(reply)
+        done = await self._in_thread_answering(reply, start)
+        if done is None:
             return True
-        self.send(row_description(schema, encode.formats))
+        description, source, first, _ = done
+        self.send(description)
         rows = await self._send_chunks(source, encode, 0, first)
         self.send(m.command_complete(f"SELECT {rows}"))
         return False
+
+    def _answer_from_thread(self, reply: DirectReply | None, chunk: Chunk, before: bytes) -> bool:
+        """In the worker thread: send `before`, `chunk`'s rows, CommandComplete and
+        ReadyForQuery('I') if the statement may be answered from here (direct.py) and its rows
+        are all in `chunk`. True if sent (claimed)."""
+        # set_config() on a reported setting owes the client a ParameterStatus: the loop's job.
+        if reply is None or not chunk.exhausted or self._reported_settings() != self._told:
+            return False
+        return reply.send(b"".join((before, chunk.data, m.command_complete(f"SELECT {chunk.rows}"),
+                                    m.ready_for_query("I"))))
+
+    async def _in_thread_answering(self, reply: DirectReply | None, job: Callable[[], tuple]) -> tuple | None:
+        """`job` in a worker thread, its last value saying whether it answered the client itself.
+        The job's values, or None once the answer went out (the rest of it sent from here). A
+        cancel that lands after the thread claimed the answer finds the statement done."""
+        try:
+            done = await self._in_thread(job)
+        except trio.Cancelled:
+            if reply is None or reply.refuse():
+                raise
+            done = None
+        if done is not None and not done[-1]:
+            return done
+        assert reply is not None
+        await self._send_rest_of_reply(reply)
+        return None
 
     async def _send_rest_of_reply(self, reply: DirectReply) -> None:
         if reply.error is not None:
@@ -735,27 +749,15 @@ class Session:
                 encode.formats[:] = portal.formats
                 encode.schema = schema
                 chunk = source.pull(limit, encode)
-                if reply is not None and chunk.exhausted and self._reported_settings() == self._told:
-                    answer = b"".join((prefix, chunk.data, m.command_complete(f"SELECT {chunk.rows}"),
-                                       m.ready_for_query("I")))
-                    if reply.send(answer):
-                        return source, chunk, True
-                return source, chunk, False
+                return source, chunk, self._answer_from_thread(reply, chunk, prefix or b"")
 
-            try:
-                portal.source, first, replied = await self._in_thread(start)
-            except trio.Cancelled:
-                if reply is None or reply.refuse():
-                    raise
-                replied = True  # the thread answered before the cancel landed
-            if replied:
-                assert reply is not None
+            done = await self._in_thread_answering(reply, start)
+            if done is None:
                 self.out.clear()  # sent ahead of the rows
                 self._sync_answered = True  # and the Sync's ReadyForQuery after them
-                portal.finished = True
-                portal.tag_rows = first.rows if first is not None else 0
-                await self._send_rest_of_reply(reply)
+                portal.finished = True  # the Sync right behind ends it unread
                 return
+            portal.source, first, _ = done
         else:
             encode = self._encoder(portal.formats or [])
             encode.schema = portal.source.schema
