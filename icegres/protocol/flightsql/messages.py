@@ -175,7 +175,11 @@ def http2_data_frames(messages: list[list[Bytes]], stream_id: int,
         total += 5 + size
     step = frame_size + FRAME_HEADER_BYTES
     full, rest = divmod(total, frame_size)
-    out = np.empty(total + FRAME_HEADER_BYTES * (full + (1 if rest else 0)), np.uint8)
+    # Arrow's pool, not numpy's malloc: a multi-MB np.empty was mmap'ed and unmapped by glibc
+    # every time, so each DoGet message page-faulted (and the kernel zeroed) its frames afresh;
+    # the pool keeps freed memory for reuse (allocator.py). 10M-row DoGet to ADBC, A/B
+    # interleaved: 1406 -> 1082 ms p50, server CPU 1760 -> 1396 ms.
+    out = np.frombuffer(pa.allocate_buffer(total + FRAME_HEADER_BYTES * (full + (1 if rest else 0))), np.uint8)
     grid = out[:full * step].reshape(full, step)
     sid = (stream_id & 0x7FFFFFFF).to_bytes(4, "big")
     # Frame headers: length (24 bits), type DATA (0), no flags, stream id.
