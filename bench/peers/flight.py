@@ -165,7 +165,8 @@ def _serve_grpclib(path: Path, port: int) -> None:
                     await stream.send_message(frame)
                 return
             # As icegres sends a result: each message laid out as this stream's HTTP/2 DATA
-            # frames (one numpy copy; icegres makes it in its worker thread), written as is.
+            # frames (pieces, nothing copied; icegres makes them in its worker thread), written
+            # by a gathering sendmsg.
             await stream.send_initial_metadata()
             h2_stream = stream._stream
             head = M.http2_data_frames([[M.schema_flight_data(schema)]], h2_stream.id)

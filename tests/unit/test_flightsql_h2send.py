@@ -8,7 +8,10 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.settings
+import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from icegres.protocol.flightsql import h2send
 
@@ -182,3 +185,77 @@ def test_corked_transport_sends_one_loop_pass_in_one_write():
         return sink.writes
 
     assert asyncio.run(run()) == [b"headersmessagetrailers", b"small", b"x" * h2send.CORK_BYTES_MAX]
+
+
+def _reference_frames(bodies: list[bytes], stream_id: int, frame_size: int) -> bytes:
+    """The frames built the plain way: gRPC-prefixed messages, cut every frame_size bytes."""
+    stream = b"".join(b"\0" + len(b).to_bytes(4, "big") + b for b in bodies)
+    out = bytearray()
+    for at in range(0, len(stream), frame_size):
+        chunk = stream[at:at + frame_size]
+        out += len(chunk).to_bytes(3, "big") + b"\0\0" + stream_id.to_bytes(4, "big") + chunk
+    return bytes(out)
+
+
+@given(sizes=st.lists(st.lists(st.integers(0, 3000), min_size=1, max_size=4), min_size=1, max_size=5),
+       frame_size=st.sampled_from([16, 100, 1000, 16_384]))
+def test_frames_are_pieces_of_the_plain_framing(sizes, frame_size):
+    from icegres.protocol.flightsql import messages as M
+
+    messages = [[bytes([len(m) % 251]) * n for n in m] for m in sizes]
+    pieces = [[p if i % 2 else pa.py_buffer(p) for i, p in enumerate(m)] for m in messages]
+    framed = M.http2_data_frames(pieces, 7, frame_size)
+    want = _reference_frames([b"".join(m) for m in messages], 7, frame_size)
+    assert framed.joined() == want and framed.size == len(want)
+    # frame_at points at each frame's header; the pieces of frames i..j are those frames' bytes.
+    step = frame_size + M.FRAME_HEADER_BYTES
+    for k in range(len(framed.frame_at)):
+        assert b"".join(framed.pieces(k, k + 1)) == want[k * step:(k + 1) * step]
+    assert b"".join(framed.pieces(1, len(framed.frame_at))) == want[step:]
+
+
+def test_frames_do_not_copy_the_payload():
+    from icegres.protocol.flightsql import messages as M
+
+    body = pa.py_buffer(bytes(50_000))
+    framed = M.http2_data_frames([[body]], 1)
+    views = [p for p in framed.iov if isinstance(p, memoryview) and len(p) > 5]
+    assert all(v.obj is body for v in views) and sum(map(len, views)) == body.size
+
+
+@pytest.mark.parametrize("sndbuf", [4096, 1 << 20])
+def test_pieces_reach_a_slow_reader_whole_and_in_order(sndbuf):
+    """write_pieces over a real socket: what sendmsg does not take waits in the transport."""
+    import socket
+    import threading
+
+    pieces = [bytes([i % 251]) * (1 + (i * 7919) % 20_000) for i in range(600)]
+    want = b"".join(pieces)
+    ours, theirs = socket.socketpair()
+    ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    received = bytearray()
+
+    def read_slowly() -> None:
+        while len(received) < len(want) + 5:
+            data = theirs.recv(7_000)
+            if not data:
+                return
+            received.extend(data)
+
+    reader = threading.Thread(target=read_slowly)
+    reader.start()
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, ours)
+        corked = h2send.CorkedTransport(transport, loop)
+        corked.write(b"hello")  # held by the cork: it must still go first
+        corked.write_pieces([memoryview(p) for p in pieces], len(want))
+        while transport.get_write_buffer_size():
+            await asyncio.sleep(0.01)
+        transport.close()
+
+    asyncio.run(asyncio.wait_for(run(), 30))
+    reader.join(30)
+    theirs.close()
+    assert bytes(received) == b"hello" + want

@@ -16,14 +16,15 @@ on any grpclib version other than the one it was written against.
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Any
 
-from icegres.protocol.flightsql.messages import FRAME_HEADER_BYTES
-from icegres.protocol.flightsql.messages import http2_payload_bytes as messages_payload
+from icegres.protocol.flightsql.messages import FRAME_HEADER_BYTES, Bytes, Framed
 
 log = logging.getLogger("icegres.flightsql")
 
 FLUSH_BYTES = 256 << 10
+IOV_MAX = 1024  # pieces per sendmsg (Linux's UIO_MAXIOV)
 CORK_BYTES_MAX = 16 << 10  # writes below this are held until the end of the loop pass
 _GRPCLIB_VERSION = "0.4.9"
 _H2_VERSION = "4.4.1"  # send_framed charges flow control the way this h2 does
@@ -71,27 +72,27 @@ async def send_data(self: Any, data: bytes, end_stream: bool = False) -> None:
             return
 
 
-async def send_framed(self: Any, framed: bytes, frame_size: int) -> None:
+async def send_framed(self: Any, framed: Framed, frame_size: int) -> None:
     """Send DATA frames made by `messages.http2_data_frames` for this stream, as they are.
 
-    The frames were built (one copy, in a worker thread) with this stream's id, so here nothing
-    is copied or re-framed: slices of `framed` go to the transport, whole frames at a time, at
-    most FLUSH_BYTES per write, under the same checks as `send_data` — the transport's
-    write_ready and the peer's flow-control windows, which are charged here exactly as
-    `H2Connection.send_data` charges them. Per 16 KiB frame, h2 would build a frame object and
-    copy its payload three times on the event-loop thread, holding the GIL; that was the largest
-    share of the loop's time in a large DoGet.
+    The frames were built (in a worker thread) with this stream's id, so here nothing is copied
+    or re-framed: their pieces go to the transport, whole frames at a time, at most FLUSH_BYTES
+    per write, under the same checks as `send_data` — the transport's write_ready and the peer's
+    flow-control windows, which are charged here exactly as `H2Connection.send_data` charges
+    them. Per 16 KiB frame, h2 would build a frame object and copy its payload three times on
+    the event-loop thread, holding the GIL; that was the largest share of the loop's time in a
+    large DoGet.
     """
     from h2.connection import ConnectionInputs
     from h2.stream import StreamInputs
 
     assert self.id is not None
     h2 = self._h2_connection
-    view = memoryview(framed)
-    pos, end = 0, len(view)
-    left = messages_payload(end, frame_size)
+    count = len(framed.frame_at)
+    payload_total = framed.size - count * FRAME_HEADER_BYTES
     per_write = max(1, FLUSH_BYTES // (frame_size + FRAME_HEADER_BYTES))
-    while left > 0:
+    frame = sent_payload = 0
+    while frame < count:
         if not self.connection.write_ready.is_set():
             await self.connection.write_ready.wait()
             continue
@@ -99,8 +100,8 @@ async def send_framed(self: Any, framed: bytes, frame_size: int) -> None:
             raise RuntimeError(f"peer's max frame size {h2.max_outbound_frame_size} < {frame_size}")
         budget = h2.local_flow_control_window(self.id)
         frames = payload = 0
-        while frames < per_write and payload < left:
-            size = min(frame_size, left - payload)
+        while frames < per_write and frame + frames < count:
+            size = min(frame_size, payload_total - sent_payload - payload)
             if size > budget:
                 break
             budget -= size
@@ -116,16 +117,26 @@ async def send_framed(self: Any, framed: bytes, frame_size: int) -> None:
         h2_stream.state_machine.process_input(StreamInputs.SEND_DATA)
         h2_stream.outbound_flow_control_window -= payload
         h2.outbound_flow_control_window -= payload
-        size = payload + frames * FRAME_HEADER_BYTES
         pending = h2.data_to_send()  # frames h2 queued (WINDOW_UPDATE, PING ack) go first
         if pending:
             self._transport.write(pending)
-        self._transport.write(view[pos:pos + size])
-        pos += size
-        left -= payload
+        write_pieces(self._transport, framed.pieces(frame, frame + frames),
+                     payload + frames * FRAME_HEADER_BYTES)
+        frame += frames
+        sent_payload += payload
         self.data_sent += payload
         self.connection.data_sent += payload
         self.connection.data_send_process()
+
+
+def write_pieces(transport: Any, pieces: list[Bytes], size: int) -> None:
+    """Write `pieces` (`size` bytes in all) in order: gathered by the transport if it can,
+    else joined."""
+    gather = getattr(transport, "write_pieces", None)
+    if gather is not None:
+        gather(pieces, size)
+    else:
+        transport.write(b"".join(pieces))
 
 
 class CorkedTransport:
@@ -163,6 +174,44 @@ class CorkedTransport:
         elif not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._flush_soon)
+
+    def write_pieces(self, pieces: list[Bytes], size: int) -> None:
+        """Write `pieces` in order without joining them, where the socket takes them at once.
+
+        Small writes join the cork. A bulk write goes to the socket as one gathering `sendmsg`
+        (the kernel copies each piece once) when nothing is queued ahead of it; whatever the
+        socket does not take is joined and left to the transport, which sends it when the
+        socket drains, as it would any write. On transports without a plain socket (TLS) the
+        pieces are joined.
+        """
+        if size < CORK_BYTES_MAX:
+            self.write(b"".join(pieces))
+            return
+        self.flush()
+        sock = getattr(self.transport, "_sock", None)
+        if not isinstance(sock, socket.socket) or self.transport.get_write_buffer_size() \
+                or self.transport.is_closing():
+            self.transport.write(b"".join(pieces))
+            return
+        rest = pieces
+        while rest:
+            batch = rest[:IOV_MAX]
+            try:
+                sent = sock.sendmsg(batch)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                break  # the transport reports the broken connection its own way, below
+            taken = 0
+            while taken < len(batch) and sent >= len(batch[taken]):
+                sent -= len(batch[taken])
+                taken += 1
+            if taken < len(batch):  # the socket is full: the rest waits in the transport
+                rest = [memoryview(rest[taken])[sent:], *rest[taken + 1:]] if sent else rest[taken:]
+                break
+            rest = rest[taken:]
+        if rest:
+            self.transport.write(b"".join(rest))
 
     def _flush_soon(self) -> None:
         self._scheduled = False
