@@ -23,7 +23,9 @@ from icegres.protocol.flightsql.messages import FRAME_HEADER_BYTES, Bytes, Frame
 
 log = logging.getLogger("icegres.flightsql")
 
-FLUSH_BYTES = 256 << 10
+# Each write costs the loop ~30 us of Python (h2's state machines, the bookkeeping); 1 MiB writes
+# instead of 256 KiB took a 10M-row DoGet from 972 to 918 ms (p50 of 6 alternating runs).
+FLUSH_BYTES = 1 << 20
 IOV_MAX = 1024  # pieces per sendmsg (Linux's UIO_MAXIOV)
 CORK_BYTES_MAX = 16 << 10  # writes below this are held until the end of the loop pass
 _GRPCLIB_VERSION = "0.4.9"
