@@ -1,9 +1,12 @@
-"""Read latency: icegres over pgwire vs. its engine in-process vs. DuckDB + iceberg vs. PostgreSQL.
+"""Read latency: icegres over pgwire and over Flight SQL vs. its engine in-process vs. DuckDB +
+iceberg vs. PostgreSQL.
 
 Queries: point lookup, selective filter, top-k, group-by, join on demo.trips (1M) / demo.cities,
-and TPC-H SF1 Q1, Q3, Q5, Q6, Q10 (DuckDB's query texts) on the tpch schema. PostgreSQL 15 holds
-demo.trips with a primary key (the OLTP floor) and answers the trips queries only. Every peer's
-answer is checked against DuckDB's in the first warm-up round; a wrong answer's time is dropped.
+and TPC-H SF1 Q1, Q3, Q5, Q6, Q10 (DuckDB's query texts) on the tpch schema. The same icegres
+process answers both protocols: psycopg 3 over pgwire, the ADBC Flight SQL driver (`execute` +
+`fetch_arrow_table`) over Flight. PostgreSQL 15 holds demo.trips with a primary key (the OLTP
+floor) and answers the trips queries only. Every peer's answer is checked against DuckDB's in the
+first warm-up round; a wrong answer's time is dropped.
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from bench.harness import (
     write_report,
 )
 
-PG, INPROC, DUCK, POSTGRES = "pgwire", "in-process", "duckdb", "postgres"
-PEERS = (PG, INPROC, DUCK, POSTGRES)
+PG, FLIGHT, INPROC, DUCK, POSTGRES = "pgwire", "flight", "in-process", "duckdb", "postgres"
+PEERS = (PG, FLIGHT, INPROC, DUCK, POSTGRES)
 TRIPS_ROWS = 1_000_000
 SEED = 20261203
 
@@ -80,6 +83,7 @@ def _backend(name: str) -> Any:
 
 
 def run_backend(name: str, opts: Any) -> dict[str, Any]:
+    from bench.peers.flight import AdbcPeer
     from bench.peers.postgres import PostgresPeer, load_trips, running_cluster, version
     from bench.peers.sql import DuckPeer, InProcessPeer, PgwirePeer
     from bench.pgwire_read import Server, free_port
@@ -111,7 +115,8 @@ def run_backend(name: str, opts: Any) -> dict[str, Any]:
                          for t in ("trips", "cities")}
             locations |= {f"tpch.{t}": lh.load_table("tpch", t).metadata_location
                           for t in datasets.TPCH_TABLES}
-        peers = [PgwirePeer(server.conninfo, PG), InProcessPeer(backend, INPROC),
+        peers = [PgwirePeer(server.conninfo, PG), AdbcPeer(f"grpc://127.0.0.1:{flight_port}", FLIGHT),
+                 InProcessPeer(backend, INPROC),
                  DuckPeer(locations, DUCK, **backend.duck_options()),
                  PostgresPeer(cluster.conninfo, POSTGRES)]
         for p in peers:
@@ -124,11 +129,17 @@ def run_backend(name: str, opts: Any) -> dict[str, Any]:
 
     labels = {q.key: q.label for q in qs}
     summary = summarise(res, [q.key for q in qs], PEERS, PG, (DUCK, INPROC, POSTGRES))
-    report["title"] = (f"read latency ({name}): icegres over pgwire vs. in-process engine vs. DuckDB "
-                       "vs. PostgreSQL")
+    over_flight = summarise(res, [q.key for q in qs], (FLIGHT, DUCK, INPROC), FLIGHT, (DUCK, INPROC, PG))
+    for q, entry in over_flight.items():
+        summary[q]["ratios"].update(entry["ratios"])
+    report["title"] = (f"read latency ({name}): icegres over pgwire and Flight SQL vs. in-process "
+                       "engine vs. DuckDB vs. PostgreSQL")
     report["facts"] = {
         "Peers, same run, interleaved per iteration (A B C D, B C D A, ...)":
-            "pgwire = `icegres serve` + psycopg 3 (defaults, autocommit); in-process = icegres's "
+            "pgwire = `icegres serve` + psycopg 3 (defaults, autocommit); flight = the same "
+            "process's Flight SQL port + adbc-driver-flightsql (autocommit; `cursor.execute` "
+            "prepares, gets the FlightInfo and starts the DoGet, `fetch_arrow_table` reads it); "
+            "in-process = icegres's "
             "engine `ctx.sql(q).collect()`; duckdb = DuckDB 1.5.5 `iceberg_scan` on the same "
             f"metadata files, opened once; postgres = PostgreSQL {pg_version} with demo.trips "
             "(primary key id) loaded by COPY from the same seeded rows, warmed (trips queries only)",
@@ -139,20 +150,19 @@ def run_backend(name: str, opts: Any) -> dict[str, Any]:
                 f"{pg_load['load_s']:.0f} s",
         "Rounds": f"{rounds} measured (+{warmup} warm-up{', --quick: fewer iterations' if opts.quick else ''}); "
                   "ratios are medians of per-round ratios of per-round medians",
-        "Flight SQL": "measured in the `flight` section (`python -m bench flight`): DoGet throughput "
-                      "vs pyarrow.flight and point-lookup latency vs pgwire",
+        "Flight SQL throughput": "measured in the `flight` section (`python -m bench flight`): "
+                                 "DoGet of 1M and 10M rows vs pyarrow.flight",
     }
     report["tables"] = [latency_table(summary, labels, PEERS, PG, (DUCK, INPROC, POSTGRES),
                                       {DUCK: "DuckDB", POSTGRES: "PostgreSQL"})]
-    report["tables"].append({
-        "title": "Protocols", "columns": ["protocol", "status"],
-        "rows": [["Postgres wire (psycopg 3)", "measured above"],
-                 ["Arrow Flight SQL (ADBC)", "the `flight` section"],
-                 ["pyarrow.flight C++ server (Flight ceiling)", "the `flight` section"]],
-    })
+    flight_table = latency_table(over_flight, labels, (FLIGHT,), FLIGHT, (DUCK, INPROC, PG),
+                                 {DUCK: "DuckDB"})
+    flight_table["title"] = "Over Flight SQL (the same process, ADBC): ratios to the peers above"
+    report["tables"].append(flight_table)
     report["summary"] = summary
-    report["gate"] = {f"{q}: pgwire/duckdb": e["ratios"][f"{PG}/{DUCK}"]
-                      for q, e in summary.items() if f"{PG}/{DUCK}" in e["ratios"]}
+    report["gate"] = {f"{q}: {subject}/duckdb": e["ratios"][f"{subject}/{DUCK}"]
+                      for subject in (PG, FLIGHT)
+                      for q, e in summary.items() if f"{subject}/{DUCK}" in e["ratios"]}
     if "point" in summary and f"{PG}/{POSTGRES}" in summary["point"]["ratios"]:
         report["gate"]["point: pgwire/postgres"] = summary["point"]["ratios"][f"{PG}/{POSTGRES}"]
     report["errors"], report["mismatches"] = res.errors, res.mismatches
