@@ -2,11 +2,11 @@
 
 A DoGet message joins DataFusion's ~8k-row batches into one of up to 64k rows. Concatenating them
 and then `RecordBatch.serialize()` copied every fixed-width column twice before the HTTP/2 frames
-copied it a third time, and those copies were the largest share of a large DoGet's worker time.
-The IPC body is only each column's buffers one after another, 8-byte aligned, described by a
-small flatbuffer header; so here the header is written directly and the body is a list of pieces
-that point into the batches' buffers. A fixed-width column's data is the parts' data buffers in
-order, and nothing is copied until the frames are made.
+copied it again. The IPC body is only each column's buffers one after another, 8-byte aligned,
+described by a small flatbuffer header; so here the header is written directly and the body is a
+list of pieces that point into the batches' buffers. A fixed-width column's data is the parts'
+data buffers in order, and the frames are slices of the pieces (`messages.http2_data_frames`),
+so such a column's first copy is the kernel's, into the socket.
 
 Pure functions of Arrow objects. Columns of other shapes (strings and booleans from several
 batches, or sliced) are concatenated per column first, which copies only that column; types this
