@@ -541,6 +541,21 @@ class Server:
 
                 self.rss_after_ready = psutil.Process(self.proc.pid).memory_info().rss
 
+    def wait_file_cache(self, timeout_s: float = 600) -> None:
+        """On an object store: wait until the server's file cache has copied what its mounts
+        read (no copy in progress and none started for a second), so measured rounds read the
+        copies as a warmed server does. Nothing to wait for without a cache directory."""
+        cache = self.data_dir / "file-cache"
+        deadline = time.monotonic() + timeout_s
+        seen: tuple[int, int] | None = None
+        while cache.is_dir() and time.monotonic() < deadline:
+            names = [p.name for p in cache.iterdir()]
+            now = (len(names), sum(n.endswith(".partial") for n in names))
+            if now == seen and now[1] == 0:
+                return
+            seen = now
+            time.sleep(1.0)
+
     def cpu_seconds(self) -> float:
         import psutil
 
@@ -670,10 +685,9 @@ class InProcessPeer(Peer):
     name = INPROC
 
     def __init__(self, backend: Backend) -> None:
-        from icegres.engine.engine import Engine
+        from bench.peers.sql import inprocess_engine
 
-        self.engine = Engine(backend.lakehouse())
-        self.engine.refresh()
+        self.engine = inprocess_engine(backend)
         self.ctx = self.engine.new_context("public")
 
     def run(self, query: Query, params: dict[str, int]) -> list[tuple]:
@@ -1747,6 +1761,7 @@ def run_backend(
         if server is not None:
             import psycopg
 
+            server.wait_file_cache()  # on SeaweedFS: measure the server its copies warmed
             conn = psycopg.connect(server.conninfo, autocommit=True)
             pg, pgp = PgwirePeer(conn, parametrised=False), PgwirePeer(conn, parametrised=True)
             peers += [pg, pgp]

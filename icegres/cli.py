@@ -6,8 +6,12 @@ import argparse
 import logging
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from icegres.config import Settings, add_arguments, resolve
+
+if TYPE_CHECKING:
+    from icegres.engine.file_cache import FileCache
 
 _CATALOG_KEYS = (
     "catalog_uri", "warehouse", "catalog_name", "catalog_token", "catalog_credential",
@@ -17,7 +21,7 @@ _CATALOG_KEYS = (
 
 SERVE_KEYS = ("data_dir", "host", "port", "flight_port", "ops_port", "standby", "result_compression", "tls_cert", "tls_key",
               "database", "password_file", "query_threads", "log_level", "write_buffer_ms", "tail_dir",
-              "tail_url", "tail_quorum", *_CATALOG_KEYS)
+              "tail_url", "tail_quorum", "file_cache_mb", *_CATALOG_KEYS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -160,6 +164,16 @@ def _keeper(settings: Settings, *, init: bool, rejoin: str | None = None) -> int
     return 0
 
 
+def _file_cache(settings: Settings) -> FileCache | None:
+    """The local copies of remote data files (--file-cache-mb), for catalogs whose files may be
+    remote: the embedded lake's files are local already."""
+    if settings.file_cache_mb <= 0 or not settings.catalog_uri:
+        return None
+    from icegres.engine.file_cache import FileCache as Cache
+
+    return Cache(settings.data_dir / "file-cache", settings.file_cache_mb << 20)
+
+
 def _serve(settings: Settings, *, pgwire: bool = True) -> int:
     started = time.monotonic()
     import trio
@@ -171,7 +185,7 @@ def _serve(settings: Settings, *, pgwire: bool = True) -> int:
     lakehouse = _open_lakehouse(settings)
     if lakehouse is None:
         return 1
-    engine = Engine(lakehouse, database=settings.database)
+    engine = Engine(lakehouse, database=settings.database, file_cache=_file_cache(settings))
     try:
         engine.refresh()
     except PgError as exc:

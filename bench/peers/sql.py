@@ -36,11 +36,8 @@ class InProcessPeer(Peer):
     """icegres's engine in this process, no wire: `ctx.sql(q).collect()` (Arrow batches)."""
 
     def __init__(self, backend: Any, name: str = "in-process") -> None:
-        from icegres.engine.engine import Engine
-
         self.name = name
-        self.engine = Engine(backend.lakehouse())
-        self.engine.refresh()
+        self.engine = inprocess_engine(backend)
         self.ctx = self.engine.new_context("public")
 
     def run(self, sql: str) -> list[tuple]:
@@ -71,6 +68,26 @@ class DuckPeer(Peer):
 
     def close(self) -> None:
         self.con.close()
+
+
+def inprocess_engine(backend: Any) -> Any:
+    """icegres's engine in this process, as `icegres serve` has it for `backend`: on an object
+    store with a file cache (a directory of its own, the server's default size), warmed — every
+    table mounted on local copies of its files, as the server's are once copied."""
+    from bench.pgwire_read import EMBEDDED
+    from icegres.config import Settings
+    from icegres.engine.engine import Engine
+    from icegres.engine.file_cache import FileCache
+
+    cache = None
+    if backend.name != EMBEDDED:
+        cache = FileCache(backend.data_dir / "file-cache-inprocess", Settings.file_cache_mb << 20)
+    engine = Engine(backend.lakehouse(), file_cache=cache)
+    engine.refresh()
+    if cache is not None:
+        cache.wait_idle(600)
+        engine.refresh()
+    return engine
 
 
 def embedded_backend(lake: Path) -> Any:

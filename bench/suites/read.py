@@ -104,6 +104,7 @@ def run_backend(name: str, opts: Any) -> dict[str, Any]:
         stack.callback(server.stop)
         server.wait_ready("select 1")
         tpch = datasets.tpch(marker_dir, server.conninfo, flight_uri=f"grpc://127.0.0.1:{flight_port}")
+        server.wait_file_cache()  # on SeaweedFS: measure the server its copies warmed
         print(f"[read/{name}] starting PostgreSQL 15 and loading demo.trips ...", flush=True)
         cluster = stack.enter_context(running_cluster())
         pg_load = load_trips(cluster.conninfo, TRIPS_ROWS)

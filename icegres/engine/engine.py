@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import re
 import threading
 from collections import OrderedDict
@@ -26,13 +27,24 @@ from icegres import __version__
 from icegres.engine import errors as engine_errors
 from icegres.engine.catalog import Lakehouse, Listing
 from icegres.engine.insert_shape import InsertShapes
-from icegres.engine.mounts import FooterCache, ObjectStores, ReadPlan, plan_read, to_dataframe
+from icegres.engine.mounts import (
+    FooterCache,
+    ObjectStores,
+    ReadPlan,
+    is_local,
+    plan_read,
+    to_dataframe,
+)
 from icegres.engine.scan_sets import ScanSets
 from icegres.engine.txn import TxnState
 from icegres.protocol.pgwire.errors import PgError
 
 if TYPE_CHECKING:
     from datafusion import DataFrame, SessionContext
+
+    from icegres.engine.file_cache import FileCache
+
+log = logging.getLogger("icegres.engine")
 
 SERVER_VERSION = "15.0"
 DEFAULT_CATALOG = "datafusion"
@@ -105,7 +117,8 @@ class SessionEnv:
 class Engine:
     """The lakehouse as DataFusion relations, kept exactly fresh by `refresh()`."""
 
-    def __init__(self, lakehouse: Lakehouse, *, database: str = "icegres") -> None:
+    def __init__(self, lakehouse: Lakehouse, *, database: str = "icegres",
+                 file_cache: FileCache | None = None) -> None:
         from datafusion import SessionContext
 
         self.lakehouse = lakehouse
@@ -113,7 +126,16 @@ class Engine:
         self._master: SessionContext = SessionContext(session_config())
         self._lock = threading.Lock()
         self._footers = FooterCache()
-        self._stores = ObjectStores(lakehouse.s3_properties())
+        self._stores = ObjectStores(lakehouse.s3_properties(), file_cache)
+        self._file_cache = file_cache
+        # Tables whose remote files all got local copies since they were mounted: mounted again
+        # on the copies by the next statement that reads them (file_cache.py).
+        self._localize: set[tuple[str, str]] = set()
+        self._copies_wanted: list[tuple[tuple[str, str], ReadPlan]] = []
+        self._mount_numbers = itertools.count()
+        self._mount_number: dict[tuple[str, str], int] = {}
+        if file_cache is not None:
+            file_cache.pin_with(self._read_copies)
         self._plans: dict[tuple[str, str], ReadPlan] = {}
         self._scans: dict[tuple[str, str], dict[Any, Any]] = {}  # per table: to_dataframe's scans
         # Per table: the ScanSets its mounted DataFrame reads (scan_sets.py); a re-mount retires them.
@@ -151,6 +173,7 @@ class Engine:
         """
         if self.lakehouse.kind == "rest" and refs is not None:
             self._refresh_tables(refs)
+            self._request_copies()
             return
         try:
             # Read the token before listing: a commit racing the listing changes it again, so
@@ -168,6 +191,8 @@ class Engine:
                     self._listing = listing
                 self._token = token
             self._mount_pending(refs)
+            self._mount_localized(refs)
+        self._request_copies()
 
     def _mount_pending(self, refs: set[tuple[str, str]] | None) -> None:
         """Mount the changed tables `refs` names (all of them for None)."""
@@ -202,6 +227,7 @@ class Engine:
                 namespaces = tuple(sorted({k[0] for k in self._plans} | (set(self._listing.namespaces) if self._listing else set())))
                 self._listing = Listing(namespaces, ())
                 self._register_pg_catalog(self._listing)
+            self._mount_localized(refs)
 
     def _renew_credentials(self, key: tuple[str, str], plan: ReadPlan) -> None:
         """Every loadTable vends fresh credentials: hand them to the bucket's object store (it is
@@ -236,6 +262,59 @@ class Engine:
         self._sets[key] = keep
         linked = sum(len(s.files) for s in keep)
         self._set_plan(key, plan, len(plan.files) - linked, linked)
+        self._mount_number[key] = next(self._mount_numbers)
+        if self._file_cache is not None:
+            self._copies_wanted.append((key, plan))  # asked for once the lock is released
+
+    def _request_copies(self) -> None:
+        """Ask the file cache for copies of the mounts just made. Outside the lock: making room
+        in the cache asks which copies the mounts read (`_read_copies`)."""
+        if self._file_cache is None:
+            return
+        with self._lock:
+            wanted, self._copies_wanted = self._copies_wanted, []
+        for key, plan in wanted:
+            self._want_copies(key, plan)
+
+    def _want_copies(self, key: tuple[str, str], plan: ReadPlan) -> None:
+        """Have the file cache copy the plan's remote files; once they are all here, the table
+        is mounted again on the copies (`_mount_localized`)."""
+        cache = self._file_cache
+        if cache is None or plan.table is None:
+            return
+        from icegres.engine.file_cache import Wanted
+
+        sizes = {f.path: int(getattr(plan.data_files.get(f.path), "file_size_in_bytes", -1) or -1)
+                 for f in plan.files if not is_local(f.path) and cache.lookup(f.path) is None}
+        wanted = [Wanted(path, size) for path, size in sizes.items()]
+        if not wanted or any(w.size < 0 for w in wanted):
+            return
+        io: Any = plan.table.io  # type: ignore[attr-defined]
+        location = plan.metadata_location
+
+        def ready() -> None:
+            with self._lock:
+                current = self._plans.get(key)
+                if current is not None and current.metadata_location == location:
+                    self._localize.add(key)
+
+        cache.fetch(wanted, lambda uri: io.new_input(uri).open(), ready)
+
+    def _mount_localized(self, refs: set[tuple[str, str]] | None) -> None:
+        """Mount again, on their local copies, the tables `refs` names whose copies are all here
+        (the caller holds the lock)."""
+        for key in [k for k in self._localize if refs is None or k in refs]:
+            self._localize.discard(key)
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._register(key, plan)
+                log.info("%s.%s: reading its %d data files from local copies", *key, len(plan.files))
+
+    def _read_copies(self) -> set[str]:
+        """Local paths a mounted snapshot may read: the file cache never evicts them."""
+        with self._lock:
+            per_file = {k[0] for scans in self._scans.values() for k in scans}
+        return per_file | self.scan_sets.live_files()
 
     def _retire_sets(self, key: tuple[str, str]) -> None:
         old = self._sets.pop(key, None)
@@ -350,9 +429,13 @@ class Engine:
                 if len(self.quick_first_pulls) > _QUICK_PULLS_MAX:
                     self.quick_first_pulls.pop(next(iter(self.quick_first_pulls)))
 
-    def mounted_locations(self, refs: set[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+    def mounted_locations(self, refs: set[tuple[str, str]]) -> dict[tuple[str, str], tuple[str, int] | None]:
+        """Per table: its mounted snapshot's metadata location and which mount of it this is (a
+        snapshot is mounted again on local copies of its files: a plan of the earlier mount
+        reads the remote files)."""
         with self._lock:
-            return {k: (p.metadata_location if (p := self._plans.get(k)) is not None else None) for k in refs}
+            return {k: ((p.metadata_location, self._mount_number.get(k, -1))
+                        if (p := self._plans.get(k)) is not None else None) for k in refs}
 
     def check_freshness_async(self, refs: set[tuple[str, str]]) -> Any:
         """`refresh(refs)` on a small pool of its own (callers are already worker threads)."""
@@ -415,6 +498,7 @@ class Engine:
             if current is None or current.metadata_location != previous_location:
                 return
             self._register(key, plan)
+        self._request_copies()
 
     def open_session(self, env: SessionEnv) -> QueryContext:
         from icegres.engine import pg_catalog
@@ -856,7 +940,7 @@ class QueryContext:
             return None
         return (sql, bound, tuple(self.env.search_path), tuple(sorted(locations.items())))
 
-    def _mounted_snapshots(self, sql: str) -> dict[tuple[str, str], str] | None:
+    def _mounted_snapshots(self, sql: str) -> dict[tuple[str, str], tuple[str, int]] | None:
         """The metadata location of every table `sql` may read, if each is mounted (None: it
         names no table, or one that is not mounted now)."""
         refs = self.table_refs(sql)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from datafusion import DataFrame, SessionContext
     from pyiceberg.table import Table
 
+    from icegres.engine.file_cache import FileCache
     from icegres.engine.scan_sets import ScanSet, ScanSets
 
 
@@ -187,8 +188,9 @@ def _scan_path(path: str) -> str:
 class ObjectStores:
     """Registers one DataFusion object store per S3 bucket the lakehouse's files live in."""
 
-    def __init__(self, s3_properties: dict[str, str]) -> None:
+    def __init__(self, s3_properties: dict[str, str], cache: FileCache | None = None) -> None:
         self._props = s3_properties
+        self.cache = cache  # local copies of remote data files (file_cache.py), if kept
         self._registered: dict[str, tuple[str | None, ...]] = {}  # bucket -> its credentials' identity
         self._stores: list[tuple[str, object]] = []  # (bucket, store), in registration order
         self._lock = threading.Lock()
@@ -207,6 +209,14 @@ class ObjectStores:
         for bucket, store in stores:
             ctx.register_object_store("s3://", store, bucket)
         return generation
+
+    def read_path(self, path: str) -> str:
+        """Where a scan reads the data file `path`: its local copy if there is one."""
+        if self.cache is not None and not is_local(path):
+            local = self.cache.lookup(path)
+            if local is not None:
+                return local
+        return _scan_path(path)
 
     def ensure(self, ctx: SessionContext, path: str, table_props: dict[str, str] | None = None) -> None:
         """Register the store for `path`'s bucket on first sight. `table_props` are the table's
@@ -272,27 +282,29 @@ def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | Non
     frames: list[DataFrame] = []
     kept: dict[Any, DataFrame] = {}
     files = plan.files
+    # A remote file with a local copy (file_cache.py) is read like a local file.
+    read = {f.path: stores.read_path(f.path) if stores is not None else _scan_path(f.path) for f in files}
     if sets is not None:
-        linked = [f for f in files if f.matches_schema and _is_local(f.path)]
+        linked = [f for f in files if f.matches_schema and is_local(read[f.path])]
         scan_set = None
         if len(linked) > 1:
             try:
-                scan_set = sets.acquire(plan.metadata_location, [_scan_path(f.path) for f in linked])
+                scan_set = sets.acquire(plan.metadata_location, [read[f.path] for f in linked])
             except OSError as exc:  # no temp space, no symlinks there: a scan per file still works
                 log.warning("scanning %s file by file: %s", plan.metadata_location, exc)
         if scan_set is not None:
             if keep is not None:
                 keep.append(scan_set)
             frames.append(ctx.read_parquet(scan_set.url, schema=plan.schema))
-            files = tuple(f for f in files if not (f.matches_schema and _is_local(f.path)))
+            files = tuple(f for f in files if not (f.matches_schema and is_local(read[f.path])))
     for f in files:
-        cache_key = (f.path, f.columns, plan.schema_id)  # the Iceberg schema id fixes the Arrow schema
+        path = read[f.path]
+        cache_key = (path, f.columns, plan.schema_id)  # the Iceberg schema id fixes the Arrow schema
         cached = None if scans is None else scans.get(cache_key)
         if cached is not None:
             frames.append(cached)
             kept[cache_key] = cached
             continue
-        path = _scan_path(f.path)
         if stores is not None:
             stores.ensure(ctx, path, plan.io_properties)
         if f.matches_schema:
@@ -319,7 +331,7 @@ def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | Non
     return df
 
 
-def _is_local(path: str) -> bool:
+def is_local(path: str) -> bool:
     return path.startswith("/") or path.startswith("file://")
 
 

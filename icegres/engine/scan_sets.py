@@ -125,6 +125,11 @@ class ScanSets:
         with self._lock:
             return self._live.setdefault(key, made)
 
+    def live_files(self) -> set[str]:
+        """The files of every set some holder still has (current or retired, not yet released)."""
+        with self._lock:
+            return {f for s in self._live.values() for f in s.files}
+
     def hold(self) -> Hold:
         """Take before planning a statement; keep for as long as its plan may open files."""
         hold = Hold()

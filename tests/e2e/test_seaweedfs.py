@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -97,3 +98,52 @@ def test_catalog_outage_fails_statements_then_recovers(stack, stack_lake):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
+
+
+def _answers(c) -> list:
+    return [c.execute("select count(*), sum(fare), min(id), max(id) from demo.trips").fetchone(),
+            c.execute("select city, count(*) from demo.trips group by city order by city").fetchall(),
+            c.execute("select * from demo.trips where id = 4242").fetchall(),
+            c.execute("select count(*) from demo.trips t join demo.cities c on t.city = c.city").fetchone()]
+
+
+def _since_start(srv) -> str:
+    """This server's log (the file is per port, appended to)."""
+    text = srv.log_tail(10_000_000)
+    return text[text.rfind(" INFO icegres: serving "):]
+
+
+def _wait_local(srv, table: str, times: int, timeout_s: float = 60) -> None:
+    """Until the server has mounted `table` on local copies `times` times (its log says so); each
+    check is a statement, which is what mounts a table again once its copies are all there."""
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(srv.dsn(), autocommit=True) as c:
+        while _since_start(srv).count(f"{table}: reading its") < times:
+            assert time.monotonic() < deadline, srv.log_tail()
+            c.execute(f"select count(*) from {table}").fetchone()
+            time.sleep(0.2)
+
+
+def test_file_cache_serves_the_same_answers_and_new_snapshots_at_once(stack, stack_lake):
+    """Tables are read from local copies of their S3 files once copied; the answers do not change,
+    and a commit is visible to the next statement (its new file is read from S3 until copied)."""
+    shutil.rmtree(stack_lake / "file-cache", ignore_errors=True)  # copies earlier servers made
+    with running_icegres(stack_lake, env=stack.env()) as srv, psycopg.connect(srv.dsn(), autocommit=True) as c:
+        remote = _answers(c)
+        _wait_local(srv, "demo.trips", 1)
+        _wait_local(srv, "demo.cities", 1)
+        copies = list((stack_lake / "file-cache").glob("*.parquet"))
+        assert copies and all(p.stat().st_mode & 0o777 == 0o600 for p in copies)
+        assert _answers(c) == remote
+        c.execute("insert into demo.trips (id, city, fare, distance, pickup_ts, passengers, vendor, paid) "
+                  "values (99000001, 'Lagos', 1.5, 2.0, '2026-12-04 10:00:00+00', 1, 'Acme', true)")
+        after = c.execute("select count(*), max(id) from demo.trips").fetchone()
+        assert after == (remote[0][0] + 1, 99000001)  # the next statement, before any copy
+        _wait_local(srv, "demo.trips", 2)
+        assert c.execute("select count(*), max(id) from demo.trips").fetchone() == after
+        c.execute("delete from demo.trips where id = 99000001")
+        assert _answers(c) == remote
+    with running_icegres(stack_lake, env={**stack.env(), "ICEGRES_FILE_CACHE_MB": "0"}) as srv, \
+            psycopg.connect(srv.dsn(), autocommit=True) as c:
+        assert _answers(c) == remote
+        assert "reading its" not in _since_start(srv)

@@ -16,7 +16,7 @@ from icegres.engine.prune import Constraint
 
 pytestmark = pytest.mark.unit
 
-_IS_LOCAL = mounts._is_local  # the `q` fixture pretends no file is local while it lives
+_IS_LOCAL = mounts.is_local  # the `q` fixture pretends no file is local while it lives
 
 SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("city", pa.string()), pa.field("n", pa.int32()),
                     pa.field("fare", pa.float64()), pa.field("Mixed", pa.int64())])
@@ -46,7 +46,7 @@ def q(lake):
     # mounted as a union of per-file scans (object stores): local files would be one ScanSet.
     mp = pytest.MonkeyPatch()
     mp.setattr(engine_mod, "PRUNE_MIN_FILES", 2)
-    mp.setattr(mounts, "_is_local", lambda path: False)
+    mp.setattr(mounts, "is_local", lambda path: False)
     engine = Engine(lake)
     engine.refresh()
     yield engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
@@ -59,7 +59,7 @@ def q_linked(lake):
     # of linked files; a pruned statement reads per-file scans built on demand.
     mp = pytest.MonkeyPatch()
     mp.setattr(engine_mod, "PRUNE_MIN_LINKED_FILES", 2)
-    mp.setattr(mounts, "_is_local", _IS_LOCAL)
+    mp.setattr(mounts, "is_local", _IS_LOCAL)
     engine = Engine(lake)
     engine.refresh()
     assert engine._sets[("demo", "t")], "the local files should be mounted as a ScanSet"

@@ -1,0 +1,106 @@
+"""The file cache: copies checked against their manifest size, kept within capacity, never
+evicting a file a mounted snapshot reads, and found again by the next process."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+import time
+
+import pytest
+
+from icegres.engine.file_cache import FileCache, Wanted
+
+pytestmark = pytest.mark.unit
+
+
+class _Store:
+    """Remote files by URI; counts opens."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files = files
+        self.opens: list[str] = []
+
+    def open(self, uri: str) -> io.BytesIO:
+        self.opens.append(uri)
+        return io.BytesIO(self.files[uri])
+
+
+def _fetch(cache: FileCache, store: _Store, uris: list[str]) -> bool:
+    """Fetch and wait for `done` (False if the cache declined or done never came)."""
+    ready = threading.Event()
+    wanted = [Wanted(u, len(store.files[u])) for u in uris]
+    if not cache.fetch(wanted, store.open, ready.set):
+        return False
+    return ready.wait(10)
+
+
+def test_copies_are_made_once_and_read_back(tmp_path):
+    store = _Store({"s3://b/t/a.parquet": b"a" * 1000, "s3://b/t/b.parquet": b"b" * 3000})
+    cache = FileCache(tmp_path, capacity=10_000)
+    assert cache.lookup("s3://b/t/a.parquet") is None
+    assert _fetch(cache, store, list(store.files))
+    for uri, data in store.files.items():
+        local = cache.lookup(uri)
+        assert local is not None and open(local, "rb").read() == data
+        assert os.stat(local).st_mode & 0o777 == 0o600
+    assert _fetch(cache, store, list(store.files))  # all here: done at once, nothing opened again
+    assert sorted(store.opens) == sorted(store.files)
+    assert cache.used_bytes == 4000
+
+
+def test_a_copy_of_the_wrong_size_is_not_kept_nor_retried_at_once(tmp_path):
+    store = _Store({"s3://b/t/a.parquet": b"a" * 10})
+    cache = FileCache(tmp_path, capacity=10_000)
+    ready = threading.Event()
+    assert cache.fetch([Wanted("s3://b/t/a.parquet", 11)], store.open, ready.set)
+    deadline = time.monotonic() + 10
+    while store.opens == [] or cache._fetching:  # the copy ran and failed
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert not ready.is_set() and cache.lookup("s3://b/t/a.parquet") is None
+    assert not any(p.name.endswith(".partial") for p in tmp_path.iterdir())
+    assert not cache.fetch([Wanted("s3://b/t/a.parquet", 11)], store.open, ready.set)
+
+
+def test_more_than_the_capacity_is_not_copied(tmp_path):
+    store = _Store({"s3://b/a": b"a" * 600, "s3://b/b": b"b" * 600})
+    cache = FileCache(tmp_path, capacity=1000)
+    assert not _fetch(cache, store, ["s3://b/a", "s3://b/b"])
+    assert store.opens == []
+
+
+def test_room_is_made_from_unpinned_copies_least_recently_used_first(tmp_path):
+    store = _Store({f"s3://b/{n}": n.encode() * 400 for n in "abcd"})
+    cache = FileCache(tmp_path, capacity=1000, grace_s=0)
+    assert _fetch(cache, store, ["s3://b/a"])
+    assert _fetch(cache, store, ["s3://b/b"])
+    pinned = {cache.lookup("s3://b/a")}  # a is read by a mount (and now also the most recent)
+    cache.pin_with(lambda: pinned)
+    assert _fetch(cache, store, ["s3://b/c"])  # evicts b, the unpinned one
+    assert cache.lookup("s3://b/b") is None and cache.lookup("s3://b/a") is not None
+    pinned.add(cache.lookup("s3://b/c"))
+    store.opens.clear()
+    assert not _fetch(cache, store, ["s3://b/d"])  # everything left is pinned: no room, no copy
+    assert cache.lookup("s3://b/d") is None and cache.used_bytes == 800
+
+
+def test_recently_read_copies_are_not_evicted(tmp_path):
+    store = _Store({"s3://b/a": b"a" * 600, "s3://b/b": b"b" * 600})
+    cache = FileCache(tmp_path, capacity=1000, grace_s=3600)
+    assert _fetch(cache, store, ["s3://b/a"])
+    assert not _fetch(cache, store, ["s3://b/b"])  # a was used moments ago: kept
+    assert cache.lookup("s3://b/a") is not None
+
+
+def test_the_next_process_finds_the_copies_and_clears_dead_partials(tmp_path):
+    store = _Store({"s3://b/a": b"a" * 100})
+    assert _fetch(FileCache(tmp_path, capacity=1000), store, ["s3://b/a"])
+    dead = tmp_path / "x.parquet.999999999-1.partial"
+    mine = tmp_path / f"y.parquet.{os.getpid()}-1.partial"
+    dead.write_bytes(b"half")
+    mine.write_bytes(b"half")
+    again = FileCache(tmp_path, capacity=1000)
+    assert again.lookup("s3://b/a") is not None and again.used_bytes == 100
+    assert not dead.exists() and mine.exists()  # a live process may still be writing it
