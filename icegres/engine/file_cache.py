@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from icegres.engine.scan_sets import process_alive
+
 log = logging.getLogger(__name__)
 
 _SUFFIX = ".parquet"
@@ -69,7 +71,7 @@ class FileCache:
         now = time.monotonic()
         for entry in root.iterdir():
             if entry.name.endswith(_PARTIAL):
-                if not _alive(_writer_pid(entry.name)):
+                if not process_alive(_writer_pid(entry.name)):
                     entry.unlink(missing_ok=True)  # a copy its process did not finish
             elif entry.name.endswith(_SUFFIX):
                 self._copies[entry.name] = _Copy(entry, entry.stat().st_size, now)
@@ -203,14 +205,3 @@ def _writer_pid(partial_name: str) -> int:
     except (IndexError, ValueError):
         return -1
 
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

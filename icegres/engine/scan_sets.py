@@ -190,11 +190,14 @@ def _remove_orphans() -> None:
             if not entry.name.startswith(_ROOT_PREFIX):
                 continue
             pid = entry.name.removeprefix(_ROOT_PREFIX).split("-", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not process_alive(int(pid)):
                 shutil.rmtree(entry, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id exists (one of another user's counts)."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
