@@ -65,6 +65,7 @@ class FileCache:
         self._fetching: set[str] = set()
         self._reserved = 0  # bytes of copies being made
         self._failed: dict[str, float] = {}  # name -> when; not retried for a while
+        self._waiting: list[tuple[set[str], Callable[[], None]]] = []  # (files, done) of requests
         self._pinned: Callable[[], set[str]] = set
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="icegres-fetch")
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -97,11 +98,12 @@ class FileCache:
 
     def fetch(self, wanted: Iterable[Wanted], open_input: Callable[[str], BinaryIO],
               done: Callable[[], None]) -> bool:
-        """Copy the files not here yet, in the background; call `done()` once all of them are.
+        """Copy the files not here yet, in the background; call `done()` once all of them are
+        (whichever request copies them: another mount may be copying some already).
 
         Returns False (and copies nothing) when they cannot all be kept: no room for them even
-        after evicting what may go, or a file whose copy failed recently. `open_input(uri)` opens a remote file for reading
-        (the table's FileIO, with its credentials)."""
+        after evicting what may go, or a file whose copy failed recently. `open_input(uri)`
+        opens a remote file for reading (the table's FileIO, with its credentials)."""
         wanted = [w for w in wanted if self.lookup(w.uri) is None]
         if not wanted:
             done()
@@ -115,20 +117,25 @@ class FileCache:
             return False
         with self._lock:
             self._fetching.update(_name(w.uri) for w in new)
-        remaining = {w.uri for w in wanted}
-        lock = threading.Lock()
-
-        def one(w: Wanted) -> None:
-            self._copy(w, open_input)
-            with lock:
-                remaining.discard(w.uri)
-                last = not remaining
-            if last and all(self.lookup(x.uri) is not None for x in wanted):
-                done()
-
+            self._waiting.append(({_name(w.uri) for w in wanted}, done))
         for w in new:
-            self._pool.submit(one, w)
+            self._pool.submit(self._copy, w, open_input)
         return True
+
+    def _answer_waiting(self) -> None:
+        """Call the `done` of every request whose files are all copied now; forget those with a
+        file whose copy failed (their tables stay remote)."""
+        ready: list[Callable[[], None]] = []
+        with self._lock:
+            waiting = []
+            for names, done in self._waiting:
+                if names <= self._copies.keys():
+                    ready.append(done)
+                elif not any(n in self._failed and n not in self._fetching for n in names):
+                    waiting.append((names, done))
+            self._waiting = waiting
+        for done in ready:
+            done()
 
     def _copy(self, w: Wanted, open_input: Callable[[str], BinaryIO]) -> bool:
         """Copy one file whose room `fetch` reserved; the reservation ends here either way."""
@@ -145,6 +152,7 @@ class FileCache:
             os.replace(partial, final)
             with self._lock:
                 self._copies[name] = _Copy(final, size, time.monotonic())
+                self._failed.pop(name, None)
             return True
         except Exception as exc:  # a store error is this copy's failure, never a statement's
             log.warning("could not copy %s to the file cache: %s", w.uri, exc)
@@ -156,6 +164,7 @@ class FileCache:
             with self._lock:
                 self._fetching.discard(name)
                 self._reserved -= w.size
+            self._answer_waiting()
 
     def _make_room(self, size: int) -> bool:
         """Reserve `size` bytes, evicting unpinned copies (least recently used first) as needed."""

@@ -104,3 +104,25 @@ def test_the_next_process_finds_the_copies_and_clears_dead_partials(tmp_path):
     again = FileCache(tmp_path, capacity=1000)
     assert again.lookup("s3://b/a") is not None and again.used_bytes == 100
     assert not dead.exists() and mine.exists()  # a live process may still be writing it
+
+
+def test_a_request_sharing_files_with_one_in_flight_is_answered_too(tmp_path):
+    """A commit re-mounts a table while its first copies are still being made: the new snapshot's
+    request names files the first request is copying, and must still hear when all are here."""
+    gate = threading.Event()
+    store = _Store({"s3://b/a": b"a" * 100, "s3://b/new": b"n" * 50})
+    slow = store.open
+
+    def open_slowly(uri: str) -> io.BytesIO:
+        if uri == "s3://b/a":
+            gate.wait(10)
+        return slow(uri)
+
+    cache = FileCache(tmp_path, capacity=1000)
+    first, second = threading.Event(), threading.Event()
+    assert cache.fetch([Wanted("s3://b/a", 100)], open_slowly, first.set)
+    assert cache.fetch([Wanted("s3://b/a", 100), Wanted("s3://b/new", 50)], open_slowly, second.set)
+    assert not second.wait(0.2)  # "new" is here, "a" is not yet
+    gate.set()
+    assert first.wait(10) and second.wait(10)
+    assert store.opens.count("s3://b/a") == 1
