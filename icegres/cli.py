@@ -171,7 +171,12 @@ def _file_cache(settings: Settings) -> FileCache | None:
         return None
     from icegres.engine.file_cache import FileCache as Cache
 
-    return Cache(settings.data_dir / "file-cache", settings.file_cache_mb << 20)
+    root = settings.data_dir / "file-cache"
+    try:
+        return Cache(root, settings.file_cache_mb << 20)
+    except OSError as exc:  # an unwritable data dir costs the copies, not the server
+        logging.getLogger("icegres").warning("no file cache (%s): every scan reads the store", exc)
+        return None
 
 
 def _serve(settings: Settings, *, pgwire: bool = True) -> int:

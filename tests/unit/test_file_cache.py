@@ -126,3 +126,17 @@ def test_a_request_sharing_files_with_one_in_flight_is_answered_too(tmp_path):
     gate.set()
     assert first.wait(10) and second.wait(10)
     assert store.opens.count("s3://b/a") == 1
+
+
+def test_serve_runs_without_copies_when_the_cache_directory_cannot_be_made(tmp_path, caplog):
+    from icegres.cli import _file_cache
+    from icegres.config import Settings
+
+    blocker = tmp_path / "data"
+    blocker.write_text("a file where the data dir should be")
+    settings = Settings(data_dir=blocker, catalog_uri="http://127.0.0.1:1/catalog")
+    assert _file_cache(settings) is None
+    assert "no file cache" in caplog.text
+    assert _file_cache(Settings(data_dir=tmp_path, catalog_uri=None)) is None  # embedded: local files
+    made = _file_cache(Settings(data_dir=tmp_path, catalog_uri="http://127.0.0.1:1/catalog", file_cache_mb=5))
+    assert made is not None and made.capacity == 5 << 20 and (tmp_path / "file-cache").is_dir()
