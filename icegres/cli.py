@@ -190,11 +190,14 @@ def _serve(settings: Settings, *, pgwire: bool = True) -> int:
     lakehouse = _open_lakehouse(settings)
     if lakehouse is None:
         return 1
-    engine = Engine(lakehouse, database=settings.database, file_cache=_file_cache(settings))
+    file_cache = _file_cache(settings)
+    engine = Engine(lakehouse, database=settings.database, file_cache=file_cache)
     try:
         engine.refresh()
     except PgError as exc:
         print(f"icegres: {exc.message}", file=sys.stderr)
+        if file_cache is not None:
+            file_cache.close()
         return 1
     server = PgServer(settings, engine) if pgwire else None
     flight = None
@@ -300,6 +303,9 @@ def _serve(settings: Settings, *, pgwire: bool = True) -> int:
             print(f"icegres: cannot open the WAL tail {settings.tail_dir}: {cause}", file=sys.stderr)
             return 1
         raise
+    finally:
+        if file_cache is not None:
+            file_cache.close()  # a copy in progress would otherwise hold the exit
     return 0
 
 

@@ -941,8 +941,8 @@ class QueryContext:
         return (sql, bound, tuple(self.env.search_path), tuple(sorted(locations.items())))
 
     def _mounted_snapshots(self, sql: str) -> dict[tuple[str, str], tuple[str, int]] | None:
-        """The metadata location of every table `sql` may read, if each is mounted (None: it
-        names no table, or one that is not mounted now)."""
+        """The mounted snapshot of every table `sql` may read, as `Engine.mounted_locations`
+        gives it, if each is mounted (None: it names no table, or one that is not mounted now)."""
         refs = self.table_refs(sql)
         if not refs:
             return None

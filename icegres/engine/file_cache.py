@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -36,6 +35,7 @@ log = logging.getLogger(__name__)
 
 _SUFFIX = ".parquet"
 _PARTIAL = ".partial"
+_CHUNK_BYTES = 1 << 20  # a shutdown waits for at most one chunk of a copy in progress
 
 
 @dataclass
@@ -68,6 +68,7 @@ class FileCache:
         self._waiting: list[tuple[set[str], Callable[[], None]]] = []  # (files, done) of requests
         self._pinned: Callable[[], set[str]] = set
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="icegres-fetch")
+        self._closed = threading.Event()
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         now = time.monotonic()
         for entry in root.iterdir():
@@ -144,7 +145,11 @@ class FileCache:
         partial = self.root / f"{name}.{os.getpid()}-{threading.get_ident()}{_PARTIAL}"
         try:
             with open_input(w.uri) as src, open(partial, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
+                while chunk := src.read(_CHUNK_BYTES):
+                    if self._closed.is_set():
+                        partial.unlink(missing_ok=True)
+                        return False  # shutting down: not a failure, copied again next start
+                    dst.write(chunk)
             size = partial.stat().st_size
             if size != w.size:
                 raise OSError(f"copied {size} bytes, the manifest says {w.size}")
@@ -201,6 +206,9 @@ class FileCache:
             time.sleep(0.05)
 
     def close(self) -> None:
+        """Stop copying: queued copies are dropped, one in progress stops at its next chunk (the
+        interpreter waits for the pool's threads at exit, and a copy may be hundreds of MB)."""
+        self._closed.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 

@@ -140,3 +140,30 @@ def test_serve_runs_without_copies_when_the_cache_directory_cannot_be_made(tmp_p
     assert _file_cache(Settings(data_dir=tmp_path, catalog_uri=None)) is None  # embedded: local files
     made = _file_cache(Settings(data_dir=tmp_path, catalog_uri="http://127.0.0.1:1/catalog", file_cache_mb=5))
     assert made is not None and made.capacity == 5 << 20 and (tmp_path / "file-cache").is_dir()
+
+
+def test_close_stops_a_copy_in_progress_at_its_next_chunk(tmp_path):
+    started, release = threading.Event(), threading.Event()
+
+    class Endless(io.RawIOBase):
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, b) -> int:  # a huge remote file, one chunk at a time
+            started.set()
+            release.wait(10)
+            b[:] = bytes(len(b))
+            return len(b)
+
+    cache = FileCache(tmp_path, capacity=1 << 40)
+    ready = threading.Event()
+    assert cache.fetch([Wanted("s3://b/huge", 1 << 39)], lambda uri: io.BufferedReader(Endless()), ready.set)
+    assert started.wait(10)
+    cache.close()
+    release.set()
+    deadline = time.monotonic() + 10
+    while cache._fetching:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert not ready.is_set() and cache.lookup("s3://b/huge") is None
+    assert not list(tmp_path.iterdir())  # the partial copy is gone

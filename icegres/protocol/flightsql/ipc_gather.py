@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-Bytes = bytes | pa.Buffer | memoryview
+Bytes = bytes | pa.Buffer | memoryview  # a piece of a serialized message (messages.py too)
 
 _ALIGN = 8
 _METADATA_V5 = 4
@@ -95,15 +95,11 @@ class _Body:
 
     def add(self, pieces: list[Bytes], length: int) -> None:
         self.spans.append((self.size, length))
-        self.pieces.extend(p for p in pieces if _size(p))
+        self.pieces.extend(p for p in pieces if len(p))
         pad = -length % _ALIGN
         if pad:
             self.pieces.append(_ZEROS[:pad])
         self.size += length + pad
-
-
-def _size(piece: Bytes) -> int:
-    return piece.size if isinstance(piece, pa.Buffer) else len(piece)
 
 
 def _bitmap_bytes(rows: int) -> int:

@@ -17,7 +17,7 @@ from icegres.protocol.flightsql import icegres_flight_pb2 as fl
 from icegres.protocol.flightsql import icegres_flight_sql_metadata_pb2 as meta
 from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
 from icegres.protocol.flightsql import icegres_flight_sql_writes_pb2 as writes
-from icegres.protocol.flightsql.ipc_gather import Gathered
+from icegres.protocol.flightsql.ipc_gather import Bytes, Gathered
 
 TYPE_URL_PREFIX = "type.googleapis.com/"
 SQL_PACKAGE = "arrow.flight.protocol.sql."
@@ -119,9 +119,6 @@ _DESCRIPTOR_TAG = b"\x0a"  # field 1, length-delimited
 _HEADER_TAG = b"\x12"  # field 2
 _APP_METADATA_TAG = b"\x1a"  # field 3
 _BODY_TAG = b"\xc2\x3e"  # field 1000: (1000 << 3 | 2) as a varint
-
-
-Bytes = bytes | pa.Buffer | memoryview
 
 
 def flight_data_parts(header: Bytes = b"", body: Bytes = b"", app_metadata: bytes = b"",
