@@ -62,7 +62,8 @@ TPCH_LOAD_DESCRIPTIONS = {
 
 # Bumped whenever the data files icegres writes change layout. 2: a page index and 8192-row pages
 # with a 64 KB dictionary bound (icegres/engine/parquet_files.py, DEFAULT_TABLE_PROPERTIES).
-DATA_LAYOUT = 2
+# 3: integer columns of mostly distinct values DELTA_BINARY_PACKED (parquet_files.integer_encodings).
+DATA_LAYOUT = 3
 
 
 def seeded_marker_text(**facts: Any) -> str:
