@@ -91,7 +91,7 @@ _installed = False
 
 
 def install() -> None:
-    """Make pyiceberg write Parquet data files with `page_layout` (idempotent)."""
+    """Make pyiceberg write Parquet data files with `page_layout` and `integer_encodings` (idempotent)."""
     global _installed
     if _installed:
         return
