@@ -1115,7 +1115,8 @@ class QueryContext:
 
     def _plan_over(self, tree: Any, table: Any, view: Any, shape: Any,
                    params: dict[str, Any] | None) -> DataFrame | None:
-        """Plan `tree` with `table` read from `view`, a DataFrame registered for this planning only."""
+        """Plan `tree` with `table` read from `view`, a DataFrame registered for this planning only.
+        `tree` is this statement's own (parsed for it by `_prune_target`): it is changed in place."""
         from sqlglot import exp
 
         from icegres.engine import pg_rewrite
@@ -1127,7 +1128,6 @@ class QueryContext:
         # was, so every column reference still resolves.
         given = table.args.get("alias")
         alias = (given.this if given is not None else table.this).copy()
-        tree = tree.copy()
         source = tree.args.get("from") or tree.args.get("from_")
         source.set("this", exp.Table(this=exp.to_identifier(name), db=exp.to_identifier(_PRUNED_SCHEMA),
                                      catalog=exp.to_identifier(_PRUNED_CATALOG),

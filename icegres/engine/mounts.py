@@ -60,6 +60,12 @@ class ReadPlan:
     table: object = field(default=None, compare=False, repr=False)  # the pyiceberg Table it was planned from
 
     @functools.cached_property
+    def column_bounds(self) -> dict[int, Any]:
+        """prune.py's memo of this snapshot's column bounds per file (field id -> ColumnBounds),
+        filled on first use: a snapshot's files never change."""
+        return {}
+
+    @functools.cached_property
     def rows(self) -> int:
         """Rows in the snapshot's data files (their manifests' record counts)."""
         return sum(int(getattr(f, "record_count", 0) or 0) for f in self.data_files.values())

@@ -19,9 +19,12 @@ files dropped are exactly files in which no row can satisfy the WHERE clause.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 if TYPE_CHECKING:
     from sqlglot import exp
@@ -118,18 +121,70 @@ def prunable_shape(where: exp.Expression | None, names: set[str], kinds: dict[st
 def matching_files(plan: ReadPlan, found: dict[str, Constraint]) -> tuple[FileRead, ...]:
     """The plan's files that can hold a row satisfying every constraint."""
     ids = dict(zip((f.name for f in plan.schema), plan.field_ids, strict=True))
-    kept = []
-    for f in plan.files:
-        bounds = _bounds(plan, f.path)
-        ok = True
-        for column, constraint in found.items():
-            b = bounds.get(ids[column]) if bounds is not None else None
-            if b is ALL_NULL or (b is not None and not constraint.admits(*b)):
-                ok = False
-                break
-        if ok:
-            kept.append(f)
-    return tuple(kept)
+    keep: np.ndarray | None = None
+    for column, constraint in found.items():
+        field_id = ids[column]
+        bounds = plan.column_bounds.get(field_id)
+        if bounds is None:
+            files = (_bounds(plan, f.path) for f in plan.files)
+            bounds = ColumnBounds.of([None if b is None else b.get(field_id) for b in files])
+            plan.column_bounds[field_id] = bounds  # the plan's files never change
+        admitted = bounds.admitting(constraint)
+        keep = admitted if keep is None else keep & admitted
+    if keep is None:
+        return plan.files
+    return tuple(itertools.compress(plan.files, keep.tolist()))
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+@dataclass(frozen=True)
+class ColumnBounds:
+    """One column's bounds in each file of a plan, as arrays: a statement's constraint is checked
+    against every file at once. A 200-file table took ~0.2 ms a statement file by file.
+
+    `pairs` are the bounds as decoded: (lower, upper), None (unknown: the file is kept) or
+    ALL_NULL (the file is dropped). `lo` / `hi` hold them as int64 when every known bound is an
+    integer, else they are None and `admitting` compares file by file, as `Constraint.admits`.
+    """
+
+    pairs: tuple[Any, ...]
+    lo: np.ndarray | None
+    hi: np.ndarray | None
+    known: np.ndarray  # the file has (lower, upper)
+    all_null: np.ndarray
+
+    @classmethod
+    def of(cls, pairs: list[Any]) -> ColumnBounds:
+        known = np.array([p is not None and p is not ALL_NULL for p in pairs], dtype=bool)
+        all_null = np.array([p is ALL_NULL for p in pairs], dtype=bool)
+        bounded = [p for p, k in zip(pairs, known.tolist(), strict=True) if k]
+        lo = hi = None
+        if all(_is_int64(v) for p in bounded for v in p):
+            lo = np.array([p[0] if k else 0 for p, k in zip(pairs, known.tolist(), strict=True)], dtype=np.int64)
+            hi = np.array([p[1] if k else 0 for p, k in zip(pairs, known.tolist(), strict=True)], dtype=np.int64)
+        return cls(tuple(pairs), lo, hi, known, all_null)
+
+    def admitting(self, c: Constraint) -> np.ndarray:
+        """Per file, whether it can hold a row satisfying `c` (`Constraint.admits`, vectorized)."""
+        literals = [*(c.values or ()), *(v for v in (c.lo, c.hi) if v is not None)]
+        if self.lo is None or self.hi is None or not all(_is_int64(v) for v in literals):
+            return np.array([p is not ALL_NULL and (p is None or c.admits(*p)) for p in self.pairs], dtype=bool)
+        lo, hi = self.lo, self.hi
+        ok = np.ones(len(self.pairs), dtype=bool)
+        if c.values is not None:
+            values = np.array(sorted(c.values), dtype=np.int64)[:, None]
+            ok &= ((lo <= values) & (values <= hi)).any(axis=0)
+        if c.lo is not None:
+            ok &= hi >= c.lo if c.lo_inclusive else hi > c.lo
+        if c.hi is not None:
+            ok &= lo <= c.hi if c.hi_inclusive else lo < c.hi
+        return (ok | ~self.known) & ~self.all_null
+
+
+def _is_int64(v: Any) -> bool:
+    return type(v) is int and _INT64[0] <= v <= _INT64[1]
 
 
 # --- conjuncts -----------------------------------------------------------------------------------

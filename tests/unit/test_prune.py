@@ -7,6 +7,8 @@ import re
 import pyarrow as pa
 import pytest
 import sqlglot
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from icegres.engine import engine as engine_mod
 from icegres.engine import mounts, prune
@@ -225,3 +227,55 @@ def test_a_pruned_aggregate_counts_only_the_rows_of_the_files_it_reads(q_linked,
     _, stream = q_linked.start("select count(*) from demo.t where id between 120 and 250")
     assert isinstance(stream, CancellableBatches)  # two files: 200 rows
     assert [b.to_pyarrow().column(0)[0].as_py() for b in stream] == [131]
+
+
+# --- ColumnBounds: every file checked at once, exactly as Constraint.admits checks one ----------
+
+_INT64_EDGE = st.sampled_from([-(1 << 63), (1 << 63) - 1])
+_INTS = st.one_of(st.integers(-6, 6), _INT64_EDGE)  # small: equal bounds and literals are common
+_BEYOND = st.sampled_from([1 << 63, -(1 << 63) - 1])
+
+
+def _pair(values: st.SearchStrategy) -> st.SearchStrategy:
+    return st.tuples(values, values).map(lambda p: (min(p), max(p)))
+
+
+def _pairs(values: st.SearchStrategy, size: int, *more: st.SearchStrategy) -> st.SearchStrategy:
+    """Lists of file bounds: unknown, all-NULL, or (lower, upper) drawn from one of `values`, `more`."""
+    pairs = [_pair(v) for v in (values, *more)]
+    return st.lists(st.one_of(st.none(), st.just(prune.ALL_NULL), *pairs), max_size=size)
+
+
+def _constraints(values: st.SearchStrategy) -> st.SearchStrategy:
+    return st.builds(
+        Constraint,
+        lo=st.one_of(st.none(), values), lo_inclusive=st.booleans(),
+        hi=st.one_of(st.none(), values), hi_inclusive=st.booleans(),
+        values=st.one_of(st.none(), st.frozensets(values, max_size=4)),
+    )
+
+
+def _one_by_one(pairs: list, c: Constraint) -> list[bool]:
+    return [p is not prune.ALL_NULL and (p is None or c.admits(*p)) for p in pairs]
+
+
+@settings(max_examples=500, deadline=None)
+@given(_pairs(_INTS, 12), _constraints(_INTS))
+def test_column_bounds_admit_exactly_the_files_admits_keeps(pairs, c) -> None:
+    bounds = prune.ColumnBounds.of(pairs)
+    assert bounds.lo is not None  # the arrays are what is under test here
+    assert bounds.admitting(c).tolist() == _one_by_one(pairs, c)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_pairs(st.one_of(_INTS, _BEYOND), 8, st.text("abc", max_size=2)),
+       _constraints(st.one_of(_INTS, _BEYOND)))
+def test_column_bounds_of_other_values_are_checked_file_by_file(pairs, c) -> None:
+    assert prune.ColumnBounds.of(pairs).admitting(c).tolist() == _one_by_one(pairs, c)
+
+
+def test_column_bounds_are_arrays_for_int64_bounds_only() -> None:
+    assert prune.ColumnBounds.of([(1, 5), None, prune.ALL_NULL]).lo is not None
+    assert prune.ColumnBounds.of([(1, 1 << 63)]).lo is None  # beyond int64: compared one by one
+    assert prune.ColumnBounds.of([("a", "b")]).lo is None
+    assert prune.ColumnBounds.of([(True, True)]).lo is None  # a bool is no bound of an integer column
