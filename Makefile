@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 5439
 PYTEST_ARGS ?=
 
-.PHONY: serve test test-unit test-e2e seed lint bench clean install flightsql-protos model-deep bytecode
+.PHONY: serve test test-unit test-e2e seed lint bench bench-gate clean install flightsql-protos model-deep bytecode
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -60,6 +60,11 @@ lint: $(VENV)/.test-installed
 
 bench: $(VENV)/.test-installed bytecode
 	$(PY) -m bench $(BENCH_ARGS)
+
+# The newest results' ratios against bench/baselines.json (exit 1 on a regression beyond the
+# tolerance there). Not part of `make test`: this machine is too noisy to gate CI on speed.
+bench-gate: $(VENV)/.test-installed
+	$(PY) -m bench --check
 
 # The Flight / Flight SQL protobuf modules are generated and committed; run this after editing
 # icegres/protocol/flightsql/proto/*.proto (grpcio-tools comes with the test extra).
