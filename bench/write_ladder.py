@@ -57,8 +57,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import (
+    PLOTS_DIR,
     fmt_ms,
     fmt_x,
+    latency_bars,
     load_meter,
     median,
     percentile,
@@ -490,8 +492,20 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(targets, args.writers)
     checks = verdicts(by, summary, args.writers)
     report = _report(prov, args, summary, checks, load, wall, pg_version)
+    if not args.no_write:
+        report["plots"] = [ladder_plot(summary, [t.name for t in targets], args.writers)]
     write_report(report, write=not args.no_write)
     return 0
+
+
+def ladder_plot(summary: dict[str, Any], order: list[str], writers: int) -> str:
+    """The ladder as bars: ack p50 (whisker p95) of every rung and floor, for 1 and `writers`."""
+    cells = {str(w): {"peers": {name: summary[name]["writers"][str(w)] for name in order
+                                if str(w) in summary[name]["writers"]}}
+             for w in (1, writers)}
+    labels = {str(w): f"{w} writer{'s' if w > 1 else ''}" for w in (1, writers)}
+    return latency_bars(cells, labels, order, PLOTS_DIR / "write_ladder.png",
+                        "1-row INSERT ack latency per rung of the write ladder, floors beside it")
 
 
 def _pg_version(conninfo: str) -> str:
