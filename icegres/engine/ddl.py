@@ -21,6 +21,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
+from icegres.engine.parquet_files import DELTA_INTEGERS
 from icegres.engine.pg_types import ColumnType, column_type
 from icegres.protocol.pgwire import errors as e
 from icegres.protocol.pgwire.errors import PgError
@@ -37,9 +38,23 @@ _POSITIVE_INT_PROPERTIES = frozenset({
 })
 
 
+# Table properties the Parquet writer reads as booleans, stored as 'true' / 'false'.
+_BOOLEAN_PROPERTIES = frozenset({DELTA_INTEGERS})
+# PostgreSQL's spellings of a boolean option (parse_bool).
+_BOOLEANS = {"true": "true", "on": "true", "yes": "true", "1": "true",
+             "false": "false", "off": "false", "no": "false", "0": "false"}
+
+
 def checked_properties(options: dict[str, str]) -> dict[str, str]:
-    """`options` as table properties, with every writer setting a positive integer."""
+    """`options` as table properties, with every writer setting a positive integer and every
+    writer switch a boolean (stored as 'true' / 'false')."""
+    options = dict(options)
     for key, value in options.items():
+        if key in _BOOLEAN_PROPERTIES:
+            if str(value).lower() not in _BOOLEANS:
+                raise PgError(e.INVALID_PARAMETER_VALUE, f'invalid value for boolean option "{key}": {value}')
+            options[key] = _BOOLEANS[str(value).lower()]
+            continue
         if key not in _POSITIVE_INT_PROPERTIES:
             continue
         try:

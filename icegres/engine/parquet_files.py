@@ -20,19 +20,24 @@ Trino, DuckDB, DataFusion, pyarrow). The choice is made per file from its first 
 whose distinct values there would overflow the dictionary bound gets delta, the rest keep their
 dictionary.
 
+Iceberg's own Spark reader decodes delta in its vectorized path only since Iceberg 1.10
+(apache/iceberg#13391); for older readers a table can keep dictionaries everywhere with
+`icegres.parquet.delta-integers = false` (`DELTA_INTEGERS`).
+
 Every data file write goes through pyiceberg's `write_file`, which asks its `FileFormatFactory` for
 the Parquet writer: `install()` puts ours there. (bench/SCORECARD.md has the effect on reads.)
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 PAGE_ROW_LIMIT = "write.parquet.page-row-limit"
 PAGE_ROW_LIMIT_DEFAULT = 20_000  # the Iceberg spec's default, for tables icegres did not create
+DELTA_INTEGERS = "icegres.parquet.delta-integers"  # 'false': no delta encoding (ddl.py checks it)
 
 
 def page_layout(properties: dict[str, str]) -> dict[str, Any]:
@@ -43,9 +48,16 @@ def page_layout(properties: dict[str, str]) -> dict[str, Any]:
     return {"write_page_index": True, "max_rows_per_page": rows, "write_batch_size": rows}
 
 
+def delta_integers(properties: dict[str, str]) -> bool:
+    """Whether a table's data files get `integer_encodings` (on unless the property says off)."""
+    return properties.get(DELTA_INTEGERS, "true").strip().lower() not in ("false", "off", "no", "0")
+
+
 def _integer_width(t: pa.DataType) -> int | None:
     """Bytes per value of a column Parquet stores as INT32/INT64 (None: another physical type).
     Decimals count because icegres writes them `store_decimal_as_integer`."""
+    import pyarrow as pa
+
     if pa.types.is_decimal128(t):
         return 4 if t.precision <= 9 else 8 if t.precision <= 18 else None
     if pa.types.is_integer(t) or pa.types.is_date32(t) or pa.types.is_time32(t):
@@ -59,6 +71,8 @@ def integer_encodings(rows: pa.Table, dictionary_bytes: int, row_group_rows: int
     """ParquetWriter options giving DELTA_BINARY_PACKED to the integer columns of `rows` whose first
     row group has more distinct values than the dictionary bound holds ({} when there are none).
     Blocking: one hash count per integer column over at most one row group."""
+    import pyarrow.compute as pc
+
     sample = rows.slice(0, max(row_group_rows, 1))
     delta = []
     for field, column in zip(rows.schema, sample.columns, strict=True):
@@ -77,6 +91,8 @@ def integer_encodings(rows: pa.Table, dictionary_bytes: int, row_group_rows: int
 def _leaf_paths(path: str, t: pa.DataType) -> list[str]:
     """The Parquet column paths under an Arrow field, as pyarrow's writer names them (compliant
     nested types: a list's items are `list.element`, a map's `key_value.key` / `.value`)."""
+    import pyarrow as pa
+
     if pa.types.is_struct(t):
         return [leaf for f in t for leaf in _leaf_paths(f"{path}.{f.name}", f.type)]
     if pa.types.is_map(t):
@@ -105,7 +121,8 @@ def install() -> None:
             self._parquet_writer_kwargs.update(page_layout(properties))
 
         def write(self, table: pa.Table) -> None:
-            if self._writer is None:  # the first batch opens the file: its encodings are chosen here
+            # The first batch opens the file: its encodings are chosen here.
+            if self._writer is None and delta_integers(self._properties):
                 self._parquet_writer_kwargs.update(integer_encodings(
                     table, self._parquet_writer_kwargs["dictionary_pagesize_limit"], self._row_group_size))
             super().write(table)

@@ -436,3 +436,16 @@ def test_pg_name_of_iceberg_types():
     assert pg_name_of(DecimalType(10, 2)) == "numeric(10,2)"
     assert pg_name_of(TimestamptzType()) == "timestamp with time zone"
     assert pg_name_of(ListType(1, StringType())) == "text[]"
+
+
+@pytest.mark.parametrize(("given", "stored"), [("false", "false"), ("OFF", "false"), ("0", "false"),
+                                                 ("true", "true"), ("yes", "true"), ("On", "true")])
+def test_the_delta_switch_is_a_boolean_stored_as_true_or_false(given, stored):
+    sql = f"CREATE TABLE t (a int) WITH (\"icegres.parquet.delta-integers\" = '{given}')"
+    assert parse_ddl(sql).properties == {"icegres.parquet.delta-integers": stored}
+
+
+def test_the_delta_switch_refuses_other_values():
+    error = err("ALTER TABLE t SET (\"icegres.parquet.delta-integers\" = 'sometimes')")
+    assert (error.sqlstate, error.message) == (
+        "22023", 'invalid value for boolean option "icegres.parquet.delta-integers": sometimes')

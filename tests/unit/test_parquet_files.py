@@ -11,6 +11,7 @@ from datafusion import SessionConfig, SessionContext
 
 from icegres.engine.catalog import DEFAULT_TABLE_PROPERTIES, Lakehouse
 from icegres.engine.parquet_files import (
+    DELTA_INTEGERS,
     PAGE_ROW_LIMIT,
     PAGE_ROW_LIMIT_DEFAULT,
     integer_encodings,
@@ -138,3 +139,21 @@ def test_delta_is_chosen_exactly_when_the_first_row_group_would_overflow_the_dic
     assert integer_encodings(narrow, 599, 1000)["column_encoding"] == {"v": "DELTA_BINARY_PACKED"}
     wide = pa.table({"v": pa.array(range(150), pa.int64()).cast(pa.decimal128(30, 2))})
     assert integer_encodings(wide, 8, 1000) == {}  # precision > 18: not an integer column
+
+
+@pytest.mark.parametrize(("switch", "delta"), [(None, True), ("true", True), ("false", False), ("OFF", False)])
+def test_a_table_can_keep_dictionaries_for_readers_without_delta(tmp_path, switch, delta):
+    # Iceberg's vectorized Spark reader decodes DELTA_BINARY_PACKED only since Iceberg 1.10.
+    properties = dict(DEFAULT_TABLE_PROPERTIES)
+    if switch is not None:
+        properties[DELTA_INTEGERS] = switch
+    lake = Lakehouse.embedded(tmp_path)
+    lake.create_namespace_if_missing("s")
+    rows = pa.table({"id": pa.array(range(ROWS), pa.int64())})
+    table = lake.create_table("s", "t", rows.schema, properties)
+    table.append(rows)
+    (task,) = list(table.scan().plan_files())
+    column = _encodings(task.file.file_path.removeprefix("file://"))["id"]
+    assert ("DELTA_BINARY_PACKED" in column.encodings) is delta
+    assert column.has_dictionary_page is not delta
+    assert table.scan().to_arrow()["id"].to_pylist() == list(range(ROWS))
