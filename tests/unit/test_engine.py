@@ -171,3 +171,21 @@ def test_a_reused_plan_still_evaluates_now_per_statement(lake):
     time.sleep(0.01)
     second = q.plan(sql).to_arrow_table().column(0)[0].as_py()
     assert len(q._planned) == 1 and second > first
+
+
+def test_a_prepare_describes_mounted_tables_without_asking_the_catalog(lake, monkeypatch):
+    # A Flight prepare (`fresh=False`) is followed by GetFlightInfo's own fresh start: on a REST
+    # catalog the describe's freshness check would be a second loadTable per statement.
+    engine = Engine(lake)
+    engine.refresh()
+    q = session(engine)
+    refreshed = []
+    real_refresh = engine.refresh
+    monkeypatch.setattr(engine, "refresh", lambda refs=None: refreshed.append(refs) or real_refresh(refs))
+    schema, _ = q.describe("select id from demo.good", fresh=False)
+    assert schema.names == ["id"] and refreshed == []
+    q.describe("select id from demo.good")  # fresh, as pgwire's Describe and Flight's GetSchema
+    assert refreshed == [{("demo", "good")}]
+    lake.catalog.create_table(("demo", "later"), schema=pa.schema([pa.field("n", pa.int32())]))
+    schema, _ = q.describe("select n from demo.later", fresh=False)  # not mounted yet: refreshed
+    assert schema.names == ["n"] and refreshed[-1] == {("demo", "later")}

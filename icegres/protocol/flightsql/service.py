@@ -674,16 +674,17 @@ class FlightSqlService:
 
         speculation.pulled.add_done_callback(drop)
 
-    async def _describe(self, session: Session, text: str,
-                        txn: TxnState | None = None) -> tuple[pa.Schema, pa.Schema]:
-        """(result schema on the wire, parameter schema) of a query, without running it."""
+    async def _describe(self, session: Session, text: str, txn: TxnState | None = None,
+                        fresh: bool = True) -> tuple[pa.Schema, pa.Schema]:
+        """(result schema on the wire, parameter schema) of a query, without running it
+        (`fresh`: as `QueryContext.describe`)."""
         self._check_query(text)
 
         def describe() -> tuple[pa.Schema, pa.Schema]:
             with session.lock:
                 session.qctx.txn = txn
                 try:
-                    schema, inferred = session.qctx.describe(text)
+                    schema, inferred = session.qctx.describe(text, fresh)
                 finally:
                     session.qctx.txn = None
             count = max([*inferred.keys(), _max_placeholder(text)], default=0)
@@ -938,7 +939,9 @@ class FlightSqlService:
             if speculation is not None:
                 dataset, params = speculation.schema, pa.schema([])
             else:
-                dataset, params = await self.writes.describe(session, request.query, txn_id)
+                # GetFlightInfo starts the statement afresh: the prepare's schema may come from
+                # the mounted snapshots.
+                dataset, params = await self.writes.describe(session, request.query, txn_id, fresh=False)
             prepared = Prepared(new_handle(), request.query, dataset, params, transaction_id=txn_id,
                                 speculation=speculation)
             session.prepared.put(prepared.handle, prepared)

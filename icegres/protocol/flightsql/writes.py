@@ -298,15 +298,16 @@ class FlightWrites:
         self.service._results.put(result.handle, result)
         return result
 
-    async def describe(self, session: Session, text: str,
-                       txn_id: bytes | None) -> tuple[pa.Schema, pa.Schema]:
+    async def describe(self, session: Session, text: str, txn_id: bytes | None,
+                       fresh: bool = True) -> tuple[pa.Schema, pa.Schema]:
         """(dataset schema, parameter schema) at prepare time. A write's: its RETURNING columns
-        (or none) and the parameters' types as the target columns'."""
+        (or none) and the parameters' types as the target columns'. A query's with `fresh=False`
+        may come from the mounted snapshots (`QueryContext.describe`)."""
         txn = self.transaction(session, txn_id)
         stmt = write_statement(text)
         if stmt is None:
             return await self._poisoning(txn, self.service._describe(
-                session, text, txn.state if txn is not None else None))
+                session, text, txn.state if txn is not None else None, fresh))
         if core.is_ddl(stmt) or not core.is_dml(stmt):
             return pa.schema([]), pa.schema([])
         host = self._host(session, txn.state if txn is not None else None)
