@@ -40,9 +40,6 @@ _POSITIVE_INT_PROPERTIES = frozenset({
 
 # Table properties the Parquet writer reads as booleans, stored as 'true' / 'false'.
 _BOOLEAN_PROPERTIES = frozenset({DELTA_INTEGERS})
-# PostgreSQL's spellings of a boolean option (parse_bool).
-_BOOLEANS = {"true": "true", "on": "true", "yes": "true", "1": "true",
-             "false": "false", "off": "false", "no": "false", "0": "false"}
 
 
 def checked_properties(options: dict[str, str]) -> dict[str, str]:
@@ -51,9 +48,13 @@ def checked_properties(options: dict[str, str]) -> dict[str, str]:
     options = dict(options)
     for key, value in options.items():
         if key in _BOOLEAN_PROPERTIES:
-            if str(value).lower() not in _BOOLEANS:
-                raise PgError(e.INVALID_PARAMETER_VALUE, f'invalid value for boolean option "{key}": {value}')
-            options[key] = _BOOLEANS[str(value).lower()]
+            from icegres.protocol.pgwire.types import parse_bool  # numpy/pyarrow: only when asked
+
+            try:
+                options[key] = "true" if parse_bool(str(value)) else "false"
+            except PgError:
+                raise PgError(e.INVALID_PARAMETER_VALUE,
+                              f'invalid value for boolean option "{key}": {value}') from None
             continue
         if key not in _POSITIVE_INT_PROPERTIES:
             continue

@@ -49,8 +49,18 @@ def page_layout(properties: dict[str, str]) -> dict[str, Any]:
 
 
 def delta_integers(properties: dict[str, str]) -> bool:
-    """Whether a table's data files get `integer_encodings` (on unless the property says off)."""
-    return properties.get(DELTA_INTEGERS, "true").strip().lower() not in ("false", "off", "no", "0")
+    """Whether a table's data files get `integer_encodings`: on unless the property says off in
+    any of PostgreSQL's boolean spellings (icegres stores 'false'; another engine may not)."""
+    value = properties.get(DELTA_INTEGERS)
+    if value is None:
+        return True
+    from icegres.protocol.pgwire.errors import PgError
+    from icegres.protocol.pgwire.types import parse_bool
+
+    try:
+        return parse_bool(value)
+    except PgError:
+        return True  # not a boolean: the default
 
 
 def _integer_width(t: pa.DataType) -> int | None:

@@ -2205,8 +2205,9 @@ _BOOL_WORDS = {
 }
 
 
-def _parse_bool(s: str) -> bool:
-    # parse_bool_with_len: any unambiguous prefix of true/false/yes/no, 'on'/'off' from two letters.
+def parse_bool(s: str) -> bool:
+    """PostgreSQL's boolean input (parse_bool_with_len): any unambiguous prefix of true/false/yes/no,
+    'on'/'off' from two letters; 22P02 otherwise."""
     w = s.strip(_PG_SPACE).lower()
     if w in _BOOL_WORDS:
         return _BOOL_WORDS[w]
@@ -2930,7 +2931,7 @@ def _convert_elements(v: list[Any], elem: PgType, settings: TextSettings) -> lis
 
 
 _TEXT_DECODERS: dict[int, Callable[[str, TextSettings], Any]] = {
-    BOOL.oid: lambda s, _: _parse_bool(s),
+    BOOL.oid: lambda s, _: parse_bool(s),
     INT2.oid: lambda s, _: _parse_int(s, INT2.oid),
     INT4.oid: lambda s, _: _parse_int(s, INT4.oid),
     INT8.oid: lambda s, _: _parse_int(s, INT8.oid),
