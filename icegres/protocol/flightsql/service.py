@@ -33,6 +33,7 @@ from icegres.protocol.flightsql import icegres_flight_pb2 as fl
 from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
 from icegres.protocol.flightsql import messages as M
 from icegres.protocol.flightsql.ipc_gather import gather
+from icegres.protocol.flightsql.pipeline import Pipeline
 from icegres.protocol.flightsql.sessions import (
     RESULTS_MAX,
     SESSIONS_MAX,
@@ -732,9 +733,9 @@ class FlightSqlService:
         """Send a result: the messages GetFlightInfo pulled, then the rest, taken from DataFusion,
         encoded and sent in a pipeline of chunks (CHUNK_BYTES).
 
-        Backpressure: a chunk is taken only when the previous one went to be encoded, encoded only
-        when the previous one went to be sent, and a send waits for the client's HTTP/2
-        flow-control window, so a slow reader holds the query at most about three chunks ahead.
+        Backpressure: taking and encoding run ahead of the sends by at most one chunk queued
+        after each (`Pipeline`), and a send waits for the client's HTTP/2 flow-control window,
+        so a slow reader holds the query at most five chunks (~40 MiB) ahead.
         A cancelled stream (client cancel, dropped connection, deadline) stops taking at the next
         batch and lets the DataFusion stream go.
         """
@@ -750,14 +751,19 @@ class FlightSqlService:
             result.source, result.first = None, []  # this DoGet owns the stream now
         # else: a complete small result, kept so that it can be fetched again
         stop = threading.Event()
-        taking: asyncio.Future[Any] | None = None
-        encoding: asyncio.Future[Any] | None = None
         sent = 0
         # The rest of the stream is made into this stream's HTTP/2 frames by the worker thread
         # and written as is (h2send.send_framed); without the patched grpclib, as messages.
         framed = h2send.framed_ok()
         h2_stream = stream._stream  # grpclib's protocol-level stream: its id, its h2 connection
         stream_id = h2_stream.id if framed else None
+
+        async def take() -> tuple[list[list[pa.RecordBatch]], bool]:
+            return await self.run_sync(take_groups, source, stop, CHUNK_BYTES)
+
+        async def encode(groups: list[list[pa.RecordBatch]]) -> tuple[list[Any], int]:
+            return await self.run_sync(encode_groups, groups, result.schema, self.compression, stream_id)
+
         try:
             if framed:
                 # The schema and what GetFlightInfo pulled (at most one message, MESSAGE_BYTES)
@@ -771,45 +777,26 @@ class FlightSqlService:
                 for message in first:
                     await stream.send_message(message)
             sent += first_rows
-
-            def take() -> asyncio.Future[Any]:
-                return asyncio.ensure_future(self.run_sync(take_groups, source, stop, CHUNK_BYTES))
-
-            def encode(groups: list[list[pa.RecordBatch]]) -> asyncio.Future[Any]:
-                return asyncio.ensure_future(self.run_sync(encode_groups, groups, result.schema,
-                                                           self.compression, stream_id))
-
-            # Three stages, each in step with the next: DataFusion fills chunk k+2 (take) while
-            # chunk k+1 is encoded (another worker thread: the two mostly run outside the GIL)
-            # and chunk k is sent. A stage starts only when the one after it took its last
-            # output, so a slow reader holds the query at most about three chunks ahead.
-            taking = take() if not exhausted and source is not None else None
-            while taking is not None or encoding is not None:
-                if encoding is None:
-                    assert taking is not None
-                    groups, done = await taking
-                    taking = None if done else take()
-                    encoding = encode(groups)
-                messages, rows = await encoding
-                encoding = None
-                if taking is not None and taking.done():
-                    groups, done = taking.result()
-                    taking = None if done else take()
-                    encoding = encode(groups)
-                for message in messages:
-                    if framed:
-                        await h2send.send_framed(h2_stream, message, M.FRAME_PAYLOAD_BYTES)
-                    else:
-                        await stream.send_message(message)
-                sent += rows
+            if exhausted or source is None:
+                return
+            # Three stages, each at its own pace: DataFusion's rows are taken (a worker thread)
+            # while the chunk before is encoded (another; the two mostly run outside the GIL)
+            # and the one before that is sent (pipeline.py: bounded, so a slow reader holds the
+            # query a few chunks ahead at most).
+            async with Pipeline(take, encode) as chunks:
+                while (chunk := await chunks.next()) is not None:
+                    messages, rows = chunk
+                    for message in messages:
+                        if framed:
+                            await h2send.send_framed(h2_stream, message, M.FRAME_PAYLOAD_BYTES)
+                        else:
+                            await stream.send_message(message)
+                    sent += rows
         except asyncio.CancelledError:
             log.info("DoGet cancelled by the client after %d rows: query stopped", sent)
             raise
         finally:
             stop.set()
-            for future in (taking, encoding):
-                if future is not None:
-                    future.cancel()
 
     # --- metadata -------------------------------------------------------------------------------
 
