@@ -183,6 +183,7 @@ def _serve(settings: Settings, *, pgwire: bool = True) -> int:
     started = time.monotonic()
     import trio
 
+    from icegres import collector
     from icegres.engine.engine import Engine
     from icegres.protocol.pgwire.errors import PgError
     from icegres.protocol.pgwire.server import PgServer
@@ -259,6 +260,7 @@ def _serve(settings: Settings, *, pgwire: bool = True) -> int:
                     if flight is not None:
                         await nursery.start(flight.serve)
                     auth = "password" if settings.users else "trust"
+                    collector.settle()
                     log.info(
                         "serving %s on %s:%d (database %s, %s auth) after %.2fs",
                         lakehouse.description, settings.host,
