@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from icegres.protocol.pgwire import results
 from icegres.protocol.pgwire.results import RowSource
@@ -66,3 +68,33 @@ def test_a_batch_of_another_schema_is_not_concatenated(monkeypatch) -> None:
     chunk = source.pull(0, encoder(calls))
     assert calls == [5, 2]
     assert (chunk.rows, chunk.exhausted) == (7, True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=st.lists(st.integers(1, 40), min_size=1, max_size=10),
+       other_schema=st.lists(st.booleans(), min_size=10, max_size=10),
+       limits=st.lists(st.integers(0, 50), min_size=1, max_size=30), encode_rows=st.integers(1, 60))
+def test_every_row_once_in_order_whatever_the_limits_and_schemas(sizes, other_schema, limits, encode_rows) -> None:
+    # A batch whose schema differs (here: int32 ids) is never concatenated with its
+    # neighbours, and a portal's row limit may cut any batch.
+    parts = [pa.record_batch([b.column(0).cast(pa.int32())], names=["id"]) if other_schema[k] else b
+             for k, b in enumerate(batches(sizes))]
+    source = RowSource(parts[0].schema, iter(parts))
+    seen: list[int] = []
+
+    def encode(batch: pa.RecordBatch) -> bytes:
+        seen.extend(batch.column(0).to_pylist())
+        return b"x" * batch.num_rows
+
+    total = sum(sizes)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(results, "ENCODE_ROWS", encode_rows)
+        for limit in [*limits, 0]:
+            before = len(seen)
+            chunk = source.pull(limit, encode)
+            assert chunk.rows == len(seen) - before == len(chunk.data)
+            assert limit == 0 or chunk.rows <= limit
+            assert chunk.exhausted == (len(seen) == total)
+            if chunk.exhausted:
+                break
+    assert seen == list(range(total))

@@ -176,12 +176,17 @@ class RowSource:
         batches = [first]
         rows, size = first.num_rows, first.nbytes
         while rows < ENCODE_ROWS and size < ENCODE_BYTES_MAX and (limit == 0 or rows < limit):
-            nxt = self.take(limit - rows if limit else 0)
+            # A whole batch first, cut to the limit only once it is known to join: cut by
+            # `take(limit)`, a batch of another schema put back would drop the rows cut off.
+            nxt = self.take(0)
             if nxt is None:
                 break
             if not nxt.schema.equals(first.schema):
                 self.pending = nxt  # encoded on its own, next time
                 break
+            if limit and nxt.num_rows > limit - rows:
+                self.pending = nxt.slice(limit - rows)
+                nxt = nxt.slice(0, limit - rows)
             batches.append(nxt)
             rows += nxt.num_rows
             size += nxt.nbytes
