@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from icegres import __version__
 from icegres.engine import errors as engine_errors
+from icegres.engine.batches import BATCH_ROWS
 from icegres.engine.catalog import Lakehouse, Listing
 from icegres.engine.insert_shape import InsertShapes
 from icegres.engine.mounts import (
@@ -80,6 +81,8 @@ def session_config(default_schema: str = "public"):
         # 250 -> 203 ms, Q5 389 -> 306 ms, Q10 337 -> 323 ms; DataFusion's defaults are 128k rows / 1 MB.
         .set("datafusion.optimizer.hash_join_single_partition_threshold", str(16 << 20))
         .set("datafusion.optimizer.hash_join_single_partition_threshold_rows", str(1 << 20))
+        # Set, not left to DataFusion's default: `Engine.rebatched` sets it back to this value.
+        .set("datafusion.execution.batch_size", str(BATCH_ROWS))
         # `::timestamptz` must plan as a zoned timestamp (OID 1184), as in PostgreSQL.
         .set("datafusion.execution.time_zone", "+00:00")
         # Identifiers fold to lower case exactly as in PostgreSQL.
@@ -125,6 +128,9 @@ class Engine:
         self.database = database
         self._master: SessionContext = SessionContext(session_config())
         self._lock = threading.Lock()
+        # Held while a DataFrame is made on the master: `rebatched` changes its batch size for
+        # that instant, and no other statement must take that setting with it.
+        self._master_lock = threading.Lock()
         self._footers = FooterCache()
         self._stores = ObjectStores(lakehouse.s3_properties(), file_cache)
         self._file_cache = file_cache
@@ -511,10 +517,27 @@ class Engine:
 
         # Planned here, executed in the master's runtime: its Parquet footer cache is shared by
         # every session, so a new client connection reads no footers the process already has.
-        ctx = shared_runtime_context(session_config(default_schema), self._master, self.scan_sets.hold)
+        ctx = shared_runtime_context(session_config(default_schema), self._master, self.scan_sets.hold,
+                                     self._master_lock)
         ctx.register_catalog_provider(DEFAULT_CATALOG, self._master.catalog(DEFAULT_CATALOG))
         self._stores.register_all(ctx)
         return ctx
+
+    def rebatched(self, df: DataFrame, rows: int) -> DataFrame:
+        """`df`'s plan as a DataFrame of the master whose scans yield `rows`-row batches
+        (batches.wide_batch_rows), with the statement's attributes. A DataFrame keeps the
+        settings its context had when it was made, so the master's batch size is set for just
+        that instant, under the lock every DataFrame made on the master takes."""
+        with self._master_lock:
+            self._master.sql(f"SET datafusion.execution.batch_size = {int(rows)}")
+            try:
+                out = self._master.create_dataframe_from_logical_plan(df.logical_plan())
+            finally:
+                self._master.sql(f"SET datafusion.execution.batch_size = {BATCH_ROWS}")
+        for name in ("icegres_hold", "icegres_repeat", "icegres_input_rows"):
+            if hasattr(df, name):
+                setattr(out, name, getattr(df, name))
+        return out
 
     @property
     def stores(self) -> ObjectStores:
@@ -907,6 +930,9 @@ class QueryContext:
         from icegres.engine.batches import CancellableBatches
 
         df = self.plan(sql, params)
+        wide = self._wide_batch_rows(sql, df)
+        if wide is not None:
+            df = self.engine.rebatched(df, wide)
         try:
             schema, stream = self.pg_schema(sql, df.schema()), df.execute_stream()
         except Exception as exc:
@@ -951,11 +977,11 @@ class QueryContext:
             return None
         return locations  # type: ignore[return-value]
 
-    def _pulls_long(self, sql: str, df: DataFrame) -> bool:
-        """`may_run_long` for this statement. The node kinds of its unoptimised plan follow from
-        its tokens and what its names resolve to (tables are always scans), so they are kept per
-        literal shape: walking the plan from Python costs ~0.1 ms a statement."""
-        from icegres.engine.batches import STREAMING_NODES, may_run_long, plan_nodes
+    def _plan_kinds(self, sql: str, df: DataFrame) -> frozenset[str]:
+        """The node kinds of the statement's unoptimised plan. They follow from its tokens and
+        what its names resolve to (tables are always scans), so they are kept per literal shape:
+        walking the plan from Python costs ~0.1 ms a statement."""
+        from icegres.engine.batches import plan_nodes
 
         key = (_literal_shape(sql), tuple(self.env.search_path))
         kinds = self._kinds.get(key)
@@ -963,10 +989,37 @@ class QueryContext:
             kinds = self._kinds[key] = frozenset(plan_nodes(df.logical_plan()))
             if len(self._kinds) > _ROUTE_CACHE_SIZE:
                 self._kinds.pop(next(iter(self._kinds)))
+        return kinds
+
+    def _pulls_long(self, sql: str, df: DataFrame) -> bool:
+        """`may_run_long` for this statement."""
+        from icegres.engine.batches import STREAMING_NODES, may_run_long
+
+        kinds = self._plan_kinds(sql, df)
         if kinds <= STREAMING_NODES:
             return False  # decided without counting the input's rows
         rows = getattr(df, "icegres_input_rows", None)
         return may_run_long(set(kinds), self._input_rows(sql) if rows is None else rows)
+
+    def _wide_batch_rows(self, sql: str, df: DataFrame) -> int | None:
+        """`wide_batch_rows` for this statement: a plain scan of many rows, read in autocommit
+        (a transaction's or the write buffer's view is planned in a context of its own)."""
+        from icegres.engine.batches import WIDE_NODES, wide_batch_rows
+
+        if self.txn is not None or self._overlay is not None:
+            return None
+        kinds = self._plan_kinds(sql, df)
+        if not kinds <= WIDE_NODES:
+            return None
+        refs = self.table_refs(sql)
+        plans = [self.engine.read_plan(*key) for key in refs or ()]
+        if not plans or any(plan is None for plan in plans):
+            return None
+        rows = sum(plan.rows for plan in plans)
+        stored = sum(plan.stored_bytes for plan in plans)
+        input_rows = getattr(df, "icegres_input_rows", None)
+        return wide_batch_rows(kinds, rows if input_rows is None else input_rows,
+                               stored / rows if rows else None)
 
     def _input_rows(self, sql: str) -> int | None:
         """Rows in the mounted snapshots of the tables `sql` may read (None: it may read any).

@@ -10,6 +10,7 @@ columns added after the file was written read as NULL.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -69,6 +70,11 @@ class ReadPlan:
     def rows(self) -> int:
         """Rows in the snapshot's data files (their manifests' record counts)."""
         return sum(int(getattr(f, "record_count", 0) or 0) for f in self.data_files.values())
+
+    @functools.cached_property
+    def stored_bytes(self) -> int:
+        """Bytes of the snapshot's data files (their manifests' file sizes)."""
+        return sum(int(getattr(f, "file_size_in_bytes", 0) or 0) for f in self.data_files.values())
 
     @functools.cached_property
     def write_schema(self) -> pa.Schema:
@@ -344,9 +350,12 @@ def is_local(path: str) -> bool:
 _SHARED_RUNTIME_CONTEXT: type | None = None
 
 
-def shared_runtime_context(config: object, runner: SessionContext, hold: Any = None) -> SessionContext:
+def shared_runtime_context(config: object, runner: SessionContext, hold: Any = None,
+                           runner_lock: Any = None) -> SessionContext:
     """A SessionContext whose queries execute in `runner`'s runtime; `hold()`, if given, is
     called before each statement is planned and its result kept by the statement's DataFrame.
+    `runner_lock`, if given, is held while the DataFrame is made on `runner` (whose settings
+    `Engine.rebatched` changes for an instant under the same lock).
 
     Each client session needs a SessionContext of its own (session-bound UDFs such as
     current_setting(), its default schema), but DataFusion keeps the Parquet footer cache in the
@@ -362,18 +371,21 @@ def shared_runtime_context(config: object, runner: SessionContext, hold: Any = N
         from datafusion import SessionContext
 
         class SharedRuntimeContext(SessionContext):
-            def __init__(self, config: object, runner: SessionContext, hold: Any = None) -> None:
+            def __init__(self, config: object, runner: SessionContext, hold: Any = None,
+                         runner_lock: Any = None) -> None:
                 super().__init__(config)
                 self._runner = runner
                 self._hold = hold
+                self._runner_lock = runner_lock if runner_lock is not None else contextlib.nullcontext()
 
             def sql(self, query, options=None, param_values=None, **named_params):  # type: ignore[override]
                 # Taken before planning, kept by the DataFrame (scan_sets.py): ibis plans here too.
                 hold = None if self._hold is None else self._hold()
                 df = super().sql(query, options, param_values, **named_params)
-                planned = self._runner.create_dataframe_from_logical_plan(df.logical_plan())
+                with self._runner_lock:
+                    planned = self._runner.create_dataframe_from_logical_plan(df.logical_plan())
                 planned.icegres_hold = hold
                 return planned
 
         _SHARED_RUNTIME_CONTEXT = SharedRuntimeContext
-    return _SHARED_RUNTIME_CONTEXT(config, runner, hold)
+    return _SHARED_RUNTIME_CONTEXT(config, runner, hold, runner_lock)

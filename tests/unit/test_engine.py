@@ -189,3 +189,41 @@ def test_a_prepare_describes_mounted_tables_without_asking_the_catalog(lake, mon
     lake.catalog.create_table(("demo", "later"), schema=pa.schema([pa.field("n", pa.int32())]))
     schema, _ = q.describe("select n from demo.later", fresh=False)  # not mounted yet: refreshed
     assert schema.names == ["n"] and refreshed[-1] == {("demo", "later")}
+
+
+def _batch_rows(stream) -> list[int]:
+    return [b.to_pyarrow().num_rows for b in stream]
+
+
+def test_a_plain_scan_of_many_rows_is_read_in_wide_batches_and_nothing_else_is(lake, monkeypatch):
+    from icegres.engine import batches
+
+    big = lake.catalog.create_table(("demo", "big"), schema=pa.schema([pa.field("id", pa.int64())]))
+    big.append(pa.table({"id": pa.array(range(40_000), pa.int64())}))
+    monkeypatch.setattr(batches, "WIDE_MIN_INPUT_ROWS", 10_000)
+    q = session(Engine(lake))
+    q.engine.refresh()
+
+    def master_batch_rows() -> int:  # what a DataFrame made on the master now gets
+        return max(b.num_rows for b in q.engine.master.sql("select * from demo.big").collect())
+
+    for text in ("select * from big", "select id + 1 from big where id % 3 <> 0"):
+        _, stream = q.start(text)
+        sizes = _batch_rows(stream)
+        assert max(sizes) > batches.BATCH_ROWS, text
+        assert master_batch_rows() == batches.BATCH_ROWS  # set back at once
+    _, stream = q.start("select * from big")
+    assert sum(_batch_rows(stream)) == 40_000
+    # A LIMIT, an aggregate and a small table keep DataFusion's batches.
+    _, stream = q.start("select * from big limit 30000")
+    assert max(_batch_rows(stream)) <= batches.BATCH_ROWS
+    assert q._wide_batch_rows("select id % 7, count(*) from big group by 1",
+                              q.plan("select id % 7, count(*) from big group by 1")) is None
+    assert q._wide_batch_rows("select * from good", q.plan("select * from good")) is None
+    # Very wide rows get fewer rows a batch, and never fewer than the default.
+    assert batches.wide_batch_rows({"TableScan"}, 10**6, 100.0) == batches.WIDE_BATCH_BYTES // 400
+    assert batches.wide_batch_rows({"TableScan"}, 10**6, 4_000.0) is None
+    assert batches.wide_batch_rows({"TableScan"}, 10**6, 1.0) == batches.WIDE_BATCH_ROWS
+    assert batches.wide_batch_rows({"TableScan", "Limit"}, 10**6, 1.0) is None
+    assert batches.wide_batch_rows({"TableScan"}, None, 1.0) is None
+    assert batches.wide_batch_rows({"TableScan"}, batches.WIDE_MIN_INPUT_ROWS - 1, 1.0) is None
