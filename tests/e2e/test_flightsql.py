@@ -202,6 +202,41 @@ def test_cancel_stops_the_stream(trust):
         time.sleep(0.1)
 
 
+def test_a_batch_whose_string_offsets_point_past_its_data_is_refused_not_a_crash(trust):
+    # Arrow's IPC reader checks that a batch's buffers fit in the message body, not what the
+    # offsets in them say: such a batch read back "fine" and the first kernel to touch it read out
+    # of bounds (SIGSEGV). pyarrow builds and sends it unvalidated, as any client could.
+    import pyarrow.flight
+
+    from icegres.protocol.flightsql import icegres_flight_sql_writes_pb2 as fsql
+    from icegres.protocol.flightsql import messages as M
+
+    data = pa.py_buffer(b"abcdef")
+    offsets = pa.array([0, 1 << 30, 4, 6], pa.int32()).buffers()[1]  # slot 1 ends 1 GiB past 6 bytes
+    bad = pa.record_batch([pa.Array.from_buffers(pa.string(), 3, [None, offsets, data])], names=["name"])
+    with pytest.raises(pa.ArrowInvalid):
+        bad.validate(full=True)
+    client = pyarrow.flight.FlightClient(trust[0])
+    ingest = fsql.CommandStatementIngest(
+        table="offsets_attack", schema="demo",
+        table_definition_options=fsql.CommandStatementIngest.TableDefinitionOptions(
+            if_not_exist=fsql.CommandStatementIngest.TableDefinitionOptions.TABLE_NOT_EXIST_OPTION_CREATE,
+            if_exists=fsql.CommandStatementIngest.TableDefinitionOptions.TABLE_EXISTS_OPTION_APPEND))
+    descriptor = pyarrow.flight.FlightDescriptor.for_command(M.pack_any(ingest))
+    writer, _ = client.do_put(descriptor, bad.schema)
+    with pytest.raises(pa.ArrowInvalid, match="(?i)invalid argument.*offset"):
+        writer.write_batch(bad)
+        writer.done_writing()
+        writer.close()
+    client.close()
+    with adbc.connect(trust[0], autocommit=True) as c, c.cursor() as cur:
+        cur.execute("select 8")
+        assert cur.fetchall() == [(8,)]
+        cur.execute("select count(*) from information_schema.tables where table_name = 'offsets_attack'")
+        assert cur.fetchall() == [(0,)]  # nothing was created from the refused stream
+    assert "Traceback" not in trust[2].read_text(errors="replace")
+
+
 # --- metadata ----------------------------------------------------------------------------------
 
 def test_get_info_and_table_types(conn):
