@@ -260,7 +260,6 @@ def _serve(settings: Settings, *, pgwire: bool = True) -> int:
                     if flight is not None:
                         await nursery.start(flight.serve)
                     auth = "password" if settings.users else "trust"
-                    collector.settle()
                     log.info(
                         "serving %s on %s:%d (database %s, %s auth) after %.2fs",
                         lakehouse.description, settings.host,
@@ -269,6 +268,8 @@ def _serve(settings: Settings, *, pgwire: bool = True) -> int:
                     )
                     if ops is not None:
                         ops.set_ready()
+                    # After the "serving" line, which tests and operators wait for.
+                    collector.settle()
                     async for _ in signals:
                         log.info("shutting down")
                         if ops is not None:
