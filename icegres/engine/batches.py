@@ -150,12 +150,28 @@ _local = threading.local()
 
 
 def run_in_scope(scope: PullScope, fn: Callable[..., T], *args: Any) -> T:
-    """In a worker thread: `fn(*args)`, its cancellable pulls under `scope`."""
+    """In a worker thread: `fn(*args)`, its cancellable pulls under `scope`. A panic inside
+    DataFusion comes back as the statement's XX000, not as itself (`is_native_panic`)."""
     _local.scope = scope
     try:
         return fn(*args)
+    except BaseException as exc:
+        if is_native_panic(exc):
+            from icegres.protocol.pgwire.errors import INTERNAL_ERROR, PgError
+
+            detail = (str(exc).strip().splitlines() or ["no message"])[0]
+            raise PgError(INTERNAL_ERROR, f"internal error in the query engine (a panic): {detail}") from None
+        raise
     finally:
         _local.scope = None
+
+
+def is_native_panic(exc: BaseException) -> bool:
+    """A Rust panic that PyO3 turned into its PanicException on the calling thread. That class
+    derives from BaseException, not Exception, so no `except Exception` on its way up — a
+    session's or an RPC's last guard — would stop it: the exception would end the server."""
+    kind = type(exc)
+    return kind.__name__ == "PanicException" and kind.__module__ == "pyo3_runtime"
 
 
 async def cancellable_job(run_sync: Callable[..., Awaitable[T]], fn: Callable[..., T], *args: Any) -> T:

@@ -108,3 +108,28 @@ def test_without_a_scope_a_pull_just_runs(ctx):
     assert next(stream).to_pyarrow().to_pylist() == [{"n": 1000}]
     with pytest.raises(StopIteration):
         next(stream)
+
+
+def test_a_native_panic_in_a_worker_job_becomes_the_statements_internal_error():
+    # PyO3 raises a Rust panic as pyo3_runtime.PanicException, a BaseException: past a front
+    # end's `except Exception` it would end the server. The real class exists only once something
+    # panicked, so a class of that name and module stands in for it.
+    from icegres.engine.batches import PullScope, is_native_panic, run_in_scope
+    from icegres.protocol.pgwire.errors import PgError
+
+    panic = type("PanicException", (BaseException,), {"__module__": "pyo3_runtime"})
+
+    def boom() -> None:
+        raise panic("index out of bounds: the len is 0 but the index is 0\nmore")
+
+    assert is_native_panic(panic("x")) and not is_native_panic(KeyboardInterrupt())
+    with pytest.raises(PgError) as caught:
+        run_in_scope(PullScope(), boom)
+    assert caught.value.sqlstate == "XX000"
+    assert caught.value.message.endswith("(a panic): index out of bounds: the len is 0 but the index is 0")
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # anything else passes through as it was
+        run_in_scope(PullScope(), interrupted)
