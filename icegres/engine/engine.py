@@ -1232,12 +1232,21 @@ _REWRITE_MARKERS = (
     "collate", "operator(", "array(", "current_user", "session_user", "current_schema",
     "current_catalog", "any(", "::name", '::"char"', "version(", "current_setting",
     "set_config", "format_type", "current_database", "bytea",
+    # DataFusion runs these, but not as PostgreSQL does: to_char reads chrono templates, and
+    # generate_series in a select list returns one list, not rows (pg_rewrite).
+    "to_char", "generate_series",
 )
+
+
+# A quoted time of day to the minute ('2024-01-01 10:00', '10:30'): DataFusion plans a cast of it
+# to a timestamp, then fails to parse it when the plan runs, past the fallback to the rewrite
+# path, which spells the seconds out (pg_rewrite.typed_literals).
+_TIME_TO_THE_MINUTE = re.compile(r"'\s*(?:\d{4,}-\d{1,2}-\d{1,2}[ T])?\d{1,2}:\d{2}(?=['\s+\-zZ])")
 
 
 def _needs_rewrite(sql: str) -> bool:
     low = sql.lower()
-    return any(marker in low for marker in _REWRITE_MARKERS)
+    return any(marker in low for marker in _REWRITE_MARKERS) or _TIME_TO_THE_MINUTE.search(sql) is not None
 
 
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_$]*")

@@ -28,7 +28,12 @@ from sqlglot.tokens import TokenType
 
 from icegres.engine import pg_catalog
 from icegres.engine.pg_functions import FUNCTION_DEFAULTS
-from icegres.protocol.pgwire.errors import UNDEFINED_OBJECT, UNDEFINED_TABLE, PgError
+from icegres.protocol.pgwire.errors import (
+    FEATURE_NOT_SUPPORTED,
+    UNDEFINED_OBJECT,
+    UNDEFINED_TABLE,
+    PgError,
+)
 
 
 class IcegresPostgres(Postgres):
@@ -39,6 +44,11 @@ class IcegresPostgres(Postgres):
     """
 
     class Parser(Postgres.Parser):
+        # to_char's template stays as written: sqlglot's own translation of it is lossy ('Day'
+        # became '%uay'); `to_char_formats` spells it for DataFusion (to_char.py).
+        FUNCTIONS = {**Postgres.Parser.FUNCTIONS,
+                     "TO_CHAR": lambda args: exp.Anonymous(this="to_char", expressions=args)}
+
         def _parse_types(self, *args: Any, **kwargs: Any) -> exp.Expr | None:
             this = super()._parse_types(*args, **kwargs)
             if isinstance(this, exp.ObjectIdentifier) and self._match_pair(
@@ -115,11 +125,24 @@ def _typed_literal_sites(
             sites.append((cast, _bytea_literal(value.this)))
         elif target == "uuid":
             sites.append((cast, _uuid_literal(value.this)))
+        elif target in _CLOCK_TYPES and (seconds := _with_seconds(value.this)) is not None:
+            sites.append((value, exp.Literal.string(seconds)))
     for node, room in _assigned_values(tree, assigned):
         number = _exact_number(node, room=room)
         if number is not None:
             sites.append((node, number))
     return sites
+
+
+_CLOCK_TYPES = frozenset({"timestamp", "timestamptz", "time"})
+# A time of day to the minute, PostgreSQL's input takes it; Arrow's parser wants the seconds.
+_TO_THE_MINUTE = re.compile(r"^(\s*(?:\d{4,}-\d{1,2}-\d{1,2}[ T])?\d{1,2}:\d{2})(?=$|[\s+\-zZ])")
+
+
+def _with_seconds(text: str) -> str | None:
+    """`text` with ':00' after its minutes when it gives a time to the minute (else None)."""
+    found = _TO_THE_MINUTE.match(text)
+    return None if found is None else found.group(1) + ":00" + text[found.end():]
 
 
 def _bytea_literal(text: str) -> exp.Expression:
@@ -325,6 +348,23 @@ def set_returning_functions(tree: exp.Expression, rw: _Rewriter) -> exp.Expressi
         if isinstance(table.this, exp.Explode):
             table.set("this", _call("unnest", table.this.this))
     return tree
+
+
+def to_char_formats(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """to_char(value, 'YYYY-MM-DD') -> to_char(value, '%Y-%m-%d'): DataFusion reads the template
+    as chrono's (to_char.py). A template that is no constant cannot be spelled before it runs:
+    refused (0A000), where DataFusion would have printed it back as chrono text."""
+    from icegres.engine.to_char import chrono_format
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Anonymous) or _func_name(node) != "to_char" or len(node.expressions) != 2:
+            return node
+        value, template = node.expressions
+        if not (isinstance(template, exp.Literal) and template.is_string):
+            raise PgError(FEATURE_NOT_SUPPORTED, "to_char with a template that is not a constant is not supported")
+        return _call("to_char", value, exp.Literal.string(chrono_format(template.this)))
+
+    return _bottom_up(tree, fn)
 
 
 # CURRENT_USER and SESSION_USER DataFusion already calls as functions (ours: pg_functions).
@@ -1380,6 +1420,7 @@ _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
     qualify_catalog_tables,
     strip_function_schemas,
     set_returning_functions,
+    to_char_formats,
     session_keywords,
     drop_collate,
     explicit_operators,
