@@ -18,6 +18,8 @@ from icegres.config import Settings, redact_uri
 from icegres.engine.lean_transaction import stage_update
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
@@ -91,11 +93,11 @@ class Lakehouse:
         data_dir = data_dir.resolve()
         warehouse = data_dir / "warehouse"
         warehouse.mkdir(parents=True, exist_ok=True)
-        catalog = SqlCatalog(
+        catalog = _first_open(lambda: SqlCatalog(
             CATALOG_NAME,
             uri=f"sqlite:///{data_dir / 'catalog.db'}",
             warehouse=warehouse.as_uri(),
-        )
+        ))
         return cls(catalog, f"sqlite catalog at {data_dir / 'catalog.db'}", data_dir / "catalog.db")
 
     @classmethod
@@ -279,6 +281,23 @@ def _transient(exc: BaseException) -> bool:
     from sqlalchemy.exc import OperationalError
 
     return isinstance(exc, requests.ConnectionError | requests.Timeout | OperationalError)
+
+
+def _first_open(open_catalog: Callable[[], Catalog]) -> Catalog:
+    """`open_catalog()`, once more after another process created the catalog's tables first.
+
+    pyiceberg creates a new SQLite catalog's tables when its probe finds none, and SQLAlchemy
+    checks and then creates: two processes opening a fresh data directory together (`icegres
+    seed` and a server, two servers) could both find none, and the second CREATE TABLE failed
+    with "table iceberg_tables already exists" — the process did not start. Opened again, the
+    probe finds the tables the other one made."""
+    for attempt in range(RETRY_ATTEMPTS):
+        try:
+            return open_catalog()
+        except Exception as exc:
+            if attempt == RETRY_ATTEMPTS - 1 or "already exists" not in str(exc):
+                raise
+    raise AssertionError("unreachable")
 
 
 def retrying(fn: Any, *args: Any) -> Any:
