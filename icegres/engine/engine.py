@@ -1232,9 +1232,10 @@ _REWRITE_MARKERS = (
     "collate", "operator(", "array(", "current_user", "session_user", "current_schema",
     "current_catalog", "any(", "::name", '::"char"', "version(", "current_setting",
     "set_config", "format_type", "current_database", "bytea",
-    # DataFusion runs these, but not as PostgreSQL does: to_char reads chrono templates, and
-    # generate_series in a select list returns one list, not rows (pg_rewrite).
-    "to_char", "generate_series",
+    # DataFusion runs these, but not as PostgreSQL does: to_char reads chrono templates,
+    # generate_series in a select list returns one list, not rows, and the others
+    # (pg_rewrite.postgres_semantics).
+    "to_char", "generate_series", "to_date", "to_timestamp", "similar to", "array_remove", "fetch ",
 )
 
 
@@ -1242,11 +1243,14 @@ _REWRITE_MARKERS = (
 # to a timestamp, then fails to parse it when the plan runs, past the fallback to the rewrite
 # path, which spells the seconds out (pg_rewrite.typed_literals).
 _TIME_TO_THE_MINUTE = re.compile(r"'\s*(?:\d{4,}-\d{1,2}-\d{1,2}[ T])?\d{1,2}:\d{2}(?=['\s+\-zZ])")
+# extract(second ...) / date_part('second', ...): DataFusion's drops the fraction (pg_rewrite).
+_SECONDS_PART = re.compile(r"(?:extract\s*\(\s*seconds?\b|date_part\s*\(\s*'seconds?')", re.IGNORECASE)
 
 
 def _needs_rewrite(sql: str) -> bool:
     low = sql.lower()
-    return any(marker in low for marker in _REWRITE_MARKERS) or _TIME_TO_THE_MINUTE.search(sql) is not None
+    return (any(marker in low for marker in _REWRITE_MARKERS) or _TIME_TO_THE_MINUTE.search(sql) is not None
+            or _SECONDS_PART.search(sql) is not None)
 
 
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_$]*")

@@ -47,7 +47,10 @@ class IcegresPostgres(Postgres):
         # to_char's template stays as written: sqlglot's own translation of it is lossy ('Day'
         # became '%uay'); `to_char_formats` spells it for DataFusion (to_char.py).
         FUNCTIONS = {**Postgres.Parser.FUNCTIONS,
-                     "TO_CHAR": lambda args: exp.Anonymous(this="to_char", expressions=args)}
+                     "TO_CHAR": lambda args: exp.Anonymous(this="to_char", expressions=args),
+                     "TO_DATE": lambda args: exp.Anonymous(this="to_date", expressions=args),
+                     "TO_TIMESTAMP": lambda args: (exp.Anonymous(this="to_timestamp", expressions=args)
+                                                   if len(args) == 2 else exp.UnixToTime(this=args[0]))}
 
         def _parse_types(self, *args: Any, **kwargs: Any) -> exp.Expr | None:
             this = super()._parse_types(*args, **kwargs)
@@ -350,21 +353,66 @@ def set_returning_functions(tree: exp.Expression, rw: _Rewriter) -> exp.Expressi
     return tree
 
 
+_TEMPLATED = frozenset({"to_char", "to_date", "to_timestamp"})
+
+
 def to_char_formats(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
-    """to_char(value, 'YYYY-MM-DD') -> to_char(value, '%Y-%m-%d'): DataFusion reads the template
-    as chrono's (to_char.py). A template that is no constant cannot be spelled before it runs:
-    refused (0A000), where DataFusion would have printed it back as chrono text."""
+    """to_char(value, 'YYYY-MM-DD') -> to_char(value, '%Y-%m-%d'), and to_date / to_timestamp
+    (text, template) likewise: DataFusion reads the template as chrono's (to_char.py). A template
+    that is no constant cannot be spelled before it runs: refused (0A000), where DataFusion would
+    have printed it back as chrono text."""
     from icegres.engine.to_char import chrono_format
 
     def fn(node: exp.Expression) -> exp.Expression:
-        if not isinstance(node, exp.Anonymous) or _func_name(node) != "to_char" or len(node.expressions) != 2:
+        name = _func_name(node) if isinstance(node, exp.Anonymous) else None
+        if name not in _TEMPLATED or len(node.expressions) != 2:
             return node
         value, template = node.expressions
         if not (isinstance(template, exp.Literal) and template.is_string):
-            raise PgError(FEATURE_NOT_SUPPORTED, "to_char with a template that is not a constant is not supported")
-        return _call("to_char", value, exp.Literal.string(chrono_format(template.this)))
+            raise PgError(FEATURE_NOT_SUPPORTED, f"{name} with a template that is not a constant is not supported")
+        return _call(name, value, exp.Literal.string(chrono_format(template.this)))
 
     return _bottom_up(tree, fn)
+
+
+def postgres_semantics(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """Constructs DataFusion runs, but otherwise than PostgreSQL (found by a differential run
+    against PostgreSQL 15):
+    - extract(second from t) keeps the fraction (DataFusion's date_part gave whole seconds);
+    - x SIMILAR TO 'a%' is SQL's regular expression, anchored (DataFusion matched it as a regex
+      as written: 'abc' SIMILAR TO 'a%' was false);
+    - array_remove removes every match (DataFusion's removes the first);
+    - FETCH FIRST n ROWS ONLY is LIMIT n (DataFusion refused it)."""
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Extract) and node.this.name.lower() in ("second", "seconds"):
+            micros = exp.Extract(this=exp.var("MICROSECOND"), expression=node.expression)
+            return exp.Div(this=micros, expression=exp.Literal.number("1e6"))
+        if isinstance(node, exp.Escape) and isinstance(node.this, exp.SimilarTo):
+            return _similar(node.this, node.expression)
+        if isinstance(node, exp.SimilarTo) and not isinstance(node.parent, exp.Escape):
+            return _similar(node, None)
+        if isinstance(node, exp.ArrayRemove):
+            return _call("array_remove_all", node.this, node.expression)
+        if isinstance(node, exp.Fetch) and not node.args.get("limit_options", exp.LimitOptions()).args.get("percent"):
+            options = node.args.get("limit_options")
+            if options is not None and options.args.get("with_ties"):
+                raise PgError(FEATURE_NOT_SUPPORTED, "FETCH ... WITH TIES is not supported")
+            return exp.Limit(expression=node.args.get("count") or exp.Literal.number(1))
+        return node
+
+    return _bottom_up(tree, fn)
+
+
+def _similar(node: exp.SimilarTo, escape: exp.Expression | None) -> exp.Expression:
+    from icegres.engine.similar_to import similar_to_regex
+
+    pattern = node.expression
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string) or (
+            escape is not None and not (isinstance(escape, exp.Literal) and escape.is_string)):
+        raise PgError(FEATURE_NOT_SUPPORTED, "SIMILAR TO with a pattern that is not a constant is not supported")
+    regex = similar_to_regex(pattern.this, "\\" if escape is None else escape.this)
+    return exp.RegexpLike(this=node.this, expression=exp.Literal.string(regex))
 
 
 # CURRENT_USER and SESSION_USER DataFusion already calls as functions (ours: pg_functions).
@@ -1421,6 +1469,7 @@ _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
     strip_function_schemas,
     set_returning_functions,
     to_char_formats,
+    postgres_semantics,
     session_keywords,
     drop_collate,
     explicit_operators,

@@ -1,0 +1,57 @@
+"""SQL's SIMILAR TO patterns as the anchored regular expression PostgreSQL matches them with.
+
+DataFusion took a SIMILAR TO pattern as a regular expression as written, so 'abc' SIMILAR TO 'a%'
+was false. PostgreSQL translates the pattern (regexp.c, similar_escape): `%` is any string, `_`
+any character, `.`, `^` and `$` are plain characters, the escape character (backslash unless
+ESCAPE names another) makes the next character plain, bracket expressions and `| * + ? { } ( )`
+keep their regex meaning, and the whole must match. Pure function.
+"""
+
+from __future__ import annotations
+
+import re
+
+from icegres.protocol.pgwire.errors import INVALID_ESCAPE_SEQUENCE, PgError
+
+
+def similar_to_regex(pattern: str, escape: str = "\\") -> str:
+    """The regular expression (Rust regex syntax) that matches what `pattern` does."""
+    if len(escape) > 1:
+        raise PgError(INVALID_ESCAPE_SEQUENCE, "invalid escape string")
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if escape and ch == escape:
+            if i + 1 < len(pattern):  # (PostgreSQL drops an escape character at the very end)
+                out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        if ch == "[":
+            end = _bracket_end(pattern, i)
+            out.append(pattern[i:end].replace("\\", "\\\\"))
+            i = end
+            continue
+        if ch == "%":
+            out.append(".*")
+        elif ch == "_":
+            out.append(".")
+        elif ch in ".^$\\":
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+        i += 1
+    return "^(?:" + "".join(out) + ")$"
+
+
+def _bracket_end(pattern: str, start: int) -> int:
+    """Where the bracket expression starting at `start` ends (after its `]`): a `]` right after
+    `[` or `[^` is one of its characters."""
+    i = start + 1
+    if i < len(pattern) and pattern[i] == "^":
+        i += 1
+    if i < len(pattern) and pattern[i] == "]":
+        i += 1
+    while i < len(pattern) and pattern[i] != "]":
+        i += 1
+    return min(i + 1, len(pattern))

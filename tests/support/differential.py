@@ -1,0 +1,38 @@
+"""One statement through icegres's engine in-process and through a real PostgreSQL, rows as text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+
+Rows = list[tuple[str | None, ...]]
+
+
+def engine_session(data_dir: Path) -> Any:
+    """A QueryContext over a fresh embedded lake holding demo.t (id bigint: 1, 2)."""
+    from icegres.engine.catalog import Lakehouse
+    from icegres.engine.engine import Engine, SessionEnv
+
+    lake = Lakehouse.embedded(data_dir)
+    lake.create_namespace_if_missing("demo")
+    t = lake.catalog.create_table(("demo", "t"), schema=pa.schema([pa.field("id", pa.int64())]))
+    t.append(pa.table({"id": pa.array([1, 2], pa.int64())}))
+    engine = Engine(lake)
+    engine.refresh()
+    return engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+
+
+def ours(qctx: Any, sql: str) -> Rows:
+    _, stream = qctx.start(sql)
+    rows: Rows = []
+    for batch in stream:
+        table = batch.to_pyarrow()
+        rows.extend(tuple(None if v is None else str(v) for v in row.values()) for row in table.to_pylist())
+    return rows
+
+
+def theirs(pg: psycopg.Connection, sql: str) -> Rows:
+    return [tuple(None if v is None else str(v) for v in row) for row in pg.execute(sql).fetchall()]
