@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from icegres.protocol.pgwire.errors import FEATURE_NOT_SUPPORTED, PgError
 
-# Numeric patterns (any case): (chrono, chrono without padding for FM).
+# Numeric patterns, in upper or lower case: (chrono, chrono without padding for FM).
 _NUMERIC: dict[str, tuple[str, str]] = {
     "HH24": ("%H", "%-H"),
     "HH12": ("%I", "%-I"),
@@ -50,7 +50,7 @@ _TEXT: dict[str, tuple[str, bool]] = {
     "am": ("%P", False),
     "pm": ("%P", False),
 }
-# PostgreSQL patterns chrono has no exact spelling for (any case).
+# PostgreSQL patterns chrono has no exact spelling for.
 _UNSUPPORTED = (
     "Y,YYY", "SSSSS", "SSSS", "MONTH", "IDDD", "A.M.", "P.M.", "B.C.", "A.D.", "FF1", "FF2", "FF3",
     "FF4", "FF5", "FF6", "YYY", "IYY", "DAY", "MON", "TZH", "TZM", "OF", "RM", "CC", "WW", "BC", "AD",
