@@ -936,7 +936,14 @@ class QueryContext:
         try:
             schema, stream = self.pg_schema(sql, df.schema()), df.execute_stream()
         except Exception as exc:
-            raise engine_errors.from_datafusion(exc) from None
+            retry = self._rewritten_after_failure(sql, params, df)
+            if retry is None:
+                raise engine_errors.from_datafusion(exc) from None
+            try:
+                df = retry
+                schema, stream = self.pg_schema(sql, df.schema()), df.execute_stream()
+            except Exception:
+                raise engine_errors.from_datafusion(exc) from None
         stream.icegres_hold = df.icegres_hold
         # A plan that may compute for long before its first batch is pulled so that a cancel can
         # end the wait (engine/batches.py).
@@ -948,6 +955,39 @@ class QueryContext:
             elif repeat not in self.engine.quick_first_pulls:
                 stream = CancellableBatches(stream, functools.partial(self.engine.note_first_pull, repeat))
         return schema, stream
+
+    def _rewritten_after_failure(self, sql: str, params: dict[str, Any] | None, failed: DataFrame) -> DataFrame | None:
+        """`sql` planned through the rewrite path after its plan as sent failed to start; None
+        when it was rewritten already, or the rewrite changes nothing or does not plan either.
+
+        DataFusion finds some faults only when it optimises and plans the physical plan, after
+        `_plan_text` took its plan as sent: EXISTS in a select list ("Physical plan does not
+        support logical expression Exists"), a typed literal its optimiser cannot parse. The
+        rewrite path spells those as DataFusion can run them; from then on the statement takes it.
+        """
+        if _needs_rewrite(sql):
+            return None
+        from icegres.engine import sql as sql_rewrite
+
+        try:
+            rewritten = sql_rewrite.rewrite_for_datafusion(sql, self)
+        except Exception:
+            return None
+        if rewritten == sql:
+            return None
+        hold = self.engine.scan_sets.hold()
+        own = getattr(self.ctx, "icegres_keep", None)
+        try:
+            df = self.ctx.sql(rewritten, param_values=params)
+        except Exception:
+            return None
+        search_path = tuple(self.env.search_path)
+        self._remember((sql, search_path), rewritten)
+        # What was kept of the failed plan: its logical plan, and its node kinds by shape.
+        self._planned.pop(getattr(failed, "icegres_repeat", None), None)
+        self._kinds.pop((_literal_shape(sql), search_path), None)
+        df.icegres_hold = (hold, own)
+        return df
 
     def _repeat_key(self, sql: str, params: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
         """What makes two runs of a statement the same work: its text, parameter values and

@@ -1,17 +1,18 @@
-"""SQL's SIMILAR TO patterns as the anchored regular expression PostgreSQL matches them with.
+r"""SQL's SIMILAR TO patterns as the anchored regular expression PostgreSQL matches them with.
 
 DataFusion took a SIMILAR TO pattern as a regular expression as written, so 'abc' SIMILAR TO 'a%'
 was false. PostgreSQL translates the pattern (regexp.c, similar_escape): `%` is any string, `_`
 any character, `.`, `^` and `$` are plain characters, the escape character (backslash unless
-ESCAPE names another) makes the next character plain, bracket expressions and `| * + ? { } ( )`
-keep their regex meaning, and the whole must match. Pure function.
+ESCAPE names another) makes the next character plain (a letter after it is a regex escape:
+`\d`, `\w`, `\s` and their kin carry over, others are refused), bracket expressions and
+`| * + ? { } ( )` keep their regex meaning, and the whole must match. Pure function.
 """
 
 from __future__ import annotations
 
 import re
 
-from icegres.protocol.pgwire.errors import INVALID_ESCAPE_SEQUENCE, PgError
+from icegres.protocol.pgwire.errors import FEATURE_NOT_SUPPORTED, INVALID_ESCAPE_SEQUENCE, PgError
 
 
 def similar_to_regex(pattern: str, escape: str = "\\") -> str:
@@ -24,7 +25,7 @@ def similar_to_regex(pattern: str, escape: str = "\\") -> str:
         ch = pattern[i]
         if escape and ch == escape:
             if i + 1 < len(pattern):  # (PostgreSQL drops an escape character at the very end)
-                out.append(re.escape(pattern[i + 1]))
+                out.append(_escaped(pattern[i + 1], pattern))
             i += 2
             continue
         if ch == "[":
@@ -42,6 +43,20 @@ def similar_to_regex(pattern: str, escape: str = "\\") -> str:
             out.append(ch)
         i += 1
     return "^(?:" + "".join(out) + ")$"
+
+
+# PostgreSQL passes an escaped character on to its regex engine as backslash + character: a
+# letter or digit is then that engine's escape. These mean the same in Rust's regex syntax.
+_SHARED_ESCAPES = frozenset("dDwWsStnr")
+
+
+def _escaped(ch: str, pattern: str) -> str:
+    if not ch.isalnum() and ch != '"':
+        return re.escape(ch)
+    if ch in _SHARED_ESCAPES:
+        return "\\" + ch
+    raise PgError(FEATURE_NOT_SUPPORTED,
+                  f"SIMILAR TO pattern {pattern!r}: the escape of {ch!r} is not supported")
 
 
 def _bracket_end(pattern: str, start: int) -> int:
