@@ -1279,18 +1279,13 @@ _REWRITE_MARKERS = (
 )
 
 
-# A quoted time of day to the minute ('2024-01-01 10:00', '10:30'): DataFusion plans a cast of it
-# to a timestamp, then fails to parse it when the plan runs, past the fallback to the rewrite
-# path, which spells the seconds out (pg_rewrite.typed_literals).
-_TIME_TO_THE_MINUTE = re.compile(r"'\s*(?:\d{4,}-\d{1,2}-\d{1,2}[ T])?\d{1,2}:\d{2}(?=['\s+\-zZ])")
 # extract(second ...) / date_part('second', ...): DataFusion's drops the fraction (pg_rewrite).
 _SECONDS_PART = re.compile(r"(?:extract\s*\(\s*seconds?\b|date_part\s*\(\s*'seconds?')", re.IGNORECASE)
 
 
 def _needs_rewrite(sql: str) -> bool:
     low = sql.lower()
-    return (any(marker in low for marker in _REWRITE_MARKERS) or _TIME_TO_THE_MINUTE.search(sql) is not None
-            or _SECONDS_PART.search(sql) is not None)
+    return any(marker in low for marker in _REWRITE_MARKERS) or _SECONDS_PART.search(sql) is not None
 
 
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_$]*")
