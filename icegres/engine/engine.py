@@ -930,7 +930,8 @@ class QueryContext:
         from icegres.engine.batches import CancellableBatches
 
         df = self.plan(sql, params)
-        wide = self._wide_batch_rows(sql, df)
+        kinds = self._plan_kinds(sql, df)
+        wide = self._wide_batch_rows(sql, df, kinds)
         if wide is not None:
             df = self.engine.rebatched(df, wide)
         try:
@@ -944,10 +945,11 @@ class QueryContext:
                 schema, stream = self.pg_schema(sql, df.schema()), df.execute_stream()
             except Exception:
                 raise engine_errors.from_datafusion(exc) from None
+            kinds = self._plan_kinds(sql, df)
         stream.icegres_hold = df.icegres_hold
         # A plan that may compute for long before its first batch is pulled so that a cancel can
         # end the wait (engine/batches.py).
-        if self._pulls_long(sql, df):
+        if self._pulls_long(sql, df, kinds):
             # A pruned plan is the only kind without the key: its literals make it rarely repeat.
             repeat = getattr(df, "icegres_repeat", None)
             if repeat is None:
@@ -1031,24 +1033,23 @@ class QueryContext:
                 self._kinds.pop(next(iter(self._kinds)))
         return kinds
 
-    def _pulls_long(self, sql: str, df: DataFrame) -> bool:
-        """`may_run_long` for this statement."""
+    def _pulls_long(self, sql: str, df: DataFrame, kinds: frozenset[str]) -> bool:
+        """`may_run_long` for this statement, whose plan has these node kinds."""
         from icegres.engine.batches import STREAMING_NODES, may_run_long
 
-        kinds = self._plan_kinds(sql, df)
         if kinds <= STREAMING_NODES:
             return False  # decided without counting the input's rows
         rows = getattr(df, "icegres_input_rows", None)
         return may_run_long(set(kinds), self._input_rows(sql) if rows is None else rows)
 
-    def _wide_batch_rows(self, sql: str, df: DataFrame) -> int | None:
-        """`wide_batch_rows` for this statement: a plain scan of many rows, read in autocommit
-        (a transaction's or the write buffer's view is planned in a context of its own)."""
+    def _wide_batch_rows(self, sql: str, df: DataFrame, kinds: frozenset[str]) -> int | None:
+        """`wide_batch_rows` for this statement, whose plan has these node kinds: a plain scan
+        of many rows, read in autocommit (a transaction's or the write buffer's view is planned
+        in a context of its own)."""
         from icegres.engine.batches import WIDE_NODES, wide_batch_rows
 
         if self.txn is not None or self._overlay is not None:
             return None
-        kinds = self._plan_kinds(sql, df)
         if not kinds <= WIDE_NODES:
             return None
         refs = self.table_refs(sql)

@@ -217,9 +217,9 @@ def test_a_plain_scan_of_many_rows_is_read_in_wide_batches_and_nothing_else_is(l
     # A LIMIT, an aggregate and a small table keep DataFusion's batches.
     _, stream = q.start("select * from big limit 30000")
     assert max(_batch_rows(stream)) <= batches.BATCH_ROWS
-    assert q._wide_batch_rows("select id % 7, count(*) from big group by 1",
-                              q.plan("select id % 7, count(*) from big group by 1")) is None
-    assert q._wide_batch_rows("select * from good", q.plan("select * from good")) is None
+    for text in ("select id % 7, count(*) from big group by 1", "select * from good"):
+        df = q.plan(text)
+        assert q._wide_batch_rows(text, df, q._plan_kinds(text, df)) is None, text
     # Very wide rows get fewer rows a batch, and never fewer than the default.
     assert batches.wide_batch_rows({"TableScan"}, 10**6, 100.0) == batches.WIDE_BATCH_BYTES // 400
     assert batches.wide_batch_rows({"TableScan"}, 10**6, 4_000.0) is None
