@@ -394,10 +394,10 @@ def postgres_semantics(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
             return _similar(node, None)
         if isinstance(node, exp.ArrayRemove):
             return _call("array_remove_all", node.this, node.expression)
-        if isinstance(node, exp.Fetch) and not node.args.get("limit_options", exp.LimitOptions()).args.get("percent"):
+        if isinstance(node, exp.Fetch):
             options = node.args.get("limit_options")
-            if options is not None and options.args.get("with_ties"):
-                raise PgError(FEATURE_NOT_SUPPORTED, "FETCH ... WITH TIES is not supported")
+            if options is not None and (options.args.get("with_ties") or options.args.get("percent")):
+                raise PgError(FEATURE_NOT_SUPPORTED, "FETCH ... WITH TIES (or PERCENT) is not supported")
             return exp.Limit(expression=node.args.get("count") or exp.Literal.number(1))
         return node
 
