@@ -57,8 +57,8 @@ QUICK_FIRST_PULL_S = 0.1
 # DataFusion's batch size for every plan (its default), and the one a plain scan of many rows gets.
 # Each batch crosses into Python on its own (a blocking `next()`, a pyarrow import, the GIL taken
 # back), and a front end's worker thread holds the query back while it does: a 10M-row DoGet
-# pulled ~1,240 batches, and with 64k-row ones it went 754 -> 647 ms p50 with ~20% less server
-# CPU (/tmp scratch A/B, two servers, one ADBC client alternating, 10 rounds). Plans that hash,
+# pulled ~1,240 batches, and with 64k-row ones for plain scans it went 741 -> 607 ms p50, server
+# CPU 0.89 -> 0.69 s (/tmp scratch A/B, two servers, one ADBC client alternating, 10 rounds). Plans that hash,
 # sort or join keep the default: there 64k-row batches made TPC-H Q1 1.10x, Q5 1.18x and Q10
 # 1.29x slower in-process (their hash tables and sorts work in cache-sized batches).
 BATCH_ROWS = 8_192
