@@ -9,6 +9,7 @@ silently different value.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -25,19 +26,20 @@ def write_schema(plan: ReadPlan) -> pa.Schema:
     return plan.write_schema
 
 
-def conform(data: pa.Table, plan: ReadPlan, key: Key) -> pa.Table:
-    """Rows in the table's column order and types; NOT NULL checked (23502), casts checked (22xxx)."""
-    return conform_to(data, write_schema(plan), key)
+def conform(data: pa.Table, plan: ReadPlan, key: Key, zone: str = "UTC") -> pa.Table:
+    """Rows in the table's column order and types; NOT NULL checked (23502), casts checked (22xxx).
+    `zone` is the session's TimeZone, in which text without an offset names a timestamptz."""
+    return conform_to(data, write_schema(plan), key, zone)
 
 
-def conform_to(data: pa.Table, target: pa.Schema, key: Key) -> pa.Table:
+def conform_to(data: pa.Table, target: pa.Schema, key: Key, zone: str = "UTC") -> pa.Table:
     """`conform` to the writer's schema `target` of table `key`."""
     arrays = []
     for f in target:
         if f.name in data.column_names:
             column = data.column(f.name)
             try:
-                column = cast(column, f.type)
+                column = cast(column, f.type, zone)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 raise _cast_error(exc, f, column.type) from None
         else:
@@ -52,7 +54,7 @@ def not_null_violation(column: str, key: Key) -> PgError:
     return PgError("23502", f'null value in column "{column}" of relation "{key[1]}" violates not-null constraint')
 
 
-def cast(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
+def cast(column: pa.ChunkedArray, to: pa.DataType, zone: str = "UTC") -> pa.ChunkedArray:
     import pyarrow.compute as pc
 
     if column.type == to:
@@ -68,7 +70,7 @@ def cast(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                     pass
             vectorised = _vector_text(column, to)
-            return vectorised if vectorised is not None else _cast_text(column, to)
+            return vectorised if vectorised is not None else _cast_text(column, to, zone)
     if None not in (_assign_kind(src), _assign_kind(to)) and _assign_kind(src) != _assign_kind(to):
         # Arrow would turn a date into its day number or true into 1; PostgreSQL has no such
         # assignment cast and says 42804 (the caller turns this error into that).
@@ -80,6 +82,11 @@ def cast(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
         column = pc.round(column, 0, round_mode=mode)
     elif pa.types.is_decimal(to) and pa.types.is_floating(src):
         return _float_to_decimal(column, to)
+    elif pa.types.is_decimal(to) and pa.types.is_integer(src):
+        # Arrow casts an integer only to a decimal with room for any value of its type (19 digits
+        # for a bigint, plus the scale); the safe cast down to the column's then checks each value.
+        wide = pa.decimal128(38, to.scale) if to.scale <= 38 - 20 else pa.decimal256(76, to.scale)
+        column = pc.cast(column, wide)
     elif pa.types.is_decimal(to) and pa.types.is_decimal(src) and src.scale > to.scale:
         # numeric(p,s) input rounds half away from zero to the column's scale.
         column = pc.round(column, to.scale, round_mode="half_towards_infinity")
@@ -166,13 +173,29 @@ def _vector_text(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray | 
     return None
 
 
-def _cast_text(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:
-    """Text literals into typed columns, as PostgreSQL's input functions would read them."""
-    from icegres.protocol.pgwire.types import decode_param, pg_type_for_arrow
+def _cast_text(column: pa.ChunkedArray, to: pa.DataType, zone: str) -> pa.ChunkedArray:
+    """Text literals into typed columns, as PostgreSQL's input functions would read them (a
+    timestamptz without an offset in the session's TimeZone `zone`)."""
+    from icegres.protocol.pgwire.types import TextSettings, decode_param, pg_type_for_arrow
 
     oid = pg_type_for_arrow(to).oid
-    values = [None if v is None else decode_param(v.encode(), oid, 0) for v in column.to_pylist()]
+    settings = TextSettings(timezone=zone)
+    values = [None if v is None else decode_param(v.encode(), oid, 0, settings) for v in column.to_pylist()]
+    if pa.types.is_decimal(to):
+        values = [None if v is None else _to_scale(v, to) for v in values]
     return pa.chunked_array([pa.array(values, type=to)], to)
+
+
+def _to_scale(value: Decimal, to: pa.DataType) -> Decimal:
+    """numeric input rounded half away from zero to the column's scale, as numeric(p,s) rounds it;
+    NaN and infinities PostgreSQL's numeric holds have no Iceberg decimal to go to."""
+    from decimal import ROUND_HALF_UP, localcontext
+
+    if not value.is_finite():
+        raise pa.ArrowInvalid(f"{value} is out of range for {to}: Iceberg decimals hold finite values only")
+    with localcontext() as exact:
+        exact.prec = 1000  # PostgreSQL's numeric precision bound: quantize never rounds elsewhere
+        return value.quantize(Decimal(1).scaleb(-to.scale), rounding=ROUND_HALF_UP)
 
 
 def _cast_error(exc: Exception, field: pa.Field, src: pa.DataType) -> PgError:

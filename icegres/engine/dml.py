@@ -236,7 +236,7 @@ def _insert_rows(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
                 raise PgError("42601", f"INSERT has more {more} than {'target columns' if more == 'expressions' else 'expressions'}")
             data = _collect(df)
         data = data.rename_columns(columns)
-    return key, conform(data, plan, key), None
+    return key, conform(data, plan, key, qctx.env.time_zone), None
 
 
 def _update(qctx: QueryContext, txn: TxnState, tree: exp.Update, params: dict[str, Any] | None) -> DmlResult:
@@ -323,7 +323,7 @@ def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None, sets
             else:
                 exprs.append(f'{alias}."{c}"')
         query = f'SELECT {", ".join(exprs)} FROM {view} AS {alias} WHERE "{FILE_COLUMN}" IN ({in_list})'
-    rows = conform(_collect(qctx.plan(query, params)), plan, key)
+    rows = conform(_collect(qctx.plan(query, params)), plan, key, qctx.env.time_zone)
     if sets and any(c in sets for c in plan.primary_key):
         _check_unique(qctx, plan, key, rows, exclude_files=tuple(matched))
     write = txn.write_for(key)

@@ -54,6 +54,9 @@ PRIVATE_CATALOG = "icegres_work"  # per-session relations (DML work tables); nev
 PRIVATE_SCHEMA = "w"
 
 
+_ENGINE_ZONE = "+00:00"  # every context's time zone as made (the master's, always)
+
+
 def session_config(default_schema: str = "public"):
     """DataFusion settings of every context."""
     from datafusion import SessionConfig
@@ -83,8 +86,9 @@ def session_config(default_schema: str = "public"):
         .set("datafusion.optimizer.hash_join_single_partition_threshold_rows", str(1 << 20))
         # Set, not left to DataFusion's default: `Engine.rebatched` sets it back to this value.
         .set("datafusion.execution.batch_size", str(BATCH_ROWS))
-        # `::timestamptz` must plan as a zoned timestamp (OID 1184), as in PostgreSQL.
-        .set("datafusion.execution.time_zone", "+00:00")
+        # `::timestamptz` must plan as a zoned timestamp (OID 1184), as in PostgreSQL. A session
+        # context is set to its session's TimeZone (`QueryContext._in_session_zone`).
+        .set("datafusion.execution.time_zone", _ENGINE_ZONE)
         # Identifiers fold to lower case exactly as in PostgreSQL.
         .set("datafusion.sql_parser.enable_ident_normalization", "true")
     )
@@ -100,6 +104,11 @@ class SessionEnv:
     settings: dict[str, str] = field(default_factory=dict)
     server_version: str = SERVER_VERSION
     relation_oid: Any = None  # set by the engine: (schema, name) -> oid
+
+    @property
+    def time_zone(self) -> str:
+        """The session's TimeZone setting: where text without an offset names a timestamptz."""
+        return self.settings.get("timezone", "UTC")
 
     @property
     def search_path(self) -> list[str]:
@@ -602,6 +611,29 @@ class QueryContext:
 
     @property
     def ctx(self) -> SessionContext:
+        return self._in_session_zone(self._current_ctx())
+
+    def _in_session_zone(self, ctx: SessionContext) -> SessionContext:
+        """`ctx` planning in the session's TimeZone: a timestamptz literal or cast without an
+        offset ('2024-07-01 12:00'::timestamptz), now() and date_trunc/extract of zoned values
+        read it as PostgreSQL does. DataFusion's config is per context, so each context is set
+        when the session's TimeZone differs from the one it was made or last set with."""
+        from icegres.protocol.pgwire.types import engine_time_zone
+
+        zone = engine_time_zone(self.env.time_zone)
+        if getattr(ctx, "icegres_zone", _ENGINE_ZONE) != zone:
+            from datafusion import SessionContext as Plain
+
+            try:  # the base class's sql: a SET runs on this context, not on the shared runner
+                Plain.sql(ctx, f"SET datafusion.execution.time_zone = '{zone}'")
+            except Exception as exc:  # a name Python's tz database has and chrono-tz has not
+                raise PgError("22023", f'time zone "{self.env.time_zone}" is not supported by the query engine',
+                              hint="SET TimeZone to an IANA name such as 'Europe/Berlin', or an offset.") from exc
+            ctx.icegres_zone = zone
+            self._planned.clear()  # plans hold the literals read in the zone they were made in
+        return ctx
+
+    def _current_ctx(self) -> SessionContext:
         if self._overlay is not None:
             return self._overlay
         if self.txn is not None and not self.txn.autocommit:

@@ -11,6 +11,7 @@ syntax error at the offending token and "end of input" one past the last charact
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -43,7 +44,7 @@ class Target:
 AMBIGUOUS_COLUMN = "42702"
 
 # Ordered: the first pattern that matches the DataFusion message decides the SQLSTATE.
-_RULES: tuple[tuple[re.Pattern[str], str, str | None], ...] = (
+_RULES: tuple[tuple[re.Pattern[str], str, str | Callable[..., str] | None], ...] = (
     (re.compile(r'unrecognized configuration parameter "([^"]+)"'), e.UNDEFINED_OBJECT, 'unrecognized configuration parameter "{0}"'),
     (re.compile(r"table '(?:datafusion\.)?([^']+)' not found"), e.UNDEFINED_TABLE, 'relation "{0}" does not exist'),
     (re.compile(r"No field named ([^.\s]+(?:\.[^.\s]+)*)\."), e.UNDEFINED_COLUMN, 'column {0} does not exist'),
@@ -55,8 +56,21 @@ _RULES: tuple[tuple[re.Pattern[str], str, str | None], ...] = (
     (re.compile(r"ParserError\(\"(.*?)\"?\)?$", re.S), e.SYNTAX_ERROR, "syntax error: {0}"),
     (re.compile(r"ParserError|sql parser error", re.I), e.SYNTAX_ERROR, None),
     (re.compile(r"TokenizerError\(\"(.*?)\"?\)?$", re.S), e.SYNTAX_ERROR, "syntax error: {0}"),
+    (re.compile(r"Correlated scalar subquery must be aggregated"), e.FEATURE_NOT_SUPPORTED,
+     "a correlated subquery used as a value must aggregate what it selects in icegres "
+     "(for example max(...)), so that it returns at most one row"),
     (re.compile(r"Divide by zero|division by zero", re.I), e.DIVISION_BY_ZERO, "division by zero"),
-    (re.compile(r"Cannot cast string '([^']*)' to value of (\w+)"), e.INVALID_TEXT_REPRESENTATION, 'invalid input syntax for type {1}: "{0}"'),
+    (re.compile(r"Cannot cast string '([^']*)' to value of (\w+)"), e.INVALID_TEXT_REPRESENTATION,
+     lambda value, arrow: f'invalid input syntax for type {_ARROW_TYPE_NAMES.get(arrow, arrow)}: "{value}"'),
+    # A number that does not fit the type it is cast to: PostgreSQL's "integer out of range".
+    (re.compile(r"Can't cast value -?\d+ to type Int16|value of -?\d+ is out of range Int16"),
+     e.NUMERIC_OUT_OF_RANGE, "smallint out of range"),
+    (re.compile(r"Can't cast value -?\d+ to type Int32|value of -?\d+ is out of range Int32"),
+     e.NUMERIC_OUT_OF_RANGE, "integer out of range"),
+    (re.compile(r"Can't cast value -?\d+ to type Int64|value of -?\d+ is out of range Int64"),
+     e.NUMERIC_OUT_OF_RANGE, "bigint out of range"),
+    (re.compile(r"is too large to store in a Decimal(?:128|256) of precision"), e.NUMERIC_OUT_OF_RANGE,
+     "numeric field overflow"),
     (re.compile(r"Cast error|Cannot cast|Parser error", re.I), e.INVALID_TEXT_REPRESENTATION, None),
     (re.compile(r"overflow", re.I), e.NUMERIC_OUT_OF_RANGE, None),
     (re.compile(r"not implemented|Unsupported|not supported", re.I), e.FEATURE_NOT_SUPPORTED, None),
@@ -64,9 +78,17 @@ _RULES: tuple[tuple[re.Pattern[str], str, str | None], ...] = (
     (re.compile(r"Resources exhausted", re.I), "53200", None),
 )
 
+# Arrow's names for the types DataFusion casts text to, as PostgreSQL names them in messages.
+_ARROW_TYPE_NAMES = {"Int16": "smallint", "Int32": "integer", "Int64": "bigint", "Float32": "real",
+                     "Float64": "double precision", "Boolean": "boolean", "Date32": "date",
+                     "Decimal128": "numeric", "Decimal256": "numeric"}
+
 
 def _clean(message: str) -> str:
     message = message.strip()
+    # "Optimizer rule '...' failed / caused by / <the fault>": the innermost cause says what is wrong.
+    if "\ncaused by\n" in message:
+        message = message.rsplit("\ncaused by\n", 1)[1].strip()
     # DataFusion wraps messages as 'DataFusion error: Error during planning: ...'; clients want the last part.
     for prefix in ("DataFusion error: ", "Error during planning: ", "Schema error: ", "Execution error: ",
                    "Optimizer rule '", "External error: ", "Arrow error: "):
@@ -88,7 +110,10 @@ def from_datafusion(exc: BaseException, sql: str | None = None, *, verbatim: boo
     for pattern, sqlstate, template in _RULES:
         m = pattern.search(text)
         if m:
-            msg = template.format(*m.groups()) if template else _clean(text)
+            if template is None:
+                msg = _clean(text)
+            else:
+                msg = template(*m.groups()) if callable(template) else template.format(*m.groups())
             err = PgError(sqlstate, msg)
             break
     else:

@@ -350,7 +350,25 @@ def set_returning_functions(tree: exp.Expression, rw: _Rewriter) -> exp.Expressi
     for table in tree.find_all(exp.Table):
         if isinstance(table.this, exp.Explode):
             table.set("this", _call("unnest", table.this.this))
+        if _func_name(table.this) == "generate_series":
+            _name_series_column(table)
+    for unnest in tree.find_all(exp.Unnest):
+        alias = unnest.args.get("alias")
+        # unnest(array) u in FROM: one column, named u (PostgreSQL names a scalar function's
+        # column after the table alias).
+        if alias is not None and alias.this and not alias.columns and len(unnest.expressions) == 1:
+            alias.set("columns", [alias.this.copy()])
     return tree
+
+
+def _name_series_column(table: exp.Table) -> None:
+    """PostgreSQL names the column of `generate_series(...) g` after its alias, and of a bare
+    `generate_series(...)` after the function; DataFusion calls it `value` either way."""
+    alias = table.args.get("alias")
+    if alias is not None and alias.columns:
+        return
+    name = alias.this.copy() if alias is not None and alias.this else exp.to_identifier("generate_series")
+    table.set("alias", exp.TableAlias(this=name, columns=[name.copy()]))
 
 
 _TEMPLATED = frozenset({"to_char", "to_date", "to_timestamp"})

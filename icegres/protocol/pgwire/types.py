@@ -383,6 +383,19 @@ def _zone(name: str) -> _Zone:
     return _Zone(None, info, trans, offs, periodic_from)
 
 
+def engine_time_zone(name: str) -> str:
+    """The session TimeZone `name` as DataFusion's `execution.time_zone` spells it: an IANA name
+    as is, UTC and PostgreSQL's numeric spellings as a fixed "+HH:MM" (seconds east, rounded to
+    the minute: Arrow's offsets have no seconds)."""
+    key = name.strip()
+    fixed = 0 if key.upper() in _UTC_NAMES else _fixed_offset_zone(key)
+    if fixed is None:
+        return key
+    sign = "-" if fixed < 0 else "+"
+    minutes = round(abs(fixed) / 60)
+    return f"{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+
+
 def _fixed_offset_zone(key: str) -> int | None:
     """Offset (seconds east) for PostgreSQL's numeric TimeZone spellings, else None.
 

@@ -192,9 +192,10 @@ async def copy_from(session: Session, stmt: Statement) -> None:
 
     def rows_of(txn: TxnState) -> tuple[tuple[str, str], pa.Table, bool]:
         key, names, schema = target_info(txn)
-        table = parse_copy(b"".join(chunks), fmt, names, schema)
+        zone = qctx.env.time_zone
+        table = parse_copy(b"".join(chunks), fmt, names, schema, zone)
         plan = dml._plan_of(txn, key)
-        return key, assign.conform(table, plan, key), bool(plan.primary_key)
+        return key, assign.conform(table, plan, key, zone), bool(plan.primary_key)
 
     def load(txn: TxnState) -> int:
         key, rows, _ = rows_of(txn)
@@ -217,8 +218,9 @@ async def copy_from(session: Session, stmt: Statement) -> None:
     session.send(m.command_complete(f"COPY {count}"))
 
 
-def parse_copy(data: bytes, fmt: Any, names: list[str], schema: pa.Schema) -> pa.Table:
-    """COPY text or CSV bytes -> an Arrow table of the named columns, typed as the table's."""
+def parse_copy(data: bytes, fmt: Any, names: list[str], schema: pa.Schema, zone: str = "UTC") -> pa.Table:
+    """COPY text or CSV bytes -> an Arrow table of the named columns, typed as the table's (a
+    timestamptz without an offset read in the session's TimeZone `zone`)."""
     from icegres.engine.assign import cast as _cast
 
     fields = copy_fields(data, fmt, names)
@@ -226,7 +228,7 @@ def parse_copy(data: bytes, fmt: Any, names: list[str], schema: pa.Schema) -> pa
     columns = {}
     for name, strings in zip(names, fields, strict=True):
         try:
-            columns[name] = _cast(strings, by_name[name])
+            columns[name] = _cast(strings, by_name[name], zone)
         except PgError:
             raise
         except Exception as exc:
