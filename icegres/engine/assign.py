@@ -78,8 +78,14 @@ def cast(column: pa.ChunkedArray, to: pa.DataType, zone: str = "UTC") -> pa.Chun
     if pa.types.is_integer(to) and (pa.types.is_decimal(src) or pa.types.is_floating(src)):
         # PostgreSQL rounds where Arrow refuses ("truncated"): numeric half away from zero
         # (numeric_int8), float8 half to even (rint in dtoi8). 3.7 into an int column is 4.
+        if pa.types.is_decimal(src) and src.precision < 38:
+            column = pc.cast(column, pa.decimal128(38, src.scale))  # room for the carry: 0.5 -> 1
         mode = "half_towards_infinity" if pa.types.is_decimal(src) else "half_to_even"
         column = pc.round(column, 0, round_mode=mode)
+    elif pa.types.is_floating(to) and pa.types.is_decimal(src):
+        # Through the digits: Arrow scales by a power of ten in floating point (1.15 became
+        # 1.1500000000000001); parsing the decimal's text rounds once, as float8(numeric) does.
+        return pc.cast(pc.cast(column, pa.string()), to)
     elif pa.types.is_decimal(to) and pa.types.is_floating(src):
         return _float_to_decimal(column, to)
     elif pa.types.is_decimal(to) and pa.types.is_integer(src):

@@ -203,6 +203,25 @@ def _insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[st
     return DmlResult(f"INSERT 0 {rows.num_rows}", returning)
 
 
+def _values_as_selects(source: exp.Expression) -> exp.Expression:
+    """VALUES rows holding a subquery, as one SELECT per row (UNION ALL): DataFusion 55 plans
+    `VALUES (1, (SELECT max(n) FROM t))` and then fails to run it ("ScalarSubqueryExpr evaluated
+    before the subquery was executed"); in a select list the same subquery runs."""
+    import sqlglot.expressions as exp
+
+    from icegres.engine.pg_rewrite import exact_number
+
+    if not isinstance(source, exp.Values) or source.find(exp.Subquery) is None:
+        return source
+    # The rewrite reads the numeric literals of VALUES exactly, not those of a UNION: done here.
+    rows = [exp.select(*(exact_number(e, room=False) or e.copy() for e in row.expressions))
+            for row in source.expressions]
+    out: exp.Expression = rows[0]
+    for row in rows[1:]:
+        out = exp.union(out, row, distinct=False)
+    return out
+
+
 def _insert_rows(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
                  params: dict[str, Any] | None) -> tuple[Key, pa.Table, InsertShape | None]:
     """The target and the conformed rows an INSERT adds (nothing written), and the recipe that
@@ -225,7 +244,7 @@ def _insert_rows(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
         # target columns' types (Parse inferred them from the columns), so they convert as they are.
         return key, rows, shape
     else:
-        source_sql = _sql(source)
+        source_sql = _sql(_values_as_selects(source))
         # Outside a transaction block the source also sees the write buffer's acked rows.
         with qctx.buffered_reads(qctx.buffered_entries(source_sql)):
             df = qctx.plan(source_sql, params)
@@ -282,12 +301,6 @@ def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None, sets
     plan = _plan_of(txn, key)
     alias = alias or f'"{key[1]}"'
     where = f" WHERE {cond}" if cond else ""
-    if sets:
-        # Assignments take the column's type, as PostgreSQL's assignment casts do: a literal is
-        # read as that type (exact decimals; 'abc' into an int column is an error even if no
-        # row matches), and a CASE over a double column is not widened to the literal's type.
-        types = {f.name: f.type for f in plan.schema}
-        sets = {c: assignment(e, types[c]) for c, e in sets.items()}
     if not plan.files or sets:
         # PostgreSQL resolves every name before it looks at a row: an unknown column in WHERE or
         # SET is 42703 even when no file (or no row) matches. Planning alone checks that.
@@ -296,6 +309,13 @@ def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None, sets
         from icegres.engine.mounts import to_dataframe
 
         checked = qctx.register_private("target", to_dataframe(qctx.ctx, replace(plan, files=())))
+        if sets:
+            # Assignments take the column's type, as PostgreSQL's assignment casts do: a literal
+            # is read as that type (exact decimals; 'abc' into an int column is an error even if
+            # no row matches), and a CASE over a double column is not widened to the literal's.
+            types = {f.name: f.type for f in plan.schema}
+            sets = _rounded_into_integers(qctx, f"{checked} AS {alias}", sets, types, params)
+            sets = {c: assignment(e, types[c]) for c, e in sets.items()}
         exprs = ", ".join(sets.values()) if sets else "1"
         # Executing over no rows still runs the optimizer, whose constant folding reads literals.
         _collect(qctx.plan(f"SELECT {exprs} FROM {checked} AS {alias}{where}", params))
@@ -331,6 +351,43 @@ def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None, sets
     write, orphans = write.rewrite(set(matched), new_files, rows.num_rows)
     txn.stage(write, orphans)
     return count
+
+
+def _rounded_into_integers(qctx: QueryContext, source: str, sets: dict[str, str], types: dict[str, pa.DataType],
+                           params: dict[str, Any] | None) -> dict[str, str]:
+    """SET values of integer columns whose type is fractional, rounded as PostgreSQL rounds them
+    into an integer (DataFusion's cast truncates: `SET n = n * 1.5` stored 22 for 15, not 23).
+
+    PostgreSQL rounds numeric half away from zero and float8 half to even. DataFusion reads a
+    decimal literal as a double, so a double value is taken for numeric, as PostgreSQL types
+    it, unless it reads a real or double column (which makes PostgreSQL's expression float8).
+    """
+    integer = [c for c in sets if pa.types.is_integer(types[c])]
+    if not integer:
+        return sets
+    planned = qctx.plan(f"SELECT {', '.join(sets[c] for c in integer)} FROM {source}", params).schema()
+    floats = {name for name, t in types.items() if pa.types.is_floating(t)}
+    out = dict(sets)
+    for c, field in zip(integer, planned, strict=True):
+        value = sets[c]
+        if pa.types.is_floating(field.type) and floats and _reads_any(value, floats):
+            out[c] = (f"CASE WHEN abs(({value}) - trunc({value})) = 0.5 THEN 2 * round(({value}) / 2) "
+                      f"ELSE round({value}) END")
+        elif pa.types.is_floating(field.type) or pa.types.is_decimal(field.type):
+            out[c] = f"round({value})"
+    return out
+
+
+def _reads_any(sql: str, columns: set[str]) -> bool:
+    """Whether the expression `sql` names one of `columns` (any qualifier); True if unparsable."""
+    import sqlglot
+    import sqlglot.expressions as exp
+
+    try:
+        tree = sqlglot.parse_one(sql, read="postgres")
+    except sqlglot.errors.SqlglotError:
+        return True
+    return any(col.name in columns for col in tree.find_all(exp.Column))
 
 
 def _check_unique(qctx: QueryContext, plan: ReadPlan, key: Key, rows: pa.Table, exclude_files: tuple[str, ...]) -> None:

@@ -131,7 +131,7 @@ def _typed_literal_sites(
         elif target in _CLOCK_TYPES and (seconds := _with_seconds(value.this)) is not None:
             sites.append((value, exp.Literal.string(seconds)))
     for node, room in _assigned_values(tree, assigned):
-        number = _exact_number(node, room=room)
+        number = exact_number(node, room=room)
         if number is not None:
             sites.append((node, number))
     return sites
@@ -202,7 +202,7 @@ _DECIMAL_DIGITS_MAX = 76
 _INT64 = range(-(2**63), 2**63)
 
 
-def _exact_number(node: exp.Expression, *, room: bool) -> exp.Expression | None:
+def exact_number(node: exp.Expression, *, room: bool) -> exp.Expression | None:
     """A numeric literal (maybe negated) as an exact decimal, if DataFusion's float64 (or
     UInt64) reading would differ from PostgreSQL's numeric; else None.
 

@@ -85,6 +85,56 @@ def test_values_are_assigned_to_numeric_columns_as_postgresql_assigns_them(
     """, ("dd.t",))
 
 
+def test_fractions_assigned_to_integer_columns_round_as_postgresql_rounds_them(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """numeric half away from zero, float8 half to even; DataFusion's cast truncates."""
+    _play(icegres, real_postgres, """
+        create table dd.r (id bigint, n int, b bigint, f double precision, x numeric(6,2))
+        insert into dd.r values (1, 15, 15, 2.5, 2.5), (2, -15, 9007199254740993, 3.5, -2.5)
+        insert into dd.r values (3, 0.5, 7, -2.5, 0.5), (4, -0.5, 1.15, 1.15, 0.3)
+        insert into dd.r select 5, 4.5, -4.5, 0.3, 0.55
+        update dd.r set n = n * 1.5
+        update dd.r set n = f where id = 1
+        update dd.r set n = f * 1 where id = 2
+        update dd.r set b = b + 0 where id = 2
+        update dd.r set n = x
+        update dd.r set b = x * 3
+        update dd.r set n = 2.5 where id = 3
+        update dd.r set n = -2.5 where id = 2
+        update dd.r set b = 1.5e3 where id > 3
+        update dd.r set n = 'abc' where id = 99
+        update dd.r set n = '7' where id = 1
+        update dd.r set n = 1e10 where id = 1
+        update dd.r set f = 1.15, x = 1.15 where id = 1
+        update dd.r set f = x where id = 3
+    """, ("dd.r",))
+
+
+def test_values_rows_may_hold_subqueries(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    _play(icegres, real_postgres, """
+        create table dd.v (id bigint, n int, s text)
+        insert into dd.v values (1, 1, 'a'), (2, 5, 'b')
+        insert into dd.v values (13, (select max(n) from dd.v), (select min(s) from dd.v))
+        insert into dd.v values (14, (select count(*) from dd.v), 'x'), (15, 2.5, (select max(s) from dd.v))
+        insert into dd.v values (16, (select n from dd.v where id = 1), 'y')
+        insert into dd.v values (17, (select n from dd.v), 'y')
+        insert into dd.v values ((select max(id) + 1 from dd.v), 1, 'z')
+    """, ("dd.v",))
+
+
+def test_relative_date_words_are_read_in_the_sessions_time_zone(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """'today', 'tomorrow' and 'yesterday', midnights in the session's TimeZone."""
+    _play(icegres, real_postgres, """
+        create table dd.w (id bigint, d date, ts timestamp, tz timestamptz)
+        set timezone = 'Pacific/Kiritimati'
+        insert into dd.w values (1, 'today', 'tomorrow', 'yesterday')
+        insert into dd.w values (2, 'yesterday', 'today', 'today')
+        set timezone = 'America/Los_Angeles'
+        insert into dd.w values (3, 'tomorrow', 'yesterday', 'tomorrow')
+    """, ("dd.w",))
+
+
 def test_timestamptz_text_is_read_in_the_sessions_time_zone(
         icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
     _play(icegres, real_postgres, """

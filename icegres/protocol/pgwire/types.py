@@ -2496,6 +2496,20 @@ def _local_to_offset(zone: _Zone, local_us: int) -> int:
     return zone.offset_at(local_us - off * _US_PER_S)
 
 
+# PostgreSQL's special date/time input words relative to the present (besides 'epoch').
+_RELATIVE_DAYS = {"today": 0, "tomorrow": 1, "yesterday": -1}
+
+
+def _local_now_us(settings: TextSettings, word: str) -> int:
+    """'now', 'today', 'tomorrow' or 'yesterday' as the session's wall clock: microseconds since
+    1970-01-01 00:00 in its TimeZone (the days at midnight)."""
+    utc_us = _naive_us(datetime.now(UTC).replace(tzinfo=None))
+    local = utc_us + _zone(settings.timezone).offset_at(utc_us) * _US_PER_S
+    if word == "now":
+        return local
+    return (local // _US_PER_DAY + _RELATIVE_DAYS[word]) * _US_PER_DAY
+
+
 def _parse_timestamp(s: str, with_tz: bool, settings: TextSettings) -> datetime | _Unrepresentable:
     type_name = "timestamp with time zone" if with_tz else "timestamp without time zone"
     w = s.strip(_PG_SPACE).lower()
@@ -2505,6 +2519,13 @@ def _parse_timestamp(s: str, with_tz: bool, settings: TextSettings) -> datetime 
         return _Unrepresentable(
             f"infinite timestamps are not supported in icegres parameters: {_quote(s)}"
         )
+    if w == "now" and with_tz:
+        return datetime.now(UTC)
+    if w == "now" or w in _RELATIVE_DAYS:
+        local = _local_now_us(settings, w)
+        if not with_tz:
+            return _datetime_from_us(local, None, s)
+        return _datetime_from_us(local - _local_to_offset(_zone(settings.timezone), local) * _US_PER_S, UTC, s)
     m = _TIMESTAMP_RE.fullmatch(w)
     if not m:
         raise _invalid(type_name, s, INVALID_DATETIME_FORMAT)
@@ -2537,6 +2558,8 @@ def _parse_date(s: str, settings: TextSettings) -> date | _Unrepresentable:
     w = s.strip(_PG_SPACE).lower()
     if w == "epoch":
         return date(1970, 1, 1)
+    if w == "now" or w in _RELATIVE_DAYS:
+        return date.fromordinal(_local_now_us(settings, w) // _US_PER_DAY + 719_163)
     if w in ("infinity", "+infinity", "-infinity"):
         return _Unrepresentable(
             f"infinite dates are not supported in icegres parameters: {_quote(s)}"
