@@ -266,14 +266,15 @@ def _update(qctx: QueryContext, txn: TxnState, tree: exp.Update, params: dict[st
     key = _target(qctx, txn, tree.this)
     plan = _plan_of(txn, key)
     names = {f.name for f in plan.schema}
-    sets: dict[str, str] = {}
+    tree = tree.copy()  # the parse is shared (`parse`); its SET values are bounded in place
+    sets: dict[str, exp.Expression] = {}
     for set_item in tree.expressions:
         name = set_item.this.name
         if name not in names:
             raise PgError("42703", f'column "{name}" of relation "{key[1]}" does not exist')
         if name in sets:
             raise PgError("42601", f'multiple assignments to same column "{name}"')
-        sets[name] = _sql(set_item.expression)
+        sets[name] = set_item.expression
     where = tree.args.get("where")
     cond = _sql(where.this) if where is not None else None
     count = _rewrite(qctx, txn, key, cond, sets, params, delete=False, alias=_alias(tree.this, key))
@@ -295,13 +296,16 @@ def _delete(qctx: QueryContext, txn: TxnState, tree: exp.Delete, params: dict[st
 # --- copy-on-write ----------------------------------------------------------------------------
 
 
-def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None, sets: dict[str, str] | None,
-             params: dict[str, Any] | None, *, delete: bool, alias: str | None = None) -> int:
-    """Rewrite exactly the data files that hold rows matching `cond`; returns the row count."""
+def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None,
+             assigned: dict[str, exp.Expression] | None, params: dict[str, Any] | None, *, delete: bool,
+             alias: str | None = None) -> int:
+    """Rewrite exactly the data files that hold rows matching `cond` (setting the columns of
+    `assigned` to their values there); returns the row count."""
+    sets: dict[str, str] | None = None
     plan = _plan_of(txn, key)
     alias = alias or f'"{key[1]}"'
     where = f" WHERE {cond}" if cond else ""
-    if not plan.files or sets:
+    if not plan.files or assigned:
         # PostgreSQL resolves every name before it looks at a row: an unknown column in WHERE or
         # SET is 42703 even when no file (or no row) matches. Planning alone checks that.
         from dataclasses import replace
@@ -309,7 +313,8 @@ def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None, sets
         from icegres.engine.mounts import to_dataframe
 
         checked = qctx.register_private("target", to_dataframe(qctx.ctx, replace(plan, files=())))
-        if sets:
+        if assigned:
+            sets = _bounded(qctx, f"{checked} AS {alias}", assigned, params)
             # Assignments take the column's type, as PostgreSQL's assignment casts do: a literal
             # is read as that type (exact decimals; 'abc' into an int column is an error even if
             # no row matches), and a CASE over a double column is not widened to the literal's.
@@ -351,6 +356,23 @@ def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None, sets
     write, orphans = write.rewrite(set(matched), new_files, rows.num_rows)
     txn.stage(write, orphans)
     return count
+
+
+def _bounded(qctx: QueryContext, source: str, assigned: dict[str, exp.Expression],
+             params: dict[str, Any] | None) -> dict[str, str]:
+    """The SET values as SQL, their integer `+ - *` computed so that overflow is 22003 rather
+    than a wrapped value (checked_arith.py); `source` is the target table, for their types."""
+    from icegres.engine.checked_arith import arithmetic_nodes, check_overflow
+
+    nodes = [node for value in assigned.values() for node in arithmetic_nodes(value)]
+    if nodes:
+        # A value that is itself a `+ - *` is replaced in its SET item: read each back from there.
+        holders = {c: (value.parent, value.arg_key) for c, value in assigned.items()}
+        probe = ", ".join(f'{_sql(node)} AS "_{i}"' for i, node in enumerate(nodes))
+        types = [f.type for f in qctx.plan(f"SELECT {probe} FROM {source}", params).schema()]
+        check_overflow(nodes, types)
+        assigned = {c: parent.args[key] for c, (parent, key) in holders.items()}
+    return {c: _sql(value) for c, value in assigned.items()}
 
 
 def _rounded_into_integers(qctx: QueryContext, source: str, sets: dict[str, str], types: dict[str, pa.DataType],

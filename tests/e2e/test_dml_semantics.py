@@ -110,6 +110,27 @@ def test_fractions_assigned_to_integer_columns_round_as_postgresql_rounds_them(
     """, ("dd.r",))
 
 
+def test_integer_overflow_in_an_update_is_an_error_not_a_wrapped_value(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    _play(icegres, real_postgres, """
+        create table dd.o (id bigint, n int, m int, big bigint, d date, f double precision)
+        insert into dd.o values (1, 2147483647, 2, 9223372036854775807, '2024-01-01', 1.5)
+        insert into dd.o values (2, 46341, 46341, -9223372036854775808, '2024-02-01', 2)
+        update dd.o set n = n + 1 where id = 1
+        update dd.o set n = n * m where id = 2
+        update dd.o set big = big + 1 where id = 1
+        update dd.o set big = big - 1 where id = 2
+        update dd.o set big = big * 2 where id = 1
+        update dd.o set big = n * m where id = 2
+        update dd.o set big = -big where id = 2
+        update dd.o set n = n - 1, m = m * 3 + 1 where id = 1
+        update dd.o set d = d + 1, big = big - (select count(*) from dd.o) where id = 1
+        update dd.o set f = f * 2 + n where id = 1
+        update dd.o set m = m + m + m where id = 2
+        update dd.o set n = (n + 1) / 2 where id = 2
+    """, ("dd.o",))
+
+
 def test_values_rows_may_hold_subqueries(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
     _play(icegres, real_postgres, """
         create table dd.v (id bigint, n int, s text)
