@@ -211,7 +211,9 @@ def _setting_value(raw: str) -> str | None:
 
 
 def _split_list(raw: str) -> list[str]:
-    items, cur, quote = [], [], None
+    """`raw` split at its top-level commas: not within quotes, nor within parentheses (COPY's
+    `force_quote (a, b)`)."""
+    items, cur, quote, depth = [], [], None, 0
     for ch in raw:
         if quote:
             cur.append(ch)
@@ -220,10 +222,11 @@ def _split_list(raw: str) -> list[str]:
         elif ch in "'\"":
             quote = ch
             cur.append(ch)
-        elif ch == ",":
+        elif ch == "," and depth == 0:
             items.append("".join(cur))
             cur = []
         else:
+            depth += {"(": 1, ")": -1}.get(ch, 0)
             cur.append(ch)
     items.append("".join(cur))
     return items
@@ -390,6 +393,14 @@ def _copy_options(rest: str) -> dict[str, str]:
         elif t in ("DELIMITER", "NULL", "QUOTE", "ESCAPE") and i + 1 < len(tokens):
             opts[t.lower()] = _setting_value(tokens[i + 1]) or ""
             i += 1
+        elif t == "FORCE" and i + 1 < len(tokens) and tokens[i + 1].upper() == "QUOTE":
+            # FORCE QUOTE * | FORCE QUOTE a, b
+            i += 2
+            names = [tokens[i]] if i < len(tokens) else []
+            while i + 1 < len(tokens) and (names[-1].endswith(",") or tokens[i + 1].startswith(",")):
+                i += 1
+                names.append(tokens[i])
+            opts["force_quote"] = " ".join(names)
         elif t == "AS":
             pass
         i += 1

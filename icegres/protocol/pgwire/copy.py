@@ -19,6 +19,12 @@ def _truthy(value: str | None) -> bool:
     return (value or "").lower() in ("true", "on", "1", "yes", "")
 
 
+def _column_name(text: str) -> str:
+    """A column name as written in a COPY option: quoted keeps its case, unquoted folds."""
+    text = text.strip()
+    return text[1:-1].replace('""', '"') if text.startswith('"') and text.endswith('"') else text.lower()
+
+
 class CopyFormat:
     """How one COPY renders a row of text values."""
 
@@ -34,10 +40,26 @@ class CopyFormat:
         self.header = "header" in options and _truthy(options.get("header"))
         if len(self.delimiter) != 1:
             raise PgError("22023", "COPY delimiter must be a single one-byte character")
+        # FORCE_QUOTE (a, b) or *: those columns' non-NULL values are always quoted (CSV only).
+        forced = options.get("force_quote")
+        if forced is not None and not self.csv:
+            raise PgError(FEATURE_NOT_SUPPORTED, "COPY FORCE_QUOTE is available only in CSV mode")
+        self._force_all = forced is not None and forced.strip() == "*"
+        self._forced = set() if forced is None or self._force_all else {
+            _column_name(name) for name in forced.strip().strip("()").split(",") if name.strip()}
+        self.force: list[bool] = []  # per column, set by `columns`
 
-    def line(self, values: list[str | None]) -> str:
+    def columns(self, names: list[str]) -> None:
+        """The output's column names, for FORCE_QUOTE; 42703 for a forced name not among them."""
+        missing = self._forced - set(names)
+        if missing:
+            raise PgError("42703", f'FORCE_QUOTE column "{sorted(missing)[0]}" is not referenced by COPY')
+        self.force = [self._force_all or name in self._forced for name in names]
+
+    def line(self, values: list[str | None], *, header: bool = False) -> str:
         if self.csv:
-            return self.delimiter.join(self._csv_field(v) for v in values) + "\n"
+            force = [False] * len(values) if header or not self.force else self.force
+            return self.delimiter.join(self._csv_field(v, f) for v, f in zip(values, force, strict=True)) + "\n"
         return self.delimiter.join(self._text_field(v) for v in values) + "\n"
 
     def _text_field(self, v: str | None) -> str:
@@ -47,11 +69,11 @@ class CopyFormat:
         # A custom delimiter inside a value is backslash-escaped, as PostgreSQL's COPY does.
         return v if self.delimiter in "\t" else v.replace(self.delimiter, "\\" + self.delimiter)
 
-    def _csv_field(self, v: str | None) -> str:
+    def _csv_field(self, v: str | None, force: bool = False) -> str:
         if v is None:
             return self.null
         needs = (
-            v == self.null or self.delimiter in v or self.quote in v or "\n" in v or "\r" in v
+            force or v == self.null or self.delimiter in v or self.quote in v or "\n" in v or "\r" in v
             or v.startswith(" ") or v.endswith(" ") or v == "\\."
         )
         if not needs:
@@ -67,9 +89,10 @@ async def copy_out_rows(session: Session, source: RowSource, options: dict[str, 
     schema = source.schema
     text = session._text_settings()
     types = [pg_type_for_arrow(f.type) for f in schema]
+    fmt.columns(schema.names)
     session.send(m.copy_out_response(len(schema)))
-    if fmt.header:
-        session.send(m.copy_data(fmt.line([f.name for f in schema]).encode()))
+    if fmt.header:  # FORCE_QUOTE quotes no header name, as in PostgreSQL
+        session.send(m.copy_data(fmt.line(schema.names, header=True).encode()))
 
     def next_lines() -> tuple[int, bytes] | None:
         batch = source.take(0)

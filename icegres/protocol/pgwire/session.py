@@ -954,7 +954,11 @@ class Session:
 
     async def _cmd_copy_to(self, stmt: Statement, describe: bool) -> None:
         source_sql = stmt.value or ""
-        query = source_sql[1:-1] if source_sql.startswith("(") else f"SELECT * FROM {source_sql}"
+        if source_sql.startswith("("):
+            query = source_sql[1:-1]
+        else:  # a table, maybe with a column list: COPY t (a, b) TO STDOUT
+            table, _, columns = source_sql.partition("(")
+            query = f"SELECT {columns.rstrip().removesuffix(')') if columns else '*'} FROM {table.strip()}"
         options = dict(stmt.options)
 
         source = RowSource(*await self._in_thread(self.qctx.start, query, None))
