@@ -37,7 +37,10 @@ class CopyFormat:
         self.null = options.get("null", "" if self.csv else "\\N")
         self.quote = options.get("quote", '"')
         self.escape = options.get("escape", self.quote)
-        self.header = "header" in options and _truthy(options.get("header"))
+        header = options.get("header")
+        # HEADER MATCH (COPY FROM): the header line must name the columns, in order.
+        self.header_match = header is not None and header.lower() == "match"
+        self.header = header is not None and (self.header_match or _truthy(header))
         if len(self.delimiter) != 1:
             raise PgError("22023", "COPY delimiter must be a single one-byte character")
         # FORCE_QUOTE (a, b) or *: those columns' non-NULL values are always quoted (CSV only).
@@ -48,6 +51,18 @@ class CopyFormat:
         self._forced = set() if forced is None or self._force_all else {
             _column_name(name) for name in forced.strip().strip("()").split(",") if name.strip()}
         self.force: list[bool] = []  # per column, set by `columns`
+        # COPY FROM, CSV: FORCE_NULL (a quoted NULL string is NULL too) and FORCE_NOT_NULL (the
+        # unquoted NULL string is that text, not NULL) for the listed columns.
+        self.force_null = self._names(options, "force_null")
+        self.force_not_null = self._names(options, "force_not_null")
+
+    def _names(self, options: dict[str, str], option: str) -> set[str]:
+        listed = options.get(option)
+        if listed is None:
+            return set()
+        if not self.csv:
+            raise PgError(FEATURE_NOT_SUPPORTED, f"COPY {option.upper()} is available only in CSV mode")
+        return {_column_name(name) for name in listed.strip().strip("()").split(",") if name.strip()}
 
     def columns(self, names: list[str]) -> None:
         """The output's column names, for FORCE_QUOTE; 42703 for a forced name not among them."""

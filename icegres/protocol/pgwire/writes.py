@@ -242,8 +242,42 @@ def copy_fields(data: bytes, fmt: Any, names: list[str]) -> list[pa.ChunkedArray
     do, else (escapes, odd widths, bad bytes) by the exact row-by-row parser below."""
     if data == b"\\.\n" or data.endswith(b"\n\\.\n"):  # the end marker: `\.` alone on the last line
         data = data[:-3]
+    if fmt.header_match:
+        _match_header(data, fmt, names)
     fast = _arrow_fields(data, fmt, len(names))
-    return fast if fast is not None else exact_fields(data, fmt, names)
+    fields = fast if fast is not None else exact_fields(data, fmt, names)
+    return _forced_nulls(fields, fmt, names)
+
+
+def _match_header(data: bytes, fmt: Any, names: list[str]) -> None:
+    """HEADER MATCH: the first line names the columns COPY reads, in order (else 22P04)."""
+    first = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", errors="replace")
+    header = _csv_rows(first + "\n", fmt)[0] if fmt.csv else _text_fields(first, fmt)
+    if len(header) != len(names):
+        raise PgError("22P04", f"wrong number of fields in header line: got {len(header)}, expected {len(names)}")
+    for i, (got, expected) in enumerate(zip(header, names, strict=True)):
+        if got != expected:
+            raise PgError("22P04", f'column name mismatch in header line field {i + 1}: got "{got}", '
+                          f'expected "{expected}"')
+
+
+def _forced_nulls(fields: list[pa.ChunkedArray], fmt: Any, names: list[str]) -> list[pa.ChunkedArray]:
+    """FORCE_NULL / FORCE_NOT_NULL applied to the fields of the columns they name (42703 for a
+    name COPY does not read). Both parsers give NULL for the unquoted NULL string and the text
+    itself for a quoted one, so: FORCE_NULL nulls the text equal to it, FORCE_NOT_NULL puts the
+    text back for NULL."""
+    import pyarrow.compute as pc
+
+    unknown = (fmt.force_null | fmt.force_not_null) - set(names)
+    if unknown:
+        raise PgError("42703", f'column "{sorted(unknown)[0]}" does not exist')
+    out = list(fields)
+    for i, name in enumerate(names):
+        if name in fmt.force_not_null:
+            out[i] = pc.fill_null(out[i], pa.scalar(fmt.null, pa.string()))
+        if name in fmt.force_null:
+            out[i] = pc.if_else(pc.equal(out[i], fmt.null), pa.scalar(None, pa.string()), out[i])
+    return out
 
 
 def exact_fields(data: bytes, fmt: Any, names: list[str]) -> list[pa.ChunkedArray]:
