@@ -182,7 +182,10 @@ def _set(text: str) -> Statement:
     if re.match(r"(TRANSACTION|CHARACTERISTICS\s+AS\s+TRANSACTION)\b", body, re.I):
         mode = re.search(r"ISOLATION\s+LEVEL\s+(READ\s+UNCOMMITTED|READ\s+COMMITTED|REPEATABLE\s+READ|SERIALIZABLE)", body, re.I)
         value = " ".join(mode.group(1).lower().split()) if mode else None
-        return Statement(Kind.SET, text, "SET", "transaction_isolation", value, local)
+        access = _access_mode(body)
+        if access and body.upper().startswith("CHARACTERISTICS"):  # the session's default
+            access = (("default_transaction_read_only", access[0][1]),)
+        return Statement(Kind.SET, text, "SET", "transaction_isolation", value, local, options=access)
     if re.match(r"(SCHEMA|NAMES)\s", body, re.I):
         key, _, rest = body.partition(" ")
         name = "search_path" if key.upper() == "SCHEMA" else "client_encoding"
@@ -264,7 +267,16 @@ def _begin(text: str) -> Statement:
         return Statement(Kind.UNSUPPORTED, text, "START", value="syntax")
     mode = re.search(r"ISOLATION\s+LEVEL\s+(READ\s+UNCOMMITTED|READ\s+COMMITTED|REPEATABLE\s+READ|SERIALIZABLE)", body, re.I)
     value = " ".join(mode.group(1).lower().split()) if mode else None
-    return Statement(Kind.BEGIN, text, "BEGIN", value=value)
+    tag = "START TRANSACTION" if text.upper().startswith("START") else "BEGIN"
+    return Statement(Kind.BEGIN, text, tag, value=value, options=_access_mode(body))
+
+
+def _access_mode(body: str) -> tuple[tuple[str, str], ...]:
+    """READ ONLY / READ WRITE among a transaction's modes, as the setting it sets."""
+    access = re.search(r"\bREAD\s+(ONLY|WRITE)\b", body, re.I)
+    if access is None:
+        return ()
+    return (("transaction_read_only", "on" if access.group(1).upper() == "ONLY" else "off"),)
 
 
 def _commit(text: str) -> Statement:

@@ -221,3 +221,59 @@ def test_a_correlated_subquery_that_selects_without_aggregating_is_refused_by_na
             assert conn.execute("select id, v from dd.c order by id").fetchall() == [(1, "b"), (2, None)]
         finally:
             conn.execute("drop table dd.c")
+
+
+def test_transaction_blocks_restore_settings_and_refuse_writes_when_read_only(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """SET inside a block is undone by ROLLBACK, SET LOCAL also by COMMIT; READ ONLY (by BEGIN,
+    SET TRANSACTION or the session default) refuses writes with 25006."""
+    _play(icegres, real_postgres, """
+        create table dd.x (id bigint, n int)
+        begin
+        insert into dd.x values (1, 1)
+        select 1/0
+        select count(*) from dd.x
+        rollback
+        start transaction isolation level serializable
+        insert into dd.x values (2, 2)
+        savepoint a
+        insert into dd.x values (3, 3)
+        rollback to savepoint a
+        commit
+        set default_transaction_read_only = on
+        insert into dd.x values (4, 4)
+        begin
+        update dd.x set n = 0
+        rollback
+        begin read write
+        insert into dd.x values (5, 5)
+        commit
+        set default_transaction_read_only = off
+        begin
+        set transaction read only
+        delete from dd.x
+        rollback
+        begin read only
+        create table dd.y (id int)
+        rollback
+        set session characteristics as transaction read only
+        show default_transaction_read_only
+        truncate dd.x
+        set session characteristics as transaction read write
+        begin
+        set search_path = dd
+        select count(*) from x
+        rollback
+        show search_path
+        begin
+        set local search_path = dd
+        set application_name = 'kept'
+        set local timezone = 'Europe/Berlin'
+        show timezone
+        commit
+        show search_path
+        show application_name
+        show timezone
+        set local statement_timeout = 5
+        show statement_timeout
+    """, ("dd.x",))

@@ -100,6 +100,11 @@ class Transaction:
     status: str = "I"  # I idle, T in block, E failed block
     savepoints: list[str] = field(default_factory=list)
     state: TxnState | None = None  # pins and staged writes (engine side)
+    read_only: bool = False  # BEGIN READ ONLY, SET TRANSACTION READ ONLY: writes are 25006
+    # Settings as they were before the block changed them: a ROLLBACK restores all of them, a
+    # COMMIT those set with SET LOCAL (`local`), as in PostgreSQL.
+    before: dict[str, str] = field(default_factory=dict)
+    local: set[str] = field(default_factory=set)
 
 
 class Session:
@@ -418,7 +423,7 @@ class Session:
                 break
             await self._maybe_flush()
         if batch is not None:
-            self._end_transaction()
+            self._end_transaction(committed=not failed)
             try:
                 if failed:
                     await writes.discard(self, batch)
@@ -791,11 +796,33 @@ class Session:
             self.qctx.forget_routes()
 
     async def _cmd_set(self, stmt: Statement, describe: bool) -> None:
+        for key, value in stmt.options:  # READ ONLY / READ WRITE of SET [SESSION CHARACTERISTICS AS] TRANSACTION
+            if key == "transaction_read_only":
+                if self.tx.status != "I":
+                    self.tx.read_only = value == "on"
+            else:
+                self._set_in_block(key, value, stmt.flag)
         if stmt.name == "transaction_isolation" and stmt.value is None:
             self.send(m.command_complete("SET"))
             return
-        self.set_setting(stmt.name or "", stmt.value)
+        if stmt.flag and self.tx.status == "I":
+            self.send(m.notice_response(PgError("25P01", "SET LOCAL can only be used in transaction blocks",
+                                                severity="WARNING")))
+        else:
+            self._set_in_block(stmt.name or "", stmt.value, stmt.flag)
         self.send(m.command_complete("SET"))
+
+    def _set_in_block(self, key: str, value: str | None, local: bool) -> None:
+        """SET, remembering inside a transaction block what the block's end must restore."""
+        before = dict(self.settings)
+        self.set_setting(key, value)
+        if self.tx.status == "I":
+            return
+        for name, old in before.items():
+            if self.settings.get(name) != old:
+                self.tx.before.setdefault(name, old)
+                if local:
+                    self.tx.local.add(name)
 
     async def _cmd_show(self, stmt: Statement, describe: bool) -> None:
         if stmt.name == "all":
@@ -830,9 +857,11 @@ class Session:
             self.send(m.notice_response(PgError("25001", "there is already a transaction in progress", severity="WARNING")))
         else:
             state = writes.new_transaction(self, stmt.value)
-            self.tx = Transaction("T", state=state)
+            read_only = dict(stmt.options).get("transaction_read_only",
+                                               self.settings.get("default_transaction_read_only", "off"))
+            self.tx = Transaction("T", state=state, read_only=read_only == "on")
             self.qctx.txn = state
-        self.send(m.command_complete("BEGIN"))
+        self.send(m.command_complete(stmt.tag))
 
     async def _cmd_commit(self, stmt: Statement, describe: bool) -> None:
         failed = self.tx.status == "E"
@@ -840,7 +869,7 @@ class Session:
             self.send(m.notice_response(PgError("25P01", "there is no transaction in progress", severity="WARNING")))
         state = self.tx.state
         # The block ends whatever the commit's verdict: a failed COMMIT rolls back, as in PostgreSQL.
-        self._end_transaction()
+        self._end_transaction(committed=not failed)
         if state is not None:
             if failed:
                 await writes.discard(self, state)
@@ -857,8 +886,13 @@ class Session:
             await writes.discard(self, state)
         self.send(m.command_complete("ROLLBACK"))
 
-    def _end_transaction(self) -> None:
+    def _end_transaction(self, committed: bool = False) -> None:
+        restore = self.tx.before if not committed else {k: self.tx.before[k] for k in self.tx.local}
         self.tx = Transaction("I")
+        for key, value in restore.items():
+            self.settings[key] = value
+            if key == "search_path":
+                self.qctx.forget_routes()
         self.qctx.end_transaction()
         self.portals = {k: p for k, p in self.portals.items() if k == ""}
         for name in [n for n, c in self.cursors.items() if not c.hold]:

@@ -383,6 +383,7 @@ def _zone(name: str) -> _Zone:
     return _Zone(None, info, trans, offs, periodic_from)
 
 
+@functools.lru_cache(maxsize=64)
 def engine_time_zone(name: str) -> str:
     """The session TimeZone `name` as DataFusion's `execution.time_zone` spells it: an IANA name
     as is, UTC and PostgreSQL's numeric spellings as a fixed "+HH:MM" (seconds east, rounded to

@@ -80,6 +80,7 @@ class PgHost:
 async def run_write(session: Session, stmt: Statement, params: list[Any] | None, describe: bool,
                     formats: list[int] | None = None) -> None:
     """Execute INSERT/UPDATE/DELETE/TRUNCATE or DDL and send its rows (RETURNING) and tag."""
+    refuse_if_read_only(session, stmt.tag)
     if is_ddl(stmt):
         await run_ddl(session, stmt)
         return
@@ -146,9 +147,22 @@ async def _send_table(session: Session, table: pa.Table, describe: bool, formats
 # --- COPY FROM STDIN ---------------------------------------------------------------------------
 
 
+def refuse_if_read_only(session: Session, what: str) -> None:
+    """25006 for a write in a READ ONLY transaction (or, outside one, with
+    default_transaction_read_only on), as PostgreSQL refuses it."""
+    if session.tx.status != "I":
+        read_only = session.tx.read_only
+    else:
+        read_only = session.settings.get("default_transaction_read_only", "off") == "on"
+    if read_only:
+        raise PgError("25006", f"cannot execute {what} in a read-only transaction")
+
+
 async def copy_from(session: Session, stmt: Statement) -> None:
     """COPY table [(cols)] FROM STDIN (text or CSV): the whole stream is one commit."""
     from icegres.protocol.pgwire.copy import CopyFormat
+
+    refuse_if_read_only(session, "COPY FROM")
 
     target = stmt.value or ""
     mt = re.match(r'^("(?:[^"]|"")+"|[^\s(]+)\s*(?:\((.*)\))?$', target, re.S)
