@@ -203,6 +203,28 @@ def _insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[st
     return DmlResult(f"INSERT 0 {rows.num_rows}", returning)
 
 
+def _rows_one_by_one(qctx: QueryContext, source: exp.Values, columns: list[str], explicit: bool, plan: ReadPlan,
+                     key: Key, params: dict[str, Any] | None) -> pa.Table:
+    """The rows of a VALUES list DataFusion cannot give one type per column, each planned alone
+    and assigned to the columns' types: PostgreSQL reads `(date '2024-01-01'), ('2024-01-02')` as
+    two dates (an untyped literal takes the other rows' type), where DataFusion finds Date32 and
+    Utf8 "inconsistent". Each row's text then goes through the column type's input function."""
+    import sqlglot.expressions as exp
+
+    from icegres.engine.pg_rewrite import exact_number
+
+    tables = []
+    for row in source.expressions:
+        select = exp.select(*(exact_number(e, room=False) or e.copy() for e in row.expressions))
+        data = _collect(qctx.plan(_sql(select), params))
+        names = columns if explicit else columns[:data.num_columns]  # no column list: the first N
+        if data.num_columns != len(names):
+            more = "expressions" if data.num_columns > len(names) else "target columns"
+            raise PgError("42601", f"INSERT has more {more} than {'target columns' if more == 'expressions' else 'expressions'}")
+        tables.append(conform(data.rename_columns(names), plan, key, qctx.env.time_zone))
+    return pa.concat_tables(tables)
+
+
 def _values_as_selects(source: exp.Expression) -> exp.Expression:
     """VALUES rows holding a subquery, as one SELECT per row (UNION ALL): DataFusion 55 plans
     `VALUES (1, (SELECT max(n) FROM t))` and then fails to run it ("ScalarSubqueryExpr evaluated
@@ -247,7 +269,13 @@ def _insert_rows(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
         source_sql = _sql(_values_as_selects(source))
         # Outside a transaction block the source also sees the write buffer's acked rows.
         with qctx.buffered_reads(qctx.buffered_entries(source_sql)):
-            df = qctx.plan(source_sql, params)
+            try:
+                df = qctx.plan(source_sql, params)
+            except PgError as err:
+                if not (isinstance(source, exp.Values) and "Inconsistent data type across values list" in str(err)):
+                    raise
+                explicit = isinstance(tree.this, exp.Schema)
+                return key, _rows_one_by_one(qctx, source, columns, explicit, plan, key, params), None
             if not isinstance(tree.this, exp.Schema) and len(df.schema()) < len(columns):
                 columns = columns[:len(df.schema())]  # no column list: the first N columns
             if len(df.schema()) != len(columns):

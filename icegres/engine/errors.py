@@ -61,6 +61,7 @@ _RULES: tuple[tuple[re.Pattern[str], str, str | Callable[..., str] | None], ...]
      "(for example max(...)), so that it returns at most one row"),
     (re.compile(r"Scalar subquery returned more than one row"), "21000",
      "more than one row returned by a subquery used as an expression"),
+    (re.compile(r"Inconsistent data length across values list"), e.SYNTAX_ERROR, "VALUES lists must all be the same length"),
     (re.compile(r"Divide by zero|division by zero", re.I), e.DIVISION_BY_ZERO, "division by zero"),
     (re.compile(r"Cannot cast string '([^']*)' to value of (\w+)"), e.INVALID_TEXT_REPRESENTATION,
      lambda value, arrow: f'invalid input syntax for type {_ARROW_TYPE_NAMES.get(arrow, arrow)}: "{value}"'),

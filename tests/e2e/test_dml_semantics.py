@@ -277,3 +277,18 @@ def test_transaction_blocks_restore_settings_and_refuse_writes_when_read_only(
         set local statement_timeout = 5
         show statement_timeout
     """, ("dd.x",))
+
+
+def test_values_rows_mixing_typed_and_untyped_literals_take_one_type(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """PostgreSQL gives an untyped literal the other rows' type; DataFusion calls Date32 and Utf8
+    in one VALUES column "inconsistent"."""
+    _play(icegres, real_postgres, """
+        create table dd.m (id bigint, d date, ts timestamp, b boolean, a int[], s text)
+        insert into dd.m values (1, date '2024-01-01', timestamp '2024-01-01 10:00:00', true, array[1], 'x'), (2, '2024-01-02', '2024-01-02 11:00', 't', '{2,3}', 'y')
+        insert into dd.m values (4, date '2024-05-05', null, false, array[4], null), (3, '2024-05-06', null, 'yes', null, null)
+        insert into dd.m (id, d) values (5, date '2024-01-01'), (6, '2024-01-06')
+        insert into dd.m values (7, date '2024-01-01'), (8, '2024-01-08')
+        insert into dd.m values (9, date '2024-01-01'), (10, '2024-13-45')
+        insert into dd.m values (11, date '2024-01-01', null), (12, '2024-01-08')
+    """, ("dd.m",))

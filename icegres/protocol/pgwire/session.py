@@ -1009,15 +1009,25 @@ def _unsupported(stmt: Statement) -> PgError:
     if stmt.value == "syntax":
         return PgError(E.SYNTAX_ERROR, f'syntax error at or near "{stmt.tag}"')
     if stmt.kind is Kind.WRITE:
-        return PgError(
-            E.FEATURE_NOT_SUPPORTED,
-            f"{stmt.tag} is not supported yet: this icegres version serves the lakehouse read-only",
-        )
+        return PgError(E.FEATURE_NOT_SUPPORTED, f"{stmt.tag} is not supported", hint=_WRITE_HINTS.get(stmt.tag))
     if stmt.tag in _KNOWN_UNSUPPORTED:
         return PgError(E.FEATURE_NOT_SUPPORTED, f"{stmt.tag} is not supported")
     first = stmt.sql.split(None, 1)[0][:40] if stmt.sql.strip() else ""
     return PgError(E.SYNTAX_ERROR, f'syntax error at or near "{first}"', position=1)
 
+
+# Why a PostgreSQL command that changes state has no counterpart here, where a reason helps.
+_WRITE_HINTS = {
+    "VACUUM": "Iceberg tables have no dead tuples to reclaim: a DELETE or UPDATE rewrites data files.",
+    "ANALYZE": "Queries are planned with the statistics of the Iceberg manifests and Parquet footers, "
+               "which every commit writes; there is nothing to collect.",
+    "GRANT": "icegres has no per-table privileges; access is by the server's authentication (docs/configuration.md).",
+    "REVOKE": "icegres has no per-table privileges; access is by the server's authentication (docs/configuration.md).",
+    "COMMENT": "Iceberg table and column comments are not written by icegres yet.",
+    "LOCK": "Writers never block each other: conflicting commits fail with 40001 (docs/limitations.md).",
+    "CALL": "icegres has no stored procedures.",
+    "DO": "icegres has no procedural languages.",
+}
 
 # PostgreSQL statements icegres recognises but does not implement (anything else is a syntax error).
 _KNOWN_UNSUPPORTED = {
