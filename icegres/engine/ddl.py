@@ -188,8 +188,19 @@ class RenameTable:
     new_name: str
 
 
+@dataclass(frozen=True)
+class CommentColumn:
+    """COMMENT ON COLUMN: the Iceberg field's doc ('' removes it, as NULL does in PostgreSQL)."""
+
+    name: str
+    text: str
+
+
 AlterAction = (AddColumn | DropColumn | RenameColumn | AlterColumnType | DropNotNull | SetProperties
-               | ResetProperties | RenameTable)
+               | ResetProperties | RenameTable | CommentColumn)
+
+# The table property Iceberg's engines (Spark, Trino) keep a table's comment in.
+COMMENT_PROPERTY = "comment"
 
 
 @dataclass(frozen=True)
@@ -198,6 +209,7 @@ class AlterTable:
     name: str
     actions: tuple[AlterAction, ...]
     if_exists: bool = False
+    tag: str = "ALTER TABLE"  # COMMENT ON is a table change that PostgreSQL tags COMMENT
 
 
 DdlCommand = CreateSchema | DropSchema | CreateTable | CreateTableAs | DropTable | AlterTable
@@ -210,6 +222,8 @@ def command_tag(cmd: DdlCommand, rows: int = 0) -> str:
     """The CommandComplete tag PostgreSQL sends; CREATE TABLE AS reports `SELECT rows`."""
     if isinstance(cmd, CreateTableAs):
         return f"SELECT {rows}"
+    if isinstance(cmd, AlterTable):
+        return cmd.tag
     return _TAGS[type(cmd)]
 
 
@@ -505,7 +519,43 @@ class _Parser:
             return self.drop()
         if self.accept("ALTER"):
             return self.alter()
+        if self.accept("COMMENT"):
+            return self.comment()
         raise self.error()
+
+    def comment(self) -> AlterTable:
+        """COMMENT ON TABLE t IS '...' | NULL, COMMENT ON COLUMN t.c IS ...: Iceberg's table
+        `comment` property and the field's doc, which Spark and Trino show too."""
+        self.expect("ON")
+        if self.accept("TABLE"):
+            schema, name = self.qualified_name()
+            column = None
+        elif self.accept("COLUMN"):
+            start = self.i
+            parts = [self.ident()]
+            while self.accept_type(TokenType.DOT):
+                parts.append(self.ident())
+            if len(parts) not in (2, 3):
+                raise PgError(e.SYNTAX_ERROR, "column name must be qualified", position=self.position(start))
+            schema, name, column = (None, *parts) if len(parts) == 2 else tuple(parts)
+        else:
+            raise self.unsupported_object("COMMENT ON")
+        self.expect("IS")
+        if self.accept("NULL"):
+            text = ""
+        elif self.peek_type(TokenType.STRING):
+            text = self.toks[self.i].text
+            self.i += 1
+        else:
+            raise self.error()
+        self.expect_end()
+        if column is not None:
+            action: AlterAction = CommentColumn(column, text)
+        elif text:
+            action = SetProperties({COMMENT_PROPERTY: text})
+        else:
+            action = ResetProperties((COMMENT_PROPERTY,))
+        return AlterTable(schema, name, (action,), tag="COMMENT")
 
     def create(self) -> DdlCommand:
         scoped = self.accept("GLOBAL") or self.accept("LOCAL")

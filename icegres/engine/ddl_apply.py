@@ -62,6 +62,7 @@ from icegres.engine.ddl import (
     AlterColumnType,
     AlterTable,
     ColumnDef,
+    CommentColumn,
     CreateSchema,
     CreateTable,
     CreateTableAs,
@@ -483,6 +484,9 @@ class _Alteration:
                 self.set_props.pop(key, None)
                 if key not in self.remove_props:
                     self.remove_props.append(key)
+        elif isinstance(action, CommentColumn):
+            self.column(action.name)
+            self.schema_ops.append(lambda u, n=action.name, t=action.text: u.update_column((n,), doc=t))
         elif isinstance(action, RenameTable):
             raise PgError(e.SYNTAX_ERROR, "RENAME TO cannot be combined with other actions")
         else:

@@ -410,11 +410,12 @@ class Engine:
         tables = []
         for (ns, name), plan in sorted(self._plans.items()):
             not_null = {f.name for f in plan.schema if not f.nullable}
+            docs = plan.column_comments or ("",) * len(plan.field_ids)
             columns = tuple(
-                pg_catalog.ColumnInfo(f.name, f.type, f.name not in not_null, fid)
-                for f, fid in zip(plan.schema, plan.field_ids, strict=True)
+                pg_catalog.ColumnInfo(f.name, f.type, f.name not in not_null, fid, doc)
+                for f, fid, doc in zip(plan.schema, plan.field_ids, docs, strict=True)
             )
-            tables.append(pg_catalog.TableInfo(ns, name, columns, plan.primary_key))
+            tables.append(pg_catalog.TableInfo(ns, name, columns, plan.primary_key, plan.comment))
         snap = pg_catalog.CatalogSnapshot(
             database=self.database,
             user="icegres",

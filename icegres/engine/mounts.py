@@ -59,6 +59,9 @@ class ReadPlan:
     schema_id: int = 0
     data_files: dict[str, object] = field(default_factory=dict, compare=False, repr=False)  # path -> DataFile
     table: object = field(default=None, compare=False, repr=False)  # the pyiceberg Table it was planned from
+    # COMMENT ON: the table's `comment` property and each column's doc ("" for none), for pg_catalog.
+    comment: str = ""
+    column_comments: tuple[str, ...] = ()
 
     @functools.cached_property
     def column_bounds(self) -> dict[int, Any]:
@@ -185,6 +188,8 @@ def plan_read(table: Table, footers: FooterCache) -> ReadPlan:
         schema_id=table.metadata.current_schema_id,
         data_files=data_files,
         table=table,
+        comment=table.properties.get("comment", ""),
+        column_comments=tuple(f.doc or "" for f in table.schema().fields),
     )
 
 

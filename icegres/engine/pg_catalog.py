@@ -39,6 +39,7 @@ class ColumnInfo:
     arrow_type: pa.DataType
     nullable: bool
     field_id: int
+    comment: str = ""  # COMMENT ON COLUMN: the Iceberg field's doc
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class TableInfo:
     name: str
     columns: tuple[ColumnInfo, ...]
     primary_key: tuple[str, ...] = ()
+    comment: str = ""  # COMMENT ON TABLE: the Iceberg table's `comment` property
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ FIRST_NORMAL_OID = 16384  # PostgreSQL's FirstNormalObjectId: below it lives the
 _OID_LIMIT = 2**31  # stay positive in an int4, which is how some clients read OIDs
 BOOTSTRAP_SUPERUSER_OID = 10
 PG_CATALOG_OID = 11
+PG_CLASS_OID = 1259  # pg_description.classoid of a relation's comment
 PG_TOAST_OID = 99
 PUBLIC_OID = 2200
 INFORMATION_SCHEMA_OID = 13207  # PostgreSQL 15's value (it varies by build; no client relies on it)
@@ -869,6 +872,17 @@ class CatalogIndex:
         for t in sorted(snap.tables, key=lambda t: (t.schema, t.name)):
             self._add_table(t, oids)
         self.by_oid: dict[int, RelationEntry] = {e.oid: e for e in self.relations.values()}
+        # COMMENT ON: (relation OID, attnum or 0 for the table) -> description, as pg_description.
+        self.descriptions: dict[tuple[int, int], str] = {}
+        for e in self.relations.values():
+            if e.table is None or e.relkind != "r":
+                continue
+            if e.table.comment:
+                self.descriptions[(e.oid, 0)] = e.table.comment
+            docs = {c.name: c.comment for c in e.table.columns if c.comment}
+            for c in e.columns:
+                if c.name in docs:
+                    self.descriptions[(e.oid, c.attnum)] = docs[c.name]
 
     def _add(self, entry: RelationEntry) -> None:
         self.relations[(entry.schema, entry.name)] = entry
@@ -1038,6 +1052,27 @@ def _rows_pg_attribute(ix: CatalogIndex) -> Rows:
                 "attcollation": t.typcollation if t else 0,
             })
     return rows
+
+
+def _rows_pg_description(ix: CatalogIndex) -> Rows:
+    return [{"objoid": oid, "classoid": PG_CLASS_OID, "objsubid": sub, "description": text}
+            for (oid, sub), text in sorted(ix.descriptions.items())]
+
+
+def object_description(env: Any, oid: int | None, catalog: str | None) -> str | None:
+    """obj_description(oid, 'pg_class'): a table's COMMENT ON (None for anything else)."""
+    ix = current_index(env)
+    if ix is None or oid is None or (catalog or "pg_class") != "pg_class":
+        return None
+    return ix.descriptions.get((oid, 0))
+
+
+def column_description(env: Any, oid: int | None, attnum: int | None) -> str | None:
+    """col_description(table oid, attnum): a column's COMMENT ON."""
+    ix = current_index(env)
+    if ix is None or oid is None or attnum is None:
+        return None
+    return ix.descriptions.get((oid, attnum))
 
 
 def _rows_pg_type(ix: CatalogIndex) -> Rows:
@@ -1315,6 +1350,7 @@ _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "pg_catalog.pg_class": _rows_pg_class,
     "pg_catalog.pg_attribute": _rows_pg_attribute,
     "pg_catalog.pg_type": _rows_pg_type,
+    "pg_catalog.pg_description": _rows_pg_description,
     "pg_catalog.pg_constraint": _rows_pg_constraint,
     "pg_catalog.pg_index": _rows_pg_index,
     "pg_catalog.pg_am": _rows_pg_am,

@@ -315,9 +315,11 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
         Fn("to_regtype", (TEXT,), OID, pg_catalog.type_oid_by_name, volatility=IMMUTABLE),
         Fn("to_regclass", (TEXT,), OID, lambda name: regclass_in(env, name)),
         Fn("to_regnamespace", (TEXT,), OID, lambda name: namespace_in(env, name)),
-        # Iceberg keeps no comments icegres shows (yet): every description is NULL.
-        Fn("obj_description", (OID, TEXT), TEXT, always(None), strict=False),
-        Fn("col_description", (OID, INT), TEXT, always(None), strict=False),
+        # COMMENT ON: Iceberg's table `comment` property and column docs.
+        Fn("obj_description", (OID, TEXT), TEXT,
+           lambda oid, catalog: pg_catalog.object_description(env, oid, catalog), strict=False),
+        Fn("col_description", (OID, INT), TEXT,
+           lambda oid, attnum: pg_catalog.column_description(env, oid, attnum), strict=False),
         Fn("shobj_description", (OID, TEXT), TEXT, always(None), strict=False),
         # Sizes of Parquet files are the lakehouse's business; catalog browsers only show them.
         Fn("pg_relation_size", (OID,), INT, always(0)),

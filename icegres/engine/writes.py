@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from icegres.engine.engine import QueryContext
 
 DML_WORDS = ("INSERT", "UPDATE", "DELETE", "TRUNCATE")
-DDL_WORDS = ("CREATE", "DROP", "ALTER")
+DDL_WORDS = ("CREATE", "DROP", "ALTER", "COMMENT")
 
 
 def is_dml(stmt: Statement) -> bool:

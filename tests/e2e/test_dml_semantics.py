@@ -292,3 +292,39 @@ def test_values_rows_mixing_typed_and_untyped_literals_take_one_type(
         insert into dd.m values (9, date '2024-01-01'), (10, '2024-13-45')
         insert into dd.m values (11, date '2024-01-01', null), (12, '2024-01-08')
     """, ("dd.m",))
+
+
+def test_comments_are_iceberg_comments_that_pg_catalog_shows(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """COMMENT ON TABLE / COLUMN land in the Iceberg metadata (the `comment` property and the
+    field's doc, which Spark and Trino read too) and come back through obj_description,
+    col_description and pg_description, as psql's \\d+ and catalog browsers ask for them."""
+    _play(icegres, real_postgres, """
+        create table dd.k (id bigint, "Name" text, v int)
+        comment on table dd.k is 'the k table'
+        comment on column dd.k."Name" is 'who it''s for'
+        comment on column dd.k.v is 'a value'
+        comment on column dd.k.nosuch is 'x'
+        comment on table dd.nosuch is 'x'
+        select obj_description('dd.k'::regclass, 'pg_class'), obj_description('dd.k'::regclass)
+        select col_description('dd.k'::regclass, 2), col_description('dd.k'::regclass, 3), col_description('dd.k'::regclass, 1)
+        select c.relname, obj_description(c.oid, 'pg_class') from pg_class c join pg_namespace n on n.oid = c.relnamespace where n.nspname = 'dd' order by 1
+        select a.attname, col_description(a.attrelid, a.attnum) from pg_attribute a where a.attrelid = 'dd.k'::regclass and a.attnum > 0 order by a.attnum
+        select d.objsubid, d.description from pg_description d where d.objoid = 'dd.k'::regclass order by 1
+    """, ())
+    from icegres.engine.catalog import Lakehouse
+
+    table = Lakehouse.embedded(icegres.data_dir).load_table("dd", "k")
+    assert table.properties["comment"] == "the k table"
+    assert {f.name: f.doc for f in table.schema().fields} == {"id": None, "Name": "who it's for", "v": "a value"}
+    with psycopg.connect(icegres.dsn(), autocommit=True) as conn:
+        conn.execute("drop table dd.k")
+    _play(icegres, real_postgres, """
+        create table dd.k (id bigint, "Name" text, v int)
+        comment on column dd.k.v is 'a value'
+        comment on table dd.k is 'the k table'
+        comment on column dd.k.v is null
+        comment on table dd.k is ''
+        select obj_description('dd.k'::regclass, 'pg_class'), col_description('dd.k'::regclass, 3)
+        select count(*) from pg_description d where d.objoid = 'dd.k'::regclass
+    """, ("dd.k",))

@@ -7,6 +7,7 @@ from icegres.engine.ddl import (
     AlterColumnType,
     AlterTable,
     ColumnDef,
+    CommentColumn,
     CreateSchema,
     CreateTable,
     CreateTableAs,
@@ -449,3 +450,23 @@ def test_the_delta_switch_refuses_other_values():
     error = err("ALTER TABLE t SET (\"icegres.parquet.delta-integers\" = 'sometimes')")
     assert (error.sqlstate, error.message) == (
         "22023", 'invalid value for boolean option "icegres.parquet.delta-integers": sometimes')
+
+
+def test_comment_on_table_and_column():
+    assert parse_ddl("COMMENT ON TABLE s.t IS 'it''s here'") == AlterTable(
+        "s", "t", (SetProperties({"comment": "it's here"}),), tag="COMMENT")
+    assert parse_ddl("comment on table t is null") == AlterTable(None, "t", (ResetProperties(("comment",)),), tag="COMMENT")
+    assert parse_ddl("comment on table t is ''") == AlterTable(None, "t", (ResetProperties(("comment",)),), tag="COMMENT")
+    assert parse_ddl('comment on column s.t."Col" is \'x\'') == AlterTable("s", "t", (CommentColumn("Col", "x"),), tag="COMMENT")
+    assert parse_ddl("comment on column t.c is null") == AlterTable(None, "t", (CommentColumn("c", ""),), tag="COMMENT")
+    assert command_tag(parse_ddl("comment on table t is 'x'")) == "COMMENT"
+
+
+@pytest.mark.parametrize(("sql", "sqlstate"), [
+    ("comment on column c is 'x'", "42601"),  # a column needs its table
+    ("comment on table t is 5", "42601"),
+    ("comment on table t", "42601"),
+    ("comment on view v is 'x'", "0A000"),
+])
+def test_comment_errors(sql, sqlstate):
+    assert err(sql).sqlstate == sqlstate

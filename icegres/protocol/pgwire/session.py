@@ -1023,7 +1023,6 @@ _WRITE_HINTS = {
                "which every commit writes; there is nothing to collect.",
     "GRANT": "icegres has no per-table privileges; access is by the server's authentication (docs/configuration.md).",
     "REVOKE": "icegres has no per-table privileges; access is by the server's authentication (docs/configuration.md).",
-    "COMMENT": "Iceberg table and column comments are not written by icegres yet.",
     "LOCK": "Writers never block each other: conflicting commits fail with 40001 (docs/limitations.md).",
     "CALL": "icegres has no stored procedures.",
     "DO": "icegres has no procedural languages.",
