@@ -340,7 +340,7 @@ def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None,
 
         from icegres.engine.mounts import to_dataframe
 
-        checked = qctx.register_private("target", to_dataframe(qctx.ctx, replace(plan, files=())))
+        checked = qctx.register_private("target", qctx.zoned(to_dataframe(qctx.ctx, replace(plan, files=()))))
         if assigned:
             sets = _bounded(qctx, f"{checked} AS {alias}", assigned, params)
             # Assignments take the column's type, as PostgreSQL's assignment casts do: a literal
@@ -602,7 +602,7 @@ def _with_file_column(qctx: QueryContext, plan: ReadPlan) -> Any:
     df = frames[0]
     for other in frames[1:]:
         df = df.union(other)
-    return df
+    return qctx.zoned(df)
 
 
 def _returning(qctx: QueryContext, returning: exp.Expression, rows: pa.Table, table: exp.Expression, key: Key) -> pa.Table:

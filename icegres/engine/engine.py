@@ -37,6 +37,7 @@ from icegres.engine.mounts import (
     to_dataframe,
 )
 from icegres.engine.scan_sets import ScanSets
+from icegres.engine.session_zone import is_utc, zoned, zoned_columns
 from icegres.engine.txn import TxnState
 from icegres.protocol.pgwire.errors import PgError
 
@@ -163,6 +164,10 @@ class Engine:
         self._unreadable: dict[tuple[str, str], tuple[str, PgError]] = {}
         self._catalog_generation = 0
         self._catalog_snapshot: Any = None
+        # Bumped by every change to the master catalog's tables and schemas: the zone catalogs
+        # (session_zone.py) made at an older count are stale.
+        self._catalog_changes = 0
+        self._zone_catalogs: dict[str, tuple[int, Any]] = {}
         self._pending: dict[tuple[str, str], str] = {}  # changed in the catalog, not yet mounted
         self._fresh_pool: Any = None
         # Statements (QueryContext._repeat_key) whose cancellable first pull came back quickly:
@@ -273,6 +278,7 @@ class Engine:
         if key[1] in schema.names():
             schema.deregister_table(key[1])
         schema.register_table(key[1], df.into_view())
+        self._catalog_changes += 1
         self._retire_sets(key)
         self._sets[key] = keep
         linked = sum(len(s.files) for s in keep)
@@ -364,6 +370,7 @@ class Engine:
             if ns not in listing.namespaces and ns not in SYSTEM_SCHEMAS and ns != "public":
                 if not any(k[0] == ns for k in self._plans):
                     catalog.deregister_schema(ns, cascade=True)
+                    self._catalog_changes += 1
                     self._schemas.discard(ns)
                     self._shape_dirty = True
 
@@ -375,6 +382,7 @@ class Engine:
         catalog = self._master.catalog(DEFAULT_CATALOG)
         if name not in catalog.names():
             catalog.register_schema(name, Schema.memory_schema())
+            self._catalog_changes += 1
         self._schemas.add(name)
 
     def _deregister(self, key: tuple[str, str]) -> None:
@@ -383,6 +391,7 @@ class Engine:
             catalog.schema(key[0]).deregister_table(key[1])
         except Exception:
             pass
+        self._catalog_changes += 1
         self._plans.pop(key, None)
         self._scans.pop(key, None)
         self._retire_sets(key)
@@ -425,6 +434,7 @@ class Engine:
         if snap == self._catalog_snapshot:
             return  # only snapshots moved: pg_catalog describes shapes, not data
         pg_catalog.register_catalog(self._master, snap)
+        self._catalog_changes += 1
         self._catalog_snapshot = snap
         self._catalog_generation += 1
 
@@ -522,16 +532,35 @@ class Engine:
         env.relation_oid = pg_catalog.relation_oid
         return QueryContext(self, env)
 
-    def new_context(self, default_schema: str) -> SessionContext:
+    def new_context(self, default_schema: str, zone: str = _ENGINE_ZONE) -> SessionContext:
+        """A session's context; one for a session whose TimeZone `zone` (DataFusion's spelling)
+        is not UTC sees the tables' timestamptz columns in that zone (session_zone.py)."""
         from icegres.engine.mounts import shared_runtime_context
 
         # Planned here, executed in the master's runtime: its Parquet footer cache is shared by
         # every session, so a new client connection reads no footers the process already has.
         ctx = shared_runtime_context(session_config(default_schema), self._master, self.scan_sets.hold,
                                      self._master_lock)
-        ctx.register_catalog_provider(DEFAULT_CATALOG, self._master.catalog(DEFAULT_CATALOG))
+        catalog = self._master.catalog(DEFAULT_CATALOG) if is_utc(zone) else self.zone_catalog(zone)
+        ctx.register_catalog_provider(DEFAULT_CATALOG, catalog)
+        ctx.icegres_catalog = catalog
         self._stores.register_all(ctx)
         return ctx
+
+    def zone_catalog(self, zone: str) -> Any:
+        """The master catalog as sessions in `zone` see it (session_zone.py): rebuilt after any
+        change to the master catalog, as one new object a session swaps in whole."""
+        from icegres.engine.session_zone import zoned_catalog
+
+        with self._lock:
+            version = self._catalog_changes
+            hit = self._zone_catalogs.get(zone)
+            if hit is not None and hit[0] == version:
+                return hit[1]
+            catalog = zoned_catalog(self._master, self._master.catalog(DEFAULT_CATALOG), zone,
+                                    frozenset(SYSTEM_SCHEMAS))
+            self._zone_catalogs[zone] = (version, catalog)
+            return catalog
 
     def rebatched(self, df: DataFrame, rows: int) -> DataFrame:
         """`df`'s plan as a DataFrame of the master whose scans yield `rows`-row batches
@@ -584,7 +613,7 @@ class QueryContext:
         self.engine = engine
         self.env = env
         self._ctx: SessionContext | None = None
-        self._ctx_schema: str | None = None
+        self._ctx_schema: tuple[str, str] | None = None  # (default schema, time zone) it was made for
         self._stores_seen = 0
         # statement text -> SQL DataFusion accepted for it (the text itself or its rewrite)
         self._routes: OrderedDict[tuple[str, tuple[str, ...]], str] = OrderedDict()
@@ -614,14 +643,24 @@ class QueryContext:
     def ctx(self) -> SessionContext:
         return self._in_session_zone(self._current_ctx())
 
+    @property
+    def zone(self) -> str:
+        """The session's TimeZone as DataFusion spells it (`+00:00` for UTC)."""
+        from icegres.protocol.pgwire.types import engine_time_zone
+
+        return engine_time_zone(self.env.time_zone)
+
+    def zoned(self, df: DataFrame) -> DataFrame:
+        """A table's DataFrame as this session sees it (timestamptz in its TimeZone)."""
+        zone = self.zone
+        return df if is_utc(zone) else zoned(df, zone)
+
     def _in_session_zone(self, ctx: SessionContext) -> SessionContext:
         """`ctx` planning in the session's TimeZone: a timestamptz literal or cast without an
         offset ('2024-07-01 12:00'::timestamptz), now() and date_trunc/extract of zoned values
         read it as PostgreSQL does. DataFusion's config is per context, so each context is set
         when the session's TimeZone differs from the one it was made or last set with."""
-        from icegres.protocol.pgwire.types import engine_time_zone
-
-        zone = engine_time_zone(self.env.time_zone)
+        zone = self.zone
         if getattr(ctx, "icegres_zone", _ENGINE_ZONE) != zone:
             from datafusion import SessionContext as Plain
 
@@ -639,15 +678,20 @@ class QueryContext:
             return self._overlay
         if self.txn is not None and not self.txn.autocommit:
             return self._private_ctx(self.txn)
-        default = self._default_schema()
+        default = (self._default_schema(), self.zone)
         if self._ctx is None or default != self._ctx_schema:
             from icegres.engine import pg_functions
 
-            ctx = self.engine.new_context(default)
+            ctx = self.engine.new_context(*default)
             pg_functions.register_functions(ctx, self.env)
             self._ctx, self._ctx_schema = ctx, default
             self._stores_seen = self.engine.stores.generation
-        elif self._stores_seen != self.engine.stores.generation:
+        elif not is_utc(default[1]) and (catalog := self.engine.zone_catalog(default[1])) is not self._ctx.icegres_catalog:
+            # The master catalog changed since: this session's copy in its zone is a new object.
+            self._ctx.register_catalog_provider(DEFAULT_CATALOG, catalog)
+            self._ctx.icegres_catalog = catalog
+            self._planned.clear()
+        if self._stores_seen != self.engine.stores.generation:
             # A table in a new bucket was mounted since this context was made.
             self._stores_seen = self.engine.stores.register_all(self._ctx, self._stores_seen)
         return self._ctx
@@ -871,7 +915,14 @@ class QueryContext:
                 catalog.register_schema(ns, schema)
             if name in schema.names():
                 schema.deregister_table(name)
-            schema.register_table(name, make(ctx, keep).into_view())
+            schema.register_table(name, self.zoned(make(ctx, keep)).into_view())
+        if not is_utc(self.zone):  # the shared tables too, as this session sees them
+            for schema_name, tables in shared.items():
+                for table_name, table in tables:
+                    if (schema_name, table_name) not in views and zoned_columns(table.schema):
+                        schema = schemas[schema_name]
+                        schema.deregister_table(table_name)
+                        schema.register_table(table_name, self.zoned(ctx.read_table(table)).into_view())
         pg_functions.register_functions(ctx, self.env)
         ctx.icegres_keep = keep
         return ctx
@@ -1178,6 +1229,8 @@ class QueryContext:
         the statement is planned as sent."""
         if self._overlay is not None or self.txn is not None or not self.engine.prunable:
             return None  # transactions and the write buffer read views of their own
+        if not is_utc(self.zone):
+            return None  # prune.py reads timestamp literals in UTC; the scan's statistics still prune
         refs = self.table_refs(sql)
         if not refs or len(refs) != 1:
             return None

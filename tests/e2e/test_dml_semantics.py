@@ -328,3 +328,44 @@ def test_comments_are_iceberg_comments_that_pg_catalog_shows(
         select obj_description('dd.k'::regclass, 'pg_class'), col_description('dd.k'::regclass, 3)
         select count(*) from pg_description d where d.objoid = 'dd.k'::regclass
     """, ("dd.k",))
+
+
+def test_timestamptz_columns_are_seen_in_the_sessions_time_zone(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """date_trunc, extract, to_char, ::date and comparisons with untyped text of a timestamptz
+    column, in a session at another TimeZone than UTC: reads, a transaction, and DML's WHERE."""
+    _play(icegres, real_postgres, """
+        create table dd.z (id bigint, tz timestamptz, ts timestamp, d date)
+        insert into dd.z values (1, '2024-01-01 00:30:00+00', '2024-01-01 00:30:00', '2024-01-01'), (2, '2023-12-31 23:30:00+00', '2023-12-31 23:30:00', '2023-12-31'), (3, '2024-07-01 22:15:00+00', '2024-07-01 22:15:00', '2024-07-01'), (4, null, null, null)
+        set timezone = 'Europe/Berlin'
+        select id, tz from dd.z order by id
+        select id, extract(hour from tz), extract(day from tz), extract(dow from tz) from dd.z order by id
+        select id, date_trunc('day', tz), date_trunc('month', tz), date_trunc('hour', tz) from dd.z order by id
+        select date_trunc('day', tz) as day, count(*) from dd.z group by 1 order by 1
+        select id from dd.z where tz >= '2024-01-01' order by id
+        select id from dd.z where tz < '2024-01-01 01:00:00' order by id
+        select id from dd.z where tz between '2024-01-01' and '2024-07-02' order by id
+        select id from dd.z where tz = '2024-01-01 01:30:00' order by id
+        select id from dd.z where tz in ('2024-01-01 01:30:00', '2024-01-01 02:30:00') order by id
+        select id from dd.z where tz::date = '2024-01-01' order by id
+        select id, to_char(tz, 'YYYY-MM-DD HH24:MI') from dd.z order by id
+        select id, tz + interval '1 day' from dd.z order by id
+        select max(tz), min(tz) from dd.z
+        select a.id, b.id from dd.z a join dd.z b on a.tz < b.tz order by 1, 2
+        with c as (select tz from dd.z where id = 1) select date_trunc('day', tz) from c
+        update dd.z set d = '2000-01-01' where tz < '2024-01-01 01:00:00'
+        delete from dd.z where tz >= '2024-07-01 23:00:00'
+        begin
+        select id from dd.z where tz >= '2024-01-01' order by id
+        update dd.z set ts = '1999-01-01' where tz = '2024-01-01 01:30:00'
+        select id, ts from dd.z order by id
+        commit
+        set timezone = 'America/New_York'
+        select id, date_trunc('day', tz), extract(hour from tz) from dd.z order by id
+        select id from dd.z where tz >= '2023-12-31 19:00:00' order by id
+        insert into dd.z values (5, '2024-03-10 12:00:00', null, null)
+        select id from dd.z where date_trunc('day', tz) = '2024-03-10' order by id
+        set timezone = 'UTC'
+        select id, date_trunc('day', tz), extract(hour from tz) from dd.z order by id
+        select id from dd.z where tz >= '2024-01-01' order by id
+    """, ("dd.z",))
