@@ -209,14 +209,9 @@ def _rows_one_by_one(qctx: QueryContext, source: exp.Values, columns: list[str],
     and assigned to the columns' types: PostgreSQL reads `(date '2024-01-01'), ('2024-01-02')` as
     two dates (an untyped literal takes the other rows' type), where DataFusion finds Date32 and
     Utf8 "inconsistent". Each row's text then goes through the column type's input function."""
-    import sqlglot.expressions as exp
-
-    from icegres.engine.pg_rewrite import exact_number
-
     tables = []
     for row in source.expressions:
-        select = exp.select(*(exact_number(e, room=False) or e.copy() for e in row.expressions))
-        data = _collect(qctx.plan(_sql(select), params))
+        data = _collect(qctx.plan(_sql(_row_select(row)), params))
         names = columns if explicit else columns[:data.num_columns]  # no column list: the first N
         if data.num_columns != len(names):
             more = "expressions" if data.num_columns > len(names) else "target columns"
@@ -225,19 +220,25 @@ def _rows_one_by_one(qctx: QueryContext, source: exp.Values, columns: list[str],
     return pa.concat_tables(tables)
 
 
+def _row_select(row: exp.Expression) -> exp.Expression:
+    """One VALUES row as `SELECT value, ...`, its numeric literals exact: the rewrite reads the
+    literals of VALUES as numeric, as PostgreSQL does, but not those of a SELECT or a UNION."""
+    import sqlglot.expressions as exp
+
+    from icegres.engine.pg_rewrite import exact_number
+
+    return exp.select(*(exact_number(e, room=False) or e.copy() for e in row.expressions))
+
+
 def _values_as_selects(source: exp.Expression) -> exp.Expression:
     """VALUES rows holding a subquery, as one SELECT per row (UNION ALL): DataFusion 55 plans
     `VALUES (1, (SELECT max(n) FROM t))` and then fails to run it ("ScalarSubqueryExpr evaluated
     before the subquery was executed"); in a select list the same subquery runs."""
     import sqlglot.expressions as exp
 
-    from icegres.engine.pg_rewrite import exact_number
-
     if not isinstance(source, exp.Values) or source.find(exp.Subquery) is None:
         return source
-    # The rewrite reads the numeric literals of VALUES exactly, not those of a UNION: done here.
-    rows = [exp.select(*(exact_number(e, room=False) or e.copy() for e in row.expressions))
-            for row in source.expressions]
+    rows = [_row_select(row) for row in source.expressions]
     out: exp.Expression = rows[0]
     for row in rows[1:]:
         out = exp.union(out, row, distinct=False)
@@ -415,7 +416,8 @@ def _rounded_into_integers(qctx: QueryContext, source: str, sets: dict[str, str]
     integer = [c for c in sets if pa.types.is_integer(types[c])]
     if not integer:
         return sets
-    planned = qctx.plan(f"SELECT {', '.join(sets[c] for c in integer)} FROM {source}", params).schema()
+    probe = ", ".join(f'{sets[c]} AS "_{i}"' for i, c in enumerate(integer))  # names must differ
+    planned = qctx.plan(f"SELECT {probe} FROM {source}", params).schema()
     floats = {name for name, t in types.items() if pa.types.is_floating(t)}
     out = dict(sets)
     for c, field in zip(integer, planned, strict=True):

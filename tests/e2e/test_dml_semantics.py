@@ -107,6 +107,9 @@ def test_fractions_assigned_to_integer_columns_round_as_postgresql_rounds_them(
         update dd.r set n = 1e10 where id = 1
         update dd.r set f = 1.15, x = 1.15 where id = 1
         update dd.r set f = x where id = 3
+        update dd.r set n = 1, b = 1 where id = 4
+        update dd.r set n = f, b = f where id = 4
+        update dd.r set n = -n, b = -n where id = 4
     """, ("dd.r",))
 
 
