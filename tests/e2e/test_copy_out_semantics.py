@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support.differential import beside_postgres
 from tests.support.fixtures import real_postgres  # noqa: F401  (session fixture)
-from tests.support.icegres_server import running_icegres
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -35,8 +35,7 @@ ROWS = [
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory, real_postgres: Any) -> Iterator[list[str]]:  # noqa: F811
-    with running_icegres(tmp_path_factory.mktemp("copy") / "lake") as icegres:
-        dsns = [real_postgres.dsn(), icegres.dsn()]
+    with beside_postgres(tmp_path_factory.mktemp("copy") / "lake", real_postgres) as dsns:
         for dsn in dsns:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute("drop table if exists public.copy_out")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,3 +38,13 @@ def ours(qctx: Any, sql: str) -> Rows:
 
 def theirs(pg: psycopg.Connection, sql: str) -> Rows:
     return [tuple(None if v is None else str(v) for v in row) for row in pg.execute(sql).fetchall()]
+
+
+@contextmanager
+def beside_postgres(data_dir: Path, postgres: Any) -> Iterator[list[str]]:
+    """An icegres server over a fresh lake in `data_dir`, with the DSNs to compare it by:
+    [the real PostgreSQL's, icegres's]."""
+    from tests.support.icegres_server import running_icegres
+
+    with running_icegres(data_dir) as icegres:
+        yield [postgres.dsn(), icegres.dsn()]
