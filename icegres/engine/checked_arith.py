@@ -31,7 +31,9 @@ def arithmetic_nodes(value: exp.Expression) -> list[exp.Expression]:
 
 
 def _within(node: exp.Expression, value: exp.Expression) -> bool:
-    """Whether no subquery stands between `node` and `value`."""
+    """Whether no subquery stands between `node` and `value` (`value` itself included)."""
+    if node is value:
+        return True
     parent = node.parent
     while parent is not None and parent is not value:
         if isinstance(parent, exp.Subquery | exp.Select):

@@ -245,6 +245,28 @@ def _values_as_selects(source: exp.Expression) -> exp.Expression:
     return out
 
 
+def _bounded_source(qctx: QueryContext, tree: exp.Insert, params: dict[str, Any] | None) -> exp.Expression:
+    """An INSERT ... SELECT's source with the integer `+ - *` of its select list computed so that
+    overflow is 22003 (checked_arith.py): a wrapped value among the rows it inserts is stored.
+    The select list's types come from planning it with those operations appended as items (so
+    GROUP BY and ORDER BY positions still point where they did)."""
+    import sqlglot.expressions as exp
+
+    from icegres.engine.checked_arith import arithmetic_nodes, check_overflow
+
+    source = tree.expression
+    if not isinstance(source, exp.Select) or not any(arithmetic_nodes(e) for e in source.expressions):
+        return source
+    source = tree.copy().expression  # the parse is shared; still an INSERT's source (exact literals)
+    nodes = [node for item in source.expressions for node in arithmetic_nodes(item)]
+    probe = source.copy()
+    probe.set("expressions", [*probe.expressions,
+                              *(exp.alias_(node.copy(), f"_icegres_{i}", quoted=True) for i, node in enumerate(nodes))])
+    types = [f.type for f in qctx.plan(_sql(probe), params).schema()][-len(nodes):]
+    check_overflow(nodes, types)
+    return source
+
+
 def _insert_rows(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
                  params: dict[str, Any] | None) -> tuple[Key, pa.Table, InsertShape | None]:
     """The target and the conformed rows an INSERT adds (nothing written), and the recipe that
@@ -267,6 +289,7 @@ def _insert_rows(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
         # target columns' types (Parse inferred them from the columns), so they convert as they are.
         return key, rows, shape
     else:
+        source = _bounded_source(qctx, tree, params)
         source_sql = _sql(_values_as_selects(source))
         # Outside a transaction block the source also sees the write buffer's acked rows.
         with qctx.buffered_reads(qctx.buffered_entries(source_sql)):

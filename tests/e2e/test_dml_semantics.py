@@ -134,6 +134,25 @@ def test_integer_overflow_in_an_update_is_an_error_not_a_wrapped_value(
     """, ("dd.o",))
 
 
+def test_integer_overflow_in_an_insert_select_is_an_error_not_a_wrapped_value(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    _play(icegres, real_postgres, """
+        create table dd.src (id bigint, a int, b int, big bigint)
+        create table dd.dst (id bigint, x bigint, y int)
+        insert into dd.src values (1, 46341, 46341, 9223372036854775807), (2, 2, 3, 5), (3, -2147483648, 1, -9223372036854775808)
+        insert into dd.dst select id, a * b, a + b from dd.src where id = 2
+        insert into dd.dst select id, a * b, 1 from dd.src where id = 1
+        insert into dd.dst select id, big + 1, 0 from dd.src where id = 1
+        insert into dd.dst select id, big - 1, 0 from dd.src where id = 3
+        insert into dd.dst select id, -big, 0 from dd.src where id = 3
+        insert into dd.dst select id, (a::bigint) * b, 0 from dd.src where id = 1
+        insert into dd.dst select max(id), sum(a) * 2, count(*) from dd.src where id < 3 group by a order by 1 limit 1
+        insert into dd.dst select id * 10, x + 1, y from dd.dst where id = 2
+        insert into dd.dst select id + 100 as k, a + 1, b from dd.src where id = 2 order by k
+        insert into dd.dst select distinct id + 200, 1, 1 from dd.src
+    """, ("dd.src", "dd.dst"))
+
+
 def test_values_rows_may_hold_subqueries(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
     _play(icegres, real_postgres, """
         create table dd.v (id bigint, n int, s text)

@@ -42,3 +42,8 @@ def test_dates_intervals_and_uint64_are_left_alone() -> None:
     before = item.sql()
     check_overflow(nodes, [pa.date32(), pa.uint64()])
     assert item.sql() == before
+
+
+def test_a_select_item_that_is_itself_arithmetic_is_found() -> None:
+    select = sqlglot.parse_one("select a * b, c from t", read="postgres")
+    assert [n.sql() for n in arithmetic_nodes(select.expressions[0])] == ["a * b"]
