@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from icegres.engine.mounts import ReadPlan
 
 FILE_COLUMN = "__icegres_file"
+_HIT_COLUMN = "__icegres_hit"  # an UPDATE ... RETURNING's mark of the rows it changed
 
 
 
@@ -313,8 +314,6 @@ def _insert_rows(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
 def _update(qctx: QueryContext, txn: TxnState, tree: exp.Update, params: dict[str, Any] | None) -> DmlResult:
     if tree.args.get("from") or tree.args.get("from_"):
         raise PgError("0A000", "UPDATE ... FROM is not supported; use a subquery in WHERE")
-    if tree.args.get("returning") is not None:
-        raise PgError("0A000", "UPDATE ... RETURNING is not supported")
     key = _target(qctx, txn, tree.this)
     plan = _plan_of(txn, key)
     names = {f.name for f in plan.schema}
@@ -329,20 +328,26 @@ def _update(qctx: QueryContext, txn: TxnState, tree: exp.Update, params: dict[st
         sets[name] = set_item.expression
     where = tree.args.get("where")
     cond = _sql(where.this) if where is not None else None
-    count = _rewrite(qctx, txn, key, cond, sets, params, delete=False, alias=_alias(tree.this, key))
-    return DmlResult(f"UPDATE {count}")
+    returning = tree.args.get("returning")
+    count, rows = _rewrite(qctx, txn, key, cond, sets, params, delete=False, alias=_alias(tree.this, key),
+                           returned=returning is not None)
+    if returning is None:
+        return DmlResult(f"UPDATE {count}")
+    return DmlResult(f"UPDATE {count}", _returning(qctx, returning, rows, tree.this, key))
 
 
 def _delete(qctx: QueryContext, txn: TxnState, tree: exp.Delete, params: dict[str, Any] | None) -> DmlResult:
     if tree.args.get("using"):
         raise PgError("0A000", "DELETE ... USING is not supported; use a subquery in WHERE")
-    if tree.args.get("returning") is not None:
-        raise PgError("0A000", "DELETE ... RETURNING is not supported")
     key = _target(qctx, txn, tree.this)
     where = tree.args.get("where")
     cond = _sql(where.this) if where is not None else None
-    count = _rewrite(qctx, txn, key, cond, None, params, delete=True, alias=_alias(tree.this, key))
-    return DmlResult(f"DELETE {count}")
+    returning = tree.args.get("returning")
+    count, rows = _rewrite(qctx, txn, key, cond, None, params, delete=True, alias=_alias(tree.this, key),
+                           returned=returning is not None)
+    if returning is None:
+        return DmlResult(f"DELETE {count}")
+    return DmlResult(f"DELETE {count}", _returning(qctx, returning, rows, tree.this, key))
 
 
 # --- copy-on-write ----------------------------------------------------------------------------
@@ -350,11 +355,13 @@ def _delete(qctx: QueryContext, txn: TxnState, tree: exp.Delete, params: dict[st
 
 def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None,
              assigned: dict[str, exp.Expression] | None, params: dict[str, Any] | None, *, delete: bool,
-             alias: str | None = None) -> int:
+             alias: str | None = None, returned: bool = False) -> tuple[int, pa.Table | None]:
     """Rewrite exactly the data files that hold rows matching `cond` (setting the columns of
-    `assigned` to their values there); returns the row count."""
+    `assigned` to their values there); returns the row count and, if `returned`, the rows
+    RETURNING reads: those deleted, or those updated as they are written."""
     sets: dict[str, str] | None = None
     plan = _plan_of(txn, key)
+    returning_rows = write_schema(plan).empty_table() if returned else None
     alias = alias or f'"{key[1]}"'
     where = f" WHERE {cond}" if cond else ""
     if not plan.files or assigned:
@@ -377,37 +384,49 @@ def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None,
         # Executing over no rows still runs the optimizer, whose constant folding reads literals.
         _collect(qctx.plan(f"SELECT {exprs} FROM {checked} AS {alias}{where}", params))
     if not plan.files:
-        return 0
+        return 0, returning_rows
     view = qctx.register_private("target", _with_file_column(qctx, plan))
     hits = _collect(qctx.plan(
         f'SELECT "{FILE_COLUMN}", count(*) AS n FROM {view} AS {alias}{where} GROUP BY "{FILE_COLUMN}"', params))
     matched = {p: n for p, n in zip(hits.column(0).to_pylist(), hits.column(1).to_pylist(), strict=True) if n}
     count = sum(matched.values())
     if not matched:
-        return 0
+        return 0, returning_rows
     in_list = ", ".join("'" + p.replace("'", "''") + "'" for p in matched)
     columns = [f.name for f in plan.schema]
+    hit = f"({cond}) IS TRUE" if cond else "true"
+    in_files = f'"{FILE_COLUMN}" IN ({in_list})'
     if delete:
-        keep = f" AND ({cond}) IS NOT TRUE" if cond else " AND false"
         select = ", ".join(f'{alias}."{c}"' for c in columns)
-        query = f'SELECT {select} FROM {view} AS {alias} WHERE "{FILE_COLUMN}" IN ({in_list}){keep}'
+        query = f'SELECT {select} FROM {view} AS {alias} WHERE {in_files} AND NOT ({hit})'
+        if returned:
+            gone = _collect(qctx.plan(f'SELECT {select} FROM {view} AS {alias} WHERE {in_files} AND {hit}', params))
+            returning_rows = conform(gone, plan, key, qctx.env.time_zone)
     else:
-        hit = f"({cond}) IS TRUE" if cond else "true"
         exprs = []
         for c in columns:
             if sets and c in sets:
                 exprs.append(f'CASE WHEN {hit} THEN {sets[c]} ELSE {alias}."{c}" END AS "{c}"')
             else:
                 exprs.append(f'{alias}."{c}"')
-        query = f'SELECT {", ".join(exprs)} FROM {view} AS {alias} WHERE "{FILE_COLUMN}" IN ({in_list})'
-    rows = conform(_collect(qctx.plan(query, params)), plan, key, qctx.env.time_zone)
+        if returned:
+            exprs.append(f'{hit} AS "{_HIT_COLUMN}"')
+        query = f'SELECT {", ".join(exprs)} FROM {view} AS {alias} WHERE {in_files}'
+    data = _collect(qctx.plan(query, params))
+    marks = None
+    if not delete and returned:
+        marks = data.column(_HIT_COLUMN)
+        data = data.drop_columns([_HIT_COLUMN])
+    rows = conform(data, plan, key, qctx.env.time_zone)
+    if marks is not None:
+        returning_rows = rows.filter(marks)
     if sets and any(c in sets for c in plan.primary_key):
         _check_unique(qctx, plan, key, rows, exclude_files=tuple(matched))
     write = txn.write_for(key)
     new_files = _write_files(write.base, rows)
     write, orphans = write.rewrite(set(matched), new_files, rows.num_rows)
     txn.stage(write, orphans)
-    return count
+    return count, returning_rows
 
 
 def _bounded(qctx: QueryContext, source: str, assigned: dict[str, exp.Expression],
