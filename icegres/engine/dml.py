@@ -174,8 +174,8 @@ def insert_rows(qctx: QueryContext, txn: TxnState, sql: str, params: dict[str, A
     import sqlglot.expressions as exp
 
     tree = parse(sql)
-    if not isinstance(tree, exp.Insert):
-        return None
+    if not isinstance(tree, exp.Insert) or tree.args.get("conflict") is not None:
+        return None  # ON CONFLICT: `execute` says what it means on this table
     _pin(qctx, qctx.txn, sql, tree)
     table = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
     key = _target(qctx, txn, table)
@@ -193,6 +193,8 @@ def insert_rows(qctx: QueryContext, txn: TxnState, sql: str, params: dict[str, A
 def _insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[str, Any] | None) -> DmlResult:
     import sqlglot.expressions as exp
 
+    if tree.args.get("conflict") is not None:
+        return _upsert(qctx, txn, tree, params)
     key, rows, _ = _insert_rows(qctx, txn, tree, params)
     plan = _plan_of(txn, key)
     _check_unique(qctx, plan, key, rows, exclude_files=())
@@ -274,8 +276,6 @@ def _insert_rows(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
     built them when they came straight from parameters and constants."""
     import sqlglot.expressions as exp
 
-    if tree.args.get("conflict") is not None:
-        raise PgError("0A000", "INSERT ... ON CONFLICT is not supported")
     table = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
     key = _target(qctx, txn, table)
     plan = _plan_of(txn, key)
@@ -348,6 +348,142 @@ def _delete(qctx: QueryContext, txn: TxnState, tree: exp.Delete, params: dict[st
     if returning is None:
         return DmlResult(f"DELETE {count}")
     return DmlResult(f"DELETE {count}", _returning(qctx, returning, rows, tree.this, key))
+
+
+# --- INSERT ... ON CONFLICT --------------------------------------------------------------------
+
+
+def _upsert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[str, Any] | None) -> DmlResult:
+    """INSERT ... ON CONFLICT (key) DO NOTHING | DO UPDATE SET ... [WHERE ...], on a table with a
+    primary key (the only unique constraint an icegres table has): rows whose key the table
+    already holds (in this transaction's view) are skipped or update that row, copy-on-write, in
+    the files that hold it; the others are appended. The tag counts both, as PostgreSQL's does."""
+    import sqlglot.expressions as exp
+
+    conflict = tree.args["conflict"]
+    table = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    key = _target(qctx, txn, table)
+    plan = _plan_of(txn, key)
+    pk = list(plan.primary_key)
+    update = "UPDATE" in str(conflict.args.get("action") or "").upper()
+    plain = tree.copy()
+    plain.set("conflict", None)
+    if not pk and not update and not conflict.args.get("conflict_keys") and conflict.args.get("constraint") is None:
+        return _insert(qctx, txn, plain, params)  # DO NOTHING where no row can conflict
+    _check_conflict_target(conflict, key, pk, update)
+    names = {f.name for f in plan.schema}
+    for item in conflict.expressions:  # before any row is looked at, as PostgreSQL checks them
+        if item.this.name not in names:
+            raise PgError("42703", f'column "{item.this.name}" of relation "{key[1]}" does not exist')
+        _unambiguous(item.expression)
+    if conflict.args.get("where") is not None:
+        _unambiguous(conflict.args["where"].this)
+    plain.set("returning", None)
+    key, rows, _ = _insert_rows(qctx, txn, plain, params)
+    rows = _first_of_each_key(rows, pk, update)
+    incoming = qctx.register_private("incoming", qctx.ctx.from_arrow(_scan_typed(rows)))
+    on = " AND ".join(f"t.{_q(k)} = excluded.{_q(k)}" for k in pk)
+    found = _collect(qctx.plan(
+        f'SELECT DISTINCT t."{FILE_COLUMN}" AS f, {", ".join(f"t.{_q(k)}" for k in pk)} '
+        f'FROM {qctx.register_private("target", _with_file_column(qctx, plan))} AS t '
+        f"JOIN {incoming} AS excluded ON {on}", params)) if plan.files else None
+    existing = set() if found is None else set(zip(*(found.column(k).to_pylist() for k in pk), strict=True))
+    is_new = pa.array([k not in existing for k in zip(*(rows.column(c).to_pylist() for c in pk), strict=True)],
+                      pa.bool_())
+    fresh = rows.filter(is_new)
+    changed = rows.schema.empty_table()
+    if update and existing:
+        assert found is not None
+        changed = _update_conflicting(qctx, txn, tree, key, plan, incoming, set(found.column("f").to_pylist()),
+                                      pk, params)
+    _check_unique(qctx, plan, key, fresh, exclude_files=())
+    _append(txn, key, fresh)
+    returning = tree.args.get("returning")
+    out = None
+    if returning is not None:
+        out = _returning(qctx, returning, pa.concat_tables([fresh, changed]), table, key)
+    return DmlResult(f"INSERT 0 {fresh.num_rows + changed.num_rows}", out)
+
+
+def _check_conflict_target(conflict: exp.Expression, key: Key, pk: list[str], update: bool) -> None:
+    """The conflict target must be the primary key (42P10 otherwise, as PostgreSQL says when no
+    unique index matches); DO UPDATE must name it."""
+    named = [c.this.name if hasattr(c.this, "name") else str(c.this) for c in conflict.args.get("conflict_keys") or []]
+    constraint = conflict.args.get("constraint")
+    if constraint is not None and (not pk or constraint.name != f"{key[1]}_pkey"):
+        raise PgError("42704", f'constraint "{constraint.name}" for table "{key[1]}" does not exist')
+    if not pk or (named and set(named) != set(pk)):
+        raise PgError("42P10", "there is no unique or exclusion constraint matching the ON CONFLICT specification")
+    if update and not named and constraint is None:
+        raise PgError("42601", "ON CONFLICT DO UPDATE requires inference specification or constraint name",
+                      hint="For example, ON CONFLICT (column_name).")
+
+
+def _first_of_each_key(rows: pa.Table, pk: list[str], update: bool) -> pa.Table:
+    """The rows to insert, one per key: a later row with a key an earlier one took conflicts with
+    it (DO NOTHING skips it); DO UPDATE may not touch one row twice (21000)."""
+    seen: set[tuple[Any, ...]] = set()
+    keep = []
+    for k in zip(*(rows.column(c).to_pylist() for c in pk), strict=True):
+        if k in seen and update:
+            raise PgError("21000", "ON CONFLICT DO UPDATE command cannot affect row a second time",
+                          hint="Ensure that no rows proposed for insertion within the same command have "
+                               "duplicate constrained values.")
+        keep.append(k not in seen)
+        seen.add(k)
+    return rows if all(keep) else rows.filter(pa.array(keep, pa.bool_()))
+
+
+def _update_conflicting(qctx: QueryContext, txn: TxnState, tree: exp.Insert, key: Key, plan: ReadPlan,
+                        incoming: str, files: set[str], pk: list[str], params: dict[str, Any] | None) -> pa.Table:
+    """DO UPDATE: rewrite `files`, setting the SET columns of each row an incoming row conflicts
+    with (and that the WHERE admits); returns those rows as written."""
+    import sqlglot.expressions as exp
+
+    conflict = tree.args["conflict"]
+    alias = _alias(tree.this.this if isinstance(tree.this, exp.Schema) else tree.this, key)
+    types = {f.name: f.type for f in plan.schema}
+    sets: dict[str, str] = {}
+    for item in conflict.expressions:
+        sets[item.this.name] = assignment(_sql(item.expression), types[item.this.name])
+    where = conflict.args.get("where")
+    hit = f"excluded.{_q(pk[0])} IS NOT NULL"  # the row met an incoming one (key columns are NOT NULL)
+    if where is not None:
+        hit += f" AND ({_sql(where.this)}) IS TRUE"
+    view = qctx.register_private("target", _with_file_column(qctx, plan))
+    on = " AND ".join(f"{alias}.{_q(k)} = excluded.{_q(k)}" for k in pk)
+    exprs = [f'CASE WHEN {hit} THEN {sets[c]} ELSE {alias}."{c}" END AS "{c}"' if c in sets
+             else f'{alias}."{c}"' for c in types]
+    in_list = ", ".join("'" + p.replace("'", "''") + "'" for p in files)
+    data = _collect(qctx.plan(
+        f'SELECT {", ".join(exprs)}, {hit} AS "{_HIT_COLUMN}" FROM {view} AS {alias} '
+        f'LEFT JOIN {incoming} AS excluded ON {on} WHERE {alias}."{FILE_COLUMN}" IN ({in_list})', params))
+    marks = data.column(_HIT_COLUMN)
+    rows = conform(data.drop_columns([_HIT_COLUMN]), plan, key, qctx.env.time_zone)
+    if any(c in sets for c in pk):
+        _check_unique(qctx, plan, key, rows, exclude_files=tuple(files))
+    write = txn.write_for(key)
+    write, orphans = write.rewrite(files, _write_files(write.base, rows), rows.num_rows)
+    txn.stage(write, orphans)
+    return rows.filter(marks)
+
+
+def _unambiguous(expr: exp.Expression) -> None:
+    """A DO UPDATE's expressions see the target and `excluded`, which have the same columns: an
+    unqualified one (outside a subquery) is ambiguous (42702), as PostgreSQL says."""
+    import sqlglot.expressions as exp
+
+    for column in expr.find_all(exp.Column):
+        if not column.table and column.find_ancestor(exp.Subquery) is None:
+            raise PgError("42702", f'column reference "{column.name}" is ambiguous')
+
+
+def _scan_typed(rows: pa.Table) -> pa.Table:
+    return rows.cast(pa.schema([f.with_type(_scan_type(f.type)) for f in rows.schema]))
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 # --- copy-on-write ----------------------------------------------------------------------------
@@ -651,8 +787,7 @@ def _with_file_column(qctx: QueryContext, plan: ReadPlan) -> Any:
 
 def _returning(qctx: QueryContext, returning: exp.Expression, rows: pa.Table, table: exp.Expression, key: Key) -> pa.Table:
     select = ", ".join(_sql(e) for e in returning.expressions)
-    scan = rows.cast(pa.schema([f.with_type(_scan_type(f.type)) for f in rows.schema]))
-    view = qctx.register_private("returning", qctx.ctx.from_arrow(scan))
+    view = qctx.register_private("returning", qctx.ctx.from_arrow(_scan_typed(rows)))
     df = qctx.plan(f"SELECT {select} FROM {view} AS {_alias(table, key)}", None)
     result = _collect(df)
     return result.rename_columns(qctx.pg_schema(f"SELECT {select}", result.schema).names)

@@ -432,3 +432,38 @@ def test_update_and_delete_return_the_rows_they_changed(
             assert last == [(-3, "a")]
         finally:
             conn.execute("drop table dd.rm")
+
+
+def test_insert_on_conflict_skips_or_updates_the_rows_whose_key_exists(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    _play(icegres, real_postgres, """
+        create table dd.u (id bigint primary key, n int, s text)
+        create table dd.nokey (id bigint, n int)
+        insert into dd.u values (1, 1, 'a'), (2, 2, 'b')
+        insert into dd.u values (1, 10, 'x'), (3, 3, 'c') on conflict (id) do nothing
+        insert into dd.u values (1, 10, 'x'), (4, 4, 'd') on conflict do nothing
+        insert into dd.u values (2, 20, 'y'), (5, 5, 'e') on conflict (id) do update set n = excluded.n, s = excluded.s || '!'
+        insert into dd.u values (1, 100, 'z') on conflict (id) do update set n = u.n + excluded.n where u.n < 5
+        insert into dd.u values (1, 100, 'z') on conflict (id) do update set n = n + excluded.n where u.n < 5
+        insert into dd.u as q values (3, 30, 'w') on conflict (id) do update set n = q.n * 10 returning id, n, s
+        insert into dd.u values (6, 6, 'f'), (6, 7, 'g') on conflict (id) do nothing
+        insert into dd.u values (7, 7, 'h'), (7, 8, 'i') on conflict (id) do update set n = excluded.n
+        insert into dd.u values (8, 8, 'j') on conflict (n) do nothing
+        insert into dd.u values (8, 8, 'j') on conflict do update set n = 1
+        insert into dd.u values (9, 9, 'k') on conflict on constraint u_pkey do nothing
+        insert into dd.u values (9, 9, 'k') on conflict on constraint nope do nothing
+        insert into dd.u (id, s) select id + 100, s from dd.u where id < 3 on conflict (id) do nothing
+        insert into dd.u (id, s) select id, 'up' from dd.u where id < 3 on conflict (id) do update set s = excluded.s returning id, s
+        insert into dd.u values (2, 1, 'x') on conflict (id) do update set id = 50
+        insert into dd.u values (2, 1, 'x') on conflict (id) do update set nosuch = 1
+        insert into dd.nokey values (1, 1) on conflict do nothing
+        begin
+        insert into dd.u values (9, 90, 'txn') on conflict (id) do update set n = excluded.n
+        insert into dd.u values (9, 91, 'txn') on conflict (id) do update set n = u.n + excluded.n
+        select n from dd.u where id = 9
+        rollback
+        begin
+        insert into dd.u values (10, 1, 'new') on conflict (id) do nothing
+        insert into dd.u values (10, 2, 'again') on conflict (id) do update set s = excluded.s
+        commit
+    """, ("dd.u", "dd.nokey"))
