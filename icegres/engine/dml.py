@@ -326,28 +326,27 @@ def _update(qctx: QueryContext, txn: TxnState, tree: exp.Update, params: dict[st
         if name in sets:
             raise PgError("42601", f'multiple assignments to same column "{name}"')
         sets[name] = set_item.expression
-    where = tree.args.get("where")
-    cond = _sql(where.this) if where is not None else None
-    returning = tree.args.get("returning")
-    count, rows = _rewrite(qctx, txn, key, cond, sets, params, delete=False, alias=_alias(tree.this, key),
-                           returned=returning is not None)
-    if returning is None:
-        return DmlResult(f"UPDATE {count}")
-    return DmlResult(f"UPDATE {count}", _returning(qctx, returning, rows, tree.this, key))
+    return _rewrite_rows(qctx, txn, tree, key, sets, params)
 
 
 def _delete(qctx: QueryContext, txn: TxnState, tree: exp.Delete, params: dict[str, Any] | None) -> DmlResult:
     if tree.args.get("using"):
         raise PgError("0A000", "DELETE ... USING is not supported; use a subquery in WHERE")
-    key = _target(qctx, txn, tree.this)
+    return _rewrite_rows(qctx, txn, tree, _target(qctx, txn, tree.this), None, params)
+
+
+def _rewrite_rows(qctx: QueryContext, txn: TxnState, tree: exp.Expression, key: Key,
+                  sets: dict[str, exp.Expression] | None, params: dict[str, Any] | None) -> DmlResult:
+    """An UPDATE (`sets`) or DELETE (None) of the rows its WHERE selects; its tag and RETURNING."""
     where = tree.args.get("where")
     cond = _sql(where.this) if where is not None else None
     returning = tree.args.get("returning")
-    count, rows = _rewrite(qctx, txn, key, cond, None, params, delete=True, alias=_alias(tree.this, key),
-                           returned=returning is not None)
+    count, rows = _rewrite(qctx, txn, key, cond, sets, params, delete=sets is None,
+                           alias=_alias(tree.this, key), returned=returning is not None)
+    tag = f"{'DELETE' if sets is None else 'UPDATE'} {count}"
     if returning is None:
-        return DmlResult(f"DELETE {count}")
-    return DmlResult(f"DELETE {count}", _returning(qctx, returning, rows, tree.this, key))
+        return DmlResult(tag)
+    return DmlResult(tag, _returning(qctx, returning, rows, tree.this, key))
 
 
 # --- INSERT ... ON CONFLICT --------------------------------------------------------------------
