@@ -877,7 +877,7 @@ class QueryContext:
         """A context whose catalog is a private copy of the shared one with this transaction's
         views of its tables (pins + staged writes). Rebuilt only when the view changes (~2 ms)."""
         default = self._default_schema()
-        key = (txn.ident, txn.version, default)
+        key = (txn.ident, txn.version, default, self.zone)  # SET TimeZone in a block: views anew
         if self._private is not None and self._private[0] == key:
             return self._private[1]
         stores, sets = self.engine.stores, self.engine.scan_sets

@@ -467,3 +467,26 @@ def test_insert_on_conflict_skips_or_updates_the_rows_whose_key_exists(
         insert into dd.u values (10, 2, 'again') on conflict (id) do update set s = excluded.s
         commit
     """, ("dd.u", "dd.nokey"))
+
+
+def test_a_time_zone_set_inside_a_transaction_is_seen_at_once_and_kept_as_postgresql_keeps_it(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    _play(icegres, real_postgres, """
+        create table dd.tt (id bigint, tz timestamptz)
+        insert into dd.tt values (1, '2024-01-01 00:30:00+00')
+        begin
+        select extract(hour from tz) from dd.tt
+        set timezone = 'Asia/Tokyo'
+        select extract(hour from tz) from dd.tt
+        insert into dd.tt values (2, '2024-01-01 09:00:00')
+        select id, extract(hour from tz) from dd.tt order by id
+        set local timezone = 'America/New_York'
+        select id, extract(hour from tz), date_trunc('day', tz) from dd.tt order by id
+        commit
+        show timezone
+        select id, extract(hour from tz) from dd.tt order by id
+        begin
+        set timezone = 'Europe/Berlin'
+        rollback
+        show timezone
+    """, ("dd.tt",))

@@ -101,10 +101,11 @@ class Transaction:
     savepoints: list[str] = field(default_factory=list)
     state: TxnState | None = None  # pins and staged writes (engine side)
     read_only: bool = False  # BEGIN READ ONLY, SET TRANSACTION READ ONLY: writes are 25006
-    # Settings as they were before the block changed them: a ROLLBACK restores all of them, a
-    # COMMIT those set with SET LOCAL (`local`), as in PostgreSQL.
+    # Settings as they were before the block changed them (a ROLLBACK restores them), and as a
+    # COMMIT leaves them: the last plain SET's value, else the value SET LOCAL found, as in
+    # PostgreSQL, where SET LOCAL lasts until the block ends either way.
     before: dict[str, str] = field(default_factory=dict)
-    local: set[str] = field(default_factory=set)
+    after_commit: dict[str, str] = field(default_factory=dict)
 
 
 class Session:
@@ -822,7 +823,9 @@ class Session:
             if self.settings.get(name) != old:
                 self.tx.before.setdefault(name, old)
                 if local:
-                    self.tx.local.add(name)
+                    self.tx.after_commit.setdefault(name, old)
+                else:
+                    self.tx.after_commit[name] = self.settings[name]
 
     async def _cmd_show(self, stmt: Statement, describe: bool) -> None:
         if stmt.name == "all":
@@ -887,7 +890,7 @@ class Session:
         self.send(m.command_complete("ROLLBACK"))
 
     def _end_transaction(self, committed: bool = False) -> None:
-        restore = self.tx.before if not committed else {k: self.tx.before[k] for k in self.tx.local}
+        restore = self.tx.after_commit if committed else self.tx.before
         self.tx = Transaction("I")
         for key, value in restore.items():
             self.settings[key] = value
