@@ -265,8 +265,11 @@ def copy_fields(data: bytes, fmt: Any, names: list[str]) -> list[pa.ChunkedArray
 
 def _match_header(data: bytes, fmt: Any, names: list[str]) -> None:
     """HEADER MATCH: the first line names the columns COPY reads, in order (else 22P04)."""
+    if not data:
+        return  # no header line, and no rows to read under it
     first = data.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", errors="replace")
-    header = _csv_rows(first + "\n", fmt)[0] if fmt.csv else _text_fields(first, fmt)
+    rows = _csv_rows(first + "\n", fmt) if fmt.csv else [_text_fields(first, fmt)]
+    header = rows[0] if rows else []
     if len(header) != len(names):
         raise PgError("22P04", f"wrong number of fields in header line: got {len(header)}, expected {len(names)}")
     for i, (got, expected) in enumerate(zip(header, names, strict=True)):
