@@ -24,6 +24,8 @@ from icegres.engine.txn import Key, TxnState
 from icegres.protocol.pgwire.errors import PgError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     import sqlglot.expressions as exp
 
     from icegres.engine.engine import QueryContext
@@ -215,12 +217,19 @@ def _rows_one_by_one(qctx: QueryContext, source: exp.Values, columns: list[str],
     tables = []
     for row in source.expressions:
         data = _collect(qctx.plan(_sql(_row_select(row)), params))
-        names = columns if explicit else columns[:data.num_columns]  # no column list: the first N
-        if data.num_columns != len(names):
-            more = "expressions" if data.num_columns > len(names) else "target columns"
-            raise PgError("42601", f"INSERT has more {more} than {'target columns' if more == 'expressions' else 'expressions'}")
+        names = _targets(columns, explicit, data.num_columns)
         tables.append(conform(data.rename_columns(names), plan, key, qctx.env.time_zone))
     return pa.concat_tables(tables)
+
+
+def _targets(columns: list[str], explicit: bool, width: int) -> list[str]:
+    """The columns `width` values go to: without a column list, the table's first `width`; a
+    mismatch is PostgreSQL's 42601."""
+    names = columns if explicit else columns[:width]
+    if width != len(names):
+        more, fewer = ("expressions", "target columns") if width > len(names) else ("target columns", "expressions")
+        raise PgError("42601", f"INSERT has more {more} than {fewer}")
+    return names
 
 
 def _row_select(row: exp.Expression) -> exp.Expression:
@@ -301,11 +310,7 @@ def _insert_rows(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
                     raise
                 explicit = isinstance(tree.this, exp.Schema)
                 return key, _rows_one_by_one(qctx, source, columns, explicit, plan, key, params), None
-            if not isinstance(tree.this, exp.Schema) and len(df.schema()) < len(columns):
-                columns = columns[:len(df.schema())]  # no column list: the first N columns
-            if len(df.schema()) != len(columns):
-                more = "expressions" if len(df.schema()) > len(columns) else "target columns"
-                raise PgError("42601", f"INSERT has more {more} than {'target columns' if more == 'expressions' else 'expressions'}")
+            columns = _targets(columns, isinstance(tree.this, exp.Schema), len(df.schema()))
             data = _collect(df)
         data = data.rename_columns(columns)
     return key, conform(data, plan, key, qctx.env.time_zone), None
@@ -380,21 +385,19 @@ def _upsert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[st
     plain.set("returning", None)
     key, rows, _ = _insert_rows(qctx, txn, plain, params)
     rows = _first_of_each_key(rows, pk, update)
-    incoming = qctx.register_private("incoming", qctx.ctx.from_arrow(_scan_typed(rows)))
-    on = " AND ".join(f"t.{_q(k)} = excluded.{_q(k)}" for k in pk)
-    found = _collect(qctx.plan(
-        f'SELECT DISTINCT t."{FILE_COLUMN}" AS f, {", ".join(f"t.{_q(k)}" for k in pk)} '
-        f'FROM {qctx.register_private("target", _with_file_column(qctx, plan))} AS t '
-        f"JOIN {incoming} AS excluded ON {on}", params)) if plan.files else None
-    existing = set() if found is None else set(zip(*(found.column(k).to_pylist() for k in pk), strict=True))
-    is_new = pa.array([k not in existing for k in zip(*(rows.column(c).to_pylist() for c in pk), strict=True)],
-                      pa.bool_())
-    fresh = rows.filter(is_new)
-    changed = rows.schema.empty_table()
-    if update and existing:
-        assert found is not None
-        changed = _update_conflicting(qctx, txn, tree, key, plan, incoming, set(found.column("f").to_pylist()),
-                                      pk, params)
+    fresh, changed = rows, rows.schema.empty_table()
+    if plan.files:
+        incoming = qctx.register_private("incoming", qctx.ctx.from_arrow(_scan_typed(rows)))
+        view = qctx.register_private("target", _with_file_column(qctx, plan))
+        on = " AND ".join(f"t.{_q(k)} = excluded.{_q(k)}" for k in pk)
+        found = _collect(qctx.plan(
+            f'SELECT DISTINCT t."{FILE_COLUMN}" AS f, {", ".join(f"t.{_q(k)}" for k in pk)} '
+            f"FROM {view} AS t JOIN {incoming} AS excluded ON {on}", params))
+        existing = set(_keys(found, pk))
+        fresh = rows.filter(pa.array([k not in existing for k in _keys(rows, pk)], pa.bool_()))
+        if update and existing:
+            changed = _update_conflicting(qctx, txn, tree, key, plan, view, incoming,
+                                          set(found.column("f").to_pylist()), pk, params)
     _check_unique(qctx, plan, key, fresh, exclude_files=())
     _append(txn, key, fresh)
     returning = tree.args.get("returning")
@@ -423,7 +426,7 @@ def _first_of_each_key(rows: pa.Table, pk: list[str], update: bool) -> pa.Table:
     it (DO NOTHING skips it); DO UPDATE may not touch one row twice (21000)."""
     seen: set[tuple[Any, ...]] = set()
     keep = []
-    for k in zip(*(rows.column(c).to_pylist() for c in pk), strict=True):
+    for k in _keys(rows, pk):
         if k in seen and update:
             raise PgError("21000", "ON CONFLICT DO UPDATE command cannot affect row a second time",
                           hint="Ensure that no rows proposed for insertion within the same command have "
@@ -434,9 +437,11 @@ def _first_of_each_key(rows: pa.Table, pk: list[str], update: bool) -> pa.Table:
 
 
 def _update_conflicting(qctx: QueryContext, txn: TxnState, tree: exp.Insert, key: Key, plan: ReadPlan,
-                        incoming: str, files: set[str], pk: list[str], params: dict[str, Any] | None) -> pa.Table:
-    """DO UPDATE: rewrite `files`, setting the SET columns of each row an incoming row conflicts
-    with (and that the WHERE admits); returns those rows as written."""
+                        view: str, incoming: str, files: set[str], pk: list[str],
+                        params: dict[str, Any] | None) -> pa.Table:
+    """DO UPDATE: rewrite `files` (of `view`, the table with each row's file), setting the SET
+    columns of each row an incoming row conflicts with (and that the WHERE admits); returns those
+    rows as written."""
     import sqlglot.expressions as exp
 
     conflict = tree.args["conflict"]
@@ -449,14 +454,12 @@ def _update_conflicting(qctx: QueryContext, txn: TxnState, tree: exp.Insert, key
     hit = f"excluded.{_q(pk[0])} IS NOT NULL"  # the row met an incoming one (key columns are NOT NULL)
     if where is not None:
         hit += f" AND ({_sql(where.this)}) IS TRUE"
-    view = qctx.register_private("target", _with_file_column(qctx, plan))
     on = " AND ".join(f"{alias}.{_q(k)} = excluded.{_q(k)}" for k in pk)
     exprs = [f'CASE WHEN {hit} THEN {sets[c]} ELSE {alias}."{c}" END AS "{c}"' if c in sets
              else f'{alias}."{c}"' for c in types]
-    in_list = ", ".join("'" + p.replace("'", "''") + "'" for p in files)
     data = _collect(qctx.plan(
         f'SELECT {", ".join(exprs)}, {hit} AS "{_HIT_COLUMN}" FROM {view} AS {alias} '
-        f'LEFT JOIN {incoming} AS excluded ON {on} WHERE {alias}."{FILE_COLUMN}" IN ({in_list})', params))
+        f'LEFT JOIN {incoming} AS excluded ON {on} WHERE {alias}."{FILE_COLUMN}" IN ({_paths(files)})', params))
     marks = data.column(_HIT_COLUMN)
     rows = conform(data.drop_columns([_HIT_COLUMN]), plan, key, qctx.env.time_zone)
     if any(c in sets for c in pk):
@@ -477,12 +480,22 @@ def _unambiguous(expr: exp.Expression) -> None:
             raise PgError("42702", f'column reference "{column.name}" is ambiguous')
 
 
+def _keys(rows: pa.Table, pk: list[str]) -> Iterable[tuple[Any, ...]]:
+    """Each row's primary key, as a tuple."""
+    return zip(*(rows.column(c).to_pylist() for c in pk), strict=True)
+
+
 def _scan_typed(rows: pa.Table) -> pa.Table:
     return rows.cast(pa.schema([f.with_type(_scan_type(f.type)) for f in rows.schema]))
 
 
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def _paths(paths: Iterable[str]) -> str:
+    """Data file paths as an SQL list of string literals (for `"__icegres_file" IN (...)`)."""
+    return ", ".join("'" + p.replace("'", "''") + "'" for p in paths)
 
 
 # --- copy-on-write ----------------------------------------------------------------------------
@@ -527,10 +540,9 @@ def _rewrite(qctx: QueryContext, txn: TxnState, key: Key, cond: str | None,
     count = sum(matched.values())
     if not matched:
         return 0, returning_rows
-    in_list = ", ".join("'" + p.replace("'", "''") + "'" for p in matched)
     columns = [f.name for f in plan.schema]
     hit = f"({cond}) IS TRUE" if cond else "true"
-    in_files = f'"{FILE_COLUMN}" IN ({in_list})'
+    in_files = f'"{FILE_COLUMN}" IN ({_paths(matched)})'
     if delete:
         select = ", ".join(f'{alias}."{c}"' for c in columns)
         query = f'SELECT {select} FROM {view} AS {alias} WHERE {in_files} AND NOT ({hit})'
@@ -752,8 +764,7 @@ def _quoted(key: Key) -> str:
 
 def _alias(table: exp.Expression, key: Key) -> str:
     alias = table.args.get("alias") if hasattr(table, "args") else None
-    name = alias.name if alias is not None else key[1]
-    return '"' + name.replace('"', '""') + '"'
+    return _q(alias.name if alias is not None else key[1])
 
 
 def _collect(df: Any) -> pa.Table:

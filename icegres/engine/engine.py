@@ -37,7 +37,7 @@ from icegres.engine.mounts import (
     to_dataframe,
 )
 from icegres.engine.scan_sets import ScanSets
-from icegres.engine.session_zone import is_utc, zoned, zoned_columns
+from icegres.engine.session_zone import UTC, is_utc, zoned, zoned_columns
 from icegres.engine.txn import TxnState
 from icegres.protocol.pgwire.errors import PgError
 
@@ -55,7 +55,7 @@ PRIVATE_CATALOG = "icegres_work"  # per-session relations (DML work tables); nev
 PRIVATE_SCHEMA = "w"
 
 
-_ENGINE_ZONE = "+00:00"  # every context's time zone as made (the master's, always)
+_ENGINE_ZONE = UTC  # every context's time zone as made (the master's, always)
 
 
 def session_config(default_schema: str = "public"):

@@ -23,11 +23,12 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from datafusion import DataFrame, SessionContext
 
-UTC_ZONES = frozenset({"+00:00", "UTC", "+00", "Z"})
+UTC = "+00:00"  # how types.engine_time_zone spells every UTC TimeZone for DataFusion
 
 
 def is_utc(zone: str) -> bool:
-    return zone in UTC_ZONES
+    """`zone` is an `engine_time_zone` spelling."""
+    return zone == UTC
 
 
 def zoned_columns(schema: pa.Schema) -> list[str]:

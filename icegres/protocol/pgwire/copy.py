@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from icegres.protocol.pgwire import messages as m
@@ -17,6 +18,14 @@ _TEXT_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\
 
 def _truthy(value: str | None) -> bool:
     return (value or "").lower() in ("true", "on", "1", "yes", "")
+
+
+def copy_target(source: str) -> tuple[str, list[str] | None] | None:
+    """A COPY's `table [(a, b)]` as (table, its column list or None); None for a `(query)`."""
+    m = re.match(r'^("(?:[^"]|"")+"|[^\s(]+)\s*(?:\((.*)\))?$', source, re.S)
+    if m is None or source.startswith("("):
+        return None
+    return m.group(1), [c.strip() for c in m.group(2).split(",")] if m.group(2) else None
 
 
 def _column_name(text: str) -> str:

@@ -23,7 +23,7 @@ from icegres.protocol.pgwire import errors as E
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire import settings as guc
 from icegres.protocol.pgwire import writes
-from icegres.protocol.pgwire.copy import copy_out_rows
+from icegres.protocol.pgwire.copy import copy_out_rows, copy_target
 from icegres.protocol.pgwire.direct import DirectReply
 from icegres.protocol.pgwire.errors import PgError
 from icegres.protocol.pgwire.framing import FrameDecoder
@@ -991,11 +991,12 @@ class Session:
 
     async def _cmd_copy_to(self, stmt: Statement, describe: bool) -> None:
         source_sql = stmt.value or ""
-        if source_sql.startswith("("):
+        target = copy_target(source_sql)
+        if target is None:
             query = source_sql[1:-1]
         else:  # a table, maybe with a column list: COPY t (a, b) TO STDOUT
-            table, _, columns = source_sql.partition("(")
-            query = f"SELECT {columns.rstrip().removesuffix(')') if columns else '*'} FROM {table.strip()}"
+            table, columns = target
+            query = f"SELECT {', '.join(columns) if columns else '*'} FROM {table}"
         options = dict(stmt.options)
 
         source = RowSource(*await self._in_thread(self.qctx.start, query, None))

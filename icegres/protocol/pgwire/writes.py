@@ -160,19 +160,18 @@ def refuse_if_read_only(session: Session, what: str) -> None:
 
 async def copy_from(session: Session, stmt: Statement) -> None:
     """COPY table [(cols)] FROM STDIN (text or CSV): the whole stream is one commit."""
-    from icegres.protocol.pgwire.copy import CopyFormat
+    from icegres.protocol.pgwire.copy import CopyFormat, copy_target
 
     refuse_if_read_only(session, "COPY FROM")
 
-    target = stmt.value or ""
-    mt = re.match(r'^("(?:[^"]|"")+"|[^\s(]+)\s*(?:\((.*)\))?$', target, re.S)
-    if not mt or target.startswith("("):
+    target = copy_target(stmt.value or "")
+    if target is None:
         raise PgError(E.SYNTAX_ERROR, "COPY FROM needs a table name")
     options = dict(stmt.options)
     fmt = CopyFormat(options)
-    columns = [c.strip() for c in mt.group(2).split(",")] if mt.group(2) else None
+    table_name, columns = target
     insert_cols = f" ({', '.join(columns)})" if columns else ""
-    probe = f"INSERT INTO {mt.group(1)}{insert_cols} SELECT 1"  # only names the target
+    probe = f"INSERT INTO {table_name}{insert_cols} SELECT 1"  # only names the target
     from icegres.engine import assign, dml
 
     qctx = session.qctx
