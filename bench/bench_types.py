@@ -13,7 +13,8 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from icegres.protocol.pgwire.types import TextSettings, encode_data_rows
+from icegres.pg.clock import TextSettings
+from icegres.protocol.pgwire.datarows import encode_data_rows
 
 
 def make_batch(rows: int, seed: int = 0) -> pa.RecordBatch:

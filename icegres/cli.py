@@ -185,7 +185,7 @@ def _serve(settings: Settings, *, pgwire: bool = True) -> int:
 
     from icegres import collector
     from icegres.engine.engine import Engine
-    from icegres.protocol.pgwire.errors import PgError
+    from icegres.pg.errors import PgError
     from icegres.protocol.pgwire.server import PgServer
 
     lakehouse = _open_lakehouse(settings)

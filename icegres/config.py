@@ -7,6 +7,7 @@ file keys and docs/configuration.md (checked by a unit test) all come from that 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import tomllib
@@ -188,6 +189,25 @@ def resolve(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -
 
 
 RESULT_COMPRESSIONS = ("none", "zstd")
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def refuse_open_trust(settings: Settings, what: str) -> None:
+    """Trust authentication is for loopback only: a front end refuses to serve another address
+    without passwords (`what` names it in the message)."""
+    if not settings.users and not is_loopback(settings.host):
+        raise SystemExit(
+            f"refusing to serve {what}{settings.host} without passwords: trust auth is for loopback only "
+            "(set --password-file or ICEGRES_USERS)"
+        )
 
 
 def check_flight_transport(result_compression: str, tls_cert: str | None, tls_key: str | None) -> str:

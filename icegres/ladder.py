@@ -65,7 +65,7 @@ from icegres.machines.drivers.buffer import (
     FlushError,
     FlushResult,
 )
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
     from icegres.config import Settings

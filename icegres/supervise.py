@@ -272,7 +272,7 @@ async def _stop(proc: trio.Process) -> int | None:
 _WARM_MODULES = (
     "icegres.ladder", "icegres.machines.drivers.quorum", "icegres.machines.drivers.commit",
     "icegres.engine.dml", "icegres.engine.assign", "icegres.engine.params", "icegres.engine.lake_world",
-    "icegres.protocol.pgwire.results", "icegres.protocol.pgwire.types", "pyiceberg.io.pyarrow",
+    "icegres.protocol.pgwire.results", "icegres.protocol.pgwire.datarows", "icegres.pg.params", "pyiceberg.io.pyarrow",
     "icegres.engine.pg_catalog",
 )
 _WARM_SQL = ("insert into warm.t values ($1, $2)", "insert into warm.t values (1, 'x')")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
     from icegres.engine.mounts import ReadPlan
@@ -182,7 +182,9 @@ def _vector_text(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray | 
 def _cast_text(column: pa.ChunkedArray, to: pa.DataType, zone: str) -> pa.ChunkedArray:
     """Text literals into typed columns, as PostgreSQL's input functions would read them (a
     timestamptz without an offset in the session's TimeZone `zone`)."""
-    from icegres.protocol.pgwire.types import TextSettings, decode_param, pg_type_for_arrow
+    from icegres.pg.clock import TextSettings
+    from icegres.pg.params import decode_param
+    from icegres.pg.types import pg_type_for_arrow
 
     oid = pg_type_for_arrow(to).oid
     settings = TextSettings(timezone=zone)

@@ -157,7 +157,7 @@ def run_in_scope(scope: PullScope, fn: Callable[..., T], *args: Any) -> T:
         return fn(*args)
     except BaseException as exc:
         if is_native_panic(exc):
-            from icegres.protocol.pgwire.errors import INTERNAL_ERROR, PgError
+            from icegres.pg.errors import INTERNAL_ERROR, PgError
 
             detail = (str(exc).strip().splitlines() or ["no message"])[0]
             raise PgError(INTERNAL_ERROR, f"internal error in the query engine (a panic): {detail}") from None

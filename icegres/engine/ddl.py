@@ -23,8 +23,8 @@ from sqlglot.tokens import Token, TokenType
 
 from icegres.engine.parquet_files import DELTA_INTEGERS
 from icegres.engine.pg_types import ColumnType, column_type
-from icegres.protocol.pgwire import errors as e
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg import errors as e
+from icegres.pg.errors import PgError
 
 _DIALECT = Dialect.get_or_raise("postgres")
 
@@ -48,7 +48,7 @@ def checked_properties(options: dict[str, str]) -> dict[str, str]:
     options = dict(options)
     for key, value in options.items():
         if key in _BOOLEAN_PROPERTIES:
-            from icegres.protocol.pgwire.types import parse_bool  # numpy/pyarrow: only when asked
+            from icegres.pg.text_in import parse_bool  # numpy/pyarrow: only when asked
 
             try:
                 options[key] = "true" if parse_bool(str(value)) else "false"

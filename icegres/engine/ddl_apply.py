@@ -78,8 +78,8 @@ from icegres.engine.ddl import (
     SetProperties,
 )
 from icegres.engine.pg_types import ColumnType, pg_name_of
-from icegres.protocol.pgwire import errors as e
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg import errors as e
+from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
     import pyarrow as pa

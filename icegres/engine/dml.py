@@ -21,7 +21,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 from icegres.engine.assign import assignment, conform, write_schema
 from icegres.engine.insert_shape import InsertShape, compile_shape
 from icegres.engine.txn import Key, TxnState
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -27,6 +27,7 @@ from icegres import __version__
 from icegres.engine import errors as engine_errors
 from icegres.engine.batches import BATCH_ROWS
 from icegres.engine.catalog import Lakehouse, Listing
+from icegres.engine.column_names import postgres_names, select_list_names
 from icegres.engine.insert_shape import InsertShapes
 from icegres.engine.mounts import (
     FooterCache,
@@ -39,7 +40,7 @@ from icegres.engine.mounts import (
 from icegres.engine.scan_sets import ScanSets
 from icegres.engine.session_zone import UTC, is_utc, zoned, zoned_columns
 from icegres.engine.txn import TxnState
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
     from datafusion import DataFrame, SessionContext
@@ -646,7 +647,7 @@ class QueryContext:
     @property
     def zone(self) -> str:
         """The session's TimeZone as DataFusion spells it (`+00:00` for UTC)."""
-        from icegres.protocol.pgwire.types import engine_time_zone
+        from icegres.pg.clock import engine_time_zone
 
         return engine_time_zone(self.env.time_zone)
 
@@ -1214,11 +1215,11 @@ class QueryContext:
             if key in self._names:
                 select_names = self._names[key]
             else:
-                select_names = _select_list_names(sql)
+                select_names = select_list_names(sql)
                 self._names[key] = select_names
                 if len(self._names) > _ROUTE_CACHE_SIZE:
                     self._names.pop(next(iter(self._names)))
-            names = self._pg_names[named] = _postgres_names(select_names, schema)
+            names = self._pg_names[named] = postgres_names(select_names, schema)
             if len(self._pg_names) > _ROUTE_CACHE_SIZE:
                 self._pg_names.pop(next(iter(self._pg_names)))
         return pa.schema([f.with_name(n) for f, n in zip(schema, names, strict=True)], schema.metadata)
@@ -1404,31 +1405,6 @@ class _Prefetched:
             first, self._first = self._first, None
             return first
         return next(self._rest)
-
-
-def _select_list_names(sql: str) -> list[str] | None:
-    """PostgreSQL's names for the statement's first top-level select list (None: none parsed).
-
-    Parsed from the text alone, so it may be cached per literal shape; `_postgres_names` lines
-    it up with DataFusion's schema, whose own names (`Int64(5)`) do carry literal values.
-    """
-    from icegres.engine import pg_rewrite
-
-    try:
-        selects = pg_rewrite.pg_output_names(pg_rewrite.parse(sql))
-    except Exception:
-        return None
-    return selects[0] if selects else None
-
-
-def _postgres_names(select_names: list[str] | None, schema: pa.Schema) -> list[str]:
-    """PostgreSQL's names for the result columns, from the statement's own select list."""
-    from icegres.protocol.pgwire.results import column_name
-
-    fallback = [column_name(f.name) for f in schema]
-    if select_names is None or len(select_names) != len(schema):
-        return fallback  # `*` expansion or a shape we cannot line up: keep DataFusion's names
-    return [pg if pg and pg != "*" else fb for pg, fb in zip(select_names, fallback, strict=True)]
 
 
 # --- literal shapes ------------------------------------------------------------------------------

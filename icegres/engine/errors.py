@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from icegres.protocol.pgwire import errors as e
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg import errors as e
+from icegres.pg.errors import PgError
 
 
 class Anchor(Enum):
@@ -67,11 +67,11 @@ _RULES: tuple[tuple[re.Pattern[str], str, str | Callable[..., str] | None], ...]
      lambda value, arrow: f'invalid input syntax for type {_ARROW_TYPE_NAMES.get(arrow, arrow)}: "{value}"'),
     # A number that does not fit the type it is cast to: PostgreSQL's "integer out of range".
     (re.compile(r"(?:Can't cast value -?[0-9.eE+-]+ to type|value of -?\d+ is out of range) (Int(?:16|32|64))"),
-     e.NUMERIC_OUT_OF_RANGE, lambda arrow: f"{_ARROW_TYPE_NAMES[arrow]} out of range"),
-    (re.compile(r"is too large to store in a Decimal(?:128|256) of precision"), e.NUMERIC_OUT_OF_RANGE,
+     e.NUMERIC_VALUE_OUT_OF_RANGE, lambda arrow: f"{_ARROW_TYPE_NAMES[arrow]} out of range"),
+    (re.compile(r"is too large to store in a Decimal(?:128|256) of precision"), e.NUMERIC_VALUE_OUT_OF_RANGE,
      "numeric field overflow"),
     (re.compile(r"Cast error|Cannot cast|Parser error", re.I), e.INVALID_TEXT_REPRESENTATION, None),
-    (re.compile(r"overflow", re.I), e.NUMERIC_OUT_OF_RANGE, None),
+    (re.compile(r"overflow", re.I), e.NUMERIC_VALUE_OUT_OF_RANGE, None),
     (re.compile(r"not implemented|Unsupported|not supported", re.I), e.FEATURE_NOT_SUPPORTED, None),
     (re.compile(r"Error during planning|Schema error|type_coercion|Coercion", re.I), "42804", None),
     (re.compile(r"Resources exhausted", re.I), "53200", None),

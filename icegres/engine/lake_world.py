@@ -236,7 +236,7 @@ def commit_metadata_change(lakehouse: Lakehouse, key: tuple[str, str], table: An
     from icegres.engine.mounts import ReadPlan
     from icegres.machines.commit import Config
     from icegres.machines.drivers.commit import run_commit
-    from icegres.protocol.pgwire.errors import PgError
+    from icegres.pg.errors import PgError
 
     meta = table.metadata
     base = ReadPlan(metadata_location=table.metadata_location, schema=pa.schema([]), field_ids=(), files=(),

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icegres.protocol.pgwire.errors import FEATURE_NOT_SUPPORTED, PgError
+from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
 
 if TYPE_CHECKING:
     from datafusion import DataFrame, SessionContext

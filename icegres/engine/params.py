@@ -150,7 +150,7 @@ def cast_type_oids(sql: str) -> dict[int, int]:
     codec for int8[] and would otherwise introspect forever), even where icegres plans it as a
     wider Arrow type.
     """
-    from icegres.protocol.pgwire.types import pg_type_by_oid
+    from icegres.pg.types import pg_type_by_oid
 
     out: dict[int, int] = {}
     for m in _PLACEHOLDER_CAST.finditer(sql):

@@ -54,8 +54,8 @@ def delta_integers(properties: dict[str, str]) -> bool:
     value = properties.get(DELTA_INTEGERS)
     if value is None:
         return True
-    from icegres.protocol.pgwire.errors import PgError
-    from icegres.protocol.pgwire.types import parse_bool
+    from icegres.pg.errors import PgError
+    from icegres.pg.text_in import parse_bool
 
     try:
         return parse_bool(value)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icegres.protocol.pgwire.types import pg_type_for_arrow
+from icegres.pg.types import pg_type_for_arrow
 
 if TYPE_CHECKING:
     import datafusion
@@ -1217,7 +1217,7 @@ def _rows_pg_settings(ix: CatalogIndex) -> Rows:
 
 def server_settings(user: str) -> dict[str, str]:
     """Server-wide defaults as pg_settings shows them (sessions' own values: current_setting)."""
-    from icegres.protocol.pgwire import settings
+    from icegres.pg import settings
 
     shown = {}
     for key, value in settings.defaults("15.0", user).items():

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 from icegres.engine import pg_catalog
-from icegres.protocol.pgwire.errors import UNDEFINED_OBJECT, PgError
+from icegres.pg.errors import UNDEFINED_OBJECT, PgError
 
 if TYPE_CHECKING:
     import datafusion

@@ -28,7 +28,7 @@ from sqlglot.tokens import TokenType
 
 from icegres.engine import pg_catalog
 from icegres.engine.pg_functions import FUNCTION_DEFAULTS
-from icegres.protocol.pgwire.errors import (
+from icegres.pg.errors import (
     FEATURE_NOT_SUPPORTED,
     UNDEFINED_OBJECT,
     UNDEFINED_TABLE,
@@ -149,7 +149,8 @@ def _with_seconds(text: str) -> str | None:
 
 
 def _bytea_literal(text: str) -> exp.Expression:
-    from icegres.protocol.pgwire.types import BYTEA, decode_param
+    from icegres.pg.params import decode_param
+    from icegres.pg.types import BYTEA
 
     data = decode_param(text.encode("utf-8"), BYTEA.oid, 0)
     assert isinstance(data, bytes)
@@ -157,7 +158,8 @@ def _bytea_literal(text: str) -> exp.Expression:
 
 
 def _uuid_literal(text: str) -> exp.Expression:
-    from icegres.protocol.pgwire.types import UUID, decode_param
+    from icegres.pg.params import decode_param
+    from icegres.pg.types import UUID
 
     value = decode_param(text.encode("utf-8"), UUID.oid, 0)
     assert isinstance(value, uuid.UUID)

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from icegres.protocol.pgwire import errors as e
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg import errors as e
+from icegres.pg.errors import PgError
 
 # Iceberg's decimal is stored in at most 16 bytes: precision 38 is the bound.
 ICEBERG_DECIMAL_PRECISION_MAX = 38

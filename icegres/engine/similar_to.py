@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from icegres.protocol.pgwire.errors import FEATURE_NOT_SUPPORTED, INVALID_ESCAPE_SEQUENCE, PgError
+from icegres.pg.errors import FEATURE_NOT_SUPPORTED, INVALID_ESCAPE_SEQUENCE, PgError
 
 
 def similar_to_regex(pattern: str, escape: str = "\\") -> str:

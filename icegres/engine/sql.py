@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from icegres.protocol.pgwire.errors import SYNTAX_ERROR, PgError
+from icegres.pg.errors import SYNTAX_ERROR, PgError
 
 if TYPE_CHECKING:
     from sqlglot import exp

@@ -17,7 +17,7 @@ double quote and anything else is copied, a character at a time.
 
 from __future__ import annotations
 
-from icegres.protocol.pgwire.errors import FEATURE_NOT_SUPPORTED, PgError
+from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
 
 # Numeric patterns, in upper or lower case: (chrono, chrono without padding for FM).
 _NUMERIC: dict[str, tuple[str, str]] = {

@@ -110,7 +110,7 @@ class TxnState:
         if key in self.writes:
             # Staged rows were written against the old schema; PostgreSQL would have locked the
             # table instead. Refuse rather than publish files that no longer match.
-            from icegres.protocol.pgwire.errors import PgError
+            from icegres.pg.errors import PgError
 
             raise PgError("0A000", f"cannot alter table {key[0]}.{key[1]} after writing to it in the same transaction")
         if plan is None:

@@ -23,8 +23,8 @@ import pyarrow as pa
 
 from icegres.engine.statements import Statement
 from icegres.engine.txn import Key, TxnState
-from icegres.protocol.pgwire import errors as E
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg import errors as E
+from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
     from icegres.engine.engine import QueryContext

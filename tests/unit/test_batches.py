@@ -115,7 +115,7 @@ def test_a_native_panic_in_a_worker_job_becomes_the_statements_internal_error():
     # end's `except Exception` it would end the server. The real class exists only once something
     # panicked, so a class of that name and module stands in for it.
     from icegres.engine.batches import PullScope, is_native_panic, run_in_scope
-    from icegres.protocol.pgwire.errors import PgError
+    from icegres.pg.errors import PgError
 
     panic = type("PanicException", (BaseException,), {"__module__": "pyo3_runtime"})
 

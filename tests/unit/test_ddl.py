@@ -25,7 +25,7 @@ from icegres.engine.ddl import (
     parse_partitioning,
 )
 from icegres.engine.pg_types import ColumnType, pg_name_of
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg.errors import PgError
 
 pytestmark = pytest.mark.unit
 

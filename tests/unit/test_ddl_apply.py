@@ -8,7 +8,7 @@ from pyiceberg.types import DecimalType, DoubleType, IntegerType, ListType, Long
 from icegres.engine.catalog import DEFAULT_TABLE_PROPERTIES, Lakehouse
 from icegres.engine.ddl import parse_ddl
 from icegres.engine.ddl_apply import apply_ddl, iceberg_schema_for, partition_spec_for
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg.errors import PgError
 
 pytestmark = pytest.mark.unit
 

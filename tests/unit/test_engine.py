@@ -8,7 +8,7 @@ import pytest
 from icegres.engine import engine as engine_mod
 from icegres.engine.catalog import Lakehouse
 from icegres.engine.engine import Engine, SessionEnv
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg.errors import PgError
 
 pytestmark = pytest.mark.unit
 

@@ -20,7 +20,7 @@ from icegres.engine.errors import (
     parse_name,
     tokenize,
 )
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg.errors import PgError
 
 pytestmark = pytest.mark.unit
 

@@ -9,12 +9,12 @@ from grpclib.const import Status
 from hypothesis import given
 from hypothesis import strategies as st
 
+from icegres.pg.errors import PgError
 from icegres.protocol.flightsql import errors
 from icegres.protocol.flightsql import icegres_flight_pb2 as fl
 from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
 from icegres.protocol.flightsql import messages as M
 from icegres.protocol.flightsql.service import _grpc_error, like_regex, pull_messages
-from icegres.protocol.pgwire.errors import PgError
 
 pytestmark = pytest.mark.unit
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from icegres.engine.row_source import RowSource
 from icegres.protocol.flightsql import messages as M
 from icegres.protocol.flightsql import service
-from icegres.protocol.pgwire.results import RowSource
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from icegres.engine.catalog import Lakehouse
 from icegres.engine.engine import Engine, SessionEnv
 from icegres.engine.insert_shape import SHAPES_PER_SESSION_MAX
 from icegres.engine.writes import new_transaction
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg.errors import PgError
 
 pytestmark = pytest.mark.unit
 

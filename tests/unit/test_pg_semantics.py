@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from icegres.engine.similar_to import similar_to_regex
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg.errors import PgError
 from tests.support.differential import engine_session, ours, theirs
 from tests.support.fixtures import real_postgres  # noqa: F401  (session fixture)
 

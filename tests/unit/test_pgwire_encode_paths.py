@@ -16,8 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from icegres.protocol.pgwire import types as T
-from icegres.protocol.pgwire.types import TextSettings, encode_data_rows, encode_text_value
+from icegres.pg import columns, pieces
+from icegres.pg import types as T
+from icegres.pg.clock import TextSettings
+from icegres.pg.text_out import encode_text_value
+from icegres.protocol.pgwire import datarows
+from icegres.protocol.pgwire.datarows import encode_data_rows
 
 pytestmark = pytest.mark.unit
 
@@ -41,11 +45,11 @@ def value_by_value(batch: pa.RecordBatch, s: TextSettings) -> bytes:
 
 
 def vectorised(batch: pa.RecordBatch, s: TextSettings = SESSION) -> bytes:
-    small, T._SMALL_BATCH_VALUES_MAX = T._SMALL_BATCH_VALUES_MAX, 0
+    small, datarows._SMALL_BATCH_VALUES_MAX = datarows._SMALL_BATCH_VALUES_MAX, 0
     try:
         return encode_data_rows(batch, [0] * batch.num_columns, s)
     finally:
-        T._SMALL_BATCH_VALUES_MAX = small
+        datarows._SMALL_BATCH_VALUES_MAX = small
 
 
 # Decimals with few places, as prices and distances are, plus the values at the fast path's edges:
@@ -91,7 +95,7 @@ def test_float8_text_matches_value_by_value(values: list[float | None]) -> None:
 @given(
     # One number of places per column: at the column's most places, every value still has to fit
     # in 15 significant digits.
-    st.integers(0, T._DECIMAL_PLACES_MAX).flatmap(
+    st.integers(0, columns._DECIMAL_PLACES_MAX).flatmap(
         lambda k: st.lists(
             st.one_of(st.integers(1 - 10**15, 10**15 - 1).map(lambda m: m / 10**k), st.none()),
             min_size=1,
@@ -101,8 +105,8 @@ def test_float8_text_matches_value_by_value(values: list[float | None]) -> None:
 )
 def test_short_decimal_columns_take_the_fast_path(values: list[float | None]) -> None:
     arr = pa.array(values, pa.float64())
-    valid = T._validity(arr)
-    piece = T._short_decimal_piece(T._fixed_values(arr, np.dtype(np.float64)), valid)
+    valid = pieces._validity(arr)
+    piece = columns._short_decimal_piece(pieces._fixed_values(arr, np.dtype(np.float64)), valid)
     assert piece is not None  # otherwise the test above would not be testing it
     batch = pa.record_batch([arr], names=["v"])
     assert vectorised(batch) == value_by_value(batch, SESSION)
@@ -180,7 +184,7 @@ def test_rows_assembled_from_padded_renderings_match_value_by_value(
     with pytest.MonkeyPatch.context() as patch:
         # `compact` forces what a batch too big for int32 offsets gets: ragged sources copied
         # compactly instead of read in place, and the join done in large_binary.
-        patch.setattr(T, "_RAGGED_SOURCE_BYTES_MAX", 0 if compact else 2**31 - 1)
+        patch.setattr(pieces, "_RAGGED_SOURCE_BYTES_MAX", 0 if compact else 2**31 - 1)
         assert vectorised(batch, s) == value_by_value(batch, s)
 
 
@@ -198,7 +202,7 @@ def test_sliced_batches_encode_their_own_rows() -> None:
 def value_at_a_time(batch: pa.RecordBatch, s: TextSettings = SESSION) -> bytes:
     """encode_data_rows forced down its small-batch path, whatever the batch's size."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(T, "_SMALL_BATCH_VALUES_MAX", 2**62)
+        patch.setattr(datarows, "_SMALL_BATCH_VALUES_MAX", 2**62)
         return encode_data_rows(batch, [0] * batch.num_columns, s)
 
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from icegres.pg.errors import PgError
 from icegres.protocol.pgwire import messages as m
-from icegres.protocol.pgwire.errors import PgError
 from icegres.protocol.pgwire.framing import FrameDecoder
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""icegres.protocol.pgwire.types against a real PostgreSQL 15.
+"""icegres.pg's codecs (and the DataRow encoder built on them) against a real PostgreSQL 15.
 
 The oracle is the server itself: for every value, the bytes icegres puts in a DataRow must be the
 bytes PostgreSQL sends for the same value under the same TimeZone and extra_float_digits, and a Bind
@@ -28,18 +28,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import pq
 
-from icegres.protocol.pgwire import types as T
-from icegres.protocol.pgwire.errors import PgError
-from icegres.protocol.pgwire.types import (
-    PgType,
-    TextSettings,
-    arrow_type_for_oid,
-    decode_param,
-    encode_data_rows,
-    encode_text_value,
-    pg_type_by_oid,
-    pg_type_for_arrow,
-)
+from icegres.pg import clock
+from icegres.pg import types as T
+from icegres.pg.clock import TextSettings
+from icegres.pg.errors import PgError
+from icegres.pg.params import decode_param
+from icegres.pg.text_out import encode_text_value
+from icegres.pg.types import PgType, arrow_type_for_oid, pg_type_by_oid, pg_type_for_arrow
+from icegres.protocol.pgwire import datarows
+from icegres.protocol.pgwire.datarows import encode_data_rows
 from tests.support.fixtures import real_postgres  # noqa: F401  (session fixture)
 
 pytestmark = pytest.mark.unit
@@ -115,11 +112,11 @@ def encode_both_ways(batch: pa.RecordBatch, formats: list[int], s: TextSettings)
     """encode_data_rows, after checking that its small-batch (value by value) and vectorised
     paths agree byte for byte, so each comparison with PostgreSQL covers both."""
     got = encode_data_rows(batch, formats, s)
-    small, T._SMALL_BATCH_VALUES_MAX = T._SMALL_BATCH_VALUES_MAX, 0
+    small, datarows._SMALL_BATCH_VALUES_MAX = datarows._SMALL_BATCH_VALUES_MAX, 0
     try:
         vectorised = encode_data_rows(batch, formats, s)
     finally:
-        T._SMALL_BATCH_VALUES_MAX = small
+        datarows._SMALL_BATCH_VALUES_MAX = small
     assert got == vectorised
     return got
 
@@ -1031,10 +1028,10 @@ def test_large_batches_are_split_transparently(monkeypatch: pytest.MonkeyPatch) 
     )
     whole = encode_data_rows(batch, [0, 1], DEFAULTS)
     calls = []
-    real = T._encode_column
-    monkeypatch.setattr(T, "_encode_column", lambda *a: calls.append(len(a[0])) or real(*a))
-    monkeypatch.setattr(T, "_CHUNK_BUFFER_BYTES_MAX", 4000)
-    monkeypatch.setattr(T, "_SMALL_BATCH_VALUES_MAX", 0)  # the halves would go value by value
+    real = datarows._encode_column
+    monkeypatch.setattr(datarows, "_encode_column", lambda *a: calls.append(len(a[0])) or real(*a))
+    monkeypatch.setattr(datarows, "_CHUNK_BUFFER_BYTES_MAX", 4000)
+    monkeypatch.setattr(datarows, "_SMALL_BATCH_VALUES_MAX", 0)  # the halves would go value by value
     assert encode_data_rows(batch, [0, 1], DEFAULTS) == whole
     assert 100 < max(calls) <= 250  # split into chunks, not into single rows
     assert len(parse_data_rows(whole)) == 1000
@@ -1213,11 +1210,11 @@ def test_time_zone_table_matches_python_zoneinfo(zone: str) -> None:
     rng = np.random.default_rng(7)
     us = np.concatenate(
         [
-            rng.integers(T._year_start_us(1), T._year_start_us(9999), 3000),
-            rng.integers(T._year_start_us(1900), T._year_start_us(2500), 3000),
+            rng.integers(clock._year_start_us(1), clock._year_start_us(9999), 3000),
+            rng.integers(clock._year_start_us(1900), clock._year_start_us(2500), 3000),
         ]
     )
-    z = T._zone(zone)
+    z = clock._zone(zone)
     got = z.offsets(us)
     expected = np.array([z.offset_at(int(u)) for u in us])
     assert (got == expected).all(), us[got != expected][:5]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from icegres.engine import column_names
 from icegres.engine import engine as engine_mod
 from icegres.engine.catalog import Lakehouse
 from icegres.engine.engine import Engine, SessionEnv, _literal_shape
@@ -102,7 +103,7 @@ def test_names_from_datafusion_are_not_cached_with_the_shape(qctx):
     for sql in ("select true, id from trips", "select false as x, 'a' from trips", "select 1 as true from trips"):
         schema = qctx.start(sql)[0]
         plain = qctx.plan(sql).schema()
-        assert schema.names == engine_mod._postgres_names(engine_mod._select_list_names(sql), plain)
+        assert schema.names == column_names.postgres_names(column_names.select_list_names(sql), plain)
     assert qctx.start("select 1 as true from trips")[0].names == ["true"]
 
 

@@ -17,8 +17,8 @@ import sqlglot.expressions as exp
 from icegres.engine import assign, pg_rewrite
 from icegres.engine.catalog import Lakehouse
 from icegres.engine.engine import Engine, SessionEnv, session_config
-from icegres.protocol.pgwire.errors import PgError
-from icegres.protocol.pgwire.types import pg_type_for_arrow
+from icegres.pg.errors import PgError
+from icegres.pg.types import pg_type_for_arrow
 from tests.support.fixtures import real_postgres  # noqa: F401  (session fixture)
 
 pytestmark = pytest.mark.unit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grpclib.const import Status
 
-from icegres.protocol.pgwire.errors import PgError
+from icegres.pg.errors import PgError
 
 # SQLSTATE (exact, then by class) -> gRPC status. Everything else is INTERNAL.
 _EXACT = {

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 import outcome
 import trio
 
-from icegres.config import Settings
-from icegres.protocol.pgwire.server import is_loopback
+from icegres.config import Settings, refuse_open_trust
 
 if TYPE_CHECKING:
     from icegres.engine.engine import Engine
@@ -29,11 +28,7 @@ DEFAULT_FLIGHT_PORT = 50051
 class FlightServer:
     def __init__(self, settings: Settings, engine: Engine, *, port: int | None = None,
                  limiter: trio.CapacityLimiter | None = None) -> None:
-        if not settings.users and not is_loopback(settings.host):
-            raise SystemExit(
-                f"refusing to serve Flight SQL on {settings.host} without passwords: trust auth is for "
-                "loopback only (set --password-file or ICEGRES_USERS)"
-            )
+        refuse_open_trust(settings, "Flight SQL on ")
         self.settings = settings
         self.engine = engine
         self.port = port if port is not None else (settings.flight_port or DEFAULT_FLIGHT_PORT)

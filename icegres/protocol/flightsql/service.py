@@ -28,6 +28,7 @@ from grpclib.exceptions import GRPCError
 from icegres import __version__
 from icegres.engine.catalog import BUSY
 from icegres.engine.statements import Kind, classify
+from icegres.pg.errors import PgError
 from icegres.protocol.flightsql import errors, h2send, metadata
 from icegres.protocol.flightsql import icegres_flight_pb2 as fl
 from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
@@ -52,14 +53,13 @@ from icegres.protocol.flightsql.writes import (
     empty_put_message,
     not_a_write,
 )
-from icegres.protocol.pgwire.errors import PgError
 
 if TYPE_CHECKING:
     from grpclib.server import Stream
 
+    from icegres.engine.row_source import RowSource
     from icegres.engine.txn import TxnState
     from icegres.protocol.flightsql.server import FlightServer
-    from icegres.protocol.pgwire.results import RowSource
 
 log = logging.getLogger("icegres.flightsql")
 
@@ -378,7 +378,7 @@ class FlightSqlService:
         session = self._sessions.get(who.key)
         if session is None or session.user != who.user:
             from icegres.engine.engine import SERVER_VERSION, SessionEnv
-            from icegres.protocol.pgwire import settings as guc
+            from icegres.pg import settings as guc
 
             env = SessionEnv(database=self.database, user=who.user, backend_pid=next(self._pids),
                              settings=guc.defaults(SERVER_VERSION, who.user))
@@ -498,7 +498,7 @@ class FlightSqlService:
         """Plan and start a query and pull its first messages (in a worker thread); inside
         transaction `txn` it reads the transaction's snapshots and staged writes."""
         self._check_query(text)
-        from icegres.protocol.pgwire.results import RowSource
+        from icegres.engine.row_source import RowSource
 
         handle = new_handle()
 
@@ -543,7 +543,7 @@ class FlightSqlService:
         """
         if not self._may_speculate(text) or (txn is not None and txn.failed):
             return None
-        from icegres.protocol.pgwire.results import RowSource
+        from icegres.engine.row_source import RowSource
 
         lakehouse = self.server.engine.lakehouse
         state = txn.state if txn is not None else None

@@ -19,8 +19,8 @@ import pyarrow as pa
 
 if TYPE_CHECKING:
     from icegres.engine.engine import QueryContext
+    from icegres.engine.row_source import RowSource
     from icegres.engine.txn import TxnState
-    from icegres.protocol.pgwire.results import RowSource
 
 TOKENS_MAX = 4096
 SESSIONS_MAX = 1024

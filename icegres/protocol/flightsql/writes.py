@@ -37,6 +37,7 @@ from grpclib.exceptions import GRPCError
 from icegres.engine import writes as core
 from icegres.engine.statements import Kind, Statement, classify, split_statements
 from icegres.engine.txn import TxnState
+from icegres.pg.errors import PgError
 from icegres.protocol.flightsql import icegres_flight_pb2 as fl
 from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
 from icegres.protocol.flightsql import icegres_flight_sql_writes_pb2 as wr
@@ -48,7 +49,6 @@ from icegres.protocol.flightsql.sessions import (
     Session,
     new_handle,
 )
-from icegres.protocol.pgwire.errors import PgError
 
 if TYPE_CHECKING:
     from grpclib.server import Stream

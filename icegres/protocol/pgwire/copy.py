@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from icegres.engine.row_source import RowSource
+from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
+from icegres.pg.text_out import encode_text_value
+from icegres.pg.types import pg_type_for_arrow
 from icegres.protocol.pgwire import messages as m
-from icegres.protocol.pgwire.errors import FEATURE_NOT_SUPPORTED, PgError
-from icegres.protocol.pgwire.results import RowSource
-from icegres.protocol.pgwire.types import encode_text_value, pg_type_for_arrow
 
 if TYPE_CHECKING:
     from icegres.protocol.pgwire.session import Session

@@ -9,8 +9,8 @@ from __future__ import annotations
 import struct
 from typing import Final
 
+from icegres.pg.errors import PROTOCOL_VIOLATION, PgError
 from icegres.protocol.pgwire import messages as m
-from icegres.protocol.pgwire.errors import PROTOCOL_VIOLATION, PgError
 
 NEED_DATA: Final = None
 MAX_STARTUP_BYTES = 10_000  # PostgreSQL's own limit for a startup packet

@@ -10,7 +10,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from icegres.protocol.pgwire.errors import PROTOCOL_VIOLATION, PgError
+from icegres.pg.errors import PROTOCOL_VIOLATION, PgError
 
 PROTOCOL_3_0 = 196608
 SSL_REQUEST_CODE = 80877103

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import itertools
 import logging
 import os
@@ -10,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from icegres.config import Settings
+from icegres.config import Settings, refuse_open_trust
 from icegres.engine.engine import SERVER_VERSION
 
 if TYPE_CHECKING:
@@ -20,22 +19,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("icegres.pgwire")
 
 
-def is_loopback(host: str) -> bool:
-    if host in ("localhost",):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 class PgServer:
     def __init__(self, settings: Settings, engine: Engine) -> None:
-        if not settings.users and not is_loopback(settings.host):
-            raise SystemExit(
-                f"refusing to serve {settings.host} without passwords: trust auth is for loopback only "
-                "(set --password-file or ICEGRES_USERS)"
-            )
+        refuse_open_trust(settings, "")
         self.settings = settings
         self.engine = engine
         self.server_version = SERVER_VERSION

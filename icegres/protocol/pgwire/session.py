@@ -17,29 +17,22 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import trio
 
+from icegres.engine.row_source import Chunk, RowSource
 from icegres.engine.statements import Kind, Statement, classify, split_statements
 from icegres.engine.txn import TxnState
-from icegres.protocol.pgwire import errors as E
+from icegres.pg import errors as E
+from icegres.pg import settings as guc
+from icegres.pg.clock import TextSettings
+from icegres.pg.errors import PgError
+from icegres.pg.params import decode_param
+from icegres.pg.types import pg_type_for_arrow
 from icegres.protocol.pgwire import messages as m
-from icegres.protocol.pgwire import settings as guc
 from icegres.protocol.pgwire import writes
 from icegres.protocol.pgwire.copy import copy_out_rows, copy_target
+from icegres.protocol.pgwire.datarows import encode_data_rows
 from icegres.protocol.pgwire.direct import DirectReply
-from icegres.protocol.pgwire.errors import PgError
 from icegres.protocol.pgwire.framing import FrameDecoder
-from icegres.protocol.pgwire.results import (
-    Chunk,
-    RowSource,
-    expand_formats,
-    presentable,
-    row_description,
-)
-from icegres.protocol.pgwire.types import (
-    TextSettings,
-    decode_param,
-    encode_data_rows,
-    pg_type_for_arrow,
-)
+from icegres.protocol.pgwire.results import expand_formats, presentable, row_description
 
 if TYPE_CHECKING:
     from icegres.protocol.pgwire.server import PgServer

@@ -19,9 +19,9 @@ import pyarrow as pa
 from icegres.engine import writes as core
 from icegres.engine.statements import Statement
 from icegres.engine.txn import TxnState
-from icegres.protocol.pgwire import errors as E
+from icegres.pg import errors as E
+from icegres.pg.errors import PgError
 from icegres.protocol.pgwire import messages as m
-from icegres.protocol.pgwire.errors import PgError
 from icegres.protocol.pgwire.results import row_description
 
 if TYPE_CHECKING:
@@ -133,8 +133,8 @@ async def describe_write(session: Session, sql: str) -> tuple[pa.Schema | None, 
 
 
 async def _send_table(session: Session, table: pa.Table, describe: bool, formats: list[int] | None) -> None:
+    from icegres.protocol.pgwire.datarows import encode_data_rows
     from icegres.protocol.pgwire.results import presentable
-    from icegres.protocol.pgwire.types import encode_data_rows
 
     formats = formats or [0] * table.num_columns
     if describe:

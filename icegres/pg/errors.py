@@ -1,4 +1,7 @@
-"""Errors a Postgres client can act on: every failure the session reports carries a SQLSTATE."""
+"""Errors a Postgres client can act on: every failure icegres reports carries a SQLSTATE.
+
+The bottom of the house: the engine, both front ends and the write ladder raise these, and each
+front end turns them into its own wire form (ErrorResponse, a gRPC status)."""
 
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ class PgError(Exception):
         return self.message
 
 
-# SQLSTATEs the session uses by name, so a grep finds every place that raises each one.
+# SQLSTATEs icegres uses by name, as PostgreSQL's errcodes.txt names them, so a grep finds every place that raises each one.
 SYNTAX_ERROR = "42601"
 UNDEFINED_TABLE = "42P01"
 UNDEFINED_COLUMN = "42703"
@@ -48,7 +51,6 @@ INVALID_PARAMETER_VALUE = "22023"
 INVALID_TEXT_REPRESENTATION = "22P02"
 DIVISION_BY_ZERO = "22012"
 INVALID_ESCAPE_SEQUENCE = "22025"
-NUMERIC_OUT_OF_RANGE = "22003"
 DATA_EXCEPTION = "22000"
 UNDEFINED_PARAMETER = "42704"
 CANT_CHANGE_RUNTIME_PARAM = "55P02"
@@ -57,3 +59,16 @@ INVALID_SAVEPOINT = "3B001"
 INTERNAL_ERROR = "XX000"
 INVALID_CATALOG_NAME = "3D000"
 CONNECTION_FAILURE = "08006"
+INVALID_BINARY_REPRESENTATION = "22P03"
+NUMERIC_VALUE_OUT_OF_RANGE = "22003"
+CHARACTER_NOT_IN_REPERTOIRE = "22021"
+INVALID_DATETIME_FORMAT = "22007"
+DATETIME_FIELD_OVERFLOW = "22008"
+INVALID_TIME_ZONE_DISPLACEMENT_VALUE = "22009"
+INTERVAL_FIELD_OVERFLOW = "22015"
+UNTRANSLATABLE_CHARACTER = "22P05"
+ARRAY_SUBSCRIPT_ERROR = "2202E"
+DATATYPE_MISMATCH = "42804"
+INDETERMINATE_DATATYPE = "42P18"
+NAME_TOO_LONG = "42622"
+PROGRAM_LIMIT_EXCEEDED = "54000"

@@ -7,9 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from icegres.protocol.pgwire import results
-from icegres.protocol.pgwire.results import RowSource
-from icegres.protocol.pgwire.types import TextSettings, encode_data_rows
+from icegres.engine import row_source
+from icegres.engine.row_source import RowSource
+from icegres.pg.clock import TextSettings
+from icegres.protocol.pgwire.datarows import encode_data_rows
 
 pytestmark = pytest.mark.unit
 
@@ -31,7 +32,7 @@ def encoder(calls: list[int]):
 
 
 def test_small_batches_are_encoded_together_and_bytes_are_unchanged(monkeypatch) -> None:
-    monkeypatch.setattr(results, "ENCODE_ROWS", 25)
+    monkeypatch.setattr(row_source, "ENCODE_ROWS", 25)
     parts = batches([10, 10, 10, 10, 3])
     calls: list[int] = []
     source = RowSource(parts[0].schema, iter(parts))
@@ -48,7 +49,7 @@ def test_small_batches_are_encoded_together_and_bytes_are_unchanged(monkeypatch)
 
 
 def test_limit_is_exact_and_the_rest_stays_for_the_next_pull(monkeypatch) -> None:
-    monkeypatch.setattr(results, "ENCODE_ROWS", 1000)
+    monkeypatch.setattr(row_source, "ENCODE_ROWS", 1000)
     parts = batches([10, 10, 10])
     calls: list[int] = []
     source = RowSource(parts[0].schema, iter(parts))
@@ -60,7 +61,7 @@ def test_limit_is_exact_and_the_rest_stays_for_the_next_pull(monkeypatch) -> Non
 
 
 def test_a_batch_of_another_schema_is_not_concatenated(monkeypatch) -> None:
-    monkeypatch.setattr(results, "ENCODE_ROWS", 1000)
+    monkeypatch.setattr(row_source, "ENCODE_ROWS", 1000)
     a = batches([5])[0]
     b = pa.record_batch([pa.array(["x", "y"])], names=["id"])
     calls: list[int] = []
@@ -88,7 +89,7 @@ def test_every_row_once_in_order_whatever_the_limits_and_schemas(sizes, other_sc
 
     total = sum(sizes)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(results, "ENCODE_ROWS", encode_rows)
+        patch.setattr(row_source, "ENCODE_ROWS", encode_rows)
         for limit in [*limits, 0]:
             before = len(seen)
             chunk = source.pull(limit, encode)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from icegres.protocol.pgwire.errors import INVALID_PARAMETER_VALUE, UNDEFINED_OBJECT, PgError
+from icegres.pg.errors import INVALID_PARAMETER_VALUE, UNDEFINED_OBJECT, PgError
 
 # Sent as ParameterStatus at startup and again whenever they change: psql and psqlODBC fall back to
 # pre-PG12 catalog queries without server_version, psycopg2 fails without client_encoding, and pgjdbc
