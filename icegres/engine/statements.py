@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+from icegres.pg.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, PgError
+
 
 def split_statements(sql: str) -> list[str]:
     """Split on top-level semicolons, honouring quotes, dollar quotes and comments.
@@ -461,3 +463,36 @@ def split_quoted(sql: str) -> list[tuple[str, bool]]:
     if start < len(sql):
         out.append((sql[start:], False))
     return out
+
+
+def refusal(stmt: Statement) -> PgError:
+    """The error for a statement icegres does not run: a syntax error for what PostgreSQL would
+    not parse either, else 0A000 naming it (with why, where a reason helps)."""
+    if stmt.value == "syntax":
+        return PgError(SYNTAX_ERROR, f'syntax error at or near "{stmt.tag}"')
+    if stmt.kind is Kind.WRITE:
+        return PgError(FEATURE_NOT_SUPPORTED, f"{stmt.tag} is not supported", hint=_WRITE_HINTS.get(stmt.tag))
+    if stmt.tag in _KNOWN_UNSUPPORTED:
+        return PgError(FEATURE_NOT_SUPPORTED, f"{stmt.tag} is not supported")
+    first = stmt.sql.split(None, 1)[0][:40] if stmt.sql.strip() else ""
+    return PgError(SYNTAX_ERROR, f'syntax error at or near "{first}"', position=1)
+
+
+# Why a PostgreSQL command that changes state has no counterpart here, where a reason helps.
+_WRITE_HINTS = {
+    "VACUUM": "Iceberg tables have no dead tuples to reclaim: a DELETE or UPDATE rewrites data files.",
+    "ANALYZE": "Queries are planned with the statistics of the Iceberg manifests and Parquet footers, "
+               "which every commit writes; there is nothing to collect.",
+    "GRANT": "icegres has no per-table privileges; access is by the server's authentication (docs/configuration.md).",
+    "REVOKE": "icegres has no per-table privileges; access is by the server's authentication (docs/configuration.md).",
+    "LOCK": "Writers never block each other: conflicting commits fail with 40001 (docs/limitations.md).",
+    "CALL": "icegres has no stored procedures.",
+    "DO": "icegres has no procedural languages.",
+}
+
+# PostgreSQL statements icegres recognises but does not implement (anything else is a syntax error).
+_KNOWN_UNSUPPORTED = {
+    "LOAD", "REASSIGN", "SECURITY", "IMPORT", "COMMIT PREPARED", "PREPARE", "EXECUTE", "LISTEN",
+    "NOTIFY", "COPY", "FETCH", "MOVE", "DECLARE CURSOR", "SET", "SHOW", "RESET", "START",
+    "SAVEPOINT", "RELEASE", "ROLLBACK", "COMMIT", "DEALLOCATE", "DISCARD", "CLOSE CURSOR",
+}

@@ -28,6 +28,7 @@ from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
     from icegres.engine.engine import QueryContext
+    from icegres.pg.copy_format import CopyFormat
 
 DML_WORDS = ("INSERT", "UPDATE", "DELETE", "TRUNCATE")
 DDL_WORDS = ("CREATE", "DROP", "ALTER", "COMMENT")
@@ -250,6 +251,69 @@ async def create_table_as(host: WriteHost, cmd: Any) -> WriteResult:
         return WriteResult("CREATE TABLE AS")
     count = await append_rows(host, key, data)
     return WriteResult(f"SELECT {count}")
+
+
+async def copy_in(host: WriteHost, table_name: str, columns: list[str] | None, fmt: CopyFormat,
+                  data: bytes) -> WriteResult:
+    """COPY table [(cols)] FROM STDIN: `data` (text or CSV) as rows of the table, one commit, or
+    acked from the write buffer outside a block (a primary-key table stays synchronous: its key
+    check needs the lake)."""
+    from icegres.engine import assign, dml
+
+    insert_cols = f" ({', '.join(columns)})" if columns else ""
+    probe = f"INSERT INTO {table_name}{insert_cols} SELECT 1"  # only names the target
+    qctx = host.qctx
+
+    def rows_of(txn: TxnState) -> tuple[Key, pa.Table, bool]:
+        tree = dml.parse(probe)
+        qctx.pin_for(probe)
+        table = tree.this.this if hasattr(tree.this, "expressions") and tree.this.expressions else tree.this
+        key = dml._target(qctx, txn, table)
+        plan = dml._plan_of(txn, key)
+        names = dml._insert_columns(tree, plan)
+        zone = qctx.env.time_zone
+        rows = parse_copy(data, fmt, names, assign.write_schema(plan), zone)
+        return key, assign.conform(rows, plan, key, zone), bool(plan.primary_key)
+
+    def load(txn: TxnState) -> int:
+        key, rows, _ = rows_of(txn)
+        dml._append(txn, key, rows)
+        return rows.num_rows
+
+    ladder = qctx.engine.ladder
+    if ladder is not None and host.idle:
+        txn = host.new_txn(autocommit=True)
+        host.bind(txn)
+        try:
+            key, rows, has_pk = await host.run(rows_of, txn)
+        finally:
+            host.bind(None)
+        if not has_pk:
+            await ladder.append(key, rows)
+            return WriteResult(f"COPY {rows.num_rows}")
+    count = await in_transaction(host, load)
+    return WriteResult(f"COPY {count}")
+
+
+def parse_copy(data: bytes, fmt: Any, names: list[str], schema: pa.Schema, zone: str = "UTC") -> pa.Table:
+    """COPY text or CSV bytes -> an Arrow table of the named columns, typed as the table's (a
+    timestamptz without an offset read in the session's TimeZone `zone`)."""
+    from icegres.engine.assign import cast as _cast
+    from icegres.pg.copy_format import copy_fields
+
+    fields = copy_fields(data, fmt, names)
+    by_name = {f.name: f.type for f in schema}
+    columns = {}
+    for name, strings in zip(names, fields, strict=True):
+        try:
+            columns[name] = _cast(strings, by_name[name], zone)
+        except PgError:
+            raise
+        except Exception as exc:
+            raise PgError("22P02", f'invalid input for column "{name}": {str(exc).splitlines()[0]}') from None
+    return pa.table(columns) if columns else pa.table({})
+
+
 
 
 async def append_rows(host: WriteHost, key: Key, data: pa.Table) -> int:

@@ -9,9 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from icegres.engine.assign import _cast_text, _vector_text
+from icegres.pg.copy_format import CopyFormat, _arrow_fields, copy_fields, exact_fields
 from icegres.pg.errors import PgError
-from icegres.protocol.pgwire.copy import CopyFormat
-from icegres.protocol.pgwire.writes import _arrow_fields, copy_fields, exact_fields
 
 pytestmark = pytest.mark.unit
 

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
     from icegres.engine.row_source import RowSource
     from icegres.engine.txn import TxnState
-    from icegres.protocol.flightsql.server import FlightServer
+    from icegres.protocol.flightsql.port import ServerPort
 
 log = logging.getLogger("icegres.flightsql")
 
@@ -297,7 +297,7 @@ class _Began(NamedTuple):
 class FlightSqlService:
     """grpclib servable: the FlightService methods that Flight SQL uses."""
 
-    def __init__(self, server: FlightServer) -> None:
+    def __init__(self, server: ServerPort) -> None:
         self.server = server
         self.users = server.settings.users
         self.database = server.settings.database
@@ -306,7 +306,7 @@ class FlightSqlService:
         self.compression: str | None = None if codec in (None, "none") else codec
         self._tokens: Bounded[str, str] = Bounded(TOKENS_MAX)
         self._sessions: Bounded[str, Session] = Bounded(SESSIONS_MAX)
-        self._results: Bounded[bytes, Result] = Bounded(RESULTS_MAX, on_evict=Result.close)
+        self.results: Bounded[bytes, Result] = Bounded(RESULTS_MAX, on_evict=Result.close)
         # First-message pulls of started prepared statements (`_speculate`), each with its stop
         # event: they outlive the RPC that started them, so the service owns them until shutdown.
         self._pulls: dict[asyncio.Future[Any], threading.Event] = {}
@@ -424,7 +424,7 @@ class FlightSqlService:
             result = await self.writes.start(session, command.query, None, txn_id)
             info = self._result_info(descriptor, result)
         elif isinstance(command, sql.CommandPreparedStatementQuery):
-            prepared = self._prepared(session, command.prepared_statement_handle)
+            prepared = self.prepared(session, command.prepared_statement_handle)
             result = await self._take_speculation(session, prepared)
             if result is None:
                 result = await self.writes.start(session, prepared.sql, prepared.params, prepared.transaction_id)
@@ -448,7 +448,7 @@ class FlightSqlService:
             txn_id = command.transaction_id if command.HasField("transaction_id") else None
             schema = (await self.writes.describe(session, command.query, txn_id))[0]
         elif isinstance(command, sql.CommandPreparedStatementQuery):
-            schema = self._prepared(session, command.prepared_statement_handle).dataset_schema
+            schema = self.prepared(session, command.prepared_statement_handle).dataset_schema
         else:
             schema = self._metadata_schema(command)
         await stream.send_message(fl.SchemaResult(schema=M.schema_bytes(schema)))
@@ -478,7 +478,7 @@ class FlightSqlService:
             raise M.BadCommand(f"{command.DESCRIPTOR.name} belongs in DoPut, not GetFlightInfo")
         raise M.BadCommand(f"{command.DESCRIPTOR.name} is not a GetFlightInfo command")
 
-    def _prepared(self, session: Session, handle: bytes) -> Prepared:
+    def prepared(self, session: Session, handle: bytes) -> Prepared:
         prepared = session.prepared.get(handle)
         if prepared is None:
             raise GRPCError(Status.NOT_FOUND, "prepared statement does not exist (SQLSTATE 26000)")
@@ -493,8 +493,8 @@ class FlightSqlService:
         if stmt.kind not in (Kind.QUERY, Kind.UNSUPPORTED):
             raise not_a_write(stmt)
 
-    async def _start(self, session: Session, text: str, params: dict[str, Any] | None,
-                     txn: TxnState | None = None) -> Result:
+    async def start_query(self, session: Session, text: str, params: dict[str, Any] | None,
+                          txn: TxnState | None = None) -> Result:
         """Plan and start a query and pull its first messages (in a worker thread); inside
         transaction `txn` it reads the transaction's snapshots and staged writes."""
         self._check_query(text)
@@ -519,7 +519,7 @@ class FlightSqlService:
                           first, exhausted, rows, txn)
 
         result = await self.run_sync(start)
-        self._results.put(handle, result)
+        self.results.put(handle, result)
         return result
 
     def _may_speculate(self, text: str) -> bool:
@@ -595,7 +595,7 @@ class FlightSqlService:
         async def pull() -> Result | None:
             result = await self.run_sync(run)
             if result is not None and not stop.is_set():
-                self._results.put(handle, result)
+                self.results.put(handle, result)
             return result
 
         pulled = asyncio.ensure_future(pull())
@@ -657,7 +657,7 @@ class FlightSqlService:
         except BaseException:  # cancelled (deadline, client gone): the pull stops, nothing keeps it
             self._discard(speculation)
             raise
-        result = self._results.get(speculation.handle) if pulled is not None else None
+        result = self.results.get(speculation.handle) if pulled is not None else None
         if result is None:  # evicted meanwhile (the results table is bounded)
             return None
         return result
@@ -681,14 +681,14 @@ class FlightSqlService:
         speculation.pulled.cancel()
 
         def drop(_: Any) -> None:
-            dropped = self._results.pop(speculation.handle)
+            dropped = self.results.pop(speculation.handle)
             if dropped is not None:
                 dropped.close()
 
         speculation.pulled.add_done_callback(drop)
 
-    async def _describe(self, session: Session, text: str, txn: TxnState | None = None,
-                        fresh: bool = True) -> tuple[pa.Schema, pa.Schema]:
+    async def describe_query(self, session: Session, text: str, txn: TxnState | None = None,
+                             fresh: bool = True) -> tuple[pa.Schema, pa.Schema]:
         """(result schema on the wire, parameter schema) of a query, without running it
         (`fresh`: as `QueryContext.describe`)."""
         self._check_query(text)
@@ -718,7 +718,7 @@ class FlightSqlService:
         session = self.session(stream)
         command = M.decode_command(ticket.ticket)
         if isinstance(command, sql.TicketStatementQuery):
-            result = self._results.get(command.statement_handle)
+            result = self.results.get(command.statement_handle)
             if result is None or result.session_key != session.key:
                 raise GRPCError(Status.NOT_FOUND, "unknown or expired ticket (SQLSTATE 26000)")
             await self._stream_result(stream, session, result)
@@ -742,8 +742,8 @@ class FlightSqlService:
         source, first, exhausted, first_rows = result.source, result.first, result.exhausted, result.rows
         if source is None and not exhausted:
             # A second DoGet of a ticket whose stream the first one consumed: run it again.
-            rerun = await self._start(session, result.sql, result.params, result.txn)
-            self._results.pop(rerun.handle)
+            rerun = await self.start_query(session, result.sql, result.params, result.txn)
+            self.results.pop(rerun.handle)
             if not rerun.schema.equals(result.schema):
                 raise GRPCError(Status.ABORTED, "the result's schema changed since GetFlightInfo (SQLSTATE 40001)")
             source, first, exhausted, first_rows = rerun.source, rerun.first, rerun.exhausted, rerun.rows
@@ -894,7 +894,7 @@ class FlightSqlService:
             return
         if not isinstance(command, sql.CommandPreparedStatementQuery):
             raise M.BadCommand(f"{command.DESCRIPTOR.name} is not a DoPut command")
-        prepared = self._prepared(session, command.prepared_statement_handle)
+        prepared = self.prepared(session, command.prepared_statement_handle)
         reader = M.IpcStreamReader()
         batches = []
         size = 0
@@ -974,9 +974,9 @@ class FlightSqlService:
             M.parse(fl.CloseSessionRequest, action.body)
             self._sessions.pop(session.key)
             await self.writes.close_session(session)
-            for result in self._results.values():
+            for result in self.results.values():
                 if result.session_key == session.key:
-                    self._results.pop(result.handle)
+                    self.results.pop(result.handle)
                     result.close()
             reply = fl.CloseSessionResult(status=fl.CloseSessionResult.CLOSED)
             await stream.send_message(fl.Result(body=reply.SerializeToString()))

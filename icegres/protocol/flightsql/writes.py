@@ -53,7 +53,7 @@ from icegres.protocol.flightsql.sessions import (
 if TYPE_CHECKING:
     from grpclib.server import Stream
 
-    from icegres.protocol.flightsql.service import FlightSqlService
+    from icegres.protocol.flightsql.port import QueryPort
 
 log = logging.getLogger("icegres.flightsql")
 
@@ -123,7 +123,7 @@ class FlightHost:
 class FlightWrites:
     """The write handlers `FlightSqlService` dispatches to."""
 
-    def __init__(self, service: FlightSqlService) -> None:
+    def __init__(self, service: QueryPort) -> None:
         self.service = service
 
     # --- plumbing -------------------------------------------------------------------------------
@@ -293,9 +293,9 @@ class FlightWrites:
             result = await self.result(session, stmt, params, txn_id)
         else:
             txn = self.transaction(session, txn_id)
-            result = await self._poisoning(txn, self.service._start(
+            result = await self._poisoning(txn, self.service.start_query(
                 session, text, params, txn.state if txn is not None else None))
-        self.service._results.put(result.handle, result)
+        self.service.results.put(result.handle, result)
         return result
 
     async def describe(self, session: Session, text: str, txn_id: bytes | None,
@@ -306,7 +306,7 @@ class FlightWrites:
         txn = self.transaction(session, txn_id)
         stmt = write_statement(text)
         if stmt is None:
-            return await self._poisoning(txn, self.service._describe(
+            return await self._poisoning(txn, self.service.describe_query(
                 session, text, txn.state if txn is not None else None, fresh))
         if core.is_ddl(stmt) or not core.is_dml(stmt):
             return pa.schema([]), pa.schema([])
@@ -434,7 +434,7 @@ class FlightWrites:
             txn_id = command.transaction_id if command.HasField("transaction_id") else None
             count = await self.execute_update(session, command.query, txn_id)
         elif isinstance(command, sql.CommandPreparedStatementUpdate):
-            prepared = self.service._prepared(session, command.prepared_statement_handle)
+            prepared = self.service.prepared(session, command.prepared_statement_handle)
             schema, batches = await _read_ipc(stream, first, EXECUTEMANY_BYTES_MAX)
             rows: list[dict[str, Any] | None] = []
             for batch in batches:

@@ -11,10 +11,10 @@ import trio
 
 from icegres.config import Settings, refuse_open_trust
 from icegres.engine.engine import SERVER_VERSION
+from icegres.protocol.pgwire.session import Session
 
 if TYPE_CHECKING:
     from icegres.engine.engine import Engine
-    from icegres.protocol.pgwire.session import Session
 
 log = logging.getLogger("icegres.pgwire")
 
@@ -58,7 +58,6 @@ class PgServer:
         return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter, abandon_on_cancel=True)
 
     async def handle(self, stream: trio.SocketStream) -> None:
-        from icegres.protocol.pgwire.session import Session
 
         try:
             peer = stream.socket.getpeername()

@@ -18,24 +18,25 @@ import pyarrow as pa
 import trio
 
 from icegres.engine.row_source import Chunk, RowSource
-from icegres.engine.statements import Kind, Statement, classify, split_statements
+from icegres.engine.statements import Kind, Statement, classify, refusal, split_statements
 from icegres.engine.txn import TxnState
 from icegres.pg import errors as E
 from icegres.pg import settings as guc
 from icegres.pg.clock import TextSettings
+from icegres.pg.copy_format import copy_target
 from icegres.pg.errors import PgError
 from icegres.pg.params import decode_param
 from icegres.pg.types import pg_type_for_arrow
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire import writes
-from icegres.protocol.pgwire.copy import copy_out_rows, copy_target
+from icegres.protocol.pgwire.copy import copy_out_rows
 from icegres.protocol.pgwire.datarows import encode_data_rows
 from icegres.protocol.pgwire.direct import DirectReply
 from icegres.protocol.pgwire.framing import FrameDecoder
 from icegres.protocol.pgwire.results import expand_formats, presentable, row_description
 
 if TYPE_CHECKING:
-    from icegres.protocol.pgwire.server import PgServer
+    from icegres.protocol.pgwire.port import ServerPort
 
 log = logging.getLogger("icegres.pgwire")
 
@@ -102,7 +103,7 @@ class Transaction:
 
 
 class Session:
-    def __init__(self, server: PgServer, stream: trio.abc.Stream, peer: str) -> None:
+    def __init__(self, server: ServerPort, stream: trio.abc.Stream, peer: str) -> None:
         self.server = server
         self.stream = stream
         self.peer = peer
@@ -136,7 +137,7 @@ class Session:
             raise ConnectionClosed
         self.decoder.feed(data)
 
-    async def _next_message(self) -> m.FrontendMessage:
+    async def next_message(self) -> m.FrontendMessage:
         while True:
             msg = self.decoder.next_message()
             if msg is not None:
@@ -160,7 +161,7 @@ class Session:
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 raise ConnectionClosed from None
 
-    async def _maybe_flush(self) -> None:
+    async def maybe_flush(self) -> None:
         if len(self.out) >= SEND_HIGH_WATER:
             await self.flush()
 
@@ -270,7 +271,7 @@ class Session:
 
     async def _serve(self) -> None:
         while True:
-            msg = await self._next_message()
+            msg = await self.next_message()
             if isinstance(msg, m.Terminate):
                 return
             if self.skip_to_sync and not isinstance(msg, m.Sync):
@@ -290,7 +291,7 @@ class Session:
                     self._ready_for_query()
                 else:
                     self.skip_to_sync = True
-            await self._maybe_flush()
+            await self.maybe_flush()
 
     async def _dispatch(self, msg: m.FrontendMessage) -> None:
         if isinstance(msg, m.Query):
@@ -373,7 +374,7 @@ class Session:
             raise PgError(E.QUERY_CANCELED, "canceling statement due to user request")
         raise PgError(E.QUERY_CANCELED, "canceling statement due to statement timeout")
 
-    async def _in_thread(self, fn, *args):
+    async def in_thread(self, fn, *args):
         return await self.server.run_sync(fn, *args)
 
     # --- simple query --------------------------------------------------------------------------
@@ -415,7 +416,7 @@ class Session:
                 self._report(err)
                 failed = True
                 break
-            await self._maybe_flush()
+            await self.maybe_flush()
         if batch is not None:
             self._end_transaction(committed=not failed)
             try:
@@ -479,7 +480,7 @@ class Session:
         The job's values, or None once the answer went out (the rest of it sent from here). A
         cancel that lands after the thread claimed the answer finds the statement done."""
         try:
-            done = await self._in_thread(job)
+            done = await self.in_thread(job)
         except trio.Cancelled:
             if reply is None or reply.refuse():
                 raise
@@ -516,14 +517,14 @@ class Session:
 
     # --- rows ----------------------------------------------------------------------------------
 
-    def _text_settings(self) -> TextSettings:
+    def text_settings(self) -> TextSettings:
         return TextSettings(
             timezone=self.settings.get("timezone", "UTC"),
             extra_float_digits=int(self.settings.get("extra_float_digits", "1") or 1),
         )
 
     def _encoder(self, formats: list[int]) -> _Encoder:
-        return _Encoder(list(formats), self._text_settings())
+        return _Encoder(list(formats), self.text_settings())
 
     async def _send_chunks(self, source: RowSource, encode: _Encoder, limit: int, chunk: Chunk | None = None) -> int:
         """Send up to `limit` rows (0 = all) as DataRows, starting with an already pulled chunk.
@@ -539,7 +540,7 @@ class Session:
         async def write(data: bytes) -> None:
             if len(data) < SEND_HIGH_WATER:
                 self.send(data)
-                await self._maybe_flush()
+                await self.maybe_flush()
                 return
             # A big chunk goes to the socket as it is, not copied through the output buffer twice.
             await self.flush()
@@ -562,7 +563,7 @@ class Session:
                 async with chunks_in:
                     try:
                         while True:
-                            nxt = await self._in_thread(source.pull, (limit - pulled) if limit else 0, encode)
+                            nxt = await self.in_thread(source.pull, (limit - pulled) if limit else 0, encode)
                             pulled += nxt.rows
                             await chunks_in.send(nxt)
                             if last(nxt, pulled):
@@ -622,7 +623,7 @@ class Session:
         if prepared.statement.kind is Kind.WRITE:
             schema, inferred = await writes.describe_write(self, prepared.statement.sql)
         else:
-            schema, inferred = await self._in_thread(self.qctx.describe, prepared.statement.sql)
+            schema, inferred = await self.in_thread(self.qctx.describe, prepared.statement.sql)
         count = max([len(prepared.param_oids), *inferred.keys()], default=0)
         count = max(count, _max_placeholder(prepared.statement.sql))
         casts = cast_type_oids(prepared.statement.sql)
@@ -654,7 +655,7 @@ class Session:
                 f'"{msg.statement}" requires {nparams}',
             )
         pformats = expand_formats(msg.param_formats, nparams) if nparams else []
-        text = self._text_settings()
+        text = self.text_settings()
         values = [
             decode_param(raw, oid, fmt, settings=text)
             for raw, oid, fmt in zip(msg.params, prepared.param_oids, pformats, strict=True)
@@ -780,7 +781,7 @@ class Session:
     async def _command(self, stmt: Statement, describe: bool) -> None:
         handler = _COMMANDS.get(stmt.kind)
         if handler is None:
-            raise _unsupported(stmt)
+            raise refusal(stmt)
         await handler(self, stmt, describe)
 
     def set_setting(self, key: str, value: str | None) -> None:
@@ -934,7 +935,7 @@ class Session:
             raise PgError(E.DUPLICATE_CURSOR, f'cursor "{name}" already exists')
         query = stmt.value or ""
 
-        source = RowSource(*await self._in_thread(self.qctx.start, query, None))
+        source = RowSource(*await self.in_thread(self.qctx.start, query, None))
         self.cursors[name] = Cursor(source, stmt.flag, hold)
         self.send(m.command_complete("DECLARE CURSOR"))
 
@@ -950,7 +951,7 @@ class Session:
                 self.send(row_description(cursor.source.schema, formats))
             sent = await self._stream_rows(cursor.source, formats, count)
         else:
-            sent = await self._in_thread(_skip_rows, cursor.source, count)
+            sent = await self.in_thread(_skip_rows, cursor.source, count)
         cursor.position += sent
         self.send(m.command_complete(f"{stmt.kind.name} {sent}"))
 
@@ -992,7 +993,7 @@ class Session:
             query = f"SELECT {', '.join(columns) if columns else '*'} FROM {table}"
         options = dict(stmt.options)
 
-        source = RowSource(*await self._in_thread(self.qctx.start, query, None))
+        source = RowSource(*await self.in_thread(self.qctx.start, query, None))
         await copy_out_rows(self, source, options)
 
     async def _cmd_copy_from(self, stmt: Statement, describe: bool) -> None:
@@ -1000,37 +1001,6 @@ class Session:
 
     async def _cmd_write(self, stmt: Statement, describe: bool) -> None:
         await writes.run_write(self, stmt, None, describe)
-
-
-def _unsupported(stmt: Statement) -> PgError:
-    if stmt.value == "syntax":
-        return PgError(E.SYNTAX_ERROR, f'syntax error at or near "{stmt.tag}"')
-    if stmt.kind is Kind.WRITE:
-        return PgError(E.FEATURE_NOT_SUPPORTED, f"{stmt.tag} is not supported", hint=_WRITE_HINTS.get(stmt.tag))
-    if stmt.tag in _KNOWN_UNSUPPORTED:
-        return PgError(E.FEATURE_NOT_SUPPORTED, f"{stmt.tag} is not supported")
-    first = stmt.sql.split(None, 1)[0][:40] if stmt.sql.strip() else ""
-    return PgError(E.SYNTAX_ERROR, f'syntax error at or near "{first}"', position=1)
-
-
-# Why a PostgreSQL command that changes state has no counterpart here, where a reason helps.
-_WRITE_HINTS = {
-    "VACUUM": "Iceberg tables have no dead tuples to reclaim: a DELETE or UPDATE rewrites data files.",
-    "ANALYZE": "Queries are planned with the statistics of the Iceberg manifests and Parquet footers, "
-               "which every commit writes; there is nothing to collect.",
-    "GRANT": "icegres has no per-table privileges; access is by the server's authentication (docs/configuration.md).",
-    "REVOKE": "icegres has no per-table privileges; access is by the server's authentication (docs/configuration.md).",
-    "LOCK": "Writers never block each other: conflicting commits fail with 40001 (docs/limitations.md).",
-    "CALL": "icegres has no stored procedures.",
-    "DO": "icegres has no procedural languages.",
-}
-
-# PostgreSQL statements icegres recognises but does not implement (anything else is a syntax error).
-_KNOWN_UNSUPPORTED = {
-    "LOAD", "REASSIGN", "SECURITY", "IMPORT", "COMMIT PREPARED", "PREPARE", "EXECUTE", "LISTEN",
-    "NOTIFY", "COPY", "FETCH", "MOVE", "DECLARE CURSOR", "SET", "SHOW", "RESET", "START",
-    "SAVEPOINT", "RELEASE", "ROLLBACK", "COMMIT", "DEALLOCATE", "DISCARD", "CLOSE CURSOR",
-}
 
 
 def _show_description(stmt: Statement) -> bytes:

@@ -1,0 +1,66 @@
+"""What the pgwire session's helpers may call on a session, and what a session may call on its
+server: small protocols, so that `writes` and `copy` never reach into `Session` (and `session`
+never imports `server`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from icegres.config import Settings
+    from icegres.engine.engine import Engine, QueryContext
+    from icegres.pg.clock import TextSettings
+    from icegres.protocol.pgwire.messages import FrontendMessage
+
+
+class ServerPort(Protocol):
+    """The pgwire server as its sessions see it."""
+
+    settings: Settings
+    engine: Engine
+    server_version: str
+    running: set[Any]  # sessions running a statement (hangup.py watches their sockets)
+
+    def next_pid(self) -> int: ...
+
+    def register(self, session: Any) -> None: ...
+
+    def unregister(self, session: Any) -> None: ...
+
+    def cancel(self, pid: int, secret: int) -> None:
+        """A CancelRequest: cancel the session with this pid if the secret matches."""
+        ...
+
+    async def run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` in a worker thread behind the query limiter; cancellable."""
+        ...
+
+
+class SessionPort(Protocol):
+    """A session as the write path and COPY see it: its engine context, settings and
+    transaction block, the messages it sends and receives, and its worker threads."""
+
+    qctx: QueryContext
+    settings: dict[str, str]
+    tx: Any
+
+    def send(self, data: bytes) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    async def maybe_flush(self) -> None:
+        """Flush if enough output is buffered (streaming results)."""
+        ...
+
+    async def next_message(self) -> FrontendMessage:
+        """The client's next message (COPY data)."""
+        ...
+
+    async def in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` in a worker thread, with the session marked running (cancel, hang-up)."""
+        ...
+
+    def text_settings(self) -> TextSettings:
+        """The settings values are rendered in (TimeZone, extra_float_digits)."""
+        ...
