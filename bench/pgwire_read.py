@@ -1065,9 +1065,10 @@ def _lookup_ids(n: int, seed: int) -> list[int]:
 
 
 def _session(engine: Any, pid: int = 1) -> Any:
-    from icegres.engine.engine import SessionEnv
+    from icegres.engine.lake import SessionEnv
+    from icegres.engine.query import open_session
 
-    return engine.open_session(SessionEnv("icegres", "bench", pid))
+    return open_session(engine, SessionEnv("icegres", "bench", pid))
 
 
 def _session_lookup(qc: Any, row_id: int) -> tuple[float, float, float]:
@@ -1087,7 +1088,7 @@ def _session_lookup(qc: Any, row_id: int) -> tuple[float, float, float]:
 def point_anatomy(backend: Backend, env_overrides: dict[str, str] | None = None) -> dict[str, Any]:
     """Median time of each phase of a point lookup, in one long-lived session (as one client
     connection sees it) and with a new session per statement (a new client every time)."""
-    from icegres.engine.engine import Engine
+    from icegres.engine.lake import Engine
 
     engine = Engine(backend.lakehouse(env_overrides))
     out: dict[str, Any] = {"lookups": ANATOMY_LOOKUPS}
@@ -1128,7 +1129,7 @@ def count_requests(backend: Backend, log_dir: Path) -> dict[str, Any]:
     import psycopg
 
     from bench.s3_tap import Tap
-    from icegres.engine.engine import Engine
+    from icegres.engine.lake import Engine
 
     st = backend.stack
     ids = _lookup_ids(TAP_WARMUP + TAP_LOOKUPS, SEED + 11)

@@ -511,7 +511,8 @@ def profile_engine(lake: Lake, statements: int) -> dict[str, Any]:
     import trio
 
     from icegres.engine import dml
-    from icegres.engine.engine import Engine, SessionEnv
+    from icegres.engine.lake import Engine, SessionEnv
+    from icegres.engine.query import open_session
     from icegres.engine.lake_world import LakeWorld, commit_request
     from icegres.engine.txn import TxnState
     from icegres.machines.commit import Config
@@ -520,7 +521,7 @@ def profile_engine(lake: Lake, statements: int) -> dict[str, Any]:
     lh = lake.open()
     engine = Engine(lh)
     engine.refresh()
-    qctx = engine.open_session(SessionEnv("icegres", "bench", 1, {"search_path": NAMESPACE}))
+    qctx = open_session(engine, SessionEnv("icegres", "bench", 1, {"search_path": NAMESPACE}))
     floor_table = lh.load_table(NAMESPACE, "prof_ins_floor")
     rng = random.Random(SEED + 7)
     keys = rng.sample(range(1, BIG_ROWS + 1), statements)

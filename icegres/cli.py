@@ -184,7 +184,7 @@ def _serve(settings: Settings, *, pgwire: bool = True) -> int:
     import trio
 
     from icegres import collector
-    from icegres.engine.engine import Engine
+    from icegres.engine.lake import Engine
     from icegres.pg.errors import PgError
     from icegres.protocol.pgwire.server import PgServer
 

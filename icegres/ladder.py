@@ -69,7 +69,7 @@ from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
     from icegres.config import Settings
-    from icegres.engine.engine import Engine
+    from icegres.engine.lake import Engine
     from icegres.engine.mounts import ReadPlan
     from icegres.machines.drivers.pgtail import PgTail
     from icegres.machines.drivers.wal import WalTail

@@ -299,7 +299,7 @@ def warm_up(engine: Any = None) -> None:
             log.debug("warm-up: cannot parse %r", sql, exc_info=True)
     if engine is not None:
         try:
-            engine.new_context("public").sql("select 1").collect()
+            engine.new_context("public")[0].sql("select 1").collect()
         except Exception:  # noqa: BLE001 - best effort
             log.debug("warm-up: select 1 failed", exc_info=True)
 

@@ -76,8 +76,8 @@ def inprocess_engine(backend: Any) -> Any:
     table mounted on local copies of its files, as the server's are once copied."""
     from bench.pgwire_read import EMBEDDED
     from icegres.config import Settings
-    from icegres.engine.engine import Engine
     from icegres.engine.file_cache import FileCache
+    from icegres.engine.lake import Engine
 
     cache = None
     if backend.name != EMBEDDED:

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 def connect(data_dir: str | Path = ".icegres") -> IcegresBackend:
     """An ibis backend over the embedded lakehouse in `data_dir`, fresh as of this call."""
     from icegres.engine.catalog import Lakehouse
-    from icegres.engine.engine import Engine
     from icegres.engine.ibis_backend import ibis_connect
+    from icegres.engine.lake import Engine
 
     engine = Engine(Lakehouse.embedded(Path(data_dir)))
     engine.refresh()

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
     import sqlglot.expressions as exp
 
-    from icegres.engine.engine import QueryContext
     from icegres.engine.mounts import ReadPlan
+    from icegres.engine.planned import PlannedQuery
+    from icegres.engine.query import QueryContext
 
 FILE_COLUMN = "__icegres_file"
 _HIT_COLUMN = "__icegres_hit"  # an UPDATE ... RETURNING's mark of the rows it changed
@@ -132,8 +133,7 @@ def describe(qctx: QueryContext, sql: str) -> tuple[pa.Schema | None, dict[int, 
                     if isinstance(value, exp.Parameter) and i < len(columns):
                         types[int(value.this.this)] = by_name[columns[i]]
         elif source is not None:
-            df = qctx.plan(_sql(source), None)
-            types.update(placeholder_types(df))
+            types.update(placeholder_types(qctx.plan(_sql(source), None).df))
     elif isinstance(tree, exp.Update):
         for set_item in tree.expressions:
             name = set_item.this.name
@@ -142,14 +142,14 @@ def describe(qctx: QueryContext, sql: str) -> tuple[pa.Schema | None, dict[int, 
     where = tree.args.get("where")
     if where is not None and not isinstance(tree, exp.Insert):
         probe = f"SELECT 1 FROM {_quoted(key)} AS {_alias(tree.this, key)} WHERE {_sql(where.this)}"
-        for index, dtype in placeholder_types(qctx.plan(probe, None)).items():
+        for index, dtype in placeholder_types(qctx.plan(probe, None).df).items():
             types.setdefault(index, dtype)
     returning = tree.args.get("returning")
     schema = None
     if returning is not None:
         select = ", ".join(_sql(e) for e in returning.expressions)
-        df = qctx.plan(f"SELECT {select} FROM {_quoted(key)} AS {_alias(table, key)}", None)
-        schema = qctx.pg_schema(f"SELECT {select}", df.schema())
+        planned = qctx.plan(f"SELECT {select} FROM {_quoted(key)} AS {_alias(table, key)}", None)
+        schema = qctx.pg_schema(f"SELECT {select}", planned.df.schema())
     return schema, types
 
 
@@ -274,7 +274,7 @@ def _bounded_source(qctx: QueryContext, tree: exp.Insert, params: dict[str, Any]
     probe = source.copy()
     probe.set("expressions", [*probe.expressions,
                               *(exp.alias_(node.copy(), f"_icegres_{i}", quoted=True) for i, node in enumerate(nodes))])
-    types = [f.type for f in qctx.plan(_sql(probe), params).schema()][-len(nodes):]
+    types = [f.type for f in qctx.plan(_sql(probe), params).df.schema()][-len(nodes):]
     check_overflow(nodes, types)
     return source
 
@@ -304,14 +304,14 @@ def _insert_rows(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
         # Outside a transaction block the source also sees the write buffer's acked rows.
         with qctx.buffered_reads(qctx.buffered_entries(source_sql)):
             try:
-                df = qctx.plan(source_sql, params)
+                planned = qctx.plan(source_sql, params)
             except PgError as err:
                 if not (isinstance(source, exp.Values) and "Inconsistent data type across values list" in str(err)):
                     raise
                 explicit = isinstance(tree.this, exp.Schema)
                 return key, _rows_one_by_one(qctx, source, columns, explicit, plan, key, params), None
-            columns = _targets(columns, isinstance(tree.this, exp.Schema), len(df.schema()))
-            data = _collect(df)
+            columns = _targets(columns, isinstance(tree.this, exp.Schema), len(planned.df.schema()))
+            data = _collect(planned)
         data = data.rename_columns(columns)
     return key, conform(data, plan, key, qctx.env.time_zone), None
 
@@ -587,7 +587,7 @@ def _bounded(qctx: QueryContext, source: str, assigned: dict[str, exp.Expression
         # A value that is itself a `+ - *` is replaced in its SET item: read each back from there.
         holders = {c: (value.parent, value.arg_key) for c, value in assigned.items()}
         probe = ", ".join(f'{_sql(node)} AS "_{i}"' for i, node in enumerate(nodes))
-        types = [f.type for f in qctx.plan(f"SELECT {probe} FROM {source}", params).schema()]
+        types = [f.type for f in qctx.plan(f"SELECT {probe} FROM {source}", params).df.schema()]
         check_overflow(nodes, types)
         assigned = {c: parent.args[key] for c, (parent, key) in holders.items()}
     return {c: _sql(value) for c, value in assigned.items()}
@@ -606,7 +606,7 @@ def _rounded_into_integers(qctx: QueryContext, source: str, sets: dict[str, str]
     if not integer:
         return sets
     probe = ", ".join(f'{sets[c]} AS "_{i}"' for i, c in enumerate(integer))  # names must differ
-    planned = qctx.plan(f"SELECT {probe} FROM {source}", params).schema()
+    planned = qctx.plan(f"SELECT {probe} FROM {source}", params).df.schema()
     floats = {name for name, t in types.items() if pa.types.is_floating(t)}
     out = dict(sets)
     for c, field in zip(integer, planned, strict=True):
@@ -767,11 +767,12 @@ def _alias(table: exp.Expression, key: Key) -> str:
     return _q(alias.name if alias is not None else key[1])
 
 
-def _collect(df: Any) -> pa.Table:
+def _collect(planned: PlannedQuery) -> pa.Table:
+    """Run a plan to the end (its hold kept until then)."""
     from icegres.engine import errors as engine_errors
 
     try:
-        return df.to_arrow_table()
+        return planned.df.to_arrow_table()
     except Exception as exc:
         raise engine_errors.from_datafusion(exc) from None
 
@@ -798,8 +799,7 @@ def _with_file_column(qctx: QueryContext, plan: ReadPlan) -> Any:
 def _returning(qctx: QueryContext, returning: exp.Expression, rows: pa.Table, table: exp.Expression, key: Key) -> pa.Table:
     select = ", ".join(_sql(e) for e in returning.expressions)
     view = qctx.register_private("returning", qctx.ctx.from_arrow(_scan_typed(rows)))
-    df = qctx.plan(f"SELECT {select} FROM {view} AS {_alias(table, key)}", None)
-    result = _collect(df)
+    result = _collect(qctx.plan(f"SELECT {select} FROM {view} AS {_alias(table, key)}", None))
     return result.rename_columns(qctx.pg_schema(f"SELECT {select}", result.schema).names)
 
 

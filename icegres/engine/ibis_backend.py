@@ -18,7 +18,7 @@ from ibis.backends.datafusion import Backend as _DataFusionBackend
 from ibis.formats.pyarrow import PyArrowType
 
 if TYPE_CHECKING:
-    from icegres.engine.engine import Engine
+    from icegres.engine.lake import Engine
 
 
 class IcegresBackend(_DataFusionBackend):
@@ -28,7 +28,7 @@ class IcegresBackend(_DataFusionBackend):
 
     @property
     def current_catalog(self) -> str:
-        from icegres.engine.engine import DEFAULT_CATALOG
+        from icegres.engine.lake import DEFAULT_CATALOG
 
         return DEFAULT_CATALOG
 
@@ -37,7 +37,7 @@ class IcegresBackend(_DataFusionBackend):
         return self.default_schema
 
     def list_catalogs(self, *, like: str | None = None) -> list[str]:
-        from icegres.engine.engine import DEFAULT_CATALOG
+        from icegres.engine.lake import DEFAULT_CATALOG
 
         return self._filter_with_like([DEFAULT_CATALOG], like)
 
@@ -77,5 +77,5 @@ class IcegresBackend(_DataFusionBackend):
 def ibis_connect(engine: Engine) -> IcegresBackend:
     """An ibis backend over the engine's shared catalog (call engine.refresh() to see new commits)."""
     backend = IcegresBackend()
-    backend.do_connect(engine.new_context("public"))
+    backend.do_connect(engine.new_context("public")[0])
     return backend

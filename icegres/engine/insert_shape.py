@@ -20,6 +20,7 @@ way, where it is planned afresh and errors are reported exactly as PostgreSQL wo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,6 @@ from icegres.engine.assign import not_null_violation
 if TYPE_CHECKING:
     import sqlglot.expressions as exp
 
-    from icegres.engine.engine import QueryContext
     from icegres.engine.mounts import ReadPlan
     from icegres.engine.txn import Key
 
@@ -137,16 +137,18 @@ class InsertShapes:
             self._shapes.pop(next(iter(self._shapes)), None)
         self._shapes[key] = shape
 
-    def rows_now(self, qctx: QueryContext, sql: str, params: dict[str, Any] | None) -> tuple[Key, pa.Table] | None:
-        """(target, conformed rows) of an autocommit execution of `sql` in `qctx`'s session, from
-        its recipe; None when there is none or it no longer applies: take the planned path.
-        Never blocks.
+    def rows_now(self, sql: str, search_path: list[str], params: dict[str, Any] | None,
+                 resolve: Callable[[str | None, str], Key | None],
+                 read_plan: Callable[[str, str], ReadPlan | None]) -> tuple[Key, pa.Table] | None:
+        """(target, conformed rows) of an autocommit execution of `sql` under `search_path`, from
+        its recipe (`resolve` names the table a name means now, `read_plan` its mounted plan);
+        None when there is none or it no longer applies: take the planned path. Never blocks.
 
         Raises PgError 23502 for a NULL in a NOT NULL column, as the planned path would."""
-        shape = self._shapes.get((sql, tuple(qctx.env.search_path)))
-        if shape is None or qctx.resolve_mounted(*shape.written_as) != shape.key:
+        shape = self._shapes.get((sql, tuple(search_path)))
+        if shape is None or resolve(*shape.written_as) != shape.key:
             return None
-        if not shape.describes(qctx.engine.read_plan(*shape.key)):
+        if not shape.describes(read_plan(*shape.key)):
             return None
         rows = shape.rows(params)
         return None if rows is None else (shape.key, rows)

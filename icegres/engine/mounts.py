@@ -373,7 +373,15 @@ def shared_runtime_context(config: object, runner: SessionContext, hold: Any = N
     """
     global _SHARED_RUNTIME_CONTEXT
     if _SHARED_RUNTIME_CONTEXT is None:
-        from datafusion import SessionContext
+        from datafusion import DataFrame, SessionContext
+
+        class HeldFrame(DataFrame):
+            """A DataFrame with its statement's claim on the scan directories it may read
+            (scan_sets.py), for as long as it lives."""
+
+            def __init__(self, planned: DataFrame, hold: Any) -> None:
+                super().__init__(planned.df)
+                self.hold = hold
 
         class SharedRuntimeContext(SessionContext):
             def __init__(self, config: object, runner: SessionContext, hold: Any = None,
@@ -389,8 +397,7 @@ def shared_runtime_context(config: object, runner: SessionContext, hold: Any = N
                 df = super().sql(query, options, param_values, **named_params)
                 with self._runner_lock:
                     planned = self._runner.create_dataframe_from_logical_plan(df.logical_plan())
-                planned.icegres_hold = hold
-                return planned
+                return HeldFrame(planned, hold)
 
         _SHARED_RUNTIME_CONTEXT = SharedRuntimeContext
     return _SHARED_RUNTIME_CONTEXT(config, runner, hold, runner_lock)

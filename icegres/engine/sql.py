@@ -7,6 +7,8 @@ through search_path. Each distinct statement text is parsed once; QueryContext c
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from icegres.pg.errors import SYNTAX_ERROR, PgError
@@ -14,7 +16,7 @@ from icegres.pg.errors import SYNTAX_ERROR, PgError
 if TYPE_CHECKING:
     from sqlglot import exp
 
-    from icegres.engine.engine import QueryContext
+    from icegres.engine.lake import SessionEnv
 
 
 def parse(sql: str) -> exp.Expression:
@@ -52,12 +54,12 @@ def _space_placeholders(sql: str) -> str:
     return "".join(part if quoted else re.sub(r"(\$\d+)", r"\1 ", part) for part, quoted in split_quoted(sql))
 
 
-def qualify_tables(tree: exp.Expression, qctx: QueryContext) -> exp.Expression:
+def qualify_tables(tree: exp.Expression, path: list[str],
+                   has_table: Callable[[str, str], bool]) -> exp.Expression:
     """Give every unqualified lakehouse table the schema PostgreSQL's search_path would pick."""
     from sqlglot import exp
 
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
-    path = qctx.env.search_path
     for table in tree.find_all(exp.Table):
         if table.args.get("db") or not table.name:
             continue
@@ -65,19 +67,41 @@ def qualify_tables(tree: exp.Expression, qctx: QueryContext) -> exp.Expression:
         if name.lower() in ctes:
             continue
         for schema in path:
-            if qctx.engine.has_table(schema, name):
+            if has_table(schema, name):
                 table.set("db", exp.to_identifier(schema))
                 break
     return tree
 
 
-def rewrite_for_datafusion(sql: str, qctx: QueryContext) -> str:
+def rewrite_for_datafusion(sql: str, env: SessionEnv, has_table: Callable[[str, str], bool]) -> str:
     from icegres.engine import pg_rewrite
 
     tree = parse(sql)
-    tree = qualify_tables(tree, qctx)
-    tree = pg_rewrite.rewrite(tree, qctx.env)
+    tree = qualify_tables(tree, env.search_path, has_table)
+    tree = pg_rewrite.rewrite(tree, env)
     return pg_rewrite.to_sql(tree)
+
+
+_REWRITE_MARKERS = (
+    "pg_", "information_schema", "regclass", "regtype", "regnamespace", "regproc", "::oid",
+    "collate", "operator(", "array(", "current_user", "session_user", "current_schema",
+    "current_catalog", "any(", "::name", '::"char"', "version(", "current_setting",
+    "set_config", "format_type", "current_database", "bytea",
+    # DataFusion runs these, but not as PostgreSQL does: to_char reads chrono templates,
+    # generate_series in a select list returns one list, not rows, and the others
+    # (pg_rewrite.postgres_semantics).
+    "to_char", "generate_series", "to_date", "to_timestamp", "similar to", "array_remove", "fetch ",
+)
+
+
+# extract(second ...) / date_part('second', ...): DataFusion's drops the fraction (pg_rewrite).
+_SECONDS_PART = re.compile(r"(?:extract\s*\(\s*seconds?\b|date_part\s*\(\s*'seconds?')", re.IGNORECASE)
+
+
+def needs_rewrite(sql: str) -> bool:
+    """Whether `sql` goes through the rewrite path before DataFusion sees it."""
+    low = sql.lower()
+    return any(marker in low for marker in _REWRITE_MARKERS) or _SECONDS_PART.search(sql) is not None
 
 
 _CATALOG_SCHEMAS = ("pg_catalog", "information_schema")

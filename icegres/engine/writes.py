@@ -27,7 +27,7 @@ from icegres.pg import errors as E
 from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
-    from icegres.engine.engine import QueryContext
+    from icegres.engine.query import QueryContext
     from icegres.pg.copy_format import CopyFormat
 
 DML_WORDS = ("INSERT", "UPDATE", "DELETE", "TRUNCATE")
@@ -120,7 +120,8 @@ async def buffered_insert(host: WriteHost, ladder: Any, sql: str, values: dict[s
     qctx = host.qctx
     # A prepared INSERT executed before builds its rows here, on the loop, from its recipe
     # (insert_shape.py: no I/O, and no thread hop, which was a fifth of a tail-dir ack).
-    made = qctx.insert_shapes.rows_now(qctx, sql, values)
+    made = qctx.insert_shapes.rows_now(sql, qctx.env.search_path, values, qctx.resolve_mounted,
+                                       qctx.engine.read_plan)
     if made is not None:
         result = dml.InsertRows(made[0], made[1], None)
     else:

@@ -30,7 +30,7 @@ import trio
 
 if TYPE_CHECKING:
     from icegres.config import Settings
-    from icegres.engine.engine import Engine
+    from icegres.engine.lake import Engine
 
 __all__ = ["HealthReport", "OpsServer", "health_report", "metrics_text", "scrub"]
 

@@ -16,7 +16,8 @@ Rows = list[tuple[str | None, ...]]
 def engine_session(data_dir: Path) -> Any:
     """A QueryContext over a fresh embedded lake holding demo.t (id bigint: 1, 2)."""
     from icegres.engine.catalog import Lakehouse
-    from icegres.engine.engine import Engine, SessionEnv
+    from icegres.engine.lake import Engine, SessionEnv
+    from icegres.engine.query import open_session
 
     lake = Lakehouse.embedded(data_dir)
     lake.create_namespace_if_missing("demo")
@@ -24,7 +25,7 @@ def engine_session(data_dir: Path) -> Any:
     t.append(pa.table({"id": pa.array([1, 2], pa.int64())}))
     engine = Engine(lake)
     engine.refresh()
-    return engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    return open_session(engine, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
 
 
 def ours(qctx: Any, sql: str) -> Rows:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from icegres.engine import engine as engine_mod
+from icegres.engine import lake as engine_mod
 from icegres.engine.catalog import Lakehouse
-from icegres.engine.engine import Engine, SessionEnv
+from icegres.engine.lake import Engine, SessionEnv
+from icegres.engine.query import open_session
 from icegres.pg.errors import PgError
 
 pytestmark = pytest.mark.unit
@@ -24,7 +25,7 @@ def lake(tmp_path):
 
 
 def session(engine: Engine):
-    return engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    return open_session(engine, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
 
 
 def test_unreadable_table_is_refused_without_breaking_the_others(lake, monkeypatch):
@@ -39,7 +40,7 @@ def test_unreadable_table_is_refused_without_breaking_the_others(lake, monkeypat
     engine = Engine(lake)
     engine.refresh()
     q = session(engine)
-    assert q.plan("select count(*) as n from demo.good").to_pydict() == {"n": [3]}
+    assert q.plan("select count(*) as n from demo.good").df.to_pydict() == {"n": [3]}
     with pytest.raises(PgError) as exc:
         q.plan("select * from demo.bad")
     assert exc.value.sqlstate == "0A000" and "delete files" in exc.value.message
@@ -60,7 +61,7 @@ def test_refresh_skips_listing_when_catalog_unchanged(lake, monkeypatch):
     lake.load_table("demo", "good").append(pa.table({"id": [4]}))
     engine.refresh()
     assert calls == [1]
-    assert session(engine).plan("select count(*) as n from demo.good").to_pydict() == {"n": [4]}
+    assert session(engine).plan("select count(*) as n from demo.good").df.to_pydict() == {"n": [4]}
 
 
 def test_unchanged_table_is_not_replanned(lake, monkeypatch):
@@ -83,15 +84,15 @@ def test_pull_kind_is_decided_per_statement_shape_not_per_first_text(lake):
     q.engine.refresh()
     for literal in (1, 2, 3):
         _, join = q.start(f"select count(*) from good a join bad b on a.id = b.id where a.id > {literal}")
-        assert isinstance(join, CancellableBatches)
+        assert isinstance(join.inner, CancellableBatches)
         assert [b.to_pyarrow().column(0)[0].as_py() for b in join] == [3 - literal]
         _, point = q.start(f"select id from good where id = {literal}")
-        assert not isinstance(point, CancellableBatches)
+        assert not isinstance(point.inner, CancellableBatches)
         assert [r for b in point for r in b.to_pyarrow().column(0).to_pylist()] == [literal]
     _, endless = q.start("select sum(value) from range(1, 10)")  # an aggregate over a table function
-    assert isinstance(endless, CancellableBatches)
+    assert isinstance(endless.inner, CancellableBatches)
     schema, small = q.start("select count(*), sum(id) from good where id > 1")
-    assert not isinstance(small, CancellableBatches)  # a small aggregate: the blocking pull
+    assert not isinstance(small.inner, CancellableBatches)  # a small aggregate: the blocking pull
     assert schema.names == ["count", "sum"]  # PostgreSQL's names, kept per shape too
     schema, _ = q.start("select count(*), sum(id) from good where id > 2")
     assert schema.names == ["count", "sum"]
@@ -108,11 +109,11 @@ def test_a_quick_join_repeated_over_the_same_snapshots_takes_the_blocking_pull(l
     def run() -> tuple[bool, int]:
         _, stream = q.start(join)
         counts = [b.to_pyarrow().column(0)[0].as_py() for b in stream]
-        return isinstance(stream, CancellableBatches), counts[0]
+        return isinstance(stream.inner, CancellableBatches), counts[0]
 
     assert run() == (True, 3)  # first run: cancellable, and timed
     assert run() == (False, 3)  # same text, same snapshots, quick last time: blocking
-    assert q.start(join + " where a.id > 1")[1].__class__ is CancellableBatches  # other text
+    assert q.start(join + " where a.id > 1")[1].inner.__class__ is CancellableBatches  # other text
     lake.catalog.load_table(("demo", "bad")).append(pa.table({"id": [4]}))
     q.refresh_for(join)
     assert run() == (True, 3)  # a new snapshot of one table: timed again
@@ -150,15 +151,15 @@ def test_a_repeated_statement_reuses_its_plan_until_a_table_it_reads_moves(lake)
 
     first = answer()
     assert answer() == first
-    assert len(q._planned) == 1  # planned once, reused
+    assert len(q.cache.planned) == 1  # planned once, reused
     lake.catalog.load_table(("demo", "good")).append(pa.table({"id": [2]}))
     q.refresh_for(sql)
     assert answer() == (first[0] + 1, first[1] + 2)  # the new snapshot, not the cached plan's
-    assert len(q._planned) == 2
+    assert len(q.cache.planned) == 2
     prepared = "select count(*) from good where id > $1"  # good: 1, 2, 3, 2
-    assert q.plan(prepared, {"1": 1}).to_arrow_table().column(0)[0].as_py() == 3
-    assert q.plan(prepared, {"1": 2}).to_arrow_table().column(0)[0].as_py() == 1  # its own plan
-    assert q.plan(prepared, {"1": 1}).to_arrow_table().column(0)[0].as_py() == 3
+    assert q.plan(prepared, {"1": 1}).df.to_arrow_table().column(0)[0].as_py() == 3
+    assert q.plan(prepared, {"1": 2}).df.to_arrow_table().column(0)[0].as_py() == 1  # its own plan
+    assert q.plan(prepared, {"1": 1}).df.to_arrow_table().column(0)[0].as_py() == 3
 
 
 def test_a_reused_plan_still_evaluates_now_per_statement(lake):
@@ -167,10 +168,10 @@ def test_a_reused_plan_still_evaluates_now_per_statement(lake):
     q = session(Engine(lake))
     q.engine.refresh()
     sql = "select now() as t, count(*) as n from good"
-    first = q.plan(sql).to_arrow_table().column(0)[0].as_py()
+    first = q.plan(sql).df.to_arrow_table().column(0)[0].as_py()
     time.sleep(0.01)
-    second = q.plan(sql).to_arrow_table().column(0)[0].as_py()
-    assert len(q._planned) == 1 and second > first
+    second = q.plan(sql).df.to_arrow_table().column(0)[0].as_py()
+    assert len(q.cache.planned) == 1 and second > first
 
 
 def test_a_prepare_describes_mounted_tables_without_asking_the_catalog(lake, monkeypatch):
@@ -218,8 +219,8 @@ def test_a_plain_scan_of_many_rows_is_read_in_wide_batches_and_nothing_else_is(l
     _, stream = q.start("select * from big limit 30000")
     assert max(_batch_rows(stream)) <= batches.BATCH_ROWS
     for text in ("select id % 7, count(*) from big group by 1", "select * from good"):
-        df = q.plan(text)
-        assert q._wide_batch_rows(text, df, q._plan_kinds(text, df)) is None, text
+        planned = q.plan(text)
+        assert q._wide_batch_rows(text, planned, q._plan_kinds(text, planned.df)) is None, text
     # Very wide rows get fewer rows a batch, and never fewer than the default.
     assert batches.wide_batch_rows({"TableScan"}, 10**6, 100.0) == batches.WIDE_BATCH_BYTES // 400
     assert batches.wide_batch_rows({"TableScan"}, 10**6, 4_000.0) is None

@@ -6,7 +6,8 @@ import pyarrow as pa
 import pytest
 
 from icegres.engine.catalog import Lakehouse
-from icegres.engine.engine import Engine, SessionEnv
+from icegres.engine.lake import Engine, SessionEnv
+from icegres.engine.query import open_session
 from icegres.protocol.flightsql import icegres_flight_sql_metadata_pb2 as meta
 from icegres.protocol.flightsql import messages as M
 from icegres.protocol.flightsql import metadata
@@ -124,7 +125,7 @@ def engine_session(tmp_path):
     table.append(pa.table({"id": [1, 2, 3]}))
     engine = Engine(lake)
     engine.refresh()
-    return engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    return open_session(engine, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
 
 
 # One call per listed function: what GetSqlInfo promises, the engine runs.

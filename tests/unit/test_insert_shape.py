@@ -11,8 +11,9 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from icegres.engine import dml
 from icegres.engine.catalog import Lakehouse
-from icegres.engine.engine import Engine, SessionEnv
 from icegres.engine.insert_shape import SHAPES_PER_SESSION_MAX
+from icegres.engine.lake import Engine, SessionEnv
+from icegres.engine.query import open_session
 from icegres.engine.writes import new_transaction
 from icegres.pg.errors import PgError
 
@@ -33,7 +34,7 @@ def lake(tmp_path: Path):
 
 
 def _session(engine: Engine, search_path: str = "demo"):
-    return engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": search_path}))
+    return open_session(engine, SessionEnv("icegres", "icegres", 1, {"search_path": search_path}))
 
 
 def _planned(q, sql: str, params: dict | None):
@@ -46,7 +47,7 @@ def _planned(q, sql: str, params: dict | None):
 
 
 def _now(q, sql: str, params: dict | None):
-    return q.insert_shapes.rows_now(q, sql, params)
+    return q.insert_shapes.rows_now(sql, q.env.search_path, params, q.resolve_mounted, q.engine.read_plan)
 
 
 def test_a_recipe_builds_the_rows_datafusion_builds(lake) -> None:

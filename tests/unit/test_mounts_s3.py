@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from icegres.engine.engine import DEFAULT_CATALOG, session_config
+from icegres.engine.lake import DEFAULT_CATALOG, session_config
 from icegres.engine.mounts import shared_runtime_context
 
 

@@ -110,6 +110,6 @@ def test_similar_to_matches_what_postgresql_matches(qctx: Any, real_postgres: An
 def test_a_statement_that_fails_only_when_it_runs_takes_the_rewrite_path_from_then_on(qctx: Any) -> None:
     sql = "select exists (select 1 from t where id = 1) as found"
     assert ours(qctx, sql) == [("True",)]
-    route = qctx._routes[(sql, tuple(qctx.env.search_path))]
+    route = qctx.cache.routes[(sql, tuple(qctx.env.search_path))]
     assert route != sql and "count(*)" in route  # the rewrite's spelling, kept for the next run
     assert ours(qctx, sql) == [("True",)]

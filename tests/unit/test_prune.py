@@ -10,11 +10,13 @@ import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from icegres.engine import engine as engine_mod
+from icegres.engine import lake as engine_mod
 from icegres.engine import mounts, prune
 from icegres.engine.catalog import Lakehouse
-from icegres.engine.engine import Engine, SessionEnv
+from icegres.engine.lake import Engine, SessionEnv
 from icegres.engine.prune import Constraint
+from icegres.engine.pruned_plan import plan_pruned
+from icegres.engine.query import open_session
 
 pytestmark = pytest.mark.unit
 
@@ -51,7 +53,7 @@ def q(lake):
     mp.setattr(mounts, "is_local", lambda path: False)
     engine = Engine(lake)
     engine.refresh()
-    yield engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    yield open_session(engine, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
     mp.undo()
 
 
@@ -65,17 +67,17 @@ def q_linked(lake):
     engine = Engine(lake)
     engine.refresh()
     assert engine._sets[("demo", "t")], "the local files should be mounted as a ScanSet"
-    yield engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    yield open_session(engine, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
     mp.undo()
 
 
-def scans(df) -> int:
+def scans(planned) -> int:
     """Data files the physical plan reads (one scan may read several: scan_sets.py)."""
-    return len(set(re.findall(r"[^\s\[,]+\.parquet", df.execution_plan().display_indent())))
+    return len(set(re.findall(r"[^\s\[,]+\.parquet", planned.df.execution_plan().display_indent())))
 
 
-def rows(df) -> list[tuple]:
-    table = df.to_arrow_table()
+def rows(planned) -> list[tuple]:
+    table = planned.df.to_arrow_table()
     return sorted(zip(*(table.column(i).to_pylist() for i in range(table.num_columns)), strict=True),
                   key=repr)
 
@@ -130,7 +132,7 @@ def test_parameters_prune_when_bound_and_not_when_described(q) -> None:
     sql = "select * from demo.t where id = $1"
     df = q.plan(sql, {"1": 250})
     assert scans(df) == 1 and rows(df) == unpruned(q, sql, {"1": 250})
-    assert q._plan_pruned(sql, None) is None  # Describe: no value yet, planned as sent
+    assert plan_pruned(q, sql, None) is None  # Describe: no value yet, planned as sent
     df = q.plan("select * from demo.t where city = $1", {"1": "c0"})
     assert scans(df) == 1 and len(rows(df)) == 100
 
@@ -139,12 +141,12 @@ def test_statements_it_does_not_touch(q) -> None:
     for sql in ("select count(*) from demo.t a join demo.t b on a.id = b.id where a.id = 5",
                 "with x as (select * from demo.t) select count(*) from x where id = 5",
                 "select count(*) from demo.t"):
-        assert q._plan_pruned(sql, None) is None
+        assert plan_pruned(q, sql, None) is None
         assert rows(q.plan(sql)) == unpruned(q, sql)
 
 
 def test_column_names_stay_postgres_names(q) -> None:
-    df = q.plan("select count(*), max(id) from demo.t where id = 5")
+    df = q.plan("select count(*), max(id) from demo.t where id = 5").df
     assert q.pg_schema("select count(*), max(id) from demo.t where id = 5", df.schema()).names == ["count", "max"]
 
 
@@ -198,9 +200,9 @@ def test_a_scanset_of_few_files_is_planned_as_sent(lake, monkeypatch) -> None:
     monkeypatch.setattr(engine_mod, "PRUNE_MIN_LINKED_FILES", len(FILES) + 1)
     engine = Engine(lake)
     engine.refresh()
-    q = engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    q = open_session(engine, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
     assert not engine.prunable
-    assert q._plan_pruned("select * from demo.t where id = 150", None) is None
+    assert plan_pruned(q, "select * from demo.t where id = 150", None) is None
 
 
 def test_bounds_of_another_type_keep_the_file() -> None:
@@ -209,7 +211,7 @@ def test_bounds_of_another_type_keep_the_file() -> None:
 
 def test_tables_of_few_files_are_planned_as_sent(q, monkeypatch) -> None:
     monkeypatch.setattr(engine_mod, "PRUNE_MIN_FILES", len(FILES) + 1)
-    assert q._plan_pruned("select * from demo.t where id = 150", None) is None
+    assert plan_pruned(q, "select * from demo.t where id = 150", None) is None
 
 
 def test_a_pruned_aggregate_counts_only_the_rows_of_the_files_it_reads(q_linked, monkeypatch) -> None:
@@ -220,12 +222,12 @@ def test_a_pruned_aggregate_counts_only_the_rows_of_the_files_it_reads(q_linked,
 
     monkeypatch.setattr(batches, "LONG_INPUT_ROWS", 150)  # the table has 402 rows, a file 100
     sql = "select count(*) from demo.t where id between 120 and 150"
-    assert q_linked.plan(sql).icegres_input_rows == 100
+    assert q_linked.plan(sql).input_rows == 100
     _, stream = q_linked.start(sql)
-    assert not isinstance(stream, CancellableBatches)
+    assert not isinstance(stream.inner, CancellableBatches)
     assert [b.to_pyarrow().column(0)[0].as_py() for b in stream] == [31]
     _, stream = q_linked.start("select count(*) from demo.t where id between 120 and 250")
-    assert isinstance(stream, CancellableBatches)  # two files: 200 rows
+    assert isinstance(stream.inner, CancellableBatches)  # two files: 200 rows
     assert [b.to_pyarrow().column(0)[0].as_py() for b in stream] == [131]
 
 

@@ -16,7 +16,8 @@ import pytest
 
 from icegres.engine import scan_sets
 from icegres.engine.catalog import Lakehouse
-from icegres.engine.engine import Engine, SessionEnv
+from icegres.engine.lake import Engine, SessionEnv
+from icegres.engine.query import open_session
 from icegres.engine.scan_sets import Retirements, ScanSets
 
 pytestmark = pytest.mark.unit
@@ -150,17 +151,17 @@ def engine(tmp_path: Path):
 
 def test_a_table_of_several_local_files_is_one_scan(engine) -> None:
     eng, _ = engine
-    q = eng.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
-    plan = q.plan("select count(*), sum(id) from demo.t").execution_plan().display_indent()
+    q = open_session(eng, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    plan = q.plan("select count(*), sum(id) from demo.t").df.execution_plan().display_indent()
     assert plan.count("DataSourceExec") == 1
     assert plan.count(".parquet") >= 4
-    assert q.plan("select count(*), sum(id) from demo.t").to_arrow_table().to_pylist() == [
+    assert q.plan("select count(*), sum(id) from demo.t").df.to_arrow_table().to_pylist() == [
         {"count(*)": 40, "sum(demo.t.id)": sum(range(40))}]
 
 
 def test_a_running_statement_reads_on_while_commits_remount_the_table(engine) -> None:
     eng, lh = engine
-    q = eng.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    q = open_session(eng, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
     # One batch per file at most: the stream opens the later files only as it is pulled.
     eng.master.sql("set datafusion.execution.batch_size = 10")
     schema, stream = q.start("select id from demo.t", None)
@@ -191,7 +192,7 @@ def test_a_transaction_reads_its_pinned_snapshot_after_remounts(engine) -> None:
     from icegres.engine.writes import new_transaction
 
     eng, lh = engine
-    q = eng.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    q = open_session(eng, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
     q.txn = new_transaction(None, "repeatable read")
     assert _first_value(q, "select count(*) from demo.t") == 40
     t = lh.catalog.load_table(("demo", "t"))
@@ -209,8 +210,8 @@ def test_a_transaction_reads_its_pinned_snapshot_after_remounts(engine) -> None:
 def test_statements_planned_outside_a_session_hold_too(engine) -> None:
     """ibis plans on `Engine.new_context` directly: its DataFrames carry a hold as well."""
     eng, _ = engine
-    df = eng.new_context("public").sql("select count(*) from demo.t")
-    assert df.icegres_hold is not None
+    df = eng.new_context("public")[0].sql("select count(*) from demo.t")
+    assert df.hold is not None
     assert eng.scan_sets._books.holds  # begun, and ends with the DataFrame
     del df
     gc.collect()
@@ -228,7 +229,7 @@ def test_a_statement_outlives_the_private_context_it_was_planned_in(engine) -> N
         t.append(pa.table({"id": list(range(k * 10, k * 10 + 10)), "v": [f"f{k}"] * 10}, schema=SCHEMA))
     eng.refresh()
     eng.master.sql("set datafusion.execution.batch_size = 10")
-    q = eng.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    q = open_session(eng, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
     q.txn = new_transaction(None, "repeatable read")
     assert _first_value(q, "select count(*) from demo.t") == 160  # pins the 16-file snapshot
     t = lh.catalog.load_table(("demo", "t"))
@@ -260,8 +261,8 @@ def test_a_table_is_still_read_when_no_scan_directory_can_be_made(tmp_path: Path
         t.append(pa.table({"id": [k], "v": ["x"]}, schema=SCHEMA))
     eng = Engine(lh)
     eng.refresh()
-    q = eng.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
-    df = q.plan("select sum(id) from demo.t")
-    assert df.execution_plan().display_indent().count("DataSourceExec") == 3  # a scan per file
-    assert df.to_arrow_table().column(0).to_pylist() == [3]
+    q = open_session(eng, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    planned = q.plan("select sum(id) from demo.t")
+    assert planned.df.execution_plan().display_indent().count("DataSourceExec") == 3  # a scan per file
+    assert planned.df.to_arrow_table().column(0).to_pylist() == [3]
     assert made and not any(p.exists() for p in made)  # the half-made directory is gone

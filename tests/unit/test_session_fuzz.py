@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from icegres.config import Settings
 from icegres.engine.catalog import Lakehouse
-from icegres.engine.engine import Engine
+from icegres.engine.lake import Engine
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire.server import PgServer
 from icegres.protocol.pgwire.session import Session

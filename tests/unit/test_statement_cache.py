@@ -6,9 +6,11 @@ import pyarrow as pa
 import pytest
 
 from icegres.engine import column_names
-from icegres.engine import engine as engine_mod
+from icegres.engine import shape as engine_mod
 from icegres.engine.catalog import Lakehouse
-from icegres.engine.engine import Engine, SessionEnv, _literal_shape
+from icegres.engine.lake import Engine, SessionEnv
+from icegres.engine.query import open_session
+from icegres.engine.shape import literal_shape as _literal_shape
 
 pytestmark = pytest.mark.unit
 
@@ -78,7 +80,7 @@ def qctx(tmp_path):
     t.append(pa.table({"id": [1, 2, 3], "zone": ["a", "b", "c"]}))
     engine = Engine(lh)
     engine.refresh()
-    return engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    return open_session(engine, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
 
 
 def test_point_lookups_with_new_literals_parse_once(qctx, monkeypatch):
@@ -102,7 +104,7 @@ def test_names_from_datafusion_are_not_cached_with_the_shape(qctx):
     assert qctx.start("select 1 as a, id from trips where id = 1")[0].names == ["a", "id"]
     for sql in ("select true, id from trips", "select false as x, 'a' from trips", "select 1 as true from trips"):
         schema = qctx.start(sql)[0]
-        plain = qctx.plan(sql).schema()
+        plain = qctx.plan(sql).df.schema()
         assert schema.names == column_names.postgres_names(column_names.select_list_names(sql), plain)
     assert qctx.start("select 1 as true from trips")[0].names == ["true"]
 

@@ -16,7 +16,8 @@ import sqlglot.expressions as exp
 
 from icegres.engine import assign, pg_rewrite
 from icegres.engine.catalog import Lakehouse
-from icegres.engine.engine import Engine, SessionEnv, session_config
+from icegres.engine.lake import Engine, SessionEnv, session_config
+from icegres.engine.query import open_session
 from icegres.pg.errors import PgError
 from icegres.pg.types import pg_type_for_arrow
 from tests.support.fixtures import real_postgres  # noqa: F401  (session fixture)
@@ -151,21 +152,21 @@ def session(tmp_path) -> Iterator[Any]:
     lake.create_namespace_if_missing("demo")
     engine = Engine(lake)
     engine.refresh()
-    yield engine.open_session(SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
+    yield open_session(engine, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
 
 
 def test_uuid_cast_plans_through_the_rewrite_path(session: Any) -> None:
-    df = session.plan("select 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid as u")
+    df = session.plan("select 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid as u").df
     assert df.to_pydict() == {"u": [uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11").bytes]}
     assert pg_type_for_arrow(df.schema().field(0).type).oid == 2950
 
 
 def test_bytea_cast_on_the_rewrite_path(session: Any) -> None:
-    assert session.plan("select '\\xdead'::bytea as b, current_user as u").to_pydict()["b"] == [b"\xde\xad"]
+    assert session.plan("select '\\xdead'::bytea as b, current_user as u").df.to_pydict()["b"] == [b"\xde\xad"]
 
 
 def test_bytea_cast_on_the_direct_path(session: Any) -> None:
-    assert session.plan("select '\\xdead'::bytea as b").to_pydict()["b"] == [b"\xde\xad"]
+    assert session.plan("select '\\xdead'::bytea as b").df.to_pydict()["b"] == [b"\xde\xad"]
 
 
 # --- assignment casts (assign.cast), as PostgreSQL does them --------------------------------------

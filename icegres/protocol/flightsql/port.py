@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     import trio
 
     from icegres.config import Settings
-    from icegres.engine.engine import Engine
+    from icegres.engine.lake import Engine
     from icegres.engine.txn import TxnState
     from icegres.protocol.flightsql.sessions import Bounded, Prepared, Result, Session
 

@@ -18,7 +18,7 @@ import trio
 from icegres.config import Settings, refuse_open_trust
 
 if TYPE_CHECKING:
-    from icegres.engine.engine import Engine
+    from icegres.engine.lake import Engine
 
 log = logging.getLogger("icegres.flightsql")
 

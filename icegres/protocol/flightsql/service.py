@@ -27,6 +27,7 @@ from grpclib.exceptions import GRPCError
 
 from icegres import __version__
 from icegres.engine.catalog import BUSY
+from icegres.engine.query import open_session
 from icegres.engine.statements import Kind, classify
 from icegres.pg.errors import PgError
 from icegres.protocol.flightsql import errors, h2send, metadata
@@ -377,12 +378,12 @@ class FlightSqlService:
         who = self.authenticate(stream)
         session = self._sessions.get(who.key)
         if session is None or session.user != who.user:
-            from icegres.engine.engine import SERVER_VERSION, SessionEnv
+            from icegres.engine.lake import SERVER_VERSION, SessionEnv
             from icegres.pg import settings as guc
 
             env = SessionEnv(database=self.database, user=who.user, backend_pid=next(self._pids),
                              settings=guc.defaults(SERVER_VERSION, who.user))
-            session = Session(who.key, who.user, self.server.engine.open_session(env), self.database)
+            session = Session(who.key, who.user, open_session(self.server.engine, env), self.database)
             self._sessions.put(who.key, session)
         return session
 
@@ -872,7 +873,7 @@ class FlightSqlService:
                         "table_type": kind})
         out.sort(key=lambda r: (r["db_schema_name"], r["table_name"], r["table_type"]))
         if command.include_schema:
-            from icegres.engine.engine import DEFAULT_CATALOG
+            from icegres.engine.lake import DEFAULT_CATALOG
 
             catalog = self.server.engine.master.catalog(DEFAULT_CATALOG)
             for row in out:

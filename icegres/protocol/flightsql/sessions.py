@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from icegres.engine.engine import QueryContext
+    from icegres.engine.query import QueryContext
     from icegres.engine.row_source import RowSource
     from icegres.engine.txn import TxnState
 

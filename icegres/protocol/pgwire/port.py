@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from icegres.config import Settings
-    from icegres.engine.engine import Engine, QueryContext
+    from icegres.engine.lake import Engine
+    from icegres.engine.query import QueryContext
     from icegres.pg.clock import TextSettings
     from icegres.protocol.pgwire.messages import FrontendMessage
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 import trio
 
 from icegres.config import Settings, refuse_open_trust
-from icegres.engine.engine import SERVER_VERSION
+from icegres.engine.lake import SERVER_VERSION
 from icegres.protocol.pgwire.session import Session
 
 if TYPE_CHECKING:
-    from icegres.engine.engine import Engine
+    from icegres.engine.lake import Engine
 
 log = logging.getLogger("icegres.pgwire")
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import trio
 
+from icegres.engine.query import open_session
 from icegres.engine.row_source import Chunk, RowSource
 from icegres.engine.statements import Kind, Statement, classify, refusal, split_statements
 from icegres.engine.txn import TxnState
@@ -232,7 +233,7 @@ class Session:
                 raise PgError(err.sqlstate, err.message, severity="FATAL") from None
             self.initial_settings[change.key] = change.value
         self.settings = dict(self.initial_settings)
-        from icegres.engine.engine import SessionEnv
+        from icegres.engine.lake import SessionEnv
 
         env = SessionEnv(
             database=self.server.settings.database,
@@ -241,7 +242,7 @@ class Session:
             settings=self.settings,
             server_version=version,
         )
-        self.qctx = self.server.engine.open_session(env)
+        self.qctx = open_session(self.server.engine, env)
         self.send(m.AUTH_OK)
         self._told = self._reported_settings()
         for name, value in self._told.items():

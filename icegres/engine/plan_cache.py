@@ -1,0 +1,85 @@
+"""What a session remembers about the statements it ran, so a repeat costs less.
+
+Everything here is keyed on what decides it: a statement's literal shape (`shape.literal_shape`:
+the text with its value literals masked) and search_path for what follows from its tokens and
+names (the tables it reads, its result column names, its plan's node kinds, whether pruning can
+apply); the text, parameter values and mounted snapshots for a reusable logical plan. Bounded;
+the oldest entry goes first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+SHAPES_MAX = 2048  # per cache: a session's distinct statement shapes
+PLANNED_MAX = 64  # a session's recent repeated statements
+
+
+class Bounded(Generic[K, V]):
+    """A dict that forgets its oldest entry beyond `limit`."""
+
+    __slots__ = ("_data", "_limit")
+
+    def __init__(self, limit: int) -> None:
+        self._data: OrderedDict[K, V] = OrderedDict()
+        self._limit = limit
+
+    def get(self, key: K) -> V | None:
+        return self._data.get(key)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: K) -> bool:
+        return key in self._data
+
+    def __getitem__(self, key: K) -> V:
+        return self._data[key]
+
+    def put(self, key: K, value: V) -> V:
+        self._data[key] = value
+        if len(self._data) > self._limit:
+            self._data.popitem(last=False)
+        return value
+
+    def touch(self, key: K) -> None:
+        """`key` is used again: it is forgotten last."""
+        self._data.move_to_end(key)
+
+    def pop(self, key: K) -> None:
+        self._data.pop(key, None)
+
+    def clear(self) -> None:
+        self._data.clear()
+
+    def computed(self, key: K, compute: Callable[[], V]) -> V:
+        if key in self._data:
+            return self._data[key]
+        return self.put(key, compute())
+
+
+ShapeKey = tuple[str, tuple[str, ...]]  # (literal shape, search_path)
+
+
+class PlanCache:
+    """One session's memory of its statements."""
+
+    def __init__(self) -> None:
+        # statement text and search_path -> the SQL DataFusion accepted for it (the text itself or
+        # its rewrite)
+        self.routes: Bounded[tuple[str, tuple[str, ...]], str] = Bounded(SHAPES_MAX)
+        self.select_names: Bounded[str, list[str] | None] = Bounded(SHAPES_MAX)
+        self.refs: Bounded[ShapeKey, set[tuple[str, str]] | None] = Bounded(SHAPES_MAX)
+        self.kinds: Bounded[ShapeKey, frozenset[str]] = Bounded(SHAPES_MAX)  # plan node kinds
+        # Logical plans of statements run before, by `repeat_key` (text, parameters, snapshots),
+        # with the context they were made on and its generation then.
+        self.planned: Bounded[tuple[Any, ...], tuple[Any, int, Any]] = Bounded(PLANNED_MAX)
+        # Final result column names per shape and DataFusion's names for them (`pg_schema`).
+        self.pg_names: Bounded[tuple[str, tuple[str, ...]], list[str]] = Bounded(SHAPES_MAX)
+        # Statement shapes whose WHERE clause can never narrow the files read (prune.py).
+        self.unprunable: Bounded[ShapeKey, bool] = Bounded(SHAPES_MAX)

@@ -1,0 +1,175 @@
+"""A single-table query over a table of many files, planned over only the files its WHERE clause
+can read (prune.py decides which; this module plans the statement over that subset).
+
+Pruning costs ~1.3 ms of parsing and re-planning per statement, so it applies only where the
+table has enough files for it to pay (`lake.PRUNE_MIN_FILES`), and a statement shape found
+unprunable once is not tried again.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any, Protocol
+
+from icegres.engine import lake
+from icegres.engine.planned import PlannedQuery
+from icegres.engine.session_zone import is_utc
+from icegres.engine.shape import literal_shape
+from icegres.pg.errors import PgError
+
+if TYPE_CHECKING:
+    from datafusion import DataFrame
+
+    from icegres.engine.contexts import Made
+    from icegres.engine.lake import Engine, SessionEnv
+    from icegres.engine.mounts import ReadPlan
+    from icegres.engine.plan_cache import PlanCache
+    from icegres.engine.txn import TxnState
+
+
+
+class Planner(Protocol):
+    """What pruning needs of a session's query context."""
+
+    engine: Engine
+    env: SessionEnv
+    cache: PlanCache
+    txn: TxnState | None
+
+    @property
+    def made(self) -> Made: ...
+
+    @property
+    def zone(self) -> str: ...
+
+    @property
+    def overlaid(self) -> bool:
+        """A statement plans over the write buffer's rows (a view of its own)."""
+        ...
+
+    def table_refs(self, sql: str) -> set[tuple[str, str]] | None: ...
+
+
+_PRUNED_CATALOG = "icegres_pruned"
+_PRUNED_SCHEMA = "files"
+_PRUNED_NAMES = itertools.count()
+
+
+def plan_pruned(qctx: Planner, sql: str, params: dict[str, Any] | None) -> PlannedQuery | None:
+    """`sql` planned over only the files its WHERE clause can read; None where that does not
+    apply or gains nothing, and the statement is planned as sent."""
+    if qctx.txn is not None or qctx.overlaid or not qctx.engine.prunable:
+        return None  # transactions and the write buffer read views of their own
+    if not is_utc(qctx.zone):
+        return None  # prune.py reads timestamp literals in UTC; the scan's statistics still prune
+    refs = qctx.table_refs(sql)
+    if not refs or len(refs) != 1:
+        return None
+    (key,) = refs
+    plan = qctx.engine.read_plan(*key)
+    if plan is None or len(plan.files) < lake.PRUNE_MIN_FILES:
+        return None
+    shape = (literal_shape(sql), tuple(qctx.env.search_path))
+    if qctx.cache.unprunable.get(shape) is True:
+        return None
+    found = _prune_target(qctx, sql, key, plan)
+    if found is None:
+        qctx.cache.unprunable.put(shape, True)
+        return None
+    tree, table, names, kinds = found
+    from icegres.engine import prune
+
+    where = tree.args.get("where")
+    wanted = prune.constraints(where, names, kinds, params)
+    if wanted is None:
+        return None  # a parameter without a value (Describe): plan as sent
+    files = prune.matching_files(plan, wanted)
+    if len(files) == len(plan.files):
+        return None
+    view = qctx.engine.subset_view(key, files)
+    if view is None:
+        return None
+    df = _plan_over(qctx, tree, table, view[1], shape, params)
+    if df is None:
+        return None
+    # What the statement reads is the subset: an aggregate over a few files of a big table is
+    # bounded by their rows (`QueryContext._pulls_long`).
+    counts = [getattr(plan.data_files.get(f.path), "record_count", None) for f in files]
+    rows = sum(counts) if all(isinstance(n, int) for n in counts) else None  # type: ignore[arg-type]
+    return PlannedQuery(df, (None, None), None, rows)
+
+
+def _prune_target(qctx: Planner, sql: str, key: tuple[str, str], plan: ReadPlan) -> Any:
+    """(rewritten tree, its FROM table, the names it goes by, prunable columns) when `sql` is a
+    SELECT from `key` alone whose WHERE could narrow the files; else None."""
+    from sqlglot import exp
+
+    from icegres.engine import pg_rewrite, prune
+    from icegres.engine import sql as sql_rewrite
+
+    try:
+        tree = sql_rewrite.parse(sql)
+    except PgError:
+        return None
+    if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("with"):
+        return None
+    source = tree.args.get("from") or tree.args.get("from_")
+    table = None if source is None else source.this
+    if not isinstance(table, exp.Table) or table.args.get("catalog") or not table.name:
+        return None
+    sql_rewrite.qualify_tables(tree, qctx.env.search_path, qctx.engine.has_table)
+    if (table.db, table.name) != key:
+        return None
+    given = table.args.get("alias")
+    names = {prune.folded(given.this if given is not None else table.this)}
+    kinds = prune.column_kinds(plan)
+    if not prune.prunable_shape(tree.args.get("where"), names, kinds):
+        return None
+    if sql_rewrite.needs_rewrite(sql):
+        tree = pg_rewrite.rewrite(tree, qctx.env)  # the rewrite copies; the FROM table is new
+        source = tree.args.get("from") or tree.args.get("from_")
+        table = source.this
+    return tree, table, names, kinds
+
+
+def _plan_over(qctx: Planner, tree: Any, table: Any, view: Any, shape: Any,
+               params: dict[str, Any] | None) -> DataFrame | None:
+    """Plan `tree` with `table` read from `view`, a DataFrame registered for this planning only.
+    `tree` is this statement's own (parsed for it by `_prune_target`): it is changed in place."""
+    from sqlglot import exp
+
+    from icegres.engine import pg_rewrite
+
+    made = qctx.made
+    schema = _pruned_schema(made)
+    name = f"t{next(_PRUNED_NAMES)}"
+    # The table goes by the same name as before (its alias, else its own name), spelled as it
+    # was, so every column reference still resolves.
+    given = table.args.get("alias")
+    alias = (given.this if given is not None else table.this).copy()
+    source = tree.args.get("from") or tree.args.get("from_")
+    source.set("this", exp.Table(this=exp.to_identifier(name), db=exp.to_identifier(_PRUNED_SCHEMA),
+                                 catalog=exp.to_identifier(_PRUNED_CATALOG),
+                                 alias=exp.TableAlias(this=alias)))
+    schema.register_table(name, view.into_view())
+    try:
+        # The plan holds the table provider by reference: it outlives the name.
+        return made.ctx.sql(pg_rewrite.to_sql(tree), param_values=params)
+    except Exception:  # noqa: BLE001 - the statement as sent gives the error, if any
+        qctx.cache.unprunable.put(shape, True)
+        return None
+    finally:
+        schema.deregister_table(name)
+
+
+def _pruned_schema(made: Made) -> Any:
+    if made.pruned_schema is not None:
+        return made.pruned_schema
+    from datafusion.catalog import Catalog, Schema
+
+    catalog = Catalog.memory_catalog()
+    schema = Schema.memory_schema()
+    catalog.register_schema(_PRUNED_SCHEMA, schema)
+    made.ctx.register_catalog_provider(_PRUNED_CATALOG, catalog)
+    made.pruned_schema = schema
+    return schema
