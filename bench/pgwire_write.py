@@ -483,7 +483,7 @@ def _ms(s: float | None) -> str:
 
 PROFILE_FUNCS = (
     # (label, file suffix, function name)
-    ("dml.execute (parse .. data files written)", "engine/dml.py", "execute"),
+    ("dml.execute (parse .. data files written)", "engine/dml/__init__.py", "execute"),
     ("  pin_for: freshness listing + pin", "engine/engine.py", "pin_for"),
     ("    re-mount changed tables (load_table + plan_read)", "engine/engine.py", "_mount"),
     ("    re-register pg_catalog", "engine/engine.py", "_register_pg_catalog"),
@@ -512,11 +512,12 @@ def profile_engine(lake: Lake, statements: int) -> dict[str, Any]:
 
     from icegres.engine import dml
     from icegres.engine.lake import Engine, SessionEnv
-    from icegres.engine.query import open_session
     from icegres.engine.lake_world import LakeWorld, commit_request
+    from icegres.engine.query import open_session
     from icegres.engine.txn import TxnState
     from icegres.machines.commit import Config
     from icegres.machines.drivers.commit import run_commit
+    from icegres.sql.statement import classify
 
     lh = lake.open()
     engine = Engine(lh)
@@ -551,7 +552,7 @@ def profile_engine(lake: Lake, statements: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         prof_main.enable()
         try:
-            dml.execute(qctx, txn, sql, None)
+            dml.execute(qctx, txn, classify(sql), None)
         finally:
             prof_main.disable()
         t1 = time.perf_counter()

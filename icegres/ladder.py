@@ -549,7 +549,7 @@ class WriteLadder:
         rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         txn = TxnState(autocommit=True)
         txn.pins[key] = plan
-        dml._append(txn, key, rows)
+        dml.append(txn, key, rows)
         txn.snapshot_properties = properties
         request = commit_request(txn)
         assert request is not None

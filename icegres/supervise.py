@@ -271,7 +271,7 @@ async def _stop(proc: trio.Process) -> int | None:
 # lazily (the tail, the write path, the commit machine), ~0.2 s of a promoted standby's first ack.
 _WARM_MODULES = (
     "icegres.ladder", "icegres.machines.drivers.quorum", "icegres.machines.drivers.commit",
-    "icegres.engine.dml", "icegres.engine.assign", "icegres.engine.params", "icegres.engine.lake_world",
+    "icegres.engine.dml", "icegres.engine.dml.copy_on_write", "icegres.engine.assign", "icegres.engine.params", "icegres.engine.lake_world",
     "icegres.protocol.pgwire.results", "icegres.protocol.pgwire.datarows", "icegres.pg.params", "pyiceberg.io.pyarrow",
     "icegres.engine.pg_catalog",
 )
@@ -284,8 +284,8 @@ def warm_up(engine: Any = None) -> None:
     effort: a failure only costs the first write time."""
     import importlib
 
-    from icegres.engine import pg_rewrite
-    from icegres.engine.sql import parse
+    from icegres.engine.rewrite import to_sql
+    from icegres.sql.parse import parse
 
     for name in _WARM_MODULES:
         try:
@@ -294,7 +294,7 @@ def warm_up(engine: Any = None) -> None:
             log.debug("warm-up: cannot import %s", name, exc_info=True)
     for sql in _WARM_SQL:
         try:
-            pg_rewrite.to_sql(parse(sql))
+            to_sql(parse(sql))
         except Exception:  # noqa: BLE001 - best effort
             log.debug("warm-up: cannot parse %r", sql, exc_info=True)
     if engine is not None:

@@ -17,6 +17,8 @@ import pyarrow as pa
 from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
+    from sqlglot import exp
+
     from icegres.engine.mounts import ReadPlan
     from icegres.engine.txn import Key
 
@@ -217,14 +219,19 @@ def _cast_error(exc: Exception, field: pa.Field, src: pa.DataType) -> PgError:
                    hint="You will need to rewrite or cast the expression.")
 
 
-def assignment(expr: str, column_type: pa.DataType) -> str:
-    """`expr` cast to the SQL type of a column of `column_type` (as is where no name fits)."""
+def assignment(expr: exp.Expression, column_type: pa.DataType) -> exp.Expression:
+    """A copy of `expr` cast to the SQL type of a column of `column_type` (as is where no name
+    fits)."""
+    from sqlglot import exp
+
     name = _SQL_TYPES.get(column_type)
     if name is None and pa.types.is_decimal(column_type):
         name = f"DECIMAL({column_type.precision}, {column_type.scale})"
     if name is None and pa.types.is_timestamp(column_type):
         name = "TIMESTAMPTZ" if column_type.tz else "TIMESTAMP"
-    return f"CAST({expr} AS {name})" if name else expr
+    if name is None:
+        return expr.copy()
+    return exp.Cast(this=expr.copy(), to=exp.DataType.build(name, dialect="postgres"))
 
 
 _SQL_TYPES = {

@@ -4,8 +4,12 @@ them, else derived from DataFusion's own column names (`count(*)` -> `count`).""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from icegres.sql.statement import Statement
 
 _FUNC_NAME = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_][\w]*)\(")
 # DataFusion names unaliased literals after their type ("Int64(1)", "Utf8(\"a\")").
@@ -50,16 +54,16 @@ def _balanced_call(name: str) -> bool:
 
 
 
-def select_list_names(sql: str) -> list[str] | None:
+def select_list_names(stmt: Statement) -> list[str] | None:
     """PostgreSQL's names for the statement's first top-level select list (None: none parsed).
 
     Parsed from the text alone, so it may be cached per literal shape; `postgres_names` lines
     it up with DataFusion's schema, whose own names (`Int64(5)`) do carry literal values.
     """
-    from icegres.engine import pg_rewrite
+    from icegres.engine.rewrite import pg_output_names
 
     try:
-        selects = pg_rewrite.pg_output_names(pg_rewrite.parse(sql))
+        selects = pg_output_names(stmt.tree)
     except Exception:
         return None
     return selects[0] if selects else None
@@ -71,3 +75,18 @@ def postgres_names(select_names: list[str] | None, schema: pa.Schema) -> list[st
     if select_names is None or len(select_names) != len(schema):
         return fallback  # `*` expansion or a shape we cannot line up: keep DataFusion's names
     return [pg if pg and pg != "*" else fb for pg, fb in zip(select_names, fallback, strict=True)]
+
+
+PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_$]*")  # a name DataFusion gives as PostgreSQL would
+
+
+def tree_names(tree: Any, schema: pa.Schema) -> list[str]:
+    """PostgreSQL's names for the columns of a query the engine built (`tree`), planned as
+    `schema`."""
+    from icegres.engine.rewrite import pg_output_names
+
+    if all(PLAIN_NAME.fullmatch(f.name) for f in schema):
+        return schema.names
+    selects = pg_output_names(tree)
+    return postgres_names(selects[0] if selects else None, schema)
+

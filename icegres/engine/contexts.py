@@ -26,6 +26,7 @@ from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
     from datafusion import DataFrame, SessionContext
+    from sqlglot import exp
 
     from icegres.engine.txn import TxnState
 
@@ -127,11 +128,12 @@ class SessionContexts:
                 return schema
         return "public"
 
-    def register_private(self, made: Made, name: str, df: DataFrame) -> str:
+    def register_private(self, made: Made, name: str, df: DataFrame) -> exp.Table:
         """Register a relation only this session's statements see (DML work tables) on `made`;
-        its name. It lives in a catalog of that context, never in the catalog every session
-        shares."""
+        the table a query names it by. It lives in a catalog of that context, never in the
+        catalog every session shares."""
         from datafusion.catalog import Catalog, Schema
+        from sqlglot import exp
 
         ctx = made.ctx
         try:
@@ -144,7 +146,8 @@ class SessionContexts:
         if name in schema.names():
             schema.deregister_table(name)
         schema.register_table(name, df.into_view())
-        return f'"{PRIVATE_CATALOG}"."{PRIVATE_SCHEMA}"."{name}"'
+        return exp.Table(this=exp.to_identifier(name, quoted=True), db=exp.to_identifier(PRIVATE_SCHEMA, quoted=True),
+                         catalog=exp.to_identifier(PRIVATE_CATALOG, quoted=True))
 
     def _private_for(self, txn: TxnState) -> Made:
         """A context whose catalog is a private copy of the shared one with this transaction's

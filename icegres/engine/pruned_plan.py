@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from icegres.engine import lake
 from icegres.engine.planned import PlannedQuery
 from icegres.engine.session_zone import is_utc
-from icegres.engine.shape import literal_shape
 from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
@@ -25,6 +24,7 @@ if TYPE_CHECKING:
     from icegres.engine.mounts import ReadPlan
     from icegres.engine.plan_cache import PlanCache
     from icegres.engine.txn import TxnState
+    from icegres.sql.statement import Statement
 
 
 
@@ -47,7 +47,7 @@ class Planner(Protocol):
         """A statement plans over the write buffer's rows (a view of its own)."""
         ...
 
-    def table_refs(self, sql: str) -> set[tuple[str, str]] | None: ...
+    def table_refs(self, stmt: Statement) -> set[tuple[str, str]] | None: ...
 
 
 _PRUNED_CATALOG = "icegres_pruned"
@@ -55,24 +55,24 @@ _PRUNED_SCHEMA = "files"
 _PRUNED_NAMES = itertools.count()
 
 
-def plan_pruned(qctx: Planner, sql: str, params: dict[str, Any] | None) -> PlannedQuery | None:
-    """`sql` planned over only the files its WHERE clause can read; None where that does not
+def plan_pruned(qctx: Planner, stmt: Statement, params: dict[str, Any] | None) -> PlannedQuery | None:
+    """`stmt` planned over only the files its WHERE clause can read; None where that does not
     apply or gains nothing, and the statement is planned as sent."""
     if qctx.txn is not None or qctx.overlaid or not qctx.engine.prunable:
         return None  # transactions and the write buffer read views of their own
     if not is_utc(qctx.zone):
         return None  # prune.py reads timestamp literals in UTC; the scan's statistics still prune
-    refs = qctx.table_refs(sql)
+    refs = qctx.table_refs(stmt)
     if not refs or len(refs) != 1:
         return None
     (key,) = refs
     plan = qctx.engine.read_plan(*key)
     if plan is None or len(plan.files) < lake.PRUNE_MIN_FILES:
         return None
-    shape = (literal_shape(sql), tuple(qctx.env.search_path))
+    shape = (stmt.shape, tuple(qctx.env.search_path))
     if qctx.cache.unprunable.get(shape) is True:
         return None
-    found = _prune_target(qctx, sql, key, plan)
+    found = _prune_target(qctx, stmt, key, plan)
     if found is None:
         qctx.cache.unprunable.put(shape, True)
         return None
@@ -99,16 +99,15 @@ def plan_pruned(qctx: Planner, sql: str, params: dict[str, Any] | None) -> Plann
     return PlannedQuery(df, (None, None), None, rows)
 
 
-def _prune_target(qctx: Planner, sql: str, key: tuple[str, str], plan: ReadPlan) -> Any:
-    """(rewritten tree, its FROM table, the names it goes by, prunable columns) when `sql` is a
+def _prune_target(qctx: Planner, stmt: Statement, key: tuple[str, str], plan: ReadPlan) -> Any:
+    """(rewritten tree, its FROM table, the names it goes by, prunable columns) when `stmt` is a
     SELECT from `key` alone whose WHERE could narrow the files; else None."""
     from sqlglot import exp
 
-    from icegres.engine import pg_rewrite, prune
-    from icegres.engine import sql as sql_rewrite
+    from icegres.engine import prune, rewrite
 
     try:
-        tree = sql_rewrite.parse(sql)
+        tree = stmt.tree
     except PgError:
         return None
     if not isinstance(tree, exp.Select) or tree.args.get("joins") or tree.args.get("with"):
@@ -117,7 +116,10 @@ def _prune_target(qctx: Planner, sql: str, key: tuple[str, str], plan: ReadPlan)
     table = None if source is None else source.this
     if not isinstance(table, exp.Table) or table.args.get("catalog") or not table.name:
         return None
-    sql_rewrite.qualify_tables(tree, qctx.env.search_path, qctx.engine.has_table)
+    # Everything below changes the tree: this statement's own copy of it from here on.
+    tree = rewrite.qualify_tables(stmt.tree_copy(), qctx.env.search_path, qctx.engine.has_table)
+    source = tree.args.get("from") or tree.args.get("from_")
+    table = source.this
     if (table.db, table.name) != key:
         return None
     given = table.args.get("alias")
@@ -125,8 +127,8 @@ def _prune_target(qctx: Planner, sql: str, key: tuple[str, str], plan: ReadPlan)
     kinds = prune.column_kinds(plan)
     if not prune.prunable_shape(tree.args.get("where"), names, kinds):
         return None
-    if sql_rewrite.needs_rewrite(sql):
-        tree = pg_rewrite.rewrite(tree, qctx.env)  # the rewrite copies; the FROM table is new
+    if rewrite.needs_rewrite(stmt.sql):
+        tree = rewrite.rewrite(tree, qctx.env)  # the rewrite copies; the FROM table is new
         source = tree.args.get("from") or tree.args.get("from_")
         table = source.this
     return tree, table, names, kinds
@@ -138,7 +140,7 @@ def _plan_over(qctx: Planner, tree: Any, table: Any, view: Any, shape: Any,
     `tree` is this statement's own (parsed for it by `_prune_target`): it is changed in place."""
     from sqlglot import exp
 
-    from icegres.engine import pg_rewrite
+    from icegres.engine.rewrite import to_sql
 
     made = qctx.made
     schema = _pruned_schema(made)
@@ -154,7 +156,7 @@ def _plan_over(qctx: Planner, tree: Any, table: Any, view: Any, shape: Any,
     schema.register_table(name, view.into_view())
     try:
         # The plan holds the table provider by reference: it outlives the name.
-        return made.ctx.sql(pg_rewrite.to_sql(tree), param_values=params)
+        return made.ctx.sql(to_sql(tree), param_values=params)
     except Exception:  # noqa: BLE001 - the statement as sent gives the error, if any
         qctx.cache.unprunable.put(shape, True)
         return None

@@ -13,28 +13,27 @@ All methods here block; the protocol layers call them from worker threads.
 from __future__ import annotations
 
 import functools
-import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from icegres.engine import errors as engine_errors
-from icegres.engine import views
-from icegres.engine.column_names import postgres_names, select_list_names
+from icegres.engine import rewrite, views
+from icegres.engine.column_names import PLAIN_NAME, postgres_names, select_list_names
 from icegres.engine.contexts import Made, SessionContexts
 from icegres.engine.insert_shape import InsertShapes
 from icegres.engine.lake import Engine, SessionEnv
 from icegres.engine.plan_cache import PlanCache
 from icegres.engine.planned import HeldStream, PlannedQuery
-from icegres.engine.shape import literal_shape
-from icegres.engine.sql import needs_rewrite
 from icegres.engine.txn import TxnState
 from icegres.pg.errors import PgError
+from icegres.sql.statement import Statement, tree_table_refs
 
 if TYPE_CHECKING:
     from datafusion import DataFrame, SessionContext
+    from sqlglot import exp
 
 
 def open_session(engine: Engine, env: SessionEnv) -> QueryContext:
@@ -86,31 +85,32 @@ class QueryContext:
     def refresh(self) -> None:
         self.engine.refresh()
 
-    def register_private(self, name: str, df: DataFrame) -> str:
-        """Register a relation only this session's statements see (DML work tables); its name."""
+    def register_private(self, name: str, df: DataFrame) -> exp.Table:
+        """Register a relation only this session's statements see (DML work tables); the table
+        a query names it by."""
         return self.contexts.register_private(self.made, name, df)
 
     # --- planning ------------------------------------------------------------------------------
 
-    def plan(self, sql: str, params: dict[str, Any] | None = None) -> PlannedQuery:
+    def plan(self, stmt: Statement, params: dict[str, Any] | None = None) -> PlannedQuery:
         """Plan one query statement (DataFusion dialect permitting, else through the rewriter)."""
         hold = self.engine.scan_sets.hold()
         made = self.made
-        planned = self._plan(sql, params, made)
+        planned = self._plan(stmt, params, made)
         planned.hold = (hold, made.keep)
         return planned
 
-    def _plan(self, sql: str, params: dict[str, Any] | None, made: Made) -> PlannedQuery:
+    def _plan(self, stmt: Statement, params: dict[str, Any] | None, made: Made) -> PlannedQuery:
         from icegres.engine.pruned_plan import plan_pruned
 
-        pruned = plan_pruned(self, sql, params)
+        pruned = plan_pruned(self, stmt, params)
         if pruned is not None:
             return pruned
         # The same statement over the same snapshots plans to the same logical plan: reuse it
         # (DataFusion optimises a plan afresh at every execution, so now() and the session's
         # functions are still evaluated per statement). Parsing and planning a group-by or a join
         # is ~0.5 ms of the 1-2 ms a repeated dashboard query spends outside execution.
-        reuse = self._repeat_key(sql, params)
+        reuse = self._repeat_key(stmt, params)
         ctx = made.ctx
         hit = None if reuse is None else self.cache.planned.get(reuse)
         if hit is not None and hit[0] is made and hit[1] == made.generation:
@@ -118,12 +118,13 @@ class QueryContext:
             # A new DataFrame each time: `plan` hangs this statement's scan-set hold on it.
             df = ctx.create_dataframe_from_logical_plan(hit[2])
         else:
-            df = self._plan_text(sql, params, ctx)
+            df = self._plan_text(stmt, params, ctx)
             if reuse is not None:
                 self.cache.planned.put(reuse, (made, made.generation, df.logical_plan()))
         return PlannedQuery(df, (None, None), reuse)
 
-    def _plan_text(self, sql: str, params: dict[str, Any] | None, ctx: SessionContext) -> DataFrame:
+    def _plan_text(self, stmt: Statement, params: dict[str, Any] | None, ctx: SessionContext) -> DataFrame:
+        sql = stmt.sql
         key = (sql, tuple(self.env.search_path))
         route = self.cache.routes.get(key)
         if route is not None:
@@ -132,43 +133,63 @@ class QueryContext:
                 return ctx.sql(route, param_values=params)
             except Exception as exc:
                 raise engine_errors.from_datafusion(exc, sql, verbatim=route == sql) from None
+        df, route = self._as_sent_or_rewritten(sql, lambda: stmt.tree, params, ctx)
+        self.cache.routes.put(key, route)
+        return df
+
+    def plan_tree(self, tree: exp.Expression, params: dict[str, Any] | None = None) -> PlannedQuery:
+        """Plan a query the engine built itself (a DML statement's reads of the table it writes,
+        probes of types) from its tree: as DataFusion reads it written out, or through the
+        rewrite steps where it needs them."""
+        hold = self.engine.scan_sets.hold()
+        made = self.made
+        # Its literals as its place in the statement means them (an INSERT's source, an UPDATE's
+        # value: exact numerics), before anything copies it away from that place.
+        baked = rewrite.typed_literals(tree)
+        df, _ = self._as_sent_or_rewritten(rewrite.to_sql(baked), lambda: baked, params, made.ctx)
+        return PlannedQuery(df, (hold, made.keep))
+
+    def _as_sent_or_rewritten(self, sql: str, tree: Callable[[], exp.Expression], params: dict[str, Any] | None,
+                              ctx: SessionContext) -> tuple[DataFrame, str]:
+        """`sql` planned as sent where DataFusion takes it, else its tree through the rewrite
+        path; the DataFrame and the text that planned."""
         first_error: BaseException | None = None
-        if not needs_rewrite(sql):
+        if not rewrite.needs_rewrite(sql):
             try:
-                df = ctx.sql(sql, param_values=params)
-                self.cache.routes.put(key, sql)
-                return df
+                return ctx.sql(sql, param_values=params), sql
             except Exception as exc:
                 first_error = exc
-        from icegres.engine import sql as sql_rewrite
-
         try:
-            rewritten = sql_rewrite.rewrite_for_datafusion(sql, self.env, self.engine.has_table)
+            rewritten = rewrite.for_datafusion(tree(), self.env, self.engine.has_table)
         except PgError:
             if first_error is not None:
                 raise engine_errors.from_datafusion(first_error, sql) from None
             raise
         try:
-            df = ctx.sql(rewritten, param_values=params)
+            return ctx.sql(rewritten, param_values=params), rewritten
         except Exception as exc:
             err = engine_errors.from_datafusion(first_error or exc, sql, verbatim=first_error is not None)
             if err.sqlstate == "42P01":
                 err = self.engine.unreadable_error(str(first_error or exc)) or err
             raise err from None
-        self.cache.routes.put(key, rewritten)
-        return df
 
     def forget_routes(self) -> None:
         self.cache.routes.clear()
 
     # --- transactions and the write buffer ---------------------------------------------------
 
-    def pin_for(self, sql: str, *, fresh: bool = True) -> None:
+    def pin_for(self, stmt: Statement | None, *, fresh: bool = True) -> None:
         """Inside a transaction: pin the snapshot of every table the statement may read
         (`views.pin_snapshots`)."""
         txn = self.txn
         assert txn is not None
-        views.pin_snapshots(self.engine, txn, lambda: self.table_refs(sql) if sql else set(), fresh=fresh)
+        views.pin_snapshots(self.engine, txn, lambda: self.table_refs(stmt) if stmt is not None else set(), fresh=fresh)
+
+    def pin_tree(self, tree: exp.Expression) -> None:
+        """`pin_for` the tables a tree the engine built reads (COPY FROM's target)."""
+        txn = self.txn
+        assert txn is not None
+        views.pin_snapshots(self.engine, txn, lambda: tree_table_refs(tree, self.env.search_path))
 
     def resolve_table(self, schema: str | None, name: str) -> tuple[str, str] | None:
         """The (namespace, table) an optionally qualified name means under search_path."""
@@ -182,14 +203,21 @@ class QueryContext:
         call on the event loop while a worker thread runs this session's statement."""
         return views.resolve(self.env.search_path, schema, name, lambda key: self.engine.has_table(*key))
 
-    def buffered_entries(self, sql: str) -> dict[tuple[str, str], Any] | None:
-        """The write buffer's acked entries of the tables `sql` reads, or None (nothing buffered,
+    def buffered_entries(self, stmt: Statement) -> dict[tuple[str, str], Any] | None:
+        """The write buffer's acked entries of the tables `stmt` reads, or None (nothing buffered,
         or inside a transaction block, which reads lake snapshots only). Call it BEFORE the
         statement's plans are read: entries first, then the plan, is what makes the union exact."""
+        return self._buffered(lambda: self.table_refs(stmt))
+
+    def buffered_entries_of(self, tree: exp.Expression) -> dict[tuple[str, str], Any] | None:
+        """`buffered_entries` of a query the engine built (an INSERT's source)."""
+        return self._buffered(lambda: tree_table_refs(tree, self.env.search_path))
+
+    def _buffered(self, refs: Callable[[], set[tuple[str, str]] | None]) -> dict[tuple[str, str], Any] | None:
         ladder = self.engine.ladder
         if ladder is None or (self.txn is not None and not self.txn.autocommit) or not ladder.has_entries():
             return None
-        return ladder.visible(self.table_refs(sql)) or None
+        return ladder.visible(refs()) or None
 
     @contextmanager
     def buffered_reads(self, taken: dict[tuple[str, str], Any] | None) -> Iterator[None]:
@@ -208,62 +236,59 @@ class QueryContext:
         self.txn = None
         self.contexts.end_transaction()
 
-    def refresh_for(self, sql: str) -> None:
+    def refresh_for(self, stmt: Statement) -> None:
         """Freshness for one statement: every table it may read is at the catalog's head."""
         if self.txn is not None:
-            self.pin_for(sql)
+            self.pin_for(stmt)
             return
-        self.engine.refresh(self.table_refs(sql))
+        self.engine.refresh(self.table_refs(stmt))
 
-    def table_refs(self, sql: str) -> set[tuple[str, str]] | None:
-        """The tables a statement may read (None: all), parsed once per statement text up to
-        its literal values."""
-        from icegres.engine.sql import table_refs
-
+    def table_refs(self, stmt: Statement) -> set[tuple[str, str]] | None:
+        """The tables a statement may read (None: all), found once per literal shape."""
         path = self.env.search_path
-        return self.cache.refs.computed((literal_shape(sql), tuple(path)), lambda: table_refs(sql, path))
+        return self.cache.refs.computed((stmt.shape, tuple(path)), lambda: stmt.table_refs(path))
 
     # --- running -------------------------------------------------------------------------------
 
-    def start(self, sql: str, params: dict[str, Any] | None = None) -> tuple[pa.Schema, Any]:
+    def start(self, stmt: Statement, params: dict[str, Any] | None = None) -> tuple[pa.Schema, Any]:
         """Refresh, plan and start executing a query: (result schema, batch stream).
 
         The schema carries the column names PostgreSQL would give the result.
         """
-        taken = self.buffered_entries(sql)
+        taken = self.buffered_entries(stmt)
         if taken:
-            self.refresh_for(sql)
+            self.refresh_for(stmt)
             with self.buffered_reads(taken):
-                return self._execute(sql, params)
-        speculated = self._start_speculating(sql, params)
+                return self._execute(stmt, params)
+        speculated = self._start_speculating(stmt, params)
         if speculated is not None:
             return speculated
-        self.refresh_for(sql)
-        return self._execute(sql, params)
+        self.refresh_for(stmt)
+        return self._execute(stmt, params)
 
-    def _execute(self, sql: str, params: dict[str, Any] | None) -> tuple[pa.Schema, Any]:
+    def _execute(self, stmt: Statement, params: dict[str, Any] | None) -> tuple[pa.Schema, Any]:
         from icegres.engine.batches import CancellableBatches
 
-        planned = self.plan(sql, params)
-        kinds = self._plan_kinds(sql, planned.df)
-        wide = self._wide_batch_rows(sql, planned, kinds)
+        planned = self.plan(stmt, params)
+        kinds = self._plan_kinds(stmt, planned.df)
+        wide = self._wide_batch_rows(stmt, planned, kinds)
         if wide is not None:
             planned = planned.with_df(self.engine.rebatched(planned.df, wide))
         try:
-            schema, stream = self.pg_schema(sql, planned.df.schema()), planned.df.execute_stream()
+            schema, stream = self.pg_schema(stmt, planned.df.schema()), planned.df.execute_stream()
         except Exception as exc:
-            retry = self._rewritten_after_failure(sql, params, planned)
+            retry = self._rewritten_after_failure(stmt, params, planned)
             if retry is None:
                 raise engine_errors.from_datafusion(exc) from None
             try:
                 planned = retry
-                schema, stream = self.pg_schema(sql, planned.df.schema()), planned.df.execute_stream()
+                schema, stream = self.pg_schema(stmt, planned.df.schema()), planned.df.execute_stream()
             except Exception:
                 raise engine_errors.from_datafusion(exc) from None
-            kinds = self._plan_kinds(sql, planned.df)
+            kinds = self._plan_kinds(stmt, planned.df)
         # A plan that may compute for long before its first batch is pulled so that a cancel can
         # end the wait (engine/batches.py).
-        if self._pulls_long(sql, planned, kinds):
+        if self._pulls_long(stmt, planned, kinds):
             # A pruned plan is the only kind without the key: its literals make it rarely repeat.
             if planned.repeat is None:
                 stream = CancellableBatches(stream)
@@ -271,9 +296,9 @@ class QueryContext:
                 stream = CancellableBatches(stream, functools.partial(self.engine.note_first_pull, planned.repeat))
         return schema, HeldStream(stream, planned.hold)
 
-    def _rewritten_after_failure(self, sql: str, params: dict[str, Any] | None,
+    def _rewritten_after_failure(self, stmt: Statement, params: dict[str, Any] | None,
                                  failed: PlannedQuery) -> PlannedQuery | None:
-        """`sql` planned through the rewrite path after its plan as sent failed to start; None
+        """`stmt` planned through the rewrite path after its plan as sent failed to start; None
         when it was rewritten already, or the rewrite changes nothing or does not plan either.
 
         DataFusion finds some faults only when it optimises and plans the physical plan, after
@@ -281,15 +306,13 @@ class QueryContext:
         support logical expression Exists"), a typed literal its optimiser cannot parse. The
         rewrite path spells those as DataFusion can run them; from then on the statement takes it.
         """
-        if needs_rewrite(sql):
+        if rewrite.needs_rewrite(stmt.sql):
             return None
-        from icegres.engine import sql as sql_rewrite
-
         try:
-            rewritten = sql_rewrite.rewrite_for_datafusion(sql, self.env, self.engine.has_table)
+            rewritten = rewrite.for_datafusion(stmt.tree, self.env, self.engine.has_table)
         except Exception:
             return None
-        if rewritten == sql:
+        if rewritten == stmt.sql:
             return None
         hold = self.engine.scan_sets.hold()
         made = self.made
@@ -298,14 +321,14 @@ class QueryContext:
         except Exception:
             return None
         search_path = tuple(self.env.search_path)
-        self.cache.routes.put((sql, search_path), rewritten)
+        self.cache.routes.put((stmt.sql, search_path), rewritten)
         # What was kept of the failed plan: its logical plan, and its node kinds by shape.
         if failed.repeat is not None:
             self.cache.planned.pop(failed.repeat)
-        self.cache.kinds.pop((literal_shape(sql), search_path))
+        self.cache.kinds.pop((stmt.shape, search_path))
         return PlannedQuery(df, (hold, made.keep))
 
-    def _repeat_key(self, sql: str, params: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
+    def _repeat_key(self, stmt: Statement, params: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
         """What makes two runs of a statement the same work: its text, parameter values and
         search_path, and the mounted snapshots of the tables it reads (None: not knowable — a
         transaction's or the write buffer's view, tables the statement text does not name, or a
@@ -317,15 +340,15 @@ class QueryContext:
             hash(bound)
         except TypeError:
             return None  # an array parameter (a list)
-        locations = self.mounted_snapshots(sql)
+        locations = self.mounted_snapshots(stmt)
         if locations is None:
             return None
-        return (sql, bound, tuple(self.env.search_path), tuple(sorted(locations.items())))
+        return (stmt.sql, bound, tuple(self.env.search_path), tuple(sorted(locations.items())))
 
-    def mounted_snapshots(self, sql: str) -> dict[tuple[str, str], tuple[str, int]] | None:
-        """The mounted snapshot of every table `sql` may read, as `Engine.mounted_locations`
+    def mounted_snapshots(self, stmt: Statement) -> dict[tuple[str, str], tuple[str, int]] | None:
+        """The mounted snapshot of every table `stmt` may read, as `Engine.mounted_locations`
         gives it, if each is mounted (None: it names no table, or one that is not mounted now)."""
-        refs = self.table_refs(sql)
+        refs = self.table_refs(stmt)
         if not refs:
             return None
         locations = self.engine.mounted_locations(refs)
@@ -333,25 +356,25 @@ class QueryContext:
             return None
         return locations  # type: ignore[return-value]
 
-    def _plan_kinds(self, sql: str, df: DataFrame) -> frozenset[str]:
+    def _plan_kinds(self, stmt: Statement, df: DataFrame) -> frozenset[str]:
         """The node kinds of the statement's unoptimised plan. They follow from its tokens and
         what its names resolve to (tables are always scans), so they are kept per literal shape:
         walking the plan from Python costs ~0.1 ms a statement."""
         from icegres.engine.batches import plan_nodes
 
-        key = (literal_shape(sql), tuple(self.env.search_path))
+        key = (stmt.shape, tuple(self.env.search_path))
         return self.cache.kinds.computed(key, lambda: frozenset(plan_nodes(df.logical_plan())))
 
-    def _pulls_long(self, sql: str, planned: PlannedQuery, kinds: frozenset[str]) -> bool:
+    def _pulls_long(self, stmt: Statement, planned: PlannedQuery, kinds: frozenset[str]) -> bool:
         """`may_run_long` for this statement, whose plan has these node kinds."""
         from icegres.engine.batches import STREAMING_NODES, may_run_long
 
         if kinds <= STREAMING_NODES:
             return False  # decided without counting the input's rows
         rows = planned.input_rows
-        return may_run_long(set(kinds), self._input_rows(sql) if rows is None else rows)
+        return may_run_long(set(kinds), self._input_rows(stmt) if rows is None else rows)
 
-    def _wide_batch_rows(self, sql: str, planned: PlannedQuery, kinds: frozenset[str]) -> int | None:
+    def _wide_batch_rows(self, stmt: Statement, planned: PlannedQuery, kinds: frozenset[str]) -> int | None:
         """`wide_batch_rows` for this statement, whose plan has these node kinds: a plain scan
         of many rows, read in autocommit (a transaction's or the write buffer's view is planned
         in a context of its own)."""
@@ -361,7 +384,7 @@ class QueryContext:
             return None
         if not kinds <= WIDE_NODES:
             return None
-        refs = self.table_refs(sql)
+        refs = self.table_refs(stmt)
         plans = [self.engine.read_plan(*key) for key in refs or ()]
         if not plans or any(plan is None for plan in plans):
             return None
@@ -370,16 +393,16 @@ class QueryContext:
         return wide_batch_rows(kinds, rows if planned.input_rows is None else planned.input_rows,
                                stored / rows if rows else None)
 
-    def _input_rows(self, sql: str) -> int | None:
-        """Rows in the mounted snapshots of the tables `sql` may read (None: it may read any).
+    def _input_rows(self, stmt: Statement) -> int | None:
+        """Rows in the mounted snapshots of the tables `stmt` may read (None: it may read any).
         A name that is no mounted table is a catalog relation (small) or an error."""
-        refs = self.table_refs(sql)
+        refs = self.table_refs(stmt)
         if refs is None:
             return None
         plans = (self.engine.read_plan(*key) for key in refs)
         return sum(plan.rows for plan in plans if plan is not None)
 
-    def _start_speculating(self, sql: str, params: dict[str, Any] | None) -> tuple[pa.Schema, Any] | None:
+    def _start_speculating(self, stmt: Statement, params: dict[str, Any] | None) -> tuple[pa.Schema, Any] | None:
         """On a REST catalog, run the freshness check concurrently with the query.
 
         The check is one loadTable per table (~5-15 ms) that would otherwise come before any work.
@@ -391,13 +414,13 @@ class QueryContext:
         """
         if self.txn is not None or self.engine.lakehouse.kind != "rest":
             return None
-        before = self.mounted_snapshots(sql)
+        before = self.mounted_snapshots(stmt)
         if before is None:
             return None
         refs = set(before)
         check = self.engine.check_freshness_async(refs)
         try:
-            schema, stream = self._execute(sql, params)
+            schema, stream = self._execute(stmt, params)
             first = next(iter(stream), None)
             failure: PgError | None = None
         except PgError as exc:
@@ -406,12 +429,12 @@ class QueryContext:
             failure = engine_errors.from_datafusion(exc)
         check.result()  # a catalog failure is this statement's error, as without speculation
         if self.engine.mounted_locations(refs) != before:
-            return self._execute(sql, params)  # a table moved: run on what the check mounted
+            return self._execute(stmt, params)  # a table moved: run on what the check mounted
         if failure is not None:
             raise failure
         return schema, _Prefetched(first, stream)
 
-    def describe(self, sql: str, fresh: bool = True) -> tuple[pa.Schema, dict[int, pa.DataType]]:
+    def describe(self, stmt: Statement, fresh: bool = True) -> tuple[pa.Schema, dict[int, pa.DataType]]:
         """Result schema and inferred parameter types of a statement, without running it.
 
         `fresh=False` (a Flight prepare, which GetFlightInfo follows with a fresh start of its own)
@@ -420,27 +443,25 @@ class QueryContext:
         SeaweedFS), paid again by the start."""
         from icegres.engine.params import placeholder_types
 
-        if fresh or self.txn is not None or self.mounted_snapshots(sql) is None:
-            self.refresh_for(sql)
-        planned = self.plan(sql, None)
+        if fresh or self.txn is not None or self.mounted_snapshots(stmt) is None:
+            self.refresh_for(stmt)
+        planned = self.plan(stmt, None)
         # Walking the logical plan for placeholders costs ~4 ms on a point lookup (reflection over
         # every node); a text without `$` has no `$n` placeholder to find.
-        return self.pg_schema(sql, planned.df.schema()), placeholder_types(planned.df) if "$" in sql else {}
+        return self.pg_schema(stmt, planned.df.schema()), placeholder_types(planned.df) if stmt.max_param else {}
 
-    def pg_schema(self, sql: str, schema: pa.Schema) -> pa.Schema:
+    def pg_schema(self, stmt: Statement, schema: pa.Schema) -> pa.Schema:
         """Rename DataFusion's display names (`count(*)`) to PostgreSQL's (`count`)."""
-        if all(_PLAIN_NAME.fullmatch(f.name) for f in schema):
+        if all(PLAIN_NAME.fullmatch(f.name) for f in schema):
             return schema
-        key = literal_shape(sql)
+        key = stmt.shape
         named = (key, tuple(schema.names))
         names = self.cache.pg_names.get(named)
         if names is None:
-            select_names = self.cache.select_names.computed(key, lambda: select_list_names(sql))
+            select_names = self.cache.select_names.computed(key, lambda: select_list_names(stmt))
             names = self.cache.pg_names.put(named, postgres_names(select_names, schema))
         return pa.schema([f.with_name(n) for f, n in zip(schema, names, strict=True)], schema.metadata)
 
-
-_PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_$]*")
 
 
 class _Prefetched:

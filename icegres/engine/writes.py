@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from icegres.engine.statements import Statement
 from icegres.engine.txn import Key, TxnState
 from icegres.pg import errors as E
 from icegres.pg.errors import PgError
+from icegres.sql.statement import Statement, query
 
 if TYPE_CHECKING:
     from icegres.engine.query import QueryContext
@@ -97,22 +97,21 @@ async def execute_dml(host: WriteHost, stmt: Statement, values: dict[str, Any] |
     transaction (an autocommit INSERT through the write buffer when one runs)."""
     from icegres.engine import dml
 
-    sql = stmt.sql
     ladder = host.qctx.engine.ladder
     if ladder is not None and host.idle:
         if stmt.tag == "INSERT":
-            buffered = await buffered_insert(host, ladder, sql, values)
+            buffered = await buffered_insert(host, ladder, stmt, values)
             if buffered is not None:
                 return WriteResult(buffered.tag, buffered.returning)
         else:
             # A rewrite must see the buffered rows of the tables it reads as lake files.
-            await ladder.settle(host.qctx.table_refs(sql))
+            await ladder.settle(host.qctx.table_refs(stmt))
     qctx = host.qctx
-    result = await in_transaction(host, lambda txn: dml.execute(qctx, txn, sql, values))
+    result = await in_transaction(host, lambda txn: dml.execute(qctx, txn, stmt, values))
     return WriteResult(result.tag, result.returning)
 
 
-async def buffered_insert(host: WriteHost, ladder: Any, sql: str, values: dict[str, Any] | None) -> Any:
+async def buffered_insert(host: WriteHost, ladder: Any, stmt: Statement, values: dict[str, Any] | None) -> Any:
     """An autocommit INSERT through the write buffer: rows computed as the synchronous path does,
     acked once the buffer (and its tail) took them. None: the statement stays synchronous."""
     from icegres.engine import dml
@@ -120,7 +119,7 @@ async def buffered_insert(host: WriteHost, ladder: Any, sql: str, values: dict[s
     qctx = host.qctx
     # A prepared INSERT executed before builds its rows here, on the loop, from its recipe
     # (insert_shape.py: no I/O, and no thread hop, which was a fifth of a tail-dir ack).
-    made = qctx.insert_shapes.rows_now(sql, qctx.env.search_path, values, qctx.resolve_mounted,
+    made = qctx.insert_shapes.rows_now(stmt.sql, qctx.env.search_path, values, qctx.resolve_mounted,
                                        qctx.engine.read_plan)
     if made is not None:
         result = dml.InsertRows(made[0], made[1], None)
@@ -128,7 +127,7 @@ async def buffered_insert(host: WriteHost, ladder: Any, sql: str, values: dict[s
         txn = host.new_txn(autocommit=True)
         host.bind(txn)
         try:
-            result = await host.run(dml.insert_rows, qctx, txn, sql, values)
+            result = await host.run(dml.insert_rows, qctx, txn, stmt, values)
         finally:
             host.bind(None)
     if result is not None:
@@ -155,16 +154,16 @@ async def in_transaction(host: WriteHost, work: Callable[[TxnState], Any]) -> An
     return result
 
 
-async def describe_dml(host: WriteHost, sql: str) -> tuple[pa.Schema | None, dict[int, pa.DataType]]:
+async def describe_dml(host: WriteHost, stmt: Statement) -> tuple[pa.Schema | None, dict[int, pa.DataType]]:
     """Parse-time description of a DML statement: RETURNING columns and parameter types."""
     from icegres.engine import dml
 
     qctx = host.qctx
     if host.block() is not None:
-        return await host.run(dml.describe, qctx, sql)
+        return await host.run(dml.describe, qctx, stmt)
     host.bind(host.new_txn(autocommit=True))
     try:
-        return await host.run(dml.describe, qctx, sql)
+        return await host.run(dml.describe, qctx, stmt)
     finally:
         host.bind(None)
 
@@ -238,8 +237,9 @@ async def create_table_as(host: WriteHost, cmd: Any) -> WriteResult:
     path = list(qctx.env.search_path)
 
     def create() -> tuple[Key | None, pa.Table]:
-        with qctx.buffered_reads(qctx.buffered_entries(cmd.query_sql)):
-            data = dml._collect(qctx.plan(cmd.query_sql, None))
+        source = query(cmd.query_sql)
+        with qctx.buffered_reads(qctx.buffered_entries(source)):
+            data = dml.collect(qctx.plan(source, None))
         key = ddl_apply.create_table_from_arrow(qctx.engine.lakehouse, cmd, data.schema, path)
         if key is not None:
             qctx.engine.refresh(None if qctx.engine.lakehouse.kind != "rest" else {key})
@@ -259,26 +259,30 @@ async def copy_in(host: WriteHost, table_name: str, columns: list[str] | None, f
     """COPY table [(cols)] FROM STDIN: `data` (text or CSV) as rows of the table, one commit, or
     acked from the write buffer outside a block (a primary-key table stays synchronous: its key
     check needs the lake)."""
+    from sqlglot import exp
+
     from icegres.engine import assign, dml
 
-    insert_cols = f" ({', '.join(columns)})" if columns else ""
-    probe = f"INSERT INTO {table_name}{insert_cols} SELECT 1"  # only names the target
+    try:
+        table = exp.to_table(table_name, dialect="postgres")
+        listed = [exp.to_identifier(exp.to_column(c, dialect="postgres").name) for c in columns or ()]
+    except Exception:
+        raise PgError(E.SYNTAX_ERROR, f'syntax error at or near "{table_name}"') from None
+    target = exp.Insert(this=exp.Schema(this=table, expressions=listed) if listed else table)
     qctx = host.qctx
 
     def rows_of(txn: TxnState) -> tuple[Key, pa.Table, bool]:
-        tree = dml.parse(probe)
-        qctx.pin_for(probe)
-        table = tree.this.this if hasattr(tree.this, "expressions") and tree.this.expressions else tree.this
-        key = dml._target(qctx, txn, table)
-        plan = dml._plan_of(txn, key)
-        names = dml._insert_columns(tree, plan)
+        qctx.pin_tree(table)
+        key = dml.target_key(qctx, txn, table)
+        plan = dml.target_plan(txn, key)
+        names = dml.insert_columns(target, plan)
         zone = qctx.env.time_zone
         rows = parse_copy(data, fmt, names, assign.write_schema(plan), zone)
         return key, assign.conform(rows, plan, key, zone), bool(plan.primary_key)
 
     def load(txn: TxnState) -> int:
         key, rows, _ = rows_of(txn)
-        dml._append(txn, key, rows)
+        dml.append(txn, key, rows)
         return rows.num_rows
 
     ladder = qctx.engine.ladder
@@ -326,11 +330,11 @@ async def append_rows(host: WriteHost, key: Key, data: pa.Table) -> int:
     qctx = host.qctx
 
     def append(txn: TxnState) -> int:
-        qctx.pin_for("")
+        qctx.pin_for(None)
         txn.pin(key, qctx.engine.read_plan(*key))
         plan = txn.plan(key)
         rows = assign.conform(data.rename_columns(plan.schema.names), plan, key)
-        dml._append(txn, key, rows)
+        dml.append(txn, key, rows)
         return rows.num_rows
 
     return await in_transaction(host, append)

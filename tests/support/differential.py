@@ -29,7 +29,9 @@ def engine_session(data_dir: Path) -> Any:
 
 
 def ours(qctx: Any, sql: str) -> Rows:
-    _, stream = qctx.start(sql)
+    from icegres.sql.statement import classify
+
+    _, stream = qctx.start(classify(sql))
     rows: Rows = []
     for batch in stream:
         table = batch.to_pyarrow()

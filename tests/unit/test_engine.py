@@ -10,6 +10,7 @@ from icegres.engine.catalog import Lakehouse
 from icegres.engine.lake import Engine, SessionEnv
 from icegres.engine.query import open_session
 from icegres.pg.errors import PgError
+from icegres.sql.statement import query
 
 pytestmark = pytest.mark.unit
 
@@ -40,12 +41,12 @@ def test_unreadable_table_is_refused_without_breaking_the_others(lake, monkeypat
     engine = Engine(lake)
     engine.refresh()
     q = session(engine)
-    assert q.plan("select count(*) as n from demo.good").df.to_pydict() == {"n": [3]}
+    assert q.plan(query("select count(*) as n from demo.good")).df.to_pydict() == {"n": [3]}
     with pytest.raises(PgError) as exc:
-        q.plan("select * from demo.bad")
+        q.plan(query("select * from demo.bad"))
     assert exc.value.sqlstate == "0A000" and "delete files" in exc.value.message
     with pytest.raises(PgError) as exc:
-        q.plan("select * from bad")  # through search_path too
+        q.plan(query("select * from bad"))  # through search_path too
     assert exc.value.sqlstate == "0A000"
 
 
@@ -61,7 +62,7 @@ def test_refresh_skips_listing_when_catalog_unchanged(lake, monkeypatch):
     lake.load_table("demo", "good").append(pa.table({"id": [4]}))
     engine.refresh()
     assert calls == [1]
-    assert session(engine).plan("select count(*) as n from demo.good").df.to_pydict() == {"n": [4]}
+    assert session(engine).plan(query("select count(*) as n from demo.good")).df.to_pydict() == {"n": [4]}
 
 
 def test_unchanged_table_is_not_replanned(lake, monkeypatch):
@@ -83,18 +84,18 @@ def test_pull_kind_is_decided_per_statement_shape_not_per_first_text(lake):
     q = session(Engine(lake))
     q.engine.refresh()
     for literal in (1, 2, 3):
-        _, join = q.start(f"select count(*) from good a join bad b on a.id = b.id where a.id > {literal}")
+        _, join = q.start(query(f"select count(*) from good a join bad b on a.id = b.id where a.id > {literal}"))
         assert isinstance(join.inner, CancellableBatches)
         assert [b.to_pyarrow().column(0)[0].as_py() for b in join] == [3 - literal]
-        _, point = q.start(f"select id from good where id = {literal}")
+        _, point = q.start(query(f"select id from good where id = {literal}"))
         assert not isinstance(point.inner, CancellableBatches)
         assert [r for b in point for r in b.to_pyarrow().column(0).to_pylist()] == [literal]
-    _, endless = q.start("select sum(value) from range(1, 10)")  # an aggregate over a table function
+    _, endless = q.start(query("select sum(value) from range(1, 10)"))  # an aggregate over a table function
     assert isinstance(endless.inner, CancellableBatches)
-    schema, small = q.start("select count(*), sum(id) from good where id > 1")
+    schema, small = q.start(query("select count(*), sum(id) from good where id > 1"))
     assert not isinstance(small.inner, CancellableBatches)  # a small aggregate: the blocking pull
     assert schema.names == ["count", "sum"]  # PostgreSQL's names, kept per shape too
-    schema, _ = q.start("select count(*), sum(id) from good where id > 2")
+    schema, _ = q.start(query("select count(*), sum(id) from good where id > 2"))
     assert schema.names == ["count", "sum"]
 
 
@@ -107,19 +108,19 @@ def test_a_quick_join_repeated_over_the_same_snapshots_takes_the_blocking_pull(l
     join = "select count(*) from good a join bad b on a.id = b.id"
 
     def run() -> tuple[bool, int]:
-        _, stream = q.start(join)
+        _, stream = q.start(query(join))
         counts = [b.to_pyarrow().column(0)[0].as_py() for b in stream]
         return isinstance(stream.inner, CancellableBatches), counts[0]
 
     assert run() == (True, 3)  # first run: cancellable, and timed
     assert run() == (False, 3)  # same text, same snapshots, quick last time: blocking
-    assert q.start(join + " where a.id > 1")[1].inner.__class__ is CancellableBatches  # other text
+    assert q.start(query(join + " where a.id > 1"))[1].inner.__class__ is CancellableBatches  # other text
     lake.catalog.load_table(("demo", "bad")).append(pa.table({"id": [4]}))
-    q.refresh_for(join)
+    q.refresh_for(query(join))
     assert run() == (True, 3)  # a new snapshot of one table: timed again
     monkeypatch.setattr(batches, "QUICK_FIRST_PULL_S", 0.0)  # as if every first pull were slow
     lake.catalog.load_table(("demo", "good")).append(pa.table({"id": [4]}))
-    q.refresh_for(join)
+    q.refresh_for(query(join))
     assert run() == (True, 4)
     assert run() == (True, 4)  # a slow first pull keeps its repeats cancellable
 
@@ -128,15 +129,15 @@ def test_runs_are_only_called_the_same_work_when_the_snapshots_are_known(lake):
     q = session(Engine(lake))
     q.engine.refresh()
     join = "select count(*) from good a join bad b on a.id = b.id"
-    assert q._repeat_key(join) is not None
-    assert q._repeat_key("select sum(value) from range(1, 10)") is None  # no mounted table named
-    assert q._repeat_key("select count(*) from good a join nosuch b on a.id = b.id") is None
+    assert q._repeat_key(query(join)) is not None
+    assert q._repeat_key(query("select sum(value) from range(1, 10)")) is None  # no mounted table named
+    assert q._repeat_key(query("select count(*) from good a join nosuch b on a.id = b.id")) is None
     prepared = "select count(*) from good a join bad b on a.id = b.id where a.id > $1"
-    assert q._repeat_key(prepared, {"1": 1}) != q._repeat_key(prepared, {"1": 2})  # other work
-    assert q._repeat_key(prepared, {"1": 1}) == q._repeat_key(prepared, {"1": 1})
-    assert q._repeat_key(prepared, {"1": [1, 2]}) is None
+    assert q._repeat_key(query(prepared), {"1": 1}) != q._repeat_key(query(prepared), {"1": 2})  # other work
+    assert q._repeat_key(query(prepared), {"1": 1}) == q._repeat_key(query(prepared), {"1": 1})
+    assert q._repeat_key(query(prepared), {"1": [1, 2]}) is None
     q.txn = object()  # a transaction reads its own pinned snapshots, not the mounted ones
-    assert q._repeat_key(join) is None
+    assert q._repeat_key(query(join)) is None
 
 
 def test_a_repeated_statement_reuses_its_plan_until_a_table_it_reads_moves(lake):
@@ -145,7 +146,7 @@ def test_a_repeated_statement_reuses_its_plan_until_a_table_it_reads_moves(lake)
     sql = "select count(*), sum(a.id) from good a join bad b on a.id = b.id"
 
     def answer() -> tuple[int, int]:
-        _, stream = q.start(sql)
+        _, stream = q.start(query(sql))
         batch = next(b.to_pyarrow() for b in stream)
         return batch.column(0)[0].as_py(), batch.column(1)[0].as_py()
 
@@ -153,13 +154,13 @@ def test_a_repeated_statement_reuses_its_plan_until_a_table_it_reads_moves(lake)
     assert answer() == first
     assert len(q.cache.planned) == 1  # planned once, reused
     lake.catalog.load_table(("demo", "good")).append(pa.table({"id": [2]}))
-    q.refresh_for(sql)
+    q.refresh_for(query(sql))
     assert answer() == (first[0] + 1, first[1] + 2)  # the new snapshot, not the cached plan's
     assert len(q.cache.planned) == 2
     prepared = "select count(*) from good where id > $1"  # good: 1, 2, 3, 2
-    assert q.plan(prepared, {"1": 1}).df.to_arrow_table().column(0)[0].as_py() == 3
-    assert q.plan(prepared, {"1": 2}).df.to_arrow_table().column(0)[0].as_py() == 1  # its own plan
-    assert q.plan(prepared, {"1": 1}).df.to_arrow_table().column(0)[0].as_py() == 3
+    assert q.plan(query(prepared), {"1": 1}).df.to_arrow_table().column(0)[0].as_py() == 3
+    assert q.plan(query(prepared), {"1": 2}).df.to_arrow_table().column(0)[0].as_py() == 1  # its own plan
+    assert q.plan(query(prepared), {"1": 1}).df.to_arrow_table().column(0)[0].as_py() == 3
 
 
 def test_a_reused_plan_still_evaluates_now_per_statement(lake):
@@ -168,9 +169,9 @@ def test_a_reused_plan_still_evaluates_now_per_statement(lake):
     q = session(Engine(lake))
     q.engine.refresh()
     sql = "select now() as t, count(*) as n from good"
-    first = q.plan(sql).df.to_arrow_table().column(0)[0].as_py()
+    first = q.plan(query(sql)).df.to_arrow_table().column(0)[0].as_py()
     time.sleep(0.01)
-    second = q.plan(sql).df.to_arrow_table().column(0)[0].as_py()
+    second = q.plan(query(sql)).df.to_arrow_table().column(0)[0].as_py()
     assert len(q.cache.planned) == 1 and second > first
 
 
@@ -183,12 +184,12 @@ def test_a_prepare_describes_mounted_tables_without_asking_the_catalog(lake, mon
     refreshed = []
     real_refresh = engine.refresh
     monkeypatch.setattr(engine, "refresh", lambda refs=None: refreshed.append(refs) or real_refresh(refs))
-    schema, _ = q.describe("select id from demo.good", fresh=False)
+    schema, _ = q.describe(query("select id from demo.good"), fresh=False)
     assert schema.names == ["id"] and refreshed == []
-    q.describe("select id from demo.good")  # fresh, as pgwire's Describe and Flight's GetSchema
+    q.describe(query("select id from demo.good"))  # fresh, as pgwire's Describe and Flight's GetSchema
     assert refreshed == [{("demo", "good")}]
     lake.catalog.create_table(("demo", "later"), schema=pa.schema([pa.field("n", pa.int32())]))
-    schema, _ = q.describe("select n from demo.later", fresh=False)  # not mounted yet: refreshed
+    schema, _ = q.describe(query("select n from demo.later"), fresh=False)  # not mounted yet: refreshed
     assert schema.names == ["n"] and refreshed[-1] == {("demo", "later")}
 
 
@@ -209,18 +210,18 @@ def test_a_plain_scan_of_many_rows_is_read_in_wide_batches_and_nothing_else_is(l
         return max(b.num_rows for b in q.engine.master.sql("select * from demo.big").collect())
 
     for text in ("select * from big", "select id + 1 from big where id % 3 <> 0"):
-        _, stream = q.start(text)
+        _, stream = q.start(query(text))
         sizes = _batch_rows(stream)
         assert max(sizes) > batches.BATCH_ROWS, text
         assert master_batch_rows() == batches.BATCH_ROWS  # set back at once
-    _, stream = q.start("select * from big")
+    _, stream = q.start(query("select * from big"))
     assert sum(_batch_rows(stream)) == 40_000
     # A LIMIT, an aggregate and a small table keep DataFusion's batches.
-    _, stream = q.start("select * from big limit 30000")
+    _, stream = q.start(query("select * from big limit 30000"))
     assert max(_batch_rows(stream)) <= batches.BATCH_ROWS
     for text in ("select id % 7, count(*) from big group by 1", "select * from good"):
-        planned = q.plan(text)
-        assert q._wide_batch_rows(text, planned, q._plan_kinds(text, planned.df)) is None, text
+        planned = q.plan(query(text))
+        assert q._wide_batch_rows(query(text), planned, q._plan_kinds(query(text), planned.df)) is None, text
     # Very wide rows get fewer rows a batch, and never fewer than the default.
     assert batches.wide_batch_rows({"TableScan"}, 10**6, 100.0) == batches.WIDE_BATCH_BYTES // 400
     assert batches.wide_batch_rows({"TableScan"}, 10**6, 4_000.0) is None

@@ -11,6 +11,7 @@ from icegres.engine.query import open_session
 from icegres.protocol.flightsql import icegres_flight_sql_metadata_pb2 as meta
 from icegres.protocol.flightsql import messages as M
 from icegres.protocol.flightsql import metadata
+from icegres.sql.statement import query
 
 pytestmark = pytest.mark.unit
 
@@ -172,11 +173,11 @@ def test_every_listed_function_runs_on_the_engine(engine_session):
               *metadata.SYSTEM_FUNCTIONS)
     assert set(listed) == set(CALLS)
     for name in listed:
-        _, batches = engine_session.start(f"select {CALLS[name]} from demo.t limit 1", None)
+        _, batches = engine_session.start(query(f"select {CALLS[name]} from demo.t limit 1"), None)
         assert _rows(batches) == 1, name
     for keyword, text in (("ilike", "select id from demo.t where 'A' ilike 'a'"),
                           ("limit", "select id from demo.t limit 1"),
                           ("offset", "select id from demo.t order by id offset 2")):
         assert keyword in metadata.KEYWORDS
-        _, batches = engine_session.start(text, None)
+        _, batches = engine_session.start(query(text), None)
         assert _rows(batches) >= 1, keyword

@@ -16,6 +16,7 @@ from icegres.engine.lake import Engine, SessionEnv
 from icegres.engine.query import open_session
 from icegres.engine.writes import new_transaction
 from icegres.pg.errors import PgError
+from icegres.sql.statement import classify
 
 pytestmark = pytest.mark.unit
 
@@ -41,7 +42,7 @@ def _planned(q, sql: str, params: dict | None):
     """What the write buffer's worker-thread path computes (and where recipes are kept)."""
     q.txn = new_transaction(None, None, autocommit=True)
     try:
-        return dml.insert_rows(q, q.txn, sql, params)
+        return dml.insert_rows(q, q.txn, classify(sql), params)
     finally:
         q.end_transaction()
 

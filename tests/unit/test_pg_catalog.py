@@ -19,8 +19,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from icegres.engine import pg_catalog, pg_functions, pg_rewrite
-from icegres.engine.statements import Kind, classify, split_statements
+from icegres.engine import pg_catalog, pg_functions, rewrite
+from icegres.engine.rewrite.casts import array_literal
+from icegres.sql.lexer import split_statements
+from icegres.sql.parse import parse
+from icegres.sql.statement import Kind, classify
 
 pytestmark = pytest.mark.unit
 
@@ -100,8 +103,8 @@ def session():
 
 def run(session, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     ctx, env = session
-    tree = pg_rewrite.rewrite(pg_rewrite.parse(sql), env)
-    return ctx.sql(pg_rewrite.to_sql(tree), param_values=params or None).to_pylist()
+    tree = rewrite.rewrite(parse(sql), env)
+    return ctx.sql(rewrite.to_sql(tree), param_values=params or None).to_pylist()
 
 
 # --- the corpus -----------------------------------------------------------------------------------
@@ -143,7 +146,7 @@ def _param(value: str | None, oids: dict[int, int], typed_text: bool) -> Any:
         return value
     if value in ("t", "f"):
         return value == "t"
-    items = pg_rewrite.array_literal(value)
+    items = array_literal(value)
     if items is not None:
         if all(v is not None and v.isdigit() for v in items):
             return [oids.get(int(v), int(v)) for v in items]
@@ -339,7 +342,7 @@ def test_pgjdbc_schemas_and_tables(session) -> None:
 def test_psqlodbc_primary_key_uses_zero_based_indkey(session) -> None:
     ctx, env = session
     entry = corpus_sql("psqlodbc", "ta.attnum = i.indkey[ia.attnum-1]")
-    sql = pg_rewrite.to_sql(pg_rewrite.rewrite(pg_rewrite.parse(entry.sql), env))
+    sql = rewrite.to_sql(rewrite.rewrite(parse(entry.sql), env))
     table = ctx.sql(sql).to_arrow_table()  # two columns are named relname: read by position
     assert table.num_rows == 1
     row = tuple(col[0].as_py() for col in table.columns)
@@ -432,7 +435,7 @@ def test_type_names_resolve(name: str, oid: int | None) -> None:
     ("{}", []), ("public", None),
 ])
 def test_array_literal(text: str, items: list[str | None] | None) -> None:
-    assert pg_rewrite.array_literal(text) == items
+    assert array_literal(text) == items
 
 
 @pytest.mark.parametrize(("size", "pretty"), [

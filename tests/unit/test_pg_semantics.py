@@ -1,5 +1,5 @@
 """Statements DataFusion ran, but not as PostgreSQL runs them, found by a differential run
-against PostgreSQL 15: each must now give PostgreSQL's rows (pg_rewrite.postgres_semantics, the
+against PostgreSQL 15: each must now give PostgreSQL's rows (rewrite.names.postgres_semantics, the
 typed literals, set-returning functions). Checked against the session's real PostgreSQL."""
 
 from __future__ import annotations

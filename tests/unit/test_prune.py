@@ -17,6 +17,7 @@ from icegres.engine.lake import Engine, SessionEnv
 from icegres.engine.prune import Constraint
 from icegres.engine.pruned_plan import plan_pruned
 from icegres.engine.query import open_session
+from icegres.sql.statement import query
 
 pytestmark = pytest.mark.unit
 
@@ -121,7 +122,7 @@ CASES = [
 
 @pytest.mark.parametrize("sql,expected_scans", CASES)
 def test_answers_match_every_file_and_files_are_pruned(q, sql, expected_scans) -> None:
-    df = q.plan(sql)
+    df = q.plan(query(sql))
     assert rows(df) == unpruned(q, sql)
     if expected_scans is not None:
         # An empty subset is one empty in-memory table, not a Parquet scan.
@@ -130,10 +131,10 @@ def test_answers_match_every_file_and_files_are_pruned(q, sql, expected_scans) -
 
 def test_parameters_prune_when_bound_and_not_when_described(q) -> None:
     sql = "select * from demo.t where id = $1"
-    df = q.plan(sql, {"1": 250})
+    df = q.plan(query(sql), {"1": 250})
     assert scans(df) == 1 and rows(df) == unpruned(q, sql, {"1": 250})
-    assert plan_pruned(q, sql, None) is None  # Describe: no value yet, planned as sent
-    df = q.plan("select * from demo.t where city = $1", {"1": "c0"})
+    assert plan_pruned(q, query(sql), None) is None  # Describe: no value yet, planned as sent
+    df = q.plan(query("select * from demo.t where city = $1"), {"1": "c0"})
     assert scans(df) == 1 and len(rows(df)) == 100
 
 
@@ -141,13 +142,13 @@ def test_statements_it_does_not_touch(q) -> None:
     for sql in ("select count(*) from demo.t a join demo.t b on a.id = b.id where a.id = 5",
                 "with x as (select * from demo.t) select count(*) from x where id = 5",
                 "select count(*) from demo.t"):
-        assert plan_pruned(q, sql, None) is None
-        assert rows(q.plan(sql)) == unpruned(q, sql)
+        assert plan_pruned(q, query(sql), None) is None
+        assert rows(q.plan(query(sql))) == unpruned(q, sql)
 
 
 def test_column_names_stay_postgres_names(q) -> None:
-    df = q.plan("select count(*), max(id) from demo.t where id = 5").df
-    assert q.pg_schema("select count(*), max(id) from demo.t where id = 5", df.schema()).names == ["count", "max"]
+    df = q.plan(query("select count(*), max(id) from demo.t where id = 5")).df
+    assert q.pg_schema(query("select count(*), max(id) from demo.t where id = 5"), df.schema()).names == ["count", "max"]
 
 
 # --- the pure parts ------------------------------------------------------------------------------
@@ -180,7 +181,7 @@ def test_constraints_ignore_what_they_cannot_read() -> None:
 
 @pytest.mark.parametrize("sql,expected_scans", CASES)
 def test_a_scanset_of_many_files_is_pruned_to_per_file_scans(q_linked, sql, expected_scans) -> None:
-    df = q_linked.plan(sql)
+    df = q_linked.plan(query(sql))
     assert rows(df) == unpruned(q_linked, sql)
     if expected_scans is not None and expected_scans < len(FILES):
         assert scans(df) == expected_scans
@@ -189,10 +190,10 @@ def test_a_scanset_of_many_files_is_pruned_to_per_file_scans(q_linked, sql, expe
 def test_per_file_scans_of_a_scanset_are_built_once_and_kept(q_linked) -> None:
     engine = q_linked.engine
     kept = engine._scans[("demo", "t")]
-    q_linked.plan("select * from demo.t where id = 250")
+    q_linked.plan(query("select * from demo.t where id = 250"))
     built = dict(kept)
     assert any("parquet" in str(k[0]) for k in built)
-    q_linked.plan("select * from demo.t where id = 251")  # the same file
+    q_linked.plan(query("select * from demo.t where id = 251"))  # the same file
     assert engine._scans[("demo", "t")] == built  # reused, not rebuilt
 
 
@@ -202,7 +203,7 @@ def test_a_scanset_of_few_files_is_planned_as_sent(lake, monkeypatch) -> None:
     engine.refresh()
     q = open_session(engine, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
     assert not engine.prunable
-    assert plan_pruned(q, "select * from demo.t where id = 150", None) is None
+    assert plan_pruned(q, query("select * from demo.t where id = 150"), None) is None
 
 
 def test_bounds_of_another_type_keep_the_file() -> None:
@@ -211,7 +212,7 @@ def test_bounds_of_another_type_keep_the_file() -> None:
 
 def test_tables_of_few_files_are_planned_as_sent(q, monkeypatch) -> None:
     monkeypatch.setattr(engine_mod, "PRUNE_MIN_FILES", len(FILES) + 1)
-    assert plan_pruned(q, "select * from demo.t where id = 150", None) is None
+    assert plan_pruned(q, query("select * from demo.t where id = 150"), None) is None
 
 
 def test_a_pruned_aggregate_counts_only_the_rows_of_the_files_it_reads(q_linked, monkeypatch) -> None:
@@ -222,11 +223,11 @@ def test_a_pruned_aggregate_counts_only_the_rows_of_the_files_it_reads(q_linked,
 
     monkeypatch.setattr(batches, "LONG_INPUT_ROWS", 150)  # the table has 402 rows, a file 100
     sql = "select count(*) from demo.t where id between 120 and 150"
-    assert q_linked.plan(sql).input_rows == 100
-    _, stream = q_linked.start(sql)
+    assert q_linked.plan(query(sql)).input_rows == 100
+    _, stream = q_linked.start(query(sql))
     assert not isinstance(stream.inner, CancellableBatches)
     assert [b.to_pyarrow().column(0)[0].as_py() for b in stream] == [31]
-    _, stream = q_linked.start("select count(*) from demo.t where id between 120 and 250")
+    _, stream = q_linked.start(query("select count(*) from demo.t where id between 120 and 250"))
     assert isinstance(stream.inner, CancellableBatches)  # two files: 200 rows
     assert [b.to_pyarrow().column(0)[0].as_py() for b in stream] == [131]
 

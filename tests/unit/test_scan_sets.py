@@ -19,6 +19,7 @@ from icegres.engine.catalog import Lakehouse
 from icegres.engine.lake import Engine, SessionEnv
 from icegres.engine.query import open_session
 from icegres.engine.scan_sets import Retirements, ScanSets
+from icegres.sql.statement import query
 
 pytestmark = pytest.mark.unit
 
@@ -152,10 +153,10 @@ def engine(tmp_path: Path):
 def test_a_table_of_several_local_files_is_one_scan(engine) -> None:
     eng, _ = engine
     q = open_session(eng, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
-    plan = q.plan("select count(*), sum(id) from demo.t").df.execution_plan().display_indent()
+    plan = q.plan(query("select count(*), sum(id) from demo.t")).df.execution_plan().display_indent()
     assert plan.count("DataSourceExec") == 1
     assert plan.count(".parquet") >= 4
-    assert q.plan("select count(*), sum(id) from demo.t").df.to_arrow_table().to_pylist() == [
+    assert q.plan(query("select count(*), sum(id) from demo.t")).df.to_arrow_table().to_pylist() == [
         {"count(*)": 40, "sum(demo.t.id)": sum(range(40))}]
 
 
@@ -164,7 +165,7 @@ def test_a_running_statement_reads_on_while_commits_remount_the_table(engine) ->
     q = open_session(eng, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
     # One batch per file at most: the stream opens the later files only as it is pulled.
     eng.master.sql("set datafusion.execution.batch_size = 10")
-    schema, stream = q.start("select id from demo.t", None)
+    schema, stream = q.start(query("select id from demo.t"), None)
     first = next(iter(stream))
     before = {p for p in Path(scan_sets.tempfile.gettempdir()).glob(f"icegres-scan-{os.getpid()}-*/*")}
     t = lh.catalog.load_table(("demo", "t"))
@@ -184,7 +185,7 @@ def test_a_running_statement_reads_on_while_commits_remount_the_table(engine) ->
 
 
 def _first_value(q, sql: str):
-    _, stream = q.start(sql, None)
+    _, stream = q.start(query(sql), None)
     return next(b.to_pyarrow().column(0)[0].as_py() for b in stream)
 
 
@@ -236,7 +237,7 @@ def test_a_statement_outlives_the_private_context_it_was_planned_in(engine) -> N
     t.append(pa.table({"id": [999], "v": ["new"]}, schema=SCHEMA))
     eng.refresh()  # the engine's set of the pinned snapshot is retired and goes
     gc.collect()
-    _, stream = q.start("select id from demo.t", None)  # read through the private context's own set
+    _, stream = q.start(query("select id from demo.t"), None)  # read through the private context's own set
     first = next(iter(stream))
     q.end_transaction()  # drops that context
     gc.collect()
@@ -262,7 +263,7 @@ def test_a_table_is_still_read_when_no_scan_directory_can_be_made(tmp_path: Path
     eng = Engine(lh)
     eng.refresh()
     q = open_session(eng, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
-    planned = q.plan("select sum(id) from demo.t")
+    planned = q.plan(query("select sum(id) from demo.t"))
     assert planned.df.execution_plan().display_indent().count("DataSourceExec") == 3  # a scan per file
     assert planned.df.to_arrow_table().column(0).to_pylist() == [3]
     assert made and not any(p.exists() for p in made)  # the half-made directory is gone

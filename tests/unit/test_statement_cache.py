@@ -6,11 +6,12 @@ import pyarrow as pa
 import pytest
 
 from icegres.engine import column_names
-from icegres.engine import shape as engine_mod
 from icegres.engine.catalog import Lakehouse
 from icegres.engine.lake import Engine, SessionEnv
 from icegres.engine.query import open_session
-from icegres.engine.shape import literal_shape as _literal_shape
+from icegres.sql import shape as engine_mod
+from icegres.sql.shape import literal_shape as _literal_shape
+from icegres.sql.statement import query
 
 pytestmark = pytest.mark.unit
 
@@ -84,37 +85,38 @@ def qctx(tmp_path):
 
 
 def test_point_lookups_with_new_literals_parse_once(qctx, monkeypatch):
-    from icegres.engine import pg_rewrite
+    from icegres.sql import parse
 
+    parse._parse_cached.cache_clear()
     parses = []
-    real_parse = pg_rewrite.parse
-    monkeypatch.setattr(pg_rewrite, "parse", lambda sql: parses.append(sql) or real_parse(sql))
+    real_parse = parse._parse_one
+    monkeypatch.setattr(parse, "_parse_one", lambda sql: parses.append(sql) or real_parse(sql))
     for i in range(5):
-        schema, stream = qctx.start(f"select count(*), max(zone) from trips where id = {i} and zone <> 'z{i}'")
+        schema, stream = qctx.start(query(f"select count(*), max(zone) from trips where id = {i} and zone <> 'z{i}'"))
         assert schema.names == ["count", "max"]
         assert sum(b.to_pyarrow().num_rows for b in stream) == 1
-    assert len(parses) == 2  # the first statement: once for its tables, once for its column names
-    assert qctx.table_refs("select * from trips where id = 99") == {("demo", "trips")}
+    assert len(parses) == 1  # the first statement, once: its tables and its column names share the tree
+    assert qctx.table_refs(query("select * from trips where id = 99")) == {("demo", "trips")}
 
 
 def test_names_from_datafusion_are_not_cached_with_the_shape(qctx):
     # `?column?` comes from the select list; the fallback for `*` is DataFusion's own per schema.
-    assert qctx.start("select 1, id from trips where id = 1")[0].names == ["?column?", "id"]
-    assert qctx.start("select 2, id from trips where id = 2")[0].names == ["?column?", "id"]
-    assert qctx.start("select 1 as a, id from trips where id = 1")[0].names == ["a", "id"]
+    assert qctx.start(query("select 1, id from trips where id = 1"))[0].names == ["?column?", "id"]
+    assert qctx.start(query("select 2, id from trips where id = 2"))[0].names == ["?column?", "id"]
+    assert qctx.start(query("select 1 as a, id from trips where id = 1"))[0].names == ["a", "id"]
     for sql in ("select true, id from trips", "select false as x, 'a' from trips", "select 1 as true from trips"):
-        schema = qctx.start(sql)[0]
-        plain = qctx.plan(sql).df.schema()
+        schema = qctx.start(query(sql))[0]
+        plain = qctx.plan(query(sql)).df.schema()
         assert schema.names == column_names.postgres_names(column_names.select_list_names(sql), plain)
-    assert qctx.start("select 1 as true from trips")[0].names == ["true"]
+    assert qctx.start(query("select 1 as true from trips"))[0].names == ["true"]
 
 
 def test_search_path_still_keys_table_refs(qctx):
-    assert qctx.table_refs("select * from trips where id = 1") == {("demo", "trips")}
+    assert qctx.table_refs(query("select * from trips where id = 1")) == {("demo", "trips")}
     qctx.env.settings["search_path"] = "public"
-    assert qctx.table_refs("select * from trips where id = 2") == {("public", "trips")}
+    assert qctx.table_refs(query("select * from trips where id = 2")) == {("public", "trips")}
 
 
 def test_long_texts_key_on_the_exact_text():
-    sql = "select 1 from t where a in (" + ",".join(["1"] * engine_mod._SHAPE_TEXT_MAX) + ")"
+    sql = "select 1 from t where a in (" + ",".join(["1"] * engine_mod.SHAPE_TEXT_MAX) + ")"
     assert _literal_shape(sql) == sql

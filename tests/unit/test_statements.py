@@ -1,6 +1,7 @@
 import pytest
 
-from icegres.engine.statements import Kind, classify, split_statements
+from icegres.sql.lexer import split_statements
+from icegres.sql.statement import Kind, classify
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""PostgreSQL's typed literals as DataFusion must read them (pg_rewrite.typed_literals), and the
+"""PostgreSQL's typed literals as DataFusion must read them (icegres/engine/rewrite/literals.py), and the
 assignment casts of INSERT / UPDATE values into Iceberg columns (assign.cast), checked against a
 real PostgreSQL 15 where the answer is PostgreSQL's to give."""
 
@@ -14,12 +14,15 @@ import pyarrow as pa
 import pytest
 import sqlglot.expressions as exp
 
-from icegres.engine import assign, pg_rewrite
+from icegres.engine import assign
 from icegres.engine.catalog import Lakehouse
 from icegres.engine.lake import Engine, SessionEnv, session_config
 from icegres.engine.query import open_session
+from icegres.engine.rewrite import to_sql
 from icegres.pg.errors import PgError
 from icegres.pg.types import pg_type_for_arrow
+from icegres.sql.parse import parse
+from icegres.sql.statement import query
 from tests.support.fixtures import real_postgres  # noqa: F401  (session fixture)
 
 pytestmark = pytest.mark.unit
@@ -33,16 +36,16 @@ def _datafusion(sql: str) -> pa.Table:
 
 def _insert_source(sql: str) -> str:
     """What dml.py hands DataFusion for an INSERT's rows."""
-    tree = pg_rewrite.parse(sql)
+    tree = parse(sql)
     assert isinstance(tree, exp.Insert)
-    return pg_rewrite.to_sql(tree.expression)
+    return to_sql(tree.expression)
 
 
 def _update_values(sql: str) -> list[str]:
     """What dml.py hands DataFusion for each UPDATE SET value."""
-    tree = pg_rewrite.parse(sql)
+    tree = parse(sql)
     assert isinstance(tree, exp.Update)
-    return [pg_rewrite.to_sql(a.expression) for a in tree.expressions]
+    return [to_sql(a.expression) for a in tree.expressions]
 
 
 # --- numeric literals ---------------------------------------------------------------------------
@@ -89,16 +92,16 @@ def test_update_values_change_only_where_float64_loses_digits() -> None:
 def test_numeric_literals_outside_assignments_stay_float() -> None:
     # `fare > 0.5` as a decimal comparison would make DataFusion cast every fare to decimal.
     sql = "select 1.5, fare * 1.1 from t where fare > 0.5 and n = 1234567890123456789.0123456789"
-    assert pg_rewrite.to_sql(pg_rewrite.parse(sql)) == sql.replace("select", "SELECT").replace(
+    assert to_sql(parse(sql)) == sql.replace("select", "SELECT").replace(
         " from", " FROM").replace(" where", " WHERE").replace(" and", " AND")
-    tree = pg_rewrite.parse("update t set n = 1 where fare > 0.5")
-    assert pg_rewrite.to_sql(tree.args["where"].this) == "fare > 0.5"
+    tree = parse("update t set n = 1 where fare > 0.5")
+    assert to_sql(tree.args["where"].this) == "fare > 0.5"
 
 
 def test_to_sql_leaves_its_tree_untouched() -> None:
-    tree = pg_rewrite.parse("insert into t values (1.5, '\\x00'::bytea)")
+    tree = parse("insert into t values (1.5, '\\x00'::bytea)")
     before = tree.sql()
-    pg_rewrite.to_sql(tree.expression)
+    to_sql(tree.expression)
     assert tree.sql() == before
 
 
@@ -116,7 +119,7 @@ def test_to_sql_leaves_its_tree_untouched() -> None:
 def test_bytea_casts_decode_like_byteain(literal: str, value: bytes, real_postgres: Any) -> None:  # noqa: F811
     with psycopg.connect(real_postgres.dsn(), autocommit=True) as pg:
         assert pg.execute(f"select {literal}::bytea").fetchone() == (value,)
-    sql = pg_rewrite.to_sql(pg_rewrite.parse(f"select {literal}::bytea as b"))
+    sql = to_sql(parse(f"select {literal}::bytea as b"))
     assert _datafusion(sql).column(0).to_pylist() == [value]
     assert _datafusion(f"select * from ({_insert_source(f'insert into t values ({literal}::bytea)')}) v"
                        ).column(0).to_pylist() == [value]
@@ -128,18 +131,18 @@ def test_bad_bytea_literals_fail_as_in_postgres(literal: str, sqlstate: str, rea
         pg.execute(f"select {literal}::bytea")
     assert theirs.value.sqlstate == sqlstate
     with pytest.raises(PgError) as ours:
-        pg_rewrite.to_sql(pg_rewrite.parse(f"select {literal}::bytea"))
+        to_sql(parse(f"select {literal}::bytea"))
     assert ours.value.sqlstate == sqlstate
 
 
 def test_uuid_casts_are_fixed_size_binary_announced_as_uuid() -> None:
     text = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"
-    sql = pg_rewrite.to_sql(pg_rewrite.parse(f"select '{{{text.upper()}}}'::uuid as u"))
+    sql = to_sql(parse(f"select '{{{text.upper()}}}'::uuid as u"))
     table = _datafusion(sql)
     assert table.column(0).to_pylist() == [uuid.UUID(text).bytes]
     assert pg_type_for_arrow(table.schema.field(0).type).oid == 2950
     with pytest.raises(PgError) as err:
-        pg_rewrite.to_sql(pg_rewrite.parse("select 'abc'::uuid"))
+        to_sql(parse("select 'abc'::uuid"))
     assert err.value.sqlstate == "22P02"
 
 
@@ -156,17 +159,17 @@ def session(tmp_path) -> Iterator[Any]:
 
 
 def test_uuid_cast_plans_through_the_rewrite_path(session: Any) -> None:
-    df = session.plan("select 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid as u").df
+    df = session.plan(query("select 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid as u")).df
     assert df.to_pydict() == {"u": [uuid.UUID("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11").bytes]}
     assert pg_type_for_arrow(df.schema().field(0).type).oid == 2950
 
 
 def test_bytea_cast_on_the_rewrite_path(session: Any) -> None:
-    assert session.plan("select '\\xdead'::bytea as b, current_user as u").df.to_pydict()["b"] == [b"\xde\xad"]
+    assert session.plan(query("select '\\xdead'::bytea as b, current_user as u")).df.to_pydict()["b"] == [b"\xde\xad"]
 
 
 def test_bytea_cast_on_the_direct_path(session: Any) -> None:
-    assert session.plan("select '\\xdead'::bytea as b").df.to_pydict()["b"] == [b"\xde\xad"]
+    assert session.plan(query("select '\\xdead'::bytea as b")).df.to_pydict()["b"] == [b"\xde\xad"]
 
 
 # --- assignment casts (assign.cast), as PostgreSQL does them --------------------------------------

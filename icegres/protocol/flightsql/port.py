@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from icegres.engine.lake import Engine
     from icegres.engine.txn import TxnState
     from icegres.protocol.flightsql.sessions import Bounded, Prepared, Result, Session
+    from icegres.sql.statement import Statement
 
 
 class ServerPort(Protocol):
@@ -41,8 +42,8 @@ class QueryPort(Protocol):
 
     def prepared(self, session: Session, handle: bytes) -> Prepared: ...
 
-    async def start_query(self, session: Session, text: str, params: dict[str, Any] | None,
+    async def start_query(self, session: Session, stmt: Statement, params: dict[str, Any] | None,
                           txn: TxnState | None = None) -> Result: ...
 
-    async def describe_query(self, session: Session, text: str, txn: TxnState | None = None,
+    async def describe_query(self, session: Session, stmt: Statement, txn: TxnState | None = None,
                              fresh: bool = True) -> tuple[pa.Schema, pa.Schema]: ...

@@ -28,7 +28,6 @@ from grpclib.exceptions import GRPCError
 from icegres import __version__
 from icegres.engine.catalog import BUSY
 from icegres.engine.query import open_session
-from icegres.engine.statements import Kind, classify
 from icegres.pg.errors import PgError
 from icegres.protocol.flightsql import errors, h2send, metadata
 from icegres.protocol.flightsql import icegres_flight_pb2 as fl
@@ -54,6 +53,7 @@ from icegres.protocol.flightsql.writes import (
     empty_put_message,
     not_a_write,
 )
+from icegres.sql.statement import Kind, Statement, classify, query
 
 if TYPE_CHECKING:
     from grpclib.server import Stream
@@ -488,17 +488,16 @@ class FlightSqlService:
     # --- running queries ------------------------------------------------------------------------
 
     @staticmethod
-    def _check_query(text: str) -> None:
-        stmt = classify(text)
+    def _check_query(stmt: Statement) -> None:
         # UNSUPPORTED (not a statement we recognise) goes to the planner, whose error says why.
         if stmt.kind not in (Kind.QUERY, Kind.UNSUPPORTED):
             raise not_a_write(stmt)
 
-    async def start_query(self, session: Session, text: str, params: dict[str, Any] | None,
+    async def start_query(self, session: Session, stmt: Statement, params: dict[str, Any] | None,
                           txn: TxnState | None = None) -> Result:
         """Plan and start a query and pull its first messages (in a worker thread); inside
         transaction `txn` it reads the transaction's snapshots and staged writes."""
-        self._check_query(text)
+        self._check_query(stmt)
         from icegres.engine.row_source import RowSource
 
         handle = new_handle()
@@ -507,7 +506,7 @@ class FlightSqlService:
             with session.lock:
                 session.qctx.txn = txn
                 try:
-                    schema, batches = session.qctx.start(text, params)
+                    schema, batches = session.qctx.start(stmt, params)
                 finally:
                     session.qctx.txn = None
             source = RowSource(schema, batches)
@@ -516,7 +515,7 @@ class FlightSqlService:
             # and surfaces execution errors at GetFlightInfo, where the client expects them.
             first, rows, exhausted = pull_messages(source, wire, threading.Event(), MESSAGE_BYTES,
                                                    self.compression)
-            return Result(handle, session.key, text, params, wire, None if exhausted else source,
+            return Result(handle, session.key, stmt.sql, params, wire, None if exhausted else source,
                           first, exhausted, rows, txn)
 
         result = await self.run_sync(start)
@@ -572,7 +571,7 @@ class FlightSqlService:
                     session.qctx.txn = state
                     try:
                         settings = dict(session.qctx.env.settings)
-                        schema, batches = session.qctx.start(text, None)
+                        schema, batches = session.qctx.start(classify(text), None)
                     finally:
                         session.qctx.txn = None
                     version = state.version if state is not None else None
@@ -688,20 +687,20 @@ class FlightSqlService:
 
         speculation.pulled.add_done_callback(drop)
 
-    async def describe_query(self, session: Session, text: str, txn: TxnState | None = None,
+    async def describe_query(self, session: Session, stmt: Statement, txn: TxnState | None = None,
                              fresh: bool = True) -> tuple[pa.Schema, pa.Schema]:
         """(result schema on the wire, parameter schema) of a query, without running it
         (`fresh`: as `QueryContext.describe`)."""
-        self._check_query(text)
+        self._check_query(stmt)
 
         def describe() -> tuple[pa.Schema, pa.Schema]:
             with session.lock:
                 session.qctx.txn = txn
                 try:
-                    schema, inferred = session.qctx.describe(text, fresh)
+                    schema, inferred = session.qctx.describe(stmt, fresh)
                 finally:
                     session.qctx.txn = None
-            count = max([*inferred.keys(), _max_placeholder(text)], default=0)
+            count = max([*inferred.keys(), stmt.max_param], default=0)
             params = pa.schema([
                 pa.field(f"${i}", M.wire_type(inferred[i]) if i in inferred else pa.null())
                 for i in range(1, count + 1)
@@ -743,7 +742,7 @@ class FlightSqlService:
         source, first, exhausted, first_rows = result.source, result.first, result.exhausted, result.rows
         if source is None and not exhausted:
             # A second DoGet of a ticket whose stream the first one consumed: run it again.
-            rerun = await self.start_query(session, result.sql, result.params, result.txn)
+            rerun = await self.start_query(session, classify(result.sql), result.params, result.txn)
             self.results.pop(rerun.handle)
             if not rerun.schema.equals(result.schema):
                 raise GRPCError(Status.ABORTED, "the result's schema changed since GetFlightInfo (SQLSTATE 40001)")
@@ -833,7 +832,7 @@ class FlightSqlService:
 
     def _query_rows(self, session: Session, text: str) -> list[dict[str, Any]]:
         with session.lock:
-            _, batches = session.qctx.start(text, None)
+            _, batches = session.qctx.start(query(text), None)
         rows: list[dict[str, Any]] = []
         for batch in batches:
             rows += (batch if isinstance(batch, pa.RecordBatch) else batch.to_pyarrow()).to_pylist()
@@ -1017,8 +1016,3 @@ class FlightSqlService:
             await stream.send_message(fl.ActionType(type=name, description=description))
 
 
-_PLACEHOLDER = re.compile(r"\$(\d+)")
-
-
-def _max_placeholder(text: str) -> int:
-    return max((int(m.group(1)) for m in _PLACEHOLDER.finditer(text)), default=0)

@@ -35,7 +35,6 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from icegres.engine import writes as core
-from icegres.engine.statements import Kind, Statement, classify, split_statements
 from icegres.engine.txn import TxnState
 from icegres.pg.errors import PgError
 from icegres.protocol.flightsql import icegres_flight_pb2 as fl
@@ -49,6 +48,8 @@ from icegres.protocol.flightsql.sessions import (
     Session,
     new_handle,
 )
+from icegres.sql.lexer import split_statements
+from icegres.sql.statement import Kind, Statement, classify
 
 if TYPE_CHECKING:
     from grpclib.server import Stream
@@ -64,12 +65,6 @@ _Options = wr.CommandStatementIngest.TableDefinitionOptions
 # The DoPut commands this module serves (CommandPreparedStatementQuery binds parameters: service.py).
 DOPUT_COMMANDS = (sql.CommandStatementUpdate, sql.CommandPreparedStatementUpdate, wr.CommandStatementIngest)
 IN_FAILED = "current transaction is aborted, commands ignored until end of transaction block"
-
-
-def write_statement(text: str) -> Statement | None:
-    """The statement if `text` is one write (DML or DDL), else None (a query, or not ours)."""
-    stmt = classify(text)
-    return stmt if stmt.kind is Kind.WRITE else None
 
 
 class FlightHost:
@@ -288,13 +283,13 @@ class FlightWrites:
     async def start(self, session: Session, text: str, params: dict[str, Any] | None,
                     txn_id: bytes | None) -> Result:
         """GetFlightInfo of a statement: a query starts (in its transaction, if any); a write runs."""
-        stmt = write_statement(text)
-        if stmt is not None:
+        stmt = classify(text)
+        if stmt.kind is Kind.WRITE:
             result = await self.result(session, stmt, params, txn_id)
         else:
             txn = self.transaction(session, txn_id)
             result = await self._poisoning(txn, self.service.start_query(
-                session, text, params, txn.state if txn is not None else None))
+                session, stmt, params, txn.state if txn is not None else None))
         self.service.results.put(result.handle, result)
         return result
 
@@ -304,15 +299,15 @@ class FlightWrites:
         (or none) and the parameters' types as the target columns'. A query's with `fresh=False`
         may come from the mounted snapshots (`QueryContext.describe`)."""
         txn = self.transaction(session, txn_id)
-        stmt = write_statement(text)
-        if stmt is None:
+        stmt = classify(text)
+        if stmt.kind is not Kind.WRITE:
             return await self._poisoning(txn, self.service.describe_query(
-                session, text, txn.state if txn is not None else None, fresh))
+                session, stmt, txn.state if txn is not None else None, fresh))
         if core.is_ddl(stmt) or not core.is_dml(stmt):
             return pa.schema([]), pa.schema([])
         host = self._host(session, txn.state if txn is not None else None)
-        returning, inferred = await self._guarded(txn, core.describe_dml, host, stmt.sql)
-        count = max([*inferred.keys(), _max_placeholder(stmt.sql)], default=0)
+        returning, inferred = await self._guarded(txn, core.describe_dml, host, stmt)
+        count = max([*inferred.keys(), stmt.max_param], default=0)
         params = pa.schema([
             pa.field(f"${i}", M.wire_type(inferred[i]) if i in inferred else pa.null())
             for i in range(1, count + 1)
@@ -374,7 +369,7 @@ class FlightWrites:
             return (await self._guarded(txn, _execute_one, host, stmt, params)).count
         # A query sent as an update: run it, count its rows (PostgreSQL's "SELECT n").
         host = self._host(session, txn.state if txn is not None else None)
-        return await self._guarded(txn, _count_rows, host, stmt.sql, params)
+        return await self._guarded(txn, _count_rows, host, stmt, params)
 
     async def execute_many(self, session: Session, stmt: Statement, rows: list[dict[str, Any] | None],
                            txn_id: bytes | None, batches: list[pa.RecordBatch] | None = None) -> int:
@@ -385,7 +380,7 @@ class FlightWrites:
             raise not_a_write(stmt)
         if batches and len(rows) > 1 and stmt.tag == "INSERT":
             host = self._host(session, txn.state if txn is not None else None)
-            count = await self._guarded(txn, _insert_parameter_batches, host, stmt.sql, batches)
+            count = await self._guarded(txn, _insert_parameter_batches, host, stmt, batches)
             if count is not None:
                 return count
         if txn is not None:
@@ -465,23 +460,23 @@ async def _execute_one(host: FlightHost, stmt: Statement, params: dict[str, Any]
     return await core.execute_dml(host, stmt, params)
 
 
-async def _insert_parameter_batches(host: FlightHost, sql: str, batches: list[pa.RecordBatch]) -> int | None:
+async def _insert_parameter_batches(host: FlightHost, stmt: Statement, batches: list[pa.RecordBatch]) -> int | None:
     """executemany of `INSERT … VALUES ($1, $2, …)`: the parameter batches ARE the rows, so they
     are assigned to the columns as one Arrow table — one file, one key check — instead of one
     statement per row. None: another shape (the statement then runs once per row)."""
 
     def insert(txn: TxnState) -> int | None:
-        return _insert_columns_from(host.qctx, txn, sql, batches)
+        return _insert_columns_from(host.qctx, txn, stmt, batches)
 
     return await core.in_transaction(host, insert)
 
 
-def _insert_columns_from(qctx: Any, txn: TxnState, sql: str, batches: list[pa.RecordBatch]) -> int | None:
+def _insert_columns_from(qctx: Any, txn: TxnState, stmt: Statement, batches: list[pa.RecordBatch]) -> int | None:
     import sqlglot.expressions as exp
 
     from icegres.engine import assign, dml
 
-    tree = dml.parse(sql)
+    tree = stmt.tree
     if not isinstance(tree, exp.Insert) or tree.args.get("returning") is not None or tree.args.get("conflict"):
         return None
     source = tree.expression
@@ -496,11 +491,11 @@ def _insert_columns_from(qctx: Any, txn: TxnState, sql: str, batches: list[pa.Re
             refs.append(None)
         else:
             return None
-    dml._pin(qctx, txn, sql, tree)
+    dml.pin(qctx, txn, stmt)
     table = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
-    key = dml._target(qctx, txn, table)
-    plan = dml._plan_of(txn, key)
-    columns = dml._insert_columns(tree, plan)
+    key = dml.target_key(qctx, txn, table)
+    plan = dml.target_plan(txn, key)
+    columns = dml.insert_columns(tree, plan)
     if len(columns) != len(refs):
         raise PgError("42601", "INSERT has more expressions than target columns" if len(refs) > len(columns)
                       else "INSERT has more target columns than expressions")
@@ -508,14 +503,14 @@ def _insert_columns_from(qctx: Any, txn: TxnState, sql: str, batches: list[pa.Re
     data = pa.table({c: params.column(r) if r is not None else pa.nulls(params.num_rows)
                      for c, r in zip(columns, refs, strict=True)})
     rows = assign.conform(data, plan, key)
-    dml._check_unique(qctx, plan, key, rows, exclude_files=())
-    dml._append(txn, key, rows)
+    dml.check_unique(qctx, plan, key, rows, exclude_files=())
+    dml.append(txn, key, rows)
     return rows.num_rows
 
 
-async def _count_rows(host: FlightHost, text: str, params: dict[str, Any] | None) -> int:
+async def _count_rows(host: FlightHost, stmt: Statement, params: dict[str, Any] | None) -> int:
     def count() -> int:
-        _, batches = host.qctx.start(text, params)
+        _, batches = host.qctx.start(stmt, params)
         return sum((b if isinstance(b, pa.RecordBatch) else b.to_pyarrow()).num_rows for b in batches)
 
     return await host.run(count)
@@ -530,7 +525,7 @@ async def _in_implicit(host: FlightHost, txn: TxnState,
             if stmt.kind is Kind.WRITE:
                 total += (await _execute_one(host, stmt, params)).count
             else:
-                total += await _count_rows(host, stmt.sql, params)
+                total += await _count_rows(host, stmt, params)
         await core.publish(host, txn)
     except BaseException:
         await core.discard(host, txn)
@@ -651,9 +646,3 @@ def not_a_write(stmt: Statement) -> PgError:
                                 "EndTransaction actions (ADBC: autocommit off, then commit() or rollback())")
     return PgError("0A000", f"{stmt.tag or 'this statement'} over Flight SQL is not supported: Flight SQL "
                             "runs queries, INSERT/UPDATE/DELETE/TRUNCATE and CREATE/DROP/ALTER")
-
-
-def _max_placeholder(text: str) -> int:
-    import re
-
-    return max((int(m.group(1)) for m in re.finditer(r"\$(\d+)", text)), default=0)

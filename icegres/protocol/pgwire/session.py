@@ -19,7 +19,6 @@ import trio
 
 from icegres.engine.query import open_session
 from icegres.engine.row_source import Chunk, RowSource
-from icegres.engine.statements import Kind, Statement, classify, refusal, split_statements
 from icegres.engine.txn import TxnState
 from icegres.pg import errors as E
 from icegres.pg import settings as guc
@@ -35,6 +34,8 @@ from icegres.protocol.pgwire.datarows import encode_data_rows
 from icegres.protocol.pgwire.direct import DirectReply
 from icegres.protocol.pgwire.framing import FrameDecoder
 from icegres.protocol.pgwire.results import expand_formats, presentable, row_description
+from icegres.sql.lexer import split_statements
+from icegres.sql.statement import Kind, Statement, classify, query, refusal
 
 if TYPE_CHECKING:
     from icegres.protocol.pgwire.port import ServerPort
@@ -449,7 +450,7 @@ class Session:
         def start() -> tuple[bytes, RowSource, Chunk, bool]:
             # Plan, execute and encode the first chunk in one worker-thread hop: a small result
             # then costs a single hand-off between the trio loop and the thread pool.
-            schema, stream = self.qctx.start(stmt.sql, None)
+            schema, stream = self.qctx.start(stmt, None)
             source = RowSource(schema, stream)
             encode.formats[:] = [0] * len(schema)
             encode.schema = schema
@@ -622,11 +623,11 @@ class Session:
         from icegres.engine.params import cast_type_oids
 
         if prepared.statement.kind is Kind.WRITE:
-            schema, inferred = await writes.describe_write(self, prepared.statement.sql)
+            schema, inferred = await writes.describe_write(self, prepared.statement)
         else:
-            schema, inferred = await self.in_thread(self.qctx.describe, prepared.statement.sql)
+            schema, inferred = await self.in_thread(self.qctx.describe, prepared.statement)
         count = max([len(prepared.param_oids), *inferred.keys()], default=0)
-        count = max(count, _max_placeholder(prepared.statement.sql))
+        count = max(count, prepared.statement.max_param)
         casts = cast_type_oids(prepared.statement.sql)
         oids = []
         for i in range(count):
@@ -743,7 +744,7 @@ class Session:
                 reply, prefix = DirectReply(fd), bytes(self.out)
 
             def start() -> tuple[RowSource, Chunk, bool]:
-                schema, stream = self.qctx.start(portal.prepared.statement.sql, params)
+                schema, stream = self.qctx.start(portal.prepared.statement, params)
                 source = RowSource(schema, stream)
                 if portal.formats is None or len(portal.formats) != len(schema):
                     portal.formats = expand_formats(portal.result_formats, len(schema))
@@ -934,9 +935,9 @@ class Session:
         name = stmt.name or ""
         if name in self.cursors:
             raise PgError(E.DUPLICATE_CURSOR, f'cursor "{name}" already exists')
-        query = stmt.value or ""
+        text = stmt.value or ""
 
-        source = RowSource(*await self.in_thread(self.qctx.start, query, None))
+        source = RowSource(*await self.in_thread(self.qctx.start, query(text), None))
         self.cursors[name] = Cursor(source, stmt.flag, hold)
         self.send(m.command_complete("DECLARE CURSOR"))
 
@@ -988,13 +989,13 @@ class Session:
         source_sql = stmt.value or ""
         target = copy_target(source_sql)
         if target is None:
-            query = source_sql[1:-1]
+            text = source_sql[1:-1]
         else:  # a table, maybe with a column list: COPY t (a, b) TO STDOUT
             table, columns = target
-            query = f"SELECT {', '.join(columns) if columns else '*'} FROM {table}"
+            text = f"SELECT {', '.join(columns) if columns else '*'} FROM {table}"
         options = dict(stmt.options)
 
-        source = RowSource(*await self.in_thread(self.qctx.start, query, None))
+        source = RowSource(*await self.in_thread(self.qctx.start, query(text), None))
         await copy_out_rows(self, source, options)
 
     async def _cmd_copy_from(self, stmt: Statement, describe: bool) -> None:
@@ -1057,13 +1058,6 @@ def _statement_offsets(sql: str, pieces: list[str]) -> list[int]:
         if at >= 0:
             start = at + len(piece)
     return offsets
-
-
-def _max_placeholder(sql: str) -> int:
-    import re
-
-    nums = [int(x) for x in re.findall(r"\$(\d+)", sql)]
-    return max(nums, default=0)
 
 
 _COMMANDS = {

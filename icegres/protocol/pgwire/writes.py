@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from icegres.engine import writes as core
-from icegres.engine.statements import Statement, refusal
 from icegres.engine.txn import TxnState
 from icegres.pg import errors as E
 from icegres.pg.copy_format import CopyFormat, copy_target
 from icegres.pg.errors import PgError
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire.results import row_description
+from icegres.sql.statement import Statement, refusal
 
 if TYPE_CHECKING:
     from icegres.protocol.pgwire.port import SessionPort
@@ -115,16 +115,16 @@ async def discard(session: SessionPort, txn: TxnState) -> None:
     await core.discard(PgHost(session), txn)
 
 
-async def describe_write(session: SessionPort, sql: str) -> tuple[pa.Schema | None, dict[int, pa.DataType]]:
+async def describe_write(session: SessionPort, stmt: Statement) -> tuple[pa.Schema | None, dict[int, pa.DataType]]:
     """Parse-time description of a DML statement: RETURNING columns and parameter types."""
     from icegres.engine import dml
 
     qctx = session.qctx
     if qctx.txn is not None:
-        return await session.in_thread(dml.describe, qctx, sql)
+        return await session.in_thread(dml.describe, qctx, stmt)
     qctx.txn = new_transaction(session, None, autocommit=True)
     try:
-        return await session.in_thread(dml.describe, qctx, sql)
+        return await session.in_thread(dml.describe, qctx, stmt)
     finally:
         qctx.end_transaction()
 

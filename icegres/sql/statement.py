@@ -1,7 +1,11 @@
-"""Splitting a Query message into statements and classifying each one.
+"""A statement, as every layer below the front end receives it.
 
-Pure text work, no engine: the session needs to know what a statement is (a query for DataFusion,
-or one of the session commands it answers itself) before anything is planned.
+A front end cuts a Query message into statements (`lexer.split_statements`) and classifies each
+one here (`classify`), once: what it is (a query for DataFusion, a write, or one of the session
+commands the front end answers itself), its command tag and its command's details. What later
+stages need of its text is derived once and kept on the object: its literal shape (the key of
+every per-shape cache), its sqlglot tree (one parse, shared: read it, copy it to change it), the
+highest `$n` it names, and the tables it may read.
 """
 
 from __future__ import annotations
@@ -9,101 +13,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, PgError
+from icegres.sql.lexer import Kind as TokenKind
+from icegres.sql.lexer import strip_leading_comments, tokenize
+from icegres.sql.shape import literal_shape
 
-
-def split_statements(sql: str) -> list[str]:
-    """Split on top-level semicolons, honouring quotes, dollar quotes and comments.
-
-    Empty statements are dropped (PostgreSQL answers `;;` with nothing but ReadyForQuery... and an
-    all-empty message with EmptyQueryResponse, which the caller decides).
-    """
-    out: list[str] = []
-    start = 0
-    i = 0
-    n = len(sql)
-    while i < n:
-        c = sql[i]
-        if c == "'" or c == '"':
-            i = _skip_quoted(sql, i, c)
-            continue
-        if c == "-" and sql.startswith("--", i):
-            j = sql.find("\n", i)
-            i = n if j < 0 else j + 1
-            continue
-        if c == "/" and sql.startswith("/*", i):
-            i = _skip_block_comment(sql, i)
-            continue
-        if c == "$":
-            m = _DOLLAR_TAG.match(sql, i)
-            if m and (i == 0 or not (sql[i - 1].isalnum() or sql[i - 1] == "_")):
-                tag = m.group(0)
-                j = sql.find(tag, m.end())
-                i = n if j < 0 else j + len(tag)
-                continue
-        if c == ";":
-            piece = sql[start:i].strip()
-            if piece:
-                out.append(piece)
-            start = i + 1
-        i += 1
-    piece = sql[start:].strip()
-    if piece and not _only_comments(piece):
-        out.append(piece)
-    return [p for p in out if not _only_comments(p)]
-
-
-_DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
-
-
-def _skip_quoted(sql: str, i: int, q: str) -> int:
-    j = i + 1
-    n = len(sql)
-    while j < n:
-        if sql[j] == q:
-            if j + 1 < n and sql[j + 1] == q:  # doubled quote is an escaped quote
-                j += 2
-                continue
-            return j + 1
-        if q == "'" and sql[j] == "\\" and i > 0 and sql[i - 1] in "eE":
-            j += 2  # E'...' strings allow backslash escapes
-            continue
-        j += 1
-    return n
-
-
-def _skip_block_comment(sql: str, i: int) -> int:
-    depth = 0
-    n = len(sql)
-    while i < n:
-        if sql.startswith("/*", i):
-            depth += 1
-            i += 2
-        elif sql.startswith("*/", i):
-            depth -= 1
-            i += 2
-            if depth == 0:
-                return i
-        else:
-            i += 1
-    return n
-
-
-def _only_comments(piece: str) -> bool:
-    return strip_leading_comments(piece) == ""
-
-
-def strip_leading_comments(sql: str) -> str:
-    s = sql.lstrip()
-    while True:
-        if s.startswith("--"):
-            j = s.find("\n")
-            s = "" if j < 0 else s[j + 1 :].lstrip()
-        elif s.startswith("/*"):
-            s = s[_skip_block_comment(s, 0) :].lstrip()
-        else:
-            return s
+if TYPE_CHECKING:
+    from sqlglot import exp
 
 
 class Kind(Enum):
@@ -139,6 +58,70 @@ class Statement:
     value: str | None = None  # SET value, DECLARE/COPY query, FETCH count
     flag: bool = False  # SET LOCAL, COPY ... CSV, FETCH BACKWARD ...
     options: tuple[tuple[str, str], ...] = ()
+
+    @cached_property
+    def shape(self) -> str:
+        """The text with its value literals masked (`shape.literal_shape`)."""
+        return literal_shape(self.sql)
+
+    @cached_property
+    def tree(self) -> exp.Expression:
+        """The statement's sqlglot tree (PgError 42601 if it does not parse). Shared with every
+        statement of the same text: read it; `tree_copy()` gives one to change."""
+        from icegres.sql.parse import parse
+
+        return parse(self.sql)
+
+    def tree_copy(self) -> exp.Expression:
+        return self.tree.copy()
+
+    @cached_property
+    def max_param(self) -> int:
+        """The highest `$n` the statement names (0: none)."""
+        if "$" not in self.sql:
+            return 0
+        return max((int(t.text[1:]) for t in tokenize(self.sql) if t.kind is TokenKind.PARAM), default=0)
+
+    def table_refs(self, search_path: list[str]) -> set[tuple[str, str]] | None:
+        """Every (schema, table) the statement may read (`tree_table_refs`); None also when it
+        cannot be parsed."""
+        try:
+            tree = self.tree
+        except PgError:
+            return None
+        return tree_table_refs(tree, search_path)
+
+
+def tree_table_refs(tree: exp.Expression, search_path: list[str]) -> set[tuple[str, str]] | None:
+    """Every (schema, table) `tree` may read, with unqualified names expanded over
+    `search_path`; None when it reads the catalog relations (which need the whole lakehouse).
+    CTE names are not tables."""
+    from sqlglot import exp
+
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    refs: set[tuple[str, str]] = set()
+    for table in tree.find_all(exp.Table):
+        name = table.name
+        if not name:
+            continue
+        schema = table.db
+        if schema:
+            if schema.lower() in _CATALOG_SCHEMAS:
+                return None
+            refs.add((schema, name))
+        elif name.lower() not in ctes:
+            if name.lower().startswith("pg_") or name.lower() in ("tables", "columns"):
+                return None
+            refs.update((s, name) for s in search_path if s not in _CATALOG_SCHEMAS)
+    return refs
+
+
+_CATALOG_SCHEMAS = ("pg_catalog", "information_schema")
+
+
+def query(sql: str) -> Statement:
+    """A statement the engine runs as a query (a DECLARE's or COPY's query, a catalog probe)."""
+    return Statement(Kind.QUERY, sql, "SELECT")
 
 
 _IDENT = r'(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$.]*)'
@@ -444,25 +427,6 @@ _HANDLERS = {
     "NOTIFY": _listen,
     "COPY": _copy,
 }
-
-
-def split_quoted(sql: str) -> list[tuple[str, bool]]:
-    """`sql` cut into (text, inside_quotes) pieces: string literals and quoted identifiers."""
-    out: list[tuple[str, bool]] = []
-    start = i = 0
-    while i < len(sql):
-        c = sql[i]
-        if c in ("'", '"'):
-            if i > start:
-                out.append((sql[start:i], False))
-            j = _skip_quoted(sql, i, c)
-            out.append((sql[i:j], True))
-            start = i = j
-            continue
-        i += 1
-    if start < len(sql):
-        out.append((sql[start:], False))
-    return out
 
 
 def refusal(stmt: Statement) -> PgError:

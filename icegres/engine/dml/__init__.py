@@ -1,0 +1,235 @@
+"""INSERT, UPDATE, DELETE and TRUNCATE as copy-on-write changes staged into a transaction.
+
+Rows are computed by DataFusion over the transaction's view of the tables (its pins plus its own
+staged writes) and written as new Parquet data files by pyiceberg's writer (`copy_on_write.py`).
+A statement arrives parsed (`Statement.tree`, shared: each change works on its own copy); every
+query run over the target is built and planned as a tree (`target.py`). Nothing here publishes:
+the staged write goes to the commit machine at COMMIT (or at once, in autocommit).
+
+All functions block; the session calls them from worker threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+from icegres.engine.dml.copy_on_write import (
+    append,
+    check_unique,
+    compact,
+    rewrite_matching,
+    unique_violation,
+)
+from icegres.engine.dml.inserts import rows_of_insert
+from icegres.engine.dml.target import (
+    FILE_COLUMN,
+    alias_of,
+    collect,
+    insert_columns,
+    lake_table,
+    returning_rows,
+    source,
+    target_key,
+    target_plan,
+    target_table,
+)
+from icegres.engine.dml.upsert import upsert
+from icegres.pg.errors import PgError
+
+if TYPE_CHECKING:
+    from icegres.engine.query import QueryContext
+    from icegres.engine.txn import Key, TxnState
+    from icegres.sql.statement import Statement
+
+__all__ = [
+    "FILE_COLUMN", "DmlResult", "InsertRows", "append", "check_unique", "collect", "compact", "describe",
+    "execute", "insert_columns", "insert_rows", "pin", "target_key", "target_plan", "unique_violation",
+]
+
+
+@dataclass(frozen=True)
+class DmlResult:
+    tag: str
+    returning: pa.Table | None = None
+
+
+def execute(qctx: QueryContext, txn: TxnState, stmt: Statement, params: dict[str, Any] | None) -> DmlResult:
+    """Stage one DML statement's effect into `txn` and return its command tag (and RETURNING rows)."""
+    tree = stmt.tree
+    pin(qctx, txn, stmt)
+    if isinstance(tree, exp.Insert):
+        return _insert(qctx, txn, tree, params)
+    if isinstance(tree, exp.Update):
+        return _update(qctx, txn, tree, params)
+    if isinstance(tree, exp.Delete):
+        return _delete(qctx, txn, tree, params)
+    if isinstance(tree, exp.TruncateTable):
+        for table in tree.expressions:
+            key = target_key(qctx, txn, table)
+            rewrite_matching(qctx, txn, key, None, None, params, delete=True, alias=alias_of(table, key))
+        return DmlResult("TRUNCATE TABLE")
+    raise PgError("0A000", f"statement is not supported: {stmt.sql.split(None, 1)[0].upper()}")
+
+
+def pin(qctx: QueryContext, txn: TxnState | None, stmt: Statement) -> None:
+    """Pin the snapshots the statement works on.
+
+    An autocommit INSERT … VALUES reads no table, so it builds on the mounted snapshot without a
+    catalog round trip: if another writer committed meanwhile, the commit is rejected and the
+    commit machine rebases the append onto the new head. A primary-key target is the exception —
+    its uniqueness check reads the table — and is pinned fresh.
+    """
+    tree = stmt.tree
+    blind = (txn is not None and txn.autocommit and isinstance(tree, exp.Insert)
+             and isinstance(tree.expression, exp.Values) and tree.expression.find(exp.Select) is None)
+    if not blind:
+        qctx.pin_for(stmt)
+        return
+    qctx.pin_for(stmt, fresh=False)
+    target = target_table(tree)
+    key = qctx.resolve_table(target.db or None, target.name)
+    plan = txn.pins.get(key) if key is not None else None
+    if plan is None or plan.primary_key:
+        if key is not None:
+            txn.pins.pop(key, None)
+        qctx.pin_for(stmt)
+
+
+def describe(qctx: QueryContext, stmt: Statement) -> tuple[pa.Schema | None, dict[int, pa.DataType]]:
+    """RETURNING columns and parameter types of a DML statement, without running it."""
+    from icegres.engine.column_names import tree_names
+    from icegres.engine.params import placeholder_types
+
+    tree = stmt.tree
+    qctx.pin_for(stmt, fresh=False)
+    txn = qctx.txn
+    table = target_table(tree) if not isinstance(tree, exp.TruncateTable) else None
+    if table is None:
+        return None, {}
+    key = target_key(qctx, txn, table)
+    plan = target_plan(txn, key)
+    types: dict[int, pa.DataType] = {}
+    by_name = {f.name: f.type for f in plan.schema}
+    if isinstance(tree, exp.Insert):
+        columns = insert_columns(tree, plan)
+        values = tree.expression
+        if isinstance(values, exp.Values):
+            for row in values.expressions:
+                for i, value in enumerate(row.expressions):
+                    if isinstance(value, exp.Parameter) and i < len(columns):
+                        types[int(value.this.this)] = by_name[columns[i]]
+        elif values is not None:
+            types.update(placeholder_types(qctx.plan_tree(values).df))
+    elif isinstance(tree, exp.Update):
+        for set_item in tree.expressions:
+            name = set_item.this.name
+            if isinstance(set_item.expression, exp.Parameter) and name in by_name:
+                types[int(set_item.expression.this.this)] = by_name[name]
+    where = tree.args.get("where")
+    alias = alias_of(tree.this, key)
+    if where is not None and not isinstance(tree, exp.Insert):
+        probe = exp.select(exp.Literal.number(1)).from_(source(lake_table(key), alias)).where(where.this.copy())
+        for index, dtype in placeholder_types(qctx.plan_tree(probe).df).items():
+            types.setdefault(index, dtype)
+    returning = tree.args.get("returning")
+    schema = None
+    if returning is not None:
+        query = (exp.select(*(e.copy() for e in returning.expressions))
+                 .from_(source(lake_table(key), alias_of(table, key))))
+        plain = qctx.plan_tree(query).df.schema()
+        schema = pa.schema([f.with_name(n) for f, n in zip(plain, tree_names(query, plain), strict=True)],
+                           plain.metadata)
+    return schema, types
+
+
+@dataclass(frozen=True)
+class InsertRows:
+    """An INSERT computed but not written: the write buffer's path (`insert_rows`)."""
+
+    key: Key
+    rows: pa.Table
+    returning: pa.Table | None
+
+    @property
+    def tag(self) -> str:
+        return f"INSERT 0 {self.rows.num_rows}"
+
+
+def insert_rows(qctx: QueryContext, txn: TxnState, stmt: Statement, params: dict[str, Any] | None) -> InsertRows | None:
+    """An autocommit INSERT's conformed rows and RETURNING rows, exactly as `execute` computes
+    them, with nothing written or staged. None when the write buffer must not take the statement
+    (not an INSERT, or a primary-key target: the key check needs every row in the lake)."""
+    tree = stmt.tree
+    if not isinstance(tree, exp.Insert) or tree.args.get("conflict") is not None:
+        return None  # ON CONFLICT: `execute` says what it means on this table
+    pin(qctx, qctx.txn, stmt)
+    table = target_table(tree)
+    key = target_key(qctx, txn, table)
+    if target_plan(txn, key).primary_key:
+        return None
+    key, rows, shape = rows_of_insert(qctx, txn, tree, params)
+    returning = None
+    if tree.args.get("returning") is not None:
+        returning = returning_rows(qctx, tree.args["returning"], rows, table, key)
+    elif shape is not None:
+        qctx.insert_shapes.keep(stmt.sql, qctx.env.search_path, shape)
+    return InsertRows(key, rows, returning)
+
+
+def _insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[str, Any] | None) -> DmlResult:
+    if tree.args.get("conflict") is not None:
+        return DmlResult(*upsert(qctx, txn, tree, params, _plain_insert))
+    return DmlResult(*_plain_insert(qctx, txn, tree, params))
+
+
+def _plain_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
+                  params: dict[str, Any] | None) -> tuple[str, pa.Table | None]:
+    key, rows, _ = rows_of_insert(qctx, txn, tree, params)
+    check_unique(qctx, target_plan(txn, key), key, rows, exclude_files=())
+    append(txn, key, rows)
+    returning = None
+    if tree.args.get("returning") is not None:
+        returning = returning_rows(qctx, tree.args["returning"], rows, target_table(tree), key)
+    return f"INSERT 0 {rows.num_rows}", returning
+
+
+def _update(qctx: QueryContext, txn: TxnState, tree: exp.Update, params: dict[str, Any] | None) -> DmlResult:
+    if tree.args.get("from") or tree.args.get("from_"):
+        raise PgError("0A000", "UPDATE ... FROM is not supported; use a subquery in WHERE")
+    key = target_key(qctx, txn, tree.this)
+    plan = target_plan(txn, key)
+    names = {f.name for f in plan.schema}
+    tree = tree.copy()  # the parse is shared (`Statement.tree`); its SET values are bounded in place
+    sets: dict[str, exp.Expression] = {}
+    for set_item in tree.expressions:
+        name = set_item.this.name
+        if name not in names:
+            raise PgError("42703", f'column "{name}" of relation "{key[1]}" does not exist')
+        if name in sets:
+            raise PgError("42601", f'multiple assignments to same column "{name}"')
+        sets[name] = set_item.expression
+    return _rewrite_rows(qctx, txn, tree, key, sets, params)
+
+
+def _delete(qctx: QueryContext, txn: TxnState, tree: exp.Delete, params: dict[str, Any] | None) -> DmlResult:
+    if tree.args.get("using"):
+        raise PgError("0A000", "DELETE ... USING is not supported; use a subquery in WHERE")
+    return _rewrite_rows(qctx, txn, tree, target_key(qctx, txn, tree.this), None, params)
+
+
+def _rewrite_rows(qctx: QueryContext, txn: TxnState, tree: exp.Expression, key: Key,
+                  sets: dict[str, exp.Expression] | None, params: dict[str, Any] | None) -> DmlResult:
+    """An UPDATE (`sets`) or DELETE (None) of the rows its WHERE selects; its tag and RETURNING."""
+    where = tree.args.get("where")
+    returning = tree.args.get("returning")
+    count, rows = rewrite_matching(qctx, txn, key, where.this if where is not None else None, sets, params,
+                                   delete=sets is None, alias=alias_of(tree.this, key),
+                                   returned=returning is not None)
+    tag = f"{'DELETE' if sets is None else 'UPDATE'} {count}"
+    if returning is None:
+        return DmlResult(tag)
+    return DmlResult(tag, returning_rows(qctx, returning, rows, tree.this, key))

@@ -1,0 +1,257 @@
+"""Copy-on-write: the data files an UPDATE or DELETE touches, rewritten; rows appended as new files;
+a primary key checked; a transaction's small files merged before it commits.
+
+UPDATE and DELETE first ask which data files hold matching rows (one grouped query over the
+table with each file's path as a column, so Parquet statistics still prune), then rewrite only
+those files. Nothing here publishes: the staged write goes to the commit machine at COMMIT (or at
+once, in autocommit).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
+from sqlglot import exp
+
+from icegres.engine.assign import assignment, conform, write_schema
+from icegres.engine.dml.target import (
+    FILE_COLUMN,
+    HIT_COLUMN,
+    collect,
+    column,
+    in_files,
+    is_true,
+    lake_table,
+    scan_typed,
+    source,
+    target_plan,
+    with_file_column,
+)
+from icegres.engine.rewrite.literals import typed_literals
+from icegres.pg.errors import PgError
+
+if TYPE_CHECKING:
+    from icegres.engine.mounts import ReadPlan
+    from icegres.engine.query import QueryContext
+    from icegres.engine.txn import Key, TxnState
+
+
+def rewrite_matching(qctx: QueryContext, txn: TxnState, key: Key, cond: exp.Expression | None,
+                     assigned: dict[str, exp.Expression] | None, params: dict[str, Any] | None, *,
+                     delete: bool, alias: exp.Identifier, returned: bool = False) -> tuple[int, pa.Table | None]:
+    """Rewrite exactly the data files that hold rows matching `cond` (setting the columns of
+    `assigned` to their values there); returns the row count and, if `returned`, the rows
+    RETURNING reads: those deleted, or those updated as they are written."""
+    sets: dict[str, exp.Expression] | None = None
+    plan = target_plan(txn, key)
+    returning_rows = write_schema(plan).empty_table() if returned else None
+    if not plan.files or assigned:
+        # PostgreSQL resolves every name before it looks at a row: an unknown column in WHERE or
+        # SET is 42703 even when no file (or no row) matches. Planning alone checks that.
+        from dataclasses import replace
+
+        from icegres.engine.mounts import to_dataframe
+
+        checked = source(qctx.register_private("target", qctx.zoned(to_dataframe(qctx.ctx, replace(plan, files=())))),
+                         alias)
+        if assigned:
+            sets = _bounded(qctx, checked, assigned, params)
+            # Assignments take the column's type, as PostgreSQL's assignment casts do: a literal
+            # is read as that type (exact decimals; 'abc' into an int column is an error even if
+            # no row matches), and a CASE over a double column is not widened to the literal's.
+            types = {f.name: f.type for f in plan.schema}
+            sets = _rounded_into_integers(qctx, checked, sets, types, params)
+            sets = {c: assignment(e, types[c]) for c, e in sets.items()}
+        items = [e.copy() for e in sets.values()] if sets else [exp.Literal.number(1)]
+        probe = exp.select(*items).from_(checked)
+        if cond is not None:
+            probe = probe.where(cond.copy())
+        # Executing over no rows still runs the optimizer, whose constant folding reads literals.
+        collect(qctx.plan_tree(probe, params))
+    if not plan.files:
+        return 0, returning_rows
+    view = source(qctx.register_private("target", with_file_column(qctx, plan)), alias)
+    hits_query = (exp.select(column(FILE_COLUMN), exp.alias_(exp.Count(this=exp.Star()), "n"))
+                  .from_(view).group_by(column(FILE_COLUMN)))
+    if cond is not None:
+        hits_query = hits_query.where(cond.copy())
+    hits = collect(qctx.plan_tree(hits_query, params))
+    matched = {p: n for p, n in zip(hits.column(0).to_pylist(), hits.column(1).to_pylist(), strict=True) if n}
+    count = sum(matched.values())
+    if not matched:
+        return 0, returning_rows
+    columns = [f.name for f in plan.schema]
+    hit = is_true(cond)
+    if delete:
+        kept = [column(c, alias) for c in columns]
+        query = exp.select(*kept).from_(view.copy()).where(exp.and_(in_files(matched), exp.Not(this=exp.Paren(this=hit.copy()))))
+        if returned:
+            gone = collect(qctx.plan_tree(
+                exp.select(*(c.copy() for c in kept)).from_(view.copy()).where(exp.and_(in_files(matched), hit.copy())),
+                params))
+            returning_rows = conform(gone, plan, key, qctx.env.time_zone)
+    else:
+        exprs: list[exp.Expression] = []
+        for c in columns:
+            if sets and c in sets:
+                exprs.append(exp.alias_(exp.Case(ifs=[exp.If(this=hit.copy(), true=sets[c].copy())],
+                                                 default=column(c, alias)), c, quoted=True))
+            else:
+                exprs.append(column(c, alias))
+        if returned:
+            exprs.append(exp.alias_(hit.copy(), HIT_COLUMN, quoted=True))
+        query = exp.select(*exprs).from_(view.copy()).where(in_files(matched))
+    data = collect(qctx.plan_tree(query, params))
+    marks = None
+    if not delete and returned:
+        marks = data.column(HIT_COLUMN)
+        data = data.drop_columns([HIT_COLUMN])
+    rows = conform(data, plan, key, qctx.env.time_zone)
+    if marks is not None:
+        returning_rows = rows.filter(marks)
+    if sets and any(c in sets for c in plan.primary_key):
+        check_unique(qctx, plan, key, rows, exclude_files=tuple(matched))
+    write = txn.write_for(key)
+    new_files = write_files(write.base, rows)
+    write, orphans = write.rewrite(set(matched), new_files, rows.num_rows)
+    txn.stage(write, orphans)
+    return count, returning_rows
+
+
+def _bounded(qctx: QueryContext, target: exp.Table, assigned: dict[str, exp.Expression],
+             params: dict[str, Any] | None) -> dict[str, exp.Expression]:
+    """The SET values, their integer `+ - *` computed so that overflow is 22003 rather than a
+    wrapped value (checked_arith.py); `target` is the table, for their types. The values are
+    changed in place (they are the caller's own copy of the statement) and come back detached."""
+    from icegres.engine.checked_arith import arithmetic_nodes, check_overflow
+
+    nodes = [node for value in assigned.values() for node in arithmetic_nodes(value)]
+    if nodes:
+        # A value that is itself a `+ - *` is replaced in its SET item: read each back from there.
+        holders = {c: (value.parent, value.arg_key) for c, value in assigned.items()}
+        probe = exp.select(*(exp.alias_(node.copy(), f"_{i}", quoted=True) for i, node in enumerate(nodes)))
+        types = [f.type for f in qctx.plan_tree(probe.from_(target.copy()), params).df.schema()]
+        check_overflow(nodes, types)
+        assigned = {c: parent.args[key] for c, (parent, key) in holders.items()}
+    # Each value read as its place in the UPDATE means it (numeric literals exact) while it is
+    # still there: from here on it is built into other queries.
+    return {c: typed_literals(value) for c, value in assigned.items()}
+
+
+def _rounded_into_integers(qctx: QueryContext, target: exp.Table, sets: dict[str, exp.Expression],
+                           types: dict[str, pa.DataType], params: dict[str, Any] | None) -> dict[str, exp.Expression]:
+    """SET values of integer columns whose type is fractional, rounded as PostgreSQL rounds them
+    into an integer (DataFusion's cast truncates: `SET n = n * 1.5` stored 22 for 15, not 23).
+
+    PostgreSQL rounds numeric half away from zero and float8 half to even. DataFusion reads a
+    decimal literal as a double, so a double value is taken for numeric, as PostgreSQL types
+    it, unless it reads a real or double column (which makes PostgreSQL's expression float8).
+    """
+    integer = [c for c in sets if pa.types.is_integer(types[c])]
+    if not integer:
+        return sets
+    # The names must differ: two values that spell alike are two items.
+    probe = exp.select(*(exp.alias_(sets[c].copy(), f"_{i}", quoted=True) for i, c in enumerate(integer)))
+    planned = qctx.plan_tree(probe.from_(target.copy()), params).df.schema()
+    floats = {name for name, t in types.items() if pa.types.is_floating(t)}
+    out = dict(sets)
+    for c, field in zip(integer, planned, strict=True):
+        value = sets[c]
+        if pa.types.is_floating(field.type) and floats and any(col.name in floats for col in value.find_all(exp.Column)):
+            # Half to even: round(v / 2) * 2 where v is exactly half way.
+            half = exp.EQ(this=exp.Abs(this=exp.Sub(this=exp.Paren(this=value.copy()), expression=_call("trunc", value))),
+                          expression=exp.Literal.number("0.5"))
+            even = exp.Mul(this=exp.Literal.number(2),
+                           expression=_call("round", exp.Div(this=exp.Paren(this=value.copy()), expression=exp.Literal.number(2))))
+            out[c] = exp.Case(ifs=[exp.If(this=half, true=even)], default=_call("round", value))
+        elif pa.types.is_floating(field.type) or pa.types.is_decimal(field.type):
+            out[c] = _call("round", value)
+    return out
+
+
+def _call(name: str, *args: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this=name, expressions=[a.copy() for a in args])
+
+
+def check_unique(qctx: QueryContext, plan: ReadPlan, key: Key, rows: pa.Table, exclude_files: tuple[str, ...]) -> None:
+    """Opt-in primary key (`icegres.primary-key`): 23505 if `rows` repeat a key among themselves
+    or with the table as this transaction sees it (minus `exclude_files`, which are being
+    rewritten). The commit re-checks against whatever other sessions committed meanwhile."""
+    pk = list(plan.primary_key)
+    if not pk or rows.num_rows == 0:
+        return
+    keys = rows.select(pk)
+    dupes = keys.group_by(pk).aggregate([([], "count_all")])
+    dupes = dupes.filter(pa.compute.greater(dupes.column("count_all"), 1))
+    if dupes.num_rows:
+        raise unique_violation(key, pk, dupes.slice(0, 1).select(pk).to_pylist()[0])
+    if not plan.files:
+        return
+    t, n = exp.to_identifier("t"), exp.to_identifier("n")
+    new_keys = source(qctx.register_private("new_keys", qctx.ctx.from_arrow(scan_typed(keys))), n)
+    table = lake_table(key)
+    if exclude_files:
+        table = qctx.register_private("pk_target", with_file_column(qctx, plan))
+    on = exp.and_(*(exp.EQ(this=column(c, t), expression=column(c, n)) for c in pk))
+    query = exp.select(*(column(c, t) for c in pk)).from_(source(table, t)).join(new_keys, on=on).limit(1)
+    if exclude_files:
+        query = query.where(exp.Not(this=exp.Paren(this=in_files(exclude_files, t))))
+    hit = collect(qctx.plan_tree(query))
+    if hit.num_rows:
+        raise unique_violation(key, pk, hit.to_pylist()[0])
+
+
+def unique_violation(key: Key, pk: list[str], values: dict[str, Any]) -> PgError:
+    shown = ", ".join("NULL" if values[c] is None else str(values[c]) for c in pk)
+    return PgError("23505", f'duplicate key value violates unique constraint "{key[1]}_pkey"',
+                   detail=f"Key ({', '.join(pk)})=({shown}) already exists.")
+
+
+def compact(txn: TxnState) -> None:
+    """Before COMMIT: merge the small files a transaction staged per table into one.
+
+    Every INSERT of a transaction writes its own file (a thousand-row executemany would publish a
+    thousand files); reading them back and writing one is cheap next to what a thousand files
+    would cost every later scan. Files too large to merge are left as they are."""
+    import pyarrow.parquet as pq
+
+    for write in list(txn.writes.values()):
+        if len(write.added) < 2:
+            continue
+        table: Any = write.base.table
+        target = int(table.metadata.properties.get("write.target-file-size-bytes", 512 * 1024 * 1024))
+        if sum(f.file_size_in_bytes for f in write.added.values()) > target:
+            continue
+        parts = []
+        for path in write.added:
+            with table.io.new_input(path).open() as f:
+                parts.append(pq.read_table(f))
+        rows = pa.concat_tables(parts, promote_options="permissive").cast(write_schema(write.base))
+        merged = write_files(write.base, rows)
+        write, orphans = write.rewrite(set(write.added), merged, 0)
+        txn.stage(write, orphans)
+
+
+def append(txn: TxnState, key: Key, rows: pa.Table) -> None:
+    """Stage `rows` as new data files of the table."""
+    if rows.num_rows == 0:
+        return
+    write = txn.write_for(key)
+    write, _ = write.rewrite(set(), write_files(write.base, rows), rows.num_rows)
+    txn.stage(write)
+
+
+def write_files(base: ReadPlan, rows: pa.Table) -> dict[str, Any]:
+    """Write rows as new Parquet data files of the table (partitioned as its spec says)."""
+    if rows.num_rows == 0:
+        return {}
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    table: Any = base.table
+    files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io))
+    for f in files:
+        # Manifests give read DataFiles their spec id; written ones need it to be deleted later.
+        f.spec_id = table.metadata.default_spec_id
+    return {f.file_path: f for f in files}

@@ -1,0 +1,122 @@
+"""The rows an INSERT adds: computed and conformed to the table, nothing written.
+
+`VALUES` of parameters and constants go straight into Arrow from a recipe (insert_shape.py);
+anything else is planned as a query over the transaction's view (its source, with VALUES rows
+that hold subqueries as SELECTs and integer arithmetic bounded against overflow).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+from icegres.engine.assign import conform
+from icegres.engine.dml.target import collect, insert_columns, target_key, target_plan, target_table
+from icegres.engine.insert_shape import InsertShape, compile_shape
+from icegres.pg.errors import PgError
+
+if TYPE_CHECKING:
+    from icegres.engine.mounts import ReadPlan
+    from icegres.engine.query import QueryContext
+    from icegres.engine.txn import Key, TxnState
+
+
+def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
+                   params: dict[str, Any] | None) -> tuple[Key, pa.Table, InsertShape | None]:
+    """The target and the conformed rows an INSERT adds (nothing written), and the recipe that
+    built them when they came straight from parameters and constants."""
+    key = target_key(qctx, txn, target_table(tree))
+    plan = target_plan(txn, key)
+    columns = insert_columns(tree, plan)
+    source = tree.expression
+    if source is None:  # INSERT ... DEFAULT VALUES
+        data = pa.table({c: pa.nulls(1) for c in columns})
+    elif (shape := compile_shape(tree, key, plan, columns)) is not None and (rows := shape.rows(params)) is not None:
+        # `VALUES ($1, $2), ($3, $4) …` built straight into Arrow, without planning SQL: drivers
+        # send multi-row inserts exactly so (executemany, ORMs' bulk inserts), and planning
+        # hundreds of placeholders costs far more than the rows. Parameters arrive decoded as the
+        # target columns' types (Parse inferred them from the columns), so they convert as they are.
+        return key, rows, shape
+    else:
+        source = _bounded_source(qctx, tree, params)
+        query = _values_as_selects(source)
+        # Outside a transaction block the source also sees the write buffer's acked rows.
+        with qctx.buffered_reads(qctx.buffered_entries_of(query)):
+            try:
+                planned = qctx.plan_tree(query, params)
+            except PgError as err:
+                if not (isinstance(source, exp.Values) and "Inconsistent data type across values list" in str(err)):
+                    raise
+                explicit = isinstance(tree.this, exp.Schema)
+                return key, _rows_one_by_one(qctx, source, columns, explicit, plan, key, params), None
+            columns = _targets(columns, isinstance(tree.this, exp.Schema), len(planned.df.schema()))
+            data = collect(planned)
+        data = data.rename_columns(columns)
+    return key, conform(data, plan, key, qctx.env.time_zone), None
+
+
+def _rows_one_by_one(qctx: QueryContext, source: exp.Values, columns: list[str], explicit: bool, plan: ReadPlan,
+                     key: Key, params: dict[str, Any] | None) -> pa.Table:
+    """The rows of a VALUES list DataFusion cannot give one type per column, each planned alone
+    and assigned to the columns' types: PostgreSQL reads `(date '2024-01-01'), ('2024-01-02')` as
+    two dates (an untyped literal takes the other rows' type), where DataFusion finds Date32 and
+    Utf8 "inconsistent". Each row's text then goes through the column type's input function."""
+    tables = []
+    for row in source.expressions:
+        data = collect(qctx.plan_tree(_row_select(row), params))
+        names = _targets(columns, explicit, data.num_columns)
+        tables.append(conform(data.rename_columns(names), plan, key, qctx.env.time_zone))
+    return pa.concat_tables(tables)
+
+
+def _targets(columns: list[str], explicit: bool, width: int) -> list[str]:
+    """The columns `width` values go to: without a column list, the table's first `width`; a
+    mismatch is PostgreSQL's 42601."""
+    names = columns if explicit else columns[:width]
+    if width != len(names):
+        more, fewer = ("expressions", "target columns") if width > len(names) else ("target columns", "expressions")
+        raise PgError("42601", f"INSERT has more {more} than {fewer}")
+    return names
+
+
+def _row_select(row: exp.Expression) -> exp.Expression:
+    """One VALUES row as `SELECT value, ...`, its numeric literals exact: the rewrite reads the
+    literals of VALUES as numeric, as PostgreSQL does, but not those of a SELECT or a UNION."""
+    from icegres.engine.rewrite.literals import exact_number
+
+    return exp.select(*(exact_number(e, room=False) or e.copy() for e in row.expressions))
+
+
+def _values_as_selects(source: exp.Expression) -> exp.Expression:
+    """VALUES rows holding a subquery, as one SELECT per row (UNION ALL): DataFusion 55 plans
+    `VALUES (1, (SELECT max(n) FROM t))` and then fails to run it ("ScalarSubqueryExpr evaluated
+    before the subquery was executed"); in a select list the same subquery runs."""
+    if not isinstance(source, exp.Values) or source.find(exp.Subquery) is None:
+        return source
+    rows = [_row_select(row) for row in source.expressions]
+    out: exp.Expression = rows[0]
+    for row in rows[1:]:
+        out = exp.union(out, row, distinct=False)
+    return out
+
+
+def _bounded_source(qctx: QueryContext, tree: exp.Insert, params: dict[str, Any] | None) -> exp.Expression:
+    """An INSERT ... SELECT's source with the integer `+ - *` of its select list computed so that
+    overflow is 22003 (checked_arith.py): a wrapped value among the rows it inserts is stored.
+    The select list's types come from planning it with those operations appended as items (so
+    GROUP BY and ORDER BY positions still point where they did)."""
+    from icegres.engine.checked_arith import arithmetic_nodes, check_overflow
+
+    source = tree.expression
+    if not isinstance(source, exp.Select) or not any(arithmetic_nodes(e) for e in source.expressions):
+        return source
+    source = tree.copy().expression  # the parse is shared; still an INSERT's source (exact literals)
+    nodes = [node for item in source.expressions for node in arithmetic_nodes(item)]
+    probe = source.copy()
+    probe.set("expressions", [*probe.expressions,
+                              *(exp.alias_(node.copy(), f"_icegres_{i}", quoted=True) for i, node in enumerate(nodes))])
+    types = [f.type for f in qctx.plan_tree(probe, params).df.schema()][-len(nodes):]
+    check_overflow(nodes, types)
+    return source

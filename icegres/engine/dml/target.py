@@ -1,0 +1,168 @@
+"""What every DML statement needs: the table it writes (resolved, in the transaction's view), the
+trees of the queries it plans over that table, and its RETURNING rows.
+
+Queries are built as sqlglot trees and planned as trees (`QueryContext.plan_tree`); no SQL text
+is assembled here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from sqlglot import exp
+
+from icegres.engine.column_names import tree_names
+from icegres.pg.errors import PgError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from icegres.engine.mounts import ReadPlan
+    from icegres.engine.planned import PlannedQuery
+    from icegres.engine.query import QueryContext
+    from icegres.engine.txn import Key, TxnState
+
+FILE_COLUMN = "__icegres_file"
+HIT_COLUMN = "__icegres_hit"  # an UPDATE ... RETURNING's mark of the rows it changed
+
+
+def target_table(tree: exp.Expression) -> exp.Expression:
+    """The table an INSERT (with or without a column list), UPDATE or DELETE names."""
+    return tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+
+
+def target_key(qctx: QueryContext, txn: TxnState | None, table: exp.Table) -> Key:
+    """The (schema, table) a written table means: 42P01 if it is none the transaction sees."""
+    name = table.name
+    schema = table.db or None
+    key = qctx.resolve_table(schema, name)
+    if key is None:
+        shown = f"{schema}.{name}" if schema else name
+        raise PgError("42P01", f'relation "{shown}" does not exist')
+    if txn is not None and key not in txn.pins:
+        raise PgError("42P01", f'relation "{key[0]}.{key[1]}" does not exist')
+    return key
+
+
+def target_plan(txn: TxnState | None, key: Key) -> ReadPlan:
+    """The written table as the transaction sees it (its pin plus its own staged writes)."""
+    assert txn is not None
+    plan = txn.plan(key)
+    if plan is None:
+        raise PgError("42P01", f'relation "{key[0]}.{key[1]}" does not exist')
+    if plan.table is None:
+        raise PgError("0A000", f"table {key[0]}.{key[1]} cannot be written")
+    return plan
+
+
+def insert_columns(tree: exp.Insert, plan: ReadPlan) -> list[str]:
+    """The columns an INSERT fills, in order (42703 / 42701 for a bad column list)."""
+    names = [f.name for f in plan.schema]
+    if not isinstance(tree.this, exp.Schema):
+        # PostgreSQL: without a column list, the first N columns, N the width of VALUES (or of
+        # the query, which the planned rows tell); the rest take their defaults.
+        source = tree.expression
+        if isinstance(source, exp.Values) and source.expressions:
+            width = len(source.expressions[0].expressions)
+            return names[:width] if width < len(names) else names
+        return names
+    columns = [c.name for c in tree.this.expressions]
+    for c in columns:
+        if c not in names:
+            raise PgError("42703", f'column "{c}" of relation "{tree.this.this.name}" does not exist')
+    if len(set(columns)) != len(columns):
+        raise PgError("42701", "column specified more than once")
+    return columns
+
+
+# --- trees ----------------------------------------------------------------------------------------
+
+
+def ident(name: str) -> exp.Identifier:
+    return exp.to_identifier(name, quoted=True)
+
+
+def column(name: str, table: exp.Identifier | None = None) -> exp.Column:
+    return exp.Column(this=ident(name), table=table.copy() if table is not None else None)
+
+
+def alias_of(table: exp.Expression, key: Key) -> exp.Identifier:
+    """The name the statement's rows go by: the table's alias, else the table's own name."""
+    given = table.args.get("alias") if hasattr(table, "args") else None
+    return ident(given.name if given is not None else key[1])
+
+
+def source(relation: exp.Table, alias: exp.Identifier) -> exp.Table:
+    """`relation AS alias`, for a FROM or JOIN."""
+    out = relation.copy()
+    out.set("alias", exp.TableAlias(this=alias.copy()))
+    return out
+
+
+def lake_table(key: Key) -> exp.Table:
+    """The lake table `key`, as a query names it."""
+    return exp.Table(this=ident(key[1]), db=ident(key[0]))
+
+
+def in_files(paths: Iterable[str], alias: exp.Identifier | None = None) -> exp.Expression:
+    """`"__icegres_file" IN ('path', ...)`: the rows of those data files."""
+    return column(FILE_COLUMN, alias).isin(*(exp.Literal.string(p) for p in paths))
+
+
+def is_true(cond: exp.Expression | None) -> exp.Expression:
+    """`(cond) IS TRUE` (a NULL condition selects nothing); TRUE for no condition."""
+    if cond is None:
+        return exp.true()
+    return exp.Is(this=exp.Paren(this=cond.copy()), expression=exp.true())
+
+
+def collect(planned: PlannedQuery) -> pa.Table:
+    """Run a plan to the end (its hold kept until then)."""
+    from icegres.engine import errors as engine_errors
+
+    try:
+        return planned.df.to_arrow_table()
+    except Exception as exc:
+        raise engine_errors.from_datafusion(exc) from None
+
+
+def with_file_column(qctx: QueryContext, plan: ReadPlan) -> Any:
+    """The table as a union of per-file scans, each tagged with its path."""
+    from dataclasses import replace
+
+    from datafusion import lit
+
+    from icegres.engine.mounts import to_dataframe
+
+    ctx = qctx.ctx
+    frames = [
+        to_dataframe(ctx, replace(plan, files=(f,)), qctx.engine.stores).with_column(FILE_COLUMN, lit(f.path))
+        for f in plan.files
+    ]
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.union(other)
+    return qctx.zoned(df)
+
+
+def returning_rows(qctx: QueryContext, returning: exp.Expression, rows: pa.Table, table: exp.Expression,
+                   key: Key) -> pa.Table:
+    """RETURNING's list over `rows` (the rows written, or deleted), named as PostgreSQL names it."""
+    view = qctx.register_private("returning", qctx.ctx.from_arrow(scan_typed(rows)))
+    query = exp.select(*(e.copy() for e in returning.expressions)).from_(source(view, alias_of(table, key)))
+    result = collect(qctx.plan_tree(query))
+    return result.rename_columns(tree_names(query, result.schema))
+
+
+def scan_typed(rows: pa.Table) -> pa.Table:
+    """`rows` with the types a scan of the table gives (small strings and binaries)."""
+    return rows.cast(pa.schema([f.with_type(_scan_type(f.type)) for f in rows.schema]))
+
+
+def _scan_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    return t

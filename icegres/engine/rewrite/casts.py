@@ -1,0 +1,296 @@
+"""Rewrites of casts: reg* types resolved against the catalog, array literals, casts DataFusion
+reads differently from PostgreSQL."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from icegres.engine import pg_catalog
+from icegres.engine.rewrite.tree import _bottom_up, _call, _func_name, _Rewriter, _type_name
+from icegres.pg.errors import (
+    UNDEFINED_OBJECT,
+    UNDEFINED_TABLE,
+    PgError,
+)
+
+# --- casts --------------------------------------------------------------------------------------
+
+
+
+
+def _is_texty(node: exp.Expression) -> bool:
+    """Whether node surely yields text (a name to resolve, not an OID to keep)."""
+    if isinstance(node, (exp.Placeholder, exp.Parameter)):
+        return True
+    if isinstance(node, exp.Literal):
+        return node.is_string
+    if isinstance(node, exp.Cast):
+        return _type_name(node.to) in ("text", "varchar", "name")
+    if isinstance(node, exp.DPipe):
+        return True
+    return _func_name(node) in ("pg_get_serial_sequence", "quote_ident", "concat", "format")
+
+
+def _is_projection(node: exp.Expression) -> bool:
+    parent = node.parent
+    if isinstance(parent, exp.Alias):
+        parent = parent.parent
+    return isinstance(parent, exp.Select) and node.arg_key in ("expressions", "this")
+
+
+def _bigint(node: exp.Expression) -> exp.Expression:
+    return exp.Cast(this=node, to=exp.DataType.build("BIGINT"))
+
+
+# A reg* value a query returns prints as a name; compared or joined, it is an OID.
+
+
+def _regclass(node: exp.Cast, rw: _Rewriter) -> exp.Expression:
+    """'demo.trips'::regclass -> its OID; c.oid::regclass returned -> its name.
+
+    psql (\\d: c.oid::pg_catalog.regclass), SQLAlchemy (CAST('pg_catalog.pg_class' AS REGCLASS)),
+    CLIENTS.md: CAST($2 AS REGCLASS) with a bound text value.
+    """
+    value = node.this
+    if isinstance(value, exp.Literal) and value.is_string:
+        return exp.Literal.number(_resolve_relation(value.this, rw))
+    if _is_texty(value):
+        return _call("to_regclass", value)
+    if _is_projection(node):
+        return _call("pg_regclass_out", _bigint(value))
+    return _bigint(value)
+
+
+def _resolve_relation(name: str, rw: _Rewriter) -> int:
+    ix = pg_catalog.current_index(rw.env)
+    oid = ix.resolve(name, rw.search_path) if ix is not None else None
+    if oid is None:
+        relation_oid = getattr(rw.env, "relation_oid", None)
+        parts = name.split(".")
+        if relation_oid is not None and len(parts) == 2:
+            oid = relation_oid(parts[0], parts[1])
+    if oid is None:
+        raise PgError(UNDEFINED_TABLE, f'relation "{name}" does not exist')
+    return oid
+
+
+def _regtype(node: exp.Cast, rw: _Rewriter) -> exp.Expression:
+    """'int4'::regtype -> 23; t.oid::regtype::text -> format_type (psycopg TypeInfo, asyncpg)."""
+    value = node.this
+    if isinstance(value, exp.Literal) and value.is_string:
+        oid = pg_catalog.type_oid_by_name(value.this)
+        if oid is None:
+            raise PgError(UNDEFINED_OBJECT, f'type "{value.this}" does not exist')
+        return exp.Literal.number(oid)
+    if _is_texty(value):
+        return _call("to_regtype", value)
+    if _is_projection(node):
+        return _call("pg_regtype_out", _bigint(value))
+    return _bigint(value)
+
+
+def _regnamespace(node: exp.Cast, rw: _Rewriter) -> exp.Expression:
+    """stxnamespace::pg_catalog.regnamespace::pg_catalog.text (psql \\d)."""
+    value = node.this
+    if isinstance(value, exp.Literal) and value.is_string:
+        return _call("to_regnamespace", value)
+    if _is_projection(node):
+        return _call("pg_regnamespace_out", _bigint(value))
+    return _bigint(value)
+
+
+def _regproc(node: exp.Cast, rw: _Rewriter) -> exp.Expression:
+    """'pg_catalog.array_in'::regproc -> 'array_in': pg_type.typinput & co. hold names here
+    (pgjdbc getTypeInfo compares typinput with it)."""
+    value = node.this
+    if isinstance(value, exp.Literal) and value.is_string:
+        name = value.this.split("(")[0].split(".")[-1].strip('"')
+        return exp.Literal.string(name)
+    return value
+
+
+def _regrole(node: exp.Cast, rw: _Rewriter) -> exp.Expression:
+    value = node.this
+    if isinstance(value, exp.Literal) and value.is_string:
+        return exp.Literal.number(pg_catalog.BOOTSTRAP_SUPERUSER_OID)
+    return _bigint(value)
+
+
+def _to(type_sql: str) -> Callable[[exp.Cast, _Rewriter], exp.Expression]:
+    def retype(node: exp.Cast, rw: _Rewriter) -> exp.Expression:
+        return exp.Cast(this=node.this, to=exp.DataType.build(type_sql))
+
+    return retype
+
+
+# Cast targets DataFusion lacks, by PostgreSQL type name. Everything OID-like is BIGINT here.
+_CASTS: dict[str, Callable[[exp.Cast, _Rewriter], exp.Expression]] = {
+    "regclass": _regclass,
+    "regtype": _regtype,
+    "regnamespace": _regnamespace,
+    "regproc": _regproc,
+    "regprocedure": _regproc,
+    "regrole": _regrole,
+    "oid": _to("BIGINT"),
+    "xid": _to("BIGINT"),
+    "regclass[]": _to("BIGINT[]"),
+    "regtype[]": _to("BIGINT[]"),
+    "oid[]": _to("BIGINT[]"),
+    "oidvector": _to("BIGINT[]"),
+    "int2vector": _to("SMALLINT[]"),
+    "int2[]": _to("SMALLINT[]"),
+    "name": _to("TEXT"),
+    "name[]": _to("TEXT[]"),
+    "char": _to("TEXT"),
+    "text": _to("TEXT"),  # spelled pg_catalog.text by psql, which DataFusion doesn't know
+    "pg_node_tree": _to("TEXT"),
+}
+
+_PG_ARRAY_LITERAL = re.compile(r"^\{(.*)\}$", re.S)
+
+
+def array_literal(text: str) -> list[str | None] | None:
+    """Elements of a one-dimensional PostgreSQL array literal ('{a,"b c",NULL}'), else None."""
+    m = _PG_ARRAY_LITERAL.match(text.strip())
+    if m is None:
+        return None
+    body, items, buf, quoted, i = m.group(1), [], [], False, 0
+    was_quoted = False
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body):
+            buf.append(body[i + 1])
+            i += 2
+            continue
+        if ch == '"':
+            quoted, was_quoted = not quoted, True
+        elif ch == "," and not quoted:
+            items.append(_array_item("".join(buf), was_quoted))
+            buf, was_quoted = [], False
+        elif ch == "{" and not quoted:
+            return None  # multi-dimensional: not something clients send to catalogs
+        else:
+            buf.append(ch)
+        i += 1
+    if body.strip() or was_quoted:
+        items.append(_array_item("".join(buf), was_quoted))
+    return items
+
+
+def _array_item(raw: str, quoted: bool) -> str | None:
+    text = raw if quoted else raw.strip()
+    return None if not quoted and text.upper() == "NULL" else text
+
+
+def _make_array(items: list[str | None], numeric: bool) -> exp.Expression:
+    def lit(v: str | None) -> exp.Expression:
+        if v is None:
+            return exp.Null()
+        return exp.Literal.number(v) if numeric else exp.Literal.string(v)
+
+    return _call("make_array", *[lit(v) for v in items])
+
+
+_NUMERIC_ARRAYS = {"int2[]", "int4[]", "int8[]", "int[]", "integer[]", "bigint[]", "smallint[]",
+                   "oid[]", "regclass[]", "regtype[]", "int2vector", "oidvector"}
+
+
+def casts(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """Every cast DataFusion can't do, by target type (see _CASTS)."""
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Cast):
+            return node
+        name = _type_name(node.to)
+        if name is None:
+            return node
+        value = node.this
+        if name.endswith("[]") or name in ("int2vector", "oidvector"):
+            items = array_literal(value.this) if isinstance(value, exp.Literal) and value.is_string else None
+            if items is not None:  # '{1,2}'::int2[]: DataFusion can't cast text to a list
+                return _make_array(items, name in _NUMERIC_ARRAYS)
+        rule = _CASTS.get(name)
+        return rule(node, rw) if rule is not None else node
+
+    return _bottom_up(tree, fn)
+
+
+def regclass_text(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """x::regclass::text -> pg_regclass_out(x) (and the same for regtype / regnamespace).
+
+    psql orders partitions by c.oid::pg_catalog.regclass::pg_catalog.text; SQLAlchemy passes
+    CAST(CAST(attrelid AS REGCLASS) AS TEXT) to pg_get_serial_sequence; psycopg and asyncpg
+    read t.oid::regtype::text. Runs before `casts`, which would turn the inner cast into BIGINT.
+    """
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Cast) and _type_name(node.to) in ("text", "varchar", "name"):
+            inner = node.this
+            if isinstance(inner, exp.Cast) and not _is_texty(inner.this):
+                render = _REG_TEXT.get(_type_name(inner.to) or "")
+                if render is not None:
+                    return render(_bigint(inner.this))
+        return node
+
+    return _bottom_up(tree, fn)
+
+
+_REG_TEXT: dict[str, Callable[[exp.Expression], exp.Expression]] = {
+    "regclass": lambda v: _call("pg_regclass_out", v),
+    "regtype": lambda v: _call("pg_regtype_out", v),
+    "regnamespace": lambda v: _call("pg_regnamespace_out", v),
+}
+
+
+def array_comparisons(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """`pol.polroles = '{0}'` -> `= make_array(0)` (psql \\d policies), and
+    `coalesce(a.fnames, '{}')` -> `coalesce(a.fnames, make_array())` (psycopg CompositeInfo)."""
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Coalesce) and isinstance(node.this, exp.Column):
+            args = []
+            for arg in node.expressions:
+                items = array_literal(arg.this) if isinstance(arg, exp.Literal) and arg.is_string else None
+                args.append(arg if items is None else _make_array(items, False))
+            node.set("expressions", args)
+        if isinstance(node, (exp.EQ, exp.NEQ)):
+            for side, other in (("expression", node.this), ("this", node.expression)):
+                lit = node.args.get(side)
+                if isinstance(lit, exp.Literal) and lit.is_string and isinstance(other, exp.Column):
+                    items = array_literal(lit.this)
+                    if items is not None:
+                        numeric = all(v is None or v.lstrip("-").isdigit() for v in items)
+                        node.set(side, _make_array(items, numeric))
+        return node
+
+    return _bottom_up(tree, fn)
+
+
+_ARRAY_OF_KIND = {"oid": "BIGINT[]", "name": "TEXT[]", "text": "TEXT[]", "char": "TEXT[]",
+                  "int2": "SMALLINT[]", "int4": "INT[]", "int8": "BIGINT[]"}
+
+
+def typed_any_parameters(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """`n.nspname = ANY($1)` -> `= ANY(CAST($1 AS TEXT[]))`, typed by the catalog column.
+
+    ibis sends the list as an untyped '{demo}'; PostgreSQL infers text[] from nspname, while
+    DataFusion infers nothing for $1 here. The cast tells the session what to decode it as.
+    """
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        if not (isinstance(node, exp.EQ) and isinstance(node.expression, exp.Any)):
+            return node
+        inner = node.expression.this
+        param = inner.this if isinstance(inner, exp.Paren) else inner
+        column = node.this
+        if isinstance(param, (exp.Placeholder, exp.Parameter)) and isinstance(column, exp.Column):
+            array_type = _ARRAY_OF_KIND.get(pg_catalog.COLUMN_KINDS.get(column.name.lower(), ""))
+            if array_type is not None:
+                cast = exp.Cast(this=param, to=exp.DataType.build(array_type))
+                node.expression.set("this", exp.Paren(this=cast))
+        return node
+
+    return _bottom_up(tree, fn)

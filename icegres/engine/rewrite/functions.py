@@ -1,0 +1,246 @@
+"""Rewrites of functions and subqueries: json_build_object, privilege checks, default arguments,
+EXISTS in expressions, and correlated scalar subqueries DataFusion cannot run as written."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from icegres.engine.pg_functions import FUNCTION_DEFAULTS
+from icegres.engine.rewrite.tree import (
+    _bottom_up,
+    _call,
+    _conjuncts,
+    _func_name,
+    _local_names,
+    _outer_columns,
+    _Rewriter,
+)
+from icegres.sql.parse import DIALECT
+
+# --- functions ----------------------------------------------------------------------------------
+
+
+def json_build_object(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """json_build_object(k1, v1, ...) -> pg_json_build_object(keys, arrow types, text values).
+
+    SQLAlchemy's column reflection builds identity and collation options so; a Python UDF has
+    one fixed signature, so values travel as text with their Arrow type to re-type them.
+    """
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        if _func_name(node) != "json_build_object":
+            return node
+        args = list(node.expressions) if isinstance(node, exp.Anonymous) else _json_args(node)
+        keys, values = args[0::2], args[1::2]
+        return _call(
+            "pg_json_build_object",
+            _call("make_array", *[exp.Cast(this=k, to=exp.DataType.build("TEXT")) for k in keys]),
+            _call("make_array", *[_call("arrow_typeof", v.copy()) for v in values]),
+            _call("make_array", *[exp.Cast(this=v, to=exp.DataType.build("TEXT")) for v in values]),
+        )
+
+    return _bottom_up(tree, fn)
+
+
+def _json_args(node: exp.Expression) -> list[exp.Expression]:
+    out: list[exp.Expression] = []
+    for item in node.expressions:
+        if isinstance(item, (exp.JSONKeyValue, exp.PropertyEQ, exp.Slice)):
+            out += [item.this, item.expression]
+        else:
+            out.append(item)
+    return out
+
+
+def privilege_checks(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """has_*_privilege(...) -> TRUE: icegres's one role is a superuser (DBeaver, pgAdmin)."""
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        name = _func_name(node) or ""
+        if name.startswith("has_") and name.endswith("_privilege"):
+            return exp.true()
+        return node
+
+    return _bottom_up(tree, fn)
+
+
+def pad_default_arguments(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """current_setting('jit') -> current_setting('jit', false): each UDF has one arity, so the
+    short PostgreSQL overloads get their defaults spelled out (see FUNCTION_DEFAULTS)."""
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Anonymous):
+            defaults = FUNCTION_DEFAULTS.get(str(node.this).lower())
+            if defaults is not None and len(node.expressions) < len(defaults):
+                extra = [exp.maybe_parse(d, dialect=DIALECT) for d in defaults[len(node.expressions):]]
+                node.set("expressions", [*node.expressions, *extra])
+        return node
+
+    return _bottom_up(tree, fn)
+
+
+def exists_in_expressions(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """EXISTS(...) outside WHERE/ON -> (SELECT count(*) ...) > 0.
+
+    DataFusion plans EXISTS only as a filter; ibis's column query has it in a CASE.
+    """
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Exists) or _in_filter(node):
+            return node
+        select = node.this.this if isinstance(node.this, exp.Subquery) else node.this
+        if not isinstance(select, exp.Select):
+            return node
+        counted = select.copy()
+        counted.set("expressions", [exp.Count(this=exp.Star())])
+        return exp.GT(this=exp.Subquery(this=counted), expression=exp.Literal.number(0))
+
+    return _bottom_up(tree, fn)
+
+
+def _in_filter(node: exp.Expression) -> bool:
+    parent = node.parent
+    while parent is not None and not isinstance(parent, (exp.Select, exp.Subquery)):
+        if isinstance(parent, exp.Where) or (isinstance(parent, exp.Join) and node.arg_key == "on"):
+            return True
+        if isinstance(parent, (exp.Case, exp.If, exp.Func)) and not isinstance(parent, exp.Connector):
+            return False
+        node, parent = parent, parent.parent
+    return False
+
+
+def decorrelate_scalar_subqueries(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """Shape correlated scalar subqueries the way DataFusion can turn them into joins.
+
+    DataFusion decorrelates `(SELECT agg(e) FROM t WHERE t.k = outer.k AND <inner-only>)` and
+    nothing else, while clients send (psql \\d, SQLAlchemy get_columns, pgjdbc, asyncpg):
+      - no aggregate: PostgreSQL raises on a second row anyway, so max() of the one row;
+      - a condition on outer columns only (`AND a.atthasdef`): moved out as CASE WHEN ... THEN;
+      - an outer column beside an equality that already binds it (`c.oid = a.attcollation AND
+        a.attcollation <> t.typcollation`): the inner twin replaces it;
+      - correlation inside JOIN ... ON: moved to WHERE.
+    """
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        if not (isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select)):
+            return node
+        if not _in_expression_position(node) or not _is_correlated(node.this):
+            return node
+        select = node.this
+        if len(select.expressions) != 1 or select.args.get("group") or select.args.get("limit"):
+            return node
+        local = _local_names(select)
+        _move_join_correlation_to_where(select, local)
+        guards = _extract_outer_conditions(select, local)
+        if select.find(exp.AggFunc) is None and not select.args.get("distinct"):
+            if _outer_columns(select.expressions[0], local):
+                node = _split_by_inner_columns(select, local)
+            else:
+                value = select.expressions[0]
+                aggregated = exp.Max(this=value.unalias().copy())
+                aliased = exp.alias_(aggregated, value.alias) if value.alias else aggregated
+                select.set("expressions", [aliased])
+        if not guards:
+            return node
+        if select.find(exp.Count) is not None:  # count() over nothing is 0, not NULL
+            return exp.Case(ifs=[exp.If(this=exp.and_(*guards), true=node)], default=exp.Literal.number(0))
+        return exp.Case(ifs=[exp.If(this=exp.and_(*guards), true=node)])
+
+    return _bottom_up(tree, fn)
+
+
+def _split_by_inner_columns(select: exp.Select, local: set[str]) -> exp.Expression:
+    """(SELECT f(outer, i1, i2) FROM t WHERE p) -> CASE WHEN (SELECT count(*) ... ) > 0 THEN
+    f(outer, (SELECT max(i1) ...), (SELECT max(i2) ...)) END.
+
+    DataFusion can't decorrelate outer columns in a subquery's select list. The subquery yields
+    at most one row (PostgreSQL raises otherwise), so each inner column can come separately.
+    SQLAlchemy's identity options pass pg_attribute.attidentity into json_build_object so.
+    """
+    value = select.expressions[0].unalias()
+
+    def subquery(projection: exp.Expression) -> exp.Subquery:
+        one = select.copy()
+        one.set("expressions", [projection])
+        return exp.Subquery(this=one)
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and not (node.table and node.table.lower() not in local):
+            return subquery(exp.Max(this=node.copy()))
+        return node
+
+    lifted = value.copy().transform(fn)
+    found = exp.GT(this=subquery(exp.Count(this=exp.Star())), expression=exp.Literal.number(0))
+    return exp.Paren(this=exp.Case(ifs=[exp.If(this=found, true=lifted)]))
+
+
+def _in_expression_position(node: exp.Subquery) -> bool:
+    parent = node.parent
+    return not isinstance(parent, (exp.From, exp.Join, exp.In, exp.Exists, exp.Union, exp.With,
+                                   exp.CTE, exp.Table, exp.Lateral))
+
+
+
+
+
+
+def _is_correlated(select: exp.Select) -> bool:
+    """Whether the subquery names a table that it doesn't itself bring into scope."""
+    return bool(_outer_columns(select, _local_names(select)))
+
+
+
+
+def _move_join_correlation_to_where(select: exp.Select, local: set[str]) -> None:
+    moved: list[exp.Expression] = []
+    for join in select.args.get("joins") or []:
+        if join.side or join.kind not in ("", "INNER", None):
+            continue
+        keep = []
+        for cond in _conjuncts(join.args.get("on")):
+            (moved if _outer_columns(cond, local) else keep).append(cond)
+        if len(keep) != len(_conjuncts(join.args.get("on"))):
+            join.set("on", exp.and_(*keep) if keep else exp.true())
+    if moved:
+        where = select.args.get("where")
+        conds = [*_conjuncts(where.this if where else None), *moved]
+        select.set("where", exp.Where(this=exp.and_(*conds)))
+
+
+def _extract_outer_conditions(select: exp.Select, local: set[str]) -> list[exp.Expression]:
+    """Take outer-only conditions out of WHERE; rewrite outer columns bound by equalities."""
+    where = select.args.get("where")
+    if where is None:
+        return []
+    conds = _conjuncts(where.this)
+    twins: dict[str, exp.Expression] = {}
+    for cond in conds:
+        if isinstance(cond, exp.EQ):
+            for inner, outer in ((cond.this, cond.expression), (cond.expression, cond.this)):
+                bound = inner.find(exp.Column) and not _outer_columns(inner, local)
+                if bound and _outer_columns(outer, local):
+                    twins.setdefault(outer.sql(), inner)
+    guards, kept = [], []
+    for cond in conds:
+        outer = _outer_columns(cond, local)
+        if outer and all(c.table.lower() not in local for c in cond.find_all(exp.Column)):
+            guards.append(cond)
+            continue
+        if outer and not (isinstance(cond, exp.EQ) and any(cond is c for c in conds)
+                          and _binds_twin(cond, twins)):
+            cond = _replace_twins(cond, twins)
+        kept.append(cond)
+    select.set("where", exp.Where(this=exp.and_(*kept)) if kept else None)
+    return guards
+
+
+def _binds_twin(cond: exp.EQ, twins: dict[str, exp.Expression]) -> bool:
+    return cond.this.sql() in twins or cond.expression.sql() in twins
+
+
+def _replace_twins(cond: exp.Expression, twins: dict[str, exp.Expression]) -> exp.Expression:
+    def fn(node: exp.Expression) -> exp.Expression:
+        twin = twins.get(node.sql()) if isinstance(node, exp.Column) else None
+        return twin.copy() if twin is not None else node
+
+    return cond.transform(fn)

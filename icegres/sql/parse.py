@@ -1,0 +1,87 @@
+"""Parsing a statement into a sqlglot tree: one dialect, one parse per statement text.
+
+The tree is shared (by every Statement of the same text, and by the caches keyed on it): callers
+read it, and copy it before changing it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
+from sqlglot.tokens import TokenType
+
+from icegres.pg.errors import SYNTAX_ERROR, PgError
+from icegres.sql.lexer import split_quoted
+
+
+class IcegresPostgres(Postgres):
+    """sqlglot's postgres dialect, plus `::oid[]` (and the other reg* arrays).
+
+    sqlglot parses `x::oid` but stops at the `[]` after an OID-like type; asyncpg's type
+    introspection sends `ti.oid = any($1::oid[])`.
+    """
+
+    class Parser(Postgres.Parser):
+        # to_char's template stays as written: sqlglot's own translation of it is lossy ('Day'
+        # became '%uay'); `to_char_formats` spells it for DataFusion (to_char.py).
+        FUNCTIONS = {**Postgres.Parser.FUNCTIONS,
+                     "TO_CHAR": lambda args: exp.Anonymous(this="to_char", expressions=args),
+                     "TO_DATE": lambda args: exp.Anonymous(this="to_date", expressions=args),
+                     "TO_TIMESTAMP": lambda args: (exp.Anonymous(this="to_timestamp", expressions=args)
+                                                   if len(args) == 2 else exp.UnixToTime(this=args[0]))}
+
+        def _parse_types(self, *args: Any, **kwargs: Any) -> exp.Expr | None:
+            this = super()._parse_types(*args, **kwargs)
+            if isinstance(this, exp.ObjectIdentifier) and self._match_pair(
+                TokenType.L_BRACKET, TokenType.R_BRACKET
+            ):
+                return exp.DataType(this=exp.DType.ARRAY, expressions=[this], nested=True)
+            return this
+
+
+DIALECT = IcegresPostgres
+
+
+def parse(sql: str) -> exp.Expression:
+    """The statement's tree (PgError 42601 if it does not parse). Shared: never change it."""
+    return _parse_cached(sql)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_cached(sql: str) -> exp.Expression:
+    from sqlglot.errors import ParseError, TokenError
+
+    try:
+        try:
+            tree = _parse_one(sql)
+        except TokenError:
+            # sqlglot's tokenizer reads `$1,$2` as the start of a dollar-quoted string.
+            tree = _parse_one(_space_placeholders(sql))
+    except TokenError:
+        raise PgError(SYNTAX_ERROR, "syntax error: unterminated quoted string or identifier") from None
+    except ParseError as err:
+        detail = err.errors[0] if err.errors else {}
+        raise PgError(
+            SYNTAX_ERROR,
+            f"syntax error at or near \"{detail.get('highlight', '')}\""
+            if detail.get("highlight")
+            else "syntax error",
+        ) from None
+    if tree is None:
+        raise PgError(SYNTAX_ERROR, "syntax error")
+    return tree
+
+
+def _parse_one(sql: str) -> exp.Expression | None:
+    import sqlglot
+
+    return sqlglot.parse_one(sql, read=DIALECT)
+
+
+def _space_placeholders(sql: str) -> str:
+    """Put a space after each `$n` placeholder outside quotes (`$1,$2` -> `$1 ,$2 `)."""
+    return "".join(part if quoted else re.sub(r"(\$\d+)", r"\1 ", part) for part, quoted in split_quoted(sql))
