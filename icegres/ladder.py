@@ -57,6 +57,7 @@ import pyarrow as pa
 import trio
 
 from icegres.config import redact_uri
+from icegres.engine.ladder_port import Buffered
 from icegres.machines.buffer import AckPolicy, Config, FlushTable, ReportLost, visible_entries
 from icegres.machines.drivers.buffer import (
     BufferDriver,
@@ -79,7 +80,6 @@ if TYPE_CHECKING:
 __all__ = [
     "TAIL_ID_PROPERTY",
     "TAIL_LSN_PROPERTY",
-    "Buffered",
     "TailUnavailable",
     "WriteLadder",
     "decode_payload",
@@ -114,15 +114,6 @@ _PG_CONNECT_TIMEOUT_S = 5
 
 class TailUnavailable(Exception):
     """The tail could not be opened: start-up stops with this one-line message (secrets redacted)."""
-
-
-@dataclass(frozen=True)
-class Buffered:
-    """One acknowledged statement's rows (the buffer's opaque `rows_ref`)."""
-
-    key: Key
-    lsn: int
-    rows: pa.Table
 
 
 # --- the WAL payload ------------------------------------------------------------------------------
@@ -218,7 +209,8 @@ class _Latency:
 
 
 class WriteLadder:
-    """The buffer (and optional tail: WAL or Postgres) of one server. Create it with `open_ladder`."""
+    """The buffer (and optional tail: WAL or Postgres) of one server, as the engine's
+    `WriteLadderPort`. Create it with `open_ladder`."""
 
     def __init__(self, engine: Engine, window_ms: int, tail: Tail | None = None) -> None:
         self.engine = engine
@@ -298,7 +290,8 @@ class WriteLadder:
         self._advance_trim()
 
     def stats(self) -> dict[str, Any]:
-        """Counters for /metrics: buffered rows, oldest un-flushed age, flush and fsync latency…"""
+        """Counters for /metrics: buffered rows, oldest un-flushed age, flush and fsync latency…
+        and the tail's health for /health."""
         m = self.driver.metrics()
         out: dict[str, Any] = {
             "buffered_entries": m.buffered_entries,
@@ -322,6 +315,8 @@ class WriteLadder:
             out["durable_lsn"] = health.durable_lsn
             out["tail_ok"] = health.ok
             out["tail_failure"] = self.tail_failure
+            out["tail_phase"] = health.phase
+            out["tail_reason"] = health.reason
             if self.tail_kind == "wal":
                 out["trimmed_lsn"] = health.watermark_lsn
                 out["wal_segments"] = health.segments
@@ -658,7 +653,7 @@ async def open_ladder(
 
     On entry the buffer runs and, with a tail (`tail_dir` or `tail_url`, whose row key is
     `tail_id`), every acked record not yet in the lake has been replayed and flushed.
-    `engine.ladder` is set for the block. On a normal exit the buffer is drained (everything
+    The engine reads through it (`Engine.attach_ladder`) for the block. On a normal exit the buffer is drained (everything
     flushed) before the tail closes. Raises TailUnavailable when the tail cannot be opened.
     """
     if write_buffer_ms <= 0:
@@ -864,11 +859,11 @@ async def _read_owner_quietly(url: str, tail_id: str) -> _OwnerRow | None:
 
 @asynccontextmanager
 async def _serving(engine: Engine, ladder: WriteLadder) -> AsyncIterator[None]:
-    engine.ladder = ladder
+    engine.attach_ladder(ladder)
     try:
         yield
     finally:
         # Drain while readers still see the buffer, so no acked row is ever out of sight.
         with trio.CancelScope(shield=True):
             await ladder.shutdown()
-        engine.ladder = None
+        engine.attach_ladder(None)

@@ -28,6 +28,7 @@ from icegres.protocol.pgwire.errors import PgError
 
 if TYPE_CHECKING:
     from icegres.engine.engine import QueryContext
+    from icegres.engine.ladder_port import WriteLadderPort
 
 DML_WORDS = ("INSERT", "UPDATE", "DELETE", "TRUNCATE")
 DDL_WORDS = ("CREATE", "DROP", "ALTER", "COMMENT")
@@ -111,7 +112,7 @@ async def execute_dml(host: WriteHost, stmt: Statement, values: dict[str, Any] |
     return WriteResult(result.tag, result.returning)
 
 
-async def buffered_insert(host: WriteHost, ladder: Any, sql: str, values: dict[str, Any] | None) -> Any:
+async def buffered_insert(host: WriteHost, ladder: WriteLadderPort, sql: str, values: dict[str, Any] | None) -> Any:
     """An autocommit INSERT through the write buffer: rows computed as the synchronous path does,
     acked once the buffer (and its tail) took them. None: the statement stays synchronous."""
     from icegres.engine import dml
@@ -180,11 +181,12 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
         return await create_table_as(host, cmd)
     qctx = host.qctx
     path = list(qctx.env.search_path)
-    if qctx.engine.ladder is not None:
+    ladder = qctx.engine.ladder
+    if ladder is not None:
         # ALTER/DROP: the table's buffered rows go to the lake under the schema they were acked in.
         keys = await host.run(ddl_keys, cmd, path, qctx)
         if keys:
-            await qctx.engine.ladder.settle(keys)
+            await ladder.settle(keys)
 
     def apply() -> list[str]:
         notices = ddl_apply.apply_ddl(qctx.engine.lakehouse, cmd, path)
