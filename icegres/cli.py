@@ -245,7 +245,7 @@ def _serve(settings: Settings, *, pgwire: bool = True) -> int:
                                    tail_id=tail_id, tail_quorum=settings.tail_quorum) as ladder:
                 if ladder is not None:
                     if settings.tail_quorum:
-                        tail = f"quorum tail {tail_id} on {settings.tail_quorum} (writer term {ladder.tail.term})"
+                        tail = f"quorum tail {tail_id} on {settings.tail_quorum} (writer term {ladder.tail.writer_term})"
                     elif settings.tail_url:
                         tail = f"Postgres tail {tail_id} at {redact_uri(settings.tail_url)}"
                     elif settings.tail_dir:

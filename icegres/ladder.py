@@ -66,6 +66,7 @@ from icegres.machines.drivers.buffer import (
     FlushError,
     FlushResult,
 )
+from icegres.machines.drivers.tail import AppendFailed, LakeFencedTail, Tail
 from icegres.protocol.pgwire.errors import PgError
 
 if TYPE_CHECKING:
@@ -73,9 +74,6 @@ if TYPE_CHECKING:
     from icegres.engine.engine import Engine
     from icegres.engine.mounts import ReadPlan
     from icegres.machines.drivers.pgtail import PgTail
-    from icegres.machines.drivers.wal import WalTail
-
-    Tail = WalTail | PgTail
 
 __all__ = [
     "TAIL_ID_PROPERTY",
@@ -209,13 +207,15 @@ class _Latency:
 
 
 class WriteLadder:
-    """The buffer (and optional tail: WAL or Postgres) of one server, as the engine's
-    `WriteLadderPort`. Create it with `open_ladder`."""
+    """The buffer (and optional `Tail`: the WAL, the Postgres tail or the quorum tail) of one
+    server, as the engine's `WriteLadderPort`. Create it with `open_ladder`."""
 
     def __init__(self, engine: Engine, window_ms: int, tail: Tail | None = None) -> None:
         self.engine = engine
         self.tail = tail
-        self.tail_kind = _tail_kind(tail)
+        # A tail that writers hold in turn (the quorum's): a stale writer is fenced at the lake, so
+        # every flush asserts this writer's term there (`_lake_fence`).
+        self._lake_fenced = tail if isinstance(tail, LakeFencedTail) else None
         self.driver = BufferDriver(
             Config(window_ms=window_ms, ack=AckPolicy.TAIL if tail is not None else AckPolicy.MEMORY),
             self._flush,
@@ -231,7 +231,7 @@ class WriteLadder:
         self._limiter = trio.CapacityLimiter(_FLUSH_THREADS)
         self._token: Any = None
         # Tail mode: records enter the buffer in LSN order (group fsync wakes writers in any order).
-        self._turn_next = tail.state.next_lsn if tail is not None else 0
+        self._turn_next = tail.next_lsn if tail is not None else 0
         self._turn_done: set[int] = set()
         self._turn_waiters: dict[int, trio.Event] = {}
         # LSNs handed to the tail and not yet known to be in the lake (min-heap + live set).
@@ -274,7 +274,7 @@ class WriteLadder:
             self._reserve(lsn)
         self.replayed_records = len(entries)
         if entries:
-            log.info("replaying %d %s tail records into the lake before serving", len(entries), self.tail_kind)
+            log.info("replaying %d %s tail records into the lake before serving", len(entries), tail.kind)
             self.driver.replay(entries)
             # `last_lsn` is set once the core has taken the replay (the predicate must not hold
             # on the state from before it).
@@ -305,7 +305,7 @@ class WriteLadder:
             "lost_entries": m.lost_entries,
             "refused_appends": m.refused_appends,
             "replayed_records": self.replayed_records,
-            "tail": self.tail_kind,
+            "tail": self.tail.kind if self.tail is not None else "memory",
             "tail_id": self.tail_id,
         }
         out.update(self._flush_latency.as_dict("flush_latency"))
@@ -317,15 +317,7 @@ class WriteLadder:
             out["tail_failure"] = self.tail_failure
             out["tail_phase"] = health.phase
             out["tail_reason"] = health.reason
-            if self.tail_kind == "wal":
-                out["trimmed_lsn"] = health.watermark_lsn
-                out["wal_segments"] = health.segments
-                out["wal_ok"] = health.ok
-            else:
-                out["trimmed_lsn"] = health.trimmed_lsn
-                out["lake_lsn"] = health.watermark_lsn
-                # The Postgres tail's epoch, or the quorum writer's term: each tail's own name.
-                out["writer_term" if self.tail_kind == "quorum" else "pg_tail_epoch"] = health.epoch
+            out.update(self.tail.stats())
         return out
 
     # --- the front door (trio) ------------------------------------------------------------------
@@ -353,15 +345,13 @@ class WriteLadder:
             raise PgError(exc.sqlstate, exc.message) from None
 
     async def _append_durable(self, key: Key, table: str, rows: pa.Table, size: int) -> None:
-        from icegres.machines.drivers.wal import AppendFailed
-
         tail = self.tail
         assert tail is not None
         payload = encode_payload(key, rows) if size < 1 << 16 else await trio.to_thread.run_sync(encode_payload, key, rows)
         # Shielded: a durable record must reach the buffer (and keep the LSN order moving) even if
         # its client gave up; otherwise it would reappear only at the next restart.
         with trio.CancelScope(shield=True):
-            lsn = tail.state.next_lsn  # what append() assigns: it steps the core before any await
+            lsn = tail.next_lsn  # what append() assigns: it steps the core before any await
             self._reserve(lsn)
             started = time.perf_counter()
             try:
@@ -371,7 +361,7 @@ class WriteLadder:
                 if not exc.outcome_unknown:
                     self._outstanding.discard(lsn)  # never written: nothing to keep the WAL for
                 self._turn_finished(lsn)
-                raise PgError("58030", f"could not make the write durable in the {self.tail_kind} tail: {exc}",
+                raise PgError("58030", f"could not make the write durable in the {tail.kind} tail: {exc}",
                               detail="the tail stops acknowledging after an I/O failure; see the server log") from None
             self._fsync.add((time.perf_counter() - started) * 1000)
             self.tail_failure = None
@@ -468,9 +458,9 @@ class WriteLadder:
         watermark = max(b.lsn for b in batch)
         started = time.perf_counter()
         staged = self._staged.get(effect.flush_id)
-        quorum = self.tail_kind == "quorum"
+        fenced_at_lake = self._lake_fenced is not None
         if staged is None:
-            if quorum and effect.attempt > 1:
+            if fenced_at_lake and effect.attempt > 1:
                 # Re-staged after a refusal: on the catalog's head, not on a stale mount.
                 await self._thread(self.engine.refresh, {key})
             try:
@@ -483,7 +473,7 @@ class WriteLadder:
                 log.debug("flush %s: staging failure", effect.flush_id, exc_info=True)
                 return FlushError("58030", _describe(exc), True)
             if staged is None:
-                # Quorum tail: another writer already put this whole batch in the lake.
+                # Fenced at the lake (quorum): another writer already put this whole batch there.
                 for b in batch:
                     self._outstanding.discard(b.lsn)
                 self._advance_trim()
@@ -492,9 +482,9 @@ class WriteLadder:
         txn, request = staged
         world = LakeWorld(self.engine.lakehouse, txn)
         run = run_commit if effect.attempt == 1 else run_recovery
-        # Quorum tail: no rebase. The publish asserts the head the fence was checked on; a moved
-        # head aborts, and the retry checks the fence again on the new head.
-        outcome = await run(request, world, CommitConfig(max_attempts=1) if quorum else CommitConfig())
+        # Fenced at the lake (quorum): no rebase. The publish asserts the head the fence was
+        # checked on; a moved head aborts, and the retry checks the fence again on the new head.
+        outcome = await run(request, world, CommitConfig(max_attempts=1) if fenced_at_lake else CommitConfig())
         if not outcome.committed:
             message = outcome.message or "commit failed"
             if outcome.phase is Phase.UNKNOWN:
@@ -521,7 +511,7 @@ class WriteLadder:
 
     def _stage(self, key: Key, batch: list[Buffered], flush_id: str, watermark: int) -> tuple[Any, Any] | None:
         """Write the batch's rows as data files on the mounted head; the commit request to publish
-        (None: a quorum tail's batch that is wholly in the lake already)."""
+        (None: a lake-fenced tail's batch that is wholly in the lake already)."""
         from icegres.engine import dml
         from icegres.engine.assign import conform
         from icegres.engine.lake_world import commit_request
@@ -534,11 +524,12 @@ class WriteLadder:
         if plan is None or plan.table is None:
             raise PgError("42P01", f'relation "{key[0]}.{key[1]}" does not exist')
         properties = {TAIL_ID_PROPERTY: self.tail_id, TAIL_LSN_PROPERTY: str(watermark)}
-        if self.tail_kind == "quorum":
-            batch = self._quorum_fence(plan, batch, key)
+        fenced = self._lake_fenced
+        if fenced is not None:
+            batch = self._lake_fence(fenced, plan, batch, key)
             if not batch:
                 return None
-            properties[QUORUM_TERM_PROPERTY] = self.tail.term  # type: ignore[union-attr]
+            properties[QUORUM_TERM_PROPERTY] = fenced.writer_term
         # Conformed again to the table as it is now: a column added since reads as NULL.
         parts = [conform(b.rows, plan, key) for b in batch]
         rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
@@ -550,16 +541,14 @@ class WriteLadder:
         assert request is not None
         return txn, replace(request, token=flush_id)
 
-    def _quorum_fence(self, plan: ReadPlan, batch: list[Buffered], key: Key) -> list[Buffered]:
-        """Lake-side fencing of a quorum writer, on the head the flush will assert: refuse if a
-        higher writer term published to this table (PgError 25006, and the tail stops appending);
-        drop the records another writer of the same quorum already put there (same slots, same
-        chosen records). Blocking."""
+    def _lake_fence(self, tail: LakeFencedTail, plan: ReadPlan, batch: list[Buffered],
+                    key: Key) -> list[Buffered]:
+        """Lake-side fencing of a writer whose tail writers hold in turn (the quorum's), on the
+        head the flush will assert: refuse if a higher writer term published to this table
+        (PgError 25006, and the tail stops appending); drop the records another writer of the same
+        tail already put there (same slots, same chosen records). Blocking."""
         from pyiceberg.table.snapshots import ancestors_of
 
-        from icegres.machines.quorum import Term
-
-        tail: Any = self.tail
         metadata = plan.table.metadata  # type: ignore[union-attr]
         for snapshot in ancestors_of(metadata.current_snapshot(), metadata):
             summary = snapshot.summary
@@ -567,8 +556,9 @@ class WriteLadder:
                 continue
             # Terms only grow along a table's history: the newest flush of the tail has the highest.
             published = summary.get(QUORUM_TERM_PROPERTY)
-            if published and Term.parse(published) > Term.parse(tail.term):
-                reason = f"writer term {published} published to {key[0]}.{key[1]}, above this writer's term {tail.term}"
+            if published and tail.outranked_by(published):
+                reason = (f"writer term {published} published to {key[0]}.{key[1]}, above this writer's "
+                          f"term {tail.writer_term}")
                 tail.fence(reason)
                 raise PgError(FENCED_SQLSTATE, f"this writer was fenced: {reason}")
             mark = int(summary.get(TAIL_LSN_PROPERTY) or 0)
@@ -615,24 +605,13 @@ class WriteLadder:
         heap = self._outstanding_heap
         while heap and heap[0] not in self._outstanding:
             heapq.heappop(heap)
-        low = heap[0] - 1 if heap else tail.state.next_lsn - 1
+        low = heap[0] - 1 if heap else tail.next_lsn - 1
         if low > self._trimmed:
             self._trimmed = low
             tail.advance_watermark(low)
 
     async def _thread(self, fn: Any, *args: Any) -> Any:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
-
-
-def _tail_kind(tail: Tail | None) -> str:
-    if tail is None:
-        return "memory"
-    kind = getattr(tail, "kind", None)  # the quorum tail names itself
-    if isinstance(kind, str):
-        return kind
-    from icegres.machines.drivers.wal import WalTail
-
-    return "wal" if isinstance(tail, WalTail) else "postgres"
 
 
 def _describe(exc: BaseException) -> str:
@@ -680,8 +659,7 @@ async def open_ladder(
 
 def _open_tail(tail_dir: str | None, tail_url: str | None, tail_id: str | None,
                tail_quorum: str | None = None) -> Any:
-    """The tail behind the buffer: the local WAL, the Postgres tail or the quorum tail (same
-    surface: `tail_id`, `state.next_lsn`, `append`, `advance_watermark`, `replay`, `health()`)."""
+    """The tail behind the buffer, a `Tail`: the local WAL, the Postgres tail or the quorum tail."""
     if tail_quorum:
         from icegres.machines.drivers.quorum import open_ladder_quorum_tail
 

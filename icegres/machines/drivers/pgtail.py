@@ -1,7 +1,7 @@
 """The trio driver of the Postgres tail machine: performs effects with psycopg, feeds back events.
 
 `open_pg_tail(dsn, ...)` claims a tail in PostgreSQL (refusing when another live writer holds it),
-recovers it and yields a `PgTail` with the WAL tail's surface (`icegres.machines.drivers.wal`):
+recovers it and yields a `PgTail`, a `Tail` as the WAL's is (`icegres.machines.drivers.tail`):
 `replay`, `await append(payload) -> lsn` (returns once the COMMIT holding the record returned),
 `advance_watermark(lsn)`, `health()`, `durable_lsn`, and `AppendFailed` with `.outcome_unknown`.
 
@@ -36,18 +36,14 @@ import os
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import outcome
 import trio
 
-# One exception for both tails, so that the server handles either the same way.
 from icegres.machines.drivers.serial_thread import SerialThread
-from icegres.machines.drivers.wal import AppendFailed
+from icegres.machines.drivers.tail import AppendFailed, SteppedTail, drain
 from icegres.machines.pgtail import (
-    Acknowledge,
-    AppendRequested,
     BatchAborted,
     BatchCommitted,
     Claim,
@@ -56,7 +52,6 @@ from icegres.machines.pgtail import (
     Config,
     Effect,
     Event,
-    FailAppends,
     Fenced,
     Health,
     Phase,
@@ -64,15 +59,11 @@ from icegres.machines.pgtail import (
     ReadBackDone,
     ReadBackFailed,
     Recovery,
-    RefuseAppend,
-    StartTimer,
     State,
     StoredRow,
-    TimerFired,
     Trim,
     TrimDone,
     TrimFailed,
-    WatermarkAdvanced,
     health,
     recover,
     step,
@@ -450,105 +441,38 @@ def _reason(exc: BaseException) -> str:
 # --- the driver ----------------------------------------------------------------------------------
 
 
-@dataclass
-class _Waiter:
-    done: trio.Event
-    error: AppendFailed | None = None
+class PgTail(SteppedTail):
+    """One open Postgres tail. Create it with `open_pg_tail`; use it only from that trio run.
+    Appends, the watermark and timers are `SteppedTail`'s; this class performs the database work."""
 
-
-class PgTail:
-    """One open Postgres tail. Create it with `open_pg_tail`; use it only from that trio run."""
+    kind = "postgres"
+    name = "Postgres"
+    _opening = frozenset({Phase.STARTING})
+    _core_step = staticmethod(step)
+    _state: State
+    replay: tuple[Record, ...]
+    recovery: Recovery
 
     def __init__(self, backend: TailBackend, recovery: Recovery, nursery: trio.Nursery) -> None:
         self._backend = backend
-        self._nursery = nursery
         # A batch's COMMIT handed straight to the backend's thread, answered by a callback
         # that steps the core (as the WAL driver's writes: no task waits on it).
         self._submit_commit = getattr(backend, "submit_commit", None)
-        self._state: State = recovery.state
-        self._waiters: dict[int, _Waiter] = {}
-        self._idle = trio.Event()
-        self.replay: tuple[Record, ...] = recovery.replay
-        self.recovery = recovery
-        self._perform_all(recovery.effects)
-
-    @property
-    def tail_id(self) -> str:
-        return self._state.tail_id
+        super().__init__(recovery, nursery)
 
     @property
     def epoch(self) -> int:
         return self._state.epoch
 
-    @property
-    def state(self) -> State:
-        return self._state
-
-    @property
-    def durable_lsn(self) -> int:
-        return self._state.durable_lsn
-
     def health(self) -> Health:
         return health(self._state)
 
-    async def append(self, payload: bytes) -> int:
-        """Append one record; return its LSN once the COMMIT of a transaction holding it returned.
+    def stats(self) -> dict[str, Any]:
+        shown = self.health()
+        return {"trimmed_lsn": shown.trimmed_lsn, "lake_lsn": shown.watermark_lsn, "pg_tail_epoch": shown.epoch}
 
-        Raises AppendFailed if the tail is (or becomes) poisoned first; `outcome_unknown` says
-        the record may have committed. If the caller is cancelled while waiting, the record may
-        still commit and be replayed.
-        """
-        if len(payload) > self._state.config.payload_bytes_max:
-            raise ValueError(f"payload of {len(payload)} bytes is too large for the Postgres tail")
-        if self._state.phase is Phase.POISONED:
-            raise AppendFailed(
-                f"the Postgres tail is poisoned: {self._state.poison_reason}",
-                outcome_unknown=False,
-            )
-        lsn = self._state.next_lsn
-        waiter = _Waiter(trio.Event())
-        self._waiters[lsn] = waiter
-        self._step(AppendRequested(payload))
-        try:
-            await waiter.done.wait()
-        finally:
-            self._waiters.pop(lsn, None)
-        if waiter.error is not None:
-            raise waiter.error
-        return lsn
-
-    def advance_watermark(self, lsn: int) -> None:
-        """The lake committed every record up to `lsn`: their rows may be trimmed."""
-        self._step(WatermarkAdvanced(lsn))
-
-    async def wait_settled(self) -> None:
-        """Until nothing is queued or in flight (idle or poisoned)."""
-        while self._state.pending or self._state.inflight:
-            self._idle = trio.Event()
-            await self._idle.wait()
-
-    def _step(self, event: Event) -> None:
-        self._state, effects = step(self._state, event)
-        self._perform_all(effects)
-        if not self._state.pending and not self._state.inflight:
-            self._idle.set()
-
-    def _perform_all(self, effects: list[Effect]) -> None:
-        for effect in effects:
-            self._perform(effect)
-
-    def _perform(self, effect: Effect) -> None:
+    def _perform_own(self, effect: Effect) -> None:
         match effect:
-            case Acknowledge(first_lsn=first, last_lsn=last):
-                self._wake(range(first, last + 1), None)
-            case FailAppends(reason=reason, unknown=unknown, failed=failed):
-                log.error("Postgres tail %s poisoned: %s", self.tail_id, reason)
-                self._wake(unknown, AppendFailed(reason, outcome_unknown=True))
-                self._wake(failed, AppendFailed(reason, outcome_unknown=False))
-            case RefuseAppend():
-                pass  # append() raises for its caller
-            case StartTimer(timer=timer, seconds=seconds):
-                self._nursery.start_soon(self._timer, timer, seconds)
             case Commit() if self._submit_commit is not None:
                 self._submit_commit(effect, self._committed)
             case Commit() | ReadBack() | Trim():
@@ -564,23 +488,6 @@ class PgTail:
             log.exception("the Postgres tail's COMMIT raised")
             event = CommitOutcomeUnknown(f"the batch INSERT raised {_reason(exc)}")
         self._step(event)
-
-    def _wake(self, lsns: range, error: AppendFailed | None) -> None:
-        for lsn in lsns:
-            waiter = self._waiters.get(lsn)
-            if waiter is not None:
-                waiter.error = error
-                waiter.done.set()
-
-    def _fail_waiters(self, reason: str) -> None:
-        for waiter in self._waiters.values():
-            if not waiter.done.is_set():
-                waiter.error = AppendFailed(reason, outcome_unknown=True)
-                waiter.done.set()
-
-    async def _timer(self, timer: int, seconds: float) -> None:
-        await trio.sleep(seconds)
-        self._step(TimerFired(timer))
 
     async def _io(self, effect: Commit | ReadBack | Trim) -> None:
         # The database call must finish even if the tail is being closed: an abandoned COMMIT
@@ -634,12 +541,7 @@ async def open_pg_tail(
                     await tail.wait_settled()
             finally:
                 tail._fail_waiters(f"the Postgres tail {tail_id!r} was closed")
-                # As the nursery waits for its shielded I/O tasks, so for submitted COMMITs:
-                # the connection they use is closed next.
-                drained = getattr(backend, "drained", None)
-                if drained is not None:
-                    with trio.CancelScope(shield=True):
-                        await drained()
+                await drain(backend)  # the submitted COMMITs, before their connection closes
                 nursery.cancel_scope.cancel()
     finally:
         backend.close()
