@@ -128,7 +128,7 @@ def _keeper(settings: Settings, *, init: bool, rejoin: str | None = None) -> int
 
     import trio
 
-    from icegres.keeper import KeeperRefused, run_keeper
+    from icegres.machines.drivers.keeper import KeeperRefused, run_keeper
     from icegres.machines.drivers.quorum import parse_addresses
 
     try:
