@@ -4,6 +4,8 @@
 recovers it and yields a `PgTail`, a `Tail` as the WAL's is (`icegres.machines.drivers.tail`):
 `replay`, `await append(payload) -> lsn` (returns once the COMMIT holding the record returned),
 `advance_watermark(lsn)`, `health()`, `durable_lsn`, and `AppendFailed` with `.outcome_unknown`.
+A server opens it with `claim_pg_tail`, which starts from the trim point the tail persisted and
+waits briefly for the session of a dead previous owner on this host.
 
 psycopg 3 is used synchronously in worker threads, never on the trio loop: batches on the
 backend's own thread (`SerialThread`, submitted by the driver without a waiting task), the claim,
@@ -35,14 +37,15 @@ import logging
 import os
 import socket
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import outcome
 import trio
 
 from icegres.machines.drivers.serial_thread import SerialThread
-from icegres.machines.drivers.tail import AppendFailed, SteppedTail, drain
+from icegres.machines.drivers.tail import AppendFailed, SteppedTail, TailUnavailable, drain
 from icegres.machines.pgtail import (
     BatchAborted,
     BatchCommitted,
@@ -55,6 +58,7 @@ from icegres.machines.pgtail import (
     Fenced,
     Health,
     Phase,
+    PoisonedTail,
     ReadBack,
     ReadBackDone,
     ReadBackFailed,
@@ -76,6 +80,7 @@ __all__ = [
     "PsycopgBackend",
     "TailBackend",
     "TailOwned",
+    "claim_pg_tail",
     "open_pg_tail",
 ]
 
@@ -545,3 +550,127 @@ async def open_pg_tail(
                 nursery.cancel_scope.cancel()
     finally:
         backend.close()
+
+
+# --- claiming the tail for a server -----------------------------------------------------------------
+
+# A restart right after a crash on this node may find the dead server's backend still holding the
+# tail's lock for a moment: wait this long for it to go before refusing.
+DEAD_OWNER_WAIT_SECONDS = 15.0
+
+
+@asynccontextmanager
+async def claim_pg_tail(url: str, tail_id: str, *, shown_url: str) -> AsyncIterator[PgTail]:
+    """Claim the Postgres tail `tail_id` at `url` for a server, for the block; TailUnavailable if
+    it cannot be, in one line that names the database as `shown_url` (its password redacted).
+
+    The watermark it is opened with is the trim point the tail persisted (read just before the
+    claim; re-read and retried if a trim of the previous, dead owner landed in between). A dead
+    owner on this host whose backend still holds the lock is waited for (bounded); a live owner
+    anywhere is refused at once.
+    """
+    import psycopg
+
+    deadline = trio.current_time() + DEAD_OWNER_WAIT_SECONDS
+    async with AsyncExitStack() as stack:
+        used = -1
+        while True:
+            try:
+                owner = await trio.to_thread.run_sync(_read_owner, url, tail_id)
+                used = owner.trimmed_lsn if owner is not None else 0
+                watermark = used
+                tail = await stack.enter_async_context(open_pg_tail(url, tail_id=tail_id, watermark_lsn=watermark))
+                break
+            except TailOwned as exc:
+                owner = await _read_owner_quietly(url, tail_id)
+                if owner is not None and _owner_is_dead_here(owner.owner) and trio.current_time() < deadline:
+                    log.info("Postgres tail %s: the previous owner %s is gone, waiting for its session "
+                             "(backend pid %d) to end", tail_id, owner.owner, owner.backend_pid)
+                    await trio.sleep(0.2)
+                    continue
+                raise TailUnavailable(
+                    f"the Postgres tail {tail_id} at {shown_url} is owned by another live server "
+                    f"({_scrub(str(exc), url, shown_url)}); a second server of the same deployment (same "
+                    "catalog and data directory) must not share it: stop the other one or give this one "
+                    "its own --data-dir"
+                ) from None
+            except PoisonedTail as exc:
+                again = await _read_owner_quietly(url, tail_id)
+                if again is not None and again.trimmed_lsn > used:
+                    continue  # the previous owner's last trim landed after our read: re-read
+                raise TailUnavailable(
+                    f"cannot open the Postgres tail {tail_id} at {shown_url}: {_scrub(str(exc), url, shown_url)}"
+                ) from None
+            except (psycopg.Error, OSError) as exc:
+                raise TailUnavailable(
+                    f"cannot open the Postgres tail at {shown_url}: "
+                    f"{_scrub(str(exc), url, shown_url) or type(exc).__name__}"
+                ) from None
+        log.info("Postgres tail %s at %s claimed (epoch %d; %d records to replay above LSN %d)",
+                 tail_id, shown_url, tail.epoch, len(tail.replay), used)
+        yield tail
+
+
+@dataclass(frozen=True)
+class _OwnerRow:
+    trimmed_lsn: int
+    owner: str
+    backend_pid: int
+
+
+def _read_owner(url: str, tail_id: str) -> _OwnerRow | None:
+    """The tail's owner row (None before its first claim). Blocking: a worker thread's job."""
+    import psycopg
+    from psycopg import sql
+
+    query = sql.SQL(
+        "SELECT trimmed_lsn, owner, backend_pid FROM {owner} WHERE tail_id = %s"
+    ).format(owner=sql.Identifier(f"{DEFAULT_TABLE}_owner"))
+    with psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                         application_name=f"icegres-tail:{tail_id}:open") as conn:
+        try:
+            row = conn.execute(query, (tail_id,)).fetchone()
+        except psycopg.errors.UndefinedTable:
+            return None
+    return None if row is None else _OwnerRow(int(row[0]), str(row[1]), int(row[2]))
+
+
+async def _read_owner_quietly(url: str, tail_id: str) -> _OwnerRow | None:
+    try:
+        return await trio.to_thread.run_sync(_read_owner, url, tail_id)
+    except Exception:  # noqa: BLE001 - only a hint for the retry decision
+        log.debug("reading the Postgres tail's owner row failed", exc_info=True)
+        return None
+
+
+def _owner_is_dead_here(owner: str) -> bool:
+    """The owner `host:pid` is a process of this host that no longer exists."""
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _scrub(text: str, url: str, shown_url: str) -> str:
+    """One line of `text` with anything secret of `url` taken out (drivers may echo parts): the
+    URL itself becomes `shown_url`, its password ***."""
+    from urllib.parse import unquote, urlsplit
+
+    line = " ".join(text.split())
+    secrets = {url}
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    if password:
+        secrets |= {password, unquote(password)}
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret and len(secret) > 2:
+            line = line.replace(secret, "***" if secret != url else shown_url)
+    return line

@@ -43,12 +43,17 @@ __all__ = [
     "Tail",
     "TailHealth",
     "TailRecord",
+    "TailUnavailable",
     "Waiter",
     "Waiters",
     "drain",
 ]
 
 log = logging.getLogger(__name__)
+
+
+class TailUnavailable(Exception):
+    """The tail could not be opened: start-up stops with this one-line message (secrets redacted)."""
 
 
 class AppendFailed(Exception):
