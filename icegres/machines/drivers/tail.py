@@ -139,7 +139,8 @@ class LakeFencedTail(Tail, Protocol):
 
     Every flush asserts `writer_term` in its snapshot summary; a flush that finds a higher term
     published to its table must not commit, and the tail then acknowledges nothing more (`fence`).
-    The WAL and the Postgres tail fence a second writer themselves (a lock, an epoch)."""
+    The WAL is one server's local directory; the Postgres tail refuses a second writer itself (an
+    advisory lock and an epoch)."""
 
     @property
     def writer_term(self) -> str: ...
