@@ -59,7 +59,7 @@ READY_TIMEOUT_S = 60
 PROBE_PAUSE_S = 0.005
 FAILOVER_TIMEOUT_S = 60
 PHASES = ("start-up", "election", "replay", "serve")
-# The replacement's log lines that end each phase (icegres/ladder.py, icegres/cli.py).
+# The replacement's log lines that end each phase (icegres/serve.py).
 MARKERS = {"start-up": "opening the write tail", "election": "write tail open",
            "replay": "write buffer on"}
 _LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")

@@ -1,11 +1,13 @@
-"""The write ladder's trio side: the group-commit buffer and its tail (local WAL or PostgreSQL)
-wired to the lake.
+"""The write ladder's trio side: the group-commit buffer and its tail (the local WAL, PostgreSQL
+or a quorum of keepers) wired to the lake.
 
-`--write-buffer-ms N` (issue 6, rung 1), `--tail-dir PATH` (rung 2) and `--tail-url
-postgresql://…` (rung 3: the same log in a PostgreSQL table, `machines/drivers/pgtail.py`).
-`open_ladder` starts a `BufferDriver` (and, with a tail, opens it and replays it) before the server
-accepts connections; `WriteLadder.shutdown` drains it on SIGTERM/SIGINT. What goes through it, and
-why:
+`--write-buffer-ms N` (issue 6, rung 1), `--tail-dir PATH` (rung 2), `--tail-url
+postgresql://…` (rung 3: the same log in a PostgreSQL table, `machines/drivers/pgtail.py`) and
+`--tail-quorum` (issue 8). The server's wiring (`icegres/serve.py`) opens the tail, any `Tail`
+(`machines/drivers/tail.py`); `open_ladder` starts a `BufferDriver` over it and replays it before
+the server accepts connections, and attaches the ladder to the engine as its `WriteLadderPort`
+(`engine/ladder_port.py`); `WriteLadder.shutdown` drains it on SIGTERM/SIGINT. What goes through
+it, and why:
 
 - Autocommit INSERT and COPY FROM into tables without a primary key (`writes.run_write`,
   `writes.copy_from`). The rows are computed and conformed exactly as the synchronous path does,
@@ -30,12 +32,13 @@ why:
 - Replay: with a tail, every record above its table's lake watermark is handed back to the buffer
   (no second tail write) and flushed before serving. The tail is told it may trim up to the highest
   LSN L such that every record <= L is in the lake.
-- The Postgres tail's id is the row key of its log (`pg_tail_id`): derived from the catalog and the
-  data directory, so a restart of the same deployment (on this node or a replacement with the same
-  configuration) finds its records, and a second live server of the same deployment is refused.
-  It is opened with the trim point it persisted as its watermark: rows at or below it were deleted
-  only once every record <= it was in the lake, which is the WAL's rule for deleting a segment;
-  exactly-once is then decided per table by the lake watermark, as for the WAL.
+- The Postgres tail's id is the row key of its log (`serve.pg_tail_id`): derived from the catalog
+  and the data directory, so a restart of the same deployment (on this node or a replacement with
+  the same configuration) finds its records, and a second live server of the same deployment is
+  refused. It is opened with the trim point it persisted as its watermark
+  (`drivers/pgtail.claim_pg_tail`): rows at or below it were deleted only once every record <= it
+  was in the lake, which is the WAL's rule for deleting a segment; exactly-once is then decided per
+  table by the lake watermark, as for the WAL.
 
 All blocking work (Arrow, Parquet, pyiceberg) runs in worker threads behind a limiter of its own,
 so a flush never waits for the query threads that statements waiting on a flush may hold.
@@ -56,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import trio
 
-from icegres.config import redact_uri
+from icegres.engine.ladder_port import Buffered
 from icegres.machines.buffer import AckPolicy, Config, FlushTable, ReportLost, visible_entries
 from icegres.machines.drivers.buffer import (
     BufferDriver,
@@ -65,29 +68,21 @@ from icegres.machines.drivers.buffer import (
     FlushError,
     FlushResult,
 )
+from icegres.machines.drivers.tail import AppendFailed, LakeFencedTail, Tail
 from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
-    from icegres.config import Settings
     from icegres.engine.lake import Engine
     from icegres.engine.mounts import ReadPlan
-    from icegres.machines.drivers.pgtail import PgTail
-    from icegres.machines.drivers.wal import WalTail
-
-    Tail = WalTail | PgTail
 
 __all__ = [
     "TAIL_ID_PROPERTY",
     "TAIL_LSN_PROPERTY",
-    "Buffered",
-    "TailUnavailable",
     "WriteLadder",
     "decode_payload",
     "encode_payload",
     "lake_watermark",
     "open_ladder",
-    "pg_tail_id",
-    "quorum_tail_id",
 ]
 
 log = logging.getLogger("icegres.ladder")
@@ -106,23 +101,6 @@ _TABLE_METADATA = b"icegres.table"
 _NON_RETRYABLE = frozenset({"42P01", "42804", "23502", "22P02", "22003", FENCED_SQLSTATE})
 _FLUSH_THREADS = 4
 _WATERMARK_CACHE_MAX = 4096
-# A restart right after a crash on this node may find the dead server's backend still holding the
-# tail's lock for a moment: wait this long for it to go before refusing.
-_DEAD_OWNER_WAIT_S = 15.0
-_PG_CONNECT_TIMEOUT_S = 5
-
-
-class TailUnavailable(Exception):
-    """The tail could not be opened: start-up stops with this one-line message (secrets redacted)."""
-
-
-@dataclass(frozen=True)
-class Buffered:
-    """One acknowledged statement's rows (the buffer's opaque `rows_ref`)."""
-
-    key: Key
-    lsn: int
-    rows: pa.Table
 
 
 # --- the WAL payload ------------------------------------------------------------------------------
@@ -218,12 +196,15 @@ class _Latency:
 
 
 class WriteLadder:
-    """The buffer (and optional tail: WAL or Postgres) of one server. Create it with `open_ladder`."""
+    """The buffer (and optional `Tail`: the WAL, the Postgres tail or the quorum tail) of one
+    server, as the engine's `WriteLadderPort`. Create it with `open_ladder`."""
 
     def __init__(self, engine: Engine, window_ms: int, tail: Tail | None = None) -> None:
         self.engine = engine
         self.tail = tail
-        self.tail_kind = _tail_kind(tail)
+        # A tail that writers hold in turn (the quorum's): a stale writer is fenced at the lake, so
+        # every flush asserts this writer's term there (`_lake_fence`).
+        self._lake_fenced = tail if isinstance(tail, LakeFencedTail) else None
         self.driver = BufferDriver(
             Config(window_ms=window_ms, ack=AckPolicy.TAIL if tail is not None else AckPolicy.MEMORY),
             self._flush,
@@ -239,7 +220,7 @@ class WriteLadder:
         self._limiter = trio.CapacityLimiter(_FLUSH_THREADS)
         self._token: Any = None
         # Tail mode: records enter the buffer in LSN order (group fsync wakes writers in any order).
-        self._turn_next = tail.state.next_lsn if tail is not None else 0
+        self._turn_next = tail.next_lsn if tail is not None else 0
         self._turn_done: set[int] = set()
         self._turn_waiters: dict[int, trio.Event] = {}
         # LSNs handed to the tail and not yet known to be in the lake (min-heap + live set).
@@ -282,7 +263,7 @@ class WriteLadder:
             self._reserve(lsn)
         self.replayed_records = len(entries)
         if entries:
-            log.info("replaying %d %s tail records into the lake before serving", len(entries), self.tail_kind)
+            log.info("replaying %d %s tail records into the lake before serving", len(entries), tail.kind)
             self.driver.replay(entries)
             # `last_lsn` is set once the core has taken the replay (the predicate must not hold
             # on the state from before it).
@@ -298,7 +279,8 @@ class WriteLadder:
         self._advance_trim()
 
     def stats(self) -> dict[str, Any]:
-        """Counters for /metrics: buffered rows, oldest un-flushed age, flush and fsync latency…"""
+        """Counters for /metrics: buffered rows, oldest un-flushed age, flush and fsync latency…
+        and the tail's health for /health."""
         m = self.driver.metrics()
         out: dict[str, Any] = {
             "buffered_entries": m.buffered_entries,
@@ -312,7 +294,7 @@ class WriteLadder:
             "lost_entries": m.lost_entries,
             "refused_appends": m.refused_appends,
             "replayed_records": self.replayed_records,
-            "tail": self.tail_kind,
+            "tail": self.tail.kind if self.tail is not None else "memory",
             "tail_id": self.tail_id,
         }
         out.update(self._flush_latency.as_dict("flush_latency"))
@@ -322,15 +304,9 @@ class WriteLadder:
             out["durable_lsn"] = health.durable_lsn
             out["tail_ok"] = health.ok
             out["tail_failure"] = self.tail_failure
-            if self.tail_kind == "wal":
-                out["trimmed_lsn"] = health.watermark_lsn
-                out["wal_segments"] = health.segments
-                out["wal_ok"] = health.ok
-            else:
-                out["trimmed_lsn"] = health.trimmed_lsn
-                out["lake_lsn"] = health.watermark_lsn
-                # The Postgres tail's epoch, or the quorum writer's term: each tail's own name.
-                out["writer_term" if self.tail_kind == "quorum" else "pg_tail_epoch"] = health.epoch
+            out["tail_phase"] = health.phase
+            out["tail_reason"] = health.reason
+            out.update(self.tail.stats())
         return out
 
     # --- the front door (trio) ------------------------------------------------------------------
@@ -358,15 +334,13 @@ class WriteLadder:
             raise PgError(exc.sqlstate, exc.message) from None
 
     async def _append_durable(self, key: Key, table: str, rows: pa.Table, size: int) -> None:
-        from icegres.machines.drivers.wal import AppendFailed
-
         tail = self.tail
         assert tail is not None
         payload = encode_payload(key, rows) if size < 1 << 16 else await trio.to_thread.run_sync(encode_payload, key, rows)
         # Shielded: a durable record must reach the buffer (and keep the LSN order moving) even if
         # its client gave up; otherwise it would reappear only at the next restart.
         with trio.CancelScope(shield=True):
-            lsn = tail.state.next_lsn  # what append() assigns: it steps the core before any await
+            lsn = tail.next_lsn  # what append() assigns: it steps the core before any await
             self._reserve(lsn)
             started = time.perf_counter()
             try:
@@ -376,7 +350,7 @@ class WriteLadder:
                 if not exc.outcome_unknown:
                     self._outstanding.discard(lsn)  # never written: nothing to keep the WAL for
                 self._turn_finished(lsn)
-                raise PgError("58030", f"could not make the write durable in the {self.tail_kind} tail: {exc}",
+                raise PgError("58030", f"could not make the write durable in the {tail.kind} tail: {exc}",
                               detail="the tail stops acknowledging after an I/O failure; see the server log") from None
             self._fsync.add((time.perf_counter() - started) * 1000)
             self.tail_failure = None
@@ -473,9 +447,9 @@ class WriteLadder:
         watermark = max(b.lsn for b in batch)
         started = time.perf_counter()
         staged = self._staged.get(effect.flush_id)
-        quorum = self.tail_kind == "quorum"
+        fenced_at_lake = self._lake_fenced is not None
         if staged is None:
-            if quorum and effect.attempt > 1:
+            if fenced_at_lake and effect.attempt > 1:
                 # Re-staged after a refusal: on the catalog's head, not on a stale mount.
                 await self._thread(self.engine.refresh, {key})
             try:
@@ -488,7 +462,7 @@ class WriteLadder:
                 log.debug("flush %s: staging failure", effect.flush_id, exc_info=True)
                 return FlushError("58030", _describe(exc), True)
             if staged is None:
-                # Quorum tail: another writer already put this whole batch in the lake.
+                # Fenced at the lake (quorum): another writer already put this whole batch there.
                 for b in batch:
                     self._outstanding.discard(b.lsn)
                 self._advance_trim()
@@ -497,9 +471,9 @@ class WriteLadder:
         txn, request = staged
         world = LakeWorld(self.engine.lakehouse, txn)
         run = run_commit if effect.attempt == 1 else run_recovery
-        # Quorum tail: no rebase. The publish asserts the head the fence was checked on; a moved
-        # head aborts, and the retry checks the fence again on the new head.
-        outcome = await run(request, world, CommitConfig(max_attempts=1) if quorum else CommitConfig())
+        # Fenced at the lake (quorum): no rebase. The publish asserts the head the fence was
+        # checked on; a moved head aborts, and the retry checks the fence again on the new head.
+        outcome = await run(request, world, CommitConfig(max_attempts=1) if fenced_at_lake else CommitConfig())
         if not outcome.committed:
             message = outcome.message or "commit failed"
             if outcome.phase is Phase.UNKNOWN:
@@ -526,7 +500,7 @@ class WriteLadder:
 
     def _stage(self, key: Key, batch: list[Buffered], flush_id: str, watermark: int) -> tuple[Any, Any] | None:
         """Write the batch's rows as data files on the mounted head; the commit request to publish
-        (None: a quorum tail's batch that is wholly in the lake already)."""
+        (None: a lake-fenced tail's batch that is wholly in the lake already)."""
         from icegres.engine import dml
         from icegres.engine.assign import conform
         from icegres.engine.lake_world import commit_request
@@ -539,11 +513,12 @@ class WriteLadder:
         if plan is None or plan.table is None:
             raise PgError("42P01", f'relation "{key[0]}.{key[1]}" does not exist')
         properties = {TAIL_ID_PROPERTY: self.tail_id, TAIL_LSN_PROPERTY: str(watermark)}
-        if self.tail_kind == "quorum":
-            batch = self._quorum_fence(plan, batch, key)
+        fenced = self._lake_fenced
+        if fenced is not None:
+            batch = self._lake_fence(fenced, plan, batch, key)
             if not batch:
                 return None
-            properties[QUORUM_TERM_PROPERTY] = self.tail.term  # type: ignore[union-attr]
+            properties[QUORUM_TERM_PROPERTY] = fenced.writer_term
         # Conformed again to the table as it is now: a column added since reads as NULL.
         parts = [conform(b.rows, plan, key) for b in batch]
         rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
@@ -555,16 +530,14 @@ class WriteLadder:
         assert request is not None
         return txn, replace(request, token=flush_id)
 
-    def _quorum_fence(self, plan: ReadPlan, batch: list[Buffered], key: Key) -> list[Buffered]:
-        """Lake-side fencing of a quorum writer, on the head the flush will assert: refuse if a
-        higher writer term published to this table (PgError 25006, and the tail stops appending);
-        drop the records another writer of the same quorum already put there (same slots, same
-        chosen records). Blocking."""
+    def _lake_fence(self, tail: LakeFencedTail, plan: ReadPlan, batch: list[Buffered],
+                    key: Key) -> list[Buffered]:
+        """Lake-side fencing of a writer whose tail writers hold in turn (the quorum's), on the
+        head the flush will assert: refuse if a higher writer term published to this table
+        (PgError 25006, and the tail stops appending); drop the records another writer of the same
+        tail already put there (same slots, same chosen records). Blocking."""
         from pyiceberg.table.snapshots import ancestors_of
 
-        from icegres.machines.quorum import Term
-
-        tail: Any = self.tail
         metadata = plan.table.metadata  # type: ignore[union-attr]
         for snapshot in ancestors_of(metadata.current_snapshot(), metadata):
             summary = snapshot.summary
@@ -572,8 +545,9 @@ class WriteLadder:
                 continue
             # Terms only grow along a table's history: the newest flush of the tail has the highest.
             published = summary.get(QUORUM_TERM_PROPERTY)
-            if published and Term.parse(published) > Term.parse(tail.term):
-                reason = f"writer term {published} published to {key[0]}.{key[1]}, above this writer's term {tail.term}"
+            if published and tail.outranked_by(published):
+                reason = (f"writer term {published} published to {key[0]}.{key[1]}, above this writer's "
+                          f"term {tail.writer_term}")
                 tail.fence(reason)
                 raise PgError(FENCED_SQLSTATE, f"this writer was fenced: {reason}")
             mark = int(summary.get(TAIL_LSN_PROPERTY) or 0)
@@ -620,7 +594,7 @@ class WriteLadder:
         heap = self._outstanding_heap
         while heap and heap[0] not in self._outstanding:
             heapq.heappop(heap)
-        low = heap[0] - 1 if heap else tail.state.next_lsn - 1
+        low = heap[0] - 1 if heap else tail.next_lsn - 1
         if low > self._trimmed:
             self._trimmed = low
             tail.advance_watermark(low)
@@ -629,246 +603,40 @@ class WriteLadder:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
 
-def _tail_kind(tail: Tail | None) -> str:
-    if tail is None:
-        return "memory"
-    kind = getattr(tail, "kind", None)  # the quorum tail names itself
-    if isinstance(kind, str):
-        return kind
-    from icegres.machines.drivers.wal import WalTail
-
-    return "wal" if isinstance(tail, WalTail) else "postgres"
-
-
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 @asynccontextmanager
 async def open_ladder(
-    engine: Engine,
-    *,
-    write_buffer_ms: int,
-    tail_dir: str | None,
-    tail_url: str | None = None,
-    tail_id: str | None = None,
-    tail_quorum: str | None = None,
+    engine: Engine, *, write_buffer_ms: int, tail: Tail | None = None
 ) -> AsyncIterator[WriteLadder | None]:
-    """The server's write ladder for the block, or None when the buffer is off.
+    """The server's write ladder over `tail` (None: acks from memory) for the block, or None when
+    the buffer is off.
 
-    On entry the buffer runs and, with a tail (`tail_dir` or `tail_url`, whose row key is
-    `tail_id`), every acked record not yet in the lake has been replayed and flushed.
-    `engine.ladder` is set for the block. On a normal exit the buffer is drained (everything
-    flushed) before the tail closes. Raises TailUnavailable when the tail cannot be opened.
+    On entry the buffer runs and every tail record not yet in the lake has been replayed and
+    flushed; the engine reads through the ladder (`Engine.attach_ladder`) for the block. On a
+    normal exit the buffer is drained (everything flushed) before the block ends, so before the
+    caller closes the tail.
     """
     if write_buffer_ms <= 0:
         yield None
         return
     async with trio.open_nursery() as nursery:
-        if tail_dir or tail_url or tail_quorum:
-            # These two lines time a failover's phases (bench/failover.py): start-up, then the
-            # tail's opening (a quorum writer's election), then replay.
-            log.info("opening the write tail")
-            async with _open_tail(tail_dir, tail_url, tail_id, tail_quorum) as tail:
-                log.info("write tail open: %d records recovered", len(tail.replay))
-                ladder = WriteLadder(engine, write_buffer_ms, tail)
-                await nursery.start(ladder.run)
-                await ladder.replay()
-                async with _serving(engine, ladder):
-                    yield ladder
-        else:
-            ladder = WriteLadder(engine, write_buffer_ms)
-            await nursery.start(ladder.run)
-            async with _serving(engine, ladder):
-                yield ladder
-
-
-def _open_tail(tail_dir: str | None, tail_url: str | None, tail_id: str | None,
-               tail_quorum: str | None = None) -> Any:
-    """The tail behind the buffer: the local WAL, the Postgres tail or the quorum tail (same
-    surface: `tail_id`, `state.next_lsn`, `append`, `advance_watermark`, `replay`, `health()`)."""
-    if tail_quorum:
-        from icegres.machines.drivers.quorum import open_ladder_quorum_tail
-
-        return open_ladder_quorum_tail(tail_quorum, tail_id or "quorum")
-    if tail_url:
-        return _open_pg_tail(tail_url, tail_id or "main")
-    from icegres.machines.drivers.wal import open_wal_tail
-
-    assert tail_dir
-    return open_wal_tail(tail_dir)
-
-
-# --- the Postgres tail ----------------------------------------------------------------------------
-
-
-def quorum_tail_id(settings: Settings) -> str:
-    """The quorum tail's id (the `icegres.tail-id` of its flushes): a hash of the catalog and the
-    sorted keeper addresses, the same for every writer of that quorum, wherever it runs (a
-    replacement writer finds its predecessor's watermark). A new keeper set is a new tail: drain
-    the old one (SIGTERM) before changing it."""
-    import hashlib
-
-    from icegres.machines.drivers.quorum import parse_addresses
-
-    catalog = redact_uri(settings.catalog_uri) if settings.catalog_uri else "embedded"
-    keepers = sorted(f"{h}:{p}" for h, p in parse_addresses(settings.tail_quorum or ""))
-    identity = json.dumps([catalog, settings.catalog_name, settings.warehouse, keepers])
-    if not settings.catalog_uri:
-        # The embedded catalog lives in the data directory: that is the lake's identity.
-        identity = json.dumps([identity, str(settings.data_dir.expanduser().resolve())])
-    return "q" + hashlib.sha256(identity.encode()).hexdigest()[:24]
-
-
-def pg_tail_id(settings: Settings) -> str:
-    """The Postgres tail's id (its row key, and the `icegres.tail-id` of its flushes): a hash of
-    the catalog (URI without its password, name, warehouse) and the absolute data directory.
-
-    Stable across restarts of one deployment; two servers with the same catalog and the same
-    data directory path are the same deployment, and the second one is refused while the first
-    holds the tail. Changing the data directory (or the catalog) starts a new, empty tail: let
-    the old server drain (SIGTERM) first.
-    """
-    import hashlib
-
-    catalog = redact_uri(settings.catalog_uri) if settings.catalog_uri else "embedded"
-    identity = json.dumps([catalog, settings.catalog_name, settings.warehouse,
-                           str(settings.data_dir.expanduser().resolve())])
-    return "pg-" + hashlib.sha256(identity.encode()).hexdigest()[:24]
-
-
-def _scrub(text: str, url: str) -> str:
-    """One line of `text` with anything secret of `url` taken out (drivers may echo parts)."""
-    from urllib.parse import unquote, urlsplit
-
-    line = " ".join(text.split())
-    secrets = {url}
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None
-    if password:
-        secrets |= {password, unquote(password)}
-    for secret in sorted(secrets, key=len, reverse=True):
-        if secret and len(secret) > 2:
-            line = line.replace(secret, "***" if secret != url else redact_uri(url))
-    return line
-
-
-@dataclass(frozen=True)
-class _OwnerRow:
-    trimmed_lsn: int
-    owner: str
-    backend_pid: int
-
-
-def _read_owner(url: str, tail_id: str) -> _OwnerRow | None:
-    """The tail's owner row (None before its first claim). Blocking: a worker thread's job."""
-    import psycopg
-    from psycopg import sql
-
-    from icegres.machines.drivers.pgtail import DEFAULT_TABLE
-
-    query = sql.SQL(
-        "SELECT trimmed_lsn, owner, backend_pid FROM {owner} WHERE tail_id = %s"
-    ).format(owner=sql.Identifier(f"{DEFAULT_TABLE}_owner"))
-    with psycopg.connect(url, autocommit=True, connect_timeout=_PG_CONNECT_TIMEOUT_S,
-                         application_name=f"icegres-tail:{tail_id}:open") as conn:
-        try:
-            row = conn.execute(query, (tail_id,)).fetchone()
-        except psycopg.errors.UndefinedTable:
-            return None
-    return None if row is None else _OwnerRow(int(row[0]), str(row[1]), int(row[2]))
-
-
-def _owner_is_dead_here(owner: str) -> bool:
-    """The owner `host:pid` is a process of this host that no longer exists."""
-    import os
-    import socket
-
-    host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-@asynccontextmanager
-async def _open_pg_tail(url: str, tail_id: str) -> AsyncIterator[PgTail]:
-    """Claim the Postgres tail `tail_id` at `url` for the block; TailUnavailable if it cannot be.
-
-    The watermark it is opened with is the trim point the tail persisted (read just before the
-    claim; re-read and retried if a trim of the previous, dead owner landed in between). A dead
-    owner on this host whose backend still holds the lock is waited for (bounded); a live owner
-    anywhere is refused at once.
-    """
-    from contextlib import AsyncExitStack
-
-    import psycopg
-
-    from icegres.machines.drivers.pgtail import TailOwned, open_pg_tail
-    from icegres.machines.pgtail import PoisonedTail
-
-    shown = redact_uri(url)
-    deadline = trio.current_time() + _DEAD_OWNER_WAIT_S
-    async with AsyncExitStack() as stack:
-        used = -1
-        while True:
-            try:
-                owner = await trio.to_thread.run_sync(_read_owner, url, tail_id)
-                used = owner.trimmed_lsn if owner is not None else 0
-                watermark = used
-                tail = await stack.enter_async_context(open_pg_tail(url, tail_id=tail_id, watermark_lsn=watermark))
-                break
-            except TailOwned as exc:
-                owner = await _read_owner_quietly(url, tail_id)
-                if owner is not None and _owner_is_dead_here(owner.owner) and trio.current_time() < deadline:
-                    log.info("Postgres tail %s: the previous owner %s is gone, waiting for its session "
-                             "(backend pid %d) to end", tail_id, owner.owner, owner.backend_pid)
-                    await trio.sleep(0.2)
-                    continue
-                raise TailUnavailable(
-                    f"the Postgres tail {tail_id} at {shown} is owned by another live server "
-                    f"({_scrub(str(exc), url)}); a second server of the same deployment (same catalog "
-                    "and data directory) must not share it: stop the other one or give this one "
-                    "its own --data-dir"
-                ) from None
-            except PoisonedTail as exc:
-                again = await _read_owner_quietly(url, tail_id)
-                if again is not None and again.trimmed_lsn > used:
-                    continue  # the previous owner's last trim landed after our read: re-read
-                raise TailUnavailable(
-                    f"cannot open the Postgres tail {tail_id} at {shown}: {_scrub(str(exc), url)}"
-                ) from None
-            except (psycopg.Error, OSError) as exc:
-                raise TailUnavailable(
-                    f"cannot open the Postgres tail at {shown}: {_scrub(str(exc), url) or type(exc).__name__}"
-                ) from None
-        log.info("Postgres tail %s at %s claimed (epoch %d; %d records to replay above LSN %d)",
-                 tail_id, shown, tail.epoch, len(tail.replay), used)
-        yield tail
-
-
-async def _read_owner_quietly(url: str, tail_id: str) -> _OwnerRow | None:
-    try:
-        return await trio.to_thread.run_sync(_read_owner, url, tail_id)
-    except Exception:  # noqa: BLE001 - only a hint for the retry decision
-        log.debug("reading the Postgres tail's owner row failed", exc_info=True)
-        return None
+        ladder = WriteLadder(engine, write_buffer_ms, tail)
+        await nursery.start(ladder.run)
+        await ladder.replay()
+        async with _serving(engine, ladder):
+            yield ladder
 
 
 @asynccontextmanager
 async def _serving(engine: Engine, ladder: WriteLadder) -> AsyncIterator[None]:
-    engine.ladder = ladder
+    engine.attach_ladder(ladder)
     try:
         yield
     finally:
         # Drain while readers still see the buffer, so no acked row is ever out of sight.
         with trio.CancelScope(shield=True):
             await ladder.shutdown()
-        engine.ladder = None
+        engine.attach_ladder(None)

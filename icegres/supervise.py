@@ -42,9 +42,12 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
+
+if TYPE_CHECKING:
+    from icegres.config import Settings
 
 __all__ = ["ChildState", "Policy", "child_argv", "judge", "restart_delay_s", "supervise"]
 
@@ -139,6 +142,17 @@ async def probe(host: str, port: int, path: str, timeout_s: float) -> int | None
     return None
 
 
+def run_supervisor(settings: Settings, args: dict[str, Any], keys: tuple[str, ...]) -> int:
+    """`icegres supervise`: run `icegres serve` with the options `keys` of `args` as a child until
+    SIGTERM/SIGINT, replacing it as `Policy` says. The process's exit status (the child's)."""
+    from functools import partial
+
+    policy = Policy(start_timeout_s=args["start_timeout_s"], health_timeout_s=args["health_timeout_s"],
+                    probe_interval_ms=args["probe_interval_ms"])
+    return trio.run(partial(supervise, child_argv(args, keys), settings.host, settings.ops_port, policy,
+                            warm_standby=args["warm_standby"]))
+
+
 async def supervise(serve_argv: list[str], host: str, ops_port: int, policy: Policy, *,
                     warm_standby: bool = False) -> int:
     """Run `icegres serve serve_argv` until SIGTERM/SIGINT, replacing it as the module says.
@@ -156,7 +170,7 @@ async def supervise(serve_argv: list[str], host: str, ops_port: int, policy: Pol
         nonlocal standby
         if warm_standby and not stopping.is_set() and (standby is None or standby.returncode is not None):
             # SIGUSR1 blocked from birth: a promotion sent while the standby still starts stays
-            # pending until it listens for it (`cli._promoted`), instead of killing it.
+            # pending until it listens for it (`serve._promoted`), instead of killing it.
             standby = await trio.lowlevel.open_process([*cmd, "--standby"], stdin=subprocess.DEVNULL,
                                                        preexec_fn=_block_sigusr1)
             log.info("supervisor: warm standby started (pid %d)", standby.pid)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from datafusion import DataFrame, SessionContext
 
     from icegres.engine.file_cache import FileCache
+    from icegres.engine.ladder_port import WriteLadderPort
 
 log = logging.getLogger("icegres.engine")
 
@@ -164,11 +165,24 @@ class Engine:
         # their repeats take the blocking pull (engine/batches.py).
         self.quick_first_pulls: dict[tuple[Any, ...], float] = {}
         self._shape_dirty = True  # tables or schemas went away: pg_catalog must be rebuilt
-        # The write ladder (icegres.ladder.WriteLadder) while --write-buffer-ms is on: statements
-        # union its acked, not yet mounted rows with the tables they read.
-        self.ladder: Any = None
+        # The write ladder while --write-buffer-ms is on (`attach_ladder`): statements union its
+        # acked, not yet mounted rows with the tables they read.
+        self._ladder: WriteLadderPort | None = None
         for schema in SYSTEM_SCHEMAS:
             self._ensure_schema(schema)
+
+    # --- the write ladder --------------------------------------------------------------------
+
+    @property
+    def ladder(self) -> WriteLadderPort | None:
+        """The write ladder statements read through and buffer into; None while the buffer is off
+        (or not yet replayed, or drained)."""
+        return self._ladder
+
+    def attach_ladder(self, ladder: WriteLadderPort | None) -> None:
+        """From now on statements go through `ladder` (None: straight to the lake). The server's
+        wiring attaches it once the tail is replayed and detaches it after the last flush."""
+        self._ladder = ladder
 
     # --- freshness ---------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ no catalog of its own, so each time the lakehouse changes the engine hands `regi
 `CatalogSnapshot` and gets back PostgreSQL 15 shaped relations in the DataFusion schemas
 `pg_catalog` and `information_schema`. Column names and meanings follow PostgreSQL 15; OIDs are
 Int64, `"char"`/`name` are text, arrays are Arrow lists, and int2vector/oidvector columns (indkey,
-indclass, ...) are lists too but PostgreSQL subscripts them from 0 (pg_rewrite knows).
+indclass, ...) are lists too but PostgreSQL subscripts them from 0 (engine/rewrite knows).
 
 OIDs: system objects keep PostgreSQL's own (pg_class = 1259, int8 = 20, public = 2200) because
 clients hard-code some of them (psqlODBC asks for `c.oid = 1259`). Lakehouse objects get OIDs
@@ -767,7 +767,7 @@ INFORMATION_SCHEMA_NAMES: frozenset[str] = frozenset(
 _SYSTEM_RELATION_OIDS = {(r.schema, r.name): r.fixed_oid for r in RELATIONS if r.fixed_oid}
 
 # PostgreSQL subscripts these from 0 (int2vector / oidvector); Arrow lists and every other
-# PostgreSQL array start at 1. pg_rewrite shifts subscripts on them.
+# PostgreSQL array start at 1. The rewrite (arrays.py) shifts subscripts on them.
 ZERO_BASED_ARRAY_COLUMNS: frozenset[str] = frozenset(
     name for r in RELATIONS for name, kind in r.columns if kind in ("int2vector", "oidvector")
 )

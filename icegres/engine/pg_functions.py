@@ -5,13 +5,13 @@ current_schema, pg_table_is_visible, ...). DataFusion 55 already has array_to_st
 bool_and, unnest, generate_series, array_agg(... ORDER BY ...), nullif, replace and the regex
 operators, so those are not redefined here. What DataFusion cannot express as a function —
 generate_subscripts, _pg_expandarray's record, json_build_object's variadic mixed arguments,
-array_upper on 0-based vectors — pg_rewrite turns into calls of the helpers at the end of this
+array_upper on 0-based vectors — the rewrite (engine/rewrite) turns into calls of the helpers at the end of this
 file (their names start with `pg_` and no client sends them).
 
 Each UDF has one fixed signature: DataFusion only widens arguments (int2 -> int8, never back), so
 integer arguments are declared Int64. PostgreSQL overloads that differ in arity (current_setting
 with or without missing_ok, pg_get_expr with or without pretty) are registered once with every
-argument, and pg_rewrite pads short calls with the defaults (`FUNCTION_DEFAULTS`).
+argument, and the rewrite pads short calls with the defaults (`FUNCTION_DEFAULTS`).
 
 Session functions read `env` when they are called, never when they are registered, so a SET or
 set_config() is seen by the next statement.
@@ -55,7 +55,7 @@ BOOL = pa.bool_()
 IMMUTABLE = "immutable"
 VOLATILE = "volatile"
 
-# Arguments pg_rewrite appends to short calls, by function: PostgreSQL's own defaults.
+# Arguments the rewrite appends to short calls, by function: PostgreSQL's own defaults.
 FUNCTION_DEFAULTS: dict[str, tuple[str, ...]] = {
     "current_setting": ("NULL", "false"),
     "pg_get_expr": ("NULL", "NULL", "false"),
@@ -337,7 +337,7 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
     ]
 
 
-# --- helpers that pg_rewrite targets ----------------------------------------------------------
+# --- helpers that the rewrite targets ----------------------------------------------------------
 
 _EXPAND = pa.list_(pa.struct([("x", pa.int64()), ("n", pa.int64())]))
 

@@ -27,6 +27,7 @@ from icegres.pg.errors import PgError
 from icegres.sql.statement import Statement, query
 
 if TYPE_CHECKING:
+    from icegres.engine.ladder_port import WriteLadderPort
     from icegres.engine.query import QueryContext
     from icegres.pg.copy_format import CopyFormat
 
@@ -111,7 +112,7 @@ async def execute_dml(host: WriteHost, stmt: Statement, values: dict[str, Any] |
     return WriteResult(result.tag, result.returning)
 
 
-async def buffered_insert(host: WriteHost, ladder: Any, stmt: Statement, values: dict[str, Any] | None) -> Any:
+async def buffered_insert(host: WriteHost, ladder: WriteLadderPort, stmt: Statement, values: dict[str, Any] | None) -> Any:
     """An autocommit INSERT through the write buffer: rows computed as the synchronous path does,
     acked once the buffer (and its tail) took them. None: the statement stays synchronous."""
     from icegres.engine import dml
@@ -181,11 +182,12 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
         return await create_table_as(host, cmd)
     qctx = host.qctx
     path = list(qctx.env.search_path)
-    if qctx.engine.ladder is not None:
+    ladder = qctx.engine.ladder
+    if ladder is not None:
         # ALTER/DROP: the table's buffered rows go to the lake under the schema they were acked in.
         keys = await host.run(ddl_keys, cmd, path, qctx)
         if keys:
-            await qctx.engine.ladder.settle(keys)
+            await ladder.settle(keys)
 
     def apply() -> list[str]:
         notices = ddl_apply.apply_ddl(qctx.engine.lakehouse, cmd, path)

@@ -57,6 +57,16 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+# Appends, acknowledgements, poisoning, timers and the watermark: what both tail cores share.
+from icegres.machines.tail_events import (
+    Acknowledge,
+    AppendRequested,
+    FailAppends,
+    RefuseAppend,
+    StartTimer,
+    TimerFired,
+    WatermarkAdvanced,
+)
 from icegres.machines.wal_format import Record, checksum, is_tail_id
 
 __all__ = [
@@ -174,11 +184,6 @@ class TailRecovered:
 
 
 @dataclass(frozen=True)
-class AppendRequested:
-    payload: bytes
-
-
-@dataclass(frozen=True)
 class BatchCommitted:
     """The batch's commit returned successfully."""
 
@@ -215,18 +220,6 @@ class ReadBackDone:
 @dataclass(frozen=True)
 class ReadBackFailed:
     reason: str
-
-
-@dataclass(frozen=True)
-class TimerFired:
-    timer: int
-
-
-@dataclass(frozen=True)
-class WatermarkAdvanced:
-    """The lake committed every record up to `lsn` (a flush's snapshot summary carries it)."""
-
-    lsn: int
 
 
 @dataclass(frozen=True)
@@ -287,39 +280,6 @@ class Trim:
 
     after_lsn: int
     through_lsn: int
-
-
-@dataclass(frozen=True)
-class StartTimer:
-    """Answer with TimerFired(timer) after `seconds`."""
-
-    timer: int
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Acknowledge:
-    """Records first_lsn..last_lsn are committed: tell their writers."""
-
-    first_lsn: int
-    last_lsn: int
-
-
-@dataclass(frozen=True)
-class FailAppends:
-    """The tail is poisoned. `unknown` LSNs may have committed (they may be replayed after a
-    restart); `failed` LSNs definitely did not."""
-
-    reason: str
-    unknown: range
-    failed: range
-
-
-@dataclass(frozen=True)
-class RefuseAppend:
-    """An append arrived at a poisoned tail: it gets no LSN and is not written."""
-
-    reason: str
 
 
 Effect = Commit | ReadBack | Trim | StartTimer | Acknowledge | FailAppends | RefuseAppend

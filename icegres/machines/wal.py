@@ -37,6 +37,16 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+# Appends, acknowledgements, poisoning, timers and the watermark: what both tail cores share.
+from icegres.machines.tail_events import (
+    Acknowledge,
+    AppendRequested,
+    FailAppends,
+    RefuseAppend,
+    StartTimer,
+    TimerFired,
+    WatermarkAdvanced,
+)
 from icegres.machines.wal_format import (
     Record,
     SegmentScan,
@@ -132,16 +142,6 @@ class TailRecovered:
 
 
 @dataclass(frozen=True)
-class AppendRequested:
-    payload: bytes
-
-
-@dataclass(frozen=True)
-class TimerFired:
-    timer: int
-
-
-@dataclass(frozen=True)
 class WriteDone:
     pass
 
@@ -178,13 +178,6 @@ class FsyncFailed:
     """An fsync (of a segment or the directory) failed. Never retried: see the module docstring."""
 
     reason: str
-
-
-@dataclass(frozen=True)
-class WatermarkAdvanced:
-    """The lake committed every record up to `lsn` (a flush's snapshot summary carries it)."""
-
-    lsn: int
 
 
 Event = (
@@ -248,39 +241,6 @@ class DeleteSegments:
     """Unlink these segment files, then fsync the directory. Best effort, nobody answers."""
 
     segments: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class StartTimer:
-    """Answer with TimerFired(timer) after `seconds`."""
-
-    timer: int
-    seconds: float
-
-
-@dataclass(frozen=True)
-class Acknowledge:
-    """Records first_lsn..last_lsn are durable: tell their writers."""
-
-    first_lsn: int
-    last_lsn: int
-
-
-@dataclass(frozen=True)
-class FailAppends:
-    """The tail is poisoned. `unknown` LSNs were being written (they may be on disk and be replayed
-    after a restart); `failed` LSNs were never written."""
-
-    reason: str
-    unknown: range
-    failed: range
-
-
-@dataclass(frozen=True)
-class RefuseAppend:
-    """An append arrived at a poisoned tail: it gets no LSN and is not written."""
-
-    reason: str
 
 
 Effect = (

@@ -177,16 +177,9 @@ def metrics_text(stats: Mapping[str, Any] | None, *, ready: bool, healthy: bool)
 
 
 def ladder_stats(engine: Engine) -> dict[str, Any] | None:
-    """The ladder's stats plus its tail's phase and reason (None without a write buffer)."""
-    ladder = getattr(engine, "ladder", None)
-    if ladder is None:
-        return None
-    stats = ladder.stats()
-    if ladder.tail is not None:
-        health = ladder.tail.health()
-        stats["tail_phase"] = health.phase
-        stats["tail_reason"] = health.reason
-    return stats
+    """The ladder's stats, with its tail's phase and reason (None without a write buffer)."""
+    ladder = engine.ladder
+    return None if ladder is None else ladder.stats()
 
 
 class OpsServer:

@@ -129,8 +129,8 @@ def test_a_request_sharing_files_with_one_in_flight_is_answered_too(tmp_path):
 
 
 def test_serve_runs_without_copies_when_the_cache_directory_cannot_be_made(tmp_path, caplog):
-    from icegres.cli import _file_cache
     from icegres.config import Settings
+    from icegres.serve import _file_cache
 
     blocker = tmp_path / "data"
     blocker.write_text("a file where the data dir should be")

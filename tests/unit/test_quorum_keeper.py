@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from icegres.keeper import KeeperRefused, KeeperServer, open_keeper_log
+from icegres.machines.drivers.keeper import KeeperRefused, KeeperServer, open_keeper_log
 from icegres.machines.drivers.quorum import (
     QuorumUnavailable,
     Timing,

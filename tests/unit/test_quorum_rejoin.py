@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from icegres.keeper import KeeperRefused, KeeperServer, Rejoin, open_keeper_log, run_keeper
+from icegres.machines.drivers.keeper import (
+    KeeperRefused,
+    KeeperServer,
+    Rejoin,
+    open_keeper_log,
+    run_keeper,
+)
 from icegres.machines.drivers.quorum import Timing, open_quorum_tail
 from icegres.machines.quorum import (
     Accepted,

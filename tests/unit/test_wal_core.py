@@ -6,7 +6,7 @@ from dataclasses import FrozenInstanceError
 
 import pytest
 
-from icegres.machines import wal, wal_format
+from icegres.machines import tail_events, wal, wal_format
 from icegres.machines.wal import (
     Acknowledge,
     AppendRequested,
@@ -225,7 +225,7 @@ def test_states_are_frozen_and_configs_validated() -> None:
         step(State(config=CONFIG), AppendRequested(b"x"))
 
 
-@pytest.mark.parametrize("module", [wal, wal_format])
+@pytest.mark.parametrize("module", [wal, wal_format, tail_events])
 def test_the_core_imports_no_io(module) -> None:
     roots = imported_roots(module)
     allowed = {

@@ -1,9 +1,11 @@
 """The trio driver of the Postgres tail machine: performs effects with psycopg, feeds back events.
 
 `open_pg_tail(dsn, ...)` claims a tail in PostgreSQL (refusing when another live writer holds it),
-recovers it and yields a `PgTail` with the WAL tail's surface (`icegres.machines.drivers.wal`):
+recovers it and yields a `PgTail`, a `Tail` as the WAL's is (`icegres.machines.drivers.tail`):
 `replay`, `await append(payload) -> lsn` (returns once the COMMIT holding the record returned),
 `advance_watermark(lsn)`, `health()`, `durable_lsn`, and `AppendFailed` with `.outcome_unknown`.
+A server opens it with `claim_pg_tail`, which starts from the trim point the tail persisted and
+waits briefly for the session of a dead previous owner on this host.
 
 psycopg 3 is used synchronously in worker threads, never on the trio loop: batches on the
 backend's own thread (`SerialThread`, submitted by the driver without a waiting task), the claim,
@@ -35,19 +37,16 @@ import logging
 import os
 import socket
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import outcome
 import trio
 
-# One exception for both tails, so that the server handles either the same way.
 from icegres.machines.drivers.serial_thread import SerialThread
-from icegres.machines.drivers.wal import AppendFailed
+from icegres.machines.drivers.tail import AppendFailed, SteppedTail, TailUnavailable, drain
 from icegres.machines.pgtail import (
-    Acknowledge,
-    AppendRequested,
     BatchAborted,
     BatchCommitted,
     Claim,
@@ -56,23 +55,19 @@ from icegres.machines.pgtail import (
     Config,
     Effect,
     Event,
-    FailAppends,
     Fenced,
     Health,
     Phase,
+    PoisonedTail,
     ReadBack,
     ReadBackDone,
     ReadBackFailed,
     Recovery,
-    RefuseAppend,
-    StartTimer,
     State,
     StoredRow,
-    TimerFired,
     Trim,
     TrimDone,
     TrimFailed,
-    WatermarkAdvanced,
     health,
     recover,
     step,
@@ -85,6 +80,7 @@ __all__ = [
     "PsycopgBackend",
     "TailBackend",
     "TailOwned",
+    "claim_pg_tail",
     "open_pg_tail",
 ]
 
@@ -450,105 +446,38 @@ def _reason(exc: BaseException) -> str:
 # --- the driver ----------------------------------------------------------------------------------
 
 
-@dataclass
-class _Waiter:
-    done: trio.Event
-    error: AppendFailed | None = None
+class PgTail(SteppedTail):
+    """One open Postgres tail. Create it with `open_pg_tail`; use it only from that trio run.
+    Appends, the watermark and timers are `SteppedTail`'s; this class performs the database work."""
 
-
-class PgTail:
-    """One open Postgres tail. Create it with `open_pg_tail`; use it only from that trio run."""
+    kind = "postgres"
+    name = "Postgres"
+    _opening = frozenset({Phase.STARTING})
+    _core_step = staticmethod(step)
+    _state: State
+    replay: tuple[Record, ...]
+    recovery: Recovery
 
     def __init__(self, backend: TailBackend, recovery: Recovery, nursery: trio.Nursery) -> None:
         self._backend = backend
-        self._nursery = nursery
         # A batch's COMMIT handed straight to the backend's thread, answered by a callback
         # that steps the core (as the WAL driver's writes: no task waits on it).
         self._submit_commit = getattr(backend, "submit_commit", None)
-        self._state: State = recovery.state
-        self._waiters: dict[int, _Waiter] = {}
-        self._idle = trio.Event()
-        self.replay: tuple[Record, ...] = recovery.replay
-        self.recovery = recovery
-        self._perform_all(recovery.effects)
-
-    @property
-    def tail_id(self) -> str:
-        return self._state.tail_id
+        super().__init__(recovery, nursery)
 
     @property
     def epoch(self) -> int:
         return self._state.epoch
 
-    @property
-    def state(self) -> State:
-        return self._state
-
-    @property
-    def durable_lsn(self) -> int:
-        return self._state.durable_lsn
-
     def health(self) -> Health:
         return health(self._state)
 
-    async def append(self, payload: bytes) -> int:
-        """Append one record; return its LSN once the COMMIT of a transaction holding it returned.
+    def stats(self) -> dict[str, Any]:
+        shown = self.health()
+        return {"trimmed_lsn": shown.trimmed_lsn, "lake_lsn": shown.watermark_lsn, "pg_tail_epoch": shown.epoch}
 
-        Raises AppendFailed if the tail is (or becomes) poisoned first; `outcome_unknown` says
-        the record may have committed. If the caller is cancelled while waiting, the record may
-        still commit and be replayed.
-        """
-        if len(payload) > self._state.config.payload_bytes_max:
-            raise ValueError(f"payload of {len(payload)} bytes is too large for the Postgres tail")
-        if self._state.phase is Phase.POISONED:
-            raise AppendFailed(
-                f"the Postgres tail is poisoned: {self._state.poison_reason}",
-                outcome_unknown=False,
-            )
-        lsn = self._state.next_lsn
-        waiter = _Waiter(trio.Event())
-        self._waiters[lsn] = waiter
-        self._step(AppendRequested(payload))
-        try:
-            await waiter.done.wait()
-        finally:
-            self._waiters.pop(lsn, None)
-        if waiter.error is not None:
-            raise waiter.error
-        return lsn
-
-    def advance_watermark(self, lsn: int) -> None:
-        """The lake committed every record up to `lsn`: their rows may be trimmed."""
-        self._step(WatermarkAdvanced(lsn))
-
-    async def wait_settled(self) -> None:
-        """Until nothing is queued or in flight (idle or poisoned)."""
-        while self._state.pending or self._state.inflight:
-            self._idle = trio.Event()
-            await self._idle.wait()
-
-    def _step(self, event: Event) -> None:
-        self._state, effects = step(self._state, event)
-        self._perform_all(effects)
-        if not self._state.pending and not self._state.inflight:
-            self._idle.set()
-
-    def _perform_all(self, effects: list[Effect]) -> None:
-        for effect in effects:
-            self._perform(effect)
-
-    def _perform(self, effect: Effect) -> None:
+    def _perform_own(self, effect: Effect) -> None:
         match effect:
-            case Acknowledge(first_lsn=first, last_lsn=last):
-                self._wake(range(first, last + 1), None)
-            case FailAppends(reason=reason, unknown=unknown, failed=failed):
-                log.error("Postgres tail %s poisoned: %s", self.tail_id, reason)
-                self._wake(unknown, AppendFailed(reason, outcome_unknown=True))
-                self._wake(failed, AppendFailed(reason, outcome_unknown=False))
-            case RefuseAppend():
-                pass  # append() raises for its caller
-            case StartTimer(timer=timer, seconds=seconds):
-                self._nursery.start_soon(self._timer, timer, seconds)
             case Commit() if self._submit_commit is not None:
                 self._submit_commit(effect, self._committed)
             case Commit() | ReadBack() | Trim():
@@ -564,23 +493,6 @@ class PgTail:
             log.exception("the Postgres tail's COMMIT raised")
             event = CommitOutcomeUnknown(f"the batch INSERT raised {_reason(exc)}")
         self._step(event)
-
-    def _wake(self, lsns: range, error: AppendFailed | None) -> None:
-        for lsn in lsns:
-            waiter = self._waiters.get(lsn)
-            if waiter is not None:
-                waiter.error = error
-                waiter.done.set()
-
-    def _fail_waiters(self, reason: str) -> None:
-        for waiter in self._waiters.values():
-            if not waiter.done.is_set():
-                waiter.error = AppendFailed(reason, outcome_unknown=True)
-                waiter.done.set()
-
-    async def _timer(self, timer: int, seconds: float) -> None:
-        await trio.sleep(seconds)
-        self._step(TimerFired(timer))
 
     async def _io(self, effect: Commit | ReadBack | Trim) -> None:
         # The database call must finish even if the tail is being closed: an abandoned COMMIT
@@ -634,12 +546,131 @@ async def open_pg_tail(
                     await tail.wait_settled()
             finally:
                 tail._fail_waiters(f"the Postgres tail {tail_id!r} was closed")
-                # As the nursery waits for its shielded I/O tasks, so for submitted COMMITs:
-                # the connection they use is closed next.
-                drained = getattr(backend, "drained", None)
-                if drained is not None:
-                    with trio.CancelScope(shield=True):
-                        await drained()
+                await drain(backend)  # the submitted COMMITs, before their connection closes
                 nursery.cancel_scope.cancel()
     finally:
         backend.close()
+
+
+# --- claiming the tail for a server -----------------------------------------------------------------
+
+# A restart right after a crash on this node may find the dead server's backend still holding the
+# tail's lock for a moment: wait this long for it to go before refusing.
+DEAD_OWNER_WAIT_SECONDS = 15.0
+
+
+@asynccontextmanager
+async def claim_pg_tail(url: str, tail_id: str, *, shown_url: str) -> AsyncIterator[PgTail]:
+    """Claim the Postgres tail `tail_id` at `url` for a server, for the block; TailUnavailable if
+    it cannot be, in one line that names the database as `shown_url` (its password redacted).
+
+    The watermark it is opened with is the trim point the tail persisted (read just before the
+    claim; re-read and retried if a trim of the previous, dead owner landed in between). A dead
+    owner on this host whose backend still holds the lock is waited for (bounded); a live owner
+    anywhere is refused at once.
+    """
+    import psycopg
+
+    deadline = trio.current_time() + DEAD_OWNER_WAIT_SECONDS
+    async with AsyncExitStack() as stack:
+        used = -1
+        while True:
+            try:
+                owner = await trio.to_thread.run_sync(_read_owner, url, tail_id)
+                used = owner.trimmed_lsn if owner is not None else 0
+                watermark = used
+                tail = await stack.enter_async_context(open_pg_tail(url, tail_id=tail_id, watermark_lsn=watermark))
+                break
+            except TailOwned as exc:
+                owner = await _read_owner_quietly(url, tail_id)
+                if owner is not None and _owner_is_dead_here(owner.owner) and trio.current_time() < deadline:
+                    log.info("Postgres tail %s: the previous owner %s is gone, waiting for its session "
+                             "(backend pid %d) to end", tail_id, owner.owner, owner.backend_pid)
+                    await trio.sleep(0.2)
+                    continue
+                raise TailUnavailable(
+                    f"the Postgres tail {tail_id} at {shown_url} is owned by another live server "
+                    f"({_scrub(str(exc), url, shown_url)}); a second server of the same deployment (same "
+                    "catalog and data directory) must not share it: stop the other one or give this one "
+                    "its own --data-dir"
+                ) from None
+            except PoisonedTail as exc:
+                again = await _read_owner_quietly(url, tail_id)
+                if again is not None and again.trimmed_lsn > used:
+                    continue  # the previous owner's last trim landed after our read: re-read
+                raise TailUnavailable(
+                    f"cannot open the Postgres tail {tail_id} at {shown_url}: {_scrub(str(exc), url, shown_url)}"
+                ) from None
+            except (psycopg.Error, OSError) as exc:
+                raise TailUnavailable(
+                    f"cannot open the Postgres tail at {shown_url}: "
+                    f"{_scrub(str(exc), url, shown_url) or type(exc).__name__}"
+                ) from None
+        log.info("Postgres tail %s at %s claimed (epoch %d; %d records to replay above LSN %d)",
+                 tail_id, shown_url, tail.epoch, len(tail.replay), used)
+        yield tail
+
+
+@dataclass(frozen=True)
+class _OwnerRow:
+    trimmed_lsn: int
+    owner: str
+    backend_pid: int
+
+
+def _read_owner(url: str, tail_id: str) -> _OwnerRow | None:
+    """The tail's owner row (None before its first claim). Blocking: a worker thread's job."""
+    import psycopg
+    from psycopg import sql
+
+    query = sql.SQL(
+        "SELECT trimmed_lsn, owner, backend_pid FROM {owner} WHERE tail_id = %s"
+    ).format(owner=sql.Identifier(f"{DEFAULT_TABLE}_owner"))
+    with psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                         application_name=f"icegres-tail:{tail_id}:open") as conn:
+        try:
+            row = conn.execute(query, (tail_id,)).fetchone()
+        except psycopg.errors.UndefinedTable:
+            return None
+    return None if row is None else _OwnerRow(int(row[0]), str(row[1]), int(row[2]))
+
+
+async def _read_owner_quietly(url: str, tail_id: str) -> _OwnerRow | None:
+    try:
+        return await trio.to_thread.run_sync(_read_owner, url, tail_id)
+    except Exception:  # noqa: BLE001 - only a hint for the retry decision
+        log.debug("reading the Postgres tail's owner row failed", exc_info=True)
+        return None
+
+
+def _owner_is_dead_here(owner: str) -> bool:
+    """The owner `host:pid` is a process of this host that no longer exists."""
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _scrub(text: str, url: str, shown_url: str) -> str:
+    """One line of `text` with anything secret of `url` taken out (drivers may echo parts): the
+    URL itself becomes `shown_url`, its password ***."""
+    from urllib.parse import unquote, urlsplit
+
+    line = " ".join(text.split())
+    secrets = {url}
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    if password:
+        secrets |= {password, unquote(password)}
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret and len(secret) > 2:
+            line = line.replace(secret, "***" if secret != url else shown_url)
+    return line

@@ -21,9 +21,12 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import trio
 
+from icegres.machines.drivers.tail import AppendFailed, Waiters
 from icegres.machines.quorum import (
     Accepted,
     Acknowledge,
@@ -43,6 +46,7 @@ from icegres.machines.quorum import (
     Send,
     State,
     StepDown,
+    Term,
     Tick,
     Trimmed,
     WatermarkAdvanced,
@@ -205,8 +209,7 @@ class QuorumTail:
         self._nursery = nursery
         self._links = [_Link(i, a) for i, a in enumerate(addresses)]
         self._state = State(config=config, writer=writer)
-        self._waiters: dict[int, trio.Event] = {}
-        self._errors: dict[int, QuorumAppendFailed] = {}
+        self._waiters = Waiters()
         self._settled = trio.Event()  # leading or fenced
         self.replay: tuple[tuple[int, bytes], ...] = ()
         self.replayed_through = 0
@@ -267,18 +270,11 @@ class QuorumTail:
                 f"a quorum tail record must hold 1..{self.config.payload_bytes_max} bytes"
             )
         slot = self._state.next_slot
-        done = trio.Event()
-        self._waiters[slot] = done
+        waiter = self._waiters.add(slot)
         self._step(AppendRequested(payload))
-        try:
-            with trio.move_on_after(self.timing.append_timeout_seconds):
-                await done.wait()
-        finally:
-            self._waiters.pop(slot, None)
-        error = self._errors.pop(slot, None)
-        if error is not None:
-            raise error
-        if not done.is_set():
+        with trio.move_on_after(self.timing.append_timeout_seconds):
+            await self._waiters.wait(slot, waiter)
+        if not waiter.done.is_set():
             raise QuorumUnavailable(
                 f"slot {slot} was not acknowledged by a majority of the {len(self._links)} "
                 f"keepers within {self.timing.append_timeout_seconds} s ({self.connected()} "
@@ -304,21 +300,14 @@ class QuorumTail:
                 case Send(acceptor=acceptor, message=message):
                     self._links[acceptor].send(message)
                 case Acknowledge(first_slot=first, last_slot=last):
-                    for slot in range(first, last + 1):
-                        waiter = self._waiters.get(slot)
-                        if waiter is not None:
-                            waiter.set()
+                    self._waiters.wake(range(first, last + 1))
                 case Replay(records=records, through=through):
                     self.replay = records
                     self.replayed_through = through
                     self._settled.set()
                 case StepDown(reason=reason, unknown=unknown):
                     log.error("quorum writer %s fenced: %s", self.writer, reason)
-                    for slot in unknown:
-                        waiter = self._waiters.get(slot)
-                        if waiter is not None:
-                            self._errors[slot] = WriterFenced(reason, outcome_unknown=True)
-                            waiter.set()
+                    self._waiters.fail(unknown, partial(WriterFenced, reason, outcome_unknown=True))
                     self._settled.set()
                 case RefuseAppend():
                     pass  # append() raised before stepping
@@ -429,11 +418,6 @@ class ReplayRecord:
 
 
 @dataclass(frozen=True)
-class _LadderState:
-    next_lsn: int
-
-
-@dataclass(frozen=True)
 class LadderHealth:
     ok: bool
     phase: str
@@ -445,15 +429,18 @@ class LadderHealth:
 
 
 class QuorumLadderTail:
-    """A quorum tail with the surface `icegres.ladder` expects of a tail (`tail_id`,
-    `state.next_lsn`, `append`, `advance_watermark`, `replay`, `health()`): slots are LSNs.
+    """A quorum tail as the write ladder's `Tail` (`drivers/tail.py`): slots are LSNs. It is a
+    `LakeFencedTail`: writers hold it in turn, so each flush asserts the writer's term at the lake.
 
     `tail_id` names the log in the lake's snapshot summaries; it must be the same for every
-    writer of one quorum, so that a replacement finds its predecessor's watermark. `term` is what
-    each flush asserts at the lake (`fence` records a refusal there: nothing more is appended).
+    writer of one quorum, so that a replacement finds its predecessor's watermark. `writer_term`
+    is what each flush asserts at the lake (`fence` records a refusal there: nothing more is
+    appended).
     """
 
     kind = "quorum"
+    tail_id: str
+    replay: tuple[ReplayRecord, ...]
 
     def __init__(self, tail: QuorumTail, tail_id: str) -> None:
         self._tail = tail
@@ -462,7 +449,7 @@ class QuorumLadderTail:
         self._lake_fenced: str | None = None
 
     @property
-    def term(self) -> str:
+    def writer_term(self) -> str:
         return self._tail.term
 
     @property
@@ -470,8 +457,11 @@ class QuorumLadderTail:
         return self._tail.state
 
     @property
-    def state(self) -> _LadderState:
-        return _LadderState(self._tail.state.next_slot)
+    def next_lsn(self) -> int:
+        return self._tail.state.next_slot
+
+    def outranked_by(self, published_term: str) -> bool:
+        return Term.parse(published_term) > self._tail.state.term
 
     def fence(self, reason: str) -> None:
         """The lake refused a flush because a higher writer term published: stop appending."""
@@ -480,8 +470,6 @@ class QuorumLadderTail:
         self._lake_fenced = reason
 
     async def append(self, payload: bytes) -> int:
-        from icegres.machines.drivers.wal import AppendFailed
-
         if self._lake_fenced is not None:
             raise AppendFailed(f"this writer is fenced: {self._lake_fenced}", outcome_unknown=False)
         try:
@@ -506,6 +494,10 @@ class QuorumLadderTail:
             watermark_lsn=state.watermark,
             epoch=str(state.term),
         )
+
+    def stats(self) -> dict[str, Any]:
+        shown = self.health()
+        return {"trimmed_lsn": shown.trimmed_lsn, "lake_lsn": shown.watermark_lsn, "writer_term": shown.epoch}
 
 
 @asynccontextmanager

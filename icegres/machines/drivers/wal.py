@@ -16,26 +16,24 @@ import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import outcome
 import trio
 
-from icegres.machines.drivers.in_order import InOrder
 from icegres.machines.drivers.serial_thread import SerialThread
+
+# AppendFailed is every tail's: re-exported here, where the WAL's callers have always found it.
+from icegres.machines.drivers.tail import AppendFailed, SteppedTail, drain
 from icegres.machines.wal import (
-    Acknowledge,
-    AppendRequested,
     Config,
     CreateSegment,
     DeleteSegments,
     DirectorySynced,
     Effect,
     Event,
-    FailAppends,
     Fsync,
     FsyncDone,
     FsyncFailed,
@@ -43,15 +41,11 @@ from icegres.machines.wal import (
     IoFailed,
     Phase,
     Recovery,
-    RefuseAppend,
     SegmentCreated,
     SegmentSynced,
-    StartTimer,
     State,
     SyncDirectory,
     SyncSegment,
-    TimerFired,
-    WatermarkAdvanced,
     Write,
     WriteDone,
     health,
@@ -70,15 +64,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class AppendFailed(Exception):
-    """The tail could not make the append durable. When `outcome_unknown`, its bytes were being
-    written when the tail failed: they may be on disk and be replayed after a restart."""
-
-    def __init__(self, message: str, *, outcome_unknown: bool) -> None:
-        super().__init__(message)
-        self.outcome_unknown = outcome_unknown
 
 
 class SegmentStore(Protocol):
@@ -227,14 +212,17 @@ class DirectoryStore:
             os.close(fd)
 
 
-@dataclass
-class _Waiter:
-    done: trio.Event
-    error: AppendFailed | None = None
+class WalTail(SteppedTail):
+    """One open tail. Create it with `open_wal_tail`; use it only from that trio run. Appends,
+    the watermark and timers are `SteppedTail`'s; this class performs the file I/O."""
 
-
-class WalTail:
-    """One open tail. Create it with `open_wal_tail`; use it only from that trio run."""
+    kind = "wal"
+    name = "WAL"
+    _opening = frozenset({Phase.STARTING, Phase.OPENING})
+    _core_step = staticmethod(step)
+    _state: State
+    replay: tuple[Record, ...]
+    recovery: Recovery
 
     def __init__(self, store: SegmentStore, recovery: Recovery, nursery: trio.Nursery) -> None:
         # Segment -> outcome of the fsync a Write already did (None: durable), for the Fsync the
@@ -245,89 +233,17 @@ class WalTail:
         # A batch's Write handed straight to the store's thread (no task, no scheduler pass
         # before it starts or after it ends); its answer steps the core from a callback.
         self._submit = getattr(store, "submit_write_then_fsync", None)
-        self._nursery = nursery
-        self._state: State = recovery.state
-        self._waiters: dict[int, _Waiter] = {}
-        self._opened = trio.Event()
-        # Events raised while effects are being performed are stepped after them, in order
-        # (an answer known at once never re-enters the core).
-        self._step: InOrder[Event] = InOrder(self._step_now)
-        self.replay: tuple[Record, ...] = recovery.replay
-        self.recovery = recovery
-        self._perform_all(recovery.effects)
-
-    @property
-    def tail_id(self) -> str:
-        return self._state.tail_id
-
-    @property
-    def state(self) -> State:
-        return self._state
-
-    @property
-    def durable_lsn(self) -> int:
-        return self._state.durable_lsn
+        super().__init__(recovery, nursery)
 
     def health(self) -> Health:
         return health(self._state)
 
-    async def append(self, payload: bytes) -> int:
-        """Append one record; return its LSN once an fsync covering it has completed.
+    def stats(self) -> dict[str, Any]:
+        shown = self.health()
+        return {"trimmed_lsn": shown.watermark_lsn, "wal_segments": shown.segments, "wal_ok": shown.ok}
 
-        Raises AppendFailed if the tail is (or becomes) poisoned first. If the caller is
-        cancelled while waiting, the record may still become durable and be replayed.
-        """
-        if self._state.phase is Phase.OPENING or self._state.phase is Phase.STARTING:
-            await self._opened.wait()
-        if len(payload) > self._state.config.payload_bytes_max:
-            raise ValueError(f"payload of {len(payload)} bytes is too large for the WAL tail")
-        lsn = self._state.next_lsn
-        waiter = _Waiter(trio.Event())
-        self._waiters[lsn] = waiter
-        poisoned_before = self._state.phase is Phase.POISONED
-        self._step(AppendRequested(payload))
-        if poisoned_before:
-            self._waiters.pop(lsn, None)
-            raise AppendFailed(
-                f"the WAL tail is poisoned: {self._state.poison_reason}", outcome_unknown=False
-            )
-        try:
-            await waiter.done.wait()
-        finally:
-            self._waiters.pop(lsn, None)
-        if waiter.error is not None:
-            raise waiter.error
-        return lsn
-
-    def advance_watermark(self, lsn: int) -> None:
-        """The lake committed every record up to `lsn`: covered segments may go."""
-        self._step(WatermarkAdvanced(lsn))
-
-    async def wait_opened(self) -> None:
-        await self._opened.wait()
-
-    def _step_now(self, event: Event) -> None:
-        self._state, effects = step(self._state, event)
-        self._perform_all(effects)
-        if self._state.phase is not Phase.OPENING and not self._opened.is_set():
-            self._opened.set()
-
-    def _perform_all(self, effects: list[Effect]) -> None:
-        for effect in effects:
-            self._perform(effect)
-
-    def _perform(self, effect: Effect) -> None:
+    def _perform_own(self, effect: Effect) -> None:
         match effect:
-            case Acknowledge(first_lsn=first, last_lsn=last):
-                self._wake(range(first, last + 1), None)
-            case FailAppends(reason=reason, unknown=unknown, failed=failed):
-                log.error("WAL tail poisoned: %s", reason)
-                self._wake(unknown, AppendFailed(reason, outcome_unknown=True))
-                self._wake(failed, AppendFailed(reason, outcome_unknown=False))
-            case RefuseAppend():
-                pass  # append() raises for its caller
-            case StartTimer(timer=timer, seconds=seconds):
-                self._nursery.start_soon(self._timer, timer, seconds)
             case DeleteSegments(segments=segments):
                 names = [segment_name(self.tail_id, s) for s in segments]
                 self._nursery.start_soon(self._delete, names)
@@ -356,17 +272,6 @@ class WalTail:
             log.exception("the WAL store's write raised")
             event = IoFailed(f"{type(exc).__name__}: {exc}")
         self._step(event)
-
-    def _wake(self, lsns: range, error: AppendFailed | None) -> None:
-        for lsn in lsns:
-            waiter = self._waiters.get(lsn)
-            if waiter is not None:
-                waiter.error = error
-                waiter.done.set()
-
-    async def _timer(self, timer: int, seconds: float) -> None:
-        await trio.sleep(seconds)
-        self._step(TimerFired(timer))
 
     async def _delete(self, names: list[str]) -> None:
         try:
@@ -474,11 +379,7 @@ async def open_wal_tail(
             try:
                 yield tail
             finally:
-                # As the nursery waits for its shielded I/O tasks, so for submitted Writes.
-                drained = getattr(store, "drained", None)
-                if drained is not None:
-                    with trio.CancelScope(shield=True):
-                        await drained()
+                await drain(store)  # the submitted Writes, before the files close
             nursery.cancel_scope.cancel()
     finally:
         store.close()

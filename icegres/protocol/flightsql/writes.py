@@ -555,8 +555,9 @@ async def _ingest(host: FlightHost, schema_name: str | None, table: str, if_not_
         raise PgError("42P01", f'relation "{shown}" does not exist (ingest mode "append"; use "create" or '
                                '"create_append")')
     replace = exists and if_exists == _Options.TABLE_EXISTS_OPTION_REPLACE
-    if replace and qctx.engine.ladder is not None:
-        await qctx.engine.ladder.settle({key})
+    ladder = qctx.engine.ladder
+    if replace and ladder is not None:
+        await ladder.settle({key})
     if replace or not exists:
         if data is None:
             raise PgError("22023", f'bulk ingest received no Arrow schema, so there is no definition to '

@@ -75,7 +75,8 @@ __all__ = [
     "run_keeper",
 ]
 
-log = logging.getLogger(__name__)
+# The name it has always logged under (operators filter on it), wherever the module lives.
+log = logging.getLogger("icegres.keeper")
 
 LOG_NAME = "keeper.log"
 # A request frame larger than this closes the connection (a writer's batch is far smaller).
