@@ -401,7 +401,8 @@ class Session:
         if implicit and all(s.kind in (Kind.QUERY, Kind.WRITE, Kind.COPY_FROM) for s in classified) and any(
                 s.kind is not Kind.QUERY for s in classified):
             batch = writes.new_transaction(self, None)
-            self.tx = Transaction("T", state=batch)
+            read_only = self.settings.get("default_transaction_read_only", "off") == "on"
+            self.tx = Transaction("T", state=batch, read_only=read_only)
             self.qctx.txn = batch
         failed = False
         # A lone query outside a transaction block ends with ReadyForQuery('I') whatever its rows:
@@ -432,8 +433,6 @@ class Session:
                     await writes.publish(self, batch)
             except PgError as err:
                 self._report(err)
-        elif implicit and self.tx.status == "E":
-            self.tx = Transaction("I")
         if not replied:
             self._ready_for_query()
         await self.flush()
@@ -790,11 +789,13 @@ class Session:
             raise _unsupported(stmt)
         await handler(self, stmt, describe)
 
-    def set_setting(self, key: str, value: str | None) -> None:
+    def set_setting(self, key: str, value: str | None) -> str:
+        """Validate and apply; the name of the setting assigned."""
         change = guc.validate(key, value, self.settings, self.initial_settings)
         self.settings[change.key] = change.value
         if change.key == "search_path":
             self.qctx.forget_routes()
+        return change.key
 
     async def _cmd_set(self, stmt: Statement, describe: bool) -> None:
         for key, value in stmt.options:  # READ ONLY / READ WRITE of SET [SESSION CHARACTERISTICS AS] TRANSACTION
@@ -816,11 +817,12 @@ class Session:
     def _set_in_block(self, key: str, value: str | None, local: bool) -> None:
         """SET, remembering inside a transaction block what the block's end must restore."""
         before = dict(self.settings)
-        self.set_setting(key, value)
+        assigned = self.set_setting(key, value)
         if self.tx.status == "I":
             return
         for name, old in before.items():
-            if self.settings.get(name) != old:
+            # A SET to the value a SET LOCAL gave still outlasts the block, as in PostgreSQL.
+            if self.settings.get(name) != old or name == assigned:
                 self.tx.before.setdefault(name, old)
                 if local:
                     self.tx.after_commit.setdefault(name, old)
