@@ -1,7 +1,10 @@
 """One PostgreSQL client connection: startup, authentication, simple and extended query.
 
-The session owns the protocol state (transaction status, prepared statements, portals, cursors,
-settings) and talks to the engine only through its QueryContext, always from worker threads.
+The session owns the protocol state (prepared statements, portals, cursors, settings) and talks to
+the engine only through its QueryContext, always from worker threads. Its transaction block is the
+machine both front ends share (`icegres.machines.txblock`, performed by
+`icegres.engine.txblock_driver`): the session feeds it what the client asked for and does what it
+says; ReadyForQuery's status byte is the machine's.
 """
 
 from __future__ import annotations
@@ -11,14 +14,16 @@ import logging
 import secrets
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import trio
 
 from icegres.engine.statements import Kind, Statement, classify, split_statements
+from icegres.engine.txblock_driver import TxBlock, finish
 from icegres.engine.txn import TxnState
+from icegres.machines import txblock as block
 from icegres.protocol.pgwire import errors as E
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire import settings as guc
@@ -95,17 +100,46 @@ class Cursor:
     position: int = 0
 
 
-@dataclass
-class Transaction:
-    status: str = "I"  # I idle, T in block, E failed block
-    savepoints: list[str] = field(default_factory=list)
-    state: TxnState | None = None  # pins and staged writes (engine side)
-    read_only: bool = False  # BEGIN READ ONLY, SET TRANSACTION READ ONLY: writes are 25006
-    # Settings as they were before the block changed them (a ROLLBACK restores them), and as a
-    # COMMIT leaves them: the last plain SET's value, else the value SET LOCAL found, as in
-    # PostgreSQL, where SET LOCAL lasts until the block ends either way.
-    before: dict[str, str] = field(default_factory=dict)
-    after_commit: dict[str, str] = field(default_factory=dict)
+# Statements a failed block still runs (PostgreSQL's IsTransactionExitStmt).
+_EXITS_BLOCK = (Kind.ROLLBACK, Kind.ROLLBACK_TO, Kind.COMMIT)
+
+
+class _BlockPort:
+    """What the transaction block asks of a pgwire session (`txblock_driver.BlockPort`)."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def new_txn(self, isolation: str | None) -> TxnState:
+        return writes.new_transaction(self.session, isolation)
+
+    def bind(self, txn: TxnState | None) -> None:
+        if txn is None:
+            self.session.qctx.end_transaction()
+        else:
+            self.session.qctx.txn = txn
+
+    def warn(self, sqlstate: str, message: str) -> None:
+        self.session.send(m.notice_response(PgError(sqlstate, message, severity="WARNING")))
+
+    def restore_settings(self, values: tuple[tuple[str, str], ...]) -> None:
+        session = self.session
+        for key, value in values:
+            session.settings[key] = value
+            if key == "search_path":
+                session.qctx.forget_routes()
+
+    def close_portals(self, block_only: bool) -> None:
+        session = self.session
+        if not block_only:
+            session.portals.clear()  # a Sync ended the extended protocol's implicit transaction
+            return
+        # The unnamed portal may be the one running this COMMIT or ROLLBACK: it lasts to the Sync.
+        session.portals = {k: p for k, p in session.portals.items() if k == ""}
+        for name in [n for n, c in session.cursors.items() if not c.hold]:
+            del session.cursors[name]
 
 
 class Session:
@@ -120,7 +154,7 @@ class Session:
         self.user = ""
         self.settings: dict[str, str] = {}
         self.initial_settings: dict[str, str] = {}
-        self.tx = Transaction()
+        self.block = TxBlock(_BlockPort(self))
         self.prepared: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
         self.cursors: dict[str, Cursor] = {}
@@ -314,7 +348,7 @@ class Session:
             self._close(msg)
         elif isinstance(msg, m.Sync):
             self.skip_to_sync = False
-            self._end_implicit_transaction()
+            self.block.feed(block.SyncReceived())
             if self._sync_answered:
                 self._sync_answered = False  # the Execute's thread sent this ReadyForQuery
             else:
@@ -331,13 +365,11 @@ class Session:
 
     def _report(self, err: PgError) -> None:
         self.send(m.error_response(err))
-        if self.tx.status == "T":
-            self.tx.status = "E"
+        self.block.feed(block.StatementFailed())
 
-    def _end_implicit_transaction(self) -> None:
-        # Portals live until the end of their transaction; outside a block that is this Sync.
-        if self.tx.status == "I":
-            self.portals.clear()
+    def _gate(self, stmt: Statement) -> None:
+        """A failed block refuses every statement but COMMIT and ROLLBACK [TO] (25P02)."""
+        self.block.feed(block.StatementStarted(exits_block=stmt.kind in _EXITS_BLOCK))
 
     # --- cancellation --------------------------------------------------------------------------
 
@@ -392,45 +424,38 @@ class Session:
             statements = [sql]
         if not statements:
             self.send(m.EMPTY_QUERY)
-        implicit = self.tx.status == "I" and len(statements) > 1
+        implicit = self.block.state.idle and len(statements) > 1
         classified = [classify(text) for text in statements]
         offsets = _statement_offsets(sql, [s.sql for s in classified])
         # Several statements in one Query message form one implicit transaction in PostgreSQL:
         # their writes commit together at the end, or not at all if one fails.
-        batch = None
-        if implicit and all(s.kind in (Kind.QUERY, Kind.WRITE, Kind.COPY_FROM) for s in classified) and any(
-                s.kind is not Kind.QUERY for s in classified):
-            batch = writes.new_transaction(self, None)
-            read_only = self.settings.get("default_transaction_read_only", "off") == "on"
-            self.tx = Transaction("T", state=batch, read_only=read_only)
-            self.qctx.txn = batch
-        failed = False
+        batch = implicit and all(s.kind in (Kind.QUERY, Kind.WRITE, Kind.COPY_FROM) for s in classified) and any(
+            s.kind is not Kind.QUERY for s in classified)
+        if batch:
+            self.block.feed(block.ImplicitBlockStarted(read_only=self._default_read_only()))
         # A lone query outside a transaction block ends with ReadyForQuery('I') whatever its rows:
         # its worker thread may send the whole answer itself (direct.py).
-        direct = len(classified) == 1 and classified[0].kind is Kind.QUERY and self.tx.status == "I"
+        direct = len(classified) == 1 and classified[0].kind is Kind.QUERY and self.block.state.idle
         replied = False
         for stmt, offset in zip(classified, offsets, strict=True):
             try:
-                if self.tx.status == "E" and stmt.kind not in (Kind.ROLLBACK, Kind.ROLLBACK_TO, Kind.COMMIT):
-                    raise PgError(
-                        E.IN_FAILED_TRANSACTION,
-                        "current transaction is aborted, commands ignored until end of transaction block",
-                    )
+                self._gate(stmt)
                 replied = await self._run_statement(self._run_simple, stmt, direct)
             except PgError as err:
                 if err.position is not None:
                     err.position += offset  # PostgreSQL counts from the start of the Query string
                 self._report(err)
-                failed = True
+                break
+            except ConnectionClosed:
+                raise
+            except Exception as exc:  # a bug costs the rest of the message, and the implicit block
+                log.exception("internal error in session %s", self.pid)
+                self._report(PgError(E.INTERNAL_ERROR, f"internal error: {exc}"))
                 break
             await self._maybe_flush()
-        if batch is not None:
-            self._end_transaction(committed=not failed)
+        if batch:
             try:
-                if failed:
-                    await writes.discard(self, batch)
-                else:
-                    await writes.publish(self, batch)
+                await finish(writes.PgHost(self), self.block.feed(block.ImplicitBlockEnded()))
             except PgError as err:
                 self._report(err)
         if not replied:
@@ -518,7 +543,7 @@ class Session:
                 if self._told.get(name) != value:
                     self.send(m.parameter_status(name, value))
             self._told = now
-        self.send(m.ready_for_query(self.tx.status))
+        self.send(m.ready_for_query(self.block.status))
 
     # --- rows ----------------------------------------------------------------------------------
 
@@ -706,11 +731,7 @@ class Session:
         if portal is None:
             raise PgError(E.INVALID_CURSOR_NAME, f'portal "{msg.portal}" does not exist')
         stmt = portal.prepared.statement
-        if self.tx.status == "E" and stmt.kind not in (Kind.ROLLBACK, Kind.ROLLBACK_TO, Kind.COMMIT):
-            raise PgError(
-                E.IN_FAILED_TRANSACTION,
-                "current transaction is aborted, commands ignored until end of transaction block",
-            )
+        self._gate(stmt)
         if stmt.kind is Kind.QUERY:
             await self._run_statement(self._execute_query, portal, msg.max_rows)
         elif not stmt.sql.strip():
@@ -743,7 +764,7 @@ class Session:
             # before it (ParseComplete, BindComplete, RowDescription), as a simple query's does.
             fd = self._socket_fd_or_none()
             reply = prefix = None
-            if fd is not None and not limit and self.tx.status == "I" and self.decoder.sync_is_next():
+            if fd is not None and not limit and self.block.state.idle and self.decoder.sync_is_next():
                 reply, prefix = DirectReply(fd), bytes(self.out)
 
             def start() -> tuple[RowSource, Chunk, bool]:
@@ -800,34 +821,25 @@ class Session:
     async def _cmd_set(self, stmt: Statement, describe: bool) -> None:
         for key, value in stmt.options:  # READ ONLY / READ WRITE of SET [SESSION CHARACTERISTICS AS] TRANSACTION
             if key == "transaction_read_only":
-                if self.tx.status != "I":
-                    self.tx.read_only = value == "on"
+                self.block.feed(block.ReadOnlyRequested(value == "on"))
             else:
                 self._set_in_block(key, value, stmt.flag)
         if stmt.name == "transaction_isolation" and stmt.value is None:
             self.send(m.command_complete("SET"))
             return
-        if stmt.flag and self.tx.status == "I":
-            self.send(m.notice_response(PgError("25P01", "SET LOCAL can only be used in transaction blocks",
-                                                severity="WARNING")))
-        else:
-            self._set_in_block(stmt.name or "", stmt.value, stmt.flag)
+        self._set_in_block(stmt.name or "", stmt.value, stmt.flag)
         self.send(m.command_complete("SET"))
 
     def _set_in_block(self, key: str, value: str | None, local: bool) -> None:
-        """SET, remembering inside a transaction block what the block's end must restore."""
+        """SET (LOCAL): applied, then told to the transaction block, which keeps what the block's
+        end restores (and takes a SET LOCAL outside a block back at once, with a warning)."""
         before = dict(self.settings)
         assigned = self.set_setting(key, value)
-        if self.tx.status == "I":
-            return
-        for name, old in before.items():
-            # A SET to the value a SET LOCAL gave still outlasts the block, as in PostgreSQL.
-            if self.settings.get(name) != old or name == assigned:
-                self.tx.before.setdefault(name, old)
-                if local:
-                    self.tx.after_commit.setdefault(name, old)
-                else:
-                    self.tx.after_commit[name] = self.settings[name]
+        # The assigned setting even if its value did not change: a plain SET to the value a SET
+        # LOCAL gave still outlasts the block, as in PostgreSQL.
+        changes = tuple((name, old, self.settings[name]) for name, old in before.items()
+                        if self.settings.get(name) != old or name == assigned)
+        self.block.feed(block.SettingChanged(local, changes))
 
     async def _cmd_show(self, stmt: Statement, describe: bool) -> None:
         if stmt.name == "all":
@@ -857,87 +869,41 @@ class Session:
             self.set_setting(stmt.name, None)
         self.send(m.command_complete("RESET"))
 
+    def _default_read_only(self) -> bool:
+        return self.settings.get("default_transaction_read_only", "off") == "on"
+
     async def _cmd_begin(self, stmt: Statement, describe: bool) -> None:
-        if self.tx.status != "I":
-            self.send(m.notice_response(PgError("25001", "there is already a transaction in progress", severity="WARNING")))
-        else:
-            state = writes.new_transaction(self, stmt.value)
-            read_only = dict(stmt.options).get("transaction_read_only",
-                                               self.settings.get("default_transaction_read_only", "off"))
-            self.tx = Transaction("T", state=state, read_only=read_only == "on")
-            self.qctx.txn = state
+        read_only = dict(stmt.options).get("transaction_read_only")
+        asked = self._default_read_only() if read_only is None else read_only == "on"
+        self.block.feed(block.BeginRequested(stmt.value, asked))
         self.send(m.command_complete(stmt.tag))
 
     async def _cmd_commit(self, stmt: Statement, describe: bool) -> None:
-        failed = self.tx.status == "E"
-        if self.tx.status == "I":
-            self.send(m.notice_response(PgError("25P01", "there is no transaction in progress", severity="WARNING")))
-        state = self.tx.state
         # The block ends whatever the commit's verdict: a failed COMMIT rolls back, as in PostgreSQL.
-        self._end_transaction(committed=not failed)
-        if state is not None:
-            if failed:
-                await writes.discard(self, state)
-            else:
-                await writes.publish(self, state)
-        self.send(m.command_complete("ROLLBACK" if failed else "COMMIT"))
+        ending = self.block.feed(block.CommitRequested())
+        await finish(writes.PgHost(self), ending)
+        rolled_back = ending is not None and ending.rolled_back
+        self.send(m.command_complete("ROLLBACK" if rolled_back else "COMMIT"))
 
     async def _cmd_rollback(self, stmt: Statement, describe: bool) -> None:
-        if self.tx.status == "I":
-            self.send(m.notice_response(PgError("25P01", "there is no transaction in progress", severity="WARNING")))
-        state = self.tx.state
-        self._end_transaction()
-        if state is not None:
-            await writes.discard(self, state)
+        await finish(writes.PgHost(self), self.block.feed(block.RollbackRequested()))
         self.send(m.command_complete("ROLLBACK"))
 
-    def _end_transaction(self, committed: bool = False) -> None:
-        restore = self.tx.after_commit if committed else self.tx.before
-        self.tx = Transaction("I")
-        for key, value in restore.items():
-            self.settings[key] = value
-            if key == "search_path":
-                self.qctx.forget_routes()
-        self.qctx.end_transaction()
-        self.portals = {k: p for k, p in self.portals.items() if k == ""}
-        for name in [n for n, c in self.cursors.items() if not c.hold]:
-            del self.cursors[name]
-
     async def _cmd_savepoint(self, stmt: Statement, describe: bool) -> None:
-        if self.tx.status == "I":
-            raise PgError(E.NO_ACTIVE_TRANSACTION, "SAVEPOINT can only be used in transaction blocks")
-        self.tx.savepoints.append(stmt.name or "")
-        if self.tx.state is not None:
-            self.tx.state.mark(stmt.name or "")
+        self.block.feed(block.SavepointDeclared(stmt.name or ""))
         self.send(m.command_complete("SAVEPOINT"))
 
     async def _cmd_release(self, stmt: Statement, describe: bool) -> None:
-        idx = self._savepoint_index(stmt, "RELEASE SAVEPOINT")
-        del self.tx.savepoints[idx:]
-        if self.tx.state is not None:
-            self.tx.state.release(idx)
+        self.block.feed(block.SavepointReleased(stmt.name or ""))
         self.send(m.command_complete("RELEASE"))
 
     async def _cmd_rollback_to(self, stmt: Statement, describe: bool) -> None:
-        idx = self._savepoint_index(stmt, "ROLLBACK TO SAVEPOINT")
-        del self.tx.savepoints[idx + 1 :]
-        if self.tx.state is not None:
-            self.tx.state.rollback_to(idx)
-        self.tx.status = "T"
+        self.block.feed(block.RolledBackTo(stmt.name or ""))
         self.send(m.command_complete("ROLLBACK"))
-
-    def _savepoint_index(self, stmt: Statement, what: str) -> int:
-        if self.tx.status == "I":
-            raise PgError(E.NO_ACTIVE_TRANSACTION, f"{what} can only be used in transaction blocks")
-        for i in range(len(self.tx.savepoints) - 1, -1, -1):
-            if self.tx.savepoints[i] == stmt.name:
-                return i
-        raise PgError(E.INVALID_SAVEPOINT, f'savepoint "{stmt.name}" does not exist')
 
     async def _cmd_declare(self, stmt: Statement, describe: bool) -> None:
         hold = " WITH HOLD" in stmt.sql.upper().replace("\n", " ")
-        if self.tx.status == "I" and not hold:
-            raise PgError(E.NO_ACTIVE_TRANSACTION, "DECLARE CURSOR can only be used in transaction blocks")
+        self.block.feed(block.CursorDeclareRequested(hold))
         name = stmt.name or ""
         if name in self.cursors:
             raise PgError(E.DUPLICATE_CURSOR, f'cursor "{name}" already exists')
@@ -979,8 +945,7 @@ class Session:
 
     async def _cmd_discard(self, stmt: Statement, describe: bool) -> None:
         if stmt.value == "ALL":
-            if self.tx.status != "I":
-                raise PgError("25001", "DISCARD ALL cannot run inside a transaction block")
+            self.block.feed(block.DiscardAllRequested())
             self.prepared = {k: v for k, v in self.prepared.items() if k == ""}
             self.cursors.clear()
             for key, value in self.initial_settings.items():

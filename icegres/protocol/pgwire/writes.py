@@ -19,6 +19,7 @@ import pyarrow as pa
 from icegres.engine import writes as core
 from icegres.engine.statements import Statement
 from icegres.engine.txn import TxnState
+from icegres.machines import txblock
 from icegres.protocol.pgwire import errors as E
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire.errors import PgError
@@ -53,16 +54,11 @@ class PgHost:
 
     @property
     def idle(self) -> bool:
-        return self.session.tx.status == "I"
+        return self.session.block.state.idle
 
     def block(self) -> TxnState | None:
-        session = self.session
-        if session.tx.status != "T":
-            return None
-        if session.tx.state is None:
-            session.tx.state = new_transaction(session, None)
-            session.qctx.txn = session.tx.state
-        return session.tx.state
+        block = self.session.block
+        return block.txn if block.state.open else None
 
     def new_txn(self, *, autocommit: bool) -> TxnState:
         return new_transaction(self.session, None, autocommit=autocommit)
@@ -150,12 +146,8 @@ async def _send_table(session: Session, table: pa.Table, describe: bool, formats
 def refuse_if_read_only(session: Session, what: str) -> None:
     """25006 for a write in a READ ONLY transaction (or, outside one, with
     default_transaction_read_only on), as PostgreSQL refuses it."""
-    if session.tx.status != "I":
-        read_only = session.tx.read_only
-    else:
-        read_only = session.settings.get("default_transaction_read_only", "off") == "on"
-    if read_only:
-        raise PgError("25006", f"cannot execute {what} in a read-only transaction")
+    default = session.settings.get("default_transaction_read_only", "off") == "on"
+    session.block.feed(txblock.WriteStarted(what, default))
 
 
 async def copy_from(session: Session, stmt: Statement) -> None:
@@ -217,7 +209,7 @@ async def copy_from(session: Session, stmt: Statement) -> None:
 
     await receive()
     ladder = qctx.engine.ladder
-    if ladder is not None and session.tx.status == "I":
+    if ladder is not None and session.block.state.idle:
         qctx.txn = new_transaction(session, None, autocommit=True)
         try:
             key, rows, has_pk = await session._in_thread(rows_of, qctx.txn)
