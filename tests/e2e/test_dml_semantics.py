@@ -255,8 +255,9 @@ def test_a_correlated_subquery_that_selects_without_aggregating_is_refused_by_na
 
 def test_transaction_blocks_restore_settings_and_refuse_writes_when_read_only(
         icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
-    """SET inside a block is undone by ROLLBACK, SET LOCAL also by COMMIT; READ ONLY (by BEGIN,
-    SET TRANSACTION or the session default) refuses writes with 25006."""
+    """SET (and RESET, a SET to the default) inside a block is undone by ROLLBACK, SET LOCAL also
+    by COMMIT; READ ONLY (by BEGIN, SET TRANSACTION or the session default) refuses writes with
+    25006."""
     _play(icegres, real_postgres, """
         create table dd.x (id bigint, n int)
         begin
@@ -306,6 +307,22 @@ def test_transaction_blocks_restore_settings_and_refuse_writes_when_read_only(
         show timezone
         set local statement_timeout = 5
         show statement_timeout
+        begin
+        reset application_name
+        show application_name
+        rollback
+        show application_name
+        set search_path = dd, public
+        begin
+        reset all
+        show search_path
+        rollback
+        show search_path
+        begin
+        set local application_name = 'local'
+        reset application_name
+        commit
+        show application_name
     """, ("dd.x",))
 
 

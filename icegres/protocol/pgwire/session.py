@@ -861,12 +861,13 @@ class Session:
         self.send(m.command_complete("SHOW"))
 
     async def _cmd_reset(self, stmt: Statement, describe: bool) -> None:
+        # A RESET is a SET to the default: inside a block, ROLLBACK undoes it.
         if stmt.name is None:
             for key, value in self.initial_settings.items():
                 if self.settings.get(key) != value and key not in guc.READ_ONLY:
-                    self.set_setting(key, value)
+                    self._set_in_block(key, value, local=False)
         else:
-            self.set_setting(stmt.name, None)
+            self._set_in_block(stmt.name, None, local=False)
         self.send(m.command_complete("RESET"))
 
     def _default_read_only(self) -> bool:
