@@ -22,12 +22,11 @@ import trio
 
 from icegres.engine.statements import Kind, Statement, classify, split_statements
 from icegres.engine.txblock_driver import TxBlock, finish
-from icegres.engine.txn import TxnState
-from icegres.machines import txblock as block
+from icegres.machines import txblock
 from icegres.protocol.pgwire import errors as E
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire import settings as guc
-from icegres.protocol.pgwire import writes
+from icegres.protocol.pgwire import transaction, writes
 from icegres.protocol.pgwire.copy import copy_out_rows, copy_target
 from icegres.protocol.pgwire.direct import DirectReply
 from icegres.protocol.pgwire.errors import PgError
@@ -100,48 +99,6 @@ class Cursor:
     position: int = 0
 
 
-# Statements a failed block still runs (PostgreSQL's IsTransactionExitStmt).
-_EXITS_BLOCK = (Kind.ROLLBACK, Kind.ROLLBACK_TO, Kind.COMMIT)
-
-
-class _BlockPort:
-    """What the transaction block asks of a pgwire session (`txblock_driver.BlockPort`)."""
-
-    __slots__ = ("session",)
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
-    def new_txn(self, isolation: str | None) -> TxnState:
-        return writes.new_transaction(self.session, isolation)
-
-    def bind(self, txn: TxnState | None) -> None:
-        if txn is None:
-            self.session.qctx.end_transaction()
-        else:
-            self.session.qctx.txn = txn
-
-    def warn(self, sqlstate: str, message: str) -> None:
-        self.session.send(m.notice_response(PgError(sqlstate, message, severity="WARNING")))
-
-    def restore_settings(self, values: tuple[tuple[str, str], ...]) -> None:
-        session = self.session
-        for key, value in values:
-            session.settings[key] = value
-            if key == "search_path":
-                session.qctx.forget_routes()
-
-    def close_portals(self, block_only: bool) -> None:
-        session = self.session
-        if not block_only:
-            session.portals.clear()  # a Sync ended the extended protocol's implicit transaction
-            return
-        # The unnamed portal may be the one running this COMMIT or ROLLBACK: it lasts to the Sync.
-        session.portals = {k: p for k, p in session.portals.items() if k == ""}
-        for name in [n for n, c in session.cursors.items() if not c.hold]:
-            del session.cursors[name]
-
-
 class Session:
     def __init__(self, server: PgServer, stream: trio.abc.Stream, peer: str) -> None:
         self.server = server
@@ -154,7 +111,7 @@ class Session:
         self.user = ""
         self.settings: dict[str, str] = {}
         self.initial_settings: dict[str, str] = {}
-        self.block = TxBlock(_BlockPort(self))
+        self.block = TxBlock(transaction.SessionBlockPort(self))
         self.prepared: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
         self.cursors: dict[str, Cursor] = {}
@@ -348,7 +305,7 @@ class Session:
             self._close(msg)
         elif isinstance(msg, m.Sync):
             self.skip_to_sync = False
-            self.block.feed(block.SyncReceived())
+            self.block.feed(txblock.SyncReceived())
             if self._sync_answered:
                 self._sync_answered = False  # the Execute's thread sent this ReadyForQuery
             else:
@@ -365,11 +322,7 @@ class Session:
 
     def _report(self, err: PgError) -> None:
         self.send(m.error_response(err))
-        self.block.feed(block.StatementFailed())
-
-    def _gate(self, stmt: Statement) -> None:
-        """A failed block refuses every statement but COMMIT and ROLLBACK [TO] (25P02)."""
-        self.block.feed(block.StatementStarted(exits_block=stmt.kind in _EXITS_BLOCK))
+        self.block.feed(txblock.StatementFailed())
 
     # --- cancellation --------------------------------------------------------------------------
 
@@ -432,14 +385,14 @@ class Session:
         batch = implicit and all(s.kind in (Kind.QUERY, Kind.WRITE, Kind.COPY_FROM) for s in classified) and any(
             s.kind is not Kind.QUERY for s in classified)
         if batch:
-            self.block.feed(block.ImplicitBlockStarted(read_only=self._default_read_only()))
+            self.block.feed(txblock.ImplicitBlockStarted(read_only=transaction.default_read_only(self)))
         # A lone query outside a transaction block ends with ReadyForQuery('I') whatever its rows:
         # its worker thread may send the whole answer itself (direct.py).
         direct = len(classified) == 1 and classified[0].kind is Kind.QUERY and self.block.state.idle
         replied = False
         for stmt, offset in zip(classified, offsets, strict=True):
             try:
-                self._gate(stmt)
+                transaction.gate(self, stmt)
                 replied = await self._run_statement(self._run_simple, stmt, direct)
             except PgError as err:
                 if err.position is not None:
@@ -455,7 +408,7 @@ class Session:
             await self._maybe_flush()
         if batch:
             try:
-                await finish(writes.PgHost(self), self.block.feed(block.ImplicitBlockEnded()))
+                await finish(writes.PgHost(self), self.block.feed(txblock.ImplicitBlockEnded()))
             except PgError as err:
                 self._report(err)
         if not replied:
@@ -731,7 +684,7 @@ class Session:
         if portal is None:
             raise PgError(E.INVALID_CURSOR_NAME, f'portal "{msg.portal}" does not exist')
         stmt = portal.prepared.statement
-        self._gate(stmt)
+        transaction.gate(self, stmt)
         if stmt.kind is Kind.QUERY:
             await self._run_statement(self._execute_query, portal, msg.max_rows)
         elif not stmt.sql.strip():
@@ -818,29 +771,6 @@ class Session:
             self.qctx.forget_routes()
         return change.key
 
-    async def _cmd_set(self, stmt: Statement, describe: bool) -> None:
-        for key, value in stmt.options:  # READ ONLY / READ WRITE of SET [SESSION CHARACTERISTICS AS] TRANSACTION
-            if key == "transaction_read_only":
-                self.block.feed(block.ReadOnlyRequested(value == "on"))
-            else:
-                self._set_in_block(key, value, stmt.flag)
-        if stmt.name == "transaction_isolation" and stmt.value is None:
-            self.send(m.command_complete("SET"))
-            return
-        self._set_in_block(stmt.name or "", stmt.value, stmt.flag)
-        self.send(m.command_complete("SET"))
-
-    def _set_in_block(self, key: str, value: str | None, local: bool) -> None:
-        """SET (LOCAL): applied, then told to the transaction block, which keeps what the block's
-        end restores (and takes a SET LOCAL outside a block back at once, with a warning)."""
-        before = dict(self.settings)
-        assigned = self.set_setting(key, value)
-        # The assigned setting even if its value did not change: a plain SET to the value a SET
-        # LOCAL gave still outlasts the block, as in PostgreSQL.
-        changes = tuple((name, old, self.settings[name]) for name, old in before.items()
-                        if self.settings.get(name) != old or name == assigned)
-        self.block.feed(block.SettingChanged(local, changes))
-
     async def _cmd_show(self, stmt: Statement, describe: bool) -> None:
         if stmt.name == "all":
             rows = sorted(self.settings.items())
@@ -860,51 +790,9 @@ class Session:
         self.send(_text_row([self.settings[key]]))
         self.send(m.command_complete("SHOW"))
 
-    async def _cmd_reset(self, stmt: Statement, describe: bool) -> None:
-        # A RESET is a SET to the default: inside a block, ROLLBACK undoes it.
-        if stmt.name is None:
-            for key, value in self.initial_settings.items():
-                if self.settings.get(key) != value and key not in guc.READ_ONLY:
-                    self._set_in_block(key, value, local=False)
-        else:
-            self._set_in_block(stmt.name, None, local=False)
-        self.send(m.command_complete("RESET"))
-
-    def _default_read_only(self) -> bool:
-        return self.settings.get("default_transaction_read_only", "off") == "on"
-
-    async def _cmd_begin(self, stmt: Statement, describe: bool) -> None:
-        read_only = dict(stmt.options).get("transaction_read_only")
-        asked = self._default_read_only() if read_only is None else read_only == "on"
-        self.block.feed(block.BeginRequested(stmt.value, asked))
-        self.send(m.command_complete(stmt.tag))
-
-    async def _cmd_commit(self, stmt: Statement, describe: bool) -> None:
-        # The block ends whatever the commit's verdict: a failed COMMIT rolls back, as in PostgreSQL.
-        ending = self.block.feed(block.CommitRequested())
-        await finish(writes.PgHost(self), ending)
-        rolled_back = ending is not None and ending.rolled_back
-        self.send(m.command_complete("ROLLBACK" if rolled_back else "COMMIT"))
-
-    async def _cmd_rollback(self, stmt: Statement, describe: bool) -> None:
-        await finish(writes.PgHost(self), self.block.feed(block.RollbackRequested()))
-        self.send(m.command_complete("ROLLBACK"))
-
-    async def _cmd_savepoint(self, stmt: Statement, describe: bool) -> None:
-        self.block.feed(block.SavepointDeclared(stmt.name or ""))
-        self.send(m.command_complete("SAVEPOINT"))
-
-    async def _cmd_release(self, stmt: Statement, describe: bool) -> None:
-        self.block.feed(block.SavepointReleased(stmt.name or ""))
-        self.send(m.command_complete("RELEASE"))
-
-    async def _cmd_rollback_to(self, stmt: Statement, describe: bool) -> None:
-        self.block.feed(block.RolledBackTo(stmt.name or ""))
-        self.send(m.command_complete("ROLLBACK"))
-
     async def _cmd_declare(self, stmt: Statement, describe: bool) -> None:
         hold = " WITH HOLD" in stmt.sql.upper().replace("\n", " ")
-        self.block.feed(block.CursorDeclareRequested(hold))
+        self.block.feed(txblock.CursorDeclareRequested(hold))
         name = stmt.name or ""
         if name in self.cursors:
             raise PgError(E.DUPLICATE_CURSOR, f'cursor "{name}" already exists')
@@ -946,7 +834,7 @@ class Session:
 
     async def _cmd_discard(self, stmt: Statement, describe: bool) -> None:
         if stmt.value == "ALL":
-            self.block.feed(block.DiscardAllRequested())
+            self.block.feed(txblock.DiscardAllRequested())
             self.prepared = {k: v for k, v in self.prepared.items() if k == ""}
             self.cursors.clear()
             for key, value in self.initial_settings.items():
@@ -1071,15 +959,8 @@ def _max_placeholder(sql: str) -> int:
 
 
 _COMMANDS = {
-    Kind.SET: Session._cmd_set,
+    **transaction.COMMANDS,
     Kind.SHOW: Session._cmd_show,
-    Kind.RESET: Session._cmd_reset,
-    Kind.BEGIN: Session._cmd_begin,
-    Kind.COMMIT: Session._cmd_commit,
-    Kind.ROLLBACK: Session._cmd_rollback,
-    Kind.SAVEPOINT: Session._cmd_savepoint,
-    Kind.RELEASE: Session._cmd_release,
-    Kind.ROLLBACK_TO: Session._cmd_rollback_to,
     Kind.DECLARE: Session._cmd_declare,
     Kind.FETCH: Session._cmd_fetch,
     Kind.MOVE: Session._cmd_fetch,
