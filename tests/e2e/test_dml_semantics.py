@@ -255,8 +255,9 @@ def test_a_correlated_subquery_that_selects_without_aggregating_is_refused_by_na
 
 def test_transaction_blocks_restore_settings_and_refuse_writes_when_read_only(
         icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
-    """SET inside a block is undone by ROLLBACK, SET LOCAL also by COMMIT; READ ONLY (by BEGIN,
-    SET TRANSACTION or the session default) refuses writes with 25006."""
+    """SET (and RESET, a SET to the default) inside a block is undone by ROLLBACK, SET LOCAL also
+    by COMMIT; READ ONLY (by BEGIN, SET TRANSACTION or the session default) refuses writes with
+    25006."""
     _play(icegres, real_postgres, """
         create table dd.x (id bigint, n int)
         begin
@@ -306,7 +307,56 @@ def test_transaction_blocks_restore_settings_and_refuse_writes_when_read_only(
         show timezone
         set local statement_timeout = 5
         show statement_timeout
+        begin
+        reset application_name
+        show application_name
+        rollback
+        show application_name
+        set search_path = dd, public
+        begin
+        reset all
+        show search_path
+        rollback
+        show search_path
+        begin
+        set local application_name = 'local'
+        reset application_name
+        commit
+        show application_name
     """, ("dd.x",))
+
+
+def test_a_query_message_of_several_statements_runs_in_one_transaction_as_postgresql_runs_it(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """A line with several statements is one simple Query: outside a block its writes are one
+    transaction under default_transaction_read_only; a BEGIN in it opens a block that an error
+    then leaves failed. And a plain SET to the value a SET LOCAL gave survives COMMIT."""
+    _play(icegres, real_postgres, """
+        create table dd.q (id bigint)
+        insert into dd.q values (1); insert into dd.q values (2); select 1/0
+        insert into dd.q values (3); insert into dd.q values (4)
+        set default_transaction_read_only = on
+        insert into dd.q values (5); insert into dd.q values (6)
+        select count(*) from dd.q; insert into dd.q values (7)
+        set default_transaction_read_only = off
+        begin; insert into dd.q values (8); select 1/0
+        select count(*) from dd.q
+        commit
+        begin; insert into dd.q values (9)
+        select count(*) from dd.q
+        commit
+        begin
+        set local timezone = 'Asia/Tokyo'
+        set timezone = 'Asia/Tokyo'
+        commit
+        show timezone
+        begin
+        set local application_name = 'local'
+        set application_name = 'local'
+        set local application_name = 'later'
+        commit
+        show application_name
+    """, ("dd.q",))
 
 
 def test_values_rows_mixing_typed_and_untyped_literals_take_one_type(

@@ -20,6 +20,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from icegres.engine.query import QueryContext
     from icegres.engine.row_source import RowSource
+    from icegres.engine.txblock_driver import TxBlock
     from icegres.engine.txn import TxnState
 
 TOKENS_MAX = 4096
@@ -137,14 +138,26 @@ SAVEPOINTS_MAX = 1024  # open savepoints per transaction
 
 @dataclass
 class FlightTxn:
-    """A transaction opened by BeginTransaction: its state, whether a statement failed in it
-    (then, as in PostgreSQL, it only rolls back, to its start or to a savepoint), and the ids of
-    its open savepoints, oldest first (`savepoints[i]` is `state.marks[i]`)."""
+    """A transaction opened by BeginTransaction: its block, the transaction block machine pgwire
+    runs too (after a failed statement, as in PostgreSQL, it only rolls back, to its start or to
+    a savepoint; its savepoints are named by their ids in hex), and the engine transaction the
+    block started (kept after the block ends, for a statement still running in it)."""
 
     ident: bytes
+    block: TxBlock
     state: TxnState
-    failed: bool = False
-    savepoints: list[bytes] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.block.status == "E"
+
+    def holds_savepoint(self, ident: bytes) -> bool:
+        return savepoint_name(ident) in self.block.state.savepoints
+
+
+def savepoint_name(ident: bytes) -> str:
+    """A Flight SQL savepoint's name in its block: its id, which is unique."""
+    return ident.hex()
 
 
 @dataclass

@@ -13,9 +13,11 @@ discarded. What differs is only how statements arrive:
   transaction the whole batch is one implicit transaction: one Iceberg commit.
 - `CommandStatementIngest` (adbc_ingest): one Arrow stream is one commit (CREATE TABLE AS's
   create-then-append machinery), in the four ADBC modes.
-- BeginTransaction / EndTransaction: a transaction is a `TxnState` kept on the session under its
-  id; statements carrying the id read its pinned snapshots and stage into it. A failed statement
-  poisons it, as in PostgreSQL (25P02 until it ends; COMMIT then rolls back and says so).
+- BeginTransaction / EndTransaction: a transaction is a transaction block (the machine pgwire's
+  BEGIN runs, `icegres.machines.txblock`) and its `TxnState`, kept on the session under its id;
+  statements carrying the id read its pinned snapshots and stage into it. A failed statement
+  fails the block, as in PostgreSQL (25P02 until it ends; COMMIT then rolls back and says so);
+  BeginSavepoint / EndSavepoint are the block's SAVEPOINT, RELEASE and ROLLBACK TO.
 
 Handlers run on grpclib's asyncio loop; the engine's write path is trio (worker threads, the
 commit machine, the write buffer), entered through trio-asyncio. Blocking work runs in worker
@@ -35,7 +37,9 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from icegres.engine import writes as core
+from icegres.engine.txblock_driver import TxBlock, finish
 from icegres.engine.txn import TxnState
+from icegres.machines import txblock
 from icegres.pg.errors import PgError
 from icegres.protocol.flightsql import icegres_flight_pb2 as fl
 from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
@@ -47,6 +51,7 @@ from icegres.protocol.flightsql.sessions import (
     Result,
     Session,
     new_handle,
+    savepoint_name,
 )
 from icegres.sql.lexer import split_statements
 from icegres.sql.statement import Kind, Statement, classify
@@ -64,7 +69,7 @@ EXECUTEMANY_BYTES_MAX = 256 << 20  # parameter batches of one executemany
 _Options = wr.CommandStatementIngest.TableDefinitionOptions
 # The DoPut commands this module serves (CommandPreparedStatementQuery binds parameters: service.py).
 DOPUT_COMMANDS = (sql.CommandStatementUpdate, sql.CommandPreparedStatementUpdate, wr.CommandStatementIngest)
-IN_FAILED = "current transaction is aborted, commands ignored until end of transaction block"
+BLOCK_CONFIG = txblock.Config(savepoints_max=SAVEPOINTS_MAX)
 
 
 class FlightHost:
@@ -115,6 +120,34 @@ class FlightHost:
         return await trio.to_thread.run_sync(call, limiter=self.limiter, abandon_on_cancel=True)
 
 
+class FlightBlockPort:
+    """What the transaction block asks of a Flight SQL session (`txblock_driver.BlockPort`).
+
+    Flight SQL has no SET, cursors or portals, and a statement binds its transaction itself
+    (`FlightHost.run`), so only starting a transaction is work here; the rest cannot arise."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def new_txn(self, isolation: str | None) -> TxnState:
+        settings = self.session.qctx.env.settings
+        return core.new_transaction(settings.get("default_transaction_isolation"), isolation)
+
+    def bind(self, txn: TxnState | None) -> None:
+        pass
+
+    def warn(self, sqlstate: str, message: str) -> None:
+        log.warning("transaction block of session %s: %s (SQLSTATE %s)", self.session.key, message, sqlstate)
+
+    def restore_settings(self, values: tuple[tuple[str, str], ...]) -> None:
+        pass
+
+    def close_portals(self, block_only: bool) -> None:
+        pass
+
+
 class FlightWrites:
     """The write handlers `FlightSqlService` dispatches to."""
 
@@ -144,27 +177,26 @@ class FlightWrites:
                 return None
         if txn is None:
             raise GRPCError(Status.NOT_FOUND, "transaction does not exist or has ended (SQLSTATE 25P01)")
-        if txn.failed:
-            raise PgError("25P02", IN_FAILED)
+        txn.block.feed(txblock.StatementStarted())  # 25P02 in a failed block
         return txn
 
     async def _guarded(self, txn: FlightTxn | None, fn: Callable[..., Any], *args: Any) -> Any:
-        """`fn(*args)` (a trio coroutine); an error poisons the transaction it ran in."""
+        """`fn(*args)` (a trio coroutine); an error fails the block it ran in."""
         try:
             return await self._trio(fn, *args)
         except BaseException:
             # As in PostgreSQL, any failure inside a transaction (a cancel too) aborts it.
             if txn is not None:
-                txn.failed = True
+                txn.block.feed(txblock.StatementFailed())
             raise
 
     async def _poisoning(self, txn: FlightTxn | None, awaitable: Any) -> Any:
-        """Await an asyncio-side call; an error poisons the transaction it ran in."""
+        """Await an asyncio-side call; an error fails the block it ran in."""
         try:
             return await awaitable
         except BaseException:
             if txn is not None:
-                txn.failed = True
+                txn.block.feed(txblock.StatementFailed())
             raise
 
     # --- transactions ---------------------------------------------------------------------------
@@ -197,8 +229,10 @@ class FlightWrites:
         if len(session.transactions) >= session.transactions.limit:
             raise PgError("53400", f"too many open transactions in this session (at most "
                                    f"{session.transactions.limit}): end one first")
-        state = self._host(session, None).new_txn(autocommit=False)
-        txn = FlightTxn(new_handle(), state)
+        block = TxBlock(FlightBlockPort(session), BLOCK_CONFIG)
+        block.feed(txblock.BeginRequested())
+        assert block.txn is not None
+        txn = FlightTxn(new_handle(), block, block.txn)
         session.transactions.put(txn.ident, txn)
         session.current_txn = txn.ident
         return txn.ident
@@ -210,34 +244,27 @@ class FlightWrites:
         session.ended_txns.put(ident, True)
         if session.current_txn == ident:
             session.current_txn = None
-        host = self._host(session, None)
-        if action == sql.ActionEndTransactionRequest.END_TRANSACTION_ROLLBACK:
-            await self._trio(core.discard, host, txn.state)
-            return
-        if action != sql.ActionEndTransactionRequest.END_TRANSACTION_COMMIT:
-            await self._trio(core.discard, host, txn.state)
+        commit = action == sql.ActionEndTransactionRequest.END_TRANSACTION_COMMIT
+        ending = txn.block.feed(txblock.CommitRequested() if commit else txblock.RollbackRequested())
+        await self._trio(finish, self._host(session, None), ending)
+        if not commit and action != sql.ActionEndTransactionRequest.END_TRANSACTION_ROLLBACK:
             raise M.BadCommand("EndTransaction needs COMMIT or ROLLBACK: the transaction was rolled back")
-        if txn.failed:
-            await self._trio(core.discard, host, txn.state)
+        if ending is not None and ending.rolled_back:
             raise PgError("25P02", "the transaction was aborted by an earlier error and has been rolled back")
-        await self._trio(core.publish, host, txn.state)
 
-    # --- savepoints: the TxnState marks pgwire's SAVEPOINT / RELEASE / ROLLBACK TO use ----------
+    # --- savepoints: the block's SAVEPOINT / RELEASE / ROLLBACK TO, as pgwire's ----------------
 
     async def begin_savepoint(self, session: Session, txn_id: bytes, name: str) -> bytes:
-        """SAVEPOINT in transaction `txn_id` (refused once a statement failed in it: 25P02)."""
+        """SAVEPOINT in transaction `txn_id` (refused once a statement failed in it: 25P02).
+        The client's `name` is only a label: it ends the savepoint by the id returned."""
         txn = self.transaction(session, txn_id)
         if txn is None:
             raise GRPCError(Status.NOT_FOUND, "transaction does not exist or has ended (SQLSTATE 25P01)")
-        if len(txn.savepoints) >= SAVEPOINTS_MAX:
-            raise PgError("53400", f"too many savepoints in this transaction (at most {SAVEPOINTS_MAX}): "
-                                   "release some first")
         ident = new_handle()
 
         def mark() -> None:
             with session.lock:  # statements of this session stage into the state under it
-                txn.state.mark(name)
-                txn.savepoints.append(ident)
+                txn.block.feed(txblock.SavepointDeclared(savepoint_name(ident)))
 
         await self.service.run_sync(mark)
         return ident
@@ -246,28 +273,25 @@ class FlightWrites:
         """RELEASE SAVEPOINT (it and later ones end; the writes since stay) or ROLLBACK TO
         SAVEPOINT (the writes since are undone; it stays, later ones end; a transaction aborted by
         an error since then is usable again), as in PostgreSQL."""
-        txn = next((t for t in session.transactions.values() if ident in t.savepoints), None)
+        txn = next((t for t in session.transactions.values() if t.holds_savepoint(ident)), None)
         if txn is None:
             raise PgError("3B001", "savepoint does not exist (released, rolled back past, or its "
                                    "transaction ended)")
         release = action == wr.ActionEndSavepointRequest.END_SAVEPOINT_RELEASE
         if not release and action != wr.ActionEndSavepointRequest.END_SAVEPOINT_ROLLBACK:
             raise M.BadCommand("EndSavepoint needs RELEASE or ROLLBACK")
-        if release and txn.failed:
-            raise PgError("25P02", IN_FAILED)
+        name = savepoint_name(ident)
+        event = txblock.SavepointReleased(name) if release else txblock.RolledBackTo(name)
 
         def end() -> None:
             with session.lock:
-                if ident not in txn.savepoints:  # ended by a concurrent EndSavepoint meanwhile
-                    raise PgError("3B001", "savepoint does not exist (released or rolled back past)")
-                index = txn.savepoints.index(ident)
-                if release:
-                    txn.state.release(index)
-                    del txn.savepoints[index:]
-                else:
-                    txn.state.rollback_to(index)
-                    del txn.savepoints[index + 1:]
-                    txn.failed = False
+                try:
+                    txn.block.feed(event)  # 25P02 for a RELEASE in a failed block
+                except PgError as err:
+                    if err.sqlstate != "3B001":
+                        raise
+                    # Ended by a concurrent EndSavepoint meanwhile; its id means nothing to a user.
+                    raise PgError("3B001", "savepoint does not exist (released or rolled back past)") from None
 
         await self.service.run_sync(end)
 
@@ -276,7 +300,7 @@ class FlightWrites:
         host = self._host(session, None)
         for txn in session.transactions.values():
             session.transactions.pop(txn.ident)
-            await self._trio(core.discard, host, txn.state)
+            await self._trio(finish, host, txn.block.feed(txblock.RollbackRequested()))
 
     # --- statements -----------------------------------------------------------------------------
 
@@ -357,10 +381,13 @@ class FlightWrites:
             for stmt in statements:
                 total += await self._run_any(session, stmt, None, txn)
             return total
-        host = self._host(session, None)
-        implicit = host.new_txn(autocommit=False)
-        return await self._trio(_in_implicit, self._host(session, implicit), implicit,
-                                [(s, None) for s in statements])
+        return await self._implicit(session, [(s, None) for s in statements])
+
+    async def _implicit(self, session: Session, work: list[tuple[Statement, dict[str, Any] | None]]) -> int:
+        """Statements outside a transaction that commit together: an implicit block."""
+        block = TxBlock(FlightBlockPort(session), BLOCK_CONFIG)
+        block.feed(txblock.ImplicitBlockStarted())
+        return await self._trio(_in_implicit, self._host(session, block.txn), block, work)
 
     async def _run_any(self, session: Session, stmt: Statement, params: dict[str, Any] | None,
                        txn: FlightTxn | None) -> int:
@@ -390,10 +417,7 @@ class FlightWrites:
             return total
         if len(rows) == 1:
             return await self._run_any(session, stmt, rows[0], None)
-        host = self._host(session, None)
-        implicit = host.new_txn(autocommit=False)
-        return await self._trio(_in_implicit, self._host(session, implicit), implicit,
-                                [(stmt, values) for values in rows])
+        return await self._implicit(session, [(stmt, values) for values in rows])
 
     # --- bulk ingest ----------------------------------------------------------------------------
 
@@ -516,7 +540,7 @@ async def _count_rows(host: FlightHost, stmt: Statement, params: dict[str, Any] 
     return await host.run(count)
 
 
-async def _in_implicit(host: FlightHost, txn: TxnState,
+async def _in_implicit(host: FlightHost, block: TxBlock,
                        work: list[tuple[Statement, dict[str, Any] | None]]) -> int:
     """Several statements (a script, an executemany) as one transaction: one commit, or none."""
     total = 0
@@ -526,9 +550,16 @@ async def _in_implicit(host: FlightHost, txn: TxnState,
                 total += (await _execute_one(host, stmt, params)).count
             else:
                 total += await _count_rows(host, stmt, params)
-        await core.publish(host, txn)
     except BaseException:
-        await core.discard(host, txn)
+        block.feed(txblock.StatementFailed())
+        await finish(host, block.feed(txblock.ImplicitBlockEnded()))
+        raise
+    ending = block.feed(txblock.ImplicitBlockEnded())
+    try:
+        await finish(host, ending)
+    except BaseException:
+        if ending is not None:
+            await core.discard(host, ending.txn)  # what a refused commit left staged goes too
         raise
     return total
 

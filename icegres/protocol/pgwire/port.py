@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from icegres.config import Settings
     from icegres.engine.lake import Engine
     from icegres.engine.query import QueryContext
+    from icegres.engine.txblock_driver import TxBlock
     from icegres.pg.clock import TextSettings
     from icegres.protocol.pgwire.messages import FrontendMessage
 
@@ -44,7 +45,7 @@ class SessionPort(Protocol):
 
     qctx: QueryContext
     settings: dict[str, str]
-    tx: Any
+    block: TxBlock  # the session's transaction block (machines/txblock.py, driven here)
 
     def send(self, data: bytes) -> None: ...
 

@@ -1,7 +1,10 @@
 """One PostgreSQL client connection: startup, authentication, simple and extended query.
 
-The session owns the protocol state (transaction status, prepared statements, portals, cursors,
-settings) and talks to the engine only through its QueryContext, always from worker threads.
+The session owns the protocol state (prepared statements, portals, cursors, settings) and talks to
+the engine only through its QueryContext, always from worker threads. Its transaction block is the
+machine both front ends share (`icegres.machines.txblock`, performed by
+`icegres.engine.txblock_driver`): the session feeds it what the client asked for and does what it
+says; ReadyForQuery's status byte is the machine's.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import logging
 import secrets
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -19,7 +22,8 @@ import trio
 
 from icegres.engine.query import open_session
 from icegres.engine.row_source import Chunk, RowSource
-from icegres.engine.txn import TxnState
+from icegres.engine.txblock_driver import TxBlock, finish
+from icegres.machines import txblock
 from icegres.pg import errors as E
 from icegres.pg import settings as guc
 from icegres.pg.clock import TextSettings
@@ -28,7 +32,7 @@ from icegres.pg.errors import PgError
 from icegres.pg.params import decode_param
 from icegres.pg.types import pg_type_for_arrow
 from icegres.protocol.pgwire import messages as m
-from icegres.protocol.pgwire import writes
+from icegres.protocol.pgwire import transaction, writes
 from icegres.protocol.pgwire.copy import copy_out_rows
 from icegres.protocol.pgwire.datarows import encode_data_rows
 from icegres.protocol.pgwire.direct import DirectReply
@@ -91,19 +95,6 @@ class Cursor:
     position: int = 0
 
 
-@dataclass
-class Transaction:
-    status: str = "I"  # I idle, T in block, E failed block
-    savepoints: list[str] = field(default_factory=list)
-    state: TxnState | None = None  # pins and staged writes (engine side)
-    read_only: bool = False  # BEGIN READ ONLY, SET TRANSACTION READ ONLY: writes are 25006
-    # Settings as they were before the block changed them (a ROLLBACK restores them), and as a
-    # COMMIT leaves them: the last plain SET's value, else the value SET LOCAL found, as in
-    # PostgreSQL, where SET LOCAL lasts until the block ends either way.
-    before: dict[str, str] = field(default_factory=dict)
-    after_commit: dict[str, str] = field(default_factory=dict)
-
-
 class Session:
     def __init__(self, server: ServerPort, stream: trio.abc.Stream, peer: str) -> None:
         self.server = server
@@ -116,7 +107,7 @@ class Session:
         self.user = ""
         self.settings: dict[str, str] = {}
         self.initial_settings: dict[str, str] = {}
-        self.tx = Transaction()
+        self.block = TxBlock(transaction.SessionBlockPort(self))
         self.prepared: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
         self.cursors: dict[str, Cursor] = {}
@@ -310,7 +301,7 @@ class Session:
             self._close(msg)
         elif isinstance(msg, m.Sync):
             self.skip_to_sync = False
-            self._end_implicit_transaction()
+            self.block.feed(txblock.SyncReceived())
             if self._sync_answered:
                 self._sync_answered = False  # the Execute's thread sent this ReadyForQuery
             else:
@@ -327,13 +318,7 @@ class Session:
 
     def _report(self, err: PgError) -> None:
         self.send(m.error_response(err))
-        if self.tx.status == "T":
-            self.tx.status = "E"
-
-    def _end_implicit_transaction(self) -> None:
-        # Portals live until the end of their transaction; outside a block that is this Sync.
-        if self.tx.status == "I":
-            self.portals.clear()
+        self.block.feed(txblock.StatementFailed())
 
     # --- cancellation --------------------------------------------------------------------------
 
@@ -388,48 +373,40 @@ class Session:
             statements = [sql]
         if not statements:
             self.send(m.EMPTY_QUERY)
-        implicit = self.tx.status == "I" and len(statements) > 1
+        implicit = self.block.state.idle and len(statements) > 1
         classified = [classify(text) for text in statements]
         offsets = _statement_offsets(sql, [s.sql for s in classified])
         # Several statements in one Query message form one implicit transaction in PostgreSQL:
         # their writes commit together at the end, or not at all if one fails.
-        batch = None
-        if implicit and all(s.kind in (Kind.QUERY, Kind.WRITE, Kind.COPY_FROM) for s in classified) and any(
-                s.kind is not Kind.QUERY for s in classified):
-            batch = writes.new_transaction(self, None)
-            self.tx = Transaction("T", state=batch)
-            self.qctx.txn = batch
-        failed = False
+        batch = implicit and all(s.kind in (Kind.QUERY, Kind.WRITE, Kind.COPY_FROM) for s in classified) and any(
+            s.kind is not Kind.QUERY for s in classified)
+        if batch:
+            self.block.feed(txblock.ImplicitBlockStarted(read_only=transaction.default_read_only(self)))
         # A lone query outside a transaction block ends with ReadyForQuery('I') whatever its rows:
         # its worker thread may send the whole answer itself (direct.py).
-        direct = len(classified) == 1 and classified[0].kind is Kind.QUERY and self.tx.status == "I"
+        direct = len(classified) == 1 and classified[0].kind is Kind.QUERY and self.block.state.idle
         replied = False
         for stmt, offset in zip(classified, offsets, strict=True):
             try:
-                if self.tx.status == "E" and stmt.kind not in (Kind.ROLLBACK, Kind.ROLLBACK_TO, Kind.COMMIT):
-                    raise PgError(
-                        E.IN_FAILED_TRANSACTION,
-                        "current transaction is aborted, commands ignored until end of transaction block",
-                    )
+                transaction.gate(self, stmt)
                 replied = await self._run_statement(self._run_simple, stmt, direct)
             except PgError as err:
                 if err.position is not None:
                     err.position += offset  # PostgreSQL counts from the start of the Query string
                 self._report(err)
-                failed = True
+                break
+            except ConnectionClosed:
+                raise
+            except Exception as exc:  # a bug costs the rest of the message, and the implicit block
+                log.exception("internal error in session %s", self.pid)
+                self._report(PgError(E.INTERNAL_ERROR, f"internal error: {exc}"))
                 break
             await self.maybe_flush()
-        if batch is not None:
-            self._end_transaction(committed=not failed)
+        if batch:
             try:
-                if failed:
-                    await writes.discard(self, batch)
-                else:
-                    await writes.publish(self, batch)
+                await finish(writes.PgHost(self), self.block.feed(txblock.ImplicitBlockEnded()))
             except PgError as err:
                 self._report(err)
-        elif implicit and self.tx.status == "E":
-            self.tx = Transaction("I")
         if not replied:
             self._ready_for_query()
         await self.flush()
@@ -515,7 +492,7 @@ class Session:
                 if self._told.get(name) != value:
                     self.send(m.parameter_status(name, value))
             self._told = now
-        self.send(m.ready_for_query(self.tx.status))
+        self.send(m.ready_for_query(self.block.status))
 
     # --- rows ----------------------------------------------------------------------------------
 
@@ -703,11 +680,7 @@ class Session:
         if portal is None:
             raise PgError(E.INVALID_CURSOR_NAME, f'portal "{msg.portal}" does not exist')
         stmt = portal.prepared.statement
-        if self.tx.status == "E" and stmt.kind not in (Kind.ROLLBACK, Kind.ROLLBACK_TO, Kind.COMMIT):
-            raise PgError(
-                E.IN_FAILED_TRANSACTION,
-                "current transaction is aborted, commands ignored until end of transaction block",
-            )
+        transaction.gate(self, stmt)
         if stmt.kind is Kind.QUERY:
             await self._run_statement(self._execute_query, portal, msg.max_rows)
         elif not stmt.sql.strip():
@@ -740,7 +713,7 @@ class Session:
             # before it (ParseComplete, BindComplete, RowDescription), as a simple query's does.
             fd = self._socket_fd_or_none()
             reply = prefix = None
-            if fd is not None and not limit and self.tx.status == "I" and self.decoder.sync_is_next():
+            if fd is not None and not limit and self.block.state.idle and self.decoder.sync_is_next():
                 reply, prefix = DirectReply(fd), bytes(self.out)
 
             def start() -> tuple[RowSource, Chunk, bool]:
@@ -786,42 +759,13 @@ class Session:
             raise refusal(stmt)
         await handler(self, stmt, describe)
 
-    def set_setting(self, key: str, value: str | None) -> None:
+    def set_setting(self, key: str, value: str | None) -> str:
+        """Validate and apply; the name of the setting assigned."""
         change = guc.validate(key, value, self.settings, self.initial_settings)
         self.settings[change.key] = change.value
         if change.key == "search_path":
             self.qctx.forget_routes()
-
-    async def _cmd_set(self, stmt: Statement, describe: bool) -> None:
-        for key, value in stmt.options:  # READ ONLY / READ WRITE of SET [SESSION CHARACTERISTICS AS] TRANSACTION
-            if key == "transaction_read_only":
-                if self.tx.status != "I":
-                    self.tx.read_only = value == "on"
-            else:
-                self._set_in_block(key, value, stmt.flag)
-        if stmt.name == "transaction_isolation" and stmt.value is None:
-            self.send(m.command_complete("SET"))
-            return
-        if stmt.flag and self.tx.status == "I":
-            self.send(m.notice_response(PgError("25P01", "SET LOCAL can only be used in transaction blocks",
-                                                severity="WARNING")))
-        else:
-            self._set_in_block(stmt.name or "", stmt.value, stmt.flag)
-        self.send(m.command_complete("SET"))
-
-    def _set_in_block(self, key: str, value: str | None, local: bool) -> None:
-        """SET, remembering inside a transaction block what the block's end must restore."""
-        before = dict(self.settings)
-        self.set_setting(key, value)
-        if self.tx.status == "I":
-            return
-        for name, old in before.items():
-            if self.settings.get(name) != old:
-                self.tx.before.setdefault(name, old)
-                if local:
-                    self.tx.after_commit.setdefault(name, old)
-                else:
-                    self.tx.after_commit[name] = self.settings[name]
+        return change.key
 
     async def _cmd_show(self, stmt: Statement, describe: bool) -> None:
         if stmt.name == "all":
@@ -842,96 +786,9 @@ class Session:
         self.send(_text_row([self.settings[key]]))
         self.send(m.command_complete("SHOW"))
 
-    async def _cmd_reset(self, stmt: Statement, describe: bool) -> None:
-        if stmt.name is None:
-            for key, value in self.initial_settings.items():
-                if self.settings.get(key) != value and key not in guc.READ_ONLY:
-                    self.set_setting(key, value)
-        else:
-            self.set_setting(stmt.name, None)
-        self.send(m.command_complete("RESET"))
-
-    async def _cmd_begin(self, stmt: Statement, describe: bool) -> None:
-        if self.tx.status != "I":
-            self.send(m.notice_response(PgError("25001", "there is already a transaction in progress", severity="WARNING")))
-        else:
-            state = writes.new_transaction(self, stmt.value)
-            read_only = dict(stmt.options).get("transaction_read_only",
-                                               self.settings.get("default_transaction_read_only", "off"))
-            self.tx = Transaction("T", state=state, read_only=read_only == "on")
-            self.qctx.txn = state
-        self.send(m.command_complete(stmt.tag))
-
-    async def _cmd_commit(self, stmt: Statement, describe: bool) -> None:
-        failed = self.tx.status == "E"
-        if self.tx.status == "I":
-            self.send(m.notice_response(PgError("25P01", "there is no transaction in progress", severity="WARNING")))
-        state = self.tx.state
-        # The block ends whatever the commit's verdict: a failed COMMIT rolls back, as in PostgreSQL.
-        self._end_transaction(committed=not failed)
-        if state is not None:
-            if failed:
-                await writes.discard(self, state)
-            else:
-                await writes.publish(self, state)
-        self.send(m.command_complete("ROLLBACK" if failed else "COMMIT"))
-
-    async def _cmd_rollback(self, stmt: Statement, describe: bool) -> None:
-        if self.tx.status == "I":
-            self.send(m.notice_response(PgError("25P01", "there is no transaction in progress", severity="WARNING")))
-        state = self.tx.state
-        self._end_transaction()
-        if state is not None:
-            await writes.discard(self, state)
-        self.send(m.command_complete("ROLLBACK"))
-
-    def _end_transaction(self, committed: bool = False) -> None:
-        restore = self.tx.after_commit if committed else self.tx.before
-        self.tx = Transaction("I")
-        for key, value in restore.items():
-            self.settings[key] = value
-            if key == "search_path":
-                self.qctx.forget_routes()
-        self.qctx.end_transaction()
-        self.portals = {k: p for k, p in self.portals.items() if k == ""}
-        for name in [n for n, c in self.cursors.items() if not c.hold]:
-            del self.cursors[name]
-
-    async def _cmd_savepoint(self, stmt: Statement, describe: bool) -> None:
-        if self.tx.status == "I":
-            raise PgError(E.NO_ACTIVE_TRANSACTION, "SAVEPOINT can only be used in transaction blocks")
-        self.tx.savepoints.append(stmt.name or "")
-        if self.tx.state is not None:
-            self.tx.state.mark(stmt.name or "")
-        self.send(m.command_complete("SAVEPOINT"))
-
-    async def _cmd_release(self, stmt: Statement, describe: bool) -> None:
-        idx = self._savepoint_index(stmt, "RELEASE SAVEPOINT")
-        del self.tx.savepoints[idx:]
-        if self.tx.state is not None:
-            self.tx.state.release(idx)
-        self.send(m.command_complete("RELEASE"))
-
-    async def _cmd_rollback_to(self, stmt: Statement, describe: bool) -> None:
-        idx = self._savepoint_index(stmt, "ROLLBACK TO SAVEPOINT")
-        del self.tx.savepoints[idx + 1 :]
-        if self.tx.state is not None:
-            self.tx.state.rollback_to(idx)
-        self.tx.status = "T"
-        self.send(m.command_complete("ROLLBACK"))
-
-    def _savepoint_index(self, stmt: Statement, what: str) -> int:
-        if self.tx.status == "I":
-            raise PgError(E.NO_ACTIVE_TRANSACTION, f"{what} can only be used in transaction blocks")
-        for i in range(len(self.tx.savepoints) - 1, -1, -1):
-            if self.tx.savepoints[i] == stmt.name:
-                return i
-        raise PgError(E.INVALID_SAVEPOINT, f'savepoint "{stmt.name}" does not exist')
-
     async def _cmd_declare(self, stmt: Statement, describe: bool) -> None:
         hold = " WITH HOLD" in stmt.sql.upper().replace("\n", " ")
-        if self.tx.status == "I" and not hold:
-            raise PgError(E.NO_ACTIVE_TRANSACTION, "DECLARE CURSOR can only be used in transaction blocks")
+        self.block.feed(txblock.CursorDeclareRequested(hold))
         name = stmt.name or ""
         if name in self.cursors:
             raise PgError(E.DUPLICATE_CURSOR, f'cursor "{name}" already exists')
@@ -973,8 +830,7 @@ class Session:
 
     async def _cmd_discard(self, stmt: Statement, describe: bool) -> None:
         if stmt.value == "ALL":
-            if self.tx.status != "I":
-                raise PgError("25001", "DISCARD ALL cannot run inside a transaction block")
+            self.block.feed(txblock.DiscardAllRequested())
             self.prepared = {k: v for k, v in self.prepared.items() if k == ""}
             self.cursors.clear()
             for key, value in self.initial_settings.items():
@@ -1061,15 +917,8 @@ def _statement_offsets(sql: str, pieces: list[str]) -> list[int]:
 
 
 _COMMANDS = {
-    Kind.SET: Session._cmd_set,
+    **transaction.COMMANDS,
     Kind.SHOW: Session._cmd_show,
-    Kind.RESET: Session._cmd_reset,
-    Kind.BEGIN: Session._cmd_begin,
-    Kind.COMMIT: Session._cmd_commit,
-    Kind.ROLLBACK: Session._cmd_rollback,
-    Kind.SAVEPOINT: Session._cmd_savepoint,
-    Kind.RELEASE: Session._cmd_release,
-    Kind.ROLLBACK_TO: Session._cmd_rollback_to,
     Kind.DECLARE: Session._cmd_declare,
     Kind.FETCH: Session._cmd_fetch,
     Kind.MOVE: Session._cmd_fetch,

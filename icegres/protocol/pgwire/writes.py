@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from icegres.engine import writes as core
 from icegres.engine.txn import TxnState
+from icegres.machines import txblock
 from icegres.pg import errors as E
 from icegres.pg.copy_format import CopyFormat, copy_target
 from icegres.pg.errors import PgError
@@ -52,16 +53,11 @@ class PgHost:
 
     @property
     def idle(self) -> bool:
-        return self.session.tx.status == "I"
+        return self.session.block.state.idle
 
     def block(self) -> TxnState | None:
-        session = self.session
-        if session.tx.status != "T":
-            return None
-        if session.tx.state is None:
-            session.tx.state = new_transaction(session, None)
-            session.qctx.txn = session.tx.state
-        return session.tx.state
+        block = self.session.block
+        return block.txn if block.state.open else None
 
     def new_txn(self, *, autocommit: bool) -> TxnState:
         return new_transaction(self.session, None, autocommit=autocommit)
@@ -147,12 +143,8 @@ async def _send_table(session: SessionPort, table: pa.Table, describe: bool, for
 def refuse_if_read_only(session: SessionPort, what: str) -> None:
     """25006 for a write in a READ ONLY transaction (or, outside one, with
     default_transaction_read_only on), as PostgreSQL refuses it."""
-    if session.tx.status != "I":
-        read_only = session.tx.read_only
-    else:
-        read_only = session.settings.get("default_transaction_read_only", "off") == "on"
-    if read_only:
-        raise PgError("25006", f"cannot execute {what} in a read-only transaction")
+    default = session.settings.get("default_transaction_read_only", "off") == "on"
+    session.block.feed(txblock.WriteStarted(what, default))
 
 
 async def copy_from(session: SessionPort, stmt: Statement) -> None:

@@ -1,0 +1,158 @@
+"""Transaction control on a pgwire session: the statements that feed its transaction block.
+
+BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, ROLLBACK TO, SET [LOCAL], SET TRANSACTION and RESET
+become events of the transaction block machine (`icegres.machines.txblock`), which pgwire shares
+with Flight SQL; `SessionBlockPort` does on the session what the machine asks of a front end. What
+the statements mean (warnings, 25P02 in a failed block, what a block's end restores) is the
+machine's; this module only turns statements into events and sends the command tags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from icegres.engine.txblock_driver import finish
+from icegres.engine.txn import TxnState
+from icegres.machines import txblock
+from icegres.pg import settings as guc
+from icegres.pg.errors import PgError
+from icegres.protocol.pgwire import messages as m
+from icegres.protocol.pgwire import writes
+from icegres.sql.statement import Kind, Statement
+
+if TYPE_CHECKING:
+    from icegres.protocol.pgwire.session import Session
+
+# Statements a failed block still runs (PostgreSQL's IsTransactionExitStmt).
+EXITS_BLOCK = (Kind.ROLLBACK, Kind.ROLLBACK_TO, Kind.COMMIT)
+
+
+class SessionBlockPort:
+    """What the transaction block asks of a pgwire session (`txblock_driver.BlockPort`)."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def new_txn(self, isolation: str | None) -> TxnState:
+        return writes.new_transaction(self.session, isolation)
+
+    def bind(self, txn: TxnState | None) -> None:
+        if txn is None:
+            self.session.qctx.end_transaction()
+        else:
+            self.session.qctx.txn = txn
+
+    def warn(self, sqlstate: str, message: str) -> None:
+        self.session.send(m.notice_response(PgError(sqlstate, message, severity="WARNING")))
+
+    def restore_settings(self, values: tuple[tuple[str, str], ...]) -> None:
+        session = self.session
+        for key, value in values:
+            session.settings[key] = value
+            if key == "search_path":
+                session.qctx.forget_routes()
+
+    def close_portals(self, block_only: bool) -> None:
+        session = self.session
+        if not block_only:
+            session.portals.clear()  # a Sync ended the extended protocol's implicit transaction
+            return
+        # The unnamed portal may be the one running this COMMIT or ROLLBACK: it lasts to the Sync.
+        session.portals = {k: p for k, p in session.portals.items() if k == ""}
+        for name in [n for n, c in session.cursors.items() if not c.hold]:
+            del session.cursors[name]
+
+
+def gate(session: Session, stmt: Statement) -> None:
+    """A failed block refuses every statement but COMMIT and ROLLBACK [TO] (25P02)."""
+    session.block.feed(txblock.StatementStarted(exits_block=stmt.kind in EXITS_BLOCK))
+
+
+def default_read_only(session: Session) -> bool:
+    return session.settings.get("default_transaction_read_only", "off") == "on"
+
+
+def set_in_block(session: Session, key: str, value: str | None, local: bool) -> None:
+    """SET (LOCAL): applied, then told to the transaction block, which keeps what the block's end
+    restores (and takes a SET LOCAL outside a block back at once, with a warning)."""
+    before = dict(session.settings)
+    assigned = session.set_setting(key, value)
+    # The assigned setting even if its value did not change: a plain SET to the value a SET LOCAL
+    # gave still outlasts the block, as in PostgreSQL.
+    changes = tuple((name, old, session.settings[name]) for name, old in before.items()
+                    if session.settings.get(name) != old or name == assigned)
+    session.block.feed(txblock.SettingChanged(local, changes))
+
+
+async def _set(session: Session, stmt: Statement, describe: bool) -> None:
+    for key, value in stmt.options:  # READ ONLY / READ WRITE of SET [SESSION CHARACTERISTICS AS] TRANSACTION
+        if key == "transaction_read_only":
+            session.block.feed(txblock.ReadOnlyRequested(value == "on"))
+        else:
+            set_in_block(session, key, value, stmt.flag)
+    if stmt.name == "transaction_isolation" and stmt.value is None:
+        session.send(m.command_complete("SET"))
+        return
+    set_in_block(session, stmt.name or "", stmt.value, stmt.flag)
+    session.send(m.command_complete("SET"))
+
+
+async def _reset(session: Session, stmt: Statement, describe: bool) -> None:
+    # A RESET is a SET to the default: inside a block, ROLLBACK undoes it.
+    if stmt.name is None:
+        for key, value in session.initial_settings.items():
+            if session.settings.get(key) != value and key not in guc.READ_ONLY:
+                set_in_block(session, key, value, local=False)
+    else:
+        set_in_block(session, stmt.name, None, local=False)
+    session.send(m.command_complete("RESET"))
+
+
+async def _begin(session: Session, stmt: Statement, describe: bool) -> None:
+    read_only = dict(stmt.options).get("transaction_read_only")
+    asked = default_read_only(session) if read_only is None else read_only == "on"
+    session.block.feed(txblock.BeginRequested(stmt.value, asked))
+    session.send(m.command_complete(stmt.tag))
+
+
+async def _commit(session: Session, stmt: Statement, describe: bool) -> None:
+    # The block ends whatever the commit's verdict: a failed COMMIT rolls back, as in PostgreSQL.
+    ending = session.block.feed(txblock.CommitRequested())
+    await finish(writes.PgHost(session), ending)
+    rolled_back = ending is not None and ending.rolled_back
+    session.send(m.command_complete("ROLLBACK" if rolled_back else "COMMIT"))
+
+
+async def _rollback(session: Session, stmt: Statement, describe: bool) -> None:
+    await finish(writes.PgHost(session), session.block.feed(txblock.RollbackRequested()))
+    session.send(m.command_complete("ROLLBACK"))
+
+
+async def _savepoint(session: Session, stmt: Statement, describe: bool) -> None:
+    session.block.feed(txblock.SavepointDeclared(stmt.name or ""))
+    session.send(m.command_complete("SAVEPOINT"))
+
+
+async def _release(session: Session, stmt: Statement, describe: bool) -> None:
+    session.block.feed(txblock.SavepointReleased(stmt.name or ""))
+    session.send(m.command_complete("RELEASE"))
+
+
+async def _rollback_to(session: Session, stmt: Statement, describe: bool) -> None:
+    session.block.feed(txblock.RolledBackTo(stmt.name or ""))
+    session.send(m.command_complete("ROLLBACK"))
+
+
+COMMANDS: dict[Kind, Callable[[Session, Statement, bool], Awaitable[None]]] = {
+    Kind.SET: _set,
+    Kind.RESET: _reset,
+    Kind.BEGIN: _begin,
+    Kind.COMMIT: _commit,
+    Kind.ROLLBACK: _rollback,
+    Kind.SAVEPOINT: _savepoint,
+    Kind.RELEASE: _release,
+    Kind.ROLLBACK_TO: _rollback_to,
+}
