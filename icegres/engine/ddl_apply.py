@@ -56,7 +56,7 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from icegres.engine.ddl import (
+from icegres.engine.ddl_commands import (
     PRIMARY_KEY_PROPERTY,
     AddColumn,
     AlterColumnType,

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from icegres.engine import pg_catalog
+from icegres.engine import pg_builtins, pg_catalog, pg_relations
 from icegres.pg.errors import UNDEFINED_OBJECT, PgError
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def _annotated_identity(name: str, arrow_type: pa.DataType, pg_oid: int) -> data
     """An identity function whose result column carries a PostgreSQL type annotation."""
     from datafusion import udf
 
-    field = pa.field(name, arrow_type, metadata={pg_catalog.PG_TYPE_OID_KEY: str(pg_oid).encode()})
+    field = pa.field(name, arrow_type, metadata={pg_relations.PG_TYPE_OID_KEY: str(pg_oid).encode()})
     return udf(lambda values: values, [arrow_type], field, "immutable", name)
 
 
@@ -247,7 +247,7 @@ def _constraint_def(env: SessionEnv, oid: int, pretty: bool | None) -> str | Non
 
 
 def _procs() -> dict[int, tuple[int, list[int]]]:
-    return {p.oid: (p.rettype, list(p.argtypes)) for p in pg_catalog.BUILTIN_FUNCTIONS}
+    return {p.oid: (p.rettype, list(p.argtypes)) for p in pg_builtins.BUILTIN_FUNCTIONS}
 
 
 _PROCS = _procs()
@@ -255,12 +255,12 @@ _PROCS = _procs()
 
 def function_result(oid: int) -> str | None:
     proc = _PROCS.get(oid)
-    return pg_catalog.format_type(proc[0], None) if proc else None
+    return pg_builtins.format_type(proc[0], None) if proc else None
 
 
 def function_arguments(oid: int) -> str | None:
     proc = _PROCS.get(oid)
-    return ", ".join(pg_catalog.format_type(t, None) or "" for t in proc[1]) if proc else None
+    return ", ".join(pg_builtins.format_type(t, None) or "" for t in proc[1]) if proc else None
 
 
 def size_pretty(size: int) -> str:
@@ -286,14 +286,14 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
 
     return [
         Fn("pg_table_is_visible", (OID,), BOOL, lambda oid: table_is_visible(env, oid)),
-        Fn("pg_type_is_visible", (OID,), BOOL, lambda oid: oid in pg_catalog.BUILTIN_TYPES,
+        Fn("pg_type_is_visible", (OID,), BOOL, lambda oid: oid in pg_builtins.BUILTIN_TYPES,
            volatility=IMMUTABLE),
         Fn("pg_function_is_visible", (OID,), BOOL, always(True)),
         Fn("pg_collation_is_visible", (OID,), BOOL, always(True)),
         Fn("pg_opclass_is_visible", (OID,), BOOL, always(True)),
         Fn("pg_statistics_obj_is_visible", (OID,), BOOL, always(True)),
         Fn("format_type", (OID, INT), TEXT,
-           lambda oid, typmod: None if oid is None else pg_catalog.format_type(oid, typmod),
+           lambda oid, typmod: None if oid is None else pg_builtins.format_type(oid, typmod),
            volatility=IMMUTABLE, strict=False),
         # We keep no stored expressions (no defaults, no partial indexes), so a node tree, if
         # ever there is one, is already its own text.
@@ -312,7 +312,7 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
         Fn("pg_get_function_identity_arguments", (OID,), TEXT, function_arguments),
         Fn("pg_get_statisticsobjdef_columns", (OID,), TEXT, always(None)),
         Fn("pg_relation_is_publishable", (OID,), BOOL, always(False)),
-        Fn("to_regtype", (TEXT,), OID, pg_catalog.type_oid_by_name, volatility=IMMUTABLE),
+        Fn("to_regtype", (TEXT,), OID, pg_builtins.type_oid_by_name, volatility=IMMUTABLE),
         Fn("to_regclass", (TEXT,), OID, lambda name: regclass_in(env, name)),
         Fn("to_regnamespace", (TEXT,), OID, lambda name: namespace_in(env, name)),
         # COMMENT ON: Iceberg's table `comment` property and column docs.
@@ -333,7 +333,7 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
         Fn("pg_regclass_out", (OID,), TEXT, lambda oid: regclass_out(env, oid)),
         Fn("pg_regnamespace_out", (OID,), TEXT, lambda oid: namespace_out(env, oid)),
         Fn("pg_regtype_out", (OID,), TEXT,
-           lambda oid: "-" if oid == 0 else pg_catalog.format_type(oid, None), volatility=IMMUTABLE),
+           lambda oid: "-" if oid == 0 else pg_builtins.format_type(oid, None), volatility=IMMUTABLE),
     ]
 
 

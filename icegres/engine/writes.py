@@ -176,6 +176,7 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
     """CREATE/DROP/ALTER: applied to the catalog at once (not transactional, as a catalog change
     is its own commit); an open transaction re-pins the tables it changed."""
     from icegres.engine import ddl, ddl_apply
+    from icegres.engine.ddl_commands import command_tag
 
     cmd = ddl.parse_ddl(stmt.sql)
     if isinstance(cmd, ddl.CreateTableAs):
@@ -200,7 +201,7 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
         return notices
 
     notices = await host.run(apply)
-    return WriteResult(ddl.command_tag(cmd), None, list(notices))
+    return WriteResult(command_tag(cmd), None, list(notices))
 
 
 def ddl_keys(cmd: Any, path: list[str], qctx: Any) -> set[Key]:

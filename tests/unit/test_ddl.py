@@ -20,10 +20,10 @@ from icegres.engine.ddl import (
     RenameTable,
     ResetProperties,
     SetProperties,
-    command_tag,
     parse_ddl,
     parse_partitioning,
 )
+from icegres.engine.ddl_commands import command_tag
 from icegres.engine.pg_types import ColumnType, pg_name_of
 from icegres.pg.errors import PgError
 

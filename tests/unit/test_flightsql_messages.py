@@ -14,7 +14,8 @@ from icegres.protocol.flightsql import errors
 from icegres.protocol.flightsql import icegres_flight_pb2 as fl
 from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
 from icegres.protocol.flightsql import messages as M
-from icegres.protocol.flightsql.service import _grpc_error, like_regex, pull_messages
+from icegres.protocol.flightsql.result_stream import pull_messages
+from icegres.protocol.flightsql.service import _grpc_error, like_regex
 
 pytestmark = pytest.mark.unit
 

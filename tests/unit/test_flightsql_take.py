@@ -1,4 +1,4 @@
-"""Cutting a result's batches into DoGet messages (`service.take_groups`): every row once and in
+"""Cutting a result's batches into DoGet messages (`result_stream.take_groups`): every row once and in
 order, at most BATCH_ROWS rows a message, and under MESSAGE_BYTES when the rows are alike."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from icegres.engine.row_source import RowSource
 from icegres.protocol.flightsql import messages as M
-from icegres.protocol.flightsql import service
+from icegres.protocol.flightsql import result_stream
 
 pytestmark = pytest.mark.unit
 
@@ -31,7 +31,7 @@ def _take_all(batches: list[pa.RecordBatch], budget: int) -> list[list[pa.Record
     source = RowSource(schema=batches[0].schema, stream=iter(batches))
     groups: list[list[pa.RecordBatch]] = []
     while True:
-        taken, exhausted = service.take_groups(source, threading.Event(), budget)
+        taken, exhausted = result_stream.take_groups(source, threading.Event(), budget)
         groups.extend(taken)
         if exhausted:
             return groups
@@ -45,8 +45,8 @@ def test_every_row_once_in_order_within_the_message_bounds(sizes, width, view, m
                                                            batch_rows, budget):
     batches = _batches(sizes, width, view)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(service, "MESSAGE_BYTES", message_bytes)
-        patch.setattr(service, "BATCH_ROWS", batch_rows)
+        patch.setattr(result_stream, "MESSAGE_BYTES", message_bytes)
+        patch.setattr(result_stream, "BATCH_ROWS", batch_rows)
         groups = _take_all(batches, budget)
     ids = [i for g in groups for b in g for i in b.column("id").to_pylist()]
     assert ids == list(range(sum(sizes)))
@@ -65,5 +65,5 @@ def test_a_stopped_take_ends_between_batches():
     source = RowSource(schema=batches[0].schema, stream=iter(batches))
     stop = threading.Event()
     stop.set()
-    groups, exhausted = service.take_groups(source, stop)
+    groups, exhausted = result_stream.take_groups(source, stop)
     assert groups == [] and exhausted

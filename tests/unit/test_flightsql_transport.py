@@ -12,7 +12,7 @@ from icegres.config import resolve
 from icegres.engine.row_source import RowSource
 from icegres.protocol.flightsql import icegres_flight_pb2 as fl
 from icegres.protocol.flightsql import messages as M
-from icegres.protocol.flightsql.service import pull_messages
+from icegres.protocol.flightsql.result_stream import pull_messages
 from icegres.protocol.flightsql.tls import TlsConfigError, server_context
 from tests.support.tls import self_signed
 

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from icegres.engine import pg_catalog, pg_functions, rewrite
+from icegres.engine import pg_builtins, pg_catalog, pg_functions, pg_relations, rewrite
 from icegres.engine.rewrite.casts import array_literal
 from icegres.sql.lexer import split_statements
 from icegres.sql.parse import parse
@@ -419,7 +419,7 @@ def test_register_catalog_replaces_tables_when_lakehouse_changes() -> None:
     (1016, -1, "bigint[]"), (18, -1, '"char"'), (1042, None, "bpchar"), (99999, -1, "???"),
 ])
 def test_format_type(oid: int, typmod: int | None, expected: str) -> None:
-    assert pg_catalog.format_type(oid, typmod) == expected
+    assert pg_builtins.format_type(oid, typmod) == expected
 
 
 @pytest.mark.parametrize(("name", "oid"), [
@@ -427,7 +427,7 @@ def test_format_type(oid: int, typmod: int | None, expected: str) -> None:
     ("text[]", 1009), ('"char"', 18), ("nope", None),
 ])
 def test_type_names_resolve(name: str, oid: int | None) -> None:
-    assert pg_catalog.type_oid_by_name(name) == oid
+    assert pg_builtins.type_oid_by_name(name) == oid
 
 
 @pytest.mark.parametrize(("text", "items"), [
@@ -488,4 +488,4 @@ def test_catalog_columns_carry_their_postgresql_type(session) -> None:
     ctx, env = session
     schema = ctx.sql("select i.indkey, c.relname, c.oid from pg_catalog.pg_index i "
                      "join pg_catalog.pg_class c on c.oid = i.indrelid").schema()
-    assert [pg_catalog.pg_type_oid(f) for f in schema] == [22, 19, 26]
+    assert [pg_relations.pg_type_oid(f) for f in schema] == [22, 19, 26]

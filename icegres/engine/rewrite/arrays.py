@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from icegres.engine import pg_catalog
+from icegres.engine import pg_relations
 from icegres.engine.rewrite.casts import _bigint, _resolve_relation
 from icegres.engine.rewrite.tree import (
     _bottom_up,
@@ -25,7 +25,7 @@ def _zero_based_names(tree: exp.Expression) -> set[str]:
 
     pgjdbc selects `i.indoption AS I_INDOPTION` and later subscripts I_INDOPTION[pos - 1].
     """
-    names = set(pg_catalog.ZERO_BASED_ARRAY_COLUMNS)
+    names = set(pg_relations.ZERO_BASED_ARRAY_COLUMNS)
     for alias in tree.find_all(exp.Alias):
         if isinstance(alias.this, exp.Column) and alias.this.name.lower() in names:
             names.add(alias.alias.lower())

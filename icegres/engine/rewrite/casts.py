@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from icegres.engine import pg_catalog
+from icegres.engine import pg_builtins, pg_catalog, pg_relations
 from icegres.engine.rewrite.tree import _bottom_up, _call, _func_name, _Rewriter, _type_name
 from icegres.pg.errors import (
     UNDEFINED_OBJECT,
@@ -81,7 +81,7 @@ def _regtype(node: exp.Cast, rw: _Rewriter) -> exp.Expression:
     """'int4'::regtype -> 23; t.oid::regtype::text -> format_type (psycopg TypeInfo, asyncpg)."""
     value = node.this
     if isinstance(value, exp.Literal) and value.is_string:
-        oid = pg_catalog.type_oid_by_name(value.this)
+        oid = pg_builtins.type_oid_by_name(value.this)
         if oid is None:
             raise PgError(UNDEFINED_OBJECT, f'type "{value.this}" does not exist')
         return exp.Literal.number(oid)
@@ -287,7 +287,7 @@ def typed_any_parameters(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
         param = inner.this if isinstance(inner, exp.Paren) else inner
         column = node.this
         if isinstance(param, (exp.Placeholder, exp.Parameter)) and isinstance(column, exp.Column):
-            array_type = _ARRAY_OF_KIND.get(pg_catalog.COLUMN_KINDS.get(column.name.lower(), ""))
+            array_type = _ARRAY_OF_KIND.get(pg_relations.COLUMN_KINDS.get(column.name.lower(), ""))
             if array_type is not None:
                 cast = exp.Cast(this=param, to=exp.DataType.build(array_type))
                 node.expression.set("this", exp.Paren(this=cast))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from icegres.engine import pg_catalog
+from icegres.engine import pg_relations
 from icegres.engine.rewrite.tree import _bottom_up, _call, _func_name, _Rewriter
 from icegres.pg.errors import (
     FEATURE_NOT_SUPPORTED,
@@ -23,7 +23,7 @@ def qualify_catalog_tables(tree: exp.Expression, rw: _Rewriter) -> exp.Expressio
     for table in tree.find_all(exp.Table):
         if isinstance(table.this, exp.Identifier) and not table.args.get("db"):
             name = table.name.lower()
-            if name in pg_catalog.CATALOG_RELATION_NAMES and name not in rw.cte_names:
+            if name in pg_relations.CATALOG_RELATION_NAMES and name not in rw.cte_names:
                 table.set("db", exp.to_identifier("pg_catalog"))
     return tree
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from icegres.engine import pg_catalog
+from icegres.engine import pg_relations
 from icegres.engine.rewrite.tree import _bottom_up, _call, _Rewriter
 
 # --- operators ----------------------------------------------------------------------------------
@@ -81,7 +81,7 @@ def boolean_literals(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
                     and lit.is_string
                     and lit.this.lower() in _BOOL_TEXT
                     and isinstance(other, exp.Column)
-                    and other.name.lower() in pg_catalog.BOOL_COLUMNS
+                    and other.name.lower() in pg_relations.BOOL_COLUMNS
                 ):
                     node.set(side, exp.Boolean(this=_BOOL_TEXT[lit.this.lower()]))
         return node

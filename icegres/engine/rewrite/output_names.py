@@ -107,7 +107,7 @@ _CALL_NAME = re.compile(r"([a-z_][a-z0-9_]*)\(")
 # Order matters: names and operators first, then the reg*::text pairs before the casts that would
 # take them apart, then the array and function shapes, then subquery aggregation and names.
 def _oid_columns() -> frozenset[str]:
-    from icegres.engine.pg_catalog import RELATIONS
+    from icegres.engine.pg_relations import RELATIONS
 
     return frozenset(name for rel in RELATIONS for name, kind in rel.columns if kind == "oid")
 

@@ -1,6 +1,6 @@
 """What the pgwire session's helpers may call on a session, and what a session may call on its
-server: small protocols, so that `writes` and `copy` never reach into `Session` (and `session`
-never imports `server`)."""
+server: small protocols, so that `writes`, `copy` and `transaction` never reach into `Session`
+(and `session` never imports `server`)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,10 @@ class SessionPort(Protocol):
 
     qctx: QueryContext
     settings: dict[str, str]
+    initial_settings: dict[str, str]  # as the startup packet left them (RESET ALL)
     block: TxBlock  # the session's transaction block (machines/txblock.py, driven here)
+    portals: dict[str, Any]  # the block ends them
+    cursors: dict[str, Any]  # the block ends those without HOLD
 
     def send(self, data: bytes) -> None: ...
 
@@ -61,6 +64,10 @@ class SessionPort(Protocol):
 
     async def in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
         """`fn(*args)` in a worker thread, with the session marked running (cancel, hang-up)."""
+        ...
+
+    def set_setting(self, key: str, value: str | None) -> str:
+        """Validate and apply a SET; the name of the setting assigned."""
         ...
 
     def text_settings(self) -> TextSettings:

@@ -22,7 +22,7 @@ from icegres.protocol.pgwire import writes
 from icegres.sql.statement import Kind, Statement
 
 if TYPE_CHECKING:
-    from icegres.protocol.pgwire.session import Session
+    from icegres.protocol.pgwire.port import SessionPort
 
 # Statements a failed block still runs (PostgreSQL's IsTransactionExitStmt).
 EXITS_BLOCK = (Kind.ROLLBACK, Kind.ROLLBACK_TO, Kind.COMMIT)
@@ -33,7 +33,7 @@ class SessionBlockPort:
 
     __slots__ = ("session",)
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionPort) -> None:
         self.session = session
 
     def new_txn(self, isolation: str | None) -> TxnState:
@@ -66,16 +66,16 @@ class SessionBlockPort:
             del session.cursors[name]
 
 
-def gate(session: Session, stmt: Statement) -> None:
+def gate(session: SessionPort, stmt: Statement) -> None:
     """A failed block refuses every statement but COMMIT and ROLLBACK [TO] (25P02)."""
     session.block.feed(txblock.StatementStarted(exits_block=stmt.kind in EXITS_BLOCK))
 
 
-def default_read_only(session: Session) -> bool:
+def default_read_only(session: SessionPort) -> bool:
     return session.settings.get("default_transaction_read_only", "off") == "on"
 
 
-def set_in_block(session: Session, key: str, value: str | None, local: bool) -> None:
+def set_in_block(session: SessionPort, key: str, value: str | None, local: bool) -> None:
     """SET (LOCAL): applied, then told to the transaction block, which keeps what the block's end
     restores (and takes a SET LOCAL outside a block back at once, with a warning)."""
     before = dict(session.settings)
@@ -87,7 +87,7 @@ def set_in_block(session: Session, key: str, value: str | None, local: bool) -> 
     session.block.feed(txblock.SettingChanged(local, changes))
 
 
-async def _set(session: Session, stmt: Statement, describe: bool) -> None:
+async def _set(session: SessionPort, stmt: Statement, describe: bool) -> None:
     for key, value in stmt.options:  # READ ONLY / READ WRITE of SET [SESSION CHARACTERISTICS AS] TRANSACTION
         if key == "transaction_read_only":
             session.block.feed(txblock.ReadOnlyRequested(value == "on"))
@@ -100,7 +100,7 @@ async def _set(session: Session, stmt: Statement, describe: bool) -> None:
     session.send(m.command_complete("SET"))
 
 
-async def _reset(session: Session, stmt: Statement, describe: bool) -> None:
+async def _reset(session: SessionPort, stmt: Statement, describe: bool) -> None:
     # A RESET is a SET to the default: inside a block, ROLLBACK undoes it.
     if stmt.name is None:
         for key, value in session.initial_settings.items():
@@ -111,14 +111,14 @@ async def _reset(session: Session, stmt: Statement, describe: bool) -> None:
     session.send(m.command_complete("RESET"))
 
 
-async def _begin(session: Session, stmt: Statement, describe: bool) -> None:
+async def _begin(session: SessionPort, stmt: Statement, describe: bool) -> None:
     read_only = dict(stmt.options).get("transaction_read_only")
     asked = default_read_only(session) if read_only is None else read_only == "on"
     session.block.feed(txblock.BeginRequested(stmt.value, asked))
     session.send(m.command_complete(stmt.tag))
 
 
-async def _commit(session: Session, stmt: Statement, describe: bool) -> None:
+async def _commit(session: SessionPort, stmt: Statement, describe: bool) -> None:
     # The block ends whatever the commit's verdict: a failed COMMIT rolls back, as in PostgreSQL.
     ending = session.block.feed(txblock.CommitRequested())
     await finish(writes.PgHost(session), ending)
@@ -126,27 +126,27 @@ async def _commit(session: Session, stmt: Statement, describe: bool) -> None:
     session.send(m.command_complete("ROLLBACK" if rolled_back else "COMMIT"))
 
 
-async def _rollback(session: Session, stmt: Statement, describe: bool) -> None:
+async def _rollback(session: SessionPort, stmt: Statement, describe: bool) -> None:
     await finish(writes.PgHost(session), session.block.feed(txblock.RollbackRequested()))
     session.send(m.command_complete("ROLLBACK"))
 
 
-async def _savepoint(session: Session, stmt: Statement, describe: bool) -> None:
+async def _savepoint(session: SessionPort, stmt: Statement, describe: bool) -> None:
     session.block.feed(txblock.SavepointDeclared(stmt.name or ""))
     session.send(m.command_complete("SAVEPOINT"))
 
 
-async def _release(session: Session, stmt: Statement, describe: bool) -> None:
+async def _release(session: SessionPort, stmt: Statement, describe: bool) -> None:
     session.block.feed(txblock.SavepointReleased(stmt.name or ""))
     session.send(m.command_complete("RELEASE"))
 
 
-async def _rollback_to(session: Session, stmt: Statement, describe: bool) -> None:
+async def _rollback_to(session: SessionPort, stmt: Statement, describe: bool) -> None:
     session.block.feed(txblock.RolledBackTo(stmt.name or ""))
     session.send(m.command_complete("ROLLBACK"))
 
 
-COMMANDS: dict[Kind, Callable[[Session, Statement, bool], Awaitable[None]]] = {
+COMMANDS: dict[Kind, Callable[[SessionPort, Statement, bool], Awaitable[None]]] = {
     Kind.SET: _set,
     Kind.RESET: _reset,
     Kind.BEGIN: _begin,

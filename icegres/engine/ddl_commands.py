@@ -1,0 +1,159 @@
+"""What a DDL statement says, as frozen values: the commands `ddl.py` parses and `ddl_apply.py`
+performs, and the command tag PostgreSQL answers each with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from icegres.engine.pg_types import ColumnType
+
+# The table property an opt-in primary key is kept in (its columns, comma-separated).
+PRIMARY_KEY_PROPERTY = "icegres.primary-key"
+
+
+@dataclass(frozen=True)
+class ColumnDef:
+    name: str
+    type: ColumnType
+    not_null: bool = False
+
+
+@dataclass(frozen=True)
+class PartitionField:
+    """One Iceberg partition field: `param` is the bucket count or the truncate width."""
+
+    transform: str  # identity, year, month, day, hour, bucket, truncate
+    column: str
+    param: int | None = None
+
+
+@dataclass(frozen=True)
+class CreateSchema:
+    name: str
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropSchema:
+    names: tuple[str, ...]
+    if_exists: bool = False
+    cascade: bool = False
+
+
+@dataclass(frozen=True)
+class CreateTable:
+    schema: str | None
+    name: str
+    columns: tuple[ColumnDef, ...]
+    if_not_exists: bool = False
+    partitioning: tuple[PartitionField, ...] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    primary_key: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CreateTableAs:
+    """CREATE TABLE ... AS: `query_sql` is the query's own text (TABLE t is given as SELECT * FROM t).
+
+    `column_names` renames the query's columns (CREATE TABLE t (a, b) AS ...); `with_data` is False
+    for WITH NO DATA, which creates the table empty.
+    """
+
+    schema: str | None
+    name: str
+    query_sql: str
+    if_not_exists: bool = False
+    partitioning: tuple[PartitionField, ...] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    column_names: tuple[str, ...] = ()
+    with_data: bool = True
+
+
+@dataclass(frozen=True)
+class DropTable:
+    names: tuple[tuple[str | None, str], ...]
+    if_exists: bool = False
+    cascade: bool = False
+
+
+@dataclass(frozen=True)
+class AddColumn:
+    column: ColumnDef
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropColumn:
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class RenameColumn:
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class AlterColumnType:
+    name: str
+    type: ColumnType
+
+
+@dataclass(frozen=True)
+class DropNotNull:
+    name: str
+
+
+@dataclass(frozen=True)
+class SetProperties:
+    properties: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ResetProperties:
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RenameTable:
+    new_name: str
+
+
+@dataclass(frozen=True)
+class CommentColumn:
+    """COMMENT ON COLUMN: the Iceberg field's doc ('' removes it, as NULL does in PostgreSQL)."""
+
+    name: str
+    text: str
+
+
+AlterAction = (AddColumn | DropColumn | RenameColumn | AlterColumnType | DropNotNull | SetProperties
+               | ResetProperties | RenameTable | CommentColumn)
+
+# The table property Iceberg's engines (Spark, Trino) keep a table's comment in.
+COMMENT_PROPERTY = "comment"
+
+
+@dataclass(frozen=True)
+class AlterTable:
+    schema: str | None
+    name: str
+    actions: tuple[AlterAction, ...]
+    if_exists: bool = False
+    tag: str = "ALTER TABLE"  # COMMENT ON is a table change that PostgreSQL tags COMMENT
+
+
+DdlCommand = CreateSchema | DropSchema | CreateTable | CreateTableAs | DropTable | AlterTable
+
+_TAGS = {CreateSchema: "CREATE SCHEMA", DropSchema: "DROP SCHEMA", CreateTable: "CREATE TABLE",
+         DropTable: "DROP TABLE", AlterTable: "ALTER TABLE"}
+
+
+def command_tag(cmd: DdlCommand, rows: int = 0) -> str:
+    """The CommandComplete tag PostgreSQL sends; CREATE TABLE AS reports `SELECT rows`."""
+    if isinstance(cmd, CreateTableAs):
+        return f"SELECT {rows}"
+    if isinstance(cmd, AlterTable):
+        return cmd.tag
+    return _TAGS[type(cmd)]
