@@ -31,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -149,41 +150,14 @@ class PullScope:
 _local = threading.local()
 
 
-def run_in_scope(scope: PullScope, fn: Callable[..., T], *args: Any) -> T:
-    """In a worker thread: `fn(*args)`, its cancellable pulls under `scope`. A panic inside
-    DataFusion comes back as the statement's XX000, not as itself (`is_native_panic`)."""
+@contextmanager
+def scoped(scope: PullScope) -> Iterator[None]:
+    """In a worker thread, for the block: the cancellable pulls are `scope`'s."""
     _local.scope = scope
     try:
-        return fn(*args)
-    except BaseException as exc:
-        if is_native_panic(exc):
-            from icegres.pg.errors import INTERNAL_ERROR, PgError
-
-            detail = (str(exc).strip().splitlines() or ["no message"])[0]
-            raise PgError(INTERNAL_ERROR, f"internal error in the query engine (a panic): {detail}") from None
-        raise
+        yield
     finally:
         _local.scope = None
-
-
-def is_native_panic(exc: BaseException) -> bool:
-    """A Rust panic that PyO3 turned into its PanicException on the calling thread. That class
-    derives from BaseException, not Exception, so no `except Exception` on its way up — a
-    session's or an RPC's last guard — would stop it: the exception would end the server."""
-    kind = type(exc)
-    return kind.__name__ == "PanicException" and kind.__module__ == "pyo3_runtime"
-
-
-async def cancellable_job(run_sync: Callable[..., Awaitable[T]], fn: Callable[..., T], *args: Any) -> T:
-    """`await run_sync(job)` — a front end's hand-off to a worker thread, trio's or asyncio's —
-    where the job is `fn(*args)` under a new PullScope, cancelled when the caller stops waiting
-    (the thread is abandoned; its long pulls end with it)."""
-    scope = PullScope()
-    try:
-        return await run_sync(run_in_scope, scope, fn, *args)
-    except BaseException:
-        scope.cancel()
-        raise
 
 
 class _ThreadLoop:

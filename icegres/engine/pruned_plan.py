@@ -9,11 +9,11 @@ unprunable once is not tried again.
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from icegres.engine import lake
 from icegres.engine.planned import PlannedQuery
-from icegres.engine.session_zone import is_utc
 from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
@@ -23,31 +23,18 @@ if TYPE_CHECKING:
     from icegres.engine.lake import Engine, SessionEnv
     from icegres.engine.mounts import ReadPlan
     from icegres.engine.plan_cache import PlanCache
-    from icegres.engine.txn import TxnState
     from icegres.sql.statement import Statement
 
 
 
-class Planner(Protocol):
-    """What pruning needs of a session's query context."""
+@dataclass(frozen=True)
+class Session:
+    """What pruning needs of the session a statement runs in (QueryContext hands it down)."""
 
     engine: Engine
     env: SessionEnv
     cache: PlanCache
-    txn: TxnState | None
-
-    @property
-    def made(self) -> Made: ...
-
-    @property
-    def zone(self) -> str: ...
-
-    @property
-    def overlaid(self) -> bool:
-        """A statement plans over the write buffer's rows (a view of its own)."""
-        ...
-
-    def table_refs(self, stmt: Statement) -> set[tuple[str, str]] | None: ...
+    made: Made  # the context the statement plans on
 
 
 _PRUNED_CATALOG = "icegres_pruned"
@@ -55,26 +42,21 @@ _PRUNED_SCHEMA = "files"
 _PRUNED_NAMES = itertools.count()
 
 
-def plan_pruned(qctx: Planner, stmt: Statement, params: dict[str, Any] | None) -> PlannedQuery | None:
-    """`stmt` planned over only the files its WHERE clause can read; None where that does not
-    apply or gains nothing, and the statement is planned as sent."""
-    if qctx.txn is not None or qctx.overlaid or not qctx.engine.prunable:
-        return None  # transactions and the write buffer read views of their own
-    if not is_utc(qctx.zone):
-        return None  # prune.py reads timestamp literals in UTC; the scan's statistics still prune
-    refs = qctx.table_refs(stmt)
-    if not refs or len(refs) != 1:
-        return None
-    (key,) = refs
-    plan = qctx.engine.read_plan(*key)
+def plan_pruned(session: Session, stmt: Statement, key: tuple[str, str],
+                params: dict[str, Any] | None) -> PlannedQuery | None:
+    """`stmt`, which reads the table `key` alone, planned over only the files its WHERE clause can
+    read; None where that does not apply or gains nothing, and the statement is planned as sent.
+    The caller decides the statement may be pruned at all (autocommit, no write-buffer view, a
+    UTC session: prune.py reads timestamp literals in UTC)."""
+    plan = session.engine.read_plan(*key)
     if plan is None or len(plan.files) < lake.PRUNE_MIN_FILES:
         return None
-    shape = (stmt.shape, tuple(qctx.env.search_path))
-    if qctx.cache.unprunable.get(shape) is True:
+    shape = (stmt.shape, tuple(session.env.search_path))
+    if session.cache.unprunable.get(shape) is True:
         return None
-    found = _prune_target(qctx, stmt, key, plan)
+    found = _prune_target(session, stmt, key, plan)
     if found is None:
-        qctx.cache.unprunable.put(shape, True)
+        session.cache.unprunable.put(shape, True)
         return None
     tree, table, names, kinds = found
     from icegres.engine import prune
@@ -86,10 +68,10 @@ def plan_pruned(qctx: Planner, stmt: Statement, params: dict[str, Any] | None) -
     files = prune.matching_files(plan, wanted)
     if len(files) == len(plan.files):
         return None
-    view = qctx.engine.subset_view(key, files)
+    view = session.engine.subset_view(key, files)
     if view is None:
         return None
-    df = _plan_over(qctx, tree, table, view[1], shape, params)
+    df = _plan_over(session, tree, table, view[1], shape, params)
     if df is None:
         return None
     # What the statement reads is the subset: an aggregate over a few files of a big table is
@@ -99,7 +81,7 @@ def plan_pruned(qctx: Planner, stmt: Statement, params: dict[str, Any] | None) -
     return PlannedQuery(df, (None, None), None, rows)
 
 
-def _prune_target(qctx: Planner, stmt: Statement, key: tuple[str, str], plan: ReadPlan) -> Any:
+def _prune_target(session: Session, stmt: Statement, key: tuple[str, str], plan: ReadPlan) -> Any:
     """(rewritten tree, its FROM table, the names it goes by, prunable columns) when `stmt` is a
     SELECT from `key` alone whose WHERE could narrow the files; else None."""
     from sqlglot import exp
@@ -117,7 +99,7 @@ def _prune_target(qctx: Planner, stmt: Statement, key: tuple[str, str], plan: Re
     if not isinstance(table, exp.Table) or table.args.get("catalog") or not table.name:
         return None
     # Everything below changes the tree: this statement's own copy of it from here on.
-    tree = rewrite.qualify_tables(stmt.tree_copy(), qctx.env.search_path, qctx.engine.has_table)
+    tree = rewrite.qualify_tables(stmt.tree_copy(), session.env.search_path, session.engine.has_table)
     source = tree.args.get("from") or tree.args.get("from_")
     table = source.this
     if (table.db, table.name) != key:
@@ -128,13 +110,13 @@ def _prune_target(qctx: Planner, stmt: Statement, key: tuple[str, str], plan: Re
     if not prune.prunable_shape(tree.args.get("where"), names, kinds):
         return None
     if rewrite.needs_rewrite(stmt.sql):
-        tree = rewrite.rewrite(tree, qctx.env)  # the rewrite copies; the FROM table is new
+        tree = rewrite.rewrite(tree, session.env)  # the rewrite copies; the FROM table is new
         source = tree.args.get("from") or tree.args.get("from_")
         table = source.this
     return tree, table, names, kinds
 
 
-def _plan_over(qctx: Planner, tree: Any, table: Any, view: Any, shape: Any,
+def _plan_over(session: Session, tree: Any, table: Any, view: Any, shape: Any,
                params: dict[str, Any] | None) -> DataFrame | None:
     """Plan `tree` with `table` read from `view`, a DataFrame registered for this planning only.
     `tree` is this statement's own (parsed for it by `_prune_target`): it is changed in place."""
@@ -142,7 +124,7 @@ def _plan_over(qctx: Planner, tree: Any, table: Any, view: Any, shape: Any,
 
     from icegres.engine.rewrite import to_sql
 
-    made = qctx.made
+    made = session.made
     schema = _pruned_schema(made)
     name = f"t{next(_PRUNED_NAMES)}"
     # The table goes by the same name as before (its alias, else its own name), spelled as it
@@ -158,7 +140,7 @@ def _plan_over(qctx: Planner, tree: Any, table: Any, view: Any, shape: Any,
         # The plan holds the table provider by reference: it outlives the name.
         return made.ctx.sql(to_sql(tree), param_values=params)
     except Exception:  # noqa: BLE001 - the statement as sent gives the error, if any
-        qctx.cache.unprunable.put(shape, True)
+        session.cache.unprunable.put(shape, True)
         return None
     finally:
         schema.deregister_table(name)

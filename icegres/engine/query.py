@@ -27,6 +27,7 @@ from icegres.engine.insert_shape import InsertShapes
 from icegres.engine.lake import Engine, SessionEnv
 from icegres.engine.plan_cache import PlanCache
 from icegres.engine.planned import HeldStream, PlannedQuery
+from icegres.engine.session_zone import is_utc
 from icegres.engine.txn import TxnState
 from icegres.pg.errors import PgError
 from icegres.sql.statement import Statement, tree_table_refs
@@ -101,9 +102,7 @@ class QueryContext:
         return planned
 
     def _plan(self, stmt: Statement, params: dict[str, Any] | None, made: Made) -> PlannedQuery:
-        from icegres.engine.pruned_plan import plan_pruned
-
-        pruned = plan_pruned(self, stmt, params)
+        pruned = self._plan_pruned(stmt, params, made)
         if pruned is not None:
             return pruned
         # The same statement over the same snapshots plans to the same logical plan: reuse it
@@ -122,6 +121,21 @@ class QueryContext:
             if reuse is not None:
                 self.cache.planned.put(reuse, (made, made.generation, df.logical_plan()))
         return PlannedQuery(df, (None, None), reuse)
+
+    def _plan_pruned(self, stmt: Statement, params: dict[str, Any] | None, made: Made) -> PlannedQuery | None:
+        """A single-table query over a table of many files, planned over only the files its WHERE
+        clause can read (pruned_plan.py); None where that does not apply or gains nothing."""
+        if self.txn is not None or self.overlaid or not self.engine.prunable or not is_utc(self.zone):
+            # Transactions and the write buffer read views of their own; prune.py reads
+            # timestamp literals in UTC (the scan's statistics still prune the others).
+            return None
+        refs = self.table_refs(stmt)
+        if not refs or len(refs) != 1:
+            return None
+        from icegres.engine import pruned_plan
+
+        session = pruned_plan.Session(self.engine, self.env, self.cache, made)
+        return pruned_plan.plan_pruned(session, stmt, next(iter(refs)), params)
 
     def _plan_text(self, stmt: Statement, params: dict[str, Any] | None, ctx: SessionContext) -> DataFrame:
         sql = stmt.sql

@@ -1,8 +1,7 @@
-"""A running query's rows, pulled in chunks by whichever front end streams them."""
+"""A running query's rows, which a front end takes in batches (gathered for encoding) and encodes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,20 +9,12 @@ import pyarrow as pa
 
 from icegres.engine.errors import from_datafusion
 
-CHUNK_BYTES = 512 * 1024  # a chunk (one worker-thread hop) ends with the batch that passes this
 # The column-at-a-time encoders cost per call as well as per row, so DataFusion's 8192-row batches
 # are gathered into bigger ones first: 1M rows of demo.trips encoded ~20% faster in 32k-row
 # batches. The byte cap keeps wide rows from piling up. A slow stream's first rows wait for the
 # gathering, as they already waited for the one-batch peek that tells "exhausted" apart.
 ENCODE_ROWS = 32_768
 ENCODE_BYTES_MAX = 8 << 20
-
-
-@dataclass(frozen=True)
-class Chunk:
-    rows: int
-    data: bytes
-    exhausted: bool  # no rows remain after this chunk
 
 
 @dataclass
@@ -37,28 +28,7 @@ class RowSource:
     rows_sent: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def pull(self, limit: int, encode: Callable[[pa.RecordBatch], bytes]) -> Chunk:
-        """Encode up to `limit` rows (0 = all) but at most about CHUNK_BYTES. Blocking.
-
-        Reports whether the source is exhausted, peeking one batch ahead when the limit is hit,
-        so the caller can choose between PortalSuspended and CommandComplete without another hop.
-        """
-        rows = 0
-        parts: list[bytes] = []
-        size = 0
-        while limit == 0 or rows < limit:
-            batch = self._take_many(limit - rows if limit else 0)
-            if batch is None:
-                return Chunk(rows, b"".join(parts), True)
-            data = encode(batch)
-            rows += batch.num_rows
-            parts.append(data)
-            size += len(data)
-            if size >= CHUNK_BYTES:
-                break
-        return Chunk(rows, b"".join(parts), not self.has_more())
-
-    def _take_many(self, limit: int) -> pa.RecordBatch | None:
+    def take_many(self, limit: int) -> pa.RecordBatch | None:
         """Like take, but gathers batches until ENCODE_ROWS rows (or ENCODE_BYTES_MAX bytes)."""
         first = self.take(limit)
         if first is None:

@@ -17,8 +17,8 @@ from icegres.engine.batches import (
     PullScope,
     may_run_long,
     plan_nodes,
-    run_in_scope,
 )
+from icegres.engine.jobs import run_in_scope
 
 # Scan-driven and practically endless: each batch of the big range is joined with 1000 rows.
 RUNAWAY = "select sum(a.value * b.value) from range(1, 1000) a cross join range(1, 1000000000000) b"
@@ -114,7 +114,8 @@ def test_a_native_panic_in_a_worker_job_becomes_the_statements_internal_error():
     # PyO3 raises a Rust panic as pyo3_runtime.PanicException, a BaseException: past a front
     # end's `except Exception` it would end the server. The real class exists only once something
     # panicked, so a class of that name and module stands in for it.
-    from icegres.engine.batches import PullScope, is_native_panic, run_in_scope
+    from icegres.engine.batches import PullScope
+    from icegres.engine.jobs import is_native_panic, run_in_scope
     from icegres.pg.errors import PgError
 
     panic = type("PanicException", (BaseException,), {"__module__": "pyo3_runtime"})

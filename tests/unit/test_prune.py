@@ -15,7 +15,6 @@ from icegres.engine import mounts, prune
 from icegres.engine.catalog import Lakehouse
 from icegres.engine.lake import Engine, SessionEnv
 from icegres.engine.prune import Constraint
-from icegres.engine.pruned_plan import plan_pruned
 from icegres.engine.query import open_session
 from icegres.sql.statement import query
 
@@ -70,6 +69,11 @@ def q_linked(lake):
     assert engine._sets[("demo", "t")], "the local files should be mounted as a ScanSet"
     yield open_session(engine, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
     mp.undo()
+
+
+def _pruned(q, stmt):
+    """`stmt` planned pruned (None: planned as sent)."""
+    return q._plan_pruned(stmt, None, q.made)
 
 
 def scans(planned) -> int:
@@ -133,7 +137,7 @@ def test_parameters_prune_when_bound_and_not_when_described(q) -> None:
     sql = "select * from demo.t where id = $1"
     df = q.plan(query(sql), {"1": 250})
     assert scans(df) == 1 and rows(df) == unpruned(q, sql, {"1": 250})
-    assert plan_pruned(q, query(sql), None) is None  # Describe: no value yet, planned as sent
+    assert _pruned(q, query(sql)) is None  # Describe: no value yet, planned as sent
     df = q.plan(query("select * from demo.t where city = $1"), {"1": "c0"})
     assert scans(df) == 1 and len(rows(df)) == 100
 
@@ -142,7 +146,7 @@ def test_statements_it_does_not_touch(q) -> None:
     for sql in ("select count(*) from demo.t a join demo.t b on a.id = b.id where a.id = 5",
                 "with x as (select * from demo.t) select count(*) from x where id = 5",
                 "select count(*) from demo.t"):
-        assert plan_pruned(q, query(sql), None) is None
+        assert _pruned(q, query(sql)) is None
         assert rows(q.plan(query(sql))) == unpruned(q, sql)
 
 
@@ -203,7 +207,7 @@ def test_a_scanset_of_few_files_is_planned_as_sent(lake, monkeypatch) -> None:
     engine.refresh()
     q = open_session(engine, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
     assert not engine.prunable
-    assert plan_pruned(q, query("select * from demo.t where id = 150"), None) is None
+    assert _pruned(q, query("select * from demo.t where id = 150")) is None
 
 
 def test_bounds_of_another_type_keep_the_file() -> None:
@@ -212,7 +216,7 @@ def test_bounds_of_another_type_keep_the_file() -> None:
 
 def test_tables_of_few_files_are_planned_as_sent(q, monkeypatch) -> None:
     monkeypatch.setattr(engine_mod, "PRUNE_MIN_FILES", len(FILES) + 1)
-    assert plan_pruned(q, query("select * from demo.t where id = 150"), None) is None
+    assert _pruned(q, query("select * from demo.t where id = 150")) is None
 
 
 def test_a_pruned_aggregate_counts_only_the_rows_of_the_files_it_reads(q_linked, monkeypatch) -> None:

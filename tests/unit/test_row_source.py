@@ -1,4 +1,5 @@
-"""RowSource.pull: batches gathered for encoding, limits, and the exhausted flag."""
+"""Pulling a RowSource in chunks (pgwire results.pull over RowSource.take_many): batches gathered
+for encoding, limits, and the exhausted flag."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from icegres.engine import row_source
 from icegres.engine.row_source import RowSource
 from icegres.pg.clock import TextSettings
 from icegres.protocol.pgwire.datarows import encode_data_rows
+from icegres.protocol.pgwire.results import pull
 
 pytestmark = pytest.mark.unit
 
@@ -38,7 +40,7 @@ def test_small_batches_are_encoded_together_and_bytes_are_unchanged(monkeypatch)
     source = RowSource(parts[0].schema, iter(parts))
     chunks = []
     while True:
-        chunk = source.pull(0, encoder(calls))
+        chunk = pull(source, 0, encoder(calls))
         chunks.append(chunk)
         if chunk.exhausted:
             break
@@ -53,9 +55,9 @@ def test_limit_is_exact_and_the_rest_stays_for_the_next_pull(monkeypatch) -> Non
     parts = batches([10, 10, 10])
     calls: list[int] = []
     source = RowSource(parts[0].schema, iter(parts))
-    first = source.pull(15, encoder(calls))
+    first = pull(source, 15, encoder(calls))
     assert (first.rows, first.exhausted) == (15, False)
-    rest = source.pull(0, encoder(calls))
+    rest = pull(source, 0, encoder(calls))
     assert (rest.rows, rest.exhausted) == (15, True)
     assert calls == [15, 15]
 
@@ -66,7 +68,7 @@ def test_a_batch_of_another_schema_is_not_concatenated(monkeypatch) -> None:
     b = pa.record_batch([pa.array(["x", "y"])], names=["id"])
     calls: list[int] = []
     source = RowSource(a.schema, iter([a, b]))
-    chunk = source.pull(0, encoder(calls))
+    chunk = pull(source, 0, encoder(calls))
     assert calls == [5, 2]
     assert (chunk.rows, chunk.exhausted) == (7, True)
 
@@ -92,7 +94,7 @@ def test_every_row_once_in_order_whatever_the_limits_and_schemas(sizes, other_sc
         patch.setattr(row_source, "ENCODE_ROWS", encode_rows)
         for limit in [*limits, 0]:
             before = len(seen)
-            chunk = source.pull(limit, encode)
+            chunk = pull(source, limit, encode)
             assert chunk.rows == len(seen) - before == len(chunk.data)
             assert limit == 0 or chunk.rows <= limit
             assert chunk.exhausted == (len(seen) == total)

@@ -64,7 +64,7 @@ class FlightServer:
         released when the thread ends, on the loop thread (trio-asyncio's loop runs inside trio,
         where the limiter lives).
         """
-        from icegres.engine.batches import cancellable_job
+        from icegres.engine.jobs import cancellable_job
 
         return await cancellable_job(self._run_sync, fn, *args)
 

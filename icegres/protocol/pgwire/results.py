@@ -1,15 +1,20 @@
-"""Query results on the wire: RowDescription from an Arrow schema, and columns reshaped for it."""
+"""Query results on the wire: RowDescription from an Arrow schema, columns reshaped for it, and
+rows pulled from a running query in chunks of encoded DataRows."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from icegres.engine.row_source import RowSource
+from icegres.pg.clock import TextSettings
 from icegres.pg.errors import PROTOCOL_VIOLATION, PgError
 from icegres.pg.types import PgType, pg_type_by_oid, pg_type_for_arrow
 from icegres.protocol.pgwire import messages as m
+from icegres.protocol.pgwire.datarows import encode_data_rows
 
 
 def expand_formats(formats: Sequence[int], ncols: int) -> list[int]:
@@ -73,3 +78,50 @@ def presentable(batch: pa.RecordBatch, schema: pa.Schema, formats: Sequence[int]
     if columns is None:
         return batch
     return pa.RecordBatch.from_arrays(columns, names=batch.schema.names)
+
+
+CHUNK_BYTES = 512 * 1024  # a chunk (one worker-thread hop) ends with the batch that passes this
+
+
+@dataclass(frozen=True)
+class Chunk:
+    rows: int
+    data: bytes
+    exhausted: bool  # no rows remain after this chunk
+
+
+@dataclass
+class Encoder:
+    """RecordBatch -> DataRow bytes for one result's column formats (called in worker threads)."""
+
+    formats: list[int]
+    text: TextSettings
+    schema: pa.Schema | None = None
+
+    def __call__(self, batch: pa.RecordBatch) -> bytes:
+        if self.schema is not None:
+            batch = presentable(batch, self.schema, self.formats)
+        return encode_data_rows(batch, self.formats, self.text)
+
+
+def pull(source: RowSource, limit: int, encode: Callable[[pa.RecordBatch], bytes]) -> Chunk:
+    """Encode up to `limit` rows (0 = all) but at most about CHUNK_BYTES. Blocking.
+
+    Reports whether the source is exhausted, peeking one batch ahead when the limit is hit,
+    so the caller can choose between PortalSuspended and CommandComplete without another hop.
+    """
+    rows = 0
+    parts: list[bytes] = []
+    size = 0
+    while limit == 0 or rows < limit:
+        batch = source.take_many(limit - rows if limit else 0)
+        if batch is None:
+            return Chunk(rows, b"".join(parts), True)
+        data = encode(batch)
+        rows += batch.num_rows
+        parts.append(data)
+        size += len(data)
+        if size >= CHUNK_BYTES:
+            break
+    return Chunk(rows, b"".join(parts), not source.has_more())
+

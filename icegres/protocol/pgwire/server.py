@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -26,6 +27,7 @@ class PgServer:
         self.engine = engine
         self.server_version = SERVER_VERSION
         self.limiter = trio.CapacityLimiter(settings.query_threads)
+        self._to_thread = functools.partial(trio.to_thread.run_sync, limiter=self.limiter, abandon_on_cancel=True)
         self._sessions: dict[int, Session] = {}
         # Sessions running a statement, watched for a client that hangs up (hangup.py).
         self.running: set[Session] = set()
@@ -50,12 +52,9 @@ class PgServer:
         """`fn(*args)` in a worker thread behind the query limiter. A cancelled caller (CancelRequest,
         statement_timeout, a dropped client) leaves at once, and the job's pulls inside a long
         DataFusion operator end too (engine/batches.py), freeing the thread."""
-        from icegres.engine.batches import cancellable_job
+        from icegres.engine.jobs import cancellable_job
 
         return await cancellable_job(self._to_thread, fn, *args)
-
-    async def _to_thread(self, fn, *args):
-        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter, abandon_on_cancel=True)
 
     async def handle(self, stream: trio.SocketStream) -> None:
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 import trio
 
 from icegres.engine.query import open_session
-from icegres.engine.row_source import Chunk, RowSource
+from icegres.engine.row_source import RowSource
 from icegres.engine.txblock_driver import TxBlock, finish
 from icegres.machines import txblock
 from icegres.pg import errors as E
@@ -34,10 +34,15 @@ from icegres.pg.types import pg_type_for_arrow
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire import transaction, writes
 from icegres.protocol.pgwire.copy import copy_out_rows
-from icegres.protocol.pgwire.datarows import encode_data_rows
 from icegres.protocol.pgwire.direct import DirectReply
 from icegres.protocol.pgwire.framing import FrameDecoder
-from icegres.protocol.pgwire.results import expand_formats, presentable, row_description
+from icegres.protocol.pgwire.results import (
+    Chunk,
+    Encoder,
+    expand_formats,
+    pull,
+    row_description,
+)
 from icegres.sql.lexer import split_statements
 from icegres.sql.statement import Kind, Statement, classify, query, refusal
 
@@ -48,20 +53,6 @@ log = logging.getLogger("icegres.pgwire")
 
 RECV_BYTES = 65536
 SEND_HIGH_WATER = 256 * 1024
-
-
-@dataclass
-class _Encoder:
-    """RecordBatch -> DataRow bytes for one result's column formats (called in worker threads)."""
-
-    formats: list[int]
-    text: TextSettings
-    schema: pa.Schema | None = None
-
-    def __call__(self, batch: pa.RecordBatch) -> bytes:
-        if self.schema is not None:
-            batch = presentable(batch, self.schema, self.formats)
-        return encode_data_rows(batch, self.formats, self.text)
 
 
 class ConnectionClosed(Exception):
@@ -431,7 +422,7 @@ class Session:
             source = RowSource(schema, stream)
             encode.formats[:] = [0] * len(schema)
             encode.schema = schema
-            first = source.pull(0, encode)
+            first = pull(source, 0, encode)
             description = row_description(schema, encode.formats)
             return description, source, first, self._answer_from_thread(reply, first, description)
 
@@ -502,10 +493,10 @@ class Session:
             extra_float_digits=int(self.settings.get("extra_float_digits", "1") or 1),
         )
 
-    def _encoder(self, formats: list[int]) -> _Encoder:
-        return _Encoder(list(formats), self.text_settings())
+    def _encoder(self, formats: list[int]) -> Encoder:
+        return Encoder(list(formats), self.text_settings())
 
-    async def _send_chunks(self, source: RowSource, encode: _Encoder, limit: int, chunk: Chunk | None = None) -> int:
+    async def _send_chunks(self, source: RowSource, encode: Encoder, limit: int, chunk: Chunk | None = None) -> int:
         """Send up to `limit` rows (0 = all) as DataRows, starting with an already pulled chunk.
 
         A result of more than one chunk is pipelined: a worker thread encodes the next chunk
@@ -542,7 +533,7 @@ class Session:
                 async with chunks_in:
                     try:
                         while True:
-                            nxt = await self.in_thread(source.pull, (limit - pulled) if limit else 0, encode)
+                            nxt = await self.in_thread(pull, source, (limit - pulled) if limit else 0, encode)
                             pulled += nxt.rows
                             await chunks_in.send(nxt)
                             if last(nxt, pulled):
@@ -723,7 +714,7 @@ class Session:
                     portal.formats = expand_formats(portal.result_formats, len(schema))
                 encode.formats[:] = portal.formats
                 encode.schema = schema
-                chunk = source.pull(limit, encode)
+                chunk = pull(source, limit, encode)
                 return source, chunk, self._answer_from_thread(reply, chunk, prefix or b"")
 
             done = await self._in_thread_answering(reply, start)

@@ -1,0 +1,157 @@
+"""The path a statement takes through icegres's modules, from the pgwire session to DataFusion.
+
+    python -m bench.statement_path [--sql "select ..."] [--json]
+
+A pgwire Session is driven in-process over a memory stream (startup, then one simple Query on a
+small embedded lake); while the Query runs, every call and return in every thread is traced. Only
+icegres's own modules count, and the bottom layer (icegres.pg, icegres.sql.lexer / shape, the
+package faces) is left out: those are helpers any layer may call. Reported:
+
+- modules: the distinct modules the statement entered, in the order it first entered them;
+- re-entries: calls into a module that is already on the call stack below the caller (a module
+  calling back up into one that called it, directly or through others). A layered design has
+  none: control goes down and comes back by returning.
+
+It only needs the pgwire session and the engine's `Engine`, so it runs on older checkouts too
+(PYTHONPATH=<checkout>) to compare a before with an after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import struct
+import sys
+import tempfile
+import threading
+from collections import Counter
+from pathlib import Path
+
+DEFAULT_SQL = "select count(*) from demo.t where id > 5"
+_BOTTOM = ("icegres.pg.", "icegres.sql.lexer", "icegres.sql.shape", "icegres.faults", "icegres.allocator",
+           "icegres.collector")
+
+
+def _lake(data_dir: Path):
+    import pyarrow as pa
+
+    from icegres.engine.catalog import Lakehouse
+
+    try:
+        from icegres.engine.lake import Engine
+    except ImportError:  # a checkout before the engine split
+        from icegres.engine.engine import Engine
+
+    lake = Lakehouse.embedded(data_dir)
+    lake.create_namespace_if_missing("demo")
+    table = lake.catalog.create_table(("demo", "t"), schema=pa.schema([pa.field("id", pa.int64())]))
+    table.append(pa.table({"id": pa.array(range(100), pa.int64())}))
+    engine = Engine(lake)
+    engine.refresh()
+    return engine
+
+
+def _frame(tag: bytes, body: bytes) -> bytes:
+    return tag + struct.pack("!i", len(body) + 4) + body
+
+
+def _startup() -> bytes:
+    body = struct.pack("!i", 196608) + b"user\x00bench\x00database\x00icegres\x00\x00"
+    return struct.pack("!i", len(body) + 4) + body
+
+
+class Tracer:
+    """Per thread: the stack of icegres modules (one entry per frame), the modules entered and
+    the calls that re-entered a module already below on the stack."""
+
+    def __init__(self) -> None:
+        self.on = False  # set for the measured statement only; threads are traced from their start
+        self.lock = threading.Lock()
+        self.stacks: dict[int, list[str]] = {}
+        self.order: list[str] = []
+        self.reentries: Counter[tuple[str, str]] = Counter()
+
+    def __call__(self, frame, event, arg):  # noqa: ANN001 - sys.setprofile's signature
+        if not self.on or event not in ("call", "return"):
+            return
+        module = frame.f_globals.get("__name__", "")
+        ours = module.startswith("icegres") and not module.startswith(_BOTTOM) and module != "icegres"
+        stack = self.stacks.setdefault(threading.get_ident(), [])
+        if event == "call":
+            caller = stack[-1] if stack else None
+            stack.append(module if ours else "")
+            if ours and caller is not None and caller != module:
+                with self.lock:
+                    if module not in self.order:
+                        self.order.append(module)
+                    if module in stack[:-2]:
+                        self.reentries[(caller, module)] += 1
+        elif stack:
+            stack.pop()
+
+
+async def _run(engine, sql: str, tracer: Tracer) -> None:
+    import trio
+    import trio.testing
+
+    from icegres.config import Settings
+    from icegres.protocol.pgwire.server import PgServer
+    from icegres.protocol.pgwire.session import Session
+
+    server = PgServer(Settings(data_dir=Path(tempfile.gettempdir())), engine)
+    client, server_end = trio.testing.memory_stream_pair()
+    session = Session(server, server_end, "bench")
+
+    async def until_ready() -> bytes:
+        got = b""
+        while True:
+            got += await client.receive_some(65536)
+            if b"Z\x00\x00\x00\x05" in got:
+                return got
+
+    threading.setprofile(tracer)  # every worker thread the server starts from now on
+    sys.setprofile(tracer)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(session.run)
+        await client.send_all(_startup())
+        await until_ready()
+        await client.send_all(_frame(b"Q", sql.encode() + b"\x00"))  # warm: imports, caches
+        await until_ready()
+        tracer.on = True
+        try:
+            await client.send_all(_frame(b"Q", sql.encode() + b"\x00"))
+            reply = await until_ready()
+        finally:
+            tracer.on = False
+            sys.setprofile(None)
+            threading.setprofile(None)
+        assert b"E" not in reply[:1], reply
+        await client.send_all(_frame(b"X", b""))
+        nursery.cancel_scope.cancel()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import trio
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sql", default=DEFAULT_SQL)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = _lake(Path(tmp))
+        tracer = Tracer()
+        trio.run(_run, engine, args.sql, tracer)
+    found = {"sql": args.sql, "modules": tracer.order, "reentries": sum(tracer.reentries.values()),
+             "reentered": [f"{a} -> {b} ({n})" for (a, b), n in tracer.reentries.most_common()]}
+    if args.json:
+        print(json.dumps(found, indent=2))
+    else:
+        print(f"{len(found['modules'])} modules, {found['reentries']} re-entries: {args.sql}")
+        print("  path: " + " -> ".join(m.removeprefix("icegres.") for m in found["modules"]))
+        for line in found["reentered"]:
+            print("  re-entered: " + line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
