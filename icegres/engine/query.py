@@ -197,13 +197,22 @@ class QueryContext:
         (`views.pin_snapshots`)."""
         txn = self.txn
         assert txn is not None
-        views.pin_snapshots(self.engine, txn, lambda: self.table_refs(stmt) if stmt is not None else set(), fresh=fresh)
+        views.pin_snapshots(self.engine, txn, self._refs_of(stmt), fresh=fresh)
+
+    def _refs_of(self, stmt: Statement | None) -> Callable[[], set[tuple[str, str]] | None]:
+        """`table_refs(stmt)` for a lower module to ask for when it needs them (no statement:
+        none), without calling back into this one: the cache and the statement answer."""
+        if stmt is None:
+            return frozenset
+        path = self.env.search_path
+        return functools.partial(self.cache.refs.computed, (stmt.shape, tuple(path)),
+                                 functools.partial(stmt.table_refs, path))
 
     def pin_tree(self, tree: exp.Expression) -> None:
         """`pin_for` the tables a tree the engine built reads (COPY FROM's target)."""
         txn = self.txn
         assert txn is not None
-        views.pin_snapshots(self.engine, txn, lambda: tree_table_refs(tree, self.env.search_path))
+        views.pin_snapshots(self.engine, txn, functools.partial(tree_table_refs, tree, self.env.search_path))
 
     def resolve_table(self, schema: str | None, name: str) -> tuple[str, str] | None:
         """The (namespace, table) an optionally qualified name means under search_path."""
@@ -259,8 +268,7 @@ class QueryContext:
 
     def table_refs(self, stmt: Statement) -> set[tuple[str, str]] | None:
         """The tables a statement may read (None: all), found once per literal shape."""
-        path = self.env.search_path
-        return self.cache.refs.computed((stmt.shape, tuple(path)), lambda: stmt.table_refs(path))
+        return self._refs_of(stmt)()
 
     # --- running -------------------------------------------------------------------------------
 

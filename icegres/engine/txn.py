@@ -164,3 +164,9 @@ class TxnState:
         self.orphans.extend(p for p in self.all_added() if p not in still)
         self.writes = dict(saved)
         self.version += 1
+
+
+def new_transaction(default_isolation: str | None, isolation: str | None, *, autocommit: bool = False) -> TxnState:
+    """A transaction at `isolation`, else the session's default_transaction_isolation."""
+    level = (isolation or default_isolation or "").lower()
+    return TxnState(serializable=level == "serializable", autocommit=autocommit)

@@ -43,12 +43,6 @@ def is_ddl(stmt: Statement) -> bool:
     return stmt.tag in DDL_WORDS
 
 
-def new_transaction(default_isolation: str | None, isolation: str | None, *, autocommit: bool = False) -> TxnState:
-    """A transaction at `isolation`, else the session's default_transaction_isolation."""
-    level = (isolation or default_isolation or "").lower()
-    return TxnState(serializable=level == "serializable", autocommit=autocommit)
-
-
 class WriteHost(Protocol):
     """What a front end gives the write path."""
 

@@ -14,7 +14,7 @@ from icegres.engine.catalog import Lakehouse
 from icegres.engine.insert_shape import SHAPES_PER_SESSION_MAX
 from icegres.engine.lake import Engine, SessionEnv
 from icegres.engine.query import open_session
-from icegres.engine.writes import new_transaction
+from icegres.engine.txn import new_transaction
 from icegres.pg.errors import PgError
 from icegres.sql.statement import classify
 

@@ -190,7 +190,7 @@ def _first_value(q, sql: str):
 
 
 def test_a_transaction_reads_its_pinned_snapshot_after_remounts(engine) -> None:
-    from icegres.engine.writes import new_transaction
+    from icegres.engine.txn import new_transaction
 
     eng, lh = engine
     q = open_session(eng, SessionEnv("icegres", "icegres", 1, {"search_path": "demo"}))
@@ -222,7 +222,7 @@ def test_statements_planned_outside_a_session_hold_too(engine) -> None:
 def test_a_statement_outlives_the_private_context_it_was_planned_in(engine) -> None:
     """A transaction's (or the write buffer's) context holds the sets of its snapshots; a stream
     planned there keeps them after the context is dropped."""
-    from icegres.engine.writes import new_transaction
+    from icegres.engine.txn import new_transaction
 
     eng, lh = engine
     t = lh.catalog.load_table(("demo", "t"))

@@ -27,6 +27,7 @@ transaction under the session lock, so concurrent calls of one session never see
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,8 @@ from grpclib.exceptions import GRPCError
 
 from icegres.engine import writes as core
 from icegres.engine.txblock_driver import TxBlock, finish
-from icegres.engine.txn import TxnState
+from icegres.engine.txn import TxnState, new_transaction
+from icegres.engine.write_hosts import LockedHost
 from icegres.machines import txblock
 from icegres.pg.errors import PgError
 from icegres.protocol.flightsql import icegres_flight_pb2 as fl
@@ -72,59 +74,11 @@ DOPUT_COMMANDS = (sql.CommandStatementUpdate, sql.CommandPreparedStatementUpdate
 BLOCK_CONFIG = txblock.Config(savepoints_max=SAVEPOINTS_MAX)
 
 
-class FlightHost:
-    """A Flight SQL session as the write path's host (`icegres.engine.writes.WriteHost`).
-
-    `block` is the transaction the statement runs in (BeginTransaction's, or the implicit one of
-    an executemany or script), None for autocommit. The query context's `txn` is set only inside
-    `run`, under the session lock, and cleared after: between calls it is always None.
-    """
-
-    __slots__ = ("_bound", "limiter", "session", "txn")
-
-    def __init__(self, session: Session, limiter: trio.CapacityLimiter, block: TxnState | None) -> None:
-        self.session = session
-        self.limiter = limiter
-        self.txn = block
-        self._bound = block
-
-    @property
-    def qctx(self) -> Any:
-        return self.session.qctx
-
-    @property
-    def idle(self) -> bool:
-        return self.txn is None
-
-    def block(self) -> TxnState | None:
-        return self.txn
-
-    def new_txn(self, *, autocommit: bool) -> TxnState:
-        return core.new_transaction(self.session.qctx.env.settings.get("default_transaction_isolation"), None,
-                                    autocommit=autocommit)
-
-    def bind(self, txn: TxnState | None) -> None:
-        self._bound = txn if txn is not None else self.txn
-
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        session, bound = self.session, self._bound
-
-        def call() -> Any:
-            with session.lock:
-                session.qctx.txn = bound
-                try:
-                    return fn(*args)
-                finally:
-                    session.qctx.txn = None
-
-        return await trio.to_thread.run_sync(call, limiter=self.limiter, abandon_on_cancel=True)
-
-
 class FlightBlockPort:
     """What the transaction block asks of a Flight SQL session (`txblock_driver.BlockPort`).
 
     Flight SQL has no SET, cursors or portals, and a statement binds its transaction itself
-    (`FlightHost.run`), so only starting a transaction is work here; the rest cannot arise."""
+    (`LockedHost.run`), so only starting a transaction is work here; the rest cannot arise."""
 
     __slots__ = ("session",)
 
@@ -133,7 +87,7 @@ class FlightBlockPort:
 
     def new_txn(self, isolation: str | None) -> TxnState:
         settings = self.session.qctx.env.settings
-        return core.new_transaction(settings.get("default_transaction_isolation"), isolation)
+        return new_transaction(settings.get("default_transaction_isolation"), isolation)
 
     def bind(self, txn: TxnState | None) -> None:
         pass
@@ -162,8 +116,14 @@ class FlightWrites:
 
         return await trio_asyncio.trio_as_aio(fn)(*args)
 
-    def _host(self, session: Session, block: TxnState | None) -> FlightHost:
-        return FlightHost(session, self.service.server.limiter, block)
+    def _host(self, session: Session, block: TxnState | None) -> LockedHost:
+        """The session as the write path's host: `block` is the transaction the statement runs in
+        (BeginTransaction's, or the implicit one of an executemany or script), None for
+        autocommit."""
+        run_sync = functools.partial(trio.to_thread.run_sync, limiter=self.service.server.limiter,
+                                     abandon_on_cancel=True)
+        return LockedHost(session.qctx, block, session.qctx.env.settings.get("default_transaction_isolation"),
+                          run_sync, session.lock)
 
     def transaction(self, session: Session, ident: bytes | None) -> FlightTxn | None:
         """The open transaction `ident` names (None: autocommit); refused once it has failed."""
@@ -476,7 +436,7 @@ class FlightWrites:
 # --- trio side (worker threads behind the host) -----------------------------------------------------
 
 
-async def _execute_one(host: FlightHost, stmt: Statement, params: dict[str, Any] | None) -> core.WriteResult:
+async def _execute_one(host: LockedHost, stmt: Statement, params: dict[str, Any] | None) -> core.WriteResult:
     if core.is_ddl(stmt):
         return await core.run_ddl(host, stmt)
     if not core.is_dml(stmt):
@@ -484,7 +444,7 @@ async def _execute_one(host: FlightHost, stmt: Statement, params: dict[str, Any]
     return await core.execute_dml(host, stmt, params)
 
 
-async def _insert_parameter_batches(host: FlightHost, stmt: Statement, batches: list[pa.RecordBatch]) -> int | None:
+async def _insert_parameter_batches(host: LockedHost, stmt: Statement, batches: list[pa.RecordBatch]) -> int | None:
     """executemany of `INSERT … VALUES ($1, $2, …)`: the parameter batches ARE the rows, so they
     are assigned to the columns as one Arrow table — one file, one key check — instead of one
     statement per row. None: another shape (the statement then runs once per row)."""
@@ -532,7 +492,7 @@ def _insert_columns_from(qctx: Any, txn: TxnState, stmt: Statement, batches: lis
     return rows.num_rows
 
 
-async def _count_rows(host: FlightHost, stmt: Statement, params: dict[str, Any] | None) -> int:
+async def _count_rows(host: LockedHost, stmt: Statement, params: dict[str, Any] | None) -> int:
     def count() -> int:
         _, batches = host.qctx.start(stmt, params)
         return sum((b if isinstance(b, pa.RecordBatch) else b.to_pyarrow()).num_rows for b in batches)
@@ -540,7 +500,7 @@ async def _count_rows(host: FlightHost, stmt: Statement, params: dict[str, Any] 
     return await host.run(count)
 
 
-async def _in_implicit(host: FlightHost, block: TxBlock,
+async def _in_implicit(host: LockedHost, block: TxBlock,
                        work: list[tuple[Statement, dict[str, Any] | None]]) -> int:
     """Several statements (a script, an executemany) as one transaction: one commit, or none."""
     total = 0
@@ -564,7 +524,7 @@ async def _in_implicit(host: FlightHost, block: TxBlock,
     return total
 
 
-async def _ingest(host: FlightHost, schema_name: str | None, table: str, if_not_exist: int, if_exists: int,
+async def _ingest(host: LockedHost, schema_name: str | None, table: str, if_not_exist: int, if_exists: int,
                   data: pa.Table | None) -> int:
     from icegres.engine import ddl, ddl_apply
 

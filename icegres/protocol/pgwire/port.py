@@ -43,6 +43,7 @@ class SessionPort(Protocol):
     """A session as the write path and COPY see it: its engine context, settings and
     transaction block, the messages it sends and receives, and its worker threads."""
 
+    server: ServerPort
     qctx: QueryContext
     settings: dict[str, str]
     initial_settings: dict[str, str]  # as the startup packet left them (RESET ALL)

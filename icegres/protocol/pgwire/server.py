@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from icegres.config import Settings, refuse_open_trust
+from icegres.engine.jobs import cancellable_job
 from icegres.engine.lake import SERVER_VERSION
 from icegres.protocol.pgwire.session import Session
 
@@ -27,7 +28,12 @@ class PgServer:
         self.engine = engine
         self.server_version = SERVER_VERSION
         self.limiter = trio.CapacityLimiter(settings.query_threads)
-        self._to_thread = functools.partial(trio.to_thread.run_sync, limiter=self.limiter, abandon_on_cancel=True)
+        # `await run_sync(fn, *args)`: fn(*args) in a worker thread behind the query limiter. A
+        # cancelled caller (CancelRequest, statement_timeout, a dropped client) leaves at once, and
+        # the job's pulls inside a long DataFusion operator end too (engine/batches.py), freeing the
+        # thread. Engine code (the write path) calls it without calling back into the front end.
+        to_thread = functools.partial(trio.to_thread.run_sync, limiter=self.limiter, abandon_on_cancel=True)
+        self.run_sync = functools.partial(cancellable_job, to_thread)
         self._sessions: dict[int, Session] = {}
         # Sessions running a statement, watched for a client that hangs up (hangup.py).
         self.running: set[Session] = set()
@@ -47,14 +53,6 @@ class PgServer:
         session = self._sessions.get(pid)
         if session is not None and session.secret == secret:
             session.cancel()
-
-    async def run_sync(self, fn, *args):
-        """`fn(*args)` in a worker thread behind the query limiter. A cancelled caller (CancelRequest,
-        statement_timeout, a dropped client) leaves at once, and the job's pulls inside a long
-        DataFusion operator end too (engine/batches.py), freeing the thread."""
-        from icegres.engine.jobs import cancellable_job
-
-        return await cancellable_job(self._to_thread, fn, *args)
 
     async def handle(self, stream: trio.SocketStream) -> None:
 

@@ -395,7 +395,7 @@ class Session:
             await self.maybe_flush()
         if batch:
             try:
-                await finish(writes.PgHost(self), self.block.feed(txblock.ImplicitBlockEnded()))
+                await finish(writes.host(self), self.block.feed(txblock.ImplicitBlockEnded()))
             except PgError as err:
                 self._report(err)
         if not replied:
@@ -681,7 +681,8 @@ class Session:
                 self.send(m.command_complete(stmt.tag))
                 return
             portal.finished = True
-            await self._run_statement(writes.run_write, self, stmt, portal.params, False, portal.formats)
+            self.send(await self._run_statement(writes.run_write, self, stmt, portal.params, False,
+                                                self.text_settings(), portal.formats))
         else:
             if portal.finished:
                 self.send(m.command_complete(stmt.tag))
@@ -849,7 +850,7 @@ class Session:
         await writes.copy_from(self, stmt)
 
     async def _cmd_write(self, stmt: Statement, describe: bool) -> None:
-        await writes.run_write(self, stmt, None, describe)
+        self.send(await writes.run_write(self, stmt, None, describe, self.text_settings()))
 
 
 def _show_description(stmt: Statement) -> bytes:

@@ -121,13 +121,13 @@ async def _begin(session: SessionPort, stmt: Statement, describe: bool) -> None:
 async def _commit(session: SessionPort, stmt: Statement, describe: bool) -> None:
     # The block ends whatever the commit's verdict: a failed COMMIT rolls back, as in PostgreSQL.
     ending = session.block.feed(txblock.CommitRequested())
-    await finish(writes.PgHost(session), ending)
+    await finish(writes.host(session), ending)
     rolled_back = ending is not None and ending.rolled_back
     session.send(m.command_complete("ROLLBACK" if rolled_back else "COMMIT"))
 
 
 async def _rollback(session: SessionPort, stmt: Statement, describe: bool) -> None:
-    await finish(writes.PgHost(session), session.block.feed(txblock.RollbackRequested()))
+    await finish(writes.host(session), session.block.feed(txblock.RollbackRequested()))
     session.send(m.command_complete("ROLLBACK"))
 
 
