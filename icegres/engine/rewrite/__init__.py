@@ -148,12 +148,12 @@ _REWRITE_MARKERS = (
     "set_config", "format_type", "current_database", "bytea",
     # DataFusion runs these, but not as PostgreSQL does: to_char reads chrono templates,
     # generate_series in a select list returns one list, not rows, and the others
-    # (pg_rewrite.postgres_semantics).
+    # (names.postgres_semantics).
     "to_char", "generate_series", "to_date", "to_timestamp", "similar to", "array_remove", "fetch ",
 )
 
 
-# extract(second ...) / date_part('second', ...): DataFusion's drops the fraction (pg_rewrite).
+# extract(second ...) / date_part('second', ...): DataFusion's drops the fraction (names.py).
 _SECONDS_PART = re.compile(r"(?:extract\s*\(\s*seconds?\b|date_part\s*\(\s*'seconds?')", re.IGNORECASE)
 
 
