@@ -24,6 +24,4 @@ def connect(data_dir: str | Path = ".icegres") -> IcegresBackend:
 
     engine = Engine(Lakehouse.embedded(Path(data_dir)))
     engine.refresh()
-    backend = ibis_connect(engine)
-    backend.icegres_engine = engine  # keep the engine (and its catalog) alive with the backend
-    return backend
+    return ibis_connect(engine)

@@ -25,6 +25,9 @@ class IcegresBackend(_DataFusionBackend):
     # ibis reads these from DataFusion's information_schema.df_settings; icegres registers a
     # PostgreSQL-shaped information_schema instead, so answer from the session's own defaults.
     default_schema = "public"
+    # The engine (and its catalog) the backend reads: kept alive with it, and refreshed through
+    # it to see new commits.
+    icegres_engine: Engine | None = None
 
     @property
     def current_catalog(self) -> str:
@@ -78,4 +81,5 @@ def ibis_connect(engine: Engine) -> IcegresBackend:
     """An ibis backend over the engine's shared catalog (call engine.refresh() to see new commits)."""
     backend = IcegresBackend()
     backend.do_connect(engine.new_context("public")[0])
+    backend.icegres_engine = engine
     return backend
