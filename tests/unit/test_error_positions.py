@@ -11,16 +11,9 @@ import datafusion
 import pytest
 
 from icegres.engine import errors
-from icegres.engine.errors import (
-    Anchor,
-    Kind,
-    Target,
-    from_datafusion,
-    locate,
-    parse_name,
-    tokenize,
-)
+from icegres.engine.errors import Anchor, Target, from_datafusion, locate, parse_name
 from icegres.pg.errors import PgError
+from icegres.sql.lexer import Kind, tokenize
 
 pytestmark = pytest.mark.unit
 
