@@ -15,6 +15,7 @@ becomes one UNTERMINATED token running to the end of the text.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -43,108 +44,129 @@ class Token:
 
 
 _LETTER = "A-Za-z_\x80-\U0010ffff"
+# Leading whitespace is part of every match (one match a token); the most frequent kinds first,
+# each before the ones it must win against: a string prefix and U& before names, a number before
+# the `.` operator, comments, parameters and `::` before single-character operators.
 _SCAN = re.compile(
-    r"(?P<space>\s+)"
+    r"\s*(?:"
+    rf"(?P<prefix>[eEbBxXnN])(?=')"
+    r"|(?P<unicode>[uU]&)(?=['\"])"
+    rf"|(?P<name>[{_LETTER}][{_LETTER}0-9$]*)"
+    r"|(?P<number>(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+    r"|(?P<quote>['\"])"
     r"|(?P<line>--[^\n]*\n?)"
     r"|(?P<block>/\*)"
-    rf"|(?P<prefix>[eEbBxXnN])(?=')"
-    r"|(?P<unicode>[uU]&)(?=['\"])"
-    r"|(?P<quote>['\"])"
-    r"|(?P<param>\$\d+)"
+    r"|(?P<param>\$[0-9]+)"
     rf"|(?P<dollar>\$(?:[{_LETTER}][{_LETTER}0-9]*)?\$)"
-    r"|(?P<number>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
-    rf"|(?P<name>[{_LETTER}][{_LETTER}0-9$]*)"
     r"|(?P<cast>::)"
-    r"|(?P<op>.)",
+    r"|(?P<op>\S))",
     re.S,
 )
 
 
-def tokenize(sql: str, *, comments: bool = False) -> list[Token]:
-    """The text's tokens, skipping whitespace (and comments, unless `comments`)."""
-    out: list[Token] = []
-    append = out.append
+def scan(sql: str, *, comments: bool = False) -> Iterator[tuple[Kind, int, int]]:
+    """The text's tokens as (kind, start, end), skipping whitespace (and comments, unless
+    `comments`): what `tokenize` and the literal shape read, without building a Token each."""
     i, n = 0, len(sql)
-    scan = _SCAN.match
+    match = _SCAN.match
+    name, op, number, param = Kind.NAME, Kind.OP, Kind.NUMBER, Kind.PARAM
     while i < n:
-        m = scan(sql, i)
-        assert m is not None  # `op` matches any character
-        kind = m.lastgroup
-        if kind == "space":
-            i = m.end()
-        elif kind == "name":
-            word = m.group()
-            append(Token(Kind.NAME, word, word.lower(), i))
-            i = m.end()
-        elif kind == "op":
-            c = m.group()
-            append(Token(Kind.OP, c, c, i))
-            i += 1
+        m = match(sql, i)
+        if m is None:
+            return  # only whitespace is left
+        kind, end = m.lastgroup, m.end()
+        i = m.start(kind)
+        if kind == "name":
+            yield name, i, end
+        elif kind == "op" or kind == "cast":
+            yield op, i, end
         elif kind == "number":
-            append(Token(Kind.NUMBER, m.group(), m.group(), i))
-            i = m.end()
-        elif kind == "quote":
-            q = m.group()
-            i = _quoted(sql, i, i, q, Kind.STRING if q == "'" else Kind.QUOTED_NAME, out, backslash=False)
-        elif kind == "prefix":
-            i = _quoted(sql, i, i + 1, "'", Kind.STRING, out, backslash=m.group() in "eE")
-        elif kind == "unicode":
-            q = sql[i + 2]
-            i = _quoted(sql, i, i + 2, q, Kind.STRING if q == "'" else Kind.QUOTED_NAME, out, backslash=False)
-        elif kind == "cast":
-            append(Token(Kind.OP, "::", "::", i))
-            i += 2
+            yield number, i, end
+        elif kind == "quote" or kind == "prefix" or kind == "unicode":
+            quote_at = i if kind == "quote" else i + 1 if kind == "prefix" else i + 2
+            q = sql[quote_at]
+            end = _quoted_end(sql, quote_at, q, backslash=kind == "prefix" and sql[i] in "eE")
+            if end < 0:
+                yield Kind.UNTERMINATED, quote_at, n
+                return
+            yield (Kind.STRING if q == "'" else Kind.QUOTED_NAME), i, end
         elif kind == "param":
-            append(Token(Kind.PARAM, m.group(), m.group(), i))
-            i = m.end()
+            yield param, i, end
         elif kind == "dollar":
-            tag = m.group()
-            j = sql.find(tag, m.end())
+            j = sql.find(m.group(kind), end)
             if j < 0:
-                append(Token(Kind.UNTERMINATED, sql[i:], sql[i:], i))
-                break
-            end = j + len(tag)
-            append(Token(Kind.STRING, sql[i:end], sql[i:end], i))
-            i = end
+                yield Kind.UNTERMINATED, i, n
+                return
+            end = j + end - i
+            yield Kind.STRING, i, end
         elif kind == "line":
             if comments:
-                append(Token(Kind.COMMENT, m.group(), m.group(), i))
-            i = m.end()
+                yield Kind.COMMENT, i, end
         else:  # block
-            j = block_comment_end(sql, i)
-            if j < 0:
-                append(Token(Kind.UNTERMINATED, sql[i:], sql[i:], i))
-                break
+            end = block_comment_end(sql, i)
+            if end < 0:
+                yield Kind.UNTERMINATED, i, n
+                return
             if comments:
-                append(Token(Kind.COMMENT, sql[i:j], sql[i:j], i))
-            i = j
+                yield Kind.COMMENT, i, end
+        i = end
+
+
+def tokenize(sql: str, *, comments: bool = False) -> list[Token]:
+    """The text's tokens, skipping whitespace (and comments, unless `comments`)."""
+    out = []
+    for kind, start, end in scan(sql, comments=comments):
+        text = sql[start:end]
+        if kind is Kind.NAME:
+            value = text.lower()
+        elif (kind is Kind.STRING or kind is Kind.QUOTED_NAME) and text[0] != "$":
+            value = _unquoted(text)
+        else:
+            value = text
+        out.append(Token(kind, text, value, start))
     return out
 
 
-def _quoted(sql: str, start: int, quote_at: int, q: str, kind: Kind, out: list[Token], *, backslash: bool) -> int:
-    """Scan a quoted token whose opening quote is at `quote_at` (`start` is where its prefix
-    begins); append it; return the offset after it."""
+def _quoted_end(sql: str, quote_at: int, q: str, *, backslash: bool) -> int:
+    """The offset just past the quoted token whose opening quote is at `quote_at` (a doubled
+    quote, and with `backslash` a backslash, escape); -1 if it never closes."""
     j, n = quote_at + 1, len(sql)
-    buf: list[str] = []
     while True:
         k = sql.find(q, j)
         if backslash:
             b = sql.find("\\", j)
             if 0 <= b < n - 1 and (k < 0 or b < k):
-                buf.append(sql[j:b])
-                buf.append(sql[b + 1])
                 j = b + 2
                 continue
         if k < 0:
-            out.append(Token(Kind.UNTERMINATED, sql[quote_at:], sql[quote_at:], quote_at))
-            return n
-        buf.append(sql[j:k])
+            return -1
         if sql.startswith(q + q, k):
-            buf.append(q)
             j = k + 2
             continue
-        out.append(Token(kind, sql[start : k + 1], "".join(buf), start))
         return k + 1
+
+
+def _unquoted(text: str) -> str:
+    """What a quoted token denotes: its contents with doubled quotes (and, in E'', backslash
+    escapes) undone."""
+    at = 2 if text[:2] in ("U&", "u&") else 1 if text[0] not in "'\"" else 0
+    q = text[at]
+    inner = text[at + 1 : -1]
+    if not (at == 1 and text[0] in "eE"):
+        return inner.replace(q + q, q)
+    out, i = [], 0
+    while i < len(inner):
+        c = inner[i]
+        if c == "\\" and i + 1 < len(inner):
+            out.append(inner[i + 1])
+            i += 2
+        elif c == q and inner.startswith(q + q, i):
+            out.append(q)
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
 
 
 def block_comment_end(sql: str, start: int) -> int:

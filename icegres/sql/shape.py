@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import re
 
-from icegres.sql.lexer import Kind, tokenize
+from icegres.sql.lexer import Kind, scan
 
 SHAPE_TEXT_MAX = 16384
 _NUMBER_TOKEN = "\x00n"
@@ -63,9 +63,9 @@ def literal_shape(sql: str) -> str:
     pos = 0
     prev = ""  # the last significant token: a lower-cased word, a punctuation char, or "" (a literal)
     values = [False]  # per open parenthesis: whether `(` / `,` there are followed by values
-    for token in tokenize(sql):
-        kind, text = token.kind, token.text
+    for kind, start, end in scan(sql):
         if kind is Kind.OP:
+            text = sql[start:end]
             if text == "(":
                 # a call, IN or VALUES list: not `from (`, `, (` or `as (`
                 values.append(
@@ -75,24 +75,25 @@ def literal_shape(sql: str) -> str:
                 values.pop()
             prev = text[-1]
         elif kind is Kind.NAME:
-            prev = token.value
+            prev = sql[start:end].lower()
             if prev in _CLAUSE_WORDS:
                 values[-1] = True
             elif prev in _NAME_WORDS:
                 values[-1] = False
         elif kind is Kind.NUMBER:
-            if _masked(prev, values) and not _glued(sql, token.start, token.end):
-                out.append(sql[pos : token.start])
+            if _masked(prev, values) and not _glued(sql, start, end):
+                out.append(sql[pos:start])
                 out.append(_NUMBER_TOKEN)
-                pos = token.end
+                pos = end
             prev = ""
         elif kind is Kind.STRING:
+            text = sql[start:end]
             quote = text.find("'")
             plain = quote >= 0 and text[:quote].lower() in ("", "e", "b", "x", "n")
             if plain and _masked(prev, values) and "\\" not in text and "$" not in text:
-                out.append(sql[pos : token.start + quote])
+                out.append(sql[pos : start + quote])
                 out.append(_STRING_TOKEN)
-                pos = token.end
+                pos = end
             prev = ""
         elif kind is Kind.QUOTED_NAME:
             prev = '"'
