@@ -1,6 +1,6 @@
 """The path a statement takes through icegres's modules, from the pgwire session to DataFusion.
 
-    python -m bench.statement_path [--sql "select ..."] [--json]
+    python -m bench.statement_path [--sql "select ..." ...] [--cold-sql "create ..." ...] [--json]
 
 A pgwire Session is driven in-process over a memory stream (startup, then one simple Query on a
 small embedded lake); while the Query runs, every call and return in every thread is traced. Only
@@ -26,6 +26,7 @@ import tempfile
 import threading
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 DEFAULT_SQL = "select count(*) from demo.t where id > 5"
 _BOTTOM = ("icegres.pg.", "icegres.sql.lexer", "icegres.sql.shape", "icegres.faults", "icegres.allocator",
@@ -94,6 +95,27 @@ class Tracer:
             stack.pop()
 
 
+_current: Tracer | None = None
+_installed = False
+
+
+def _dispatch(frame, event, arg):  # noqa: ANN001 - sys.setprofile's signature
+    tracer = _current
+    if tracer is not None:
+        tracer(frame, event, arg)
+
+
+def _install() -> None:
+    """Profile this thread and every thread started from now on, once per process: a worker
+    thread is reused across statements (trio's thread cache), so it must carry the dispatcher
+    from its start. A thread started before this call is not seen: trace in a fresh process."""
+    global _installed
+    if not _installed:
+        threading.setprofile(_dispatch)
+        sys.setprofile(_dispatch)
+        _installed = True
+
+
 async def _run(engine, sql: str, tracer: Tracer, warm: bool) -> None:
     import trio
     import trio.testing
@@ -113,8 +135,9 @@ async def _run(engine, sql: str, tracer: Tracer, warm: bool) -> None:
             if b"Z\x00\x00\x00\x05" in got:
                 return got
 
-    threading.setprofile(tracer)  # every worker thread the server starts from now on
-    sys.setprofile(tracer)
+    global _current
+    _install()
+    _current = tracer
     async with trio.open_nursery() as nursery:
         nursery.start_soon(session.run)
         await client.send_all(_startup())
@@ -128,33 +151,43 @@ async def _run(engine, sql: str, tracer: Tracer, warm: bool) -> None:
             reply = await until_ready()
         finally:
             tracer.on = False
-            sys.setprofile(None)
-            threading.setprofile(None)
+            _current = None
         assert b"E" not in reply[:1], reply
         await client.send_all(_frame(b"X", b""))
         nursery.cancel_scope.cancel()
 
 
-def main(argv: list[str] | None = None) -> int:
+def trace(sql: str, *, warm: bool = True) -> dict[str, Any]:
+    """The modules `sql` enters and the calls that re-entered one, on a fresh small lake. Worker
+    threads are seen only if none was started in this process before the first trace."""
     import trio
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sql", default=DEFAULT_SQL)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--cold", action="store_true", help="no warm-up run of the statement (DDL)")
-    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         engine = _lake(Path(tmp))
         tracer = Tracer()
-        trio.run(_run, engine, args.sql, tracer, not args.cold)
-    found = {"sql": args.sql, "modules": tracer.order, "reentries": sum(tracer.reentries.values()),
-             "reentered": [f"{a} -> {b} ({n})" for (a, b), n in tracer.reentries.most_common()]}
+        trio.run(_run, engine, sql, tracer, warm)
+    return {"sql": sql, "modules": tracer.order, "reentries": sum(tracer.reentries.values()),
+            "reentered": [f"{a} -> {b} ({n})" for (a, b), n in tracer.reentries.most_common()]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sql", action="append", help=f"a statement to trace (default: {DEFAULT_SQL!r})")
+    parser.add_argument("--cold-sql", action="append", default=[],
+                        help="a statement traced without a warm-up run (DDL)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    _install()  # before any thread starts
+    cases = [(sql, True) for sql in (args.sql or ([] if args.cold_sql else [DEFAULT_SQL]))]
+    cases += [(sql, False) for sql in args.cold_sql]
+    found = [trace(sql, warm=warm) for sql, warm in cases]
     if args.json:
         print(json.dumps(found, indent=2))
-    else:
-        print(f"{len(found['modules'])} modules, {found['reentries']} re-entries: {args.sql}")
-        print("  path: " + " -> ".join(m.removeprefix("icegres.") for m in found["modules"]))
-        for line in found["reentered"]:
+        return 0
+    for one in found:
+        print(f"{len(one['modules'])} modules, {one['reentries']} re-entries: {one['sql']}")
+        print("  path: " + " -> ".join(m.removeprefix("icegres.") for m in one["modules"]))
+        for line in one["reentered"]:
             print("  re-entered: " + line)
     return 0
 
