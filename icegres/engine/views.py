@@ -1,8 +1,8 @@
 """What a statement reads besides the mounted snapshots: a transaction's pinned snapshots, and
 the write buffer's acked rows not yet in the lake.
 
-Pure decisions over the engine's plans; `contexts.SessionContexts.with_views` turns the views
-made here into a context's tables.
+Pinning refreshes the engine's mounts where it must (and settles the write buffer first);
+`contexts.SessionContexts.with_views` turns the views made here into a context's tables.
 """
 
 from __future__ import annotations
