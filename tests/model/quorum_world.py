@@ -506,8 +506,10 @@ class QuorumHarness:
         for index in range(ACCEPTORS):
             self._op_restart_acceptor({"a": index})
         # What the dead writers left in flight still arrives; answers to them go nowhere. A
-        # catch-up under way finishes (its peers are up now; it asks again on its ticks).
-        for _ in range(SETTLE_STEPS_MAX):
+        # catch-up under way finishes (its peers are up now; it asks again on its ticks). The
+        # bound is the catch-up's, after the backlog: each message in flight is delivered and
+        # answered at most once here (hundreds of resent Accepts queue up in a long run).
+        for _ in range(2 * len(self.net) + SETTLE_STEPS_MAX):
             if self.net:
                 self._deliver(self.net.pop(0), "ok")
             elif any(a.rejoin is not None for a in self.acceptors):
