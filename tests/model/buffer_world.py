@@ -12,7 +12,6 @@ the per-table lanes), and every step invariant is checked after every input.
 
 from __future__ import annotations
 
-import tomllib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -48,7 +47,8 @@ from icegres.machines.buffer import (
     step,
     visible_entries,
 )
-from tests.model.trace import SPECS_DIR, Spec, Transition, _check_well_formed, load_spec
+from tests.model.scaffold import Exercised, check_every_transition_exercised
+from tests.model.trace import Spec, load_spec, load_spec_section
 
 TABLES = ("ns.a", "ns.b", "ns.c")
 WRITERS = 3
@@ -75,35 +75,13 @@ FLUSH_FAULTS = (
 SETTLE_STEPS_MAX = 200
 
 # Every spec transition any harness took in this process, by level ("top" or "lane").
-EXERCISED: set[tuple[str, Transition]] = set()
-
-
-def load_lane_spec(top: Spec) -> Spec:
-    """The [lane] section of specs/buffer.toml as a Spec of its own (same file, same hash)."""
-    data = tomllib.loads((SPECS_DIR / "buffer.toml").read_text())["lane"]
-    spec = Spec(
-        machine="buffer.lane",
-        module=top.module,
-        initial=data["initial"],
-        states=frozenset(data["states"]),
-        terminal=frozenset(data["terminal"]),
-        events=frozenset(data["events"]),
-        effects=frozenset(data["effects"]),
-        transitions=tuple(
-            Transition(t["from"], t["event"], t["to"], tuple(t["effects"]))
-            for t in data["transition"]
-        ),
-        never_emit={k: frozenset(v) for k, v in data.get("never_emit", {}).items()},
-        invariants={},
-        sha256=top.sha256,
-    )
-    _check_well_formed(spec)
-    return spec
+EXERCISED: Exercised = set()
 
 
 def load_specs() -> tuple[Spec, Spec]:
+    """specs/buffer.toml: the machine-wide phases and its [lane] section (same file, same hash)."""
     top = load_spec("buffer")
-    return top, load_lane_spec(top)
+    return top, load_spec_section(top, "lane")
 
 
 MACHINE_EFFECTS = (Refuse, ArmTimer, Stop)
@@ -687,17 +665,6 @@ def check_spec_transitions_only(h: BufferHarness) -> None:
     assert not answers, answers
 
 
-def check_every_transition_exercised(
-    specs: tuple[Spec, Spec], exercised: set[tuple[str, Transition]]
-) -> None:
-    top, lane = specs
-    missing = [("top", t) for t in top.transitions if ("top", t) not in exercised]
-    missing += [("lane", t) for t in lane.transitions if ("lane", t) not in exercised]
-    assert not missing, "spec transitions never exercised:\n" + "\n".join(
-        f"  {level}: {t.source} --{t.event}--> {t.target} {list(t.effects)}" for level, t in missing
-    )
-
-
 STEP_CHECKERS: dict[str, Callable[[BufferHarness], None]] = {
     "no_silent_drop": check_no_silent_drop,
     "committed_at_most_once": check_committed_at_most_once,
@@ -711,7 +678,7 @@ STEP_CHECKERS: dict[str, Callable[[BufferHarness], None]] = {
     "requested_flush_never_waits_for_the_window": check_requested_flush_never_waits_for_the_window,
     "spec_transitions_only": check_spec_transitions_only,
 }
-RUN_CHECKERS: dict[str, Callable[[tuple[Spec, Spec], set[tuple[str, Transition]]], None]] = {
+RUN_CHECKERS: dict[str, Callable[..., None]] = {
     "every_transition_exercised": check_every_transition_exercised,
 }
 

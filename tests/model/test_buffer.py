@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
+import random
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.control import current_build_context
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import initialize, precondition, rule
 
 from icegres.machines import buffer
 from icegres.machines.buffer import (
@@ -45,30 +41,144 @@ from tests.model.buffer_world import (
     check_step_invariants,
     load_specs,
 )
-from tests.model.trace import (
-    NEW_TRACES_DIR,
-    assert_checkers_match,
-    assert_transitions_match,
-    read_trace,
-    trace_header,
-    traces_for,
-    write_trace,
+from tests.model.scaffold import (
+    Binding,
+    MachineModel,
+    ModelMachine,
+    ModelTests,
+    register,
+    type_names,
 )
 
 SPEC, LANE_SPEC = load_specs()
 
 pytestmark = pytest.mark.model
 
+# The rarer inputs: readers, foreign writers, stray wake-ups, forced flushes, crash and restart.
+WORLD_KINDS = ("stray_timer", "refresh", "confirm", "foreign_commit", "read", "force", "restart")
+
+
+def _world(harness: BufferHarness, kind: str, table: str, pick: int, applied: bool) -> None:
+    if kind == "stray_timer":
+        harness.apply({"op": "stray_timer"})
+    elif kind == "refresh":
+        harness.apply({"op": "refresh", "table": table, "pick": pick})
+    elif kind == "confirm":
+        harness.apply({"op": "confirm", "table": table})
+    elif kind == "foreign_commit":
+        harness.apply({"op": "foreign_commit", "table": table})
+    elif kind == "force":
+        harness.apply({"op": "force", "table": table})
+    elif kind == "read":
+        harness.apply({"op": "read", "reader": pick % READERS, "table": table})
+    elif harness.tail:
+        harness.apply({"op": "restart", "applied": applied})
+
+
+def drive(rng: random.Random, harness: BufferHarness, steps: int) -> None:
+    """A seeded walk: writers append to three tables while timers fire, flushes fail, readers
+    refresh, foreign writers commit, and (tail policy) the process crashes and replays. The seed
+    draws the ack policy, which flush faults and world inputs are on, and when shutdown comes."""
+    harness.apply({"op": "configure", "ack": rng.choice(("memory", "tail"))})
+    faults = tuple(f for f in FLUSH_FAULTS[1:] if rng.random() < 0.6)
+    fault_rate = rng.choice((0.1, 0.3, 0.6)) if faults else 0.0
+    kinds = tuple(k for k in WORLD_KINDS if rng.random() < 0.6)
+    if not harness.tail:
+        kinds = tuple(k for k in kinds if k != "restart")
+    shutdown_at = rng.randrange(steps // 2, steps * 2)  # past the end: only settle shuts down
+    for index in range(steps):
+        if index == shutdown_at and not harness.shutdown and not harness.stopped:
+            harness.apply({"op": "shutdown"})
+            continue
+        ops = ["append"] * 4 + ["tick"] * 2
+        ops += ["fire_timer"] * 2 if harness.timer_ms is not None else []
+        ops += ["perform"] * 3 if harness.flushes else []
+        ops += ["adopt"] * 2 if harness.adopts else []
+        ops += ["world"] * 2 if kinds else []
+        draining = harness.shutdown and not harness.stopped
+        ops += ["shutdown"] if draining else []  # asked again while draining
+        ops += ["late_durable_append"] if draining and harness.tail else []
+        op = rng.choice(ops)
+        if op in ("append", "late_durable_append"):
+            writer, table = rng.randrange(WRITERS), rng.choice(TABLES)
+            rows = rng.randint(1, 4)
+            harness.apply({"op": op, "writer": writer, "table": table, "rows": rows})
+        elif op == "tick":
+            harness.apply({"op": "tick", "ms": rng.choice((1, 20, 60, 150))})
+        elif op == "fire_timer":
+            harness.apply({"op": "fire_timer"})
+        elif op == "perform":
+            fault = rng.choice(faults) if rng.random() < fault_rate else "ok"
+            table = rng.choice(harness.flush_tables())
+            harness.apply({"op": "perform", "table": table, "fault": fault})
+        elif op == "shutdown":
+            harness.apply({"op": "shutdown"})
+        elif op == "adopt":
+            harness.apply({"op": "adopt", "table": rng.choice(harness.adopt_tables())})
+        else:
+            kind, table = rng.choice(kinds), rng.choice(TABLES)
+            _world(harness, kind, table, rng.randrange(4), rng.random() < 0.5)
+
+
+def settle(harness: BufferHarness) -> None:
+    harness.apply({"op": "settle"})
+
+
+def acknowledged(harness: BufferHarness) -> bool:
+    return any(r.status == "acked" for r in harness.entries.values())
+
+
+MODEL = register(
+    MachineModel(
+        name="buffer",
+        spec=SPEC,
+        harness=lambda: BufferHarness(SPEC, LANE_SPEC),
+        step_checkers=STEP_CHECKERS,
+        run_checkers=RUN_CHECKERS,
+        levels={"top": SPEC, "lane": LANE_SPEC},
+        exercised=EXERCISED,
+        bindings=(
+            Binding(
+                SPEC,
+                Phase,
+                initial=Phase.ACCEPTING,
+                terminal=True,
+                module=buffer,
+                events=type_names(buffer.Event),
+                effects=type_names(buffer.Effect),
+                handlers=buffer._HANDLERS,
+            ),
+            # The lanes have no handler table of their own: their events are the machine's, and
+            # their effects the machine's but for the machine-wide ones.
+            Binding(
+                LANE_SPEC,
+                LanePhase,
+                initial=LanePhase.EMPTY,
+                events_within=SPEC.events,
+                effects=SPEC.effects - {t.__name__ for t in buffer_world.MACHINE_EFFECTS},
+            ),
+        ),
+        drive=drive,
+        settle=settle,
+        progress=acknowledged,
+        walk_steps=100,
+        walks_ci=100,
+        examples_ci=250,
+        example_steps=50,
+        required_traces=frozenset({"timeout-after-apply-retried-once"}),
+        header_extra={"config": repr(buffer_world.MODEL_CONFIG)},
+    )
+)
+walk = MODEL.walk
+
 # "ok" first and most often: faults are the exception, and shrinking moves towards "ok".
 fault_strategy = st.sampled_from(("ok",) * 5 + FLUSH_FAULTS[1:])
 
 
-class BufferMachine(RuleBasedStateMachine):
+class BufferMachine(ModelMachine):
     """Writers append to three tables while readers refresh, timers fire, flushes fail, and it stops."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.harness = BufferHarness(SPEC, LANE_SPEC)
+    model = MODEL
 
     def _apply(self, inp: dict[str, Any]) -> None:
         self.harness.apply(inp)
@@ -122,87 +232,20 @@ class BufferMachine(RuleBasedStateMachine):
 
     # Rarer inputs share one rule, so that they do not crowd out appends and flushes.
     @rule(
-        kind=st.sampled_from(
-            ("stray_timer", "refresh", "confirm", "foreign_commit", "read", "force", "restart")
-        ),
+        kind=st.sampled_from(WORLD_KINDS),
         table=st.sampled_from(TABLES),
         pick=st.integers(0, 3),
         applied=st.booleans(),
     )
     def world(self, kind: str, table: str, pick: int, applied: bool) -> None:
-        if kind == "stray_timer":
-            self._apply({"op": "stray_timer"})
-        elif kind == "refresh":
-            self._apply({"op": "refresh", "table": table, "pick": pick})
-        elif kind == "confirm":
-            self._apply({"op": "confirm", "table": table})
-        elif kind == "foreign_commit":
-            self._apply({"op": "foreign_commit", "table": table})
-        elif kind == "force":
-            self._apply({"op": "force", "table": table})
-        elif kind == "read":
-            self._apply({"op": "read", "reader": pick % READERS, "table": table})
-        elif self.harness.tail:
-            self._apply({"op": "restart", "applied": applied})
-
-    def teardown(self) -> None:
-        try:
-            self._apply({"op": "settle"})
-        finally:
-            # Only Hypothesis's final (shrunk, failing) run is marked final: keep it as a trace.
-            if current_build_context().is_final:
-                _save_new_trace(self.harness.inputs)
-
-
-def _save_new_trace(inputs: list[dict[str, Any]]) -> None:
-    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
-    header = trace_header(SPEC, config=repr(buffer_world.MODEL_CONFIG))
-    path = write_trace(NEW_TRACES_DIR / f"buffer-{digest}.ndjson", header, inputs)
-    print(
-        f"buffer model trace written to {path}; move it to tests/model/traces/buffer/ with the fix"
-    )
+        _world(self.harness, kind, table, pick, applied)
 
 
 TestBufferMachine = BufferMachine.TestCase
-TestBufferMachine.settings = settings(
-    max_examples=250,
-    stateful_step_count=50,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+TestBufferMachine.settings = MODEL.hypothesis_settings()
 
 
-# --- traces --------------------------------------------------------------------------------------
-
-
-def replay(path: Path) -> BufferHarness:
-    header, inputs = read_trace(path)
-    assert header["machine"] == "buffer", header
-    harness = BufferHarness(SPEC, LANE_SPEC)
-    for inp in inputs:
-        harness.apply(inp)
-    return harness
-
-
-@pytest.mark.parametrize("path", traces_for("buffer"), ids=lambda p: p.stem)
-def test_replay_trace(path: Path) -> None:
-    replay(path)
-
-
-def test_there_are_traces_to_replay() -> None:
-    names = [p.stem for p in traces_for("buffer")]
-    assert "timeout-after-apply-retried-once" in names, names
-
-
-def test_trace_roundtrip(tmp_path: Path) -> None:
-    harness = BufferHarness(SPEC, LANE_SPEC)
-    harness.apply({"op": "configure", "ack": "tail"})
-    harness.apply({"op": "append", "writer": 0, "table": "ns.a", "rows": 2})
-    harness.apply({"op": "settle"})
-    path = write_trace(tmp_path / "t.ndjson", trace_header(SPEC), harness.inputs)
-    header, inputs = read_trace(path)
-    assert header["spec_sha256"] == SPEC.sha256 and inputs == harness.inputs
-    assert replay(path).steps == harness.steps
+# --- the checkers are live -----------------------------------------------------------------------
 
 
 def test_harness_catches_a_duplicate_reader_row() -> None:
@@ -224,29 +267,6 @@ def test_readers_switching_mid_flush_is_refused() -> None:
     harness.lake.foreign_commit("ns.a")
     with pytest.raises(BufferProtocolError, match="may have landed"):
         harness._adopt("ns.a", harness.lake.head("ns.a"))
-
-
-# --- spec bookkeeping ----------------------------------------------------------------------------
-
-
-def test_every_invariant_in_the_spec_has_a_checker_and_vice_versa() -> None:
-    assert_checkers_match(SPEC, STEP_CHECKERS, RUN_CHECKERS)
-
-
-def test_spec_names_match_the_code() -> None:
-    assert SPEC.states == {p.value for p in Phase}
-    assert SPEC.terminal == {p.value for p in Phase if p.terminal}
-    assert SPEC.initial == Phase.ACCEPTING.value
-    assert LANE_SPEC.states == {p.value for p in LanePhase}
-    assert LANE_SPEC.initial == LanePhase.EMPTY.value
-    for name in SPEC.events | SPEC.effects:
-        assert hasattr(buffer, name), name
-    assert SPEC.events == {t.__name__ for t in buffer.Event.__args__}
-    assert SPEC.effects == {t.__name__ for t in buffer.Effect.__args__}
-    assert LANE_SPEC.events <= SPEC.events
-    machine = {t.__name__ for t in buffer_world.MACHINE_EFFECTS}
-    assert LANE_SPEC.effects == SPEC.effects - machine
-    assert_transitions_match(SPEC, buffer._HANDLERS)
 
 
 # --- the trio driver with a world stub -----------------------------------------------------------
@@ -446,11 +466,8 @@ async def test_driver_treats_a_raising_flush_as_unknown_and_retries(mock_clock) 
     assert calls == [1, 2]
 
 
-# --- run-scope invariant: keep last in this module -----------------------------------------------
+# --- the shared tests (tests/model/scaffold.py): last, so that coverage counts every run above ---
 
 
-def test_every_spec_transition_exercised() -> None:
-    """Across this module's runs (and the saved traces, replayed again so `-k` works alone)."""
-    for path in traces_for("buffer"):
-        replay(path)
-    RUN_CHECKERS["every_transition_exercised"]((SPEC, LANE_SPEC), EXERCISED)
+class TestBufferModel(ModelTests):
+    model = MODEL

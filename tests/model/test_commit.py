@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
+import random
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.control import current_build_context
-from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
+from hypothesis.stateful import precondition, rule
 
+from icegres.machines import commit
 from icegres.machines.commit import Config, InvariantViolation, Phase, Publish, PublishSucceeded
 from icegres.machines.drivers.commit import run_commit, run_recovery
 from tests.model import commit_world
@@ -30,20 +28,115 @@ from tests.model.commit_world import (
     check_step_invariants,
     stage_request,
 )
-from tests.model.trace import (
-    NEW_TRACES_DIR,
-    assert_checkers_match,
-    assert_transitions_match,
-    load_spec,
-    read_trace,
-    trace_header,
-    traces_for,
-    write_trace,
+from tests.model.scaffold import (
+    Binding,
+    MachineModel,
+    ModelMachine,
+    ModelTests,
+    register,
+    type_names,
 )
+from tests.model.trace import load_spec
 
 SPEC = load_spec("commit")
 
 pytestmark = pytest.mark.model
+
+FOREIGN_WRITES = ("foreign_append", "foreign_overwrite", "schema_change", "drop_recreate")
+
+
+def _begin(session: int, tables: list[str], writes: list[dict[str, Any]], reads: list[str]):
+    return {
+        "op": "begin",
+        "session": session,
+        "writes": [{"table": t, **w} for t, w in zip(tables, writes, strict=False)],
+        "reads": reads,
+    }
+
+
+def drive(rng: random.Random, harness: CommitHarness, steps: int) -> None:
+    """A seeded walk: up to three sessions commit while foreign writers, faults and crashes
+    interleave. The seed draws which faults and which foreign writers are on, and how often."""
+    faults = tuple(f for f in FAULTS[1:] if rng.random() < 0.6)
+    fault_rate = rng.choice((0.1, 0.3, 0.6)) if faults else 0.0
+    crashes = rng.random() < 0.5
+    foreign = tuple(k for k in FOREIGN_WRITES if rng.random() < 0.5)
+    sessions = rng.randint(1, SESSIONS)
+    for _ in range(steps):
+        idle = [s for s in harness.idle_sessions() if s < sessions]
+        pending = harness.pending_sessions()
+        ops = ["begin"] * 2 if idle else []
+        ops += ["perform"] * 4 if pending else []
+        ops += ["crash"] if crashes and pending else []
+        ops += ["foreign"] if foreign else []
+        op = rng.choice(ops)
+        if op == "begin":
+            tables = rng.sample(TABLES, rng.randint(1, len(TABLES)))
+            writes = [
+                {
+                    "kind": rng.choice(("append", "overwrite")),
+                    "remove_mask": rng.randrange(256),
+                    "add": rng.randint(1, 2),
+                }
+                for _ in tables
+            ]
+            reads = rng.sample(TABLES, rng.randint(0, 2))
+            harness.apply(_begin(rng.choice(idle), tables, writes, reads))
+        elif op == "perform":
+            fault = rng.choice(faults) if rng.random() < fault_rate else "ok"
+            harness.apply({"op": "perform", "session": rng.choice(pending), "fault": fault})
+        elif op == "crash":
+            session, applied = rng.choice(pending), rng.random() < 0.5
+            harness.apply({"op": "crash", "session": session, "applied": applied})
+        else:
+            kind, table = rng.choice(foreign), rng.choice(TABLES)
+            inp = {"op": kind, "table": table}
+            harness.apply({**inp, "pick": rng.randrange(8)} if kind == "foreign_overwrite" else inp)
+
+
+def settle(harness: CommitHarness) -> None:
+    # A blind republish already failed its invariant: settling would only bury that failure.
+    if not harness.blind_republishes:
+        harness.apply({"op": "settle"})
+
+
+def acknowledged(harness: CommitHarness) -> bool:
+    return any("Acknowledge" in effects for *_, effects in harness.steps)
+
+
+MODEL = register(
+    MachineModel(
+        name="commit",
+        spec=SPEC,
+        harness=lambda: CommitHarness(SPEC),
+        step_checkers=STEP_CHECKERS,
+        run_checkers=RUN_CHECKERS,
+        levels={"top": SPEC},
+        exercised=EXERCISED,
+        bindings=(
+            Binding(
+                SPEC,
+                commit.Phase,
+                initial=commit.Phase.IDLE,
+                terminal=True,
+                module=commit,
+                events=type_names(commit.Event),
+                effects=type_names(commit.Effect),
+                handlers=commit._HANDLERS,
+            ),
+        ),
+        drive=drive,
+        settle=settle,
+        progress=acknowledged,
+        walk_steps=80,
+        walks_ci=100,
+        examples_ci=300,
+        example_steps=40,
+        required_traces=frozenset({"unknown-outcome-then-landed"}),
+        header_extra={"config": repr(commit_world.MODEL_CONFIG)},
+    )
+)
+walk = MODEL.walk
 
 # "ok" first and most often: faults are the exception, and shrinking moves towards "ok".
 fault_strategy = st.sampled_from(("ok",) * 4 + FAULTS[1:])
@@ -56,12 +149,10 @@ write_strategy = st.fixed_dictionaries(
 )
 
 
-class CommitMachine(RuleBasedStateMachine):
+class CommitMachine(ModelMachine):
     """Several sessions commit against one model catalog while foreign writers and faults interleave."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.harness = CommitHarness(SPEC)
+    model = MODEL
 
     def _apply(self, inp: dict[str, Any]) -> None:
         self.harness.apply(inp)
@@ -73,15 +164,7 @@ class CommitMachine(RuleBasedStateMachine):
         reads=st.lists(st.sampled_from(TABLES), max_size=2, unique=True),
     )
     def begin(self, tables: list[str], writes: list[dict[str, Any]], reads: list[str]) -> None:
-        session = self.harness.idle_sessions()[0]
-        self._apply(
-            {
-                "op": "begin",
-                "session": session,
-                "writes": [{"table": t, **w} for t, w in zip(tables, writes, strict=False)],
-                "reads": reads,
-            }
-        )
+        self._apply(_begin(self.harness.idle_sessions()[0], tables, writes, reads))
 
     @precondition(lambda self: self.harness.pending_sessions())
     @rule(which=st.integers(0, SESSIONS - 1), fault=fault_strategy)
@@ -111,76 +194,16 @@ class CommitMachine(RuleBasedStateMachine):
     def drop_recreate(self, table: str) -> None:
         self._apply({"op": "drop_recreate", "table": table})
 
-    def teardown(self) -> None:
-        try:
-            if not self.harness.blind_republishes:
-                self._apply({"op": "settle"})
-        finally:
-            # Only Hypothesis's final (shrunk, failing) run is marked final: keep it as a trace.
-            if current_build_context().is_final:
-                _save_new_trace(self.harness.inputs)
-
-
-def _save_new_trace(inputs: list[dict[str, Any]]) -> None:
-    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
-    header = trace_header(SPEC, config=repr(commit_world.MODEL_CONFIG))
-    path = write_trace(NEW_TRACES_DIR / f"commit-{digest}.ndjson", header, inputs)
-    print(
-        f"commit model trace written to {path}; move it to tests/model/traces/commit/ with the fix"
-    )
-
 
 TestCommitMachine = CommitMachine.TestCase
-TestCommitMachine.settings = settings(
-    max_examples=300,
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+TestCommitMachine.settings = MODEL.hypothesis_settings()
 
 
-# --- traces --------------------------------------------------------------------------------------
-
-
-def replay(path) -> CommitHarness:
-    header, inputs = read_trace(path)
-    assert header["machine"] == "commit", header
-    harness = CommitHarness(SPEC)
-    for inp in inputs:
-        harness.apply(inp)
-    return harness
-
-
-@pytest.mark.parametrize("path", traces_for("commit"), ids=lambda p: p.stem)
-def test_replay_trace(path) -> None:
-    replay(path)
-
-
-def test_there_are_traces_to_replay() -> None:
-    names = [p.stem for p in traces_for("commit")]
-    assert "unknown-outcome-then-landed" in names, names
-
-
-def test_trace_roundtrip(tmp_path) -> None:
-    harness = CommitHarness(SPEC)
-    harness.apply(
-        {
-            "op": "begin",
-            "session": 0,
-            "reads": [],
-            "writes": [{"table": "ns.a", "kind": "append", "remove_mask": 0, "add": 1}],
-        }
-    )
-    harness.apply({"op": "settle"})
-    path = write_trace(tmp_path / "t.ndjson", trace_header(SPEC), harness.inputs)
-    header, inputs = read_trace(path)
-    assert header["spec_sha256"] == SPEC.sha256 and inputs == harness.inputs
-    again = replay(path)
-    assert again.steps == harness.steps
+# --- the checkers are live -----------------------------------------------------------------------
 
 
 def test_harness_catches_partial_commit() -> None:
-    """The checkers are live: a catalog that applies half a commit is caught."""
+    """A catalog that applies half a commit is caught."""
     harness = CommitHarness(SPEC)
     harness.apply(
         {
@@ -197,26 +220,6 @@ def test_harness_catches_partial_commit() -> None:
     harness.catalog.tables["ns.a"].add_snapshot(999, request.token, frozenset(), frozenset())
     with pytest.raises(AssertionError, match="only some tables"):
         check_step_invariants(harness)
-
-
-# --- spec bookkeeping ----------------------------------------------------------------------------
-
-
-def test_every_invariant_in_the_spec_has_a_checker_and_vice_versa() -> None:
-    assert_checkers_match(SPEC, STEP_CHECKERS, RUN_CHECKERS)
-
-
-def test_spec_names_match_the_code() -> None:
-    from icegres.machines import commit
-
-    assert SPEC.states == {p.value for p in commit.Phase}
-    assert SPEC.terminal == {p.value for p in commit.Phase if p.terminal}
-    assert SPEC.initial == commit.Phase.IDLE.value
-    for name in SPEC.events | SPEC.effects:
-        assert hasattr(commit, name), name
-    assert SPEC.events == {t.__name__ for t in commit.Event.__args__}
-    assert SPEC.effects == {t.__name__ for t in commit.Effect.__args__}
-    assert_transitions_match(SPEC, commit._HANDLERS)
 
 
 # --- the trio driver on the model world ----------------------------------------------------------
@@ -333,11 +336,8 @@ async def test_driver_surfaces_half_applied_commits(mock_clock) -> None:
         await run_commit(request, world, DRIVER_CONFIG)
 
 
-# --- run-scope invariant: keep last in this module -----------------------------------------------
+# --- the shared tests (tests/model/scaffold.py): last, so that coverage counts every run above ---
 
 
-def test_every_spec_transition_exercised() -> None:
-    """Across this module's runs (and the saved traces, replayed again so `-k` works alone)."""
-    for path in traces_for("commit"):
-        replay(path)
-    RUN_CHECKERS["every_transition_exercised"](SPEC, EXERCISED)
+class TestCommitModel(ModelTests):
+    model = MODEL

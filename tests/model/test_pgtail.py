@@ -3,17 +3,13 @@ and the trio driver on an in-memory backend in virtual time."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
-from typing import Any
+import random
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.control import current_build_context
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import initialize, precondition, rule
 
+from icegres.machines import pgtail
 from tests.model.pgtail_world import (
     EXERCISED,
     RUN_CHECKERS,
@@ -21,32 +17,105 @@ from tests.model.pgtail_world import (
     PgTailHarness,
     check_step_invariants,
 )
-from tests.model.trace import (
-    NEW_TRACES_DIR,
-    assert_checkers_match,
-    assert_transitions_match,
-    load_spec,
-    read_trace,
-    trace_header,
-    traces_for,
-    write_trace,
+from tests.model.scaffold import (
+    Binding,
+    MachineModel,
+    ModelMachine,
+    ModelTests,
+    register,
+    type_names,
 )
+from tests.model.trace import load_spec
 
 SPEC = load_spec("pgtail")
 
 pytestmark = pytest.mark.model
 
+DB_FAULTS = ("abort", "lost", "applied", "io_error")
+
+
+def drive(rng: random.Random, harness: PgTailHarness, steps: int) -> None:
+    """A seeded walk: concurrent appends, effects performed in any order (slow commits), lake
+    flushes, stale watermarks, connection faults, crashes and takeover attempts. The seed draws
+    which database faults are on and how often, and whether crashes and takeovers are."""
+    harness.apply({"op": "open"})
+    faults = tuple(f for f in DB_FAULTS if rng.random() < 0.6)
+    fault_rate = rng.choice((0.05, 0.15, 0.4)) if faults else 0.0
+    crashes = rng.random() < 0.5
+    takeovers = rng.random() < 0.4
+    for _ in range(steps):
+        ops = ["append"] * 3 + ["flush", "deliver"]
+        ops += ["perform"] * 4 if harness.pending else []
+        ops += ["crash"] if crashes else []
+        ops += ["takeover"] if takeovers else []
+        op = rng.choice(ops)
+        if op == "append":
+            harness.apply({"op": "append", "size": rng.randint(1, 120)})
+        elif op == "perform":
+            fault = rng.choice(faults) if rng.random() < fault_rate else "ok"
+            harness.apply({"op": "perform", "which": rng.randrange(4), "fault": fault})
+        elif op == "flush":
+            harness.apply({"op": "flush", "pick": rng.randrange(16), "deliver": rng.random() < 0.7})
+        elif op == "deliver":
+            harness.apply({"op": "deliver", "stale": rng.random() < 0.3})
+        elif op == "crash":
+            harness.apply({"op": "crash", "applied": rng.random() < 0.5})
+        else:
+            live = rng.random() < 2 / 3
+            harness.apply({"op": "takeover", "live": live, "records": rng.randint(0, 3)})
+
+
+def settle(harness: PgTailHarness) -> None:
+    if harness.running:
+        harness.apply({"op": "settle"})
+
+
+def acknowledged(harness: PgTailHarness) -> bool:
+    return any("Acknowledge" in effects for *_, effects in harness.steps)
+
+
+MODEL = register(
+    MachineModel(
+        name="pgtail",
+        spec=SPEC,
+        harness=lambda: PgTailHarness(SPEC),
+        step_checkers=STEP_CHECKERS,
+        run_checkers=RUN_CHECKERS,
+        levels={"top": SPEC},
+        exercised=EXERCISED,
+        bindings=(
+            Binding(
+                SPEC,
+                pgtail.Phase,
+                initial=pgtail.Phase.STARTING,
+                events=type_names(pgtail.Event),
+                effects=type_names(pgtail.Effect),
+                handlers=pgtail._HANDLERS,
+            ),
+        ),
+        drive=drive,
+        settle=settle,
+        progress=acknowledged,
+        walk_steps=150,
+        walks_ci=100,
+        examples_ci=200,
+        example_steps=50,
+        required_traces=frozenset(
+            {"unknown-commit-applied-read-back-acks", "takeover-fences-the-old-writer"}
+        ),
+    )
+)
+walk = MODEL.walk
+
 # "ok" first and most often: faults are the exception, and shrinking moves towards "ok".
-fault_strategy = st.sampled_from(("ok",) * 8 + ("abort", "lost", "applied", "io_error"))
+fault_strategy = st.sampled_from(("ok",) * 8 + DB_FAULTS)
 
 
-class PgTailMachine(RuleBasedStateMachine):
+class PgTailMachine(ModelMachine):
     """Concurrent appends, effects performed in any order (slow commits), flushes, connection
     faults, crashes and takeover attempts."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.harness = PgTailHarness(SPEC)
+    model = MODEL
 
     @initialize()
     def open(self) -> None:
@@ -82,72 +151,16 @@ class PgTailMachine(RuleBasedStateMachine):
     def takeover(self, live: bool, records: int) -> None:
         self.harness.apply({"op": "takeover", "live": live, "records": records})
 
-    def teardown(self) -> None:
-        try:
-            if self.harness.running:
-                self.harness.apply({"op": "settle"})
-        finally:
-            # Only Hypothesis's final (shrunk, failing) run is marked final: keep it as a trace.
-            if current_build_context().is_final:
-                _save_new_trace(self.harness.inputs)
-
-
-def _save_new_trace(inputs: list[dict[str, Any]]) -> None:
-    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
-    path = write_trace(NEW_TRACES_DIR / f"pgtail-{digest}.ndjson", trace_header(SPEC), inputs)
-    print(
-        f"pgtail model trace written to {path}; move it to tests/model/traces/pgtail/ with the fix"
-    )
-
 
 TestPgTailMachine = PgTailMachine.TestCase
-TestPgTailMachine.settings = settings(
-    max_examples=200,
-    stateful_step_count=50,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+TestPgTailMachine.settings = MODEL.hypothesis_settings()
 
 
-# --- traces --------------------------------------------------------------------------------------
-
-
-def replay(path: Path) -> PgTailHarness:
-    header, inputs = read_trace(path)
-    assert header["machine"] == "pgtail", header
-    harness = PgTailHarness(SPEC)
-    for inp in inputs:
-        harness.apply(inp)
-    return harness
-
-
-@pytest.mark.parametrize("path", traces_for("pgtail"), ids=lambda p: p.stem)
-def test_replay_trace(path: Path) -> None:
-    replay(path)
-
-
-def test_there_are_traces_to_replay() -> None:
-    names = {p.stem for p in traces_for("pgtail")}
-    assert {"unknown-commit-applied-read-back-acks", "takeover-fences-the-old-writer"} <= names
-
-
-def test_trace_roundtrip(tmp_path: Path) -> None:
-    harness = PgTailHarness(SPEC)
-    for inp in (
-        {"op": "open"},
-        {"op": "append", "size": 10},
-        {"op": "append", "size": 20},
-        {"op": "settle"},
-    ):
-        harness.apply(inp)
-    path = write_trace(tmp_path / "t.ndjson", trace_header(SPEC), harness.inputs)
-    header, inputs = read_trace(path)
-    assert header["spec_sha256"] == SPEC.sha256 and inputs == harness.inputs
-    assert replay(path).steps == harness.steps
+# --- the checkers are live -----------------------------------------------------------------------
 
 
 def test_harness_catches_an_early_ack() -> None:
-    """The checkers are live: acknowledging a batch whose COMMIT never ran is caught."""
+    """Acknowledging a batch whose COMMIT never ran is caught."""
     harness = PgTailHarness(SPEC)
     harness.apply({"op": "open"})
     harness.apply({"op": "append", "size": 10})
@@ -174,33 +187,6 @@ def test_harness_catches_interleaved_writers() -> None:
     harness.db.rows[2] = Row(0, b"x", 0)  # an older epoch above a newer one
     with pytest.raises(AssertionError, match="interleave"):
         check_step_invariants(harness)
-
-
-# --- spec bookkeeping ----------------------------------------------------------------------------
-
-
-def test_every_invariant_in_the_spec_has_a_checker_and_vice_versa() -> None:
-    assert_checkers_match(SPEC, STEP_CHECKERS, RUN_CHECKERS)
-
-
-def test_spec_names_match_the_code() -> None:
-    from icegres.machines import pgtail
-
-    assert SPEC.states == {p.value for p in pgtail.Phase}
-    assert SPEC.initial == pgtail.Phase.STARTING.value
-    assert SPEC.events == {t.__name__ for t in pgtail.Event.__args__}
-    assert SPEC.effects == {t.__name__ for t in pgtail.Effect.__args__}
-    assert_transitions_match(SPEC, pgtail._HANDLERS)
-
-
-# --- run-scope invariant: keep last among the model runs -----------------------------------------
-
-
-def test_every_spec_transition_exercised() -> None:
-    """Across this module's runs (and the saved traces, replayed again so `-k` works alone)."""
-    for path in traces_for("pgtail"):
-        replay(path)
-    RUN_CHECKERS["every_transition_exercised"](SPEC, EXERCISED)
 
 
 # --- the trio driver on the model database, in virtual time ---------------------------------------
@@ -341,3 +327,10 @@ async def test_driver_refused_while_owned_and_fenced_after_takeover(mock_clock) 
             await tail.append(b"b")
         assert failed.value.outcome_unknown is False
     assert sorted(db.rows) == [1]
+
+
+# --- the shared tests (tests/model/scaffold.py): last, so that coverage counts every run above ---
+
+
+class TestPgTailModel(ModelTests):
+    model = MODEL

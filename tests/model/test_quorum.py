@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import random
-from pathlib import Path
-from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.control import current_build_context
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import initialize, precondition, rule
 
+from icegres.machines import quorum, quorum_rejoin
 from tests.model.quorum_world import (
     EXERCISED,
     REJOIN_SPEC,
@@ -24,27 +18,18 @@ from tests.model.quorum_world import (
     check_step_invariants,
     load_specs,
 )
-from tests.model.trace import (
-    NEW_TRACES_DIR,
-    assert_checkers_match,
-    assert_transitions_match,
-    read_trace,
-    trace_header,
-    traces_for,
-    write_trace,
+from tests.model.scaffold import (
+    Binding,
+    MachineModel,
+    ModelMachine,
+    ModelTests,
+    register,
+    type_names,
 )
 
 SPEC, ACCEPTOR_SPEC = load_specs()
 
 pytestmark = pytest.mark.model
-
-# CI size (see tests/model/README.md); `make model-deep` raises it through the environment.
-EXAMPLES = int(os.environ.get("ICEGRES_QUORUM_EXAMPLES", "600"))
-STEPS = int(os.environ.get("ICEGRES_QUORUM_STEPS", "60"))
-
-# "ok" first and most often: faults are the exception, and shrinking moves towards "ok".
-delivery_fault = st.sampled_from(("ok",) * 4 + ("drop", "duplicate"))
-
 
 # A keeper crashing while it handles a request: before its Persist is durable, or after it but
 # before its reply leaves. "rejoin_keeper": the keeper that lost its disk starts its catch-up
@@ -76,12 +61,109 @@ def _fault(harness: QuorumHarness, kind: str, which: int) -> None:
         harness.apply({"op": "crash_acceptor", "a": which, "disk": disk})
 
 
-class QuorumMachine(RuleBasedStateMachine):
+def drive(rng: random.Random, harness: QuorumHarness, steps: int) -> None:
+    """A seeded walk: 2-3 writers and 3 keepers over a network that drops, duplicates, delays and
+    reorders; the seed draws which faults are on (swarm testing) and every input."""
+    net_faults, crashes, writers_max = rng.random() < 0.6, rng.random() < 0.6, rng.choice((2, 3))
+    kinds = fault_kinds if rng.random() < 0.3 else tuple(k for k in fault_kinds if "disk" not in k)
+    harness.apply({"op": "start", "round": rng.randint(1, 3)})
+    for _ in range(steps):
+        ops = ["pump", "tick", "flush"]
+        ops += ["append"] * 2 if harness.leading() else []
+        ops += ["start"] if len(harness.proposers) < writers_max else []
+        ops += ["deliver"] * 2 if net_faults else []
+        ops += ["fault"] if crashes else []
+        op = rng.choice(ops)
+        if op == "pump":
+            for _ in range(min(len(harness.net), rng.randint(1, 12))):
+                harness.apply({"op": "deliver", "i": rng.randrange(64), "fault": "ok"})
+        elif op == "append":
+            leading = rng.random() < 0.8
+            harness.apply({"op": "append", "p": rng.randrange(3), "leading": leading})
+        elif op == "tick":
+            harness.apply({"op": "tick", "p": rng.randrange(3)})
+        elif op == "flush":
+            harness.apply({"op": "flush", "p": rng.randrange(3), "deliver": rng.random() < 0.8})
+        elif op == "start":
+            harness.apply({"op": "start", "round": rng.randint(1, 6)})
+        elif op == "deliver":
+            fault = rng.choice(("drop", "duplicate"))
+            harness.apply({"op": "deliver", "i": rng.randrange(64), "fault": fault})
+        else:
+            _fault(harness, rng.choice(kinds), rng.randrange(6))
+
+
+def settle(harness: QuorumHarness) -> None:
+    harness.apply({"op": "settle"})
+
+
+def acknowledged(harness: QuorumHarness) -> bool:
+    return bool(harness.acked)
+
+
+MODEL = register(
+    MachineModel(
+        name="quorum",
+        spec=SPEC,
+        harness=lambda: QuorumHarness(SPEC, ACCEPTOR_SPEC),
+        step_checkers=STEP_CHECKERS,
+        run_checkers=RUN_CHECKERS,
+        levels={"top": SPEC, "acceptor": ACCEPTOR_SPEC, "rejoin": REJOIN_SPEC},
+        exercised=EXERCISED,
+        bindings=(
+            Binding(
+                SPEC,
+                quorum.Phase,
+                initial=quorum.Phase.STARTING,
+                # The acceptors' answers arrive wrapped in FromAcceptor; the spec names each.
+                events=type_names(quorum.AcceptorMessage)
+                | (type_names(quorum.Event) - {"FromAcceptor"}),
+                effects=type_names(quorum.Effect),
+                handlers=quorum._HANDLERS,
+            ),
+            Binding(
+                ACCEPTOR_SPEC,
+                quorum.AcceptorPhase,
+                events=type_names(quorum.AcceptorEvent),
+                effects=type_names(quorum.AcceptorEffect),
+                handlers=quorum._ACCEPTOR_HANDLERS,
+            ),
+            Binding(
+                REJOIN_SPEC,
+                quorum_rejoin.RejoinPhase,
+                initial=quorum_rejoin.RejoinPhase.ASKING,
+                events=type_names(quorum_rejoin.RejoinEvent),
+                effects=type_names(quorum_rejoin.RejoinEffect),
+                handlers=quorum_rejoin._HANDLERS,
+            ),
+        ),
+        drive=drive,
+        settle=settle,
+        progress=acknowledged,
+        walk_steps=150,
+        walks_ci=200,
+        examples_ci=600,
+        example_steps=60,
+        required_traces=frozenset(
+            {
+                "second-writer-fences-first",
+                "keeper-disk-loss-acked-survives",
+                "rejoined-keeper-stale-promise-not-counted",
+                "two-keepers-replaced-in-turn-acked-survives",
+            }
+        ),
+    )
+)
+walk = MODEL.walk
+
+# "ok" first and most often: faults are the exception, and shrinking moves towards "ok".
+delivery_fault = st.sampled_from(("ok",) * 4 + ("drop", "duplicate"))
+
+
+class QuorumMachine(ModelMachine):
     """2-3 competing writers, 3 keepers, a network that drops, duplicates, delays and reorders."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.harness = QuorumHarness(SPEC, ACCEPTOR_SPEC)
+    model = MODEL
 
     # Swarm testing: each run enables a subset of the faults, so that some runs go deep without
     # them and others concentrate them.
@@ -132,120 +214,15 @@ class QuorumMachine(RuleBasedStateMachine):
     def fault(self, kind: str, which: int) -> None:
         _fault(self.harness, kind, which)
 
-    def teardown(self) -> None:
-        try:
-            self.harness.apply({"op": "settle"})
-        finally:
-            # Only Hypothesis's final (shrunk, failing) run is marked final: keep it as a trace.
-            if current_build_context().is_final:
-                _save_new_trace(self.harness.inputs)
-
-
-def _save_new_trace(inputs: list[dict[str, Any]]) -> None:
-    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
-    path = write_trace(NEW_TRACES_DIR / f"quorum-{digest}.ndjson", trace_header(SPEC), inputs)
-    print(
-        f"quorum model trace written to {path}; move it to tests/model/traces/quorum/ with the fix"
-    )
-
 
 TestQuorumMachine = QuorumMachine.TestCase
-TestQuorumMachine.settings = settings(
-    max_examples=EXAMPLES,
-    stateful_step_count=STEPS,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+TestQuorumMachine.settings = MODEL.hypothesis_settings()
 
 
-# --- seeded swarm walks: deep, reproducible schedules beside Hypothesis's ------------------------
-
-SEEDS = int(os.environ.get("ICEGRES_QUORUM_SEEDS", "200"))
-WALK_STEPS = 150
+# --- the checkers are live -----------------------------------------------------------------------
 
 
-def walk(seed: int, steps: int = WALK_STEPS) -> QuorumHarness:
-    """One random schedule; the seed draws which faults are on (swarm testing) and every input.
-
-    Each input goes through the harness, so a failing walk is saved as a trace like any other.
-    """
-    rng = random.Random(seed)
-    net_faults, crashes, writers_max = rng.random() < 0.6, rng.random() < 0.6, rng.choice((2, 3))
-    kinds = fault_kinds if rng.random() < 0.3 else tuple(k for k in fault_kinds if "disk" not in k)
-    harness = QuorumHarness(SPEC, ACCEPTOR_SPEC)
-    try:
-        harness.apply({"op": "start", "round": rng.randint(1, 3)})
-        for _ in range(steps):
-            ops = ["pump", "tick", "flush"]
-            ops += ["append"] * 2 if harness.leading() else []
-            ops += ["start"] if len(harness.proposers) < writers_max else []
-            ops += ["deliver"] * 2 if net_faults else []
-            ops += ["fault"] if crashes else []
-            op = rng.choice(ops)
-            if op == "pump":
-                for _ in range(min(len(harness.net), rng.randint(1, 12))):
-                    harness.apply({"op": "deliver", "i": rng.randrange(64), "fault": "ok"})
-            elif op == "append":
-                leading = rng.random() < 0.8
-                harness.apply({"op": "append", "p": rng.randrange(3), "leading": leading})
-            elif op == "tick":
-                harness.apply({"op": "tick", "p": rng.randrange(3)})
-            elif op == "flush":
-                harness.apply({"op": "flush", "p": rng.randrange(3), "deliver": rng.random() < 0.8})
-            elif op == "start":
-                harness.apply({"op": "start", "round": rng.randint(1, 6)})
-            elif op == "deliver":
-                fault = rng.choice(("drop", "duplicate"))
-                harness.apply({"op": "deliver", "i": rng.randrange(64), "fault": fault})
-            else:
-                _fault(harness, rng.choice(kinds), rng.randrange(6))
-        harness.apply({"op": "settle"})
-    except Exception:
-        _save_new_trace(harness.inputs)
-        raise
-    return harness
-
-
-def test_seeded_swarm_walks() -> None:
-    acked_runs = 0
-    for seed in range(SEEDS):
-        try:
-            harness = walk(seed)
-        except Exception as exc:
-            raise AssertionError(f"reproduce with walk(seed={seed}): {exc!r}") from exc
-        acked_runs += bool(harness.acked)
-    # Not vacuous: most walks must get records acknowledged through the faults.
-    assert acked_runs > SEEDS // 2, acked_runs
-
-
-# --- traces --------------------------------------------------------------------------------------
-
-
-def replay(path: Path) -> QuorumHarness:
-    header, inputs = read_trace(path)
-    assert header["machine"] == "quorum", header
-    harness = QuorumHarness(SPEC, ACCEPTOR_SPEC)
-    for inp in inputs:
-        harness.apply(inp)
-    return harness
-
-
-@pytest.mark.parametrize("path", traces_for("quorum"), ids=lambda p: p.stem)
-def test_replay_trace(path: Path) -> None:
-    replay(path)
-
-
-def test_there_are_traces_to_replay() -> None:
-    names = {p.stem for p in traces_for("quorum")}
-    assert {
-        "second-writer-fences-first",
-        "keeper-disk-loss-acked-survives",
-        "rejoined-keeper-stale-promise-not-counted",
-        "two-keepers-replaced-in-turn-acked-survives",
-    } <= names, names
-
-
-def test_trace_roundtrip(tmp_path: Path) -> None:
+def test_a_clean_run_acks_and_flushes_every_record() -> None:
     harness = QuorumHarness(SPEC, ACCEPTOR_SPEC)
     harness.apply({"op": "start", "round": 1})
     while harness.net:
@@ -256,13 +233,6 @@ def test_trace_roundtrip(tmp_path: Path) -> None:
         harness.apply({"op": "deliver", "i": 5, "fault": "ok"})
     harness.apply({"op": "settle"})
     assert sorted(harness.acked) == [1, 2, 3] and sorted(harness.lake.records) == [1, 2, 3]
-    path = write_trace(tmp_path / "t.ndjson", trace_header(SPEC), harness.inputs)
-    header, inputs = read_trace(path)
-    assert header["spec_sha256"] == SPEC.sha256 and inputs == harness.inputs
-    assert replay(path).steps == harness.steps
-
-
-# --- the checkers are live -----------------------------------------------------------------------
 
 
 def _leading_harness() -> QuorumHarness:
@@ -307,41 +277,8 @@ def test_harness_catches_two_values_chosen() -> None:
         check_step_invariants(harness)
 
 
-# --- spec bookkeeping ----------------------------------------------------------------------------
+# --- the shared tests (tests/model/scaffold.py): last, so that coverage counts every run above ---
 
 
-def test_every_invariant_in_the_spec_has_a_checker_and_vice_versa() -> None:
-    assert_checkers_match(SPEC, STEP_CHECKERS, RUN_CHECKERS)
-
-
-def test_spec_names_match_the_code() -> None:
-    from icegres.machines import quorum
-
-    assert SPEC.states == {p.value for p in quorum.Phase}
-    assert SPEC.initial == quorum.Phase.STARTING.value
-    message_events = {t.__name__ for t in quorum.AcceptorMessage.__args__}
-    direct = {t.__name__ for t in quorum.Event.__args__} - {"FromAcceptor"}
-    assert SPEC.events == message_events | direct
-    assert SPEC.effects == {t.__name__ for t in quorum.Effect.__args__}
-    assert_transitions_match(SPEC, quorum._HANDLERS)
-    assert ACCEPTOR_SPEC.states == {p.value for p in quorum.AcceptorPhase}
-    assert ACCEPTOR_SPEC.events == {t.__name__ for t in quorum.AcceptorEvent.__args__}
-    assert ACCEPTOR_SPEC.effects == {t.__name__ for t in quorum.AcceptorEffect.__args__}
-    assert_transitions_match(ACCEPTOR_SPEC, quorum._ACCEPTOR_HANDLERS)
-    from icegres.machines import quorum_rejoin
-
-    assert REJOIN_SPEC.states == {p.value for p in quorum_rejoin.RejoinPhase}
-    assert REJOIN_SPEC.initial == quorum_rejoin.RejoinPhase.ASKING.value
-    assert REJOIN_SPEC.events == {t.__name__ for t in quorum_rejoin.RejoinEvent.__args__}
-    assert REJOIN_SPEC.effects == {t.__name__ for t in quorum_rejoin.RejoinEffect.__args__}
-    assert_transitions_match(REJOIN_SPEC, quorum_rejoin._HANDLERS)
-
-
-# --- run-scope invariant: keep last in this module -----------------------------------------------
-
-
-def test_every_spec_transition_exercised() -> None:
-    """Across this module's runs (and the saved traces, replayed again so `-k` works alone)."""
-    for path in traces_for("quorum"):
-        replay(path)
-    RUN_CHECKERS["every_transition_exercised"]((SPEC, ACCEPTOR_SPEC), EXERCISED)
+class TestQuorumModel(ModelTests):
+    model = MODEL

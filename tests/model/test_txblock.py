@@ -2,31 +2,25 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.control import current_build_context
-from hypothesis.stateful import RuleBasedStateMachine, rule
+from hypothesis.stateful import rule
 
+from icegres.machines import txblock
 from icegres.machines.txblock import transaction_status
-from tests.model import txblock_world
-from tests.model.trace import (
-    NEW_TRACES_DIR,
-    assert_checkers_match,
-    assert_transitions_match,
-    load_spec,
-    read_trace,
-    trace_header,
-    traces_for,
-    write_trace,
+from tests.model.scaffold import (
+    Binding,
+    MachineModel,
+    ModelMachine,
+    ModelTests,
+    register,
+    type_names,
 )
+from tests.model.trace import load_spec, read_trace, trace_header, write_trace
 from tests.model.txblock_world import (
     EXERCISED,
     GATE_OPTIONAL,
@@ -43,12 +37,6 @@ SPEC = load_spec("txblock")
 
 pytestmark = pytest.mark.model
 
-# CI size (see tests/model/README.md); the environment raises it for a deep run.
-EXAMPLES = int(os.environ.get("ICEGRES_TXBLOCK_EXAMPLES", "300"))
-STEPS = int(os.environ.get("ICEGRES_TXBLOCK_STEPS", "40"))
-SEEDS = int(os.environ.get("ICEGRES_TXBLOCK_SEEDS", "300"))
-WALK_STEPS = 120
-
 ROWS = st.integers(1, 9)
 SETTING = st.sampled_from(sorted(SETTINGS)).flatmap(
     lambda name: st.tuples(st.just(name), st.sampled_from(SETTINGS[name]))
@@ -64,12 +52,10 @@ def _gated(op: str, gated: bool) -> dict[str, Any]:
     return {} if gated or op not in GATE_OPTIONAL else {"gated": False}
 
 
-class TxBlockMachine(RuleBasedStateMachine):
+class TxBlockMachine(ModelMachine):
     """One session: blocks, savepoints, SETs, writes, failures, cursors, portals and Syncs."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.harness = TxBlockHarness(SPEC)
+    model = None  # set below, once MODEL is registered
 
     def _apply(self, inp: dict[str, Any]) -> None:
         self.harness.apply(inp)
@@ -152,50 +138,26 @@ class TxBlockMachine(RuleBasedStateMachine):
         if rejected:
             self._apply({"op": "raw", "event": rejected[pick % len(rejected)]})
 
-    def teardown(self) -> None:
-        # Only Hypothesis's final (shrunk, failing) run is marked final: keep it as a trace.
-        if current_build_context().is_final:
-            _save_new_trace(self.harness.inputs)
-
-
-def _save_new_trace(inputs: list[dict[str, Any]]) -> Path:
-    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
-    header = trace_header(SPEC, config=repr(txblock_world.MODEL_CONFIG))
-    path = write_trace(NEW_TRACES_DIR / f"txblock-{digest}.ndjson", header, inputs)
-    print(
-        f"txblock model trace written to {path}; move it to tests/model/traces/txblock/ with the fix"
-    )
-    return path
-
-
-TestTxBlockMachine = TxBlockMachine.TestCase
-TestTxBlockMachine.settings = settings(
-    max_examples=EXAMPLES,
-    stateful_step_count=STEPS,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-
 
 # --- seeded walks: deep, reproducible sessions beside Hypothesis's ----------------------------------
 
 
-def walk(seed: int, steps: int = WALK_STEPS) -> TxBlockHarness:
-    """One random session; the seed draws how often blocks fail and every input.
-
-    Each input goes through the harness, so a failing walk is saved as a trace like any other.
-    """
-    rng = random.Random(seed)
+def drive(rng: random.Random, harness: TxBlockHarness, steps: int) -> None:
+    """A seeded session: the seed draws how often statements fail and whether the front end may
+    skip the block's gate (Flight SQL's actions), then every input."""
     failures = rng.choice((0.02, 0.08, 0.2))  # swarm: some sessions fail often, some hardly ever
     ungated = rng.random() < 0.5
-    harness = TxBlockHarness(SPEC)
-    try:
-        for _ in range(steps):
-            harness.apply(_walk_input(rng, harness, failures, ungated))
-    except Exception:
-        _save_new_trace(harness.inputs)
-        raise
-    return harness
+    for _ in range(steps):
+        harness.apply(_walk_input(rng, harness, failures, ungated))
+
+
+def settle(harness: TxBlockHarness) -> None:
+    """A session has no liveness phase: nothing is outstanding once an input has returned (every
+    effect is performed within its step)."""
+
+
+def opened_blocks(harness: TxBlockHarness) -> bool:
+    return harness.started >= 3
 
 
 # Most statements of a session are writes, reads and SETs; a failed block mostly ends soon.
@@ -248,43 +210,10 @@ def _walk_input(
     return inp
 
 
-def test_seeded_walks() -> None:
-    blocks = 0
-    for seed in range(SEEDS):
-        try:
-            harness = walk(seed)
-        except Exception as exc:
-            raise AssertionError(f"reproduce with walk(seed={seed}): {exc!r}") from exc
-        blocks += harness.started
-    # Not vacuous: the walks open blocks, and plenty of them.
-    assert blocks > SEEDS * 5, blocks
-
-
 # --- traces --------------------------------------------------------------------------------------
 
 
-def replay(path: Path) -> TxBlockHarness:
-    header, inputs = read_trace(path)
-    assert header["machine"] == "txblock", header
-    harness = TxBlockHarness(SPEC)
-    for inp in inputs:
-        harness.apply(inp)
-    return harness
-
-
-@pytest.mark.parametrize("path", traces_for("txblock"), ids=lambda p: p.stem)
-def test_replay_trace(path: Path) -> None:
-    replay(path)
-
-
-def test_there_are_traces_to_replay() -> None:
-    names = {p.stem for p in traces_for("txblock")}
-    assert {"set-local-then-set-survives-commit", "failed-block-rollback-to-savepoint"} <= names, (
-        names
-    )
-
-
-def test_trace_roundtrip(tmp_path: Path) -> None:
+def test_a_hand_made_session_roundtrips(tmp_path: Path) -> None:
     harness = TxBlockHarness(SPEC)
     for inp in (
         {"op": "begin"},
@@ -298,7 +227,7 @@ def test_trace_roundtrip(tmp_path: Path) -> None:
     path = write_trace(tmp_path / "t.ndjson", trace_header(SPEC), harness.inputs)
     header, inputs = read_trace(path)
     assert header["spec_sha256"] == SPEC.sha256 and inputs == harness.inputs
-    again = replay(path)
+    again = MODEL.replay(path)
     assert again.steps == harness.steps and again.lake == [1]
 
 
@@ -313,33 +242,50 @@ def test_the_reference_catches_a_block_that_commits_after_failing() -> None:
         check_step_invariants(harness)
 
 
-# --- spec bookkeeping ----------------------------------------------------------------------------
+MODEL = register(
+    MachineModel(
+        name="txblock",
+        spec=SPEC,
+        harness=lambda: TxBlockHarness(SPEC),
+        step_checkers=STEP_CHECKERS,
+        run_checkers=RUN_CHECKERS,
+        levels={"top": SPEC},
+        exercised=EXERCISED,
+        bindings=(
+            Binding(
+                SPEC,
+                txblock.Phase,
+                initial=txblock.recover().phase,
+                module=txblock,
+                events=type_names(txblock.Event),
+                effects=type_names(txblock.Effect),
+                handlers=txblock._HANDLERS,
+            ),
+        ),
+        drive=drive,
+        settle=settle,
+        progress=opened_blocks,
+        walk_steps=120,
+        walks_ci=300,
+        examples_ci=300,
+        example_steps=40,
+        required_traces=frozenset({"set-local-then-set-survives-commit", "failed-block-rollback-to-savepoint"}),
+    )
+)
+walk = MODEL.walk
+TxBlockMachine.model = MODEL
+TestTxBlockMachine = TxBlockMachine.TestCase
+TestTxBlockMachine.settings = MODEL.hypothesis_settings()
 
 
-def test_every_invariant_in_the_spec_has_a_checker_and_vice_versa() -> None:
-    assert_checkers_match(SPEC, STEP_CHECKERS, RUN_CHECKERS)
-
-
-def test_spec_names_match_the_code() -> None:
-    from icegres.machines import txblock
-
-    assert SPEC.states == {p.value for p in txblock.Phase}
+def test_a_block_is_never_durable() -> None:
+    """`recover` (after a crash) is where every session starts: idle, no block."""
     assert SPEC.terminal == set()
-    assert SPEC.initial == txblock.initial_state().phase.value == txblock.recover().phase.value
-    for name in SPEC.events | SPEC.effects:
-        assert hasattr(txblock, name), name
-    assert SPEC.events == {t.__name__ for t in txblock.Event.__args__}
-    assert SPEC.effects == {t.__name__ for t in txblock.Effect.__args__}
-    assert_transitions_match(SPEC, txblock._HANDLERS)
+    assert txblock.recover() == txblock.initial_state()
 
 
-# --- run-scope invariant: keep last in this module -----------------------------------------------
+# --- the shared model tests; the run-scope coverage test comes last -------------------------------
 
 
-def test_every_spec_transition_exercised() -> None:
-    """Across this module's runs (and the saved traces and a few walks, again, so `-k` works alone)."""
-    for path in traces_for("txblock"):
-        replay(path)
-    for seed in range(20):
-        walk(seed)
-    RUN_CHECKERS["every_transition_exercised"](SPEC, EXERCISED)
+class TestTxBlockModel(ModelTests):
+    model = MODEL

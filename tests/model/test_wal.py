@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
+import random
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.control import current_build_context
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import initialize, precondition, rule
 
-from tests.model.trace import (
-    NEW_TRACES_DIR,
-    assert_checkers_match,
-    assert_transitions_match,
-    load_spec,
-    read_trace,
-    trace_header,
-    traces_for,
-    write_trace,
+from icegres.machines import wal
+from tests.model.scaffold import (
+    Binding,
+    MachineModel,
+    ModelMachine,
+    ModelTests,
+    register,
+    type_names,
 )
+from tests.model.trace import load_spec
 from tests.model.wal_world import (
     EXERCISED,
     RUN_CHECKERS,
@@ -36,16 +32,95 @@ SPEC = load_spec("wal")
 
 pytestmark = pytest.mark.model
 
+DISK_FAULTS = ("io_error", "fail", "lost")
+TORN = ("prefix", "none", "zeros", "garbage")
+
+
+def drive(rng: random.Random, harness: WalHarness, steps: int) -> None:
+    """A seeded walk: concurrent appends, effects performed in any order, lake flushes, stale
+    watermarks, crashes (power or process, torn tails) and bit flips. The seed draws the group
+    fsync window, which disk faults are on and how often, and whether crashes and bit flips are."""
+    harness.apply({"op": "open", "window": rng.random() < 0.5})
+    faults = tuple(f for f in DISK_FAULTS if rng.random() < 0.6)
+    fault_rate = rng.choice((0.05, 0.15, 0.4)) if faults else 0.0
+    crashes = rng.random() < 0.5
+    bitflips = rng.random() < 0.15
+    for _ in range(steps):
+        if not harness.alive:
+            # Recovery refused a damaged tail: an operator's turn, nothing more to drive.
+            harness.apply({"op": "expect", "refused": True})
+            return
+        ops = ["append"] * 3 + ["deliver"] if harness.running else []
+        ops += ["perform"] * 4 if harness.pending else []
+        ops += ["flush"]
+        ops += ["crash"] if crashes else []
+        ops += ["bitflip"] if bitflips and harness.disk.files else []
+        op = rng.choice(ops)
+        if op == "append":
+            harness.apply({"op": "append", "size": rng.randint(1, 160)})
+        elif op == "perform":
+            fault = rng.choice(faults) if rng.random() < fault_rate else "ok"
+            harness.apply({"op": "perform", "which": rng.randrange(8), "fault": fault})
+        elif op == "flush":
+            harness.apply({"op": "flush", "pick": rng.randrange(16), "deliver": rng.random() < 0.7})
+        elif op == "deliver":
+            harness.apply({"op": "deliver", "stale": rng.random() < 0.3})
+        elif op == "crash":
+            mode, torn = rng.choice(("power", "process")), rng.choice(TORN)
+            harness.apply({"op": "crash", "mode": mode, "torn": torn, "cut": rng.randrange(401)})
+        else:
+            file, offset, bit = rng.randrange(4), rng.randrange(2001), rng.randrange(8)
+            harness.apply({"op": "bitflip", "file": file, "offset": offset, "bit": bit})
+
+
+def settle(harness: WalHarness) -> None:
+    if harness.alive:
+        harness.apply({"op": "settle"})
+
+
+def acknowledged(harness: WalHarness) -> bool:
+    return any("Acknowledge" in effects for *_, effects in harness.steps)
+
+
+MODEL = register(
+    MachineModel(
+        name="wal",
+        spec=SPEC,
+        harness=lambda: WalHarness(SPEC),
+        step_checkers=STEP_CHECKERS,
+        run_checkers=RUN_CHECKERS,
+        levels={"top": SPEC},
+        exercised=EXERCISED,
+        bindings=(
+            Binding(
+                SPEC,
+                wal.Phase,
+                initial=wal.Phase.STARTING,
+                events=type_names(wal.Event),
+                effects=type_names(wal.Effect),
+                handlers=wal._HANDLERS,
+            ),
+        ),
+        drive=drive,
+        settle=settle,
+        progress=acknowledged,
+        walk_steps=200,
+        walks_ci=100,
+        examples_ci=250,
+        example_steps=50,
+        required_traces=frozenset({"torn-tail-cut-acked-kept", "fsync-failure-poisons"}),
+    )
+)
+walk = MODEL.walk
+
 # "ok" first and most often: faults are the exception, and shrinking moves towards "ok".
-fault_strategy = st.sampled_from(("ok",) * 12 + ("io_error", "fail", "lost"))
+fault_strategy = st.sampled_from(("ok",) * 12 + DISK_FAULTS)
 
 
-class WalMachine(RuleBasedStateMachine):
+class WalMachine(ModelMachine):
     """Concurrent appends, performed effects in any order, flushes, crashes and disk damage."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.harness = WalHarness(SPEC)
+    model = MODEL
 
     @initialize(window=st.booleans())
     def open(self, window: bool) -> None:
@@ -74,7 +149,7 @@ class WalMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.harness.alive)
     @rule(
         mode=st.sampled_from(("power", "process")),
-        torn=st.sampled_from(("prefix", "none", "zeros", "garbage")),
+        torn=st.sampled_from(TORN),
         cut=st.integers(0, 400),
     )
     def crash(self, mode: str, torn: str, cut: int) -> None:
@@ -91,71 +166,16 @@ class WalMachine(RuleBasedStateMachine):
         # Recovery refused a damaged tail: an operator's turn, nothing more to drive.
         self.harness.apply({"op": "expect", "refused": True})
 
-    def teardown(self) -> None:
-        try:
-            if self.harness.alive:
-                self.harness.apply({"op": "settle"})
-        finally:
-            # Only Hypothesis's final (shrunk, failing) run is marked final: keep it as a trace.
-            if current_build_context().is_final:
-                _save_new_trace(self.harness.inputs)
-
-
-def _save_new_trace(inputs: list[dict[str, Any]]) -> None:
-    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:12]
-    path = write_trace(NEW_TRACES_DIR / f"wal-{digest}.ndjson", trace_header(SPEC), inputs)
-    print(f"wal model trace written to {path}; move it to tests/model/traces/wal/ with the fix")
-
 
 TestWalMachine = WalMachine.TestCase
-TestWalMachine.settings = settings(
-    max_examples=250,
-    stateful_step_count=50,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+TestWalMachine.settings = MODEL.hypothesis_settings()
 
 
-# --- traces --------------------------------------------------------------------------------------
-
-
-def replay(path: Path) -> WalHarness:
-    header, inputs = read_trace(path)
-    assert header["machine"] == "wal", header
-    harness = WalHarness(SPEC)
-    for inp in inputs:
-        harness.apply(inp)
-    return harness
-
-
-@pytest.mark.parametrize("path", traces_for("wal"), ids=lambda p: p.stem)
-def test_replay_trace(path: Path) -> None:
-    replay(path)
-
-
-def test_there_are_traces_to_replay() -> None:
-    names = {p.stem for p in traces_for("wal")}
-    assert {"torn-tail-cut-acked-kept", "fsync-failure-poisons"} <= names, names
-
-
-def test_trace_roundtrip(tmp_path: Path) -> None:
-    harness = WalHarness(SPEC)
-    for inp in (
-        {"op": "open", "window": False},
-        {"op": "settle"},
-        {"op": "append", "size": 10},
-        {"op": "append", "size": 20},
-        {"op": "settle"},
-    ):
-        harness.apply(inp)
-    path = write_trace(tmp_path / "t.ndjson", trace_header(SPEC), harness.inputs)
-    header, inputs = read_trace(path)
-    assert header["spec_sha256"] == SPEC.sha256 and inputs == harness.inputs
-    assert replay(path).steps == harness.steps
+# --- the checkers are live -----------------------------------------------------------------------
 
 
 def test_harness_catches_an_early_ack() -> None:
-    """The checkers are live: acknowledging before the fsync is caught."""
+    """Acknowledging before the fsync is caught."""
     harness = WalHarness(SPEC)
     harness.apply({"op": "open", "window": False})
     harness.apply({"op": "settle"})
@@ -181,37 +201,9 @@ def test_harness_catches_a_lost_acked_record() -> None:
         check_step_invariants(harness)
 
 
-# --- spec bookkeeping ----------------------------------------------------------------------------
-
-
-def test_every_invariant_in_the_spec_has_a_checker_and_vice_versa() -> None:
-    assert_checkers_match(SPEC, STEP_CHECKERS, RUN_CHECKERS)
-
-
-def test_spec_names_match_the_code() -> None:
-    from icegres.machines import wal
-
-    assert SPEC.states == {p.value for p in wal.Phase}
-    assert SPEC.initial == wal.Phase.STARTING.value
-    assert SPEC.events == {t.__name__ for t in wal.Event.__args__}
-    assert SPEC.effects == {t.__name__ for t in wal.Effect.__args__}
-    assert_transitions_match(SPEC, wal._HANDLERS)
-
-
-# --- run-scope invariant: keep last in this module -----------------------------------------------
-
-
-def test_every_spec_transition_exercised() -> None:
-    """Across this module's runs (and the saved traces, replayed again so `-k` works alone)."""
-    for path in traces_for("wal"):
-        replay(path)
-    RUN_CHECKERS["every_transition_exercised"](SPEC, EXERCISED)
-
-
 # --- the trio driver: a real directory (real fsync) and a virtual-time store ----------------------
 
 import os  # noqa: E402
-import random  # noqa: E402
 
 import trio  # noqa: E402
 import trio.testing  # noqa: E402
@@ -456,3 +448,10 @@ async def test_driver_leaving_the_tail_waits_for_a_submitted_write(tmp_path: Pat
         started = trio.current_time()
     assert trio.current_time() - started > 0.1  # the exit waited for the store's answer
     assert [r.payload for r in (await read_tail(tmp_path, REAL)).replay] == [b"in flight"]
+
+
+# --- the shared tests (tests/model/scaffold.py): last, so that coverage counts every run above ---
+
+
+class TestWalModel(ModelTests):
+    model = MODEL

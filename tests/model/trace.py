@@ -11,7 +11,7 @@ import hashlib
 import json
 import subprocess
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,27 +74,40 @@ class Spec:
 
 
 def load_spec(machine: str) -> Spec:
-    path = SPECS_DIR / f"{machine}.toml"
-    raw = path.read_bytes()
+    """specs/<machine>.toml; its sha256 is the file's, which traces are stamped with."""
+    raw = (SPECS_DIR / f"{machine}.toml").read_bytes()
     data = tomllib.loads(raw.decode())
-    transitions = tuple(
-        Transition(t["from"], t["event"], t["to"], tuple(t["effects"])) for t in data["transition"]
-    )
     invariants = {
         i["name"]: Invariant(i["name"], i["scope"], i["description"]) for i in data["invariant"]
     }
+    return _spec(data, data["machine"], data["module"], invariants, hashlib.sha256(raw).hexdigest())
+
+
+def load_spec_section(top: Spec, section: str) -> Spec:
+    """A section of the top spec's file ([lane], [acceptor], ...) as a Spec of its own, named
+    `<machine>.<section>`, with the file's hash; its invariants are the top spec's to state."""
+    data = tomllib.loads((SPECS_DIR / f"{top.machine}.toml").read_text())[section]
+    return _spec(data, f"{top.machine}.{section}", top.module, {}, top.sha256)
+
+
+def _spec(
+    data: dict[str, Any], machine: str, module: str, invariants: dict[str, Invariant], sha256: str
+) -> Spec:
     spec = Spec(
-        machine=data["machine"],
-        module=data["module"],
+        machine=machine,
+        module=module,
         initial=data["initial"],
         states=frozenset(data["states"]),
         terminal=frozenset(data["terminal"]),
         events=frozenset(data["events"]),
         effects=frozenset(data["effects"]),
-        transitions=transitions,
+        transitions=tuple(
+            Transition(t["from"], t["event"], t["to"], tuple(t["effects"]))
+            for t in data["transition"]
+        ),
         never_emit={k: frozenset(v) for k, v in data.get("never_emit", {}).items()},
         invariants=invariants,
-        sha256=hashlib.sha256(raw).hexdigest(),
+        sha256=sha256,
     )
     _check_well_formed(spec)
     return spec
@@ -153,14 +166,3 @@ def read_trace(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def traces_for(machine: str) -> list[Path]:
     return sorted((TRACES_DIR / machine).glob("*.ndjson"))
-
-
-def assert_checkers_match(spec: Spec, step_checkers: Mapping[str, Any], run_checkers: Mapping[str, Any]) -> None:
-    """Every invariant the spec states has a checker of its scope, and every checker an invariant."""
-    assert {n for n, i in spec.invariants.items() if i.scope == "step"} == set(step_checkers)
-    assert {n for n, i in spec.invariants.items() if i.scope == "run"} == set(run_checkers)
-
-
-def assert_transitions_match(spec: Spec, handlers: Iterable[tuple[Any, type]]) -> None:
-    """The spec's transitions are exactly the core's handler table: (state, event type) pairs."""
-    assert {(p.value, e.__name__) for p, e in handlers} == {(t.source, t.event) for t in spec.transitions}

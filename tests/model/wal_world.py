@@ -52,13 +52,14 @@ from icegres.machines.wal import (
     step,
 )
 from icegres.machines.wal_format import Record, segment_name
-from tests.model.trace import Spec, Transition
+from tests.model.scaffold import Exercised, check_every_transition_exercised
+from tests.model.trace import Spec
 
 TAIL_ID = "t1"
 SETTLE_STEPS_MAX = 400
 
 # Every spec transition any harness took in this process (the run-scope coverage invariant).
-EXERCISED: set[Transition] = set()
+EXERCISED: Exercised = set()
 
 FAULTS_BY_EFFECT = {
     "Write": ("ok", "io_error"),
@@ -274,16 +275,18 @@ class WalHarness:
         match effect:
             case Write(segment=segment, offset=offset, data=data):
                 name = self._name(segment)
-                if fault == "io_error":
-                    disk.write(name, offset, data[: len(data) // 2])  # ENOSPC half-way
-                    return IoFailed("ENOSPC")
-                disk.write(name, offset, data)
+                # io_error: ENOSPC half-way. The records wholly in the written half are in the
+                # page cache all the same: a process restart reads them back and replays them.
+                written = data[: len(data) // 2] if fault == "io_error" else data
+                disk.write(name, offset, written)
                 at = offset
                 for lsn in range(effect.first_lsn, effect.last_lsn + 1):
                     size = len(_encoded(lsn, self.payload_of[lsn]))
+                    if at + size > offset + len(written):
+                        break
                     self.extents[lsn] = Extent(name, at, at + size, lsn, self.payload_of[lsn])
                     at += size
-                return WriteDone()
+                return IoFailed("ENOSPC") if fault == "io_error" else WriteDone()
             case Fsync(segment=segment):
                 name = self._name(segment)
                 self._mark_lost(name, fault)
@@ -472,7 +475,7 @@ class WalHarness:
     def _record(self, before: State, event: str, after: State, effects: list[Effect]) -> None:
         names = tuple(type(e).__name__ for e in effects)
         transition = self.spec.check_step(before.phase.value, event, after.phase.value, names)
-        EXERCISED.add(transition)
+        EXERCISED.add(("top", transition))
         self.steps.append((before.phase.value, event, after.phase.value, names))
         if before.phase is Phase.OPENING and after.phase is not Phase.OPENING:
             if after.phase is not Phase.POISONED:
@@ -572,13 +575,6 @@ def check_spec_transitions_only(h: WalHarness) -> None:
     assert not stray, f"steps outside the spec: {stray}"
 
 
-def check_every_transition_exercised(spec: Spec, exercised: set[Transition]) -> None:
-    missing = [t for t in spec.transitions if t not in exercised]
-    assert not missing, "spec transitions never exercised:\n" + "\n".join(
-        f"  {t.source} --{t.event}--> {t.target} {list(t.effects)}" for t in missing
-    )
-
-
 STEP_CHECKERS: dict[str, Callable[[WalHarness], None]] = {
     "acked_only_after_fsync": _no_violations("acked_only_after_fsync"),
     "lsns_dense": _no_violations("lsns_dense"),
@@ -589,7 +585,7 @@ STEP_CHECKERS: dict[str, Callable[[WalHarness], None]] = {
     "watermark_monotonic": check_watermark_monotonic,
     "spec_transitions_only": check_spec_transitions_only,
 }
-RUN_CHECKERS: dict[str, Callable[[Spec, set[Transition]], None]] = {
+RUN_CHECKERS: dict[str, Callable[..., None]] = {
     "every_transition_exercised": check_every_transition_exercised,
 }
 
