@@ -499,6 +499,11 @@ def _role(ix: CatalogIndex) -> dict[str, Any]:
             "rolreplication": True, "rolbypassrls": True, "rolconnlimit": -1}
 
 
+def role_rows(ix: CatalogIndex) -> Rows:
+    """Every role: pg_authid's rows."""
+    return [_role(ix)]
+
+
 def _rows_pg_authid(ix: CatalogIndex) -> Rows:
     return [_role(ix)]
 

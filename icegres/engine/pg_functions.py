@@ -397,9 +397,20 @@ def attnames(env: SessionEnv, relid: int, attnums: list[int | None], separator: 
     return separator.join(names) if names else None
 
 
+def role_names(env: SessionEnv, oids: list[int | None]) -> list[str]:
+    """The names of the roles among `oids`, sorted (psql \\d's policy footer)."""
+    ix = pg_catalog.current_index(env)
+    if ix is None:
+        return []
+    wanted = set(oids)
+    return sorted(row["rolname"] for row in pg_catalog.role_rows(ix) if row["oid"] in wanted)
+
+
 def helper_functions(env: SessionEnv) -> list[Fn]:
-    return [*HELPER_FUNCTIONS, Fn("pg_attnames", (OID, pa.list_(pa.int64()), TEXT), TEXT,
-                                  lambda relid, attnums, sep: attnames(env, relid, attnums, sep))]
+    return [*HELPER_FUNCTIONS,
+            Fn("pg_attnames", (OID, pa.list_(pa.int64()), TEXT), TEXT,
+               lambda relid, attnums, sep: attnames(env, relid, attnums, sep)),
+            Fn("pg_role_names", (pa.list_(pa.int64()),), pa.list_(TEXT), lambda oids: role_names(env, oids))]
 
 
 HELPER_FUNCTIONS: tuple[Fn, ...] = (

@@ -5,7 +5,8 @@ taught `$1::oid[]`) and returns a tree that, written out by `to_sql`, DataFusion
 the relations of pg_catalog.py and the functions of pg_functions.py. Each rewrite is a small
 function naming the client that sends the construct, grouped by what it rewrites: names
 (`names.py`), operators, casts, arrays, functions and the output column names, and run in the
-order of `_STEPS`; tests/unit/test_pg_catalog.py runs every statement real clients sent to
+order of `_STEPS` (after `scopes.bind_columns` has written the qualifier PostgreSQL would bind
+each bare column to); tests/unit/test_pg_catalog.py runs every statement real clients sent to
 PostgreSQL 15. `literals.py` spells typed literals for DataFusion when a tree is written out.
 
 The output depends on env.search_path (regclass literals) and on the catalog, so cache it per
@@ -69,6 +70,7 @@ from icegres.engine.rewrite.output_names import (
     output_names,
     pg_output_names,
 )
+from icegres.engine.rewrite.scopes import bind_columns
 from icegres.engine.rewrite.tree import _Rewriter
 
 __all__ = ["for_datafusion", "needs_rewrite", "pg_output_names", "qualify_tables", "rewrite", "to_sql", "typed_literals"]
@@ -86,6 +88,7 @@ def rewrite(expression: exp.Expression, env: Any) -> exp.Expression:
 
 _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
     qualify_catalog_tables,
+    bind_columns,
     strip_function_schemas,
     set_returning_functions,
     to_char_formats,

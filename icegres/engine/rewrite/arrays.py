@@ -127,7 +127,7 @@ def array_subqueries(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
             select = select.this
         if not isinstance(select, exp.Select) or len(select.expressions) != 1:
             return node
-        mapped = _map_over_unnest(select)
+        mapped = _map_over_unnest(select) or _role_names(select)
         if mapped is not None:
             return mapped
         select = select.copy()
@@ -151,6 +151,29 @@ def _resolve_order_key(ordered: exp.Expression, value: exp.Expression) -> exp.Ex
     if isinstance(key.this, exp.Literal) and not key.this.is_string:
         key.set("this", value.copy())
     return key
+
+
+def _role_names(select: exp.Select) -> exp.Expression | None:
+    """ARRAY(SELECT rolname FROM pg_roles WHERE oid = ANY(pol.polroles) ORDER BY 1) ->
+    pg_role_names(pol.polroles).
+
+    psql \\d's policy footer. DataFusion decorrelates equalities only, and this subquery is bound
+    to the outer row through = ANY; the catalog answers the same question directly.
+    """
+    source = select.args.get("from_")
+    table = source.this if source is not None else None
+    where = select.args.get("where")
+    if not (isinstance(table, exp.Table) and table.name.lower() in ("pg_roles", "pg_authid")
+            and where is not None and not select.args.get("joins")):
+        return None
+    value = select.expressions[0].unalias()
+    cond = where.this
+    if not (isinstance(value, exp.Column) and value.name.lower() == "rolname"
+            and isinstance(cond, exp.EQ) and isinstance(cond.this, exp.Column)
+            and cond.this.name.lower() == "oid" and isinstance(cond.expression, exp.Any)):
+        return None
+    array = cond.expression.this
+    return _call("pg_role_names", array.this if isinstance(array, exp.Paren) else array)
 
 
 def _map_over_unnest(select: exp.Select) -> exp.Expression | None:
