@@ -30,6 +30,7 @@ class Anchor(Enum):
     END = "end"  # "found: EOF"
     UNTERMINATED = "unterminated"  # a quote or comment that never closes
     QUALIFIER = "qualifier"  # `nope.*` with no relation nope in FROM
+    PARAMETER = "parameter"  # `$2` in a statement given fewer values
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ AMBIGUOUS_COLUMN = "42702"
 # Ordered: the first pattern that matches the DataFusion message decides the SQLSTATE.
 _RULES: tuple[tuple[re.Pattern[str], str, str | Callable[..., str] | None], ...] = (
     (re.compile(r'unrecognized configuration parameter "([^"]+)"'), e.UNDEFINED_OBJECT, 'unrecognized configuration parameter "{0}"'),
+    (re.compile(r"Placeholder '\$(\d+)' was not provided a value"), e.UNDEFINED_PARAMETER, "there is no parameter ${0}"),
     (re.compile(r"table '(?:datafusion\.)?([^']+)' not found"), e.UNDEFINED_TABLE, 'relation "{0}" does not exist'),
     (re.compile(r"No field named ([^.\s]+(?:\.[^.\s]+)*)\."), e.UNDEFINED_COLUMN, 'column {0} does not exist'),
     (re.compile(r"No field named (.+?)(?:\. Valid fields|\. Did you|$)"), e.UNDEFINED_COLUMN, 'column {0} does not exist'),
@@ -190,6 +192,7 @@ _FUNCTION = re.compile(r"Invalid function '([^']+)'")
 _AMBIGUOUS = re.compile(r"Ambiguous reference to unqualified field (\S+)")
 _QUALIFIER = re.compile(r"Invalid qualifier (\S+)")
 _TOKENIZER = re.compile(r"TokenizerError")
+_PLACEHOLDER = re.compile(r"Placeholder '(\$\d+)'")
 
 
 def target_of(message: str, sqlstate: str) -> Target | None:
@@ -202,6 +205,8 @@ def target_of(message: str, sqlstate: str) -> Target | None:
         return Target(Anchor.QUALIFIER, parse_name(m.group(1)))
     if sqlstate == e.UNDEFINED_TABLE and (m := _TABLE.search(message)):
         return Target(Anchor.TABLE, parse_name(m.group(1)))
+    if sqlstate == e.UNDEFINED_PARAMETER and (m := _PLACEHOLDER.search(message)):
+        return Target(Anchor.PARAMETER, (m.group(1),))
     if sqlstate == e.UNDEFINED_FUNCTION and (m := _FUNCTION.search(message)):
         return Target(Anchor.FUNCTION, tuple(m.group(1).split(".")))
     if sqlstate != e.SYNTAX_ERROR:
@@ -298,6 +303,9 @@ def locate(sql: str, target: Target, tokens: list[Token] | None = None) -> int |
     if target.anchor is Anchor.UNTERMINATED:
         bad = [t for t in tokens if t.kind is Kind.UNTERMINATED]
         return _char_position(bad[0].start) if bad else None
+    if target.anchor is Anchor.PARAMETER:
+        param = next((t for t in tokens if t.kind is Kind.PARAM and t.text == target.name[0]), None)
+        return None if param is None else _char_position(param.start)
     chain = _matching_chain(tokens, target)
     return None if chain is None else _char_position(chain.start(tokens))
 

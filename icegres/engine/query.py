@@ -301,12 +301,12 @@ class QueryContext:
         except Exception as exc:
             retry = self._rewritten_after_failure(stmt, params, planned)
             if retry is None:
-                raise engine_errors.from_datafusion(exc) from None
+                raise engine_errors.from_datafusion(exc, stmt.sql, verbatim=False) from None
             try:
                 planned = retry
                 schema, stream = self.pg_schema(stmt, planned.df.schema()), planned.df.execute_stream()
             except Exception:
-                raise engine_errors.from_datafusion(exc) from None
+                raise engine_errors.from_datafusion(exc, stmt.sql, verbatim=False) from None
             kinds = self._plan_kinds(stmt, planned.df)
         # A plan that may compute for long before its first batch is pulled so that a cancel can
         # end the wait (engine/batches.py).
@@ -448,7 +448,7 @@ class QueryContext:
         except PgError as exc:
             failure = exc
         except Exception as exc:  # an execution error in the first batch
-            failure = engine_errors.from_datafusion(exc)
+            failure = engine_errors.from_datafusion(exc, stmt.sql, verbatim=False)
         check.result()  # a catalog failure is this statement's error, as without speculation
         if self.engine.mounted_locations(refs) != before:
             return self._execute(stmt, params)  # a table moved: run on what the check mounted

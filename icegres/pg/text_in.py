@@ -608,10 +608,11 @@ def _parse_interval(s: str) -> timedelta | relativedelta:
     Like DecodeInterval, each field may be given once ('1 day 1 day' is an error; a time token
     claims hours, minutes and seconds) and a bare number means seconds.
     """
-    w = s.strip(_PG_SPACE).lower()
+    raw = s.strip(_PG_SPACE)
+    w = raw.lower()
     acc = _IntervalAcc()
-    if w.startswith("p"):
-        _parse_iso_interval(w, s, acc)
+    if raw.startswith("P"):  # DecodeISO8601Interval: designators in upper case only
+        _parse_iso_interval(raw, s, acc)
     else:
         negate = False
         pos = 0
@@ -672,14 +673,14 @@ def _parse_interval(s: str) -> timedelta | relativedelta:
 
 
 _ISO_INTERVAL_RE = re.compile(
-    r"p(?:(?P<y>[+-]?[\d.]+)y)?(?:(?P<mo>[+-]?[\d.]+)m)?(?:(?P<w>[+-]?[\d.]+)w)?(?:(?P<d>[+-]?[\d.]+)d)?"
-    r"(?:t(?:(?P<h>[+-]?[\d.]+)h)?(?:(?P<mi>[+-]?[\d.]+)m)?(?:(?P<s>[+-]?[\d.]+)s)?)?"
+    r"P(?:(?P<y>[+-]?[\d.]+)Y)?(?:(?P<mo>[+-]?[\d.]+)M)?(?:(?P<w>[+-]?[\d.]+)W)?(?:(?P<d>[+-]?[\d.]+)D)?"
+    r"(?:T(?:(?P<h>[+-]?[\d.]+)H)?(?:(?P<mi>[+-]?[\d.]+)M)?(?:(?P<s>[+-]?[\d.]+)S)?)?"
 )
 
 
 def _parse_iso_interval(w: str, s: str, acc: _IntervalAcc) -> None:
     m = _ISO_INTERVAL_RE.fullmatch(w)
-    if not m or w in ("p", "pt") or w.endswith("t"):
+    if not m or w in ("P", "PT") or w.endswith("T"):
         raise _invalid("interval", s, INVALID_DATETIME_FORMAT)
     for group, unit in (
         ("y", "year"),

@@ -54,6 +54,9 @@ CORPUS = (
     # the name also appears in literals and comments, which must not count
     "select 'nope', nope from demo.trips",
     "select $$nope$$, nope from demo.trips",
+    # a parameter the simple Query protocol has no value for
+    "select $1",
+    "select id from demo.trips where id = 1 + $2",
     "select /* nope */ nope from demo.trips",
     "select -- nope\n nope from demo.trips",
     # characters, not bytes; tabs and newlines
