@@ -14,11 +14,13 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from icegres.engine.batches import BATCH_ROWS
 from icegres.engine.catalog import Lakehouse, Listing
+from icegres.engine.file_presence import FilePresence
 from icegres.engine.mounts import (
     FooterCache,
     ObjectStores,
@@ -133,6 +135,7 @@ class Engine:
         # that instant, and no other statement must take that setting with it.
         self._master_lock = threading.Lock()
         self._footers = FooterCache()
+        self._presence = FilePresence()
         self._stores = ObjectStores(lakehouse.s3_properties(), file_cache)
         self._file_cache = file_cache
         # Tables whose remote files all got local copies since they were mounted: mounted again
@@ -515,6 +518,14 @@ class Engine:
             if f"{ns}.{name}" in message or f"'{name}'" in message:
                 return err
         return None
+
+    def check_files(self, plans: Iterable[tuple[tuple[str, str], ReadPlan]]) -> None:
+        """58P01 if a local data file one of `plans` lists is gone (file_presence.py): a scan
+        would read it as no rows."""
+        for key, plan in plans:
+            if not self._presence.unchanged(key, plan.metadata_location):
+                paths = (self._stores.read_path(f.path) for f in plan.files)
+                self._presence.verify(key, plan.metadata_location, [p for p in paths if is_local(p)])
 
     def read_plan(self, schema: str, name: str) -> ReadPlan | None:
         return self._plans.get((schema, name))

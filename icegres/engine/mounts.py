@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from icegres.engine.file_presence import missing_file
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
 
 if TYPE_CHECKING:
@@ -146,6 +147,10 @@ class FooterCache:
         return ids
 
 
+def _table_name(table: Table) -> str:
+    return ".".join(table.name()[1:] if len(table.name()) > 2 else table.name())
+
+
 def plan_read(table: Table, footers: FooterCache) -> ReadPlan:
     """Plan the current snapshot of `table` (blocking: manifests and footers are read)."""
     schema = arrow_schema(table)
@@ -161,13 +166,15 @@ def plan_read(table: Table, footers: FooterCache) -> ReadPlan:
                 # would return deleted rows. Refuse loudly rather than answer wrong.
                 raise PgError(
                     FEATURE_NOT_SUPPORTED,
-                    f"table {'.'.join(table.name()[1:] if len(table.name()) > 2 else table.name())} "
-                    "has merge-on-read delete files, which icegres cannot read yet",
+                    f"table {_table_name(table)} has merge-on-read delete files, which icegres cannot read yet",
                     hint="rewrite the table's data files (e.g. Spark rewrite_data_files) to apply them",
                 )
             path = task.file.file_path
             data_files[path] = task.file
-            by_id = footers.field_names(table, path)
+            try:
+                by_id = footers.field_names(table, path)
+            except FileNotFoundError:
+                raise missing_file(_table_name(table), path) from None
             if by_id:
                 columns = tuple((name, by_id.get(fid)) for name, fid in zip(names, field_ids, strict=True))
             else:

@@ -99,7 +99,19 @@ class QueryContext:
         made = self.made
         planned = self._plan(stmt, params, made)
         planned.hold = (hold, made.keep)
+        self._check_files(self.table_refs(stmt))
         return planned
+
+    def _check_files(self, refs: set[tuple[str, str]] | None) -> None:
+        """58P01 where a data file of a table the statement reads is gone (file_presence.py).
+        A statement over the catalog relations (refs None) reads no data file."""
+        if not refs:
+            return
+        pins = self.txn.pins if self.txn is not None else None
+        plans = [(key, plan) for key in refs
+                 if (plan := pins.get(key) if pins is not None and key in pins else self.engine.read_plan(*key))
+                 is not None]
+        self.engine.check_files(plans)
 
     def _plan(self, stmt: Statement, params: dict[str, Any] | None, made: Made) -> PlannedQuery:
         pruned = self._plan_pruned(stmt, params, made)
@@ -161,6 +173,7 @@ class QueryContext:
         # value: exact numerics), before anything copies it away from that place.
         baked = rewrite.typed_literals(tree)
         df, _ = self._as_sent_or_rewritten(rewrite.to_sql(baked), lambda: baked, params, made.ctx)
+        self._check_files(tree_table_refs(tree, self.env.search_path))
         return PlannedQuery(df, (hold, made.keep))
 
     def _as_sent_or_rewritten(self, sql: str, tree: Callable[[], exp.Expression], params: dict[str, Any] | None,

@@ -72,7 +72,7 @@ def rewrite_matching(qctx: QueryContext, txn: TxnState, key: Key, cond: exp.Expr
         collect(qctx.plan_tree(probe, params))
     if not plan.files:
         return 0, returning_rows
-    view = source(qctx.register_private("target", with_file_column(qctx, plan)), alias)
+    view = source(qctx.register_private("target", with_file_column(qctx, key, plan)), alias)
     hits_query = (exp.select(column(FILE_COLUMN), exp.alias_(exp.Count(this=exp.Star()), "n"))
                   .from_(view).group_by(column(FILE_COLUMN)))
     if cond is not None:
@@ -193,7 +193,7 @@ def check_unique(qctx: QueryContext, plan: ReadPlan, key: Key, rows: pa.Table, e
     new_keys = source(qctx.register_private("new_keys", qctx.ctx.from_arrow(scan_typed(keys))), n)
     table = lake_table(key)
     if exclude_files:
-        table = qctx.register_private("pk_target", with_file_column(qctx, plan))
+        table = qctx.register_private("pk_target", with_file_column(qctx, key, plan))
     on = exp.and_(*(exp.EQ(this=column(c, t), expression=column(c, n)) for c in pk))
     query = exp.select(*(column(c, t) for c in pk)).from_(source(table, t)).join(new_keys, on=on).limit(1)
     if exclude_files:

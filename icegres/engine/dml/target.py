@@ -127,8 +127,10 @@ def collect(planned: PlannedQuery) -> pa.Table:
         raise engine_errors.from_datafusion(exc) from None
 
 
-def with_file_column(qctx: QueryContext, plan: ReadPlan) -> Any:
-    """The table as a union of per-file scans, each tagged with its path."""
+def with_file_column(qctx: QueryContext, key: Key, plan: ReadPlan) -> Any:
+    """The table `key` as a union of per-file scans, each tagged with its path (58P01 if one of
+    the files is gone: a scan would read it as no rows)."""
+    qctx.engine.check_files([(key, plan)])
     from dataclasses import replace
 
     from datafusion import lit

@@ -71,7 +71,7 @@ def upsert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[str
     if plan.files:
         t, excluded = exp.to_identifier("t"), exp.to_identifier("excluded")
         incoming = qctx.register_private("incoming", qctx.ctx.from_arrow(scan_typed(rows)))
-        view = qctx.register_private("target", with_file_column(qctx, plan))
+        view = qctx.register_private("target", with_file_column(qctx, key, plan))
         on = exp.and_(*(exp.EQ(this=column(k, t), expression=column(k, excluded)) for k in pk))
         found = collect(qctx.plan_tree(
             exp.select(exp.alias_(column(FILE_COLUMN, t), "f"), *(column(k, t) for k in pk)).distinct()

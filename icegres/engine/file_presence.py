@@ -1,0 +1,84 @@
+"""A data file the snapshot lists and storage cannot give is an error, never an empty table.
+
+DataFusion lists a scan's files when it runs: a Parquet path that no longer exists lists as
+nothing, and a dangling link in a scan set (scan_sets.py) is skipped, so a table whose only file
+was deleted answered `count(*) = 0` and a table missing one of several files answered short sums,
+with no error. PostgreSQL says 58P01 ("could not open file ...") when a relation's file is gone.
+
+Checking every file on every statement would cost a stat per file. A file removed from a
+directory changes that directory's modification time, so each table remembers the directories
+of the files it was last seen whole with and their times: a statement stats one directory per
+table (typically one) and re-checks the files only after a directory changed, which every new
+commit to the table also does.
+
+Remote files are checked where they are read: a local copy (file_cache.py) is a local file; a
+file still read from the object store is not stat'ed here (a HEAD per file per statement).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from icegres.pg.errors import PgError
+
+UNDEFINED_FILE = "58P01"
+
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class _Seen:
+    metadata_location: str
+    directories: tuple[tuple[str, int], ...]  # (directory, st_mtime_ns) when all files were there
+
+
+class FilePresence:
+    """Which mounted snapshots were last seen with every local data file in place."""
+
+    def __init__(self) -> None:
+        self._seen: dict[Key, _Seen] = {}
+        self._lock = threading.Lock()
+
+    def unchanged(self, key: Key, metadata_location: str) -> bool:
+        """Whether `key` was last seen whole at this snapshot and none of its directories changed
+        since (one stat per directory)."""
+        with self._lock:
+            seen = self._seen.get(key)
+        return seen is not None and seen.metadata_location == metadata_location and _unchanged(seen.directories)
+
+    def verify(self, key: Key, metadata_location: str, paths: Iterable[str]) -> None:
+        """Raise 58P01 naming the table and the file if one of `paths` is gone; else remember
+        the snapshot as seen whole."""
+        paths = list(paths)
+        directories: dict[str, int] = {}
+        for path in paths:
+            directory = os.path.dirname(path)
+            if directory not in directories:
+                # before the files: a removal after this stat changes the time the next check sees
+                directories[directory] = _mtime(directory)
+        for path in paths:
+            if not os.path.exists(path):
+                raise missing_file(f"{key[0]}.{key[1]}", path)
+        with self._lock:
+            self._seen[key] = _Seen(metadata_location, tuple(directories.items()))
+
+
+def missing_file(relation: str, path: str) -> PgError:
+    """PostgreSQL's error for a relation file that is gone, naming the table and the file."""
+    return PgError(UNDEFINED_FILE, f'could not open file "{path}" of relation {relation}: No such file or directory',
+                   hint="The table's snapshot lists this data file: restore it, or roll the table back "
+                        "to a snapshot that does not list it.")
+
+
+def _unchanged(directories: tuple[tuple[str, int], ...]) -> bool:
+    return all(_mtime(directory) == mtime for directory, mtime in directories)
+
+
+def _mtime(directory: str) -> int:
+    try:
+        return os.stat(directory).st_mtime_ns
+    except OSError:
+        return -1

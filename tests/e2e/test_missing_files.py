@@ -1,0 +1,105 @@
+"""A data file the table's snapshot lists and storage cannot give is an error (58P01) naming the
+table and the file, on both front ends, never an empty or short answer; the other tables go on
+answering, and the table reads again once the file is back (engine/file_presence.py)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import adbc_driver_flightsql.dbapi as adbc
+import adbc_driver_manager
+import psycopg
+import pytest
+
+from tests.e2e.test_flightsql import flight_server
+from tests.support.icegres_server import running_icegres, seed_data_dir
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+READS = [
+    "select count(*) from demo.cities",
+    "select * from demo.cities",
+    "select sum(population) from demo.cities",
+    "select t.city, c.country from demo.trips t join demo.cities c on c.city = t.city limit 5",
+]
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data_dir = tmp_path_factory.mktemp("missing") / "data"
+    seed_data_dir(data_dir, rows=2000)
+    return data_dir
+
+
+def _data_files(lake: Path, table: str) -> list[Path]:
+    return sorted((lake / "warehouse" / "demo" / table / "data").glob("*.parquet"))
+
+
+@pytest.fixture
+def hidden(lake: Path, tmp_path: Path) -> Iterator[Path]:
+    """demo.cities's one data file, moved away for the test and put back after it."""
+    (path,) = _data_files(lake, "cities")
+    aside = tmp_path / path.name
+    shutil.move(path, aside)
+    try:
+        yield path
+    finally:
+        shutil.move(aside, path)
+
+
+def _sqlstate(conn: psycopg.Connection, sql: str) -> tuple[str | None, str]:
+    try:
+        conn.execute(sql).fetchall()
+    except psycopg.Error as err:
+        return err.diag.sqlstate, err.diag.message_primary or ""
+    return None, ""
+
+
+def test_a_file_removed_while_serving_is_an_error_not_an_empty_table(lake: Path) -> None:
+    with running_icegres(lake) as srv, psycopg.connect(srv.dsn(), autocommit=True) as conn:
+        before = [conn.execute(sql).fetchall() for sql in READS]
+        assert before[0] == [(20,)]
+        (path,) = _data_files(lake, "cities")
+        aside = lake.parent / path.name
+        shutil.move(path, aside)
+        try:
+            for sql in READS:
+                state, message = _sqlstate(conn, sql)
+                assert state == "58P01", (sql, state, message)
+                assert "demo.cities" in message and path.name in message
+            with conn.transaction():
+                assert _sqlstate(conn, READS[0])[0] == "58P01"
+            assert conn.execute("select count(*) from demo.trips").fetchone() == (2000,)
+            # a write that must read the table first is refused the same way, and changes nothing
+            assert _sqlstate(conn, "update demo.cities set population = 0 where city = 'Berlin'")[0] == "58P01"
+        finally:
+            shutil.move(aside, path)
+        assert [conn.execute(sql).fetchall() for sql in READS] == before
+
+
+def test_a_file_missing_at_start_up_fails_that_table_only(lake: Path, hidden: Path) -> None:
+    with running_icegres(lake) as srv, psycopg.connect(srv.dsn(), autocommit=True) as conn:
+        state, message = _sqlstate(conn, READS[0])
+        assert state == "58P01" and hidden.name in message
+        assert conn.execute("select count(*) from demo.trips").fetchone() == (2000,)
+
+
+def test_flight_sql_reads_say_the_same(lake: Path) -> None:
+    with flight_server(lake) as (uri, _, _), adbc.connect(uri, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(READS[0])
+        assert cur.fetchall() == [(20,)]
+        (path,) = _data_files(lake, "cities")
+        aside = lake.parent / path.name
+        shutil.move(path, aside)
+        try:
+            for sql in READS:
+                with pytest.raises(adbc_driver_manager.Error) as exc:
+                    cur.execute(sql)
+                    cur.fetchall()
+                assert "58P01" in str(exc.value) and path.name in str(exc.value), sql
+        finally:
+            shutil.move(aside, path)
+        cur.execute(READS[0])
+        assert cur.fetchall() == [(20,)]
