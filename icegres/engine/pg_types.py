@@ -186,8 +186,25 @@ def _short(base: str) -> str:
 
 
 def _unsupported(name: str) -> PgError:
+    """0A000 for a PostgreSQL type the lake cannot store; 42704 for a name that is no type."""
+    from icegres.engine.pg_builtins import BUILTIN_TYPES
+
+    bare = name.lower().removeprefix("pg_catalog.").strip('"').removesuffix("[]")
+    if bare.split("(")[0].strip() not in _KNOWN_NAMES and bare.split("(")[0].strip() not in {
+            t.typname for t in BUILTIN_TYPES.values()}:
+        return PgError(e.UNDEFINED_OBJECT, f'type "{name}" does not exist')
     hint = _UNSUPPORTED.get(name.lower(), _AS_TEXT_HINT)
     return PgError(e.FEATURE_NOT_SUPPORTED, f'type "{name}" is not supported in icegres tables', hint=hint)
+
+
+# Spellings of built-in types that are not their typname (format_type's and SQL's keywords).
+_KNOWN_NAMES = frozenset({
+    "bit varying", "character varying", "character", "double precision", "time with time zone",
+    "time without time zone", "timestamp with time zone", "timestamp without time zone", "decimal",
+    "smallint", "integer", "int", "bigint", "real", "float", "boolean", "serial", "bigserial",
+    "smallserial", "serial2", "serial4", "serial8", "dec", "varchar", "char", "nchar",
+    "national character", "timestamptz", "timetz",
+})
 
 
 # Iceberg primitive -> PostgreSQL format_type spelling, for messages about existing columns.

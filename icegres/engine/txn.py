@@ -105,14 +105,19 @@ class TxnState:
         self.pinned_all = True
         self.version += 1
 
+    def refuse_ddl_after_writes(self, keys: set[Key]) -> None:
+        """0A000 for DDL on a table this transaction wrote to, asked before the DDL is applied:
+        staged rows were written against the old schema (PostgreSQL would have locked the table
+        instead), and a refusal after the catalog changed would leave the change behind."""
+        for key in sorted(keys):
+            if key in self.writes:
+                from icegres.pg.errors import PgError
+
+                raise PgError("0A000", f"cannot alter table {key[0]}.{key[1]} after writing to it in the same transaction")
+
     def repin(self, key: Key, plan: ReadPlan | None) -> None:
         """After DDL inside the transaction: the table's new shape replaces its pin."""
-        if key in self.writes:
-            # Staged rows were written against the old schema; PostgreSQL would have locked the
-            # table instead. Refuse rather than publish files that no longer match.
-            from icegres.pg.errors import PgError
-
-            raise PgError("0A000", f"cannot alter table {key[0]}.{key[1]} after writing to it in the same transaction")
+        self.refuse_ddl_after_writes({key})
         if plan is None:
             self.pins.pop(key, None)
         else:

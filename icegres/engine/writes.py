@@ -185,6 +185,8 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
             await ladder.settle(keys)
 
     def apply() -> list[str]:
+        if qctx.txn is not None:
+            qctx.txn.refuse_ddl_after_writes(ddl_keys(cmd, path, qctx))  # before the catalog changes
         notices = ddl_apply.apply_ddl(qctx.engine.lakehouse, cmd, path)
         qctx.engine.refresh(None if qctx.engine.lakehouse.kind != "rest" else ddl_keys(cmd, path, qctx))
         qctx.forget_routes()
