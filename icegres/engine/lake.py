@@ -353,6 +353,8 @@ class Engine:
         """Take in a new listing: drop what is gone, note what changed (mounted on first use)."""
         wanted = {(t.namespace, t.name): t for t in listing.tables}
         catalog = self._master.catalog(DEFAULT_CATALOG)
+        if self._listing is None or listing.namespaces != self._listing.namespaces:
+            self._shape_dirty = True  # a schema without tables is in pg_namespace too
         for ns in listing.namespaces:
             self._ensure_schema(ns)
         for key in list(self._plans):

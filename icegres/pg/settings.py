@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from icegres.pg.errors import INVALID_PARAMETER_VALUE, UNDEFINED_OBJECT, PgError
+from icegres.pg.errors import INVALID_PARAMETER_VALUE, SYNTAX_ERROR, UNDEFINED_OBJECT, PgError
 
 # Sent as ParameterStatus at startup and again whenever they change: psql and psqlODBC fall back to
 # pre-PG12 catalog queries without server_version, psycopg2 fails without client_encoding, and pgjdbc
@@ -45,8 +45,9 @@ def defaults(server_version: str, user: str) -> dict[str, str]:
         "statement_timeout": "0",
         "lock_timeout": "0",
         "idle_in_transaction_session_timeout": "0",
-        "transaction_isolation": "read committed",
-        "default_transaction_isolation": "read committed",
+        # the level in force: every transaction reads one snapshot (_isolation)
+        "transaction_isolation": "repeatable read",
+        "default_transaction_isolation": "repeatable read",
         "transaction_read_only": "off",
         "transaction_deferrable": "off",
         "default_transaction_deferrable": "off",
@@ -93,6 +94,51 @@ def _version_num(version: str) -> str:
 def reported_name(key: str) -> str | None:
     """The ParameterStatus spelling of a setting, if it is one clients are told about."""
     return _REPORTED_BY_KEY.get(key)
+
+
+def startup_options(options: str) -> list[tuple[str, str]]:
+    """The settings in a startup packet's `options` (`PGOPTIONS='-c search_path=tpch'`), as
+    PostgreSQL reads them (pg_split_opts, then process_postgres_switches): words split on
+    whitespace, a backslash taking the next character literally; `-c name=value` or
+    `--name=value`, dashes in a name read as underscores. Anything else is an error."""
+    words: list[str] = []
+    word: list[str] = []
+    started = False
+    chars = iter(options)
+    for ch in chars:
+        if ch.isspace():
+            if started:
+                words.append("".join(word))
+                word, started = [], False
+            continue
+        if ch == "\\":
+            ch = next(chars, "")
+        word.append(ch)
+        started = True
+    if started:
+        words.append("".join(word))
+    out: list[tuple[str, str]] = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w == "-c" or (w.startswith("-c") and len(w) > 2):
+            arg = w[2:] if len(w) > 2 else (words[i + 1] if i + 1 < len(words) else None)
+            i += 1 if len(w) > 2 else 2
+            if arg is None:
+                raise PgError(SYNTAX_ERROR, 'invalid command-line argument for server process: -c',
+                              hint='Try "postgres --help" for more information.')
+            flag = "-c "
+        elif w.startswith("--") and len(w) > 2:
+            arg, flag = w[2:], "--"
+            i += 1
+        else:
+            raise PgError(SYNTAX_ERROR, f"invalid command-line argument for server process: {w}",
+                          hint='Try "postgres --help" for more information.')
+        name, eq, value = arg.partition("=")
+        if not eq:
+            raise PgError(SYNTAX_ERROR, f"{flag}{arg} requires a value")
+        out.append((name.replace("-", "_").lower(), value))
+    return out
 
 
 @dataclass(frozen=True)
@@ -158,27 +204,55 @@ def _int(name: str, lo: int, hi: int):
     return check
 
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|min|h|d|us)?\s*$", re.I)
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d*)?|-?\.\d+)\s*(us|ms|s|min|h|d)?\s*$")
 _UNIT_MS = {None: 1, "us": 0.001, "ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+_SHOWN_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000))
+_INT_MAX = 2**31 - 1
 
 
-def duration_ms(value: str) -> int:
+def duration_ms(value: str, name: str = "statement_timeout") -> int:
+    """A time setting in milliseconds, read as PostgreSQL's parse_int does (units case-sensitive,
+    a bare number in ms, fractions rounded)."""
     m = _DURATION.match(value)
     if not m:
-        raise PgError(INVALID_PARAMETER_VALUE, f'invalid value for parameter "statement_timeout": "{value}"')
-    unit = m.group(2).lower() if m.group(2) else None
-    return int(int(m.group(1)) * _UNIT_MS[unit])
+        hint = 'Valid units for this parameter are "us", "ms", "s", "min", "h", and "d".' \
+            if re.match(r"^\s*-?[\d.]+\s*\S", value) else None
+        raise PgError(INVALID_PARAMETER_VALUE, f'invalid value for parameter "{name}": "{value}"', hint=hint)
+    ms = round(float(m.group(1)) * _UNIT_MS[m.group(2)])
+    if not 0 <= ms <= _INT_MAX:
+        raise PgError(INVALID_PARAMETER_VALUE,
+                      f'{ms} ms is outside the valid range for parameter "{name}" (0 .. {_INT_MAX})')
+    return ms
 
 
-def _timeout(value: str) -> str:
-    return str(duration_ms(value))
+def show_duration(ms: int) -> str:
+    """How SHOW prints a time setting: in the largest unit that holds it whole (`500ms`, `1min`)."""
+    if ms == 0:
+        return "0"
+    for unit, size in _SHOWN_UNITS:
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
 
 
-def _isolation(value: str) -> str:
-    v = " ".join(value.lower().split())
-    if v not in ("read uncommitted", "read committed", "repeatable read", "serializable"):
-        raise PgError(INVALID_PARAMETER_VALUE, f'invalid value for parameter "transaction_isolation": "{value}"')
-    return v
+def _timeout(name: str):
+    def check(value: str) -> str:
+        return show_duration(duration_ms(value, name))
+
+    return check
+
+
+def _isolation(name: str):
+    def check(value: str) -> str:
+        """The level a transaction runs at when asked for `value`: every transaction reads one
+        snapshot (PostgreSQL's REPEATABLE READ), so the two weaker levels get that one, as the
+        standard allows; SHOW reports the level in force."""
+        v = " ".join(value.lower().split())
+        if v not in ("read uncommitted", "read committed", "repeatable read", "serializable"):
+            raise PgError(INVALID_PARAMETER_VALUE, f'invalid value for parameter "{name}": "{value}"')
+        return "serializable" if v == "serializable" else "repeatable read"
+
+    return check
 
 
 def _intervalstyle(value: str) -> str:
@@ -205,11 +279,11 @@ _VALIDATORS = {
     "timezone": _timezone,
     "datestyle": _datestyle,
     "extra_float_digits": _int("extra_float_digits", -15, 3),
-    "statement_timeout": _timeout,
-    "lock_timeout": _timeout,
-    "idle_in_transaction_session_timeout": _timeout,
-    "transaction_isolation": _isolation,
-    "default_transaction_isolation": _isolation,
+    "statement_timeout": _timeout("statement_timeout"),
+    "lock_timeout": _timeout("lock_timeout"),
+    "idle_in_transaction_session_timeout": _timeout("idle_in_transaction_session_timeout"),
+    "transaction_isolation": _isolation("transaction_isolation"),
+    "default_transaction_isolation": _isolation("default_transaction_isolation"),
     "intervalstyle": _intervalstyle,
     "standard_conforming_strings": _on_off("standard_conforming_strings"),
     "jit": _on_off("jit"),

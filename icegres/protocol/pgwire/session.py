@@ -164,7 +164,8 @@ class Session:
             pass
         except PgError as err:
             # Protocol violations end the connection after telling the client why.
-            self.send(m.error_response(PgError(err.sqlstate, err.message, severity="FATAL")))
+            self.send(m.error_response(PgError(err.sqlstate, err.message, severity="FATAL", detail=err.detail,
+                                               hint=err.hint)))
             try:
                 await self.flush()
             except ConnectionClosed:
@@ -202,12 +203,17 @@ class Session:
         self.decoder.in_startup = False
         version = self.server.server_version
         self.initial_settings = guc.defaults(version, self.user)
+        try:
+            # Command-line options first, then the packet's own settings, as PostgreSQL applies them.
+            for k, value in guc.startup_options(params.get("options", "")):
+                change = guc.validate(k, value, self.initial_settings, self.initial_settings)
+                self.initial_settings[change.key] = change.value
+        except PgError as err:
+            raise PgError(err.sqlstate, err.message, severity="FATAL", hint=err.hint) from None
         for key, value in params.items():
             k = key.lower()
-            if k in ("user", "database", "replication"):
+            if k in ("user", "database", "replication", "options"):
                 continue
-            if k == "options":
-                continue  # `-c name=value` options: accepted, not applied
             try:
                 change = guc.validate(k, value, self.initial_settings, self.initial_settings)
             except PgError as err:
@@ -334,7 +340,7 @@ class Session:
     async def _run_statement(self, fn, *args):
         """Run `fn` (async) under this session's cancel scope and statement_timeout, watched for a
         client that hangs up meanwhile."""
-        timeout_ms = int(self.settings.get("statement_timeout", "0") or 0)
+        timeout_ms = guc.duration_ms(self.settings.get("statement_timeout", "0") or "0")
         self._cancel_requested = False
         with trio.CancelScope() as scope:
             if timeout_ms > 0:
@@ -775,8 +781,18 @@ class Session:
             raise PgError(E.UNDEFINED_OBJECT, f'unrecognized configuration parameter "{key}"')
         if describe:
             self.send(_show_description(stmt))
-        self.send(_text_row([self.settings[key]]))
+        self.send(_text_row([self._shown(key)]))
         self.send(m.command_complete("SHOW"))
+
+    def _shown(self, key: str) -> str:
+        """A setting as SHOW prints it; transaction_isolation is the level of the transaction in
+        force (the block's, else the one the next transaction gets)."""
+        if key == "transaction_isolation":
+            txn = self.qctx.txn
+            if txn is not None and not txn.autocommit:
+                return "serializable" if txn.serializable else "repeatable read"
+            return self.settings.get("default_transaction_isolation", self.settings[key])
+        return self.settings[key]
 
     async def _cmd_declare(self, stmt: Statement, describe: bool) -> None:
         hold = " WITH HOLD" in stmt.sql.upper().replace("\n", " ")
