@@ -43,6 +43,7 @@ from icegres.engine.ddl_commands import (
 )
 from icegres.engine.parquet_files import DELTA_INTEGERS
 from icegres.engine.pg_types import column_type
+from icegres.engine.rewrite.names import DATABASE_ALIASES
 from icegres.pg import errors as e
 from icegres.pg.errors import PgError
 
@@ -95,13 +96,13 @@ PARTITIONING_HINT = ("partitioning is a comma-separated list of column, identity
                      "or truncate(width, column).")
 
 
-def parse_ddl(sql: str) -> DdlCommand:
+def parse_ddl(sql: str, database: str = "") -> DdlCommand:
     """Parse one CREATE/DROP SCHEMA, CREATE/DROP/ALTER TABLE or CREATE TABLE AS statement.
 
     Raises PgError 42601 on a syntax error (with a 1-based `position` where one is known) and
     0A000 for PostgreSQL the lake cannot do; a trailing semicolon is allowed.
     """
-    return _Parser(sql).statement()
+    return _Parser(sql, database).statement()
 
 
 def parse_partitioning(text: str) -> tuple[PartitionField, ...]:
@@ -235,8 +236,9 @@ def _constraint_error(kind: str, position: int | None = None) -> PgError:
 
 
 class _Parser:
-    def __init__(self, sql: str) -> None:
+    def __init__(self, sql: str, database: str = "") -> None:
         self.sql = sql
+        self.database = database  # a three-part name may start with it (dbt names every relation so)
         try:
             tokens = list(_DIALECT.tokenize(sql))
         except TokenError:
@@ -334,6 +336,8 @@ class _Parser:
             return None, parts[0]
         if len(parts) == 2:
             return parts[0], parts[1]
+        if len(parts) == 3 and parts[0] in (self.database, *DATABASE_ALIASES):
+            return parts[1], parts[2]
         raise PgError(e.FEATURE_NOT_SUPPORTED,
                       f"cross-database references are not implemented: {'.'.join(parts)}",
                       position=self.position(start))

@@ -29,7 +29,7 @@ from icegres.engine.plan_cache import PlanCache
 from icegres.engine.planned import HeldStream, PlannedQuery
 from icegres.engine.session_zone import is_utc
 from icegres.engine.txn import TxnState
-from icegres.pg.errors import PgError
+from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
 from icegres.sql.statement import Statement, tree_table_refs
 
 if TYPE_CHECKING:
@@ -188,8 +188,10 @@ class QueryContext:
                 first_error = exc
         try:
             rewritten = rewrite.for_datafusion(tree(), self.env, self.engine.has_table)
-        except PgError:
-            if first_error is not None:
+        except PgError as refused:
+            # What the rewrite refuses outright (a cross-database name, a construct it cannot
+            # spell) says more than DataFusion's failure to find or plan it.
+            if first_error is not None and refused.sqlstate != FEATURE_NOT_SUPPORTED:
                 raise engine_errors.from_datafusion(first_error, sql) from None
             raise
         try:

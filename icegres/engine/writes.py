@@ -172,7 +172,7 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
     from icegres.engine import ddl, ddl_apply
     from icegres.engine.ddl_commands import command_tag
 
-    cmd = ddl.parse_ddl(stmt.sql)
+    cmd = ddl.parse_ddl(stmt.sql, host.qctx.env.database)
     if isinstance(cmd, ddl.CreateTableAs):
         return await create_table_as(host, cmd)
     qctx = host.qctx

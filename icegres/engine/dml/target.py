@@ -13,6 +13,8 @@ import pyarrow as pa
 from sqlglot import exp
 
 from icegres.engine.column_names import tree_names
+from icegres.engine.lake import PRIVATE_CATALOG
+from icegres.engine.rewrite.names import check_database
 from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
@@ -36,6 +38,8 @@ def target_key(qctx: QueryContext, txn: TxnState | None, table: exp.Table) -> Ke
     """The (schema, table) a written table means: 42P01 if it is none the transaction sees."""
     name = table.name
     schema = table.db or None
+    if table.text("catalog") != PRIVATE_CATALOG:
+        check_database(table.text("catalog"), qctx.env.database, table.sql(dialect="postgres"))
     key = qctx.resolve_table(schema, name)
     if key is None:
         shown = f"{schema}.{name}" if schema else name

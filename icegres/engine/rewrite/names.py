@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from icegres.engine import pg_relations
+from icegres.engine.lake import PRIVATE_CATALOG
 from icegres.engine.rewrite.tree import _bottom_up, _call, _func_name, _Rewriter
 from icegres.pg.errors import (
     FEATURE_NOT_SUPPORTED,
@@ -13,6 +14,29 @@ from icegres.pg.errors import (
 )
 
 # --- names ------------------------------------------------------------------------------------
+
+# `postgres` names the served database too (pgAdmin, DBeaver and Metabase connect to it).
+DATABASE_ALIASES = ("postgres",)
+
+
+def check_database(catalog: str, database: str, qualified: str) -> None:
+    """A three-part name's first part must be this database (PostgreSQL: 0A000 otherwise)."""
+    if catalog and catalog not in (database, *DATABASE_ALIASES):
+        raise PgError(FEATURE_NOT_SUPPORTED, f"cross-database references are not implemented: {qualified}")
+
+
+def local_database_qualifiers(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """"icegres"."demo"."t" -> "demo"."t": dbt and BI tools name every relation with its database.
+
+    A name in another database is 0A000, as in PostgreSQL."""
+    database = getattr(rw.env, "database", "")
+    for table in tree.find_all(exp.Table):
+        catalog = table.text("catalog")
+        if catalog and catalog != PRIVATE_CATALOG:  # the engine's own work tables stay as named
+            check_database(catalog, database, ".".join(p for p in (catalog, table.db, table.name)))
+            table.set("catalog", None)
+    return tree
+
 
 
 def qualify_catalog_tables(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:

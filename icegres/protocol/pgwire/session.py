@@ -197,7 +197,9 @@ class Session:
         if not self.user:
             raise PgError(E.INVALID_AUTHORIZATION, "no PostgreSQL user name specified in startup packet")
         database = params.get("database") or self.user
-        if database != self.server.settings.database:
+        # pgAdmin, DBeaver, Metabase and many scripts connect to `postgres` by default: it names
+        # the served database too.
+        if database not in (self.server.settings.database, "postgres"):
             raise PgError(E.INVALID_CATALOG_NAME, f'database "{database}" does not exist')
         await self._authenticate()
         self.decoder.in_startup = False
