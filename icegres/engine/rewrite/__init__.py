@@ -59,6 +59,7 @@ from icegres.engine.rewrite.names import (
     strip_function_schemas,
     to_char_formats,
 )
+from icegres.engine.rewrite.numeric import numeric_division
 from icegres.engine.rewrite.operators import (
     boolean_literals,
     drop_collate,
@@ -91,6 +92,7 @@ _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
     local_database_qualifiers,
     qualify_catalog_tables,
     bind_columns,
+    numeric_division,
     strip_function_schemas,
     set_returning_functions,
     to_char_formats,
@@ -155,6 +157,8 @@ _REWRITE_MARKERS = (
     # generate_series in a select list returns one list, not rows, and the others
     # (names.postgres_semantics).
     "to_char", "generate_series", "to_date", "to_timestamp", "similar to", "array_remove", "fetch ",
+    # numeric quotients and averages at PostgreSQL's scale (numeric.py)
+    "/", "avg(",
 )
 
 

@@ -14,12 +14,16 @@ the binding has known columns (catalog relations, lakehouse tables, CTEs and der
 named outputs) and exactly one of the innermost scope's relations has it. Anything else (a
 set-returning function in FROM, `*` in a derived table, an ambiguous name, a select-list alias)
 stays as it was, for DataFusion to bind innermost-first as before.
+
+Binding a column also notes what its relation says of its type where later steps need it: the
+scale of a numeric column and whether it is floating point (Column.meta; numeric.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
 from sqlglot import exp
 
 from icegres.engine import pg_catalog, pg_relations
@@ -34,12 +38,17 @@ _SYSTEM_COLUMNS: dict[tuple[str, str], frozenset[str]] = {
 class _Source:
     alias: str  # the qualifier a column of this relation is written with
     columns: frozenset[str] | None  # None: not known, so no name can be bound past this scope
+    decimal_scales: tuple[tuple[str, int], ...] = ()  # its numeric columns and their scales
+    floats: frozenset[str] = frozenset()  # its real / double precision columns
 
 
 @dataclass(frozen=True)
 class _Scope:
     sources: tuple[_Source, ...]
     output_names: frozenset[str]
+
+    def source(self, alias: str) -> _Source | None:
+        return next((s for s in self.sources if s.alias == alias), None)
 
     def bind(self, name: str) -> tuple[str | None, bool]:
         """(qualifier, certain): the one source with `name`; certain=False stops the search."""
@@ -81,15 +90,32 @@ def _bind_select(select: exp.Select, outer: list[_Scope], rw: _Rewriter,
     scope = _Scope(_sources(select, rw, ctes), frozenset(n.lower() for n in select.named_selects))
     stack = [scope, *outer]
     for column, owner in _own_columns(select):
-        if owner is not select:
+        if owner is not select or isinstance(column.parent, exp.Ordered):
             continue
-        if column.table or isinstance(column.parent, exp.Ordered):
+        qualifier = column.table.lower() if column.table else _resolve(column.name.lower(), stack)
+        if qualifier is None:
             continue
-        qualifier = _resolve(column.name.lower(), stack)
-        if qualifier is not None:
+        if not column.table:
             column.set("table", exp.to_identifier(qualifier))
+        _note_decimal(column, qualifier, stack)
     for nested in _nested_selects(select):
         _bind_select(nested, stack, rw, ctes)
+
+
+DECIMAL_SCALE = "pg_decimal_scale"  # Column.meta: the scale of a numeric column (numeric.py reads it)
+FLOAT = "pg_float"  # Column.meta: a real / double precision column
+
+
+def _note_decimal(column: exp.Column, qualifier: str, stack: list[_Scope]) -> None:
+    for scope in stack:
+        source = scope.source(qualifier)
+        if source is not None:
+            scale = dict(source.decimal_scales).get(column.name.lower())
+            if scale is not None:
+                column.meta[DECIMAL_SCALE] = scale
+            if column.name.lower() in source.floats:
+                column.meta[FLOAT] = True
+            return
 
 
 def _resolve(name: str, stack: list[_Scope]) -> str | None:
@@ -145,7 +171,9 @@ def _source(item: exp.Expression, rw: _Rewriter, ctes: dict[str, frozenset[str] 
         schema, name = item.text("db").lower(), item.name.lower()
         if not schema and name in ctes:
             return _Source(alias, ctes[name])
-        return _Source(alias, _table_columns(schema, name, rw) if schema else None)
+        if not schema:
+            return _Source(alias, None)
+        return _Source(alias, _table_columns(schema, name, rw), *_table_kinds(schema, name, rw))
     if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Query):
         return _Source(alias, _output_columns(item.this))
     return _Source(alias, None)
@@ -166,6 +194,17 @@ def _table_columns(schema: str, name: str, rw: _Rewriter) -> frozenset[str] | No
     if entry is None or entry.relkind != "r" or entry.table is None:
         return None  # a view (its columns are its query's), or not known to this snapshot
     return frozenset(c.name.lower() for c in entry.columns)
+
+
+def _table_kinds(schema: str, name: str, rw: _Rewriter) -> tuple[tuple[tuple[str, int], ...], frozenset[str]]:
+    """A lakehouse table's numeric columns with their scales, and its floating-point columns."""
+    index = pg_catalog.current_index(rw.env)
+    entry = index.relations.get((schema, name)) if index is not None else None
+    if entry is None or entry.table is None:
+        return (), frozenset()
+    decimals = tuple((c.name.lower(), c.arrow_type.scale) for c in entry.columns if pa.types.is_decimal(c.arrow_type))
+    floats = frozenset(c.name.lower() for c in entry.columns if pa.types.is_floating(c.arrow_type))
+    return decimals, floats
 
 
 def _output_columns(query: exp.Query) -> frozenset[str] | None:
