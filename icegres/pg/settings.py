@@ -83,6 +83,12 @@ def defaults(server_version: str, user: str) -> dict[str, str]:
         "password_encryption": "scram-sha-256",
         "max_connections": "100",
         "default_text_search_config": "pg_catalog.english",
+        # pg_dump sets these on every connection
+        "synchronize_seqscans": "on",
+        "quote_all_identifiers": "off",
+        "idle_session_timeout": "0",
+        "default_tablespace": "",
+        "lo_compat_privileges": "off",
     }
 
 
@@ -287,6 +293,9 @@ _VALIDATORS = {
     "intervalstyle": _intervalstyle,
     "standard_conforming_strings": _on_off("standard_conforming_strings"),
     "jit": _on_off("jit"),
+    "synchronize_seqscans": _on_off("synchronize_seqscans"),
+    "quote_all_identifiers": _on_off("quote_all_identifiers"),
+    "idle_session_timeout": _timeout("idle_session_timeout"),
     "transaction_read_only": _on_off("transaction_read_only"),
     "default_transaction_read_only": _on_off("default_transaction_read_only"),
 }

@@ -163,7 +163,7 @@ def _set(text: str) -> Statement:
         body = body[m.end() :]
     m = re.match(r"TIME\s+ZONE\s+(.*)$", body, re.I | re.S)
     if m:
-        return Statement(Kind.SET, text, "SET", "timezone", _setting_value(m.group(1)), local)
+        return Statement(Kind.SET, text, "SET", "timezone", _setting_value(m.group(1), "timezone"), local)
     if re.match(r"(TRANSACTION|CHARACTERISTICS\s+AS\s+TRANSACTION)\b", body, re.I):
         mode = re.search(r"ISOLATION\s+LEVEL\s+(READ\s+UNCOMMITTED|READ\s+COMMITTED|REPEATABLE\s+READ|SERIALIZABLE)", body, re.I)
         value = " ".join(mode.group(1).lower().split()) if mode else None
@@ -174,14 +174,22 @@ def _set(text: str) -> Statement:
     if re.match(r"(SCHEMA|NAMES)\s", body, re.I):
         key, _, rest = body.partition(" ")
         name = "search_path" if key.upper() == "SCHEMA" else "client_encoding"
-        return Statement(Kind.SET, text, "SET", name, _setting_value(rest), local)
+        return Statement(Kind.SET, text, "SET", name, _setting_value(rest, name), local)
     m = re.match(rf"({_IDENT})\s*(?:=|\s+TO\s+|\s+to\s+)(.*)$", body, re.S | re.I)
     if not m:
         return Statement(Kind.UNSUPPORTED, text, "SET", value="syntax")
-    return Statement(Kind.SET, text, "SET", unquote_ident(m.group(1)), _setting_value(m.group(2)), local)
+    name = unquote_ident(m.group(1))
+    return Statement(Kind.SET, text, "SET", name, _setting_value(m.group(2), name.lower()), local)
 
 
-def _setting_value(raw: str) -> str | None:
+# Settings whose value is a list of names: PostgreSQL keeps a quoted name quoted in it
+# (GUC_LIST_QUOTE); every other setting takes a double-quoted identifier's text
+# (pgcli: SET TIME ZONE "Etc/UTC").
+_LIST_SETTINGS = frozenset({"search_path", "temp_tablespaces", "session_preload_libraries",
+                            "local_preload_libraries", "shared_preload_libraries"})
+
+
+def _setting_value(raw: str, name: str = "") -> str | None:
     """`'a', b, "C"` -> `a, b, "C"`-style string as PostgreSQL stores it; DEFAULT -> None."""
     raw = raw.strip()
     if raw.upper() in ("DEFAULT", "LOCAL"):
@@ -193,6 +201,8 @@ def _setting_value(raw: str) -> str | None:
             parts.append(item[1:-1].replace("''", "'"))
         elif item.upper().startswith("E'") and item.endswith("'"):
             parts.append(item[2:-1].replace("''", "'").replace("\\'", "'"))
+        elif item.startswith('"') and item.endswith('"') and len(item) >= 2 and name not in _LIST_SETTINGS:
+            parts.append(item[1:-1].replace('""', '"'))
         else:
             parts.append(item)
     return ", ".join(parts)

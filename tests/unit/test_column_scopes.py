@@ -93,6 +93,11 @@ CATALOG_QUERIES = [
     "select id, (select count(*) from b where a_id = id) from a order by 1",
     "select a.id, (select max(note) from b where a_id = a.id and id < 5), current_schema() from a"
     " order by 1",
+    # An untyped array literal compared with = ANY (pgcli's \\dt, \\di): an array of the column's type.
+    "select relname from pg_class c where c.relkind = any('{r,p}') and c.relnamespace ="
+    " (select oid from pg_namespace where nspname = 'scopes') order by 1",
+    "select relname from pg_class c where c.relkind <> all('{v,i}') and c.relnamespace ="
+    " (select oid from pg_namespace where nspname = 'scopes') order by 1",
     # A CTE and a derived table with named outputs are scopes with known columns too.
     "with t as (select table_name as tn from information_schema.tables where table_schema = 'scopes')"
     " select tn, (select count(*) from information_schema.columns where table_name = tn and"

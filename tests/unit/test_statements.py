@@ -34,6 +34,11 @@ def test_split(sql, expected):
         ("SET TIMEZONE = UTC", Kind.SET, "timezone", "UTC"),
         ("SET search_path TO demo, public", Kind.SET, "search_path", "demo, public"),
         ("SET SESSION statement_timeout = 100", Kind.SET, "statement_timeout", "100"),
+        # a double-quoted identifier is its text (pgcli: SET TIME ZONE "Etc/UTC"), except in a
+        # list setting, which keeps it quoted as PostgreSQL does
+        ('SET TIME ZONE "Etc/UTC"', Kind.SET, "timezone", "Etc/UTC"),
+        ('SET timezone = "Etc/UTC"', Kind.SET, "timezone", "Etc/UTC"),
+        ('SET search_path = "My Schema", public', Kind.SET, "search_path", '"My Schema", public'),
         ("SET application_name = DEFAULT", Kind.SET, "application_name", None),
         ("show transaction isolation level", Kind.SHOW, "transaction_isolation", None),
         ("SHOW standard_conforming_strings", Kind.SHOW, "standard_conforming_strings", None),

@@ -256,6 +256,19 @@ def array_comparisons(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
                 items = array_literal(arg.this) if isinstance(arg, exp.Literal) and arg.is_string else None
                 args.append(arg if items is None else _make_array(items, False))
             node.set("expressions", args)
+        quantified = node.expression if isinstance(node, (exp.EQ, exp.NEQ)) else None
+        if isinstance(quantified, exp.Any) or _func_name(quantified) == "all":
+            # c.relkind = ANY('{r,p}') / <> ALL('{v,i}'): an untyped array literal (pgcli \\dt);
+            # PostgreSQL reads it as an array of the other side's type
+            key, inner = ("this", quantified.this) if isinstance(quantified, exp.Any) else \
+                ("expressions", quantified.expressions[0] if len(quantified.expressions) == 1 else None)
+            lit = inner.this if isinstance(inner, exp.Paren) else inner
+            items = array_literal(lit.this) if isinstance(lit, exp.Literal) and lit.is_string else None
+            if items is not None:
+                numeric = bool(items) and all(v is not None and v.lstrip("-").isdigit() for v in items)
+                array = exp.Paren(this=_make_array(items, numeric))
+                quantified.set(key, array if key == "this" else [array])
+            return node
         if isinstance(node, (exp.EQ, exp.NEQ)):
             for side, other in (("expression", node.this), ("this", node.expression)):
                 lit = node.args.get(side)
