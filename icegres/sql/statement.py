@@ -6,6 +6,11 @@ commands the front end answers itself), its command tag and its command's detail
 stages need of its text is derived once and kept on the object: its literal shape (the key of
 every per-shape cache), its sqlglot tree (one parse, shared: read it, copy it to change it), the
 highest `$n` it names, and the tables it may read.
+
+A statement's text is the one the engine reads. A front end whose clients name parameters `?`
+(Flight SQL: the DB-API's qmark style) classifies with `qmark=True`, and the statement carries
+its text with those placeholders numbered `$1..$n` (`placeholders.number_qmarks`), read once
+here: nothing below scans for `?`.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import TYPE_CHECKING
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, PgError
 from icegres.sql.lexer import Kind as TokenKind
 from icegres.sql.lexer import strip_leading_comments, tokenize
+from icegres.sql.placeholders import number_qmarks
 from icegres.sql.shape import literal_shape
 
 if TYPE_CHECKING:
@@ -52,7 +58,7 @@ class Kind(Enum):
 @dataclass(frozen=True)
 class Statement:
     kind: Kind
-    sql: str
+    sql: str  # as the engine reads it: `?` placeholders already numbered (`classify(qmark=True)`)
     tag: str  # CommandComplete tag word(s) for commands that carry no row count
     name: str | None = None  # setting, savepoint, cursor or prepared-statement name
     value: str | None = None  # SET value, DECLARE/COPY query, FETCH count
@@ -133,8 +139,12 @@ def unquote_ident(name: str) -> str:
     return name.lower()
 
 
-def classify(sql: str) -> Statement:
+def classify(sql: str, *, qmark: bool = False) -> Statement:
+    """The statement `sql` is, classified once. `qmark`: `?` placeholders are positional
+    parameters, numbered `$1..$n` in order (PgError 42601 if it names `$n` as well)."""
     text = strip_leading_comments(sql).rstrip().rstrip(";").rstrip()
+    if qmark:
+        text = number_qmarks(text)
     m = re.match(r"[A-Za-z]+", text)
     word = m.group(0).upper() if m else ""
     handler = _HANDLERS.get(word)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from icegres.config import Settings
     from icegres.engine.lake import Engine
     from icegres.engine.txn import TxnState
+    from icegres.protocol.flightsql.bindings import Params
     from icegres.protocol.flightsql.sessions import Bounded, Prepared, Result, Session
     from icegres.sql.statement import Statement
 
@@ -42,7 +43,7 @@ class QueryPort(Protocol):
 
     def prepared(self, session: Session, handle: bytes) -> Prepared: ...
 
-    async def start_query(self, session: Session, stmt: Statement, params: dict[str, Any] | None,
+    async def start_query(self, session: Session, stmt: Statement, params: list[Params] | None,
                           txn: TxnState | None = None) -> Result: ...
 
     async def describe_query(self, session: Session, stmt: Statement, txn: TxnState | None = None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import hmac
 import itertools
 import logging
@@ -33,6 +34,7 @@ from icegres.protocol.flightsql import errors, h2send, metadata
 from icegres.protocol.flightsql import icegres_flight_pb2 as fl
 from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
 from icegres.protocol.flightsql import messages as M
+from icegres.protocol.flightsql.bindings import Params, param_rows, run_each
 from icegres.protocol.flightsql.pipeline import Pipeline
 from icegres.protocol.flightsql.result_stream import (
     CHUNK_BYTES,
@@ -59,7 +61,7 @@ from icegres.protocol.flightsql.writes import (
     empty_put_message,
     not_a_write,
 )
-from icegres.sql.statement import Kind, Statement, classify, query
+from icegres.sql.statement import Kind, Statement, query
 
 if TYPE_CHECKING:
     from grpclib.server import Stream
@@ -330,13 +332,14 @@ class FlightSqlService:
         command = self._command(descriptor)
         if isinstance(command, sql.CommandStatementQuery):
             txn_id = command.transaction_id if command.HasField("transaction_id") else None
-            result = await self.writes.start(session, command.query, None, txn_id)
+            stmt = self.writes.statement(session, command.query, txn_id)
+            result = await self.writes.start(session, stmt, None, txn_id)
             info = self._result_info(descriptor, result)
         elif isinstance(command, sql.CommandPreparedStatementQuery):
             prepared = self.prepared(session, command.prepared_statement_handle)
             result = await self._take_speculation(session, prepared)
             if result is None:
-                result = await self.writes.start(session, prepared.sql, prepared.params, prepared.transaction_id)
+                result = await self.writes.start(session, prepared.stmt, prepared.params, prepared.transaction_id)
             info = self._result_info(descriptor, result)
         else:
             schema = self._metadata_schema(command)
@@ -355,7 +358,8 @@ class FlightSqlService:
         command = self._command(descriptor)
         if isinstance(command, sql.CommandStatementQuery):
             txn_id = command.transaction_id if command.HasField("transaction_id") else None
-            schema = (await self.writes.describe(session, command.query, txn_id))[0]
+            stmt = self.writes.statement(session, command.query, txn_id)
+            schema = (await self.writes.describe(session, stmt, txn_id))[0]
         elif isinstance(command, sql.CommandPreparedStatementQuery):
             schema = self.prepared(session, command.prepared_statement_handle).dataset_schema
         else:
@@ -401,46 +405,59 @@ class FlightSqlService:
         if stmt.kind not in (Kind.QUERY, Kind.UNSUPPORTED):
             raise not_a_write(stmt)
 
-    async def start_query(self, session: Session, stmt: Statement, params: dict[str, Any] | None,
+    async def start_query(self, session: Session, stmt: Statement, params: list[Params] | None,
                           txn: TxnState | None = None) -> Result:
         """Plan and start a query and pull its first messages (in a worker thread); inside
-        transaction `txn` it reads the transaction's snapshots and staged writes."""
+        transaction `txn` it reads the transaction's snapshots and staged writes. Bound to
+        several parameter rows it runs once per row, all rows reading one snapshot (`txn`'s, else
+        a read-only transaction's of its own), and its result is theirs concatenated
+        (`bindings.run_each`)."""
         self._check_query(stmt)
         from icegres.engine.row_source import RowSource
+        from icegres.engine.txn import new_transaction
 
         handle = new_handle()
+        bound = params or [None]
 
         def start() -> Result:
             with session.lock:
-                session.qctx.txn = txn
+                qctx = session.qctx
+                own = txn is None and len(bound) > 1
+                qctx.txn = new_transaction(qctx.env.settings.get("default_transaction_isolation"), None) if own else txn
                 try:
-                    schema, batches = session.qctx.start(stmt, params)
+                    if len(bound) == 1:
+                        schema, batches = qctx.start(stmt, bound[0])
+                    else:
+                        schema, done = run_each(functools.partial(qctx.start, stmt), bound)
+                        batches = iter(done)
                 finally:
-                    session.qctx.txn = None
+                    if own:
+                        qctx.end_transaction()  # its private context goes with it
+                    qctx.txn = None
             source = RowSource(schema, batches)
             wire = M.wire_schema(schema)
             # Pulling the first message now tells a small result's row count (total_records)
             # and surfaces execution errors at GetFlightInfo, where the client expects them.
             first, rows, exhausted = pull_messages(source, wire, threading.Event(), MESSAGE_BYTES,
                                                    self.compression)
-            return Result(handle, session.key, stmt.sql, params, wire, None if exhausted else source,
+            return Result(handle, session.key, stmt, params, wire, None if exhausted else source,
                           first, exhausted, rows, txn)
 
         result = await self.run_sync(start)
         self.results.put(handle, result)
         return result
 
-    def _may_speculate(self, text: str) -> bool:
-        """Whether CreatePreparedStatement may start `text` (see `Speculation`): a query with no
+    def _may_speculate(self, stmt: Statement) -> bool:
+        """Whether CreatePreparedStatement may start `stmt` (see `Speculation`): a query with no
         placeholders, over a catalog whose change token sees every commit and whose transactions
         pin every table at their first statement (not REST), with the write buffer off (its
         acked rows are no commit, and transactions settle it when they pin)."""
         engine = self.server.engine
-        return ("$" not in text and engine.ladder is None and engine.lakehouse.kind != "rest"
-                and classify(text).kind is Kind.QUERY)
+        return ("$" not in stmt.sql and engine.ladder is None and engine.lakehouse.kind != "rest"
+                and stmt.kind is Kind.QUERY)
 
-    async def _speculate(self, session: Session, text: str, txn: FlightTxn | None) -> Speculation | None:
-        """Start `text` (in transaction `txn`, if any) for the GetFlightInfo that should follow;
+    async def _speculate(self, session: Session, stmt: Statement, txn: FlightTxn | None) -> Speculation | None:
+        """Start `stmt` (in transaction `txn`, if any) for the GetFlightInfo that should follow;
         None: describe it instead.
 
         One worker-thread call plans and starts the query, hands the result schema to the loop
@@ -449,7 +466,7 @@ class FlightSqlService:
         the statement to the usual path, which reports it where it always did (and, inside a
         transaction, aborts it there).
         """
-        if not self._may_speculate(text) or (txn is not None and txn.failed):
+        if not self._may_speculate(stmt) or (txn is not None and txn.failed):
             return None
         from icegres.engine.row_source import RowSource
 
@@ -479,7 +496,7 @@ class FlightSqlService:
                     session.qctx.txn = state
                     try:
                         settings = dict(session.qctx.env.settings)
-                        schema, batches = session.qctx.start(classify(text), None)
+                        schema, batches = session.qctx.start(stmt, None)
                     finally:
                         session.qctx.txn = None
                     version = state.version if state is not None else None
@@ -497,7 +514,7 @@ class FlightSqlService:
                 return None
             first, rows, exhausted = pull_messages(began.source, began.schema, stop, MESSAGE_BYTES,
                                                    self.compression)
-            return Result(handle, session.key, text, None, began.schema, None if exhausted else began.source,
+            return Result(handle, session.key, stmt, None, began.schema, None if exhausted else began.source,
                           first, exhausted, rows, state)
 
         async def pull() -> Result | None:
@@ -650,7 +667,7 @@ class FlightSqlService:
         source, first, exhausted, first_rows = result.source, result.first, result.exhausted, result.rows
         if source is None and not exhausted:
             # A second DoGet of a ticket whose stream the first one consumed: run it again.
-            rerun = await self.start_query(session, classify(result.sql), result.params, result.txn)
+            rerun = await self.start_query(session, result.stmt, result.params, result.txn)
             self.results.pop(rerun.handle)
             if not rerun.schema.equals(result.schema):
                 raise GRPCError(Status.ABORTED, "the result's schema changed since GetFlightInfo (SQLSTATE 40001)")
@@ -815,15 +832,8 @@ class FlightSqlService:
             if batch is not None:
                 batches.append(batch)
             message = await stream.recv_message()
-        rows = sum(b.num_rows for b in batches)
-        if rows > 1:
-            raise GRPCError(Status.INVALID_ARGUMENT,
-                            f"a query binds one row of parameters, got {rows} (SQLSTATE 22023)")
-        if rows == 1:
-            row = next(b for b in batches if b.num_rows)
-            prepared.params = {str(i + 1): col[0].as_py() for i, col in enumerate(row.columns)}
-        else:
-            prepared.params = None
+        # Several rows: the statement runs once per row when it is executed (`bindings.py`).
+        prepared.params = param_rows(batches) or None
         # The handle comes back so that a stateless server could encode the bindings in it; ours
         # keeps them on the statement, so it is the same handle.
         reply = sql.DoPutPreparedStatementResult(prepared_statement_handle=prepared.handle)
@@ -842,14 +852,16 @@ class FlightSqlService:
             if not isinstance(request, sql.ActionCreatePreparedStatementRequest):
                 raise M.BadCommand("CreatePreparedStatement needs an ActionCreatePreparedStatementRequest")
             txn_id = request.transaction_id if request.HasField("transaction_id") else None
-            speculation = await self._speculate(session, request.query, self.writes.transaction(session, txn_id))
+            # The text is read here, once: its `?` placeholders numbered, kept on the statement.
+            stmt = self.writes.statement(session, request.query, txn_id)
+            speculation = await self._speculate(session, stmt, self.writes.transaction(session, txn_id))
             if speculation is not None:
                 dataset, params = speculation.schema, pa.schema([])
             else:
                 # GetFlightInfo starts the statement afresh: the prepare's schema may come from
                 # the mounted snapshots.
-                dataset, params = await self.writes.describe(session, request.query, txn_id, fresh=False)
-            prepared = Prepared(new_handle(), request.query, dataset, params, transaction_id=txn_id,
+                dataset, params = await self.writes.describe(session, stmt, txn_id, fresh=False)
+            prepared = Prepared(new_handle(), stmt, dataset, params, transaction_id=txn_id,
                                 speculation=speculation)
             session.prepared.put(prepared.handle, prepared)
             reply = sql.ActionCreatePreparedStatementResult(

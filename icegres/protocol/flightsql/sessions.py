@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from icegres.engine.row_source import RowSource
     from icegres.engine.txblock_driver import TxBlock
     from icegres.engine.txn import TxnState
+    from icegres.protocol.flightsql.bindings import Params
+    from icegres.sql.statement import Statement
 
 TOKENS_MAX = 4096
 SESSIONS_MAX = 1024
@@ -78,13 +80,14 @@ def new_handle() -> bytes:
 
 @dataclass
 class Prepared:
-    """A prepared statement: its SQL, the schemas reported at prepare time, and bound values."""
+    """A prepared statement: the statement its text is (classified once, at prepare time), the
+    schemas reported then, and the parameter rows bound since."""
 
     handle: bytes
-    sql: str
+    stmt: Statement
     dataset_schema: pa.Schema
     parameter_schema: pa.Schema
-    params: dict[str, Any] | None = None  # "1" -> value, as QueryContext.start takes them
+    params: list[Params] | None = None  # the rows the last DoPut bound (`bindings.py`); None: none
     transaction_id: bytes | None = None  # the transaction it was prepared in, if any
     # The query as started at prepare time, for the GetFlightInfo that follows (taken by it).
     speculation: Speculation | None = None
@@ -119,8 +122,8 @@ class Result:
 
     handle: bytes
     session_key: str
-    sql: str
-    params: dict[str, Any] | None
+    stmt: Statement
+    params: list[Params] | None
     schema: pa.Schema  # the wire schema: FlightInfo's and the stream's
     source: RowSource | None  # the running stream, taken by the first DoGet
     first: list[bytes]  # FlightData messages already pulled from `source`

@@ -10,7 +10,9 @@ discarded. What differs is only how statements arrive:
   write runs there, once, and its result is the RETURNING rows (or none) with total_records = the
   rows written, which the driver reports as rowcount.
 - `CommandPreparedStatementUpdate` (executemany): every parameter row executes, and outside a
-  transaction the whole batch is one implicit transaction: one Iceberg commit.
+  transaction the whole batch is one implicit transaction: one Iceberg commit. A prepared write
+  executed by GetFlightInfo with several rows bound (`cursor.execute(sql, record_batch)`) runs
+  the same way, its RETURNING rows concatenated.
 - `CommandStatementIngest` (adbc_ingest): one Arrow stream is one commit (CREATE TABLE AS's
   create-then-append machinery), in the four ADBC modes.
 - BeginTransaction / EndTransaction: a transaction is a transaction block (the machine pgwire's
@@ -18,6 +20,9 @@ discarded. What differs is only how statements arrive:
   statements carrying the id read its pinned snapshots and stage into it. A failed statement
   fails the block, as in PostgreSQL (25P02 until it ends; COMMIT then rolls back and says so);
   BeginSavepoint / EndSavepoint are the block's SAVEPOINT, RELEASE and ROLLBACK TO.
+
+Every statement text is read once, where it arrives (`statement`): Flight SQL's clients declare
+the qmark parameter style, so its `?` placeholders are numbered `$1..$n` on the Statement.
 
 Handlers run on grpclib's asyncio loop; the engine's write path is trio (worker threads, the
 commit machine, the write buffer), entered through trio-asyncio. Blocking work runs in worker
@@ -47,6 +52,7 @@ from icegres.protocol.flightsql import icegres_flight_pb2 as fl
 from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
 from icegres.protocol.flightsql import icegres_flight_sql_writes_pb2 as wr
 from icegres.protocol.flightsql import messages as M
+from icegres.protocol.flightsql.bindings import Params, param_rows
 from icegres.protocol.flightsql.sessions import (
     SAVEPOINTS_MAX,
     FlightTxn,
@@ -264,10 +270,22 @@ class FlightWrites:
 
     # --- statements -----------------------------------------------------------------------------
 
-    async def start(self, session: Session, text: str, params: dict[str, Any] | None,
+    def statement(self, session: Session, text: str, txn_id: bytes | None) -> Statement:
+        """The statement `text` is over Flight SQL: classified once, its `?` placeholders
+        numbered. A text that cannot be read so (`?` mixed with `$n`: 42601) fails the
+        transaction it was sent in, as a syntax error does in PostgreSQL."""
+        try:
+            return classify(text, qmark=True)
+        except PgError:
+            txn = self.transaction(session, txn_id)
+            if txn is not None:
+                txn.block.feed(txblock.StatementFailed())
+            raise
+
+    async def start(self, session: Session, stmt: Statement, params: list[Params] | None,
                     txn_id: bytes | None) -> Result:
-        """GetFlightInfo of a statement: a query starts (in its transaction, if any); a write runs."""
-        stmt = classify(text)
+        """GetFlightInfo of a statement: a query starts (in its transaction, if any); a write runs
+        (once per bound parameter row)."""
         if stmt.kind is Kind.WRITE:
             result = await self.result(session, stmt, params, txn_id)
         else:
@@ -277,13 +295,12 @@ class FlightWrites:
         self.service.results.put(result.handle, result)
         return result
 
-    async def describe(self, session: Session, text: str, txn_id: bytes | None,
+    async def describe(self, session: Session, stmt: Statement, txn_id: bytes | None,
                        fresh: bool = True) -> tuple[pa.Schema, pa.Schema]:
         """(dataset schema, parameter schema) at prepare time. A write's: its RETURNING columns
         (or none) and the parameters' types as the target columns'. A query's with `fresh=False`
         may come from the mounted snapshots (`QueryContext.describe`)."""
         txn = self.transaction(session, txn_id)
-        stmt = classify(text)
         if stmt.kind is not Kind.WRITE:
             return await self._poisoning(txn, self.service.describe_query(
                 session, stmt, txn.state if txn is not None else None, fresh))
@@ -306,21 +323,26 @@ class FlightWrites:
         host = self._host(session, txn.state if txn is not None else None)
         return await self._guarded(txn, _execute_one, host, stmt, params)
 
-    async def result(self, session: Session, stmt: Statement, params: dict[str, Any] | None,
+    async def result(self, session: Session, stmt: Statement, params: list[Params] | None,
                      txn_id: bytes | None) -> Result:
         """A write run by GetFlightInfo (`cursor.execute`): its Result for the DoGet that follows.
 
         The result is complete here (never re-run by a second DoGet): the RETURNING rows, or no
-        columns and no rows, with total_records = the rows the statement wrote."""
-        outcome = await self.execute(session, stmt, params, txn_id)
-        if outcome.returning is not None:
-            table = outcome.returning
-            schema = M.wire_schema(table.schema)
-            messages = [M.batch_flight_data(M.to_wire(b, schema)) for b in table.to_batches() if b.num_rows]
+        columns and no rows, with total_records = the rows the statement wrote. Several bound
+        parameter rows run as executemany's do (one transaction), their RETURNING rows in order."""
+        if params is not None and len(params) > 1:
+            outcomes = await self.execute_rows(session, stmt, params, txn_id)
+        else:
+            outcomes = [await self.execute(session, stmt, params[0] if params else None, txn_id)]
+        tables = [o.returning for o in outcomes if o.returning is not None]
+        if tables:
+            schema = M.wire_schema(tables[0].schema)
+            messages = [M.batch_flight_data(M.to_wire(b, schema))
+                        for table in tables for b in table.to_batches() if b.num_rows]
         else:
             schema, messages = pa.schema([]), []
-        return Result(handle=new_handle(), session_key=session.key, sql=stmt.sql, params=params, schema=schema,
-                      source=None, first=messages, exhausted=True, rows=outcome.count)
+        return Result(handle=new_handle(), session_key=session.key, stmt=stmt, params=params, schema=schema,
+                      source=None, first=messages, exhausted=True, rows=sum(o.count for o in outcomes))
 
     async def execute_update(self, session: Session, text: str, txn_id: bytes | None) -> int:
         """CommandStatementUpdate: a statement or a script; a script outside a transaction is one
@@ -329,7 +351,7 @@ class FlightWrites:
             pieces = split_statements(text)
         except Exception:
             pieces = [text]
-        statements = [classify(piece) for piece in pieces if piece.strip()]
+        statements = [self.statement(session, piece, txn_id) for piece in pieces if piece.strip()]
         if not statements:
             return 0
         for stmt in statements:
@@ -341,9 +363,10 @@ class FlightWrites:
             for stmt in statements:
                 total += await self._run_any(session, stmt, None, txn)
             return total
-        return await self._implicit(session, [(s, None) for s in statements])
+        return sum(o.count for o in await self._implicit(session, [(s, None) for s in statements]))
 
-    async def _implicit(self, session: Session, work: list[tuple[Statement, dict[str, Any] | None]]) -> int:
+    async def _implicit(self, session: Session,
+                        work: list[tuple[Statement, dict[str, Any] | None]]) -> list[core.WriteResult]:
         """Statements outside a transaction that commit together: an implicit block."""
         block = TxBlock(FlightBlockPort(session), BLOCK_CONFIG)
         block.feed(txblock.ImplicitBlockStarted())
@@ -377,7 +400,17 @@ class FlightWrites:
             return total
         if len(rows) == 1:
             return await self._run_any(session, stmt, rows[0], None)
-        return await self._implicit(session, [(stmt, values) for values in rows])
+        return sum(o.count for o in await self._implicit(session, [(stmt, values) for values in rows]))
+
+    async def execute_rows(self, session: Session, stmt: Statement, rows: list[Params],
+                           txn_id: bytes | None) -> list[core.WriteResult]:
+        """A write once per parameter row, in order: in the transaction `txn_id` names, else all
+        in one implicit transaction (one commit, or none)."""
+        txn = self.transaction(session, txn_id)
+        if txn is None:
+            return await self._implicit(session, [(stmt, values) for values in rows])
+        host = self._host(session, txn.state)
+        return [await self._guarded(txn, _execute_one, host, stmt, values) for values in rows]
 
     # --- bulk ingest ----------------------------------------------------------------------------
 
@@ -415,15 +448,11 @@ class FlightWrites:
         elif isinstance(command, sql.CommandPreparedStatementUpdate):
             prepared = self.service.prepared(session, command.prepared_statement_handle)
             schema, batches = await _read_ipc(stream, first, EXECUTEMANY_BYTES_MAX)
-            rows: list[dict[str, Any] | None] = []
-            for batch in batches:
-                for row in batch.to_pylist():
-                    rows.append({str(i + 1): v for i, v in enumerate(row.values())} or None)
+            rows: list[Params | None] = [values or None for values in param_rows(batches)]
             if not rows:
-                # No parameter batch: the statement runs once with what Bind left (or nothing).
-                rows = [prepared.params]
-            stmt = classify(prepared.sql)
-            count = await self.execute_many(session, stmt, rows, prepared.transaction_id, batches)
+                # No parameter batch: the statement runs once per row bound before (or once).
+                rows = list(prepared.params or [None])
+            count = await self.execute_many(session, prepared.stmt, rows, prepared.transaction_id, batches)
         elif isinstance(command, wr.CommandStatementIngest):
             schema, batches = await _read_ipc(stream, first, INGEST_BYTES_MAX)
             count = await self.ingest(session, command, schema, batches)
@@ -501,15 +530,16 @@ async def _count_rows(host: LockedHost, stmt: Statement, params: dict[str, Any] 
 
 
 async def _in_implicit(host: LockedHost, block: TxBlock,
-                       work: list[tuple[Statement, dict[str, Any] | None]]) -> int:
-    """Several statements (a script, an executemany) as one transaction: one commit, or none."""
-    total = 0
+                       work: list[tuple[Statement, dict[str, Any] | None]]) -> list[core.WriteResult]:
+    """Several statements (a script, an executemany) as one transaction: one commit, or none.
+    What each reported, in order (a query's is PostgreSQL's "SELECT n")."""
+    outcomes = []
     try:
         for stmt, params in work:
             if stmt.kind is Kind.WRITE:
-                total += (await _execute_one(host, stmt, params)).count
+                outcomes.append(await _execute_one(host, stmt, params))
             else:
-                total += await _count_rows(host, stmt, params)
+                outcomes.append(core.WriteResult(f"SELECT {await _count_rows(host, stmt, params)}"))
     except BaseException:
         block.feed(txblock.StatementFailed())
         await finish(host, block.feed(txblock.ImplicitBlockEnded()))
@@ -521,7 +551,7 @@ async def _in_implicit(host: LockedHost, block: TxBlock,
         if ending is not None:
             await core.discard(host, ending.txn)  # what a refused commit left staged goes too
         raise
-    return total
+    return outcomes
 
 
 async def _ingest(host: LockedHost, schema_name: str | None, table: str, if_not_exist: int, if_exists: int,
