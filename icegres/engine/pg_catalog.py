@@ -85,6 +85,7 @@ _OID_LIMIT = 2**31  # stay positive in an int4, which is how some clients read O
 BOOTSTRAP_SUPERUSER_OID = 10
 PG_CATALOG_OID = 11
 PG_CLASS_OID = 1259  # pg_description.classoid of a relation's comment
+PG_NAMESPACE_OID = 2615  # ... and of a schema's
 PG_TOAST_OID = 99
 PUBLIC_OID = 2200
 INFORMATION_SCHEMA_OID = 13207  # PostgreSQL 15's value (it varies by build; no client relies on it)
@@ -342,8 +343,21 @@ Rows = list[dict[str, Any]]
 
 
 def _rows_pg_namespace(ix: CatalogIndex) -> Rows:
-    return [{"oid": oid, "nspname": name, "nspowner": BOOTSTRAP_SUPERUSER_OID}
+    return [{"oid": oid, "nspname": name, "nspowner": BOOTSTRAP_SUPERUSER_OID,
+             "nspacl": _public_acl(ix) if oid == PUBLIC_OID else None}
             for name, oid in sorted(ix.namespaces.items(), key=lambda kv: kv[1])]
+
+
+def _public_acl(ix: CatalogIndex) -> list[str]:
+    """Schema public's privileges as PostgreSQL 15 creates it: its owner's, and USAGE for all."""
+    owner = ix.snapshot.user
+    return [f"{owner}=UC/{owner}", f"=U/{owner}"]
+
+
+def _rows_pg_init_privs(ix: CatalogIndex) -> Rows:
+    # pg_dump compares an object's ACL with these: schema public's are initdb's, not a GRANT
+    return [{"objoid": PUBLIC_OID, "classoid": PG_NAMESPACE_OID, "objsubid": 0, "privtype": "i",
+             "initprivs": _public_acl(ix)}]
 
 
 def _rows_pg_class(ix: CatalogIndex) -> Rows:
@@ -388,13 +402,17 @@ def _rows_pg_attribute(ix: CatalogIndex) -> Rows:
 
 
 def _rows_pg_description(ix: CatalogIndex) -> Rows:
-    return [{"objoid": oid, "classoid": PG_CLASS_OID, "objsubid": sub, "description": text}
-            for (oid, sub), text in sorted(ix.descriptions.items())]
+    public = {"objoid": PUBLIC_OID, "classoid": PG_NAMESPACE_OID, "objsubid": 0,
+              "description": "standard public schema"}
+    return [public, *({"objoid": oid, "classoid": PG_CLASS_OID, "objsubid": sub, "description": text}
+                      for (oid, sub), text in sorted(ix.descriptions.items()))]
 
 
 def object_description(env: Any, oid: int | None, catalog: str | None) -> str | None:
-    """obj_description(oid, 'pg_class'): a table's COMMENT ON (None for anything else)."""
+    """obj_description(oid, 'pg_class'): a table's COMMENT ON; schema public's (None for anything else)."""
     ix = current_index(env)
+    if (catalog or "pg_class") == "pg_namespace" and oid == PUBLIC_OID:
+        return "standard public schema"  # psql \dn+
     if ix is None or oid is None or (catalog or "pg_class") != "pg_class":
         return None
     return ix.descriptions.get((oid, 0))
@@ -689,6 +707,7 @@ _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "pg_catalog.pg_attribute": _rows_pg_attribute,
     "pg_catalog.pg_type": _rows_pg_type,
     "pg_catalog.pg_description": _rows_pg_description,
+    "pg_catalog.pg_init_privs": _rows_pg_init_privs,
     "pg_catalog.pg_constraint": _rows_pg_constraint,
     "pg_catalog.pg_index": _rows_pg_index,
     "pg_catalog.pg_am": _rows_pg_am,

@@ -62,6 +62,8 @@ FUNCTION_DEFAULTS: dict[str, tuple[str, ...]] = {
     "pg_get_indexdef": ("NULL", "0", "false"),
     "pg_get_constraintdef": ("NULL", "false"),
     "pg_get_viewdef": ("NULL", "false"),
+    "pg_get_triggerdef": ("NULL", "false"),
+    "pg_get_ruledef": ("NULL", "false"),
     "format_type": ("NULL", "NULL"),
     "obj_description": ("NULL", "'pg_class'"),
     "shobj_description": ("NULL", "'pg_database'"),
@@ -235,6 +237,25 @@ def userbyid(env: SessionEnv, oid: int) -> str:
 
 _ENCODINGS = {0: "SQL_ASCII", 6: "UTF8"}
 
+# acldefault(objtype, owner): what PostgreSQL 15 grants by default, per object type (acldefault()
+# in src/backend/utils/adt/acl.c): (to PUBLIC, to the owner).
+_DEFAULT_PRIVILEGES = {
+    "c": ("", "U"), "r": ("", "arwdDxt"), "s": ("", "rwU"), "d": ("Tc", "CTc"), "f": ("X", "X"),
+    "l": ("U", "U"), "L": ("", "rw"), "n": ("", "UC"), "t": ("", "C"), "F": ("", "U"),
+    "S": ("", "U"), "T": ("U", "U"), "p": ("", "sA"),
+}
+
+
+def acldefault(env: SessionEnv, objtype: str, owner: int) -> list[str] | None:
+    """The aclitem[] PostgreSQL grants an object of `objtype` owned by `owner` (pg_dump)."""
+    privileges = _DEFAULT_PRIVILEGES.get(objtype)
+    if privileges is None:
+        return None
+    who = userbyid(env, owner)
+    public, own = privileges
+    items = [f"={public}/{who}"] if public else []
+    return [*items, f"{who}={own}/{who}"]
+
 
 def _index_def(env: SessionEnv, oid: int, column: int | None, pretty: bool | None) -> str | None:
     ix = pg_catalog.current_index(env)
@@ -304,6 +325,7 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
            lambda oid, column, pretty: _index_def(env, oid, column, pretty), strict=False),
         Fn("pg_get_viewdef", (OID, BOOL), TEXT, always(None), strict=False),
         Fn("pg_get_userbyid", (OID,), TEXT, lambda oid: userbyid(env, oid)),
+        Fn("acldefault", (TEXT, OID), pa.list_(TEXT), lambda objtype, owner: acldefault(env, objtype, owner)),
         Fn("pg_encoding_to_char", (INT,), TEXT, lambda enc: _ENCODINGS.get(enc, ""),
            volatility=IMMUTABLE),
         Fn("pg_get_serial_sequence", (TEXT, TEXT), TEXT, always(None)),
@@ -311,6 +333,11 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
         Fn("pg_get_function_arguments", (OID,), TEXT, function_arguments),
         Fn("pg_get_function_identity_arguments", (OID,), TEXT, function_arguments),
         Fn("pg_get_statisticsobjdef_columns", (OID,), TEXT, always(None)),
+        # Objects the lake has none of: PostgreSQL answers NULL for an OID that names none.
+        Fn("pg_get_triggerdef", (OID, BOOL), TEXT, always(None), strict=False),
+        Fn("pg_get_ruledef", (OID, BOOL), TEXT, always(None), strict=False),
+        Fn("pg_get_partkeydef", (OID,), TEXT, always(None)),
+        Fn("pg_get_statisticsobjdef", (OID,), TEXT, always(None)),
         Fn("pg_relation_is_publishable", (OID,), BOOL, always(False)),
         Fn("to_regtype", (TEXT,), OID, pg_builtins.type_oid_by_name, volatility=IMMUTABLE),
         Fn("to_regclass", (TEXT,), OID, lambda name: regclass_in(env, name)),
@@ -372,6 +399,23 @@ def prefix_elements(values: list[str | None] | None, prefix: str) -> list[str | 
     return [None if v is None else prefix + v for v in values or []]
 
 
+def options_clauses(options: list[str | None] | None) -> list[str]:
+    """ARRAY(SELECT quote_ident(option_name) || ' ' || quote_literal(option_value) FROM
+    pg_options_to_table(opts) ORDER BY option_name): pg_dump's OPTIONS (...) of a foreign object."""
+    pairs = sorted(item.partition("=")[::2] for item in options or [] if item is not None)
+    return [f"{_quote_ident(name)} {_quote_literal(value)}" for name, value in pairs]
+
+
+def _quote_ident(name: str) -> str:
+    plain = name.isidentifier() and name == name.lower() and name.isascii()
+    return name if plain else '"' + name.replace('"', '""') + '"'
+
+
+def _quote_literal(value: str) -> str:
+    quoted = "'" + value.replace("'", "''").replace("\\", "\\\\") + "'"
+    return ("E" + quoted) if "\\" in value else quoted
+
+
 def like_escape(pattern: str, escape: str) -> str:
     """A LIKE pattern with escape character `escape` rewritten for backslash (DataFusion's only)."""
     out, i = [], 0
@@ -410,7 +454,9 @@ def helper_functions(env: SessionEnv) -> list[Fn]:
     return [*HELPER_FUNCTIONS,
             Fn("pg_attnames", (OID, pa.list_(pa.int64()), TEXT), TEXT,
                lambda relid, attnums, sep: attnames(env, relid, attnums, sep)),
-            Fn("pg_role_names", (pa.list_(pa.int64()),), pa.list_(TEXT), lambda oids: role_names(env, oids))]
+            Fn("pg_role_names", (pa.list_(pa.int64()),), pa.list_(TEXT), lambda oids: role_names(env, oids)),
+            Fn("pg_role_idents", (pa.list_(pa.int64()),), pa.list_(TEXT),
+               lambda oids: [_quote_ident(n) for n in role_names(env, oids)])]
 
 
 HELPER_FUNCTIONS: tuple[Fn, ...] = (
@@ -420,4 +466,11 @@ HELPER_FUNCTIONS: tuple[Fn, ...] = (
        json_build_object, volatility=IMMUTABLE),
     Fn("pg_prefix_elements", (pa.list_(TEXT), TEXT), pa.list_(TEXT), prefix_elements,
        volatility=IMMUTABLE, strict=False),
+    Fn("pg_options_clauses", (pa.list_(TEXT),), pa.list_(TEXT), options_clauses,
+       volatility=IMMUTABLE, strict=False),
+    Fn("pg_quote_literals", (pa.list_(TEXT),), pa.list_(TEXT),
+       lambda values: [None if v is None else _quote_literal(v) for v in values or []],
+       volatility=IMMUTABLE, strict=False),
+    Fn("quote_ident", (TEXT,), TEXT, lambda name: _quote_ident(name), volatility=IMMUTABLE),
+    Fn("quote_literal", (TEXT,), TEXT, lambda value: _quote_literal(value), volatility=IMMUTABLE),
 )

@@ -186,9 +186,11 @@ class ReadOnlyRequested:
 
 @dataclass(frozen=True)
 class CursorDeclareRequested:
-    """DECLARE name CURSOR [WITH HOLD] FOR ...: only a WITH HOLD cursor may outlive its block."""
+    """A statement that holds something for the rest of its block: DECLARE name CURSOR [WITH
+    HOLD] FOR ... (only a WITH HOLD cursor may outlive its block), and LOCK TABLE (`what`)."""
 
     hold: bool
+    what: str = "DECLARE CURSOR"
 
 
 @dataclass(frozen=True)
@@ -480,9 +482,7 @@ def _on_setting_outside(state: State, event: SettingChanged) -> tuple[State, lis
 def _on_declare_outside(state: State, event: CursorDeclareRequested) -> tuple[State, list[Effect]]:
     if event.hold:
         return state, []
-    return _refuse(
-        state, NO_ACTIVE_SQL_TRANSACTION, "DECLARE CURSOR can only be used in transaction blocks"
-    )
+    return _refuse(state, NO_ACTIVE_SQL_TRANSACTION, f"{event.what} can only be used in transaction blocks")
 
 
 def _on_sync_outside(state: State, event: SyncReceived) -> tuple[State, list[Effect]]:

@@ -49,6 +49,7 @@ class Kind(Enum):
     DEALLOCATE = "deallocate"
     DISCARD = "discard"
     LISTEN = "listen"  # LISTEN/UNLISTEN/NOTIFY: accepted, nothing is ever notified
+    LOCK = "lock"  # LOCK TABLE ... IN ACCESS SHARE MODE: a block's snapshot already holds its tables
     COPY_TO = "copy_to"
     COPY_FROM = "copy_from"
     WRITE = "write"  # INSERT/UPDATE/DELETE/MERGE and DDL: the commit machine (a later issue)
@@ -159,7 +160,7 @@ def classify(sql: str, *, qmark: bool = False) -> Statement:
 
 _WRITE_WORDS = {
     "INSERT", "UPDATE", "DELETE", "MERGE", "CREATE", "DROP", "ALTER", "TRUNCATE", "GRANT",
-    "REVOKE", "COMMENT", "VACUUM", "ANALYZE", "REFRESH", "CALL", "DO", "LOCK", "PREPARE",
+    "REVOKE", "COMMENT", "VACUUM", "ANALYZE", "REFRESH", "CALL", "DO", "PREPARE",
     "EXECUTE", "CHECKPOINT", "CLUSTER", "REINDEX", "IMPORT", "SECURITY",
 }
 
@@ -377,6 +378,22 @@ def _listen(text: str) -> Statement:
     return Statement(Kind.LISTEN, text, word)
 
 
+_LOCK = re.compile(r"LOCK\s+(?:TABLE\s+)?(?P<names>.*?)(?:\s+IN\s+(?P<mode>[A-Z ]+?)\s+MODE)?(?:\s+NOWAIT)?\s*$",
+                   re.I | re.S)
+
+
+def _lock(text: str) -> Statement:
+    """LOCK [TABLE] [ONLY] name [*] [, ...] [IN mode MODE] [NOWAIT]: the mode (PostgreSQL's
+    default is ACCESS EXCLUSIVE) and the names as written."""
+    m = _LOCK.match(text)
+    if not m or not m.group("names").strip():
+        return Statement(Kind.UNSUPPORTED, text, "LOCK", value="syntax")
+    mode = " ".join((m.group("mode") or "ACCESS EXCLUSIVE").upper().split())
+    names = tuple((name.strip().removeprefix("ONLY ").removeprefix("only ").rstrip("*").strip(), "")
+                  for name in _split_list(m.group("names")))
+    return Statement(Kind.LOCK, text, "LOCK TABLE", value=mode, options=names)
+
+
 def _copy(text: str) -> Statement:
     m = re.match(r"COPY\s+(\(.*\)|[^\s(]+(?:\s*\([^)]*\))?)\s+(TO|FROM)\s+(STDOUT|STDIN)\b(.*)$", text, re.I | re.S)
     if not m:
@@ -446,6 +463,7 @@ _HANDLERS = {
     "UNLISTEN": _listen,
     "NOTIFY": _listen,
     "COPY": _copy,
+    "LOCK": _lock,
 }
 
 

@@ -43,6 +43,12 @@ def zero_based_subscripts(tree: exp.Expression, rw: _Rewriter) -> exp.Expression
     DataFusion lists from 1 (psqlODBC primaryKeys, pgjdbc getIndexInfo)."""
 
     def fn(node: exp.Expression) -> exp.Expression:
+        if (isinstance(node, exp.Bracket) and isinstance(node.this, exp.Column) and len(node.expressions) == 1
+                and pg_relations.COLUMN_KINDS.get(node.this.name.lower()) == "name"):
+            # typname[0] = '_' (pg_dump): a name subscripts as char[], from 0
+            index = node.expressions[0]
+            start = exp.Add(this=exp.Paren(this=index), expression=exp.Literal.number(1))
+            return _call("substr", node.this, start, exp.Literal.number(1))
         if isinstance(node, exp.Bracket) and _is_zero_based(node.this, rw) and len(node.expressions) == 1:
             index = node.expressions[0]
             if isinstance(index, exp.Literal) and not index.is_string:
@@ -127,7 +133,7 @@ def array_subqueries(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
             select = select.this
         if not isinstance(select, exp.Select) or len(select.expressions) != 1:
             return node
-        mapped = _map_over_unnest(select) or _role_names(select)
+        mapped = _map_over_unnest(select) or _role_names(select) or _options_clauses(select)
         if mapped is not None:
             return mapped
         select = select.copy()
@@ -153,6 +159,22 @@ def _resolve_order_key(ordered: exp.Expression, value: exp.Expression) -> exp.Ex
     return key
 
 
+def _options_clauses(select: exp.Select) -> exp.Expression | None:
+    """ARRAY(SELECT quote_ident(option_name) || ' ' || quote_literal(option_value)
+    FROM pg_options_to_table(x.fdwoptions) ORDER BY option_name) -> pg_options_clauses(...).
+
+    pg_dump's OPTIONS of foreign objects: a set-returning function over the outer row's column,
+    which DataFusion cannot run in FROM; the function answers the same question directly.
+    """
+    source = select.args.get("from_")
+    table = source.this if source is not None else None
+    if not (isinstance(table, exp.Table) and _func_name(table.this) == "pg_options_to_table"):
+        return None
+    call = table.this
+    args = call.expressions if isinstance(call, exp.Anonymous) else [call.this]
+    return _call("pg_options_clauses", args[0]) if len(args) == 1 else None
+
+
 def _role_names(select: exp.Select) -> exp.Expression | None:
     """ARRAY(SELECT rolname FROM pg_roles WHERE oid = ANY(pol.polroles) ORDER BY 1) ->
     pg_role_names(pol.polroles).
@@ -167,13 +189,16 @@ def _role_names(select: exp.Select) -> exp.Expression | None:
             and where is not None and not select.args.get("joins")):
         return None
     value = select.expressions[0].unalias()
+    function = "pg_role_names"
+    if _func_name(value) == "quote_ident" and len(value.expressions) == 1:  # pg_dump's policy roles
+        value, function = value.expressions[0], "pg_role_idents"
     cond = where.this
     if not (isinstance(value, exp.Column) and value.name.lower() == "rolname"
             and isinstance(cond, exp.EQ) and isinstance(cond.this, exp.Column)
             and cond.this.name.lower() == "oid" and isinstance(cond.expression, exp.Any)):
         return None
     array = cond.expression.this
-    return _call("pg_role_names", array.this if isinstance(array, exp.Paren) else array)
+    return _call(function, array.this if isinstance(array, exp.Paren) else array)
 
 
 def _map_over_unnest(select: exp.Select) -> exp.Expression | None:
@@ -185,19 +210,25 @@ def _map_over_unnest(select: exp.Select) -> exp.Expression | None:
     if source is None or select.args.get("where") or select.args.get("joins"):
         return None
     table = source.this
-    if not (isinstance(table, exp.Table) and _func_name(table.this) in ("unnest", "explode")):
-        return None
-    alias = table.alias_or_name.lower()
-    value = select.expressions[0].unalias()
-    if (
-        isinstance(value, exp.DPipe)
-        and isinstance(value.this, exp.Literal)
-        and isinstance(value.expression, exp.Column)
-        and value.expression.name.lower() == alias
-    ):
+    if isinstance(table, exp.Unnest) and len(table.expressions) == 1:  # FROM unnest(a) AS t(x)
+        call: exp.Expression = table
+    elif isinstance(table, exp.Table) and _func_name(table.this) in ("unnest", "explode"):
         call = table.this
-        array = call.expressions[0] if isinstance(call, (exp.Anonymous, exp.Unnest)) else call.this
+    else:
+        return None
+    alias = table.args.get("alias")
+    names = {table.alias_or_name.lower()} | {c.name.lower() for c in (alias.columns if alias else [])}
+
+    def is_element(node: exp.Expression) -> bool:
+        return isinstance(node, exp.Column) and node.name.lower() in names
+
+    value = select.expressions[0].unalias()
+    array = call.expressions[0] if isinstance(call, (exp.Anonymous, exp.Unnest)) else call.this
+    if isinstance(value, exp.DPipe) and isinstance(value.this, exp.Literal) and is_element(value.expression):
         return _call("pg_prefix_elements", array, value.this)
+    # array(select quote_literal(x) from unnest(evttags) as t(x)) (pg_dump's event triggers)
+    if _func_name(value) == "quote_literal" and len(value.expressions) == 1 and is_element(value.expressions[0]):
+        return _call("pg_quote_literals", array)
     return None
 
 
@@ -215,7 +246,8 @@ def psql_publication_columns(tree: exp.Expression, rw: _Rewriter) -> exp.Express
             return node
         select = node.this
         value = select.expressions[0].unalias() if len(select.expressions) == 1 else None
-        if not (isinstance(value, exp.GroupConcat) or _func_name(value) == "string_agg"):
+        as_array = isinstance(value, exp.ArrayAgg)  # pg_dump's publication columns: array_agg(attname)
+        if not (as_array or isinstance(value, exp.GroupConcat) or _func_name(value) == "string_agg"):
             return node
         source = select.args.get("from_") or select.args.get("from")
         series = source.this if source is not None else None
@@ -230,6 +262,9 @@ def psql_publication_columns(tree: exp.Expression, rw: _Rewriter) -> exp.Express
         else:
             separator = value.expressions[1] if len(value.expressions) > 1 else None
         attnums = exp.Cast(this=attnum.this, to=exp.DataType.build("BIGINT[]"))
+        if as_array:
+            unit = exp.Literal.string("\x1f")  # no column name holds it
+            return _call("string_to_array", _call("pg_attnames", relid, attnums, unit), unit.copy())
         return _call("pg_attnames", relid, attnums, separator or exp.Literal.string(","))
 
     return _bottom_up(tree, fn)

@@ -213,9 +213,24 @@ def casts(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
             if items is not None:  # '{1,2}'::int2[]: DataFusion can't cast text to a list
                 return _make_array(items, name in _NUMERIC_ARRAYS)
         rule = _CASTS.get(name)
-        return rule(node, rw) if rule is not None else node
+        if rule is not None:
+            return rule(node, rw)
+        if node.to.this == exp.DataType.Type.USERDEFINED and name in _BUILTIN_SPELLINGS:
+            # 0::pg_catalog.int2 (pg_dump qualifies every type): the built-in type itself
+            node.set("to", exp.DataType.build(_BUILTIN_SPELLINGS[name], dialect="postgres"))
+        return node
 
     return _bottom_up(tree, fn)
+
+
+# Built-in types that a schema-qualified cast names, as DataFusion reads them.
+_BUILTIN_SPELLINGS = {
+    "int2": "SMALLINT", "int4": "INT", "int8": "BIGINT", "float4": "REAL", "float8": "DOUBLE PRECISION",
+    "bool": "BOOLEAN", "text": "TEXT", "varchar": "VARCHAR", "bpchar": "TEXT", "numeric": "NUMERIC",
+    "date": "DATE", "timestamp": "TIMESTAMP", "timestamptz": "TIMESTAMPTZ", "time": "TIME",
+    "interval": "INTERVAL", "bytea": "BYTEA", "int2[]": "SMALLINT[]", "int4[]": "INT[]",
+    "int8[]": "BIGINT[]", "text[]": "TEXT[]",
+}
 
 
 def regclass_text(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
@@ -250,6 +265,16 @@ def array_comparisons(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
     `coalesce(a.fnames, '{}')` -> `coalesce(a.fnames, make_array())` (psycopg CompositeInfo)."""
 
     def fn(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Case):
+            # CASE ... THEN acldefault(...) ELSE '{}' END (pg_dump): the untyped literal is an
+            # array like the other branches
+            branches = [i.args.get("true") for i in node.args.get("ifs") or []] + [node.args.get("default")]
+            if any(_is_array_valued(b) for b in branches if b is not None):
+                for holder, key in [*((i, "true") for i in node.args.get("ifs") or []), (node, "default")]:
+                    value = holder.args.get(key)
+                    items = array_literal(value.this) if isinstance(value, exp.Literal) and value.is_string else None
+                    if items is not None:
+                        holder.set(key, _make_array(items, False))
         if isinstance(node, exp.Coalesce) and isinstance(node.this, exp.Column):
             args = []
             for arg in node.expressions:
@@ -280,6 +305,15 @@ def array_comparisons(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
         return node
 
     return _bottom_up(tree, fn)
+
+
+_ARRAY_FUNCTIONS = frozenset({"acldefault", "array_agg", "make_array", "string_to_array", "array_remove"})
+
+
+def _is_array_valued(node: exp.Expression) -> bool:
+    if isinstance(node, exp.Column):
+        return pg_relations.COLUMN_KINDS.get(node.name.lower(), "").endswith("[]")
+    return isinstance(node, exp.Array | exp.ArrayAgg) or _func_name(node) in _ARRAY_FUNCTIONS
 
 
 _ARRAY_OF_KIND = {"oid": "BIGINT[]", "name": "TEXT[]", "text": "TEXT[]", "char": "TEXT[]",

@@ -62,7 +62,7 @@ def strip_function_schemas(tree: exp.Expression, rw: _Rewriter) -> exp.Expressio
             and node.this.name.lower() in ("pg_catalog", "information_schema")
             and isinstance(node.expression, exp.Func)
         ):
-            return node.expression
+            return _known_function(node.expression)
         if isinstance(node, exp.Table) and not isinstance(node.this, exp.Identifier):
             # FROM pg_catalog.generate_series(1, 32) pos(n)   (pgjdbc getImportedKeys)
             if node.args.get("db") and node.text("db").lower() == "pg_catalog":
@@ -70,6 +70,18 @@ def strip_function_schemas(tree: exp.Expression, rw: _Rewriter) -> exp.Expressio
         return node
 
     return _bottom_up(tree, fn)
+
+
+def _known_function(call: exp.Func) -> exp.Func:
+    """pg_catalog.array_agg(...) parses as an anonymous call: the function sqlglot knows by that
+    name (an aggregate the later steps must see as one), where it knows one."""
+    if not isinstance(call, exp.Anonymous):
+        return call
+    try:
+        known = exp.func(str(call.this), *call.expressions, dialect="postgres")
+    except Exception:  # sqlglot's builders raise what they like on arguments they don't take
+        return call
+    return known if not isinstance(known, exp.Anonymous) else call
 
 
 def set_returning_functions(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:

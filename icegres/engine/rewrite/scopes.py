@@ -29,6 +29,8 @@ from sqlglot import exp
 from icegres.engine import pg_catalog, pg_relations
 from icegres.engine.rewrite.tree import _Rewriter
 
+_SYSTEM_OIDS: dict[tuple[str, str], int] = {(r.schema, r.name): r.fixed_oid for r in pg_relations.RELATIONS
+                                             if r.fixed_oid is not None}
 _SYSTEM_COLUMNS: dict[tuple[str, str], frozenset[str]] = {
     (r.schema, r.name): frozenset(name for name, _ in r.columns) for r in pg_relations.RELATIONS
 }
@@ -40,6 +42,7 @@ class _Source:
     columns: frozenset[str] | None  # None: not known, so no name can be bound past this scope
     decimal_scales: tuple[tuple[str, int], ...] = ()  # its numeric columns and their scales
     floats: frozenset[str] = frozenset()  # its real / double precision columns
+    oid: int | None = None  # the relation's OID: its system column tableoid
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,9 @@ def _bind_select(select: exp.Select, outer: list[_Scope], rw: _Rewriter,
     for column, owner in _own_columns(select):
         if owner is not select or isinstance(column.parent, exp.Ordered):
             continue
+        if column.name.lower() == "tableoid":
+            _system_column(column, scope)
+            continue
         qualifier = column.table.lower() if column.table else _resolve(column.name.lower(), stack)
         if qualifier is None:
             continue
@@ -104,6 +110,16 @@ def _bind_select(select: exp.Select, outer: list[_Scope], rw: _Rewriter,
 
 DECIMAL_SCALE = "pg_decimal_scale"  # Column.meta: the scale of a numeric column (numeric.py reads it)
 FLOAT = "pg_float"  # Column.meta: a real / double precision column
+
+
+def _system_column(column: exp.Column, scope: _Scope) -> None:
+    """x.tableoid -> the OID of x (pg_dump reads it of every catalog row it dumps)."""
+    if column.table:
+        source = scope.source(column.table.lower())
+    else:
+        source = scope.sources[0] if len(scope.sources) == 1 else None
+    if source is not None and source.oid is not None:
+        column.replace(exp.cast(exp.Literal.number(source.oid), exp.DataType.build("BIGINT")))
 
 
 def _note_decimal(column: exp.Column, qualifier: str, stack: list[_Scope]) -> None:
@@ -173,7 +189,8 @@ def _source(item: exp.Expression, rw: _Rewriter, ctes: dict[str, frozenset[str] 
             return _Source(alias, ctes[name])
         if not schema:
             return _Source(alias, None)
-        return _Source(alias, _table_columns(schema, name, rw), *_table_kinds(schema, name, rw))
+        return _Source(alias, _table_columns(schema, name, rw), *_table_kinds(schema, name, rw),
+                       oid=_relation_oid(schema, name, rw))
     if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Query):
         return _Source(alias, _output_columns(item.this))
     return _Source(alias, None)
@@ -194,6 +211,12 @@ def _table_columns(schema: str, name: str, rw: _Rewriter) -> frozenset[str] | No
     if entry is None or entry.relkind != "r" or entry.table is None:
         return None  # a view (its columns are its query's), or not known to this snapshot
     return frozenset(c.name.lower() for c in entry.columns)
+
+
+def _relation_oid(schema: str, name: str, rw: _Rewriter) -> int | None:
+    index = pg_catalog.current_index(rw.env)
+    entry = index.relations.get((schema, name)) if index is not None else None
+    return entry.oid if entry is not None else _SYSTEM_OIDS.get((schema, name))
 
 
 def _table_kinds(schema: str, name: str, rw: _Rewriter) -> tuple[tuple[tuple[str, int], ...], frozenset[str]]:
