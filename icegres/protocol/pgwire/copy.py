@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 async def copy_out_rows(session: SessionPort, source: RowSource, options: dict[str, str]) -> None:
-    fmt = CopyFormat(options)
+    fmt = CopyFormat(options, is_from=False)
     schema = source.schema
     text = session.text_settings()
     types = [pg_type_for_arrow(f.type) for f in schema]
