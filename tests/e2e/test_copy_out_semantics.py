@@ -162,3 +162,21 @@ def test_timestamptz_in_the_sessions_zone(servers: list[str], zone: str, options
     theirs, ours = (_copy(dsn, sql, zone) for dsn in servers)
     assert ours == theirs
 
+
+def test_rows_of_no_columns(servers: list[str]) -> None:
+    theirs, ours = (_copy(dsn, "copy (select from copy_out) to stdout") for dsn in servers)
+    assert ours == theirs
+
+
+def test_many_rows_arrive_whole_in_messages_of_many_rows(servers: list[str]) -> None:
+    """More rows than one message holds: the same bytes, and icegres's messages end at row ends."""
+    sql = ("copy (select i, 'row ' || i || E'\\t,\"' as s, i::double precision / 4 as f, i % 3 = 0 as b"
+           " from generate_series(1, 60000) as g(i) order by i) to stdout with (format {})")
+    for fmt in ("text", "csv"):
+        theirs, ours = (_copy(dsn, sql.format(fmt)) for dsn in servers)
+        assert ours == theirs
+    with psycopg.connect(servers[1], autocommit=True) as conn:
+        with conn.cursor().copy(sql.format("text")) as copy:
+            messages = [bytes(chunk) for chunk in copy]
+    assert 2 < len(messages) < 60000 // 10
+    assert all(message.endswith(b"\n") for message in messages)
