@@ -26,6 +26,7 @@ SUITES = {
     "write_ladder": "bench/write_ladder.py (ack latency per write-ladder rung vs bare fsync)",
     "load": "TPC-H bulk load through icegres, COPY over pgwire vs Flight SQL ingest (--sf, default 1)",
     "wakeups": "one cross-thread hand-off (trio, SerialThread, bare threading.Event) by waiter idle time",
+    "copy_out": "COPY TO STDOUT of 1M rows (text, CSV) vs icegres's SELECT and PostgreSQL's COPY",
 }
 DEFAULT = ("read", "concurrency", "startup", "scale", "flight", "pgwire_read", "pgwire_write")
 

@@ -751,3 +751,14 @@ def _encode_column(arr: pa.Array, fmt: int, settings: TextSettings) -> _Column:
     if t.oid == INTERVAL.oid:
         return _encode_interval(arr, t, fmt, settings)
     return _fallback(arr, t, fmt, settings)
+
+
+def text_values(arr: pa.Array, settings: TextSettings) -> tuple[list[_Piece], np.ndarray]:
+    """Every row's value in PostgreSQL's text format, as pieces without DataRow's length words
+    (a NULL row contributes nothing), and each row's value length (0 for NULL). COPY TO joins
+    these with its delimiters."""
+    column = _encode_column(arr, 0, settings)
+    if not column.pieces:  # no rows
+        return [], column.sizes
+    # Every renderer above puts the length words first: a row's field is its length, then its value.
+    return column.pieces[1:], column.sizes - 4

@@ -37,27 +37,31 @@ def _column_name(text: str) -> str:
 
 
 class CopyFormat:
-    """How one COPY renders a row of text values."""
+    """How one COPY renders a row of text values, with PostgreSQL 15's checks of its options
+    (ProcessCopyOptions): `is_from` says which direction the options are for (None: either)."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: dict[str, str], *, is_from: bool | None = None) -> None:
         fmt = options.get("format", "text").lower()
         if fmt not in ("text", "csv"):
             raise PgError(FEATURE_NOT_SUPPORTED, f"COPY format \"{fmt}\" is not supported")
         self.csv = fmt == "csv"
         self.delimiter = options.get("delimiter", "," if self.csv else "\t")
         self.null = options.get("null", "" if self.csv else "\\N")
-        self.quote = options.get("quote", '"')
-        self.escape = options.get("escape", self.quote)
         header = options.get("header")
         # HEADER MATCH (COPY FROM): the header line must name the columns, in order.
         self.header_match = header is not None and header.lower() == "match"
+        if self.header_match and is_from is False:
+            raise PgError(FEATURE_NOT_SUPPORTED, 'cannot use "match" with HEADER in COPY TO')
         self.header = header is not None and (self.header_match or _truthy(header))
-        if len(self.delimiter) != 1:
-            raise PgError("22023", "COPY delimiter must be a single one-byte character")
+        self._check_characters(options)
+        self.quote = options.get("quote", '"')
+        self.escape = options.get("escape", self.quote)
         # FORCE_QUOTE (a, b) or *: those columns' non-NULL values are always quoted (CSV only).
         forced = options.get("force_quote")
         if forced is not None and not self.csv:
             raise PgError(FEATURE_NOT_SUPPORTED, "COPY FORCE_QUOTE is available only in CSV mode")
+        if forced is not None and is_from:
+            raise PgError(FEATURE_NOT_SUPPORTED, "COPY force quote only available using COPY TO")
         self._force_all = forced is not None and forced.strip() == "*"
         self._forced = set() if forced is None or self._force_all else {
             _column_name(name) for name in forced.strip().strip("()").split(",") if name.strip()}
@@ -66,6 +70,39 @@ class CopyFormat:
         # unquoted NULL string is that text, not NULL) for the listed columns.
         self.force_null = self._names(options, "force_null")
         self.force_not_null = self._names(options, "force_not_null")
+        if (self.force_null or self.force_not_null) and is_from is False:
+            which = "not null" if self.force_not_null else "null"
+            raise PgError(FEATURE_NOT_SUPPORTED, f"COPY force {which} only available using COPY FROM")
+
+    def _check_characters(self, options: dict[str, str]) -> None:
+        """The delimiter, NULL string, quote and escape PostgreSQL accepts: one byte each, no line
+        ends, and none that would make the output ambiguous."""
+        delimiter, null = self.delimiter, self.null
+        if len(delimiter.encode()) != 1:
+            raise PgError(FEATURE_NOT_SUPPORTED, "COPY delimiter must be a single one-byte character")
+        if delimiter in "\r\n":
+            raise PgError("22023", "COPY delimiter cannot be newline or carriage return")
+        if "\r" in null or "\n" in null:
+            raise PgError("22023", "COPY null representation cannot use newline or carriage return")
+        # Text format: a delimiter in a value is backslash-escaped, and COPY FROM reads some
+        # backslash sequences (\., \N, octal digits, letters) otherwise.
+        if not self.csv and delimiter in "\\.abcdefghijklmnopqrstuvwxyz0123456789":
+            raise PgError("22023", f'COPY delimiter cannot be "{delimiter}"')
+        for option in ("quote", "escape"):
+            value = options.get(option)
+            if value is None:
+                continue
+            if not self.csv:
+                raise PgError(FEATURE_NOT_SUPPORTED, f"COPY {option} available only in CSV mode")
+            if len(value.encode()) != 1:
+                raise PgError(FEATURE_NOT_SUPPORTED, f"COPY {option} must be a single one-byte character")
+        quote = options.get("quote", '"')
+        if self.csv and delimiter == quote:
+            raise PgError("22023", "COPY delimiter and quote must be different")
+        if delimiter in null:
+            raise PgError(FEATURE_NOT_SUPPORTED, "COPY delimiter must not appear in the NULL specification")
+        if self.csv and quote in null:
+            raise PgError(FEATURE_NOT_SUPPORTED, "CSV quote character must not appear in the NULL specification")
 
     def _names(self, options: dict[str, str], option: str) -> set[str]:
         listed = options.get(option)
@@ -85,7 +122,8 @@ class CopyFormat:
     def line(self, values: list[str | None], *, header: bool = False) -> str:
         if self.csv:
             force = [False] * len(values) if header or not self.force else self.force
-            return self.delimiter.join(self._csv_field(v, f) for v, f in zip(values, force, strict=True)) + "\n"
+            single = len(values) == 1
+            return self.delimiter.join(self._csv_field(v, f, single) for v, f in zip(values, force, strict=True)) + "\n"
         return self.delimiter.join(self._text_field(v) for v in values) + "\n"
 
     def _text_field(self, v: str | None) -> str:
@@ -95,12 +133,14 @@ class CopyFormat:
         # A custom delimiter inside a value is backslash-escaped, as PostgreSQL's COPY does.
         return v if self.delimiter in "\t" else v.replace(self.delimiter, "\\" + self.delimiter)
 
-    def _csv_field(self, v: str | None, force: bool = False) -> str:
+    def _csv_field(self, v: str | None, force: bool = False, single: bool = False) -> str:
+        """PostgreSQL's CopyAttributeOutCSV: quoted when forced, equal to the NULL string, holding
+        the delimiter, the quote or a line end, or `\\.` alone on a line (the only column)."""
         if v is None:
             return self.null
         needs = (
             force or v == self.null or self.delimiter in v or self.quote in v or "\n" in v or "\r" in v
-            or v.startswith(" ") or v.endswith(" ") or v == "\\."
+            or (single and v == "\\.")
         )
         if not needs:
             return v

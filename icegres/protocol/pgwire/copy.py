@@ -4,47 +4,64 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+import pyarrow as pa
+
 from icegres.engine.row_source import RowSource
 from icegres.pg.copy_format import CopyFormat
-from icegres.pg.text_out import encode_text_value
-from icegres.pg.types import pg_type_for_arrow
+from icegres.pg.copy_out import CopyRows, encode_copy_rows
 from icegres.protocol.pgwire import messages as m
+from icegres.protocol.pgwire.results import pull
 
 if TYPE_CHECKING:
     from icegres.protocol.pgwire.port import SessionPort
 
+# PostgreSQL sends one CopyData per row; the protocol lets a message hold any part of the
+# stream, and per-row messages cost a client one read per row (1M reads for demo.trips). So the
+# rows go out in messages of about this size, each ending at the end of a row, so a client that
+# handles each message as whole lines still sees whole lines.
+COPY_DATA_BYTES = 256 * 1024
+
 
 async def copy_out_rows(session: SessionPort, source: RowSource, options: dict[str, str]) -> None:
-    fmt = CopyFormat(options)
+    fmt = CopyFormat(options, is_from=False)
     schema = source.schema
     text = session.text_settings()
-    types = [pg_type_for_arrow(f.type) for f in schema]
     fmt.columns(schema.names)
     session.send(m.copy_out_response(len(schema)))
     if fmt.header:  # FORCE_QUOTE quotes no header name, as in PostgreSQL
         session.send(m.copy_data(fmt.line(schema.names, header=True).encode()))
 
-    def next_lines() -> tuple[int, bytes] | None:
-        batch = source.take(0)
-        if batch is None:
-            return None
-        columns = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-        out = []
-        for row in zip(*columns, strict=True):
-            values = []
-            for value, t in zip(row, types, strict=True):
-                raw = None if value is None else encode_text_value(value, t, text)
-                values.append(None if raw is None else raw.decode())
-            out.append(m.copy_data(fmt.line(values).encode()))
-        return batch.num_rows, b"".join(out)
+    def encode(batch: pa.RecordBatch) -> bytes:  # in a worker thread
+        return copy_data_messages(encode_copy_rows(batch, fmt, text))
 
     total = 0
     while True:
-        chunk = await session.in_thread(next_lines)
-        if chunk is None:
+        chunk = await session.in_thread(pull, source, 0, encode)
+        total += chunk.rows
+        if chunk.data:
+            session.send(chunk.data)
+            await session.maybe_flush()
+        if chunk.exhausted:
             break
-        total += chunk[0]
-        session.send(chunk[1])
-        await session.maybe_flush()
     session.send(m.COPY_DONE)
     session.send(m.command_complete(f"COPY {total}"))
+
+
+def copy_data_messages(rows: CopyRows, size: int = COPY_DATA_BYTES) -> bytes:
+    """`rows` as CopyData messages of about `size` bytes each (one row may be more), each ending
+    at the end of a row."""
+    ends = rows.row_ends
+    if not len(ends):
+        return b""
+    data = memoryview(rows.data)
+    parts: list[bytes | memoryview] = []
+    start = 0
+    total = int(ends[-1])
+    while start < total:
+        i = int(np.searchsorted(ends, start + size, side="left"))
+        end = int(ends[min(i, len(ends) - 1)])
+        parts.append(m.copy_data_header(end - start))
+        parts.append(data[start:end])
+        start = end
+    return b"".join(parts)

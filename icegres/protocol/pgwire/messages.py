@@ -368,3 +368,8 @@ def copy_in_response(ncols: int, fmt: int = 0) -> bytes:
 
 def copy_data(data: bytes) -> bytes:
     return _frame(b"d", data)
+
+
+def copy_data_header(length: int) -> bytes:
+    """The first five bytes of a CopyData message whose payload of `length` bytes follows."""
+    return b"d" + struct.pack("!i", length + 4)

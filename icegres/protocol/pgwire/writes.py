@@ -108,7 +108,7 @@ async def copy_from(session: SessionPort, stmt: Statement) -> None:
     target = copy_target(stmt.value or "")
     if target is None:
         raise PgError(E.SYNTAX_ERROR, "COPY FROM needs a table name")
-    fmt = CopyFormat(dict(stmt.options))
+    fmt = CopyFormat(dict(stmt.options), is_from=True)
     table_name, columns = target
     session.send(m.copy_in_response(len(columns) if columns else 0))
     await session.flush()
