@@ -93,11 +93,22 @@ class ReadPlan:
 _FIELD_ID = b"PARQUET:field_id"
 
 
+RELATION_KEY = b"icegres.relation"  # field metadata: "schema.table" a scanned column comes from
+COLUMN_KEY = b"icegres.column"  # ... and its name there (an alias renames the field, not this)
+
+
 def arrow_schema(table: Table) -> pa.Schema:
+    """The table's columns as its scans produce them, each saying which relation it is of:
+    DataFusion keeps field metadata through plain column references, so a result column read
+    straight from a table can be described as PostgreSQL does (RowDescription's table OID,
+    column number and typmod: pgjdbc's ResultSetMetaData)."""
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
     schema = schema_to_pyarrow(table.schema(), include_field_ids=False)
-    return pa.schema([_scan_field(f) for f in schema], metadata=schema.metadata)
+    relation = _table_name(table).encode()
+    return pa.schema([_scan_field(f).with_metadata({**(f.metadata or {}), RELATION_KEY: relation,
+                                                    COLUMN_KEY: f.name.encode()})
+                      for f in schema], metadata=schema.metadata)
 
 
 def _scan_field(field: pa.Field) -> pa.Field:

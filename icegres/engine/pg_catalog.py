@@ -34,6 +34,7 @@ from icegres.engine.pg_relations import (
     RelationDef,
     pg_type_oid,
 )
+from icegres.pg.keywords import keyword_rows
 from icegres.pg.types import pg_type_for_arrow
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ class CatalogIndex:
         user_schemas = [s for s in schemas if s not in _FIXED_NAMESPACES]
         keys = [f"namespace:{s}" for s in user_schemas]
         keys.append(f"database:{snap.database}")
-        keys += [f"relation:{r.key}" for r in RELATIONS if r.fixed_oid is None]
+        keys += [f"relation:{r.key}" for r in RELATIONS if r.fixed_oid is None and not r.function]
         for t in snap.tables:
             keys.append(f"relation:{t.schema}.{t.name}")
             if t.primary_key:
@@ -201,6 +202,8 @@ class CatalogIndex:
         self.relations: dict[tuple[str, str], RelationEntry] = {}
         self.constraints: dict[int, ConstraintEntry] = {}
         for rel in RELATIONS:
+            if rel.function:
+                continue
             oid = rel.fixed_oid or oids[f"relation:{rel.key}"]
             self._add(RelationEntry(oid, rel.schema, rel.name, rel.relkind, _system_columns(rel)))
         for t in sorted(snap.tables, key=lambda t: (t.schema, t.name)):
@@ -406,6 +409,36 @@ def _rows_pg_description(ix: CatalogIndex) -> Rows:
               "description": "standard public schema"}
     return [public, *({"objoid": oid, "classoid": PG_CLASS_OID, "objsubid": sub, "description": text}
                       for (oid, sub), text in sorted(ix.descriptions.items()))]
+
+
+# RowDescription's table OID, column number and typmod of a result column read from a table.
+PG_TABLE_OID_KEY = b"pg_table_oid"
+PG_ATTNUM_KEY = b"pg_attnum"
+PG_TYPMOD_KEY = b"pg_typmod"
+
+
+def sourced_schema(env: Any, schema: pa.Schema) -> pa.Schema:
+    """`schema` with each column that a table's scan produced (mounts.RELATION_KEY) annotated
+    with that table's OID, the column's number and its typmod, as PostgreSQL describes it."""
+    from icegres.engine.mounts import COLUMN_KEY, RELATION_KEY
+
+    if not any(f.metadata and RELATION_KEY in f.metadata for f in schema):
+        return schema
+    ix = current_index(env)
+    if ix is None:
+        return schema
+    fields = []
+    for f in schema:
+        meta = f.metadata or {}
+        relation, column = meta.get(RELATION_KEY), meta.get(COLUMN_KEY)
+        schema_name, _, name = (relation or b"").decode().rpartition(".")
+        entry = ix.relations.get((schema_name, name)) if relation else None
+        found = next((c for c in entry.columns if c.name == (column or b"").decode()), None) if entry else None
+        if found is not None:
+            f = f.with_metadata({**meta, PG_TABLE_OID_KEY: str(entry.oid).encode(),
+                                 PG_ATTNUM_KEY: str(found.attnum).encode(), PG_TYPMOD_KEY: str(found.typmod).encode()})
+        fields.append(f)
+    return pa.schema(fields, schema.metadata)
 
 
 def object_description(env: Any, oid: int | None, catalog: str | None) -> str | None:
@@ -708,6 +741,7 @@ _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "pg_catalog.pg_type": _rows_pg_type,
     "pg_catalog.pg_description": _rows_pg_description,
     "pg_catalog.pg_init_privs": _rows_pg_init_privs,
+    "pg_catalog.pg_get_keywords": lambda _ix: keyword_rows(),
     "pg_catalog.pg_constraint": _rows_pg_constraint,
     "pg_catalog.pg_index": _rows_pg_index,
     "pg_catalog.pg_am": _rows_pg_am,

@@ -51,6 +51,8 @@ class RelationDef:
     relkind: str  # 'r' table, 'v' view
     spec: str  # "column:kind ..." in PostgreSQL 15's column order
     fixed_oid: int | None = None
+    # The rows of a set-returning function (FROM pg_get_keywords()), not a relation in pg_class.
+    function: bool = False
 
     @cached_property
     def columns(self) -> tuple[tuple[str, str], ...]:
@@ -216,6 +218,8 @@ RELATIONS: tuple[RelationDef, ...] = (
     _pg("pg_seclabels", 12099, "objoid:oid classoid:oid objsubid:int4 objtype:text objnamespace:oid objname:text provider:text label:text", relkind="v"),
     _pg("pg_shseclabel", 3592, "objoid:oid classoid:oid provider:text label:text"),
     _pg("pg_db_role_setting", 2964, "setdatabase:oid setrole:oid setconfig:text[]"),
+    RelationDef("pg_catalog", "pg_get_keywords", "r",
+                "word:text catcode:char barelabel:bool catdesc:text baredesc:text", function=True),
     _info("schemata", "catalog_name:name schema_name:name schema_owner:name "
           "default_character_set_catalog:name default_character_set_schema:name "
           "default_character_set_name:name sql_path:text"),

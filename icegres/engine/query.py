@@ -488,7 +488,11 @@ class QueryContext:
         return self.pg_schema(stmt, planned.df.schema()), placeholder_types(planned.df) if stmt.max_param else {}
 
     def pg_schema(self, stmt: Statement, schema: pa.Schema) -> pa.Schema:
-        """Rename DataFusion's display names (`count(*)`) to PostgreSQL's (`count`)."""
+        """Rename DataFusion's display names (`count(*)`) to PostgreSQL's (`count`), and say of
+        each column read straight from a table which table and column it is (pg_catalog)."""
+        from icegres.engine import pg_catalog
+
+        schema = pg_catalog.sourced_schema(self.env, schema)
         if all(PLAIN_NAME.fullmatch(f.name) for f in schema):
             return schema
         key = stmt.shape

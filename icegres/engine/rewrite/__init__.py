@@ -51,6 +51,7 @@ from icegres.engine.rewrite.functions import (
 )
 from icegres.engine.rewrite.literals import to_sql, typed_literals
 from icegres.engine.rewrite.names import (
+    catalog_function_relations,
     local_database_qualifiers,
     postgres_semantics,
     qualify_catalog_tables,
@@ -90,6 +91,7 @@ def rewrite(expression: exp.Expression, env: Any) -> exp.Expression:
 
 _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
     local_database_qualifiers,
+    catalog_function_relations,
     qualify_catalog_tables,
     bind_columns,
     numeric_division,

@@ -39,6 +39,19 @@ def local_database_qualifiers(tree: exp.Expression, rw: _Rewriter) -> exp.Expres
 
 
 
+def catalog_function_relations(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """FROM pg_catalog.pg_get_keywords() -> FROM pg_catalog.pg_get_keywords, the relation holding
+    that function's rows (pgjdbc's getSQLKeywords, DBeaver, DataGrip)."""
+    for table in list(tree.find_all(exp.Table)):
+        if _func_name(table.this) in _FUNCTION_RELATIONS and not getattr(table.this, "expressions", None):
+            table.set("this", exp.to_identifier(_func_name(table.this)))
+            table.set("db", exp.to_identifier("pg_catalog"))
+    return tree
+
+
+_FUNCTION_RELATIONS = frozenset(r.name for r in pg_relations.RELATIONS if r.function)
+
+
 def qualify_catalog_tables(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
     """pg_class -> pg_catalog.pg_class: PostgreSQL searches pg_catalog first, implicitly.
 

@@ -50,7 +50,11 @@ def row_description(schema: pa.Schema, formats: Sequence[int]) -> bytes:
     fields = []
     for f, fmt in zip(schema, formats, strict=True):
         t = field_type(f)
-        fields.append(m.FieldDescription(f.name, t.oid, t.typlen, -1, 0, 0, fmt))
+        meta = f.metadata or {}
+        # a column read straight from a table: its table, number and typmod (engine/pg_catalog.py)
+        typmod = int(meta.get(b"pg_typmod", b"-1"))
+        table_oid, attnum = int(meta.get(b"pg_table_oid", b"0")), int(meta.get(b"pg_attnum", b"0"))
+        fields.append(m.FieldDescription(f.name, t.oid, t.typlen, typmod, table_oid, attnum, fmt))
     return m.row_description(fields)
 
 
