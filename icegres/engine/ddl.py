@@ -41,6 +41,7 @@ from icegres.engine.ddl_commands import (
     ResetProperties,
     SetProperties,
 )
+from icegres.engine.ddl_index import parse_create_index, parse_drop_index
 from icegres.engine.parquet_files import DELTA_INTEGERS
 from icegres.engine.pg_types import column_type
 from icegres.engine.rewrite.names import DATABASE_ALIASES
@@ -208,7 +209,7 @@ WINDOW WITH
 """.split())
 
 # Object kinds PostgreSQL can CREATE/DROP/ALTER that are not icegres DDL: named in the 0A000.
-_OTHER_OBJECTS = ("MATERIALIZED VIEW", "VIEW", "INDEX", "UNIQUE INDEX", "SEQUENCE", "FUNCTION",
+_OTHER_OBJECTS = ("MATERIALIZED VIEW", "VIEW", "SEQUENCE", "FUNCTION",
                   "PROCEDURE", "TYPE", "DOMAIN", "EXTENSION", "DATABASE", "ROLE", "USER",
                   "TRIGGER", "RULE", "POLICY", "OR REPLACE", "FOREIGN TABLE", "SERVER",
                   "PUBLICATION", "SUBSCRIPTION", "COLLATION", "AGGREGATE", "OPERATOR",
@@ -445,6 +446,10 @@ class _Parser:
             return self.create_table()
         if self.accept("SCHEMA"):
             return self.create_schema()
+        if self.accept("INDEX"):
+            return parse_create_index(self, unique=False)
+        if self.accept("UNIQUE", "INDEX"):
+            return parse_create_index(self, unique=True)
         raise self.unsupported_object("CREATE")
 
     def create_schema(self) -> CreateSchema:
@@ -481,6 +486,8 @@ class _Parser:
                 schemas.append(self.ident())
             cascade = self.drop_behavior()
             return DropSchema(tuple(schemas), if_exists, cascade)
+        if self.accept("INDEX"):
+            return parse_drop_index(self)
         raise self.unsupported_object("DROP")
 
     def drop_behavior(self) -> bool:

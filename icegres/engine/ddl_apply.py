@@ -63,11 +63,13 @@ from icegres.engine.ddl_commands import (
     AlterTable,
     ColumnDef,
     CommentColumn,
+    CreateIndex,
     CreateSchema,
     CreateTable,
     CreateTableAs,
     DdlCommand,
     DropColumn,
+    DropIndex,
     DropNotNull,
     DropSchema,
     DropTable,
@@ -77,6 +79,7 @@ from icegres.engine.ddl_commands import (
     ResetProperties,
     SetProperties,
 )
+from icegres.engine.ddl_index import apply_create_index, apply_drop_index
 from icegres.engine.pg_types import ColumnType, pg_name_of
 from icegres.pg import errors as e
 from icegres.pg.errors import PgError
@@ -143,6 +146,13 @@ def apply_ddl(lakehouse: Lakehouse, cmd: DdlCommand, search_path: list[str]) -> 
             _drop_table(lakehouse, cmd, search_path, notices)
         elif isinstance(cmd, AlterTable):
             _alter_table(lakehouse, cmd, search_path, notices)
+        elif isinstance(cmd, CreateIndex):
+            namespace = _find_table(lakehouse, cmd.schema, cmd.table, search_path)
+            if namespace is None:
+                raise PgError(e.UNDEFINED_TABLE, f'relation "{_display(cmd.schema, cmd.table)}" does not exist')
+            apply_create_index(lakehouse, cmd, namespace, notices)
+        elif isinstance(cmd, DropIndex):
+            apply_drop_index(lakehouse, cmd, _lake_path(search_path), notices)
         elif isinstance(cmd, CreateTableAs):
             raise TypeError("CREATE TABLE AS is executed by the query engine, not apply_ddl")
         else:

@@ -144,10 +144,30 @@ class AlterTable:
     tag: str = "ALTER TABLE"  # COMMENT ON is a table change that PostgreSQL tags COMMENT
 
 
-DdlCommand = CreateSchema | DropSchema | CreateTable | CreateTableAs | DropTable | AlterTable
+@dataclass(frozen=True)
+class CreateIndex:
+    """CREATE INDEX [name] ON table (columns): the table's sort order and Parquet bloom filters
+    for the files written from then on (ddl_index.py)."""
+
+    schema: str | None
+    table: str
+    name: str | None  # None: PostgreSQL's default name, table_col_idx
+    columns: tuple[str, ...]
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropIndex:
+    names: tuple[tuple[str | None, str], ...]
+    if_exists: bool = False
+
+
+DdlCommand = (CreateSchema | DropSchema | CreateTable | CreateTableAs | DropTable | AlterTable | CreateIndex
+              | DropIndex)
 
 _TAGS = {CreateSchema: "CREATE SCHEMA", DropSchema: "DROP SCHEMA", CreateTable: "CREATE TABLE",
-         DropTable: "DROP TABLE", AlterTable: "ALTER TABLE"}
+         DropTable: "DROP TABLE", AlterTable: "ALTER TABLE", CreateIndex: "CREATE INDEX",
+         DropIndex: "DROP INDEX"}
 
 
 def command_tag(cmd: DdlCommand, rows: int = 0) -> str:

@@ -433,7 +433,7 @@ class Engine:
                 pg_catalog.ColumnInfo(f.name, f.type, f.name not in not_null, fid, doc)
                 for f, fid, doc in zip(plan.schema, plan.field_ids, docs, strict=True)
             )
-            tables.append(pg_catalog.TableInfo(ns, name, columns, plan.primary_key, plan.comment))
+            tables.append(pg_catalog.TableInfo(ns, name, columns, plan.primary_key, plan.comment, plan.indexes))
         snap = pg_catalog.CatalogSnapshot(
             database=self.database,
             user="icegres",

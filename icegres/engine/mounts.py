@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from icegres.engine.ddl_index import table_indexes
 from icegres.engine.file_presence import missing_file
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
 
@@ -63,6 +64,7 @@ class ReadPlan:
     # COMMENT ON: the table's `comment` property and each column's doc ("" for none), for pg_catalog.
     comment: str = ""
     column_comments: tuple[str, ...] = ()
+    indexes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # CREATE INDEX: (name, columns), ddl_index.py
 
     @functools.cached_property
     def column_bounds(self) -> dict[int, Any]:
@@ -208,6 +210,7 @@ def plan_read(table: Table, footers: FooterCache) -> ReadPlan:
         table=table,
         comment=table.properties.get("comment", ""),
         column_comments=tuple(f.doc or "" for f in table.schema().fields),
+        indexes=table_indexes(table.properties),
     )
 
 

@@ -98,6 +98,28 @@ def integer_encodings(rows: pa.Table, dictionary_bytes: int, row_group_rows: int
     return {"use_dictionary": keep, "column_encoding": dict.fromkeys(delta, "DELTA_BINARY_PACKED")}
 
 
+# CREATE INDEX (ddl_index.py): the columns rows are sorted by, and the columns given bloom filters
+# (Iceberg's own property, which other engines' writers honour too).
+SORT_PROPERTY = "icegres.sort-columns"
+BLOOM_PREFIX = "write.parquet.bloom-filter-enabled.column."
+
+
+def sorted_rows(properties: dict[str, str], rows: pa.Table) -> pa.Table:
+    """`rows` in the order of the table's index columns (its Iceberg sort order), so each data
+    file's min/max statistics on them are tight; unchanged without an index."""
+    columns = [c for c in properties.get(SORT_PROPERTY, "").split(",") if c and c in rows.column_names]
+    if not columns or rows.num_rows < 2:
+        return rows
+    return rows.sort_by([(c, "ascending") for c in columns])
+
+
+def bloom_filters(properties: dict[str, str], rows: pa.Table) -> dict[str, dict[str, Any]]:
+    """pyarrow's bloom_filter_options for the columns the table's properties turn them on for."""
+    wanted = [key[len(BLOOM_PREFIX):] for key, value in properties.items()
+              if key.startswith(BLOOM_PREFIX) and value.lower() == "true"]
+    return {c: {"ndv": max(rows.num_rows, 1), "fpp": 0.01} for c in wanted if c in rows.column_names}
+
+
 def _leaf_paths(path: str, t: pa.DataType) -> list[str]:
     """The Parquet column paths under an Arrow field, as pyarrow's writer names them (compliant
     nested types: a list's items are `list.element`, a map's `key_value.key` / `.value`)."""
@@ -135,7 +157,11 @@ def install() -> None:
             if self._writer is None and delta_integers(self._properties):
                 self._parquet_writer_kwargs.update(integer_encodings(
                     table, self._parquet_writer_kwargs["dictionary_pagesize_limit"], self._row_group_size))
-            super().write(table)
+            if self._writer is None:
+                blooms = bloom_filters(self._properties, table)
+                if blooms:
+                    self._parquet_writer_kwargs["bloom_filter_options"] = blooms
+            super().write(sorted_rows(self._properties, table))
 
     class PagedParquetModel(ParquetFormatModel):
         def create_writer(self, output_file: Any, file_schema: Any, properties: dict[str, str]) -> Any:

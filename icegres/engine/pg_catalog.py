@@ -59,6 +59,7 @@ class TableInfo:
     columns: tuple[ColumnInfo, ...]
     primary_key: tuple[str, ...] = ()
     comment: str = ""  # COMMENT ON TABLE: the Iceberg table's `comment` property
+    indexes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # CREATE INDEX (ddl_index.py): (name, columns)
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,7 @@ class RelationEntry:
     table: TableInfo | None = None  # the lakehouse table (for 'r' and its 'i')
     indexed_oid: int | None = None  # for an index: its table's OID
     key_attnums: tuple[int, ...] = ()  # for an index: the indexed columns
+    primary: bool = False  # for an index: the primary key's (unique), not a CREATE INDEX
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,7 @@ class CatalogIndex:
             if t.primary_key:
                 keys.append(f"relation:{t.schema}.{_pkey_name(t)}")
                 keys.append(f"constraint:{t.schema}.{_pkey_name(t)}")
+            keys += [f"relation:{t.schema}.{name}" for name, _ in t.indexes]
         oids = _allocate(keys, taken=set(_SYSTEM_RELATION_OIDS.values()))
 
         self.database_oid = oids[f"database:{snap.database}"]
@@ -229,14 +232,19 @@ class CatalogIndex:
         table = RelationEntry(oids[f"relation:{t.schema}.{t.name}"], t.schema, t.name, "r",
                               columns, table=t)
         self._add(table)
+        by_name = {c.name: c for c in columns}
+        for index_name, index_columns in t.indexes:
+            indexed = tuple(by_name[n] for n in index_columns if n in by_name)
+            self._add(RelationEntry(oids[f"relation:{t.schema}.{index_name}"], t.schema, index_name, "i",
+                                    indexed, table=t, indexed_oid=table.oid,
+                                    key_attnums=tuple(c.attnum for c in indexed)))
         if not t.primary_key:
             return
-        by_name = {c.name: c for c in columns}
         key_cols = tuple(by_name[n] for n in t.primary_key if n in by_name)
         name = _pkey_name(t)
         index = RelationEntry(oids[f"relation:{t.schema}.{name}"], t.schema, name, "i",
                               key_cols, table=t, indexed_oid=table.oid,
-                              key_attnums=tuple(c.attnum for c in key_cols))
+                              key_attnums=tuple(c.attnum for c in key_cols), primary=True)
         self._add(index)
         con_oid = oids[f"constraint:{t.schema}.{name}"]
         self.constraints[con_oid] = ConstraintEntry(
@@ -494,7 +502,7 @@ def _rows_pg_index(ix: CatalogIndex) -> Rows:
         n = len(e.key_attnums)
         rows.append({
             "indexrelid": e.oid, "indrelid": e.indexed_oid, "indnatts": n, "indnkeyatts": n,
-            "indisunique": True, "indisprimary": True, "indimmediate": True,
+            "indisunique": e.primary, "indisprimary": e.primary, "indimmediate": True,
             "indisvalid": True, "indisready": True, "indislive": True,
             "indkey": list(e.key_attnums),
             "indcollation": [BUILTIN_TYPES[c.type_oid].typcollation
@@ -639,7 +647,8 @@ def index_definition(ix: CatalogIndex, oid: int, column: int = 0) -> str | None:
     if column:
         return names[column - 1] if 0 < column <= len(names) else ""
     table = f"{_quote_ident(e.schema)}.{_quote_ident(e.table.name)}"
-    return (f"CREATE UNIQUE INDEX {_quote_ident(e.name)} ON {table} "
+    unique = "UNIQUE " if e.primary else ""
+    return (f"CREATE {unique}INDEX {_quote_ident(e.name)} ON {table} "
             f"USING btree ({', '.join(names)})")
 
 
