@@ -120,3 +120,21 @@ def test_search_path_still_keys_table_refs(qctx):
 def test_long_texts_key_on_the_exact_text():
     sql = "select 1 from t where a in (" + ",".join(["1"] * engine_mod.SHAPE_TEXT_MAX) + ")"
     assert _literal_shape(sql) == sql
+
+
+def test_placeholder_types_visit_each_expression_once(qctx, monkeypatch):
+    from icegres.engine import params
+
+    visits = []
+    real_walk = params._walk_expr
+    monkeypatch.setattr(params, "_walk_expr", lambda e, out, depth: visits.append(depth) or real_walk(e, out, depth))
+    df = qctx.plan(query("select * from trips where id = $1 and zone = $2")).df
+    assert params.placeholder_types(df) == {1: pa.int64(), 2: pa.string_view()}
+    # Before: a column was its own operand, walked again down to the depth limit (~200 visits each).
+    assert len(visits) < 20
+    visits.clear()
+    df = qctx.plan(query("select id + $1, case when zone = $2 then $3 else zone end from trips "
+                         "where id in ($4, 5) and upper(zone) between $5 and $6")).df
+    assert params.placeholder_types(df) == {1: pa.int64(), 2: pa.string_view(), 4: pa.int64(),
+                                            5: pa.string_view(), 6: pa.string_view()}
+    assert max(visits) < 10
