@@ -27,8 +27,9 @@ SUITES = {
     "load": "TPC-H bulk load through icegres, COPY over pgwire vs Flight SQL ingest (--sf, default 1)",
     "wakeups": "one cross-thread hand-off (trio, SerialThread, bare threading.Event) by waiter idle time",
     "copy_out": "COPY TO STDOUT of 1M rows (text, CSV) vs icegres's SELECT and PostgreSQL's COPY",
+    "pgbench": "pgbench point lookups by -M simple / extended / prepared, icegres vs PostgreSQL",
 }
-DEFAULT = ("read", "concurrency", "startup", "scale", "flight", "pgwire_read", "pgwire_write")
+DEFAULT = ("read", "concurrency", "startup", "scale", "flight", "pgbench", "pgwire_read", "pgwire_write")
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Options:
     scale_50m: bool
     sf: float | None = None  # load suite: TPC-H scale factor (None: 1, or 0.1 with --quick)
     keep_lakes: bool = False  # load suite: keep bench/.data/load-{copy,flight}
+    before: str | None = None  # pgbench suite: another checkout's icegres, run beside this one
 
     def rounds_or(self, default: int) -> int:
         return self.rounds if self.rounds is not None else default
@@ -131,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sf", type=float, default=None,
                     help="load suite: TPC-H scale factor (default 1; 0.1 with --quick)")
     ap.add_argument("--keep-lakes", action="store_true", help="load suite: keep the two loaded lakes")
+    ap.add_argument("--before", default=None, metavar="DIR",
+                    help="pgbench suite: a checkout of icegres (a directory holding the package) whose "
+                         "server runs beside this one's, interleaved, as the peer `icegres before`")
     ap.add_argument("--tpch-load", choices=("flight", "copy"), default=None,
                     help="how a missing TPC-H dataset is loaded (default: the measured-faster path, "
                          "see bench/datasets.py)")
@@ -149,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     opts = Options(
         backends=("embedded", "seaweedfs") if args.backend == "both" else (args.backend,),
         rounds=args.rounds, quick=args.quick, write=not args.no_write, command=command.strip(),
-        scale_50m=args.scale_50m, sf=args.sf, keep_lakes=args.keep_lakes,
+        scale_50m=args.scale_50m, sf=args.sf, keep_lakes=args.keep_lakes, before=args.before,
     )
     if args.tpch_load:
         import os

@@ -170,8 +170,11 @@ def free_port() -> int:
 
 
 def icegres_command() -> list[str]:
-    script = Path(sys.executable).with_name("icegres")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "icegres"]
+    """`icegres` of the checkout the bench runs from (its root is the working directory, as
+    `python -m bench` needs). Not the venv's `icegres` script: that imports the checkout the venv
+    was installed from, another worktree's when worktrees share one venv, while the provenance
+    names this one."""
+    return [sys.executable, "-m", "icegres"]
 
 
 def git_commit() -> str:
@@ -450,10 +453,16 @@ def ensure_bytecode() -> None:
 class Server:
     """One `icegres serve` subprocess: started, timed to readiness, watched for RSS, stopped by PID."""
 
-    def __init__(self, data_dir: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, log_path: Path, env: dict[str, str] | None = None,
+                 checkout: Path | None = None) -> None:
         self.data_dir = data_dir
         self.log_path = log_path
         self.env = env or {}
+        # Another checkout's icegres (a directory holding the package): run with it first on
+        # PYTHONPATH and from the log's directory, so that `-m icegres` cannot find this one.
+        self.checkout = checkout
+        if checkout is not None:
+            self.env = {**self.env, "PYTHONPATH": str(checkout)}
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
@@ -490,6 +499,7 @@ class Server:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env={**os.environ, **self.env} if self.env else None,
+            cwd=None if self.checkout is None else self.log_path.parent,
         )
         log.close()
         self._sampler = threading.Thread(target=self._sample_rss, name="rss-sampler", daemon=True)

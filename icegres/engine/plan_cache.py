@@ -3,7 +3,8 @@
 Everything here is keyed on what decides it: a statement's literal shape (`shape.literal_shape`:
 the text with its value literals masked) and search_path for what follows from its tokens and
 names (the tables it reads, its result column names, its plan's node kinds, whether pruning can
-apply); the text, parameter values and mounted snapshots for a reusable logical plan. Bounded;
+apply); the text, parameter values and mounted snapshots for a reusable logical plan, and the
+same with no values for a statement's description (result schema, parameter types). Bounded;
 the oldest entry goes first.
 """
 
@@ -79,6 +80,9 @@ class PlanCache:
         # Logical plans of statements run before, by `repeat_key` (text, parameters, snapshots),
         # with the context they were made on and its generation then.
         self.planned: Bounded[tuple[Any, ...], tuple[Any, int, Any]] = Bounded(PLANNED_MAX)
+        # Result schemas and inferred parameter types of statements described before, by the same
+        # key with no parameter values, with the context and generation they were planned on.
+        self.described: Bounded[tuple[Any, ...], tuple[Any, int, Any, dict[int, Any]]] = Bounded(PLANNED_MAX)
         # Final result column names per shape and DataFusion's names for them (`pg_schema`).
         self.pg_names: Bounded[tuple[str, tuple[str, ...]], list[str]] = Bounded(SHAPES_MAX)
         # Statement shapes whose WHERE clause can never narrow the files read (prune.py).

@@ -136,3 +136,39 @@ def test_rows_match_tolerates_decimal_rounding_but_not_wrong_answers():
     assert not rows_match([("A", "F", 25.52, 0.050007, 739367), ("N", "O", 1.0, 2.0, 3)], duck)
     assert not rows_match(ours[:1], duck)
     assert not rows_match([("N", "O", 1.0, 2.0, 3), ("A", "X", 25.519337, 0.050007, 739367)], duck)
+
+
+PGBENCH_OUTPUT = """pgbench (15.18 (Debian 15.18-0+deb12u1))
+transaction type: point.sql
+scaling factor: 1
+query mode: extended
+number of clients: 4
+number of threads: 2
+maximum number of tries: 1
+duration: 5 s
+number of transactions actually processed: 1490
+number of failed transactions: 0 (0.000%)
+latency average = 13.428 ms
+initial connection time = 12.113 ms
+tps = 297.880316 (without initial connection time)
+"""
+
+
+def test_pgbench_report_is_read_for_tps_latency_and_failures():
+    from bench.suites.pgbench import parse_output
+
+    assert parse_output(PGBENCH_OUTPUT) == {"tps": 297.880316, "latency_ms": 13.428, "transactions": 1490,
+                                            "failed": 0}
+    with pytest.raises(ValueError, match="no tps"):
+        parse_output("pgbench: error: connection to server failed\n")
+
+
+def test_pgbench_command_line_names_mode_clients_and_seed():
+    from pathlib import Path
+
+    from bench.suites.pgbench import pgbench_args
+
+    args = pgbench_args(Path("/pg/pgbench"), Path("/tmp/point.sql"), host="127.0.0.1", port=5439, user="bench",
+                        dbname="icegres", mode="extended", clients=4, seconds=5, seed=3)
+    assert args == ["/pg/pgbench", "-n", "-f", "/tmp/point.sql", "-M", "extended", "-c", "4", "-j", "2", "-T", "5",
+                    "--random-seed=3", "-h", "127.0.0.1", "-p", "5439", "-U", "bench", "icegres"]

@@ -9,6 +9,7 @@ from icegres.engine import column_names
 from icegres.engine.catalog import Lakehouse
 from icegres.engine.lake import Engine, SessionEnv
 from icegres.engine.query import open_session
+from icegres.pg.errors import PgError
 from icegres.sql import shape as engine_mod
 from icegres.sql.shape import literal_shape as _literal_shape
 from icegres.sql.statement import query
@@ -120,3 +121,52 @@ def test_search_path_still_keys_table_refs(qctx):
 def test_long_texts_key_on_the_exact_text():
     sql = "select 1 from t where a in (" + ",".join(["1"] * engine_mod.SHAPE_TEXT_MAX) + ")"
     assert _literal_shape(sql) == sql
+
+
+def test_a_repeated_describe_plans_once_per_snapshot(qctx, monkeypatch):
+    plans = []
+    real_plan = qctx.plan
+    monkeypatch.setattr(qctx, "plan", lambda *a: plans.append(a) or real_plan(*a))
+    sql = "select * from trips where id = $1"
+    for _ in range(3):  # a new Statement each time, as each Parse classifies its text
+        schema, types = qctx.describe(query(sql))
+        assert schema.names == ["id", "zone"] and types == {1: pa.int64()}
+    assert len(plans) == 1
+    types[1] = pa.string()  # the caller's copy: the cache keeps its own
+    assert qctx.describe(query(sql))[1] == {1: pa.int64()}
+    table = qctx.engine.lakehouse.catalog.load_table(("demo", "trips"))
+    table.append(pa.table({"id": pa.array([4], pa.int64()), "zone": ["d"]}))
+    assert qctx.describe(query(sql))[0].names == ["id", "zone"]
+    assert len(plans) == 2  # a new snapshot: described afresh
+    from pyiceberg.types import DoubleType
+
+    with table.update_schema() as update:
+        update.add_column("fare", DoubleType())
+    assert qctx.describe(query(sql))[0].names == ["id", "zone", "fare"]
+    assert len(plans) == 3
+
+
+def test_describe_of_another_search_path_is_its_own(qctx):
+    assert qctx.describe(query("select * from trips where id = $1"))[0].names == ["id", "zone"]
+    qctx.env.settings["search_path"] = "public"
+    with pytest.raises(PgError) as raised:  # no public.trips: described afresh, not from the cache
+        qctx.describe(query("select * from trips where id = $1"))
+    assert raised.value.sqlstate == "42P01"
+
+
+def test_placeholder_types_visit_each_expression_once(qctx, monkeypatch):
+    from icegres.engine import params
+
+    visits = []
+    real_walk = params._walk_expr
+    monkeypatch.setattr(params, "_walk_expr", lambda e, out, depth: visits.append(depth) or real_walk(e, out, depth))
+    df = qctx.plan(query("select * from trips where id = $1 and zone = $2")).df
+    assert params.placeholder_types(df) == {1: pa.int64(), 2: pa.string_view()}
+    # Before: a column was its own operand, walked again down to the depth limit (~200 visits each).
+    assert len(visits) < 20
+    visits.clear()
+    df = qctx.plan(query("select id + $1, case when zone = $2 then $3 else zone end from trips "
+                         "where id in ($4, 5) and upper(zone) between $5 and $6")).df
+    assert params.placeholder_types(df) == {1: pa.int64(), 2: pa.string_view(), 4: pa.int64(),
+                                            5: pa.string_view(), 6: pa.string_view()}
+    assert max(visits) < 10

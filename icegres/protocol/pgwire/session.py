@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import trio
 
 from icegres.engine.query import open_session
@@ -29,12 +28,22 @@ from icegres.pg import settings as guc
 from icegres.pg.clock import TextSettings
 from icegres.pg.copy_format import copy_target
 from icegres.pg.errors import PgError
-from icegres.pg.params import decode_param
-from icegres.pg.types import pg_type_for_arrow
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire import transaction, writes
 from icegres.protocol.pgwire.copy import copy_out_rows
 from icegres.protocol.pgwire.direct import DirectReply
+from icegres.protocol.pgwire.extended import (
+    Description,
+    Descriptions,
+    Portal,
+    Prepared,
+    Provisional,
+    bind,
+    describe_query,
+    param_oids,
+    rows_description,
+    show_description,
+)
 from icegres.protocol.pgwire.framing import FrameDecoder
 from icegres.protocol.pgwire.results import (
     Chunk,
@@ -57,25 +66,6 @@ SEND_HIGH_WATER = 256 * 1024
 
 class ConnectionClosed(Exception):
     """The client went away or sent Terminate: end the session quietly."""
-
-
-@dataclass
-class Prepared:
-    sql: str
-    statement: Statement
-    param_oids: list[int]  # final: client-given, else inferred, else text
-    schema: pa.Schema | None = None  # result columns, None for commands without rows
-
-
-@dataclass
-class Portal:
-    prepared: Prepared
-    params: list[Any]
-    formats: list[int] | None  # None until the result schema is known
-    result_formats: tuple[int, ...]
-    source: RowSource | None = None
-    tag_rows: int = 0
-    finished: bool = False
 
 
 @dataclass
@@ -109,6 +99,8 @@ class Session:
         self._hung_up = False
         self._told: dict[str, str] = {}  # reported settings as the client last heard them
         self._sync_answered = False  # an Execute's thread answered the Sync after it (direct.py)
+        self._descriptions = Descriptions()  # what Parse described, to answer a repeat from (extended.py)
+        self._provisional: Provisional | None = None  # a Parse answered from it, not yet checked
 
     # --- I/O -----------------------------------------------------------------------------------
 
@@ -133,6 +125,8 @@ class Session:
         self.out += data
 
     async def flush(self) -> None:
+        if self._provisional is not None:
+            await self._settle()  # nothing answered on an unchecked description leaves unchecked
         if not self.out:
             return
         data = bytes(self.out)
@@ -268,22 +262,37 @@ class Session:
                 return
             if self.skip_to_sync and not isinstance(msg, m.Sync):
                 continue
-            try:
-                await self._dispatch(msg)
-            except PgError as err:
-                self._report(err)
-                if not isinstance(msg, m.Query | m.Sync):
-                    self.skip_to_sync = True
-            except ConnectionClosed:
-                raise
-            except Exception as exc:  # a bug must cost one statement, not the connection
-                log.exception("internal error in session %s", self.pid)
-                self._report(PgError(E.INTERNAL_ERROR, f"internal error: {exc}"))
-                if isinstance(msg, m.Query):
-                    self._ready_for_query()
-                else:
-                    self.skip_to_sync = True
+            await self._handle(msg)
             await self.maybe_flush()
+
+    async def _handle(self, msg: m.FrontendMessage) -> None:
+        """Answer one message. Its error goes to the client; after an extended-protocol message's
+        error the messages up to the next Sync are skipped."""
+        provisional = self._provisional
+        if provisional is not None and not provisional.answers(msg, self.portals):
+            if not await self._settle() and self.skip_to_sync and not isinstance(msg, m.Sync):
+                return
+        try:
+            await self._dispatch(msg)
+            if self._provisional is not None and isinstance(msg, m.Bind | m.Describe):
+                self._provisional.messages.append(msg)
+        except PgError as err:
+            if await self._answered_again(msg):
+                return
+            self._report(err)
+            if not isinstance(msg, m.Query | m.Sync):
+                self.skip_to_sync = True
+        except ConnectionClosed:
+            raise
+        except Exception as exc:  # a bug must cost one statement, not the connection
+            if await self._answered_again(msg):
+                return
+            log.exception("internal error in session %s", self.pid)
+            self._report(PgError(E.INTERNAL_ERROR, f"internal error: {exc}"))
+            if isinstance(msg, m.Query):
+                self._ready_for_query()
+            else:
+                self.skip_to_sync = True
 
     async def _dispatch(self, msg: m.FrontendMessage) -> None:
         if isinstance(msg, m.Query):
@@ -580,6 +589,14 @@ class Session:
     async def _parse(self, msg: m.Parse) -> None:
         if msg.name and msg.name in self.prepared:
             raise PgError(E.DUPLICATE_PREPARED_STATEMENT, f'prepared statement "{msg.name}" already exists')
+        if not msg.name and self.block.state.idle:
+            before = (self.prepared.get(""), self.portals.get(""))
+            provisional = self._descriptions.provisional(msg, len(self.out), before)
+            if provisional is not None:  # answered from memory, checked before it is sent
+                self._provisional = provisional
+                self.prepared[""] = provisional.prepared
+                self.send(m.PARSE_COMPLETE)
+                return
         texts = split_statements(msg.sql)
         if len(texts) > 1:
             raise PgError(E.SYNTAX_ERROR, "cannot insert multiple commands into a prepared statement")
@@ -587,37 +604,77 @@ class Session:
         prepared = Prepared(msg.sql, stmt, list(msg.param_oids))
         if stmt.kind is Kind.QUERY or (stmt.kind is Kind.WRITE and writes.is_dml(stmt)):
             try:
-                await self._run_statement(self._describe_query, prepared)
+                described = await self._run_statement(self._describe_query, prepared)
             except PgError as err:
                 if err.position is not None:
                     err.position += _statement_offsets(msg.sql, [stmt.sql])[0]
                 raise
+            if stmt.kind is Kind.QUERY:
+                self._descriptions.remember(msg.sql, msg.param_oids, stmt, described)
         self.prepared[msg.name] = prepared
         self.send(m.PARSE_COMPLETE)
 
-    async def _describe_query(self, prepared: Prepared) -> None:
-        from icegres.engine.params import cast_type_oids
-
-        if prepared.statement.kind is Kind.WRITE:
-            schema, inferred = await writes.describe_write(self, prepared.statement)
+    async def _describe_query(self, prepared: Prepared) -> Description:
+        stmt = prepared.statement
+        given = tuple(prepared.param_oids)
+        if stmt.kind is Kind.WRITE:
+            schema, inferred = await writes.describe_write(self, stmt)
+            described = Description(param_oids(stmt, given, inferred), schema)
         else:
-            schema, inferred = await self.in_thread(self.qctx.describe, prepared.statement)
-        count = max([len(prepared.param_oids), *inferred.keys()], default=0)
-        count = max(count, prepared.statement.max_param)
-        casts = cast_type_oids(prepared.statement.sql)
-        oids = []
-        for i in range(count):
-            given = prepared.param_oids[i] if i < len(prepared.param_oids) else 0
-            if given:
-                oids.append(given)
-            elif i + 1 in casts:
-                oids.append(casts[i + 1])
-            elif i + 1 in inferred:
-                oids.append(pg_type_for_arrow(inferred[i + 1]).oid)
+            described = await self.in_thread(describe_query, self.qctx, stmt, given)
+        prepared.param_oids = list(described.param_oids)
+        prepared.schema = described.schema
+        return described
+
+    async def _settle(self) -> bool:
+        """Check the pending provisional Parse against the lake (a worker thread). True if it
+        held. Otherwise what was answered on it is dropped and answered again from a fresh
+        description, or, when the check was cancelled or timed out, replaced by that error, as
+        the Parse's own: False."""
+        provisional, self._provisional = self._provisional, None
+        assert provisional is not None
+        try:
+            if await self._run_statement(self.in_thread, provisional.check, self.qctx):
+                return True
+        except PgError as err:
+            self._put_back(provisional)
+            self._report(err)
+            self.skip_to_sync = True
+            return False
+        await self._answer_again(provisional)
+        return False
+
+    def _put_back(self, provisional: Provisional) -> None:
+        """Drop what was answered on a provisional Parse: the output from its ParseComplete on,
+        and the unnamed statement and portal it made."""
+        del self.out[provisional.out_at:]
+        for table, before in ((self.prepared, provisional.before[0]), (self.portals, provisional.before[1])):
+            if before is None:
+                table.pop("", None)
             else:
-                oids.append(25)  # PostgreSQL resolves an unknown parameter to text
-        prepared.param_oids = oids
-        prepared.schema = schema
+                table[""] = before  # type: ignore[index]
+
+    async def _answer_again(self, provisional: Provisional) -> None:
+        """A provisional Parse's description did not hold: answer its messages as if it had
+        never been remembered."""
+        self._put_back(provisional)
+        self._descriptions.forget(provisional.prepared.sql, provisional.given)
+        for msg in provisional.messages:
+            if self.skip_to_sync:
+                break
+            await self._handle(msg)
+
+    async def _answered_again(self, msg: m.FrontendMessage) -> bool:
+        """After a message answered on a provisional Parse failed (a Bind decoding by its
+        parameter types, say): check the Parse now. True if it did not hold, and everything since
+        it, this message too, was answered again (or skipped after an error there)."""
+        if self._provisional is None:
+            return False
+        if await self._settle():
+            return False
+        if not self.skip_to_sync:
+            await self._handle(msg)
+        return True
 
     async def _bind(self, msg: m.Bind) -> None:
         prepared = self.prepared.get(msg.statement)
@@ -625,23 +682,7 @@ class Session:
             raise PgError(E.INVALID_SQL_STATEMENT_NAME, f'prepared statement "{msg.statement}" does not exist')
         if msg.portal and msg.portal in self.portals:
             raise PgError("42P03", f'portal "{msg.portal}" already exists')
-        nparams = len(prepared.param_oids)
-        if len(msg.params) != nparams:
-            raise PgError(
-                E.PROTOCOL_VIOLATION,
-                f"bind message supplies {len(msg.params)} parameters, but prepared statement "
-                f'"{msg.statement}" requires {nparams}',
-            )
-        pformats = expand_formats(msg.param_formats, nparams) if nparams else []
-        text = self.text_settings()
-        values = [
-            decode_param(raw, oid, fmt, settings=text)
-            for raw, oid, fmt in zip(msg.params, prepared.param_oids, pformats, strict=True)
-        ]
-        formats = None
-        if prepared.schema is not None:
-            formats = expand_formats(msg.result_formats, len(prepared.schema))
-        self.portals[msg.portal] = Portal(prepared, values, formats, msg.result_formats)
+        self.portals[msg.portal] = bind(prepared, msg, self.text_settings())
         self.send(m.BIND_COMPLETE)
 
     async def _describe(self, msg: m.Describe) -> None:
@@ -650,12 +691,7 @@ class Session:
             if prepared is None:
                 raise PgError(E.INVALID_SQL_STATEMENT_NAME, f'prepared statement "{msg.name}" does not exist')
             self.send(m.parameter_description(prepared.param_oids))
-            if prepared.schema is not None:
-                self.send(row_description(prepared.schema, [0] * len(prepared.schema)))
-            elif prepared.statement.kind is Kind.SHOW:
-                self.send(_show_description(prepared.statement))
-            else:
-                self.send(m.NO_DATA)
+            self.send(rows_description(prepared, None))
             return
         portal = self.portals.get(msg.name)
         if portal is None:
@@ -666,13 +702,7 @@ class Session:
             fmt = 1 if cursor.binary else 0
             self.send(row_description(cursor.source.schema, [fmt] * len(cursor.source.schema)))
             return
-        schema = portal.prepared.schema
-        if schema is not None:
-            self.send(row_description(schema, portal.formats or [0] * len(schema)))
-        elif portal.prepared.statement.kind is Kind.SHOW:
-            self.send(_show_description(portal.prepared.statement))
-        else:
-            self.send(m.NO_DATA)
+        self.send(rows_description(portal.prepared, portal.formats))
 
     async def _execute(self, msg: m.Execute) -> None:
         portal = self.portals.get(msg.portal)
@@ -680,7 +710,22 @@ class Session:
             raise PgError(E.INVALID_CURSOR_NAME, f'portal "{msg.portal}" does not exist')
         stmt = portal.prepared.statement
         transaction.gate(self, stmt)
-        if stmt.kind is Kind.QUERY:
+        provisional = self._provisional
+        if provisional is not None and portal.prepared is provisional.prepared:
+            # This Execute's job checks the Parse first; settled here whatever comes of it.
+            assert portal.source is None and not portal.finished  # its first Execute
+            self._provisional = None
+            try:
+                stale = await self._run_statement(self._execute_query, portal, msg.max_rows, provisional)
+            except Exception:
+                if not provisional.held:  # cancelled before the check: the Parse's error
+                    self._put_back(provisional)
+                raise
+            if stale:
+                await self._answer_again(provisional)
+                if not self.skip_to_sync:
+                    await self._execute(msg)
+        elif stmt.kind is Kind.QUERY:
             await self._run_statement(self._execute_query, portal, msg.max_rows)
         elif not stmt.sql.strip():
             self.send(m.EMPTY_QUERY)
@@ -698,10 +743,12 @@ class Session:
             await self._run_statement(self._command, stmt, False)
             portal.finished = True
 
-    async def _execute_query(self, portal: Portal, max_rows: int) -> None:
+    async def _execute_query(self, portal: Portal, max_rows: int, provisional: Provisional | None = None) -> bool:
+        """Execute a query's portal. True, having done nothing, if `provisional` (the Parse that
+        made it, answered from memory) no longer holds."""
         if portal.finished:
             self.send(m.command_complete(f"SELECT {portal.tag_rows}"))
-            return
+            return False
         limit = max_rows if max_rows > 0 else 0
         first: Chunk | None = None
         if portal.source is None:
@@ -716,7 +763,9 @@ class Session:
             if fd is not None and not limit and self.block.state.idle and self.decoder.sync_is_next():
                 reply, prefix = DirectReply(fd), bytes(self.out)
 
-            def start() -> tuple[RowSource, Chunk, bool]:
+            def start() -> tuple[RowSource | None, Chunk | None, bool]:
+                if provisional is not None and not provisional.check(self.qctx):
+                    return None, None, False
                 schema, stream = self.qctx.start(portal.prepared.statement, params)
                 source = RowSource(schema, stream)
                 if portal.formats is None or len(portal.formats) != len(schema):
@@ -731,7 +780,9 @@ class Session:
                 self.out.clear()  # sent ahead of the rows
                 self._sync_answered = True  # and the Sync's ReadyForQuery after them
                 portal.finished = True  # the Sync right behind ends it unread
-                return
+                return False
+            if done[0] is None:
+                return True
             portal.source, first, _ = done
         else:
             encode = self._encoder(portal.formats or [])
@@ -740,9 +791,10 @@ class Session:
         portal.tag_rows += sent
         if limit and sent == limit and not portal.source.done:
             self.send(m.PORTAL_SUSPENDED)
-            return
+            return False
         portal.finished = True
         self.send(m.command_complete(f"SELECT {portal.tag_rows}"))
+        return False
 
     def _close(self, msg: m.Close) -> None:
         if msg.kind == "S":
@@ -782,7 +834,7 @@ class Session:
         if key not in self.settings:
             raise PgError(E.UNDEFINED_OBJECT, f'unrecognized configuration parameter "{key}"')
         if describe:
-            self.send(_show_description(stmt))
+            self.send(show_description(stmt))
         self.send(_text_row([self._shown(key)]))
         self.send(m.command_complete("SHOW"))
 
@@ -884,10 +936,6 @@ class Session:
 
     async def _cmd_write(self, stmt: Statement, describe: bool) -> None:
         self.send(await writes.run_write(self, stmt, None, describe, self.text_settings()))
-
-
-def _show_description(stmt: Statement) -> bytes:
-    return m.row_description([m.FieldDescription(stmt.name or "setting", 25, -1)])
 
 
 def _text_row(values: list[str | None]) -> bytes:
