@@ -53,7 +53,7 @@ from icegres.protocol.pgwire.results import (
     row_description,
 )
 from icegres.sql.lexer import split_statements
-from icegres.sql.statement import Kind, Statement, classify, query, refusal, unquote_ident
+from icegres.sql.statement import Kind, Statement, classify, query, refusal
 
 if TYPE_CHECKING:
     from icegres.protocol.pgwire.port import ServerPort
@@ -903,21 +903,6 @@ class Session:
     async def _cmd_listen(self, stmt: Statement, describe: bool) -> None:
         self.send(m.command_complete(stmt.tag))
 
-    async def _cmd_lock(self, stmt: Statement, describe: bool) -> None:
-        """LOCK TABLE in a block: the block reads the snapshot it pinned of each table, which no
-        other session's DROP or ALTER changes, so ACCESS SHARE (pg_dump) and ROW SHARE hold
-        already; the stronger modes would have to block writers, which never wait here."""
-        self.block.feed(txblock.CursorDeclareRequested(hold=False, what="LOCK TABLE"))
-        for name, _ in stmt.options:
-            schema, _, table = name.rpartition(".")
-            if self.qctx.resolve_table(unquote_ident(schema) if schema else None, unquote_ident(table)) is None:
-                raise PgError(E.UNDEFINED_TABLE, f'relation "{name}" does not exist')
-        if stmt.value not in ("ACCESS SHARE", "ROW SHARE"):
-            raise PgError(E.FEATURE_NOT_SUPPORTED, f"LOCK TABLE IN {stmt.value} MODE is not supported",
-                          hint="Writers never block each other: conflicting commits fail with 40001 "
-                               "(docs/limitations.md).")
-        self.send(m.command_complete(stmt.tag))
-
     async def _cmd_copy_to(self, stmt: Statement, describe: bool) -> None:
         source_sql = stmt.value or ""
         target = copy_target(source_sql)
@@ -999,7 +984,6 @@ _COMMANDS = {
     Kind.DEALLOCATE: Session._cmd_deallocate,
     Kind.DISCARD: Session._cmd_discard,
     Kind.LISTEN: Session._cmd_listen,
-    Kind.LOCK: Session._cmd_lock,
     Kind.COPY_TO: Session._cmd_copy_to,
     Kind.COPY_FROM: Session._cmd_copy_from,
     Kind.WRITE: Session._cmd_write,

@@ -16,10 +16,10 @@ from icegres.engine.txblock_driver import finish
 from icegres.engine.txn import TxnState
 from icegres.machines import txblock
 from icegres.pg import settings as guc
-from icegres.pg.errors import PgError
+from icegres.pg.errors import FEATURE_NOT_SUPPORTED, UNDEFINED_TABLE, PgError
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire import writes
-from icegres.sql.statement import Kind, Statement
+from icegres.sql.statement import Kind, Statement, unquote_ident
 
 if TYPE_CHECKING:
     from icegres.protocol.pgwire.port import SessionPort
@@ -146,6 +146,22 @@ async def _rollback_to(session: SessionPort, stmt: Statement, describe: bool) ->
     session.send(m.command_complete("ROLLBACK"))
 
 
+async def _lock(session: SessionPort, stmt: Statement, describe: bool) -> None:
+    """LOCK TABLE in a block: the block reads the snapshot it pinned of each table, which no other
+    session's DROP or ALTER changes, so ACCESS SHARE (pg_dump) and ROW SHARE hold already; the
+    stronger modes would have to block writers, which never wait here."""
+    session.block.feed(txblock.CursorDeclareRequested(hold=False, what="LOCK TABLE"))
+    for name, _ in stmt.options:
+        schema, _, table = name.rpartition(".")
+        if session.qctx.resolve_table(unquote_ident(schema) if schema else None, unquote_ident(table)) is None:
+            raise PgError(UNDEFINED_TABLE, f'relation "{name}" does not exist')
+    if stmt.value not in ("ACCESS SHARE", "ROW SHARE"):
+        raise PgError(FEATURE_NOT_SUPPORTED, f"LOCK TABLE IN {stmt.value} MODE is not supported",
+                      hint="Writers never block each other: conflicting commits fail with 40001 "
+                           "(docs/limitations.md).")
+    session.send(m.command_complete(stmt.tag))
+
+
 COMMANDS: dict[Kind, Callable[[SessionPort, Statement, bool], Awaitable[None]]] = {
     Kind.SET: _set,
     Kind.RESET: _reset,
@@ -155,4 +171,5 @@ COMMANDS: dict[Kind, Callable[[SessionPort, Statement, bool], Awaitable[None]]] 
     Kind.SAVEPOINT: _savepoint,
     Kind.RELEASE: _release,
     Kind.ROLLBACK_TO: _rollback_to,
+    Kind.LOCK: _lock,
 }
