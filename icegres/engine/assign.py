@@ -175,10 +175,17 @@ def _vector_text(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray | 
         if pc.sum(pc.match_substring_regex(column, pattern)).as_py() != present:
             return None
         try:
-            return pc.cast(column, to)
+            cast = pc.cast(column, to)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None  # an impossible date (Feb 30): the input function says which
+        earliest = pc.min(cast.cast(pa.int64())).as_py()
+        if earliest is not None and earliest < _YEAR_ONE_US:
+            return None  # before 0001-01-01 in UTC (0001-01-01 00:00+05:30): the input function says
+        return cast
     return None
+
+
+_YEAR_ONE_US = -62_135_596_800_000_000  # 0001-01-01 00:00:00 UTC in microseconds since the epoch
 
 
 def _cast_text(column: pa.ChunkedArray, to: pa.DataType, zone: str) -> pa.ChunkedArray:

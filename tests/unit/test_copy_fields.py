@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from icegres.engine.assign import _cast_text, _vector_text
@@ -99,6 +99,7 @@ TIMESTAMP_TEXT = st.builds(
 @given(values=st.lists(st.one_of(st.none(), TIMESTAMP_TEXT), min_size=1, max_size=5),
        tz=st.sampled_from([None, "UTC"]), zone=st.sampled_from(["UTC", "Europe/Berlin", "-03:30"]))
 @settings(max_examples=500, deadline=None)
+@example(values=["0001-01-01 00:00:00+05:30"], tz="UTC", zone="UTC")  # before year 1 in UTC (found by this test)
 def test_vectorised_timestamps_read_as_the_input_function_does(values, tz, zone) -> None:
     """The fast path takes only text that reads the same in every session TimeZone."""
     column = pa.chunked_array([pa.array(values, pa.string())])
