@@ -46,6 +46,7 @@ from icegres.engine.rewrite.functions import (
     decorrelate_scalar_subqueries,
     exists_in_expressions,
     json_build_object,
+    lateral_derived_tables,
     pad_default_arguments,
     privilege_checks,
 )
@@ -118,6 +119,7 @@ _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
     privilege_checks,
     pad_default_arguments,
     exists_in_expressions,
+    lateral_derived_tables,
     decorrelate_scalar_subqueries,
     oid_array_aggregates,
     asyncpg_oid_array_outputs,
