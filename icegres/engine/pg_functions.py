@@ -267,21 +267,33 @@ def _constraint_def(env: SessionEnv, oid: int, pretty: bool | None) -> str | Non
     return pg_catalog.constraint_definition(ix, oid) if ix is not None else None
 
 
-def _procs() -> dict[int, tuple[int, list[int]]]:
-    return {p.oid: (p.rettype, list(p.argtypes)) for p in pg_builtins.BUILTIN_FUNCTIONS}
-
-
-_PROCS = _procs()
+_PROCS = {p.oid: p for p in pg_builtins.BUILTIN_FUNCTIONS}
 
 
 def function_result(oid: int) -> str | None:
     proc = _PROCS.get(oid)
-    return pg_builtins.format_type(proc[0], None) if proc else None
+    if proc is None:
+        return None
+    return ("SETOF " if proc.retset else "") + (pg_builtins.format_type(proc.rettype, None) or "")
 
 
-def function_arguments(oid: int) -> str | None:
+_MODE_WORDS = {"i": "", "o": "OUT ", "b": "INOUT ", "v": "VARIADIC "}
+
+
+def function_arguments(oid: int, identity: bool = False) -> str | None:
+    """pg_get_function_arguments (with defaults) / _identity_arguments (without)."""
     proc = _PROCS.get(oid)
-    return ", ".join(pg_builtins.format_type(t, None) or "" for t in proc[1]) if proc else None
+    if proc is None:
+        return None
+    inputs = [i for i, (mode, _, _) in enumerate(proc.arguments) if mode != "o"]
+    defaults = dict(zip(inputs[len(inputs) - len(proc.argdefaults):], proc.argdefaults, strict=True))
+    parts = []
+    for i, (mode, name, type_oid) in enumerate(proc.arguments):
+        text = _MODE_WORDS.get(mode, "") + (f"{name} " if name else "") + (pg_builtins.format_type(type_oid, None) or "")
+        if i in defaults and not identity:
+            text += f" DEFAULT {defaults[i]}"
+        parts.append(text)
+    return ", ".join(parts)
 
 
 def size_pretty(size: int) -> str:
@@ -331,7 +343,7 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
         Fn("pg_get_serial_sequence", (TEXT, TEXT), TEXT, always(None)),
         Fn("pg_get_function_result", (OID,), TEXT, function_result),
         Fn("pg_get_function_arguments", (OID,), TEXT, function_arguments),
-        Fn("pg_get_function_identity_arguments", (OID,), TEXT, function_arguments),
+        Fn("pg_get_function_identity_arguments", (OID,), TEXT, lambda oid: function_arguments(oid, True)),
         Fn("pg_get_statisticsobjdef_columns", (OID,), TEXT, always(None)),
         # Objects the lake has none of: PostgreSQL answers NULL for an OID that names none.
         Fn("pg_get_triggerdef", (OID, BOOL), TEXT, always(None), strict=False),
@@ -359,9 +371,17 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
         Fn("pg_domain_basetype", (OID,), OID, always(None)),
         Fn("pg_regclass_out", (OID,), TEXT, lambda oid: regclass_out(env, oid)),
         Fn("pg_regnamespace_out", (OID,), TEXT, lambda oid: namespace_out(env, oid)),
-        Fn("pg_regtype_out", (OID,), TEXT,
-           lambda oid: "-" if oid == 0 else pg_builtins.format_type(oid, None), volatility=IMMUTABLE),
+        Fn("pg_regtype_out", (OID,), TEXT, regtype_out, volatility=IMMUTABLE),
+        # regtype[] / regclass[] as text[] (pgcli's functions(): argument types for completion)
+        Fn("pg_regtype_array_out", (pa.list_(OID),), pa.list_(TEXT),
+           lambda oids: [None if o is None else regtype_out(o) for o in oids], volatility=IMMUTABLE),
+        Fn("pg_regclass_array_out", (pa.list_(OID),), pa.list_(TEXT),
+           lambda oids: [None if o is None else regclass_out(env, o) for o in oids]),
     ]
+
+
+def regtype_out(oid: int) -> str:
+    return "-" if oid == 0 else pg_builtins.format_type(oid, None)
 
 
 # --- helpers that the rewrite targets ----------------------------------------------------------
