@@ -72,6 +72,7 @@ from icegres.engine.rewrite.output_names import (
     oid_array_aggregates,
     output_names,
     pg_output_names,
+    scope_output_names,
 )
 from icegres.engine.rewrite.scopes import bind_columns
 from icegres.engine.rewrite.tree import _Rewriter
@@ -90,6 +91,7 @@ def rewrite(expression: exp.Expression, env: Any) -> exp.Expression:
 
 
 _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
+    scope_output_names,
     local_database_qualifiers,
     qualify_catalog_tables,
     bind_columns,
