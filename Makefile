@@ -10,7 +10,7 @@ HOST ?= 127.0.0.1
 PORT ?= 5439
 PYTEST_ARGS ?=
 
-.PHONY: serve test test-unit test-e2e seed lint bench bench-gate clean install flightsql-protos model-deep bytecode
+.PHONY: serve test test-unit test-e2e seed lint bench bench-gate clean install flightsql-protos model-deep bytecode tools
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -74,5 +74,11 @@ flightsql-protos: $(VENV)/.test-installed
 	$(PY) -m grpc_tools.protoc -I $(FLIGHT_PROTO) --python_out=icegres/protocol/flightsql \
 		--pyi_out=icegres/protocol/flightsql $(sort $(wildcard $(FLIGHT_PROTO)/*.proto))
 
+# Client tools the e2e tests drive, each in a venv of its own under .tools/ (pinned by
+# infra/tools/NAME.txt). The tests install them themselves; this is for using them by hand:
+# .tools/pgcli/bin/pgcli -h 127.0.0.1 -p 5439 icegres
+tools:
+	bash infra/tool-venv.sh pgcli
+
 clean:
-	rm -rf $(VENV) $(DATA_DIR)
+	rm -rf $(VENV) $(DATA_DIR) .tools

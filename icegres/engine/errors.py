@@ -46,7 +46,10 @@ class Target:
 AMBIGUOUS_COLUMN = "42702"
 
 # Ordered: the first pattern that matches the DataFusion message decides the SQLSTATE.
-_RULES: tuple[tuple[re.Pattern[str], str, str | Callable[..., str] | None], ...] = (
+_RULES: tuple[tuple[re.Pattern[str], str, str | Callable[..., str | tuple[str, str]] | None], ...] = (
+    # A PgError raised inside one of our UDFs (pg_functions.py), as DataFusion quotes its repr.
+    (re.compile(r"""value: PgError\('(\w{5})', (?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")\)"""), "",
+     lambda sqlstate, single, double: (sqlstate, single if single is not None else double)),
     (re.compile(r'unrecognized configuration parameter "([^"]+)"'), e.UNDEFINED_OBJECT, 'unrecognized configuration parameter "{0}"'),
     (re.compile(r"Placeholder '\$(\d+)' was not provided a value"), e.UNDEFINED_PARAMETER, "there is no parameter ${0}"),
     (re.compile(r"table '(?:datafusion\.)?([^']+)' not found"), e.UNDEFINED_TABLE, 'relation "{0}" does not exist'),
@@ -116,6 +119,8 @@ def from_datafusion(exc: BaseException, sql: str | None = None, *, verbatim: boo
                 msg = _clean(text)
             else:
                 msg = template(*m.groups()) if callable(template) else template.format(*m.groups())
+            if isinstance(msg, tuple):  # the rule read the SQLSTATE from the text too
+                sqlstate, msg = msg
             err = PgError(sqlstate, msg)
             break
     else:

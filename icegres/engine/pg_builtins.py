@@ -403,8 +403,35 @@ class BuiltinFunction:
     kind: str
     volatile: str
     rettype: int
-    argtypes: tuple[int, ...]
+    argtypes: tuple[int, ...]  # the input arguments (proargtypes)
     retset: bool
+    argnames: tuple[str, ...] = ()  # of every argument, OUT ones too (proargnames)
+    argmodes: str = ""  # one letter per argument of allargtypes: o OUT, v VARIADIC; "" all IN
+    allargtypes: tuple[int, ...] = ()  # every argument's type, when modes are given
+    argdefaults: tuple[str, ...] = ()  # the defaults of the last input arguments
+
+    @property
+    def arguments(self) -> tuple[tuple[str, str, int], ...]:
+        """(mode, name, type) of every argument, OUT ones too, in order."""
+        types = self.allargtypes or self.argtypes
+        modes = self.argmodes or "i" * len(types)
+        names = self.argnames or ("",) * len(types)
+        return tuple(zip(modes, names, types, strict=True))
+
+    @property
+    def variadic(self) -> int:
+        return next((t for mode, _, t in self.arguments if mode == "v"), 0)
+
+
+# What PostgreSQL 15's pg_proc says of a function beyond the columns of the table above, for the
+# functions that have it: argument names, modes, defaults (pgcli shows them as it completes a
+# function name; \df prints them).
+_DETAILS: dict[int, dict[str, object]] = {
+    1686: {"argnames": ("word", "catcode", "barelabel", "catdesc", "baredesc"), "argmodes": "ooooo",
+           "allargtypes": (25, 18, 16, 25, 25)},
+    2096: {"argnames": ("pid", "timeout"), "argdefaults": ("0",)},
+    3200: {"argmodes": "v", "allargtypes": (2276,)},
+}
 
 
 def _parse_procs(table: str) -> tuple[BuiltinFunction, ...]:
@@ -412,7 +439,8 @@ def _parse_procs(table: str) -> tuple[BuiltinFunction, ...]:
     for line in table.strip().splitlines():
         oid, name, kind, volatile, rettype, argtypes, retset = line.split("|")
         args = tuple(int(a) for a in argtypes.split(",") if a)
-        out.append(BuiltinFunction(int(oid), name, kind, volatile, int(rettype), args, retset == "t"))
+        out.append(BuiltinFunction(int(oid), name, kind, volatile, int(rettype), args, retset == "t",
+                                   **_DETAILS.get(int(oid), {})))  # type: ignore[arg-type]
     return tuple(out)
 
 

@@ -596,7 +596,10 @@ def _rows_pg_proc(ix: CatalogIndex) -> Rows:
         "prorows": 1000.0 if p.retset else 0.0, "prosupport": "-", "prokind": p.kind,
         "proisstrict": True, "proretset": p.retset, "provolatile": p.volatile,
         "proparallel": "s", "pronargs": len(p.argtypes), "prorettype": p.rettype,
-        "proargtypes": list(p.argtypes), "prosrc": p.name,
+        "proargtypes": list(p.argtypes), "prosrc": p.name, "provariadic": p.variadic,
+        "proallargtypes": list(p.allargtypes) or None, "proargmodes": list(p.argmodes) or None,
+        "proargnames": list(p.argnames) or None, "pronargdefaults": len(p.argdefaults),
+        "proargdefaults": ", ".join(p.argdefaults) or None,
     } for p in BUILTIN_FUNCTIONS]
 
 

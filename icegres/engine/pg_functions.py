@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as _dt
 import itertools
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -29,7 +30,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 from icegres.engine import pg_builtins, pg_catalog, pg_relations
-from icegres.pg.errors import UNDEFINED_OBJECT, PgError
+from icegres.pg.errors import (
+    INVALID_PARAMETER_VALUE,
+    INVALID_REGULAR_EXPRESSION,
+    UNDEFINED_OBJECT,
+    PgError,
+)
 
 if TYPE_CHECKING:
     import datafusion
@@ -68,6 +74,7 @@ FUNCTION_DEFAULTS: dict[str, tuple[str, ...]] = {
     "obj_description": ("NULL", "'pg_class'"),
     "shobj_description": ("NULL", "'pg_database'"),
     "col_description": ("NULL", "0"),
+    "regexp_split_to_array": ("NULL", "NULL", "''"),
 }
 
 
@@ -267,21 +274,33 @@ def _constraint_def(env: SessionEnv, oid: int, pretty: bool | None) -> str | Non
     return pg_catalog.constraint_definition(ix, oid) if ix is not None else None
 
 
-def _procs() -> dict[int, tuple[int, list[int]]]:
-    return {p.oid: (p.rettype, list(p.argtypes)) for p in pg_builtins.BUILTIN_FUNCTIONS}
-
-
-_PROCS = _procs()
+_PROCS = {p.oid: p for p in pg_builtins.BUILTIN_FUNCTIONS}
 
 
 def function_result(oid: int) -> str | None:
     proc = _PROCS.get(oid)
-    return pg_builtins.format_type(proc[0], None) if proc else None
+    if proc is None:
+        return None
+    return ("SETOF " if proc.retset else "") + (pg_builtins.format_type(proc.rettype, None) or "")
 
 
-def function_arguments(oid: int) -> str | None:
+_MODE_WORDS = {"i": "", "o": "OUT ", "b": "INOUT ", "v": "VARIADIC "}
+
+
+def function_arguments(oid: int, identity: bool = False) -> str | None:
+    """pg_get_function_arguments (with defaults) / _identity_arguments (without)."""
     proc = _PROCS.get(oid)
-    return ", ".join(pg_builtins.format_type(t, None) or "" for t in proc[1]) if proc else None
+    if proc is None:
+        return None
+    inputs = [i for i, (mode, _, _) in enumerate(proc.arguments) if mode != "o"]
+    defaults = dict(zip(inputs[len(inputs) - len(proc.argdefaults):], proc.argdefaults, strict=True))
+    parts = []
+    for i, (mode, name, type_oid) in enumerate(proc.arguments):
+        text = _MODE_WORDS.get(mode, "") + (f"{name} " if name else "") + (pg_builtins.format_type(type_oid, None) or "")
+        if i in defaults and not identity:
+            text += f" DEFAULT {defaults[i]}"
+        parts.append(text)
+    return ", ".join(parts)
 
 
 def size_pretty(size: int) -> str:
@@ -331,7 +350,7 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
         Fn("pg_get_serial_sequence", (TEXT, TEXT), TEXT, always(None)),
         Fn("pg_get_function_result", (OID,), TEXT, function_result),
         Fn("pg_get_function_arguments", (OID,), TEXT, function_arguments),
-        Fn("pg_get_function_identity_arguments", (OID,), TEXT, function_arguments),
+        Fn("pg_get_function_identity_arguments", (OID,), TEXT, lambda oid: function_arguments(oid, True)),
         Fn("pg_get_statisticsobjdef_columns", (OID,), TEXT, always(None)),
         # Objects the lake has none of: PostgreSQL answers NULL for an OID that names none.
         Fn("pg_get_triggerdef", (OID, BOOL), TEXT, always(None), strict=False),
@@ -359,9 +378,17 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
         Fn("pg_domain_basetype", (OID,), OID, always(None)),
         Fn("pg_regclass_out", (OID,), TEXT, lambda oid: regclass_out(env, oid)),
         Fn("pg_regnamespace_out", (OID,), TEXT, lambda oid: namespace_out(env, oid)),
-        Fn("pg_regtype_out", (OID,), TEXT,
-           lambda oid: "-" if oid == 0 else pg_builtins.format_type(oid, None), volatility=IMMUTABLE),
+        Fn("pg_regtype_out", (OID,), TEXT, regtype_out, volatility=IMMUTABLE),
+        # regtype[] / regclass[] as text[] (pgcli's functions(): argument types for completion)
+        Fn("pg_regtype_array_out", (pa.list_(OID),), pa.list_(TEXT),
+           lambda oids: [None if o is None else regtype_out(o) for o in oids], volatility=IMMUTABLE),
+        Fn("pg_regclass_array_out", (pa.list_(OID),), pa.list_(TEXT),
+           lambda oids: [None if o is None else regclass_out(env, o) for o in oids]),
     ]
+
+
+def regtype_out(oid: int) -> str:
+    return "-" if oid == 0 else pg_builtins.format_type(oid, None)
 
 
 # --- helpers that the rewrite targets ----------------------------------------------------------
@@ -459,7 +486,43 @@ def helper_functions(env: SessionEnv) -> list[Fn]:
                lambda oids: [_quote_ident(n) for n in role_names(env, oids)])]
 
 
+# PostgreSQL's regex flags that Python's `re` has; a regex in PostgreSQL lets `.` match a
+# newline unless 'n' (newline-sensitive) is given.
+_REGEX_FLAGS = {"i": re.IGNORECASE, "c": 0, "x": re.VERBOSE, "s": 0, "n": re.MULTILINE, "m": re.MULTILINE,
+                "p": 0, "w": re.MULTILINE, "q": 0, "b": 0, "e": 0}
+
+
+def regexp_split(text: str, pattern: str, flags: str) -> list[str]:
+    """regexp_split_to_array(text, pattern, flags): the pieces between matches, as PostgreSQL
+    cuts them: a zero-length match at the start or end of the text, or right after the previous
+    match, is no separator (textregexsubstr's ignore_degenerate). The pattern is read by
+    Python's `re`, which agrees with PostgreSQL's ARE on the common constructs (classes such as
+    \\W and \\s, quantifiers, alternation, groups) but knows no [[:alpha:]] or \\m / \\M.
+    """
+    if "g" in flags:
+        raise PgError(INVALID_PARAMETER_VALUE, "regexp_split_to_array() does not support the \"global\" option")
+    bits = 0 if any(f in flags for f in "nmpw") else re.DOTALL
+    for flag in flags:
+        if flag not in _REGEX_FLAGS:
+            raise PgError(INVALID_PARAMETER_VALUE, f'invalid regular expression option: "{flag}"')
+        bits |= _REGEX_FLAGS[flag]
+    try:
+        regex = re.compile(re.escape(pattern) if "q" in flags else pattern, bits)
+    except re.error as e:
+        raise PgError(INVALID_REGULAR_EXPRESSION, f"invalid regular expression: {e}") from None
+    pieces, start, previous_end = [], 0, 0
+    for m in regex.finditer(text):
+        if m.start() >= len(text) or m.end() <= previous_end:
+            continue
+        pieces.append(text[start:m.start()])
+        start = previous_end = m.end()
+    pieces.append(text[start:])
+    return pieces
+
+
 HELPER_FUNCTIONS: tuple[Fn, ...] = (
+    # regexp_split_to_table(t, p) is unnest(regexp_split_to_array(t, p)) (rewrite/names.py)
+    Fn("regexp_split_to_array", (TEXT, TEXT, TEXT), pa.list_(TEXT), regexp_split, volatility=IMMUTABLE),
     Fn("pg_like_escape", (TEXT, TEXT), TEXT, like_escape, volatility=IMMUTABLE),
     Fn("pg_expandarray", (pa.list_(pa.int64()),), _EXPAND, expand_array, volatility=IMMUTABLE),
     Fn("pg_json_build_object", (pa.list_(TEXT), pa.list_(TEXT), pa.list_(TEXT)), TEXT,

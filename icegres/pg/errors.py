@@ -30,6 +30,11 @@ class PgError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def __repr__(self) -> str:
+        # What DataFusion quotes of an exception a Python UDF raised: engine/errors.py reads the
+        # SQLSTATE back from it.
+        return f"PgError({self.sqlstate!r}, {self.message!r})"
+
 
 # SQLSTATEs icegres uses by name, as PostgreSQL's errcodes.txt names them, so a grep finds every place that raises each one.
 SYNTAX_ERROR = "42601"
@@ -51,6 +56,7 @@ INVALID_PARAMETER_VALUE = "22023"
 INVALID_TEXT_REPRESENTATION = "22P02"
 DIVISION_BY_ZERO = "22012"
 INVALID_ESCAPE_SEQUENCE = "22025"
+INVALID_REGULAR_EXPRESSION = "2201B"
 DATA_EXCEPTION = "22000"
 UNDEFINED_PARAMETER = "42P02"
 CANT_CHANGE_RUNTIME_PARAM = "55P02"

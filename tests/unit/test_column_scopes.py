@@ -35,6 +35,9 @@ _PG_DDL = [
     "insert into scopes.a values (1, 'x', 'p'), (2, 'y', 'q'), (3, 'z', 'p')",
     "insert into scopes.b values (1, 1, 'n1'), (1, 1, 'n2'), (2, 3, 'n3'), (10, 3, 'x')",
     "insert into scopes.c values (2)",
+    "drop schema if exists scopes_pk cascade",
+    "create schema scopes_pk",
+    "create table scopes_pk.k (id bigint not null, a_id bigint not null, note text, primary key (id, a_id))",
 ]
 
 
@@ -49,6 +52,11 @@ def qctx(tmp_path_factory: pytest.TempPathFactory) -> Any:
     for name, schema in _TABLES.items():
         table = lake.catalog.create_table(("scopes", name), schema=schema)
         table.append(pa.table(_ROWS[name], schema=schema))
+    lake.create_namespace_if_missing("scopes_pk")
+    keyed = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("a_id", pa.int64(), nullable=False),
+                       pa.field("note", pa.string())])
+    # how CREATE TABLE ... PRIMARY KEY (id, a_id) records it (engine/mounts.py reads it back)
+    lake.catalog.create_table(("scopes_pk", "k"), schema=keyed, properties={"icegres.primary-key": "id,a_id"})
     engine = Engine(lake)
     engine.refresh()
     return open_session(engine, SessionEnv("icegres", "icegres", 1, {"search_path": "scopes"}))
@@ -62,6 +70,7 @@ def pg(real_postgres: Any) -> Any:  # noqa: F811
         conn.execute("set search_path = scopes")
         yield conn
         conn.execute("drop schema scopes cascade")
+        conn.execute("drop schema scopes_pk cascade")
 
 
 CATALOG_QUERIES = [
@@ -110,4 +119,26 @@ CATALOG_QUERIES = [
 
 @pytest.mark.parametrize("sql", CATALOG_QUERIES)
 def test_catalog_subqueries_bind_bare_names_as_postgresql(qctx: Any, pg: Any, sql: str) -> None:
+    assert ours(qctx, sql) == theirs(pg, sql)
+
+
+# A derived table without FROM that reads the outer row (a LATERAL one in all but name), inside a
+# subquery: pgcli's foreignkeys() names a constraint's columns so (rewrite/functions.py,
+# lateral_derived_tables). The lakehouse has no foreign keys, so the same shape over primary keys.
+LATERAL_QUERIES = [
+    "select t.relname, unnest((select array_agg(attname order by i) from (select unnest(conkey) as attnum,"
+    " generate_subscripts(conkey, 1) as i) x join pg_catalog.pg_attribute c using (attnum)"
+    " where c.attrelid = k.conrelid)) as col from pg_catalog.pg_constraint k"
+    " join pg_catalog.pg_class t on t.oid = k.conrelid join pg_catalog.pg_namespace n on n.oid = t.relnamespace"
+    " where k.contype = 'p' and n.nspname = 'scopes_pk'",
+    "select a.id, (select count(*) from (select a.id as k) x join b on b.a_id = x.k) from a order by 1",
+    "select a.id, (select string_agg(b.note, ',' order by b.note) from (select a.id as k, a.city as c) x"
+    " join b on b.a_id = x.k where x.c = 'p') from a order by 1",
+    "select relname, (select max(x.n) from (select c.relnatts + 1 as n) x) from pg_class c"
+    " where relname in ('a', 'b', 'k') order by 1",
+]
+
+
+@pytest.mark.parametrize("sql", LATERAL_QUERIES)
+def test_lateral_derived_tables_answer_as_postgresql(qctx: Any, pg: Any, sql: str) -> None:
     assert ours(qctx, sql) == theirs(pg, sql)

@@ -225,7 +225,7 @@ def test_corpus_covers_every_client() -> None:
     clients = {e.client for e in CORPUS}
     assert clients >= {"psql", "psycopg", "psycopg2", "asyncpg", "sqlalchemy_psycopg",
                        "sqlalchemy_psycopg2", "sqlalchemy_asyncpg", "pandas", "pgjdbc",
-                       "psqlodbc", "ibis", "pg8000"}
+                       "psqlodbc", "ibis", "pg8000", "pgcli"}
 
 
 def corpus_sql(client: str, contains: str) -> Entry:
@@ -370,6 +370,27 @@ def test_ibis_columns_and_tables(session) -> None:
     assert sorted(r["table_name"] for r in tables) == ["cities", "trips"]
     (schema,) = run(session, "SELECT CURRENT_SCHEMA")
     assert schema == {"current_schema": "public"}
+
+
+def test_pgcli_completion_metadata(session) -> None:
+    # What pgcli's completion refresher reads: relations and columns by relkind (a text[]
+    # parameter), functions with their argument names and types by name, foreign keys.
+    tables = run_entry(session, "pgcli", "WHERE   c.relkind = ANY($1)")
+    assert [tuple(r.values()) for r in tables if r["schema_name"] == "demo"] == [
+        ("demo", "cities"), ("demo", "trips")]
+    columns = run_entry(session, "pgcli", "att.atttypid::regtype::text type_name")
+    assert [(r["column_name"], r["type_name"]) for r in columns if r["table_name"] == "cities"] == [
+        ("name", "text"), ("population", "bigint"), ("area", "real")]
+    functions = run_entry(session, "pgcli", "COALESCE(proallargtypes::regtype[], proargtypes::regtype[])")
+    by_name = {r["func_name"]: r for r in functions}
+    terminate = by_name["pg_terminate_backend"]
+    assert (terminate["proargnames"], terminate["coalesce"], terminate["return_type"],
+            terminate["arg_defaults"]) == (["pid", "timeout"], ["integer", "bigint"], "boolean", "0")
+    keywords = by_name["pg_get_keywords"]
+    assert (keywords["proargmodes"], keywords["coalesce"][:2], keywords["is_set_returning"]) == (
+        ["o"] * 5, ["text", '"char"'], True)
+    assert run_entry(session, "pgcli", "fk.contype = 'f'") == []  # the lakehouse has no foreign keys
+    assert run_entry(session, "pgcli", "regexp_split_to_table(prosrc") == []  # no SQL functions
 
 
 def test_information_schema_columns(session) -> None:

@@ -66,6 +66,17 @@ def _same(a: list[tuple[str | None, ...]]) -> list[tuple[str | None, ...]]:
     "select to_date('2024-05-08', 'YYYY-MM-DD'), to_date('08/05/2024', 'DD/MM/YYYY')",
     "select to_timestamp('2024-05-08 10:34', 'YYYY-MM-DD HH24:MI')",
     "select to_timestamp(86400)",
+    # regexp_split_to_table / _array, which DataFusion lacks (pgcli's casing() splits so), with
+    # PostgreSQL's rule for empty matches.
+    r"select regexp_split_to_table('the quick,  brown fox', '\W+')",
+    r"select * from regexp_split_to_table('a1b22c', '\d+') w",
+    "select w, count(*) from (select regexp_split_to_table('a b a', ' ') as w) s group by w order by w",
+    "select regexp_split_to_array(',a,', ','), regexp_split_to_array('abc', ''), regexp_split_to_array('', 'x')",
+    "select regexp_split_to_array('AxBXc', 'x', 'i'), regexp_split_to_array('a b', ' *')",
+    # The computed columns of a CTE or a derived table have PostgreSQL's names for the query
+    # around them (pgcli's casing(): `COUNT(1)` read as Count, `ROW_NUMBER() OVER ...` as Row_Number).
+    "with w as (select id, count(1) from t group by id) select id, count from w order by count desc, id",
+    "select row_number from (select row_number() over (order by id) from t) s order by 1",
 ])
 def test_statements_datafusion_ran_otherwise_give_postgresqls_rows(qctx: Any, real_postgres: Any, sql: str) -> None:  # noqa: F811
     with psycopg.connect(real_postgres.dsn(), autocommit=True) as pg:
@@ -113,3 +124,18 @@ def test_a_statement_that_fails_only_when_it_runs_takes_the_rewrite_path_from_th
     route = qctx.cache.routes[(sql, tuple(qctx.env.search_path))]
     assert route != sql and "count(*)" in route  # the rewrite's spelling, kept for the next run
     assert ours(qctx, sql) == [("True",)]
+
+
+@pytest.mark.parametrize("sql", [
+    "select regexp_split_to_array('a', 'x', 'z')",
+    "select regexp_split_to_array('a', 'x', 'g')",
+    "select regexp_split_to_array('a', '(')",
+])
+def test_a_function_of_ours_refuses_with_postgresqls_sqlstate(qctx: Any, real_postgres: Any, sql: str) -> None:  # noqa: F811
+    from icegres.engine.errors import from_datafusion
+
+    with psycopg.connect(real_postgres.dsn(), autocommit=True) as pg, pytest.raises(psycopg.Error) as expected:
+        pg.execute(sql)
+    with pytest.raises(Exception) as got:
+        ours(qctx, sql)
+    assert from_datafusion(got.value, sql).sqlstate == expected.value.sqlstate

@@ -46,6 +46,7 @@ from icegres.engine.rewrite.functions import (
     decorrelate_scalar_subqueries,
     exists_in_expressions,
     json_build_object,
+    lateral_derived_tables,
     pad_default_arguments,
     privilege_checks,
 )
@@ -72,6 +73,7 @@ from icegres.engine.rewrite.output_names import (
     oid_array_aggregates,
     output_names,
     pg_output_names,
+    scope_output_names,
 )
 from icegres.engine.rewrite.scopes import bind_columns
 from icegres.engine.rewrite.tree import _Rewriter
@@ -90,6 +92,7 @@ def rewrite(expression: exp.Expression, env: Any) -> exp.Expression:
 
 
 _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
+    scope_output_names,
     local_database_qualifiers,
     catalog_function_relations,
     qualify_catalog_tables,
@@ -120,6 +123,7 @@ _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
     privilege_checks,
     pad_default_arguments,
     exists_in_expressions,
+    lateral_derived_tables,
     decorrelate_scalar_subqueries,
     oid_array_aggregates,
     asyncpg_oid_array_outputs,

@@ -92,6 +92,13 @@ def _regtype(node: exp.Cast, rw: _Rewriter) -> exp.Expression:
     return _bigint(value)
 
 
+def _reg_array(node: exp.Cast, render: str) -> exp.Expression:
+    """x::regtype[] returned -> the names of the types, as PostgreSQL prints it; compared or
+    passed on -> the OIDs."""
+    value = exp.Cast(this=node.this, to=exp.DataType.build("BIGINT[]"))
+    return _call(render, value) if _is_projection(node) else value
+
+
 def _regnamespace(node: exp.Cast, rw: _Rewriter) -> exp.Expression:
     """stxnamespace::pg_catalog.regnamespace::pg_catalog.text (psql \\d)."""
     value = node.this
@@ -136,8 +143,8 @@ _CASTS: dict[str, Callable[[exp.Cast, _Rewriter], exp.Expression]] = {
     "regrole": _regrole,
     "oid": _to("BIGINT"),
     "xid": _to("BIGINT"),
-    "regclass[]": _to("BIGINT[]"),
-    "regtype[]": _to("BIGINT[]"),
+    "regclass[]": lambda node, rw: _reg_array(node, "pg_regclass_array_out"),
+    "regtype[]": lambda node, rw: _reg_array(node, "pg_regtype_array_out"),
     "oid[]": _to("BIGINT[]"),
     "oidvector": _to("BIGINT[]"),
     "int2vector": _to("SMALLINT[]"),
@@ -248,9 +255,37 @@ def regclass_text(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
                 render = _REG_TEXT.get(_type_name(inner.to) or "")
                 if render is not None:
                     return render(_bigint(inner.this))
+        if isinstance(node, exp.Cast) and _type_name(node.to) in ("text[]", "varchar[]", "name[]"):
+            # COALESCE(proallargtypes::regtype[], proargtypes::regtype[])::text[] (pgcli's
+            # functions(), for completion): the names of the types; the inner casts become
+            # BIGINT[] in `casts`
+            render = _REG_ARRAY_TEXT.get(_reg_array_kind(node.this) or "")
+            if render is not None:
+                return _call(render, node.this)
         return node
 
     return _bottom_up(tree, fn)
+
+
+_REG_ARRAY_TEXT = {"regtype[]": "pg_regtype_array_out", "regclass[]": "pg_regclass_array_out"}
+
+
+def _reg_array_kind(node: exp.Expression) -> str | None:
+    """'regtype[]' for `x::regtype[]` and for COALESCE / NULLIF / CASE whose every value is one."""
+    if isinstance(node, exp.Cast):
+        name = _type_name(node.to)
+        return name if name in _REG_ARRAY_TEXT else None
+    if isinstance(node, (exp.Coalesce, exp.Nullif)):
+        values = [node.this] if isinstance(node, exp.Nullif) else [node.this, *node.expressions]
+    elif isinstance(node, exp.Case):
+        values = [i.args["true"] for i in node.args.get("ifs") or []] + [node.args.get("default")]
+    elif isinstance(node, exp.Paren):
+        values = [node.this]
+    else:
+        return None
+    kinds = {_reg_array_kind(v) if v is not None and not isinstance(v, exp.Null) else "null" for v in values}
+    kinds.discard("null")
+    return kinds.pop() if len(kinds) == 1 else None
 
 
 _REG_TEXT: dict[str, Callable[[exp.Expression], exp.Expression]] = {

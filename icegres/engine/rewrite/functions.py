@@ -109,6 +109,86 @@ def _in_filter(node: exp.Expression) -> bool:
     return False
 
 
+def lateral_derived_tables(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """A FROM-less derived table reading the outer row, inside a subquery -> its rows for every
+    distinct value of what it reads, matched to the outer row by equality.
+
+    pgcli's foreignkeys() (its completion refresher) names each constraint's columns so:
+        unnest((select array_agg(attname ORDER BY i)
+                from (select unnest(confkey) as attnum, generate_subscripts(confkey, 1) as i) x
+                JOIN pg_catalog.pg_attribute c USING(attnum) WHERE c.attrelid = fk.confrelid))
+    x reads fk.confkey of the outer row: a lateral derived table, which DataFusion cannot
+    decorrelate (it leaves the ScalarSubquery in the physical plan). Its rows depend only on the
+    outer columns it reads, so it is computed over the distinct values of those columns in the
+    outer relation, carrying them as columns, and the subquery's WHERE gains
+    `x.<carried> = fk.<column>`: a correlation by equality, which DataFusion turns into a join.
+    An outer row whose column is NULL matches no value; the set-returning functions such a
+    derived table applies to it (unnest, generate_subscripts) yield no rows for NULL anyway.
+    """
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        if not (isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select) and node.alias
+                and isinstance(node.parent, (exp.From, exp.Join))):
+            return node
+        derived, holder = node.this, node.parent.parent
+        if derived.args.get("from_") or derived.args.get("joins") or not isinstance(holder, exp.Select):
+            return node
+        columns = list(derived.find_all(exp.Column))
+        qualifiers = {c.table.lower() for c in columns}
+        if not columns or len(qualifiers) != 1 or "" in qualifiers:
+            return node
+        (outer,) = qualifiers
+        source = None if outer in _own_relations(holder) else _enclosing_table(holder, outer)
+        if source is None:
+            return node
+        names = {c.name.lower(): c.this for c in columns}
+        domain = exp.select(*[exp.column(ident.copy()) for ident in names.values()]).distinct()
+        table = source.copy()
+        table.set("alias", None)
+        domain = domain.from_(table)
+        lateral = derived.copy()
+        for column in lateral.find_all(exp.Column):
+            column.set("table", exp.to_identifier(_DOMAIN))
+        carried = [exp.alias_(exp.column(ident.copy(), _DOMAIN), _carried(name)) for name, ident in names.items()]
+        lateral.set("expressions", [*lateral.expressions, *carried])
+        lateral.set("from_", exp.From(this=exp.Subquery(this=domain, alias=exp.TableAlias(
+            this=exp.to_identifier(_DOMAIN)))))
+        node.set("this", lateral)
+        matches = [exp.EQ(this=exp.column(_carried(name), node.alias), expression=exp.column(ident.copy(), outer))
+                   for name, ident in names.items()]
+        where = holder.args.get("where")
+        holder.set("where", exp.Where(this=exp.and_(*_conjuncts(where.this if where else None), *matches)))
+        return node
+
+    return _bottom_up(tree, fn)
+
+
+_DOMAIN = "__icegres_outer"
+
+
+def _carried(name: str) -> str:
+    return f"__icegres_outer_{name}"
+
+
+def _own_relations(select: exp.Select) -> set[str]:
+    """The names a select's own FROM and JOINs bring into scope."""
+    items = [select.args.get("from_"), *(select.args.get("joins") or [])]
+    return {item.this.alias_or_name.lower() for item in items if item is not None}
+
+
+def _enclosing_table(select: exp.Select, name: str) -> exp.Table | None:
+    """The table an enclosing query brings into scope as `name` (the relation of an outer
+    column), if it is a table; None if it is anything else or nothing."""
+    parent = select.parent
+    while parent is not None:
+        if isinstance(parent, exp.Select) and name in _own_relations(parent):
+            items = [parent.args.get("from_"), *(parent.args.get("joins") or [])]
+            found = next(i.this for i in items if i is not None and i.this.alias_or_name.lower() == name)
+            return found if isinstance(found, exp.Table) else None
+        parent = parent.parent
+    return None
+
+
 def decorrelate_scalar_subqueries(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
     """Shape correlated scalar subqueries the way DataFusion can turn them into joins.
 

@@ -104,9 +104,17 @@ def set_returning_functions(tree: exp.Expression, rw: _Rewriter) -> exp.Expressi
     lower-case calls DataFusion's table functions answer to; in a select list (psqlODBC
     foreignKeys: `generate_series(array_lower(conkey, 1), ...) as i`) PostgreSQL expands rows,
     while DataFusion's scalar generate_series returns a list, so it is unnested.
+    regexp_split_to_table(t, p), which DataFusion lacks, is unnest(regexp_split_to_array(t, p))
+    (pgcli's casing(): `regexp_split_to_table(prosrc, '\\W+')`).
     """
 
     def fn(node: exp.Expression) -> exp.Expression:
+        if _func_name(node) == "regexp_split_to_table" and isinstance(node, exp.Anonymous):
+            pieces = _call("regexp_split_to_array", *node.expressions)
+            if not isinstance(node.parent, exp.Table):
+                return exp.Unnest(expressions=[pieces])
+            _name_series_column(node.parent, "regexp_split_to_table")
+            return _call("unnest", pieces)
         if not isinstance(node, exp.ExplodingGenerateSeries):
             return node
         args = [a for a in (node.args.get("start"), node.args.get("end"), node.args.get("step")) if a]
@@ -128,13 +136,13 @@ def set_returning_functions(tree: exp.Expression, rw: _Rewriter) -> exp.Expressi
     return tree
 
 
-def _name_series_column(table: exp.Table) -> None:
+def _name_series_column(table: exp.Table, function: str = "generate_series") -> None:
     """PostgreSQL names the column of `generate_series(...) g` after its alias, and of a bare
     `generate_series(...)` after the function; DataFusion calls it `value` either way."""
     alias = table.args.get("alias")
     if alias is not None and alias.columns:
         return
-    name = alias.this.copy() if alias is not None and alias.this else exp.to_identifier("generate_series")
+    name = alias.this.copy() if alias is not None and alias.this else exp.to_identifier(function)
     table.set("alias", exp.TableAlias(this=name, columns=[name.copy()]))
 
 

@@ -34,6 +34,27 @@ def output_names(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
     return tree
 
 
+def scope_output_names(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """Alias the computed columns of every CTE and derived table with the names PostgreSQL gives
+    them, before any step rewrites them.
+
+    An outer query may name them: pgcli's casing() has `WITH Words AS (SELECT ..., COUNT(1) FROM
+    ...)` and then `ORDER BY Count`, and `ROW_NUMBER() OVER (...)` read as `Row_Number`; DataFusion
+    calls those columns "count(Int64(1))" and "row_number() PARTITION BY ...". A scope whose
+    alias lists its column names has its names already.
+    """
+    for scope in list(tree.find_all(exp.CTE, exp.Subquery)):
+        if isinstance(scope, exp.Subquery) and not isinstance(scope.parent, (exp.From, exp.Join)):
+            continue
+        alias = scope.args.get("alias")
+        if alias is not None and alias.columns:
+            continue
+        for select in _top_selects(scope.this):
+            _name_projections(select, [item.alias if isinstance(item, exp.Alias) else _figure_colname(item)[0]
+                                       for item in select.expressions])
+    return tree
+
+
 def _top_selects(tree: exp.Expression) -> list[exp.Select]:
     if isinstance(tree, exp.Select):
         return [tree]
@@ -75,7 +96,7 @@ def _figure_colname(node: exp.Expression) -> tuple[str, int]:
         return (node.name, 2) if not isinstance(node.this, exp.Star) else ("?column?", 0)
     if isinstance(node, exp.Dot) and isinstance(node.expression, exp.Identifier):
         return node.expression.name, 2  # (x).n
-    if isinstance(node, (exp.Paren, exp.Collate, exp.Bracket)):
+    if isinstance(node, (exp.Paren, exp.Collate, exp.Bracket, exp.Window)):  # Window: f() OVER (...) is f
         return _figure_colname(node.this)
     if isinstance(node, exp.Cast):
         name, strength = _figure_colname(node.this)

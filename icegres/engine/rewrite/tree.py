@@ -78,6 +78,9 @@ def _type_name(dt: exp.Expression) -> str | None:
 def _local_names(select: exp.Select) -> set[str]:
     local = {t.alias_or_name.lower() for t in select.find_all(exp.Table)}
     local |= {cte.alias_or_name.lower() for cte in select.find_all(exp.CTE)}
+    # derived tables: their columns are the subquery's own too
+    local |= {s.alias.lower() for s in select.find_all(exp.Subquery)
+              if s.alias and isinstance(s.parent, (exp.From, exp.Join))}
     return local
 
 

@@ -1,7 +1,7 @@
 """Re-record the client catalog corpus from a real PostgreSQL 15 (not run by the test suite).
 
 Usage (as root, with the Debian postgresql-15 package, Java 17 + pgjdbc in ~/.m2, and
-odbc-postgresql + unixodbc installed):
+odbc-postgresql + unixodbc installed; pgcli installs itself into .tools/pgcli):
 
     .venv/bin/python tests/unit/client_sql/capture.py
 
@@ -281,6 +281,30 @@ def run_pg8000(srv: Server) -> None:
     conn.close()
 
 
+PGCLI_COMMANDS = [r"\dt", r"\dv", r"\di", r"\d", r"\dn", r"\df", r"\dT", r"\l", r"\dt demo.*",
+                  r"\di demo.*", r"\d demo.trips", r"\d+ demo.trips", r"\d demo.cities",
+                  r"\d demo.trips_pkey", "select version()"]
+
+
+def run_pgcli(srv: Server) -> None:
+    """The real pgcli (its own venv: infra/tool-venv.sh) at a prompt, as a person uses it:
+    its start-up, the completion refresher's queries (waited for by completing a table name),
+    the backslash commands; then PGExecute's metadata functions, casing() among them, which the
+    refresher runs only when generate_casing_file is on."""
+    sys.path.insert(0, str(OUT_DIR.parents[2]))
+    from tests.support.pgcli_tool import PgcliSession, metadata, pgcli_venv
+
+    venv = pgcli_venv()
+    home = Path(tempfile.mkdtemp(prefix="pgcli."))
+    # in another zone than the server's, so that pgcli sets its own (SET TIME ZONE "Europe/Berlin")
+    with PgcliSession(venv, home, host="127.0.0.1", port=srv.port, user="postgres", dbname=DATABASE,
+                      tz="Europe/Berlin") as cli:
+        cli.complete("SELECT count(*) FROM demo.cit", "")
+        for command in PGCLI_COMMANDS:
+            cli.run(command)
+    metadata(venv, srv.dsn())
+
+
 CLIENTS = {
     "psql": run_psql,
     "psycopg": run_psycopg,
@@ -294,6 +318,7 @@ CLIENTS = {
     "psqlodbc": run_psqlodbc,
     "ibis": run_ibis,
     "pg8000": run_pg8000,
+    "pgcli": run_pgcli,
 }
 
 JDBC_PROGRAM = r"""
