@@ -170,8 +170,11 @@ def free_port() -> int:
 
 
 def icegres_command() -> list[str]:
-    script = Path(sys.executable).with_name("icegres")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "icegres"]
+    """`python -m icegres`: run from the repository root (as every bench is: `python -m bench...`),
+    it imports this checkout's icegres. The venv's `icegres` script imports whichever tree the
+    venv's editable install points at, which in a git worktree sharing another checkout's venv
+    is that other checkout: a bench run there measured the wrong code."""
+    return [sys.executable, "-m", "icegres"]
 
 
 def git_commit() -> str:
