@@ -473,7 +473,8 @@ class WriteLadder:
         run = run_commit if effect.attempt == 1 else run_recovery
         # Fenced at the lake (quorum): no rebase. The publish asserts the head the fence was
         # checked on; a moved head aborts, and the retry checks the fence again on the new head.
-        outcome = await run(request, world, CommitConfig(max_attempts=1) if fenced_at_lake else CommitConfig())
+        config = CommitConfig(max_attempts=1, max_rebases=0) if fenced_at_lake else CommitConfig()
+        outcome = await run(request, world, config)
         if not outcome.committed:
             message = outcome.message or "commit failed"
             if outcome.phase is Phase.UNKNOWN:

@@ -171,8 +171,19 @@ class Engine:
         # The write ladder while --write-buffer-ms is on (`attach_ladder`): statements union its
         # acked, not yet mounted rows with the tables they read.
         self._ladder: WriteLadderPort | None = None
+        self._append_groups: Any = None
         for schema in SYSTEM_SCHEMAS:
             self._ensure_schema(schema)
+
+    @property
+    def append_groups(self) -> Any:
+        """The lanes in which concurrent blind appends to one table share a commit
+        (`group_commit.AppendGroups`; made on first use, on the serving trio loop)."""
+        if self._append_groups is None:
+            from icegres.engine.group_commit import AppendGroups
+
+            self._append_groups = AppendGroups()
+        return self._append_groups
 
     # --- the write ladder --------------------------------------------------------------------
 

@@ -43,7 +43,11 @@ TOKEN_PROPERTY = "icegres.commit-token"
 
 
 def commit_request(txn: TxnState) -> CommitRequest | None:
-    """The machine's request for a transaction's staged writes, or None if it changed nothing."""
+    """The machine's request for a transaction's staged writes, or None if it changed nothing.
+
+    A write reads its table (so it is no blind append, and the machine charges its rebases) when
+    a statement read the table's rows to compute it, when the table has a primary key (the key
+    check read it), or when a SERIALIZABLE transaction read the table."""
     writes = tuple(
         TableWrite(
             table=w.table_name,
@@ -53,6 +57,8 @@ def commit_request(txn: TxnState) -> CommitRequest | None:
             kind=WriteKind.APPEND if w.is_append else WriteKind.OVERWRITE,
             removed_files=frozenset(w.removed),
             added_files=frozenset(w.added),
+            reads_table=(w.read_rows or bool(w.base.primary_key)
+                         or (txn.serializable and w.key in txn.read_keys)),
         )
         for w in sorted(txn.writes.values(), key=lambda w: w.key)
         if w.added or w.removed
@@ -164,8 +170,13 @@ class LakeWorld:
                 live = frozenset(p for p in write.removed if p in paths)
             has_token = meta.properties.get(TOKEN_PROPERTY) == request.token or any(
                 s.summary is not None and s.summary.get(TOKEN_PROPERTY) == request.token for s in meta.snapshots)
+            key_conflict = False
+            if (write is not None and write.base.primary_key and write.added and not has_token
+                    and str(meta.table_uuid) == write.base.table_uuid
+                    and meta.current_snapshot_id != write.base.snapshot_id):
+                key_conflict = _key_clash(write, table) is not None
             heads.append(TableHead(name, True, str(meta.table_uuid), meta.current_snapshot_id,
-                                   meta.current_schema_id, live, has_token))
+                                   meta.current_schema_id, live, has_token, key_conflict))
         return tuple(heads)
 
     def delete_files(self, files: frozenset[str]) -> None:
@@ -254,8 +265,17 @@ def commit_metadata_change(lakehouse: Lakehouse, key: tuple[str, str], table: An
 
 
 def _recheck_primary_key(write: StagedWrite, head: Any) -> None:
-    """Before rebasing a write to a primary-key table onto a newer head: refuse (the machine then
-    reports a serialization failure) if rows committed since our base repeat one of our keys."""
+    """Before rebasing a write to a primary-key table onto a newer head: refuse if rows committed
+    since our base repeat one of our keys (the inspection that follows reports the key conflict,
+    and the machine aborts with 40001)."""
+    clash = _key_clash(write, head)
+    if clash is not None:
+        raise CommitRejected(f"a concurrent commit to {write.table_name} inserted key {clash}")
+
+
+def _key_clash(write: StagedWrite, head: Any) -> tuple[Any, ...] | None:
+    """A primary key our added rows share with rows the head holds in files our base did not
+    have (committed by others since), or None."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -263,7 +283,7 @@ def _recheck_primary_key(write: StagedWrite, head: Any) -> None:
     ours_known = {f.path for f in write.base.files} | set(write.added)
     theirs = [t.file.file_path for t in head.scan().plan_files() if t.file.file_path not in ours_known]
     if not theirs:
-        return
+        return None
 
     def keys(paths: Any) -> set[tuple[Any, ...]]:
         out: set[tuple[Any, ...]] = set()
@@ -274,8 +294,7 @@ def _recheck_primary_key(write: StagedWrite, head: Any) -> None:
         return out
 
     clash = keys(write.added) & keys(theirs)
-    if clash:
-        raise CommitRejected(f"a concurrent commit to {write.table_name} inserted key {sorted(clash)[0]}")
+    return sorted(clash, key=repr)[0] if clash else None
 
 
 def delete_files(writes: Any, paths: Any) -> None:

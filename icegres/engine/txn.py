@@ -29,14 +29,26 @@ class StagedWrite:
     removed: MappingProxyType[str, Any] = field(default_factory=lambda: _EMPTY)  # path -> base DataFile
     added: MappingProxyType[str, Any] = field(default_factory=lambda: _EMPTY)  # path -> DataFile we wrote
     rows_added: int = 0
+    # A statement that staged into this write read the table's rows (a source selecting from
+    # it, ON CONFLICT, UPDATE/DELETE): a rebase would change what it read, so the commit machine
+    # charges its rebases (a primary-key table counts as read too: `TableWrite.reads_table`).
+    read_rows: bool = False
     # A metadata-only change (ALTER TABLE): applied to a pyiceberg Transaction on whatever head the
     # commit machine publishes against.
     metadata_change: Any = field(default=None, compare=False)
 
     @property
     def is_append(self) -> bool:
-        """A blind append only adds files: it cannot conflict with concurrent appends."""
+        """Only adds files: it cannot conflict with concurrent appends."""
         return not self.removed
+
+    @property
+    def is_blind_append(self) -> bool:
+        """Adds files and read nothing of the table: any head of its table and schema takes it
+        as it is, so the commit machine rebases it for free and appends of several statements
+        can share one commit (`engine/group_commit.py`)."""
+        return (self.is_append and not self.read_rows and not self.base.primary_key
+                and self.metadata_change is None)
 
     @property
     def table_name(self) -> str:
@@ -49,8 +61,10 @@ class StagedWrite:
         files += tuple(FileRead(path, identity) for path in self.added)
         return replace(self.base, files=files)
 
-    def rewrite(self, gone: set[str], new_files: dict[str, Any], rows: int) -> tuple[StagedWrite, list[str]]:
-        """Remove `gone` files (base or earlier staged ones) and add `new_files`.
+    def rewrite(self, gone: set[str], new_files: dict[str, Any], rows: int, *,
+                read: bool = False) -> tuple[StagedWrite, list[str]]:
+        """Remove `gone` files (base or earlier staged ones) and add `new_files`; `read`: the
+        statement read the table's rows to compute them.
 
         Returns the new write and the staged files that became unreferenced (to delete later).
         """
@@ -65,7 +79,7 @@ class StagedWrite:
                 removed[path] = self.base.data_files[path]
         added.update(new_files)
         write = replace(self, removed=MappingProxyType(removed), added=MappingProxyType(added),
-                        rows_added=self.rows_added + rows)
+                        rows_added=self.rows_added + rows, read_rows=self.read_rows or read)
         return write, orphans
 
 

@@ -15,6 +15,7 @@ handlers through trio-asyncio.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from icegres.engine.ladder_port import WriteLadderPort
     from icegres.engine.query import QueryContext
     from icegres.pg.copy_format import CopyFormat
+
+log = logging.getLogger("icegres.commit")
 
 DML_WORDS = ("INSERT", "UPDATE", "DELETE", "TRUNCATE")
 DDL_WORDS = ("CREATE", "DROP", "ALTER", "COMMENT")
@@ -343,14 +346,16 @@ async def append_rows(host: WriteHost, key: Key, data: pa.Table) -> int:
 
 
 async def publish(host: WriteHost, txn: TxnState) -> None:
-    """Commit a transaction's staged writes through the commit machine; PgError if it aborts."""
+    """Commit a transaction's staged writes through the commit machine; PgError if it aborts.
+
+    A blind append to one table (`group_commit.lane_of`) shares its commit with the appends to
+    that table waiting at the same time (`engine/group_commit.py`); it is answered only once the
+    commit holding its files is committed, and fails with that commit's error."""
     import trio
 
-    from icegres import faults
     from icegres.engine.dml import compact
-    from icegres.engine.lake_world import LakeWorld, commit_request, delete_files
-    from icegres.machines.commit import Config
-    from icegres.machines.drivers.commit import run_commit
+    from icegres.engine.group_commit import lane_of
+    from icegres.engine.lake_world import commit_request, delete_files
 
     engine = host.qctx.engine
     await host.run(compact, txn)
@@ -358,19 +363,20 @@ async def publish(host: WriteHost, txn: TxnState) -> None:
     writes = list(txn.writes.values())
     try:
         if request is not None:
-            world = LakeWorld(engine.lakehouse, txn)
             # From here on a cancel (CancelRequest, statement_timeout, a dropped gRPC call) must
             # not interrupt: once the machine has published, the files are the lake's, and
             # reporting the commit as cancelled would make the caller discard — delete — files a
             # snapshot references.
             with trio.CancelScope(shield=True):
-                outcome = await run_commit(request, world, Config())
-                if outcome.committed:
-                    txn.writes.clear()  # committed files belong to the lake now, never to a discard
-                    await host.run(faults.point, "after-publish")
-                    await host.run(world.adopt, engine)
+                lane = lane_of(txn)
+                if lane is None:
+                    outcome = await _commit(host, txn, request)
+                else:
+                    outcome = await _commit_in_lane(host, engine.append_groups, lane, txn)
+                # Committed files belong to the lake now, never to a discard; otherwise the
+                # machine deleted them (or, if the outcome is unknown, deliberately kept them).
+                txn.writes.clear()
             if not outcome.committed:
-                txn.writes.clear()  # the machine deleted (or, if unknown, deliberately kept) them
                 raise PgError(outcome.sqlstate or E.INTERNAL_ERROR, outcome.message or "commit failed",
                               detail=outcome.detail or None)
     finally:
@@ -381,6 +387,50 @@ async def publish(host: WriteHost, txn: TxnState) -> None:
             txn.orphans.clear()
             with trio.CancelScope(shield=True):
                 await host.run(delete_files, writes, orphans)
+
+
+async def _commit(host: WriteHost, txn: TxnState, request: Any) -> Any:
+    """One commit machine run for `txn`'s request; a committed snapshot is mounted at once."""
+    from icegres import faults
+    from icegres.engine.lake_world import LakeWorld
+    from icegres.machines.commit import Config
+    from icegres.machines.drivers.commit import run_commit
+
+    engine = host.qctx.engine
+    world = LakeWorld(engine.lakehouse, txn)
+    outcome = await run_commit(request, world, Config())
+    if outcome.committed:
+        await host.run(faults.point, "after-publish")
+        try:
+            await host.run(world.adopt, engine)
+        except Exception:
+            # Committed all the same: the next statement's refresh mounts the snapshot instead.
+            log.warning("commit %s landed but its snapshot was not mounted", request.token, exc_info=True)
+    return outcome
+
+
+async def _commit_in_lane(host: WriteHost, groups: Any, lane: Any, txn: TxnState) -> Any:
+    """A blind append's verdict from its lane: the verdict of the commit that held it, made by
+    whichever member led that commit (this one, if it leads: then every member's files go in one
+    request on the freshest base, and every member gets its verdict)."""
+    from icegres.engine.group_commit import merged_appends
+    from icegres.engine.lake_world import commit_request
+
+    turn = await groups.join(lane, txn)
+    if not turn.leads:
+        return turn.verdict()
+    try:
+        txns = turn.items
+        write = next(iter(txns[0].writes.values()))
+        merged = merged_appends(txns, host.qctx.engine.read_plan(*write.key))
+        request = commit_request(merged)
+        assert request is not None and request.blind
+        outcome = await _commit(host, merged, request)
+    except BaseException as exc:
+        groups.finish(turn, error=exc)
+        raise
+    groups.finish(turn, outcome)
+    return outcome
 
 
 async def discard(host: WriteHost, txn: TxnState) -> None:

@@ -18,6 +18,16 @@ Why it is shaped this way:
   catalog broke atomicity, which is an invariant violation, never something to paper over.
 - Staged files are deleted only when the commit is known not to have landed. An unknown outcome
   keeps them: a landed commit may reference them.
+- A blind append (it only adds files and read nothing of the table) fits on any head of the same
+  table and schema: same data files, a fresh manifest list. So when a publish is rejected because
+  another commit moved the head first, the core rebases it onto the new head without charging
+  an attempt: another commit landed, so the lake as a whole made progress, and refusing the
+  append for it would make appends fail under nothing but concurrency. What still ends the
+  loop: rejections, failures and unknown outcomes that are not such progress are charged against
+  `max_attempts`, and free rebases stop at `max_rebases`, a ceiling for a commit that keeps
+  losing to an endless stream of others. Appends that read the table (a primary-key check, ON
+  CONFLICT, a source that selects from it) keep the charged loop, and a key another commit
+  inserted since their base is a conflict (`TableHead.key_conflict`).
 - Time enters only as `WaitElapsed`; the core asks for a pause with `Wait(seconds)`.
 
 Assumption the world must uphold: when it reports an outcome for a publish, that publish can no
@@ -92,10 +102,19 @@ class TableWrite:
     kind: WriteKind
     removed_files: frozenset[str] = frozenset()  # OVERWRITE only
     added_files: frozenset[str] = frozenset()  # already in storage when the request is made
+    # The write read the table's rows: a primary-key check, ON CONFLICT, a source selecting from
+    # the table, a SERIALIZABLE read. A rebase changes what it read, so its rebases are charged
+    # against max_attempts and the world reports keys others inserted since its base.
+    reads_table: bool = False
 
     def __post_init__(self) -> None:
         if self.kind is WriteKind.APPEND and self.removed_files:
             raise ValueError(f"an APPEND to {self.table} cannot remove files")
+
+    @property
+    def blind(self) -> bool:
+        """Only adds files and read nothing of the table: any head of its table and schema takes it."""
+        return self.kind is WriteKind.APPEND and not self.reads_table
 
 
 @dataclass(frozen=True)
@@ -136,6 +155,11 @@ class CommitRequest:
     def added_files(self) -> frozenset[str]:
         return frozenset().union(*(w.added_files for w in self.writes))
 
+    @property
+    def blind(self) -> bool:
+        """Every write is a blind append: a head another commit moved is no reason to refuse it."""
+        return all(w.blind for w in self.writes)
+
 
 @dataclass(frozen=True)
 class TableHead:
@@ -148,6 +172,9 @@ class TableHead:
     schema_id: int | None
     live_removed: frozenset[str] = frozenset()  # which of the write's removed_files are still live
     has_token: bool = False  # the request's token is in some snapshot summary of the table
+    # Only for a write that reads the table: rows another commit added since the write's base
+    # repeat a primary key the write inserts.
+    key_conflict: bool = False
 
 
 # --- events (past tense) -------------------------------------------------------------------------
@@ -286,8 +313,13 @@ Effect = Publish | Inspect | Wait | Acknowledge | Abort | ReportOutcomeUnknown |
 
 @dataclass(frozen=True)
 class Config:
-    # Publish attempts in all, rebases after conflicts and retries after failures alike.
+    # Charged publish attempts: the first, retries after failures and unknown outcomes, rebases
+    # of writes that read their table, and publishes after a rejection that moved no head.
     max_attempts: int = 5
+    # Rebases of a blind append onto a head another commit moved since the rejected publish:
+    # not charged, each follows another commit landing. The ceiling only ends a commit that keeps
+    # losing to a stream of others (0: never rebase for free, e.g. a writer fenced at the lake).
+    max_rebases: int = 1000
     # Inspections in a row before an unresolved outcome is reported as unknown.
     max_inspect_attempts: int = 5
     backoff_initial_seconds: float = 0.05
@@ -296,6 +328,8 @@ class Config:
     def __post_init__(self) -> None:
         if self.max_attempts < 1 or self.max_inspect_attempts < 1:
             raise ValueError("attempt bounds must be at least 1")
+        if self.max_rebases < 0:
+            raise ValueError("max_rebases must be at least 0")
         if not 0 <= self.backoff_initial_seconds <= self.backoff_max_seconds:
             raise ValueError("need 0 <= backoff_initial_seconds <= backoff_max_seconds")
 
@@ -328,7 +362,9 @@ class State:
     phase: Phase = Phase.IDLE
     request: CommitRequest | None = None
     attempt: int = 0  # number of the latest Publish (0: none yet)
+    rebases: int = 0  # of those, free rebases of a blind append (attempt - rebases are charged)
     bases: tuple[tuple[str, int | None], ...] = ()  # bases of the latest Publish
+    last_failure: str = ""  # why the latest publish did not land, for the verdict's message
     publish_failures: int = 0  # definite publish failures in a row
     inspect_failures: int = 0  # failed inspections in a row
     # True while some publish may have applied without us having seen it in the catalog. While it
@@ -421,16 +457,19 @@ def _on_succeeded(state: State, event: PublishSucceeded) -> tuple[State, list[Ef
 
 
 def _on_rejected(state: State, event: PublishRejected) -> tuple[State, list[Effect]]:
-    return _inspect(replace(state, publish_failures=0))
+    return _inspect(replace(state, publish_failures=0, last_failure=event.message))
 
 
 def _on_outcome_unknown(state: State, event: PublishOutcomeUnknown) -> tuple[State, list[Effect]]:
-    return _inspect(replace(state, publish_failures=0, maybe_applied=True))
+    return _inspect(
+        replace(state, publish_failures=0, maybe_applied=True, last_failure=event.message)
+    )
 
 
 def _on_publish_failed(state: State, event: PublishFailed) -> tuple[State, list[Effect]]:
     failures = state.publish_failures + 1
-    if state.attempt >= state.config.max_attempts:
+    state = replace(state, last_failure=event.message)
+    if _charged(state) >= state.config.max_attempts:
         return _abort(
             state,
             SQLSTATE_IO_ERROR,
@@ -472,6 +511,7 @@ def _on_inspected(state: State, event: TablesInspected) -> tuple[State, list[Eff
         detail = "every table the commit wrote was dropped or replaced before it could be checked"
         return _report_unknown(state, detail)
     # Nothing of ours is in the catalog, and no earlier publish can still apply (world contract).
+    rejected = not state.maybe_applied  # the publish inspected for was answered by a rejection
     state = replace(state, maybe_applied=False)
     conflict = _find_conflict(request, heads)
     if conflict is not None:
@@ -482,15 +522,35 @@ def _on_inspected(state: State, event: TablesInspected) -> tuple[State, list[Eff
             f'{SERIALIZATION_MESSAGE} on table "{table}"',
             reason,
         )
-    if state.attempt >= state.config.max_attempts:
-        tables = ", ".join(request.written_tables)
+    bases = tuple((w.table, heads[w.table].snapshot) for w in request.writes)
+    tables = ", ".join(request.written_tables)
+    # Progress: another commit moved a head this publish was built on. A blind append rebases
+    # onto it without charge; a rebase of anything else, a retry after an unknown outcome and a
+    # rejection on heads that did not move are charged below.
+    moved = rejected and bases != state.bases
+    if request.blind and moved:
+        if state.rebases < state.config.max_rebases:
+            return _publish(replace(state, rebases=state.rebases + 1), bases)
+        return _abort(
+            state,
+            SQLSTATE_SERIALIZATION_FAILURE,
+            f"{SERIALIZATION_MESSAGE}: gave up after {state.attempt} attempts",
+            f"other commits kept landing first on {tables}: rebased {state.rebases} times",
+        )
+    if _charged(state) >= state.config.max_attempts:
+        if request.blind:
+            # No other commit got in the way: the catalog kept refusing or timing out.
+            return _abort(
+                state,
+                SQLSTATE_IO_ERROR,
+                f"could not publish commit after {state.attempt} attempts: {state.last_failure}",
+            )
         return _abort(
             state,
             SQLSTATE_SERIALIZATION_FAILURE,
             f"{SERIALIZATION_MESSAGE}: gave up after {state.attempt} attempts",
             f"tables kept changing under the commit: {tables}",
         )
-    bases = tuple((w.table, heads[w.table].snapshot) for w in request.writes)
     return _publish(state, bases)
 
 
@@ -515,6 +575,11 @@ def _on_inspect_failed(state: State, event: InspectFailed) -> tuple[State, list[
 
 def _on_inspect_wait_elapsed(state: State, event: WaitElapsed) -> tuple[State, list[Effect]]:
     return _inspect(state)
+
+
+def _charged(state: State) -> int:
+    """Publish attempts that count against max_attempts: all but the free rebases."""
+    return state.attempt - state.rebases
 
 
 def _publish(state: State, bases: tuple[tuple[str, int | None], ...]) -> tuple[State, list[Effect]]:
@@ -573,6 +638,8 @@ def _find_conflict(request: CommitRequest, heads: dict[str, TableHead]) -> tuple
         if write.kind is WriteKind.OVERWRITE and head.live_removed != write.removed_files:
             # Another writer already rewrote or deleted rows this write replaces: no lost update.
             return write.table, "rows this statement changed were changed by another transaction"
+        if write.reads_table and head.key_conflict:
+            return write.table, "another transaction inserted a key this statement inserts"
     for read in request.reads:
         head = heads[read.table]
         if not _same_incarnation(head, read.table_uuid) or head.snapshot != read.snapshot:

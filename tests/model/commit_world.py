@@ -52,7 +52,11 @@ TABLES = ("ns.a", "ns.b", "ns.c")
 SESSIONS = 3
 # Small bounds, so that exhausting them is reachable in short random schedules.
 MODEL_CONFIG = Config(
-    max_attempts=3, max_inspect_attempts=2, backoff_initial_seconds=0.01, backoff_max_seconds=0.04
+    max_attempts=3,
+    max_rebases=3,
+    max_inspect_attempts=2,
+    backoff_initial_seconds=0.01,
+    backoff_max_seconds=0.04,
 )
 PUBLISH_FAULTS = ("timeout_before_apply", "timeout_after_apply", "error_5xx", "refused")
 INSPECT_FAULTS = ("inspect_failed",)
@@ -105,6 +109,8 @@ class ModelCatalog:
         self.incarnations: dict[str, ModelTable] = {}  # by uuid, dropped ones included
         self.storage: set[str] = set()
         self.deleted: set[str] = set()
+        # Primary-key values a data file holds (files of keyed writes and keyed foreign appends).
+        self.file_keys: dict[str, frozenset[int]] = {}
         self._ids = 0
         for name in tables:
             seed = self.create_table(name)
@@ -122,10 +128,21 @@ class ModelCatalog:
         self.incarnations[table.uuid] = table
         return table
 
-    def stage_file(self, owner: str) -> str:
+    def stage_file(self, owner: str, keys: frozenset[int] = frozenset()) -> str:
         path = f"{owner}-{self._next()}.parquet"
         self.storage.add(path)
+        if keys:
+            self.file_keys[path] = keys
         return path
+
+    def keys_of(self, files: frozenset[str]) -> frozenset[int]:
+        return frozenset().union(*(self.file_keys.get(f, frozenset()) for f in files))
+
+    def key_conflict(self, table: ModelTable, write: TableWrite) -> bool:
+        """Keys of `write` that the table's head holds in files not its own: with keys checked
+        free at staging, another commit inserted them since the write's base."""
+        others = table.live - write.added_files
+        return bool(self.keys_of(write.added_files) & self.keys_of(others))
 
     def delete_files(self, files: frozenset[str]) -> None:
         self.storage -= files
@@ -155,6 +172,10 @@ class ModelCatalog:
         if failure is not None:
             return PublishRejected(failure)
         for write in request.writes:
+            # The world re-checks the keys of a write that read its table on the head it builds on.
+            if write.reads_table and self.key_conflict(self.tables[write.table], write):
+                return PublishRejected(f"a concurrent commit to {write.table} inserted a key")
+        for write in request.writes:
             removed = write.removed_files if write.kind is WriteKind.OVERWRITE else frozenset()
             self.tables[write.table].add_snapshot(
                 self._next(), request.token, write.added_files, removed
@@ -171,6 +192,7 @@ class ModelCatalog:
                 continue
             write = writes.get(name)
             removed = write.removed_files if write is not None else frozenset()
+            keyed = write is not None and write.reads_table and table.uuid == write.table_uuid
             heads.append(
                 TableHead(
                     name,
@@ -180,16 +202,18 @@ class ModelCatalog:
                     table.schema_id,
                     live_removed=removed & table.live,
                     has_token=table.has_token(request.token),
+                    key_conflict=keyed and self.key_conflict(table, write),
                 )
             )
         return tuple(heads)
 
     # Foreign writers: other engines committing to the same tables.
 
-    def foreign_append(self, name: str) -> None:
+    def foreign_append(self, name: str, key: int | None = None) -> None:
         table = self.tables[name]
+        keys = frozenset() if key is None else frozenset({key})
         table.add_snapshot(
-            self._next(), f"foreign-{self._ids}", frozenset({self.stage_file("f")}), frozenset()
+            self._next(), f"foreign-{self._ids}", frozenset({self.stage_file("f", keys)}), frozenset()
         )
 
     def foreign_overwrite(self, name: str, pick: int) -> None:
@@ -215,6 +239,14 @@ class ModelCatalog:
 class CommitRecord:
     request: CommitRequest
     verdict: Effect | None = None  # Acknowledge, Abort or ReportOutcomeUnknown once told
+    publishes: int = 0  # Publish effects of the current run of the machine (a crash restarts it)
+    inspections: int = 0  # Inspect effects since the last Publish (or the run's start)
+    most_publishes: int = 0  # the largest `publishes` of any run
+    most_inspections: int = 0  # the largest `inspections` of any run
+    # At a 40001 verdict: did the catalog show a conflict then (written table dropped, replaced
+    # or its schema changed; a read moved)? And how many publishes had the run made?
+    conflict_at_abort: bool | None = None
+    publishes_at_abort: int = 0
 
 
 @dataclass
@@ -277,10 +309,25 @@ class CommitHarness:
             if kind is WriteKind.OVERWRITE:
                 live = sorted(table.live)[:8]
                 removed = frozenset(f for i, f in enumerate(live) if w["remove_mask"] >> i & 1)
-            added = frozenset(self.catalog.stage_file(f"s{session.index}") for _ in range(w["add"]))
+            # "keys": an append that checked these primary keys against the table (so it read
+            # it); a key the head already holds would have been 23505 at the statement, so
+            # only the free ones are inserted.
+            keyed = kind is WriteKind.APPEND and "keys" in w
+            keys = frozenset(w.get("keys", ())) - self.catalog.keys_of(table.live)
+            added = frozenset(
+                self.catalog.stage_file(f"s{session.index}", keys if i == 0 and keyed else frozenset())
+                for i in range(w["add"])
+            )
             writes.append(
                 TableWrite(
-                    table.name, table.uuid, table.head, table.schema_id, kind, removed, added
+                    table.name,
+                    table.uuid,
+                    table.head,
+                    table.schema_id,
+                    kind,
+                    removed,
+                    added,
+                    reads_table=keyed,
                 )
             )
         reads = tuple(
@@ -336,11 +383,13 @@ class CommitHarness:
         if inp["applied"] and isinstance(session.pending, Publish):
             self.catalog.publish(request, session.pending)  # it got out just before the crash
         session.may_have_landed = True
+        record = self.commits[request.token]
+        record.publishes = record.inspections = 0  # a new run of the machine
         state, effects = recover(request, self.config)
         self._record_step(session, initial_state(self.config), "CommitRecovered", state, effects)
 
     def _op_foreign_append(self, inp: dict[str, Any]) -> None:
-        self.catalog.foreign_append(inp["table"])
+        self.catalog.foreign_append(inp["table"], inp.get("key"))
 
     def _op_foreign_overwrite(self, inp: dict[str, Any]) -> None:
         self.catalog.foreign_overwrite(inp["table"], inp["pick"])
@@ -396,17 +445,43 @@ class CommitHarness:
                     if isinstance(effect, Publish) and session.may_have_landed:
                         self.blind_republishes.append(f"{record.request.token} after {event}")
                     session.pending = effect
+                    self._count(record, effect)
                 case DeleteFiles(files=files):
                     self.catalog.delete_files(files)
                 case Acknowledge() | Abort() | ReportOutcomeUnknown():
                     assert record.verdict is None, "told the client twice"
                     record.verdict = effect
+                    if isinstance(effect, Abort) and effect.sqlstate == "40001":
+                        record.conflict_at_abort = self._visible_conflict(record.request)
+                        record.publishes_at_abort = record.publishes
         assert (session.pending is None) == after.phase.terminal, (after.phase, effects)
         assert (outcome_of(after) is None) != after.phase.terminal
 
     def _request(self, session: Session) -> CommitRequest:
         assert session.state is not None and session.state.request is not None
         return session.state.request
+
+    @staticmethod
+    def _count(record: CommitRecord, effect: Effect) -> None:
+        if isinstance(effect, Publish):
+            record.publishes += 1
+            record.inspections = 0
+        elif isinstance(effect, Inspect):
+            record.inspections += 1
+        record.most_publishes = max(record.most_publishes, record.publishes)
+        record.most_inspections = max(record.most_inspections, record.inspections)
+
+    def _visible_conflict(self, request: CommitRequest) -> bool:
+        """What the catalog shows now that forbids a rebase, judged without the core's help."""
+        for w in request.writes:
+            table = self.catalog.tables.get(w.table)
+            if table is None or table.uuid != w.table_uuid or table.schema_id != w.base_schema_id:
+                return True
+        for r in request.reads:
+            table = self.catalog.tables.get(r.table)
+            if table is None or table.uuid != r.table_uuid or table.head != r.snapshot:
+                return True
+        return False
 
 
 # --- invariants ----------------------------------------------------------------------------------
@@ -497,6 +572,44 @@ def check_snapshot_isolated_history(h: CommitHarness) -> None:
         assert live == table.live, f"{table.name}: live files are not the fold of its snapshots"
 
 
+def check_blind_appends_outlast_concurrency(h: CommitHarness) -> None:
+    for token, record in h.commits.items():
+        if not record.request.blind or record.conflict_at_abort is None:
+            continue
+        # 40001 without a visible conflict: only once the free rebases ran out (each rebase is a
+        # publish after the first, so at least max_rebases + 1 publishes).
+        assert record.conflict_at_abort or record.publishes_at_abort > h.config.max_rebases, (
+            f"{token}, blind appends only, got 40001 after {record.publishes_at_abort} publishes "
+            "with no conflict in the catalog"
+        )
+
+
+def check_keys_stay_unique(h: CommitHarness) -> None:
+    keyed = {
+        token: {w.table_uuid: w for w in record.request.writes if w.reads_table}
+        for token, record in h.commits.items()
+    }
+    for table in h.catalog.incarnations.values():
+        live: frozenset[str] = frozenset()
+        for snap in table.snapshots:
+            write = keyed.get(snap.token or "", {}).get(table.uuid)
+            if write is not None:
+                clash = h.catalog.keys_of(snap.added) & h.catalog.keys_of(live)
+                assert not clash, f"{snap.token} inserted keys {sorted(clash)} {table.name} held"
+            live = (live - snap.removed) | snap.added
+
+
+def check_retries_bounded(h: CommitHarness) -> None:
+    publishes_max = h.config.max_attempts + h.config.max_rebases
+    for token, record in h.commits.items():
+        assert record.most_publishes <= publishes_max, (
+            f"{token} published {record.most_publishes} times in one run (bound {publishes_max})"
+        )
+        assert record.most_inspections <= h.config.max_inspect_attempts, (
+            f"{token} inspected {record.most_inspections} times in a row"
+        )
+
+
 def check_spec_transitions_only(h: CommitHarness) -> None:
     allowed = {(t.source, t.event, t.target, t.effects) for t in h.spec.transitions}
     stray = [s for s in h.steps if s not in allowed]
@@ -513,6 +626,9 @@ STEP_CHECKERS: dict[str, Callable[[CommitHarness], None]] = {
     "live_files_exist": check_live_files_exist,
     "no_blind_republish": check_no_blind_republish,
     "snapshot_isolated_history": check_snapshot_isolated_history,
+    "blind_appends_outlast_concurrency": check_blind_appends_outlast_concurrency,
+    "keys_stay_unique": check_keys_stay_unique,
+    "retries_bounded": check_retries_bounded,
     "spec_transitions_only": check_spec_transitions_only,
 }
 RUN_CHECKERS: dict[str, Callable[..., None]] = {
@@ -541,16 +657,25 @@ class ThreadedModelWorld:
         catalog: ModelCatalog,
         publish_faults: tuple[str, ...] = (),
         inspect_faults: tuple[str, ...] = (),
+        overtake: int = 0,
+        overtake_key: int | None = None,
     ) -> None:
         self.catalog = catalog
         self.publish_faults = list(publish_faults)
         self.inspect_faults = list(inspect_faults)
+        # Another writer's append lands just before each of our next `overtake` publishes.
+        self.overtake = overtake
+        self.overtake_key = overtake_key
         self.publishes: list[Publish] = []
         self.inspections = 0
         self.delete_calls: list[frozenset[str]] = []
 
     def publish(self, request: CommitRequest, publish: Publish) -> Event:
         self.publishes.append(publish)
+        if self.overtake > 0:
+            self.overtake -= 1
+            for write in request.writes:
+                self.catalog.foreign_append(write.table, self.overtake_key)
         fault = self.publish_faults.pop(0) if self.publish_faults else "ok"
         if fault == "raise_before":
             raise TimeoutError("read timed out")
@@ -580,8 +705,10 @@ def stage_request(
     token: str,
     writes: list[tuple[str, str, int]],
     reads: tuple[str, ...] = (),
+    keys: frozenset[int] | None = None,
 ) -> CommitRequest:
-    """A request against the catalog's current heads: (table, kind, files removed) per write."""
+    """A request against the catalog's current heads: (table, kind, files removed) per write;
+    `keys`: its appends checked these primary keys (they read their tables)."""
     table_writes = []
     for name, kind, remove_count in writes:
         table = catalog.tables[name]
@@ -594,7 +721,8 @@ def stage_request(
                 table.schema_id,
                 WriteKind(kind),
                 removed,
-                frozenset({catalog.stage_file(token)}),
+                frozenset({catalog.stage_file(token, keys or frozenset())}),
+                reads_table=keys is not None,
             )
         )
     read_assertions = tuple(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -43,6 +44,7 @@ SPEC = load_spec("commit")
 pytestmark = pytest.mark.model
 
 FOREIGN_WRITES = ("foreign_append", "foreign_overwrite", "schema_change", "drop_recreate")
+KEYS = 4  # primary-key values keyed appends draw from: few, so that they collide
 
 
 def _begin(session: int, tables: list[str], writes: list[dict[str, Any]], reads: list[str]):
@@ -62,6 +64,7 @@ def drive(rng: random.Random, harness: CommitHarness, steps: int) -> None:
     crashes = rng.random() < 0.5
     foreign = tuple(k for k in FOREIGN_WRITES if rng.random() < 0.5)
     sessions = rng.randint(1, SESSIONS)
+    keyed = rng.random() < 0.5  # appends that check primary keys, and foreign rows with keys
     for _ in range(steps):
         idle = [s for s in harness.idle_sessions() if s < sessions]
         pending = harness.pending_sessions()
@@ -80,6 +83,9 @@ def drive(rng: random.Random, harness: CommitHarness, steps: int) -> None:
                 }
                 for _ in tables
             ]
+            for w in writes:
+                if keyed and w["kind"] == "append" and rng.random() < 0.5:
+                    w["keys"] = [rng.randrange(KEYS)]
             reads = rng.sample(TABLES, rng.randint(0, 2))
             harness.apply(_begin(rng.choice(idle), tables, writes, reads))
         elif op == "perform":
@@ -90,8 +96,12 @@ def drive(rng: random.Random, harness: CommitHarness, steps: int) -> None:
             harness.apply({"op": "crash", "session": session, "applied": applied})
         else:
             kind, table = rng.choice(foreign), rng.choice(TABLES)
-            inp = {"op": kind, "table": table}
-            harness.apply({**inp, "pick": rng.randrange(8)} if kind == "foreign_overwrite" else inp)
+            inp: dict[str, Any] = {"op": kind, "table": table}
+            if kind == "foreign_overwrite":
+                inp["pick"] = rng.randrange(8)
+            elif kind == "foreign_append" and keyed and rng.random() < 0.5:
+                inp["key"] = rng.randrange(KEYS)
+            harness.apply(inp)
 
 
 def settle(harness: CommitHarness) -> None:
@@ -145,7 +155,8 @@ write_strategy = st.fixed_dictionaries(
         "kind": st.sampled_from(("append", "overwrite")),
         "remove_mask": st.integers(0, 255),
         "add": st.integers(1, 2),
-    }
+    },
+    optional={"keys": st.lists(st.integers(0, KEYS - 1), max_size=2, unique=True)},
 )
 
 
@@ -178,9 +189,10 @@ class CommitMachine(ModelMachine):
         active = self.harness.active_sessions()
         self._apply({"op": "crash", "session": active[which % len(active)], "applied": applied})
 
-    @rule(table=st.sampled_from(TABLES))
-    def foreign_append(self, table: str) -> None:
-        self._apply({"op": "foreign_append", "table": table})
+    @rule(table=st.sampled_from(TABLES), key=st.none() | st.integers(0, KEYS - 1))
+    def foreign_append(self, table: str, key: int | None) -> None:
+        inp: dict[str, Any] = {"op": "foreign_append", "table": table}
+        self._apply(inp if key is None else {**inp, "key": key})
 
     @rule(table=st.sampled_from(TABLES), pick=st.integers(0, 7))
     def foreign_overwrite(self, table: str, pick: int) -> None:
@@ -225,7 +237,11 @@ def test_harness_catches_partial_commit() -> None:
 # --- the trio driver on the model world ----------------------------------------------------------
 
 DRIVER_CONFIG = Config(
-    max_attempts=4, max_inspect_attempts=3, backoff_initial_seconds=1.0, backoff_max_seconds=4.0
+    max_attempts=4,
+    max_rebases=50,
+    max_inspect_attempts=3,
+    backoff_initial_seconds=1.0,
+    backoff_max_seconds=4.0,
 )
 
 
@@ -325,6 +341,71 @@ async def test_driver_finishes_a_commit_whose_caller_is_cancelled(mock_clock) ->
         await run_commit(request, world, DRIVER_CONFIG)
     assert scope.cancel_called and trio.current_time() >= 1.0 + 2.0
     assert catalog.tables["ns.a"].has_token("t1")  # it ran to its verdict under the shield
+
+
+async def test_driver_blind_append_outlasts_appends_that_land_first(mock_clock) -> None:
+    """Issue 25: another append lands before each of our first 20 publishes (5x max_attempts);
+    the blind append rebases onto each new head, without waiting, and commits."""
+    catalog = ModelCatalog()
+    request = stage_request(catalog, "t1", [("ns.a", "append", 0)])
+    world = ThreadedModelWorld(catalog, overtake=20)
+    start = trio.current_time()
+    outcome = await run_commit(request, world, DRIVER_CONFIG)
+    assert outcome.committed and outcome.attempts == 21 and len(world.publishes) == 21
+    assert trio.current_time() == start  # rebases do not back off
+    tokens = [s.token for s in catalog.tables["ns.a"].snapshots]
+    assert tokens[-1] == "t1" and len(tokens) == 1 + 20 + 1  # seed, the others, ours once
+
+
+async def test_driver_blind_append_gives_up_after_max_rebases(mock_clock) -> None:
+    catalog = ModelCatalog()
+    request = stage_request(catalog, "t1", [("ns.a", "append", 0)])
+    world = ThreadedModelWorld(catalog, overtake=1000)
+    outcome = await run_commit(request, world, replace(DRIVER_CONFIG, max_rebases=7))
+    assert outcome.phase is Phase.ABORTED and outcome.sqlstate == "40001"
+    assert len(world.publishes) == 8 and "rebased 7 times" in outcome.detail
+    assert _files_of(request) <= catalog.deleted and not catalog.tables["ns.a"].has_token("t1")
+
+
+async def test_driver_no_free_rebase_when_configured_off(mock_clock) -> None:
+    """max_rebases=0 (a writer fenced at the lake): a moved head is charged, as before."""
+    catalog = ModelCatalog()
+    request = stage_request(catalog, "t1", [("ns.a", "append", 0)])
+    world = ThreadedModelWorld(catalog, overtake=1)
+    outcome = await run_commit(request, world, replace(DRIVER_CONFIG, max_attempts=1, max_rebases=0))
+    assert outcome.phase is Phase.ABORTED and outcome.sqlstate == "40001"
+    assert len(world.publishes) == 1
+
+
+async def test_driver_append_that_read_its_table_keeps_the_bound(mock_clock) -> None:
+    """An append that read its table (keys checked) is charged for every rebase: 40001 after
+    max_attempts, as before issue 25."""
+    catalog = ModelCatalog()
+    request = stage_request(catalog, "t1", [("ns.a", "append", 0)], keys=frozenset({1}))
+    world = ThreadedModelWorld(catalog, overtake=20)
+    outcome = await run_commit(request, world, DRIVER_CONFIG)
+    assert outcome.phase is Phase.ABORTED and outcome.sqlstate == "40001"
+    assert "gave up after 4 attempts" in outcome.message
+    assert len(world.publishes) == DRIVER_CONFIG.max_attempts
+
+
+async def test_driver_key_inserted_by_another_commit_is_40001_at_once(mock_clock) -> None:
+    catalog = ModelCatalog()
+    request = stage_request(catalog, "t1", [("ns.a", "append", 0)], keys=frozenset({1}))
+    world = ThreadedModelWorld(catalog, overtake=1, overtake_key=1)
+    outcome = await run_commit(request, world, DRIVER_CONFIG)
+    assert outcome.phase is Phase.ABORTED and outcome.sqlstate == "40001"
+    assert "inserted a key" in outcome.detail and len(world.publishes) == 1
+
+
+async def test_driver_blind_append_refused_without_progress_is_58030(mock_clock) -> None:
+    """A catalog that keeps timing out is charged: 58030 after max_attempts, not a 40001."""
+    catalog = ModelCatalog()
+    request = stage_request(catalog, "t1", [("ns.a", "append", 0)])
+    world = ThreadedModelWorld(catalog, publish_faults=("raise_before",) * 10)
+    outcome = await run_commit(request, world, DRIVER_CONFIG)
+    assert outcome.phase is Phase.ABORTED and outcome.sqlstate == "58030"
+    assert len(world.publishes) == DRIVER_CONFIG.max_attempts and "read timed out" in outcome.message
 
 
 async def test_driver_surfaces_half_applied_commits(mock_clock) -> None:

@@ -245,6 +245,67 @@ def test_rebasing_is_bounded() -> None:
     assert "gave up after 3 attempts" in state.message and effects[0] == DeleteFiles(FILES)
 
 
+BLIND = CommitRequest("blind", (A,))
+
+
+def test_blind_append_overtaken_rebases_for_free_past_max_attempts() -> None:
+    """Issue 25: another commit lands before each publish; a blind append is never refused for it."""
+    state = inspecting(BLIND)
+    for n in range(1, 3 * CONFIG.max_attempts):
+        state, effects = go(state, TablesInspected((head(A, 10 + n),)))
+        assert effects == [Publish(n + 1, (("ns.a", 10 + n),))]
+        assert state.rebases == n and state.attempt - state.rebases == 1  # nothing charged
+        state, _ = go(state, PublishRejected("assert-ref-snapshot-id failed"))
+    state, effects = go(state, TablesInspected((head(A, 99),)))
+    state, effects = go(state, PublishSucceeded())
+    assert state.phase is Phase.COMMITTED and effects == [Acknowledge()]
+
+
+def test_free_rebases_stop_at_max_rebases() -> None:
+    config = replace(CONFIG, max_rebases=2)
+    state, _ = go(initial_state(config), CommitRequested(BLIND))
+    for n in range(1, 3):
+        state, _ = go(state, PublishRejected("moved"))
+        state, effects = go(state, TablesInspected((head(A, 10 + n),)))
+        assert isinstance(effects[0], Publish)
+    state, _ = go(state, PublishRejected("moved"))
+    state, effects = go(state, TablesInspected((head(A, 50),)))
+    assert state.phase is Phase.ABORTED and state.sqlstate == "40001"
+    assert "gave up after 3 attempts" in state.message and "rebased 2 times" in state.detail
+    assert effects[0] == DeleteFiles(frozenset({"a1"}))
+
+
+def test_blind_append_rejected_on_unmoved_heads_is_charged_then_58030() -> None:
+    """A catalog refusing for another reason than a moved head: bounded by max_attempts."""
+    state = published(BLIND)
+    for attempt in range(1, CONFIG.max_attempts):
+        state, _ = go(state, PublishRejected("refused for no reason we can see"))
+        state, effects = go(state, TablesInspected((head(A),)))
+        assert effects == [Publish(attempt + 1, (("ns.a", 10),))] and state.rebases == 0
+    state, _ = go(state, PublishRejected("refused for no reason we can see"))
+    state, effects = go(state, TablesInspected((head(A),)))
+    assert state.phase is Phase.ABORTED and state.sqlstate == "58030"
+    assert "refused for no reason we can see" in state.message
+
+
+def test_republish_after_an_unknown_outcome_is_charged_even_if_heads_moved() -> None:
+    state = inspecting(BLIND, unknown=True)
+    state, effects = go(state, TablesInspected((head(A, 11),)))
+    assert effects == [Publish(2, (("ns.a", 11),))] and state.rebases == 0
+
+
+def test_append_that_read_its_table_is_charged_and_sees_key_conflicts() -> None:
+    keyed = replace(A, reads_table=True)
+    request = CommitRequest("keyed", (keyed,))
+    assert not request.blind and BLIND.blind and not REQUEST.blind
+    state, effects = go(inspecting(request), TablesInspected((head(keyed, 11),)))
+    assert effects == [Publish(2, (("ns.a", 11),))] and state.rebases == 0
+    state, _ = go(state, PublishRejected("a concurrent commit inserted key (1,)"))
+    state, effects = go(state, TablesInspected((head(keyed, 12, key_conflict=True),)))
+    assert state.phase is Phase.ABORTED and state.sqlstate == "40001"
+    assert '"ns.a"' in state.message and "inserted a key" in state.detail
+
+
 def test_inspect_failed_waits_then_inspects_again() -> None:
     state, effects = go(inspecting(unknown=True), InspectFailed("503"))
     assert state.phase is Phase.WAITING_TO_INSPECT and effects == [Wait(1.0)]
@@ -316,6 +377,8 @@ def test_states_and_requests_are_frozen_and_validated() -> None:
         TableWrite("t", "u", None, 0, WriteKind.APPEND, removed_files=frozenset({"x"}))
     with pytest.raises(ValueError):
         Config(max_attempts=0)
+    with pytest.raises(ValueError):
+        Config(max_rebases=-1)
 
 
 def test_the_core_imports_no_io() -> None:

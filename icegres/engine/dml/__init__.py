@@ -190,11 +190,24 @@ def _plain_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
                   params: dict[str, Any] | None) -> tuple[str, pa.Table | None]:
     key, rows, _ = rows_of_insert(qctx, txn, tree, params)
     check_unique(qctx, target_plan(txn, key), key, rows, exclude_files=())
-    append(txn, key, rows)
+    append(txn, key, rows, read=_reads_target(qctx, tree, key))
     returning = None
     if tree.args.get("returning") is not None:
         returning = returning_rows(qctx, tree.args["returning"], rows, target_table(tree), key)
     return f"INSERT 0 {rows.num_rows}", returning
+
+
+def _reads_target(qctx: QueryContext, tree: exp.Insert, key: Key) -> bool:
+    """Does the INSERT read its own target (`INSERT INTO t SELECT ... FROM t`, a subquery of t in
+    VALUES, a CTE over t)? Such an append is not blind: rebasing it changes what it read."""
+    from icegres.sql.statement import tree_table_refs
+
+    if isinstance(tree.expression, exp.Values) and tree.find(exp.Select) is None:
+        return False  # VALUES of literals and parameters: reads no table
+    probe = tree.copy()
+    probe.set("this", None)  # the target itself is written, not read
+    refs = tree_table_refs(probe, qctx.env.search_path)
+    return refs is None or key in refs
 
 
 def _update(qctx: QueryContext, txn: TxnState, tree: exp.Update, params: dict[str, Any] | None) -> DmlResult:

@@ -115,7 +115,7 @@ def rewrite_matching(qctx: QueryContext, txn: TxnState, key: Key, cond: exp.Expr
         check_unique(qctx, plan, key, rows, exclude_files=tuple(matched))
     write = txn.write_for(key)
     new_files = write_files(write.base, rows)
-    write, orphans = write.rewrite(set(matched), new_files, rows.num_rows)
+    write, orphans = write.rewrite(set(matched), new_files, rows.num_rows, read=True)
     txn.stage(write, orphans)
     return count, returning_rows
 
@@ -234,12 +234,12 @@ def compact(txn: TxnState) -> None:
         txn.stage(write, orphans)
 
 
-def append(txn: TxnState, key: Key, rows: pa.Table) -> None:
-    """Stage `rows` as new data files of the table."""
+def append(txn: TxnState, key: Key, rows: pa.Table, *, read: bool = False) -> None:
+    """Stage `rows` as new data files of the table; `read`: computing them read the table."""
     if rows.num_rows == 0:
         return
     write = txn.write_for(key)
-    write, _ = write.rewrite(set(), write_files(write.base, rows), rows.num_rows)
+    write, _ = write.rewrite(set(), write_files(write.base, rows), rows.num_rows, read=read)
     txn.stage(write)
 
 

@@ -82,7 +82,7 @@ def upsert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[str
             changed = _update_conflicting(qctx, txn, tree, key, plan, view, incoming,
                                           set(found.column("f").to_pylist()), pk, params)
     check_unique(qctx, plan, key, fresh, exclude_files=())
-    append(txn, key, fresh)
+    append(txn, key, fresh, read=True)
     returning = tree.args.get("returning")
     out = None
     if returning is not None:
@@ -148,7 +148,7 @@ def _update_conflicting(qctx: QueryContext, txn: TxnState, tree: exp.Insert, key
     if any(c in sets for c in pk):
         check_unique(qctx, plan, key, rows, exclude_files=tuple(files))
     write = txn.write_for(key)
-    write, orphans = write.rewrite(files, write_files(write.base, rows), rows.num_rows)
+    write, orphans = write.rewrite(files, write_files(write.base, rows), rows.num_rows, read=True)
     txn.stage(write, orphans)
     return rows.filter(marks)
 
