@@ -292,16 +292,114 @@ class QueryContext:
 
         The schema carries the column names PostgreSQL would give the result.
         """
-        taken = self.buffered_entries(stmt)
-        if taken:
+        original, generation = stmt, self.engine.views_generation
+        stmt = self.with_views(stmt)
+        with _positions_of(original, stmt):
+            taken = self.buffered_entries(stmt)
+            if taken:
+                self.refresh_for(stmt)
+                stmt = self._views_moved(original, stmt, generation)
+                with self.buffered_reads(taken):
+                    return self._execute(stmt, params)
+            speculated = self._start_speculating(stmt, params)
+            if speculated is not None:
+                return speculated
             self.refresh_for(stmt)
-            with self.buffered_reads(taken):
-                return self._execute(stmt, params)
-        speculated = self._start_speculating(stmt, params)
-        if speculated is not None:
-            return speculated
-        self.refresh_for(stmt)
-        return self._execute(stmt, params)
+            stmt = self._views_moved(original, stmt, generation)
+            return self._execute(stmt, params)
+
+    # --- views -------------------------------------------------------------------------------
+
+    def with_views(self, stmt: Statement) -> Statement:
+        """`stmt` with the catalog views it names replaced by their queries (view_defs.py), or
+        `stmt` itself when it names none. When it names a view, or a name this server does not
+        know (a view made elsewhere since the last listing), the view registry is read fresh
+        first. An INSERT, UPDATE or DELETE into a view is 0A000, TRUNCATE of one 42809."""
+        from icegres.engine import view_defs
+
+        names_of = self.cache.names
+        shape = names_of.get(stmt.shape)
+        if shape is None:
+            shape = names_of.put(stmt.shape, _named(stmt))
+        names, targets = shape
+        if not names and not targets:
+            return stmt
+        resolver = self.resolver()
+        resolved = tuple(resolver.resolve(*n) for n in (*names, *targets))
+        if all(r is not None and r[0] != "view" for r in resolved):
+            return stmt  # every name is a table (or a catalog relation) this server knows
+        tree = stmt.tree
+        skip = view_defs.dml_target(tree)
+        self.engine.refresh_views(self._view_candidates(resolved, (*names, *targets)))
+        resolved = tuple(resolver.resolve(*n) for n in (*names, *targets))
+        self._refuse_written_views(tree, targets, resolved[len(names):])
+        if not any(r is not None and r[0] == "view" for r in resolved[:len(names)]):
+            return stmt
+        key = (stmt.sql, resolved, tuple(self.env.search_path), self.engine.views_generation,
+               self.engine.catalog_generation)
+        text = self.cache.expanded.get(key)
+        if text is None:
+            text = self._expand(tree, resolver, skip)
+            self.cache.expanded.put(key, text)
+        return Statement(stmt.kind, text, stmt.tag, stmt.name, stmt.value, stmt.flag, stmt.options)
+
+    def _expand(self, tree: exp.Expression, resolver: Any, skip: exp.Expression | None) -> str:
+        from icegres.engine import view_defs
+        from icegres.sql.parse import DIALECT
+
+        for _ in range(view_defs.DEPTH_MAX):
+            expanded = view_defs.expand(tree, resolver, skip)
+            assert expanded is not None
+            if self.engine.lakehouse.kind != "rest":
+                break  # the listing just read holds every view of the catalog, nested ones too
+            # REST: the views inside views were not named by the statement: check them too.
+            generation = self.engine.views_generation
+            self.engine.refresh_views(expanded[1])
+            if self.engine.views_generation == generation:
+                break
+        return expanded[0].sql(dialect=DIALECT)
+
+    def resolver(self) -> Any:
+        from icegres.engine import view_defs
+        from icegres.engine.pg_relations import CATALOG_RELATION_NAMES
+
+        engine = self.engine
+        return view_defs.Resolver(self.env.search_path, engine.has_table, engine.view,
+                                  CATALOG_RELATION_NAMES)
+
+    def _view_candidates(self, resolved: tuple[Any, ...], names: tuple[Any, ...]) -> set[tuple[str, str]]:
+        """The catalog keys a name that is a view, or not known, may mean."""
+        path = [s for s in self.env.search_path if s not in ("pg_catalog", "information_schema")]
+        keys: set[tuple[str, str]] = set()
+        for found, (schema, name) in zip(resolved, names, strict=True):
+            if found is not None and found[0] != "view":
+                continue
+            keys.update([(schema, name)] if schema else [(s, name) for s in path])
+        return keys
+
+    @staticmethod
+    def _refuse_written_views(tree: exp.Expression, targets: tuple[Any, ...], resolved: tuple[Any, ...]) -> None:
+        from sqlglot import exp
+
+        for (_, name), found in zip(targets, resolved, strict=True):
+            if found is None or found[0] != "view":
+                continue
+            if isinstance(tree, exp.TruncateTable):
+                raise PgError("42809", f'"{name}" is not a table')
+            verb = {exp.Insert: "insert into", exp.Update: "update", exp.Delete: "delete from"}[type(tree)]
+            raise PgError(FEATURE_NOT_SUPPORTED, f'cannot {verb} view "{name}"',
+                          detail="icegres views are read-only.",
+                          hint="Write to the tables the view reads.")
+
+    def _views_moved(self, original: Statement, stmt: Statement, generation: int) -> Statement:
+        """After a refresh: `original` with its views expanded again if the view registry changed
+        since `stmt` was made from it (another server created, replaced or dropped a view)."""
+        if self.engine.views_generation == generation:
+            return stmt
+        again = self.with_views(original)
+        if again.sql != stmt.sql:
+            self.refresh_for(again)
+        return again
 
     def _execute(self, stmt: Statement, params: dict[str, Any] | None) -> tuple[pa.Schema, Any]:
         from icegres.engine.batches import CancellableBatches
@@ -480,12 +578,17 @@ class QueryContext:
         SeaweedFS), paid again by the start."""
         from icegres.engine.params import placeholder_types
 
-        if fresh or self.txn is not None or self.mounted_snapshots(stmt) is None:
-            self.refresh_for(stmt)
-        planned = self.plan(stmt, None)
-        # Walking the logical plan for placeholders costs ~4 ms on a point lookup (reflection over
-        # every node); a text without `$` has no `$n` placeholder to find.
-        return self.pg_schema(stmt, planned.df.schema()), placeholder_types(planned.df) if stmt.max_param else {}
+        original, generation = stmt, self.engine.views_generation
+        stmt = self.with_views(stmt)
+        with _positions_of(original, stmt):
+            if fresh or self.txn is not None or self.mounted_snapshots(stmt) is None:
+                self.refresh_for(stmt)
+                stmt = self._views_moved(original, stmt, generation)
+            planned = self.plan(stmt, None)
+            # Walking the logical plan for placeholders costs ~4 ms on a point lookup (reflection
+            # over every node); a text without `$` has no `$n` placeholder to find.
+            return (self.pg_schema(stmt, planned.df.schema()),
+                    placeholder_types(planned.df) if stmt.max_param else {})
 
     def pg_schema(self, stmt: Statement, schema: pa.Schema) -> pa.Schema:
         """Rename DataFusion's display names (`count(*)`) to PostgreSQL's (`count`)."""
@@ -499,6 +602,36 @@ class QueryContext:
             names = self.cache.pg_names.put(named, postgres_names(select_names, schema))
         return pa.schema([f.with_name(n) for f, n in zip(schema, names, strict=True)], schema.metadata)
 
+
+
+def _named(stmt: Statement) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The relations a statement reads and the ones it writes, as (schema or None, name); none
+    when it does not parse (its error is the planner's to give)."""
+    from sqlglot import exp
+
+    from icegres.engine import view_defs
+
+    try:
+        tree = stmt.tree
+    except PgError:
+        return (), ()
+    target = view_defs.dml_target(tree)
+    read = tuple((t.db or None, t.name) for t in view_defs.named_tables(tree, target))
+    if isinstance(tree, exp.TruncateTable):
+        return read, tuple((t.db or None, t.name) for t in tree.expressions if isinstance(t, exp.Table))
+    return read, ((target.db or None, target.name),) if target is not None else ()
+
+
+@contextmanager
+def _positions_of(original: Statement, planned: Statement) -> Iterator[None]:
+    """An error of a statement whose views were expanded points into the expanded text, not the
+    one the client sent: it is reported without a position."""
+    try:
+        yield
+    except PgError as err:
+        if planned is not original and planned.sql != original.sql:
+            err.position = None
+        raise
 
 
 class _Prefetched:
