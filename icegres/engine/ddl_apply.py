@@ -470,8 +470,8 @@ def create_view(lakehouse: Lakehouse, cmd: CreateView, arrow_schema: pa.Schema, 
             views = view_ddl.catalog_views_now(lakehouse, known)
             replacing = views.get(key)
             if replacing is not None:
-                view_ddl.check_replacement(cmd.name, replacing, [
-                    (n, pg_type_for_arrow(f.type).name) for n, f in zip(names, arrow_schema, strict=True)])
+                view_ddl.check_replacement(replacing, [
+                    (n, f.type) for n, f in zip(names, arrow_schema, strict=True)])
                 if key in _reads_of(sql) or set(view_ddl.dependents(views, {key})) & _reads_of(sql):
                     # The new query would read the view through itself.
                     raise PgError("42P17", f'infinite recursion detected in rules for relation "{cmd.name}"')

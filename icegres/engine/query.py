@@ -339,25 +339,38 @@ class QueryContext:
                self.engine.catalog_generation)
         text = self.cache.expanded.get(key)
         if text is None:
-            text = self._expand(tree, resolver, skip)
+            named = {r[1] for r in resolved[:len(names)] if r is not None and r[0] == "view"}
+            text = self._expand(tree, resolver, skip, named)
             self.cache.expanded.put(key, text)
         return Statement(stmt.kind, text, stmt.tag, stmt.name, stmt.value, stmt.flag, stmt.options)
 
-    def _expand(self, tree: exp.Expression, resolver: Any, skip: exp.Expression | None) -> str:
+    def _expand(self, tree: exp.Expression, resolver: Any, skip: exp.Expression | None,
+                named: set[tuple[str, str]]) -> str:
         from icegres.engine import view_defs
         from icegres.sql.parse import DIALECT
 
-        for _ in range(view_defs.DEPTH_MAX):
-            expanded = view_defs.expand(tree, resolver, skip)
-            assert expanded is not None
-            if self.engine.lakehouse.kind != "rest":
-                break  # the listing just read holds every view of the catalog, nested ones too
-            # REST: the views inside views were not named by the statement: check them too.
-            generation = self.engine.views_generation
-            self.engine.refresh_views(expanded[1])
-            if self.engine.views_generation == generation:
-                break
+        if self.engine.lakehouse.kind == "rest":
+            self._check_view_reads(named)
+        expanded = view_defs.expand(tree, resolver, skip)
+        assert expanded is not None
         return expanded[0].sql(dialect=DIALECT)
+
+    def _check_view_reads(self, views: set[tuple[str, str]]) -> None:
+        """REST catalogs check only the names a statement gives: the relations its views read,
+        views inside views among them, are checked here, level by level."""
+        from icegres.engine import view_defs
+
+        engine = self.engine
+        seen: set[tuple[str, str]] = set(views)
+        frontier = set(views)
+        for _ in range(view_defs.DEPTH_MAX):
+            reads = {r for k in frontier if (v := engine.view(k)) is not None for r in v.reads} - seen
+            if not reads:
+                return
+            seen |= reads
+            engine.refresh(reads)
+            engine.refresh_views(reads)
+            frontier = {k for k in reads if engine.view(k) is not None}
 
     def resolver(self) -> Any:
         from icegres.engine import view_defs

@@ -131,12 +131,18 @@ def create(lakehouse: Lakehouse, key: Key, sql: str, schema: Any, or_replace: bo
                       detail=f'view "{name}" was changed by another session') from None
 
 
-def check_replacement(name: str, old: ViewDef, new_columns: list[tuple[str, str]]) -> None:
-    """PostgreSQL's rule for CREATE OR REPLACE VIEW: the new query keeps every column of the old
-    one, in order, with its name and type; it may add columns at the end. `new_columns`: the
-    new (name, PostgreSQL type name) pairs; the old ones are compared by type name too."""
+def type_name(arrow_type: Any) -> str:
+    """A column's type as PostgreSQL's format_type names it."""
+    from icegres.engine.pg_builtins import arrow_typmod, format_type
     from icegres.pg.types import pg_type_for_arrow
 
+    return str(format_type(pg_type_for_arrow(arrow_type).oid, arrow_typmod(arrow_type)))
+
+
+def check_replacement(old: ViewDef, new_columns: list[tuple[str, Any]]) -> None:
+    """PostgreSQL's rule for CREATE OR REPLACE VIEW: the new query keeps every column of the old
+    one, in order, with its name and type; it may add columns at the end. `new_columns`: the
+    new (name, Arrow type) pairs."""
     if len(new_columns) < len(old.columns):
         raise PgError(INVALID_TABLE_DEFINITION, "cannot drop columns from view")
     for (old_name, old_type), (new_name, new_type) in zip(old.columns, new_columns, strict=False):
@@ -144,11 +150,10 @@ def check_replacement(name: str, old: ViewDef, new_columns: list[tuple[str, str]
             raise PgError(INVALID_TABLE_DEFINITION,
                           f'cannot change name of view column "{old_name}" to "{new_name}"',
                           hint="Use ALTER VIEW ... RENAME COLUMN ... to change name of view column instead.")
-        old_pg = pg_type_for_arrow(old_type).name
-        if old_pg != new_type:
+        old_pg, new_pg = type_name(old_type), type_name(new_type)
+        if old_pg != new_pg:
             raise PgError(INVALID_TABLE_DEFINITION,
-                          f'cannot change data type of view column "{old_name}" from {old_pg} to {new_type}')
-    del name
+                          f'cannot change data type of view column "{old_name}" from {old_pg} to {new_pg}')
 
 
 def _version() -> str:

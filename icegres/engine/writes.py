@@ -244,6 +244,7 @@ async def create_view(host: WriteHost, cmd: CreateView) -> WriteResult:
     are qualified as the session's search_path resolves them now, and the view is written to
     the catalog (view_ddl.py). Not transactional, as every DDL here."""
     from icegres.engine import ddl_apply, view_defs
+    from icegres.engine.column_names import select_list_names
 
     qctx = host.qctx
     path = list(qctx.env.search_path)
@@ -254,6 +255,12 @@ async def create_view(host: WriteHost, cmd: CreateView) -> WriteResult:
             raise PgError("42P02", f"there is no parameter ${source.max_param}")
         qctx.with_views(source)  # reads the catalog where the query names what is not known here
         sql = view_defs.qualify(cmd.query_sql, source.tree, qctx.resolver())
+        names = select_list_names(source)
+        if names and "*" not in names:
+            given = list(cmd.column_names) + names[len(cmd.column_names):]
+            for i, name in enumerate(given):
+                if name in given[:i]:
+                    raise PgError("42701", f'column "{name}" specified more than once')
         schema, _ = qctx.describe(query(sql))
         engine = qctx.engine
         key = ddl_apply.create_view(engine.lakehouse, cmd, schema, sql, path, engine.views())
