@@ -131,6 +131,30 @@ def test_writes_into_a_view_are_refused(conn):
     conn.execute("drop view v_ro")
 
 
+def test_a_view_in_a_transaction_reads_its_snapshot_and_its_writes(server, conn):
+    conn.execute("create view v_tx as select count(*) as n from orders")
+    try:
+        with psycopg.connect(server.dsn()) as tx:  # not autocommit: a transaction block
+            assert tx.execute("select n from shop.v_tx").fetchone() == (3,)
+            conn.execute("insert into orders values (5, 'Rome', 1.0)")  # another session commits
+            assert tx.execute("select n from shop.v_tx").fetchone() == (3,)
+            tx.execute("insert into shop.orders values (6, 'Rome', 1.0)")
+            assert tx.execute("select n from shop.v_tx").fetchone() == (4,)
+            tx.rollback()
+        assert conn.execute("select n from v_tx").fetchone() == (4,)
+    finally:
+        conn.execute("delete from orders where id >= 5")
+        conn.execute("drop view v_tx")
+
+
+def test_view_ddl_in_a_transaction_block_is_applied_at_once_as_table_ddl_is(server, conn):
+    with psycopg.connect(server.dsn()) as tx:
+        tx.execute("create view shop.v_ddl as select 1 as one")
+        tx.rollback()
+    assert conn.execute("select one from v_ddl").fetchone() == (1,)
+    conn.execute("drop view v_ddl")
+
+
 def test_the_catalog_describes_views(conn):
     conn.execute("create view v_cat as select id, city from orders")
     assert conn.execute(
@@ -206,6 +230,11 @@ def test_flight_sql_reads_a_view(server, conn):
             cur.execute("create view shop.v_flight2 as select city from shop.v_flight")
             cur.execute("select count(*) from shop.v_flight2")
             assert cur.fetchone() == (2,)
+            objects = fc.adbc_get_objects(depth="tables", db_schema_filter="shop").read_all().to_pylist()
+            tables = {t["table_name"]: t["table_type"] for c in objects for s in c["catalog_db_schemas"]
+                      for t in s["db_schema_tables"]}
+            assert tables["v_flight"] == "VIEW" and tables["orders"] == "TABLE"
+            assert fc.adbc_get_table_schema("v_flight", db_schema_filter="shop").names == ["city", "total"]
         assert conn.execute("select count(*) from v_flight2").fetchone() == (2,)
     finally:
         conn.execute("drop view v_flight cascade")
