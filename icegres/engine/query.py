@@ -13,6 +13,7 @@ All methods here block; the protocol layers call them from worker threads.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ from icegres.engine.planned import HeldStream, PlannedQuery
 from icegres.engine.session_zone import is_utc
 from icegres.engine.txn import TxnState
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
-from icegres.sql.statement import Statement, tree_table_refs
+from icegres.sql.statement import Statement, query, tree_table_refs
 
 if TYPE_CHECKING:
     from datafusion import DataFrame, SessionContext
@@ -317,6 +318,14 @@ class QueryContext:
         first. An INSERT, UPDATE or DELETE into a view is 0A000, TRUNCATE of one 42809."""
         from icegres.engine import view_defs
 
+        explained = _EXPLAIN.match(stmt.sql)
+        if explained is not None:
+            # sqlglot keeps EXPLAIN as an opaque command: expand the query it explains.
+            inner = self.with_views(query(stmt.sql[explained.end():]))
+            if inner.sql == stmt.sql[explained.end():]:
+                return stmt
+            return Statement(stmt.kind, explained.group(0) + inner.sql, stmt.tag, stmt.name,
+                             stmt.value, stmt.flag, stmt.options)
         names_of = self.cache.names
         shape = names_of.get(stmt.shape)
         if shape is None:
@@ -615,6 +624,9 @@ class QueryContext:
             names = self.cache.pg_names.put(named, postgres_names(select_names, schema))
         return pa.schema([f.with_name(n) for f, n in zip(schema, names, strict=True)], schema.metadata)
 
+
+
+_EXPLAIN = re.compile(r"\s*EXPLAIN(?:\s+(?:ANALYZE|VERBOSE|\([^)]*\)))*\s+", re.IGNORECASE)
 
 
 def _named(stmt: Statement) -> tuple[tuple[Any, ...], tuple[Any, ...]]:

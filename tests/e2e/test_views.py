@@ -305,3 +305,17 @@ def test_two_servers_on_a_rest_catalog_share_views(stack, tmp_path):
                          "order by 1").fetchall() == [("t", "r"), ("v2", "v"), ("w", "v")]
         b.execute("drop schema rview cascade")
         assert _error(a, "select * from rview.w")[0] == "42P01"
+
+
+def test_explain_cursors_and_copy_read_a_view(conn):
+    conn.execute("create view v_misc as select id, city from orders where id < 3")
+    try:
+        plan = "\n".join(r[1] for r in conn.execute("explain select * from v_misc").fetchall())
+        assert "orders" in plan
+        with conn.transaction():
+            conn.execute("declare c cursor for select id from v_misc order by id")
+            assert conn.execute("fetch all from c").fetchall() == [(1,), (2,)]
+        with conn.cursor().copy("copy (select * from v_misc order by id) to stdout") as copy:
+            assert b"".join(bytes(chunk) for chunk in copy) == b"1\tBerlin\n2\tBerlin\n"
+    finally:
+        conn.execute("drop view v_misc")
