@@ -353,6 +353,10 @@ class QueryContext:
             self.cache.expanded.put(key, text)
         return Statement(stmt.kind, text, stmt.tag, stmt.name, stmt.value, stmt.flag, stmt.options)
 
+    def expanded_refs(self, stmt: Statement) -> set[tuple[str, str]] | None:
+        """`table_refs` of `stmt` with its views expanded: the tables it reads through them."""
+        return self.table_refs(self.with_views(stmt))
+
     def _expand(self, tree: exp.Expression, resolver: Any, skip: exp.Expression | None,
                 named: set[tuple[str, str]]) -> str:
         from icegres.engine import view_defs

@@ -100,8 +100,9 @@ async def execute_dml(host: WriteHost, stmt: Statement, values: dict[str, Any] |
             if buffered is not None:
                 return WriteResult(buffered.tag, buffered.returning)
         else:
-            # A rewrite must see the buffered rows of the tables it reads as lake files.
-            await ladder.settle(host.qctx.table_refs(stmt))
+            # A rewrite must see the buffered rows of the tables it reads as lake files (through
+            # the views it reads, too).
+            await ladder.settle(await host.run(host.qctx.expanded_refs, stmt))
     qctx = host.qctx
     result = await in_transaction(host, lambda txn: dml.execute(qctx, txn, stmt, values))
     return WriteResult(result.tag, result.returning)

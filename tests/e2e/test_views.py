@@ -319,3 +319,17 @@ def test_explain_cursors_and_copy_read_a_view(conn):
             assert b"".join(bytes(chunk) for chunk in copy) == b"1\tBerlin\n2\tBerlin\n"
     finally:
         conn.execute("drop view v_misc")
+
+
+def test_a_view_reads_rows_the_write_buffer_acked(tmp_path):
+    with running_icegres(tmp_path / "data", args=("--write-buffer-ms", "60000")) as srv, \
+            psycopg.connect(srv.dsn(), autocommit=True) as c:
+        c.execute("create table buf (id bigint, v text)")
+        c.execute("create view buf_v as select id from buf where v = 'x'")
+        c.execute("insert into buf values (1, 'x'), (2, 'y')")  # acked from the buffer, not yet in the lake
+        assert c.execute("select * from buf_v").fetchall() == [(1,)]
+        c.execute("create table other (id bigint)")
+        c.execute("insert into other values (1), (2)")
+        # The DELETE reads buf only through the view: buf's buffered rows must reach the lake first.
+        assert c.execute("delete from other where id in (select id from buf_v)").rowcount == 1
+        assert c.execute("select * from other").fetchall() == [(2,)]
