@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from icegres.engine import errors as engine_errors
-from icegres.engine import rewrite, views
+from icegres.engine import rewrite, view_defs, views
 from icegres.engine.column_names import PLAIN_NAME, postgres_names, select_list_names
 from icegres.engine.contexts import Made, SessionContexts
 from icegres.engine.insert_shape import InsertShapes
 from icegres.engine.lake import Engine, SessionEnv
+from icegres.engine.pg_relations import CATALOG_RELATION_NAMES
 from icegres.engine.plan_cache import PlanCache
 from icegres.engine.planned import HeldStream, PlannedQuery
 from icegres.engine.session_zone import is_utc
@@ -316,8 +317,6 @@ class QueryContext:
         `stmt` itself when it names none. When it names a view, or a name this server does not
         know (a view made elsewhere since the last listing), the view registry is read fresh
         first. An INSERT, UPDATE or DELETE into a view is 0A000, TRUNCATE of one 42809."""
-        from icegres.engine import view_defs
-
         explained = _EXPLAIN.match(stmt.sql)
         if explained is not None:
             # sqlglot keeps EXPLAIN as an opaque command: expand the query it explains.
@@ -337,19 +336,19 @@ class QueryContext:
         resolved = tuple(resolver.resolve(*n) for n in (*names, *targets))
         if all(r is not None and r[0] != "view" for r in resolved):
             return stmt  # every name is a table (or a catalog relation) this server knows
-        tree = stmt.tree
-        skip = view_defs.dml_target(tree)
         self.engine.refresh_views(self._view_candidates(resolved, (*names, *targets)))
         resolved = tuple(resolver.resolve(*n) for n in (*names, *targets))
-        self._refuse_written_views(tree, targets, resolved[len(names):])
+        if any(r is not None and r[0] == "view" for r in resolved[len(names):]):
+            self._refuse_written_views(stmt.tree, targets, resolved[len(names):])
         if not any(r is not None and r[0] == "view" for r in resolved[:len(names)]):
             return stmt
         key = (stmt.sql, resolved, tuple(self.env.search_path), self.engine.views_generation,
                self.engine.catalog_generation)
         text = self.cache.expanded.get(key)
         if text is None:
+            tree = stmt.tree
             named = {r[1] for r in resolved[:len(names)] if r is not None and r[0] == "view"}
-            text = self._expand(tree, resolver, skip, named)
+            text = self._expand(tree, resolver, view_defs.dml_target(tree), named)
             self.cache.expanded.put(key, text)
         return Statement(stmt.kind, text, stmt.tag, stmt.name, stmt.value, stmt.flag, stmt.options)
 
@@ -359,7 +358,6 @@ class QueryContext:
 
     def _expand(self, tree: exp.Expression, resolver: Any, skip: exp.Expression | None,
                 named: set[tuple[str, str]]) -> str:
-        from icegres.engine import view_defs
         from icegres.sql.parse import DIALECT
 
         if self.engine.lakehouse.kind == "rest":
@@ -371,8 +369,6 @@ class QueryContext:
     def _check_view_reads(self, views: set[tuple[str, str]]) -> None:
         """REST catalogs check only the names a statement gives: the relations its views read,
         views inside views among them, are checked here, level by level."""
-        from icegres.engine import view_defs
-
         engine = self.engine
         seen: set[tuple[str, str]] = set(views)
         frontier = set(views)
@@ -385,10 +381,9 @@ class QueryContext:
             engine.refresh_views(reads)
             frontier = {k for k in reads if engine.view(k) is not None}
 
-    def resolver(self) -> Any:
-        from icegres.engine import view_defs
-        from icegres.engine.pg_relations import CATALOG_RELATION_NAMES
-
+    def resolver(self) -> view_defs.Resolver:
+        """Relation names as this session resolves them now: its search_path over the tables
+        and views this server knows."""
         engine = self.engine
         return view_defs.Resolver(self.env.search_path, engine.has_table, engine.view,
                                   CATALOG_RELATION_NAMES)
@@ -637,8 +632,6 @@ def _named(stmt: Statement) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """The relations a statement reads and the ones it writes, as (schema or None, name); none
     when it does not parse (its error is the planner's to give)."""
     from sqlglot import exp
-
-    from icegres.engine import view_defs
 
     try:
         tree = stmt.tree
