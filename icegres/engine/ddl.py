@@ -19,6 +19,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
+from icegres.engine import ddl_views
 from icegres.engine.ddl_commands import (
     COMMENT_PROPERTY,
     AddColumn,
@@ -41,7 +42,6 @@ from icegres.engine.ddl_commands import (
     ResetProperties,
     SetProperties,
 )
-from icegres.engine import ddl_views
 from icegres.engine.parquet_files import DELTA_INTEGERS
 from icegres.engine.pg_types import column_type
 from icegres.engine.rewrite.names import DATABASE_ALIASES

@@ -56,6 +56,8 @@ from pyiceberg.types import (
     UUIDType,
 )
 
+from icegres.engine import view_ddl
+from icegres.engine.catalog_views import NoSuchView, ViewExists
 from icegres.engine.ddl_commands import (
     PRIMARY_KEY_PROPERTY,
     AddColumn,
@@ -80,8 +82,6 @@ from icegres.engine.ddl_commands import (
     ResetProperties,
     SetProperties,
 )
-from icegres.engine import view_ddl
-from icegres.engine.catalog_views import NoSuchView, ViewExists
 from icegres.engine.pg_types import ColumnType, pg_name_of
 from icegres.pg import errors as e
 from icegres.pg.errors import PgError
@@ -321,9 +321,9 @@ def _drop_schema(lakehouse: Lakehouse, cmd: DropSchema, notices: list[str]) -> N
             pass
 
 
-def _dependents_error(name: str, tables: list[str], views: list[str] = ()) -> PgError:  # type: ignore[assignment]
+def _dependents_error(name: str, tables: list[str], views: list[str] | None = None) -> PgError:
     detail = "\n".join([f"table {name}.{table} depends on schema {name}" for table in tables]
-                       + [f"view {name}.{view} depends on schema {name}" for view in views]) or None
+                       + [f"view {name}.{view} depends on schema {name}" for view in views or ()]) or None
     return PgError(DEPENDENT_OBJECTS_STILL_EXIST,
                    f"cannot drop schema {name} because other objects depend on it", detail=detail,
                    hint="Use DROP ... CASCADE to drop the dependent objects too.")
@@ -448,7 +448,6 @@ def create_view(lakehouse: Lakehouse, cmd: CreateView, arrow_schema: pa.Schema, 
                 search_path: list[str], known: dict[tuple[str, str], Any] | None = None) -> tuple[str, str]:
     """Create (or replace) the view CREATE VIEW names: its query `sql` (relations qualified)
     has the columns `arrow_schema` (PostgreSQL's names). Returns the view's key."""
-    from icegres.pg.types import pg_type_for_arrow
 
     namespace = _creation_schema(lakehouse, cmd.schema, search_path)
     if len(cmd.column_names) > len(arrow_schema):
@@ -477,7 +476,7 @@ def create_view(lakehouse: Lakehouse, cmd: CreateView, arrow_schema: pa.Schema, 
                     raise PgError("42P17", f'infinite recursion detected in rules for relation "{cmd.name}"')
     if namespace == PUBLIC:
         lakehouse.create_namespace_if_missing(PUBLIC)
-    view_ddl.create(lakehouse, key, sql, schema, cmd.or_replace, replacing)
+    view_ddl.create(lakehouse, key, sql, schema, replacing)
     return key
 
 

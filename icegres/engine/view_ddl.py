@@ -108,20 +108,18 @@ def drop_each(lakehouse: Lakehouse, keys: list[Key]) -> None:
 # --- CREATE [OR REPLACE] VIEW ----------------------------------------------------------------
 
 
-def create(lakehouse: Lakehouse, key: Key, sql: str, schema: Any, or_replace: bool,
-           replacing: ViewDef | None, comment_of: dict[str, str] | None = None) -> None:
-    """Create view `key` (or give it a new version: `replacing`, read just before) whose query
-    is `sql` and columns `schema` (a pyiceberg Schema)."""
+def create(lakehouse: Lakehouse, key: Key, sql: str, schema: Any, replacing: ViewDef | None) -> None:
+    """Create view `key`, or give it a new version (`replacing`: the view as read just before),
+    whose query is `sql` and columns `schema` (a pyiceberg Schema)."""
     namespace, name = key
     summary = {"engine-version": _version()}
     if replacing is None:
         try:
             lakehouse.create_view(namespace, name, lambda location: catalog_views.new_metadata(
-                location, namespace, sql, schema, dict(comment_of or {}), summary))
+                location, namespace, sql, schema, {}, summary))
         except ViewExists:
             raise PgError(DUPLICATE_TABLE, f'relation "{name}" already exists') from None
         return
-    assert or_replace
     old = lakehouse.view_metadata(namespace, name, replacing.metadata_location)
     new = catalog_views.replaced_metadata(old, namespace, sql, schema, summary)
     try:
