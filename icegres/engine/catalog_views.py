@@ -326,6 +326,10 @@ def rest_create(catalog: Any, namespace: str, name: str, meta: dict[str, Any]) -
     request = {"name": name, "schema": schema, "view-version": version,
                "properties": meta.get("properties", {})}
     response = catalog._session.post(_rest_url(catalog, namespace), data=json.dumps(request).encode())
+    if response.status_code in (404, 405, 501):
+        if "namespace" in response.text.lower():
+            raise PgError("3F000", f'schema "{namespace}" does not exist')
+        raise PgError("0A000", f"the REST catalog does not serve Iceberg views (HTTP {response.status_code})")
     if response.status_code != 200:
         raise _rest_error(response, f"{namespace}.{name}")
     return json.loads(response.content)["metadata-location"]
