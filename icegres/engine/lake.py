@@ -427,11 +427,13 @@ class Engine:
 
     def refresh_views(self, keys: Iterable[tuple[str, str]]) -> None:
         """Make the view registry exact for `keys` now: on SQL catalogs the whole listing (one
-        query, skipped when nothing changed), on REST catalogs one loadView per key."""
+        query, skipped when nothing changed), on REST catalogs one loadTable and one loadView per
+        key (a name this server does not know may be a table it has not mounted yet)."""
         if self.lakehouse.kind != "rest":
             self.refresh(set())
             return
         keys = set(keys)
+        self.refresh(keys)
         try:
             locations = {key: self.lakehouse.view_location(*key) for key in keys}
         except Exception as exc:

@@ -303,6 +303,12 @@ def test_two_servers_on_a_rest_catalog_share_views(stack, tmp_path):
         assert a.execute("select * from rview.w order by b").fetchall() == [(10,), (20,)]
         assert a.execute("select relname, relkind from pg_class where relnamespace = 'rview'::regnamespace "
                          "order by 1").fetchall() == [("t", "r"), ("v2", "v"), ("w", "v")]
+        # An unqualified name of a table this server has not read yet resolves at CREATE VIEW.
+        a.execute("create table rview.t2 (c int)")
+        b.execute("set search_path = rview")
+        b.execute("create view w2 as select c from t2")
+        assert a.execute("select definition from pg_views where viewname = 'w2'").fetchone() == (
+            " select c from rview.t2;",)
         b.execute("drop schema rview cascade")
         assert _error(a, "select * from rview.w")[0] == "42P01"
 
