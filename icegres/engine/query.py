@@ -32,6 +32,7 @@ from icegres.engine.planned import HeldStream, PlannedQuery
 from icegres.engine.session_zone import is_utc
 from icegres.engine.txn import TxnState
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
+from icegres.sql.parse import DIALECT
 from icegres.sql.statement import Statement, query, tree_table_refs
 
 if TYPE_CHECKING:
@@ -342,29 +343,22 @@ class QueryContext:
             self._refuse_written_views(stmt.tree, targets, resolved[len(names):])
         if not any(r is not None and r[0] == "view" for r in resolved[:len(names)]):
             return stmt
+        if self.engine.lakehouse.kind == "rest":
+            self._check_view_reads({r[1] for r in resolved[:len(names)] if r is not None and r[0] == "view"})
         key = (stmt.sql, resolved, tuple(self.env.search_path), self.engine.views_generation,
                self.engine.catalog_generation)
         text = self.cache.expanded.get(key)
         if text is None:
             tree = stmt.tree
-            named = {r[1] for r in resolved[:len(names)] if r is not None and r[0] == "view"}
-            text = self._expand(tree, resolver, view_defs.dml_target(tree), named)
+            expanded = view_defs.expand(tree, resolver, view_defs.dml_target(tree))
+            assert expanded is not None
+            text = expanded[0].sql(dialect=DIALECT)
             self.cache.expanded.put(key, text)
         return Statement(stmt.kind, text, stmt.tag, stmt.name, stmt.value, stmt.flag, stmt.options)
 
     def expanded_refs(self, stmt: Statement) -> set[tuple[str, str]] | None:
         """`table_refs` of `stmt` with its views expanded: the tables it reads through them."""
         return self.table_refs(self.with_views(stmt))
-
-    def _expand(self, tree: exp.Expression, resolver: Any, skip: exp.Expression | None,
-                named: set[tuple[str, str]]) -> str:
-        from icegres.sql.parse import DIALECT
-
-        if self.engine.lakehouse.kind == "rest":
-            self._check_view_reads(named)
-        expanded = view_defs.expand(tree, resolver, skip)
-        assert expanded is not None
-        return expanded[0].sql(dialect=DIALECT)
 
     def _check_view_reads(self, views: set[tuple[str, str]]) -> None:
         """REST catalogs check only the names a statement gives: the relations its views read,
@@ -377,8 +371,7 @@ class QueryContext:
             if not reads:
                 return
             seen |= reads
-            engine.refresh(reads)
-            engine.refresh_views(reads)
+            engine.refresh_views(reads)  # on REST: each one's loadTable and loadView
             frontier = {k for k in reads if engine.view(k) is not None}
 
     def resolver(self) -> view_defs.Resolver:
