@@ -301,6 +301,9 @@ def test_two_servers_on_a_rest_catalog_share_views(stack, tmp_path):
         assert _error(b, "drop view rview.v")[0] == "2BP01"
         b.execute("alter view rview.v rename to v2")
         assert a.execute("select * from rview.w order by b").fetchall() == [(10,), (20,)]
+        # The view w reads changes elsewhere; the same statement text on a sees it.
+        b.execute("create or replace view rview.v2 as select a, a * 100 as b from rview.t")
+        assert a.execute("select * from rview.w order by b").fetchall() == [(100,), (200,)]
         assert a.execute("select relname, relkind from pg_class where relnamespace = 'rview'::regnamespace "
                          "order by 1").fetchall() == [("t", "r"), ("v2", "v"), ("w", "v")]
         # An unqualified name of a table this server has not read yet resolves at CREATE VIEW.
