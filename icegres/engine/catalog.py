@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from icegres import faults
 from icegres.config import Settings, redact_uri
+from icegres.engine import catalog_views
+from icegres.engine.catalog_views import ViewEntry
 from icegres.engine.lean_transaction import stage_update
 
 if TYPE_CHECKING:
@@ -24,6 +26,9 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 CATALOG_NAME = "icegres"
+# The JDBC catalog schema with the `iceberg_type` column (Iceberg's V1), which tells views from
+# tables. pyiceberg creates new catalogs so and adds the column to an older one (V0) when asked.
+SQL_SCHEMA_VERSION = "v1"
 
 # Applied to every table icegres creates. pyiceberg's default row group is 1,048,576 rows, which
 # no engine can prune (DESIGN.md: a point lookup on 1M rows went 44 ms -> 10 ms with 64k groups).
@@ -61,10 +66,12 @@ class TableEntry:
 
 @dataclass(frozen=True)
 class Listing:
-    """Every namespace and table of the catalog at one instant, with each table's metadata file."""
+    """Every namespace, table and view of the catalog at one instant, with each table's and
+    view's metadata file."""
 
     namespaces: tuple[str, ...]
     tables: tuple[TableEntry, ...]
+    views: tuple[ViewEntry, ...] = ()
 
 
 class CatalogUnavailable(Exception):
@@ -97,6 +104,7 @@ class Lakehouse:
             CATALOG_NAME,
             uri=f"sqlite:///{data_dir / 'catalog.db'}",
             warehouse=warehouse.as_uri(),
+            schema_version=SQL_SCHEMA_VERSION,
         ))
         return cls(catalog, f"sqlite catalog at {data_dir / 'catalog.db'}", data_dir / "catalog.db")
 
@@ -131,7 +139,8 @@ class Lakehouse:
         for attempt in range(3):
             try:
                 catalog = SqlCatalog(settings.catalog_name, uri=sa_uri, warehouse=warehouse,
-                                     pool_pre_ping="true", **_s3_properties(settings))
+                                     pool_pre_ping="true", schema_version=SQL_SCHEMA_VERSION,
+                                     **_s3_properties(settings))
                 catalog.list_namespaces()
                 break
             except (IntegrityError, ProgrammingError) as exc:
@@ -206,10 +215,10 @@ class Lakehouse:
 
         engine = self.catalog.engine  # type: ignore[attr-defined]
         with engine.connect() as conn:
-            tables = conn.execute(
+            rows = conn.execute(
                 text(
-                    "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables "
-                    "WHERE catalog_name = :c"
+                    "SELECT table_namespace, table_name, metadata_location, iceberg_type "
+                    "FROM iceberg_tables WHERE catalog_name = :c"
                 ),
                 {"c": self.catalog.name},
             ).all()
@@ -220,14 +229,18 @@ class Lakehouse:
                 ),
                 {"c": self.catalog.name},
             ).all()
-        names = {row[0] for row in namespaces} | {row[0] for row in tables}
+        names = {row[0] for row in namespaces} | {row[0] for row in rows}
         entries = tuple(
             sorted(
-                (TableEntry(ns, name, loc) for ns, name, loc in tables if loc),
+                (TableEntry(ns, name, loc) for ns, name, loc, kind in rows
+                 if loc and kind != catalog_views.VIEW_TYPE),
                 key=lambda e: (e.namespace, e.name),
             )
         )
-        return Listing(tuple(sorted(names)), entries)
+        views = tuple(sorted(
+            (ViewEntry(ns, name, loc) for ns, name, loc, kind in rows if loc and kind == catalog_views.VIEW_TYPE),
+            key=lambda e: (e.namespace, e.name)))
+        return Listing(tuple(sorted(names)), entries, views)
 
     def load_table(self, namespace: str, name: str) -> Table:
         return self.catalog.load_table((*namespace.split("."), name))
@@ -269,6 +282,39 @@ class Lakehouse:
 
     def rename_table(self, namespace: str, name: str, new_name: str) -> None:
         self.catalog.rename_table((namespace, name), (namespace, new_name))
+
+    # Views (catalog_views.py): CREATE/DROP/ALTER VIEW and the engine's view registry.
+
+    def view_entries(self) -> list[ViewEntry]:
+        """Every view of the catalog with its metadata file."""
+        return retrying(catalog_views.sql_list, self.catalog)
+
+    def view_location(self, namespace: str, name: str) -> str | None:
+        """The view's current metadata file, or None if there is no such view."""
+        return retrying(catalog_views.sql_location, self.catalog, namespace, name)
+
+    def view_metadata(self, namespace: str, name: str, location: str) -> dict[str, Any]:
+        """The view metadata document at `location` (the view's, as listed)."""
+        io = self.catalog._load_file_io(location=location)  # type: ignore[attr-defined]
+        return retrying(catalog_views.read_metadata, io, location)
+
+    def create_view(self, namespace: str, name: str, meta_of: Callable[[str], dict[str, Any]]) -> None:
+        """A new view whose metadata `meta_of(view location)` makes; ViewExists if a table or
+        view holds the name."""
+        catalog_views.sql_create(self.catalog, namespace, name, meta_of)
+
+    def replace_view(self, namespace: str, name: str, old_location: str, old: dict[str, Any],
+                     new: dict[str, Any]) -> None:
+        """`new` as the view's metadata, if its metadata is still at `old_location` (else
+        ViewChanged, nothing applied)."""
+        catalog_views.sql_replace(self.catalog, namespace, name, old_location, new)
+
+    def rename_view(self, namespace: str, name: str, new_name: str) -> None:
+        catalog_views.sql_rename(self.catalog, namespace, name, new_name)
+
+    def drop_view(self, namespace: str, name: str) -> None:
+        """Remove the view from the catalog. Its metadata files stay in storage (no purge)."""
+        catalog_views.sql_drop(self.catalog, namespace, name)
 
 
 RETRY_ATTEMPTS = 3
@@ -402,12 +448,15 @@ class RestLakehouse(Lakehouse):
         """Every namespace and table, loading each table for its metadata location (slow on REST)."""
         namespaces = [".".join(ns) for ns in self.catalog.list_namespaces()]
         entries = []
+        views = []
         for ns in namespaces:
             for ident in self.catalog.list_tables(ns):
                 location = self.metadata_location(ns, ident[-1])
                 if location:
                     entries.append(TableEntry(ns, ident[-1], location))
-        return Listing(tuple(sorted(namespaces)), tuple(sorted(entries, key=lambda e: (e.namespace, e.name))))
+            views += catalog_views.rest_list(self.catalog, ns)
+        return Listing(tuple(sorted(namespaces)), tuple(sorted(entries, key=lambda e: (e.namespace, e.name))),
+                       tuple(sorted(views, key=lambda e: (e.namespace, e.name))))
 
     def metadata_location(self, namespace: str, name: str) -> str | None:
         """The table's current metadata file, or None if it does not exist. One catalog call.
@@ -453,10 +502,54 @@ class RestLakehouse(Lakehouse):
     def __init__(self, catalog: Catalog, description: str) -> None:
         super().__init__(catalog, description)
         self._vended: dict[tuple[str, str], dict[str, str]] = {}
+        # Each view's latest loadView answer (its metadata location and document).
+        self._view_docs: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
 
     def namespace_exists(self, namespace: str) -> bool:
         return self.catalog.namespace_exists(namespace)
 
+    # Views through the REST spec's view endpoints (catalog_views.py).
+
+    def view_entries(self) -> list[ViewEntry]:
+        entries = []
+        for ns in self.catalog.list_namespaces():
+            entries += catalog_views.rest_list(self.catalog, ".".join(ns))
+        return entries
+
+    def view_location(self, namespace: str, name: str) -> str | None:
+        loaded = retrying(catalog_views.rest_load, self.catalog, namespace, name)
+        if loaded is None:
+            return None
+        with self._lock:
+            self._view_docs[(namespace, name)] = loaded
+        return loaded[0]
+
+    def view_metadata(self, namespace: str, name: str, location: str) -> dict[str, Any]:
+        with self._lock:
+            known = self._view_docs.get((namespace, name))
+        if known is not None and known[0] == location:
+            return known[1]
+        loaded = retrying(catalog_views.rest_load, self.catalog, namespace, name)
+        if loaded is None:
+            raise catalog_views.NoSuchView(f"{namespace}.{name}")
+        return loaded[1]
+
+    def create_view(self, namespace: str, name: str, meta_of: Callable[[str], dict[str, Any]]) -> None:
+        if self.table_exists(namespace, name):
+            raise catalog_views.ViewExists(f"{namespace}.{name}")
+        catalog_views.rest_create(self.catalog, namespace, name, meta_of(""))
+
+    def replace_view(self, namespace: str, name: str, old_location: str, old: dict[str, Any],
+                     new: dict[str, Any]) -> None:
+        catalog_views.rest_replace(self.catalog, namespace, name, old, new)
+
+    def rename_view(self, namespace: str, name: str, new_name: str) -> None:
+        if self.table_exists(namespace, new_name):
+            raise catalog_views.ViewExists(f"{namespace}.{new_name}")
+        catalog_views.rest_rename(self.catalog, namespace, name, new_name)
+
+    def drop_view(self, namespace: str, name: str) -> None:
+        catalog_views.rest_drop(self.catalog, namespace, name)
 
 
 def _apply_timeout(catalog: Any, timeout_s: float) -> None:

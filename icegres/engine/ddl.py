@@ -19,6 +19,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
+from icegres.engine import ddl_views
 from icegres.engine.ddl_commands import (
     COMMENT_PROPERTY,
     AddColumn,
@@ -98,7 +99,8 @@ PARTITIONING_HINT = ("partitioning is a comma-separated list of column, identity
 
 
 def parse_ddl(sql: str, database: str = "") -> DdlCommand:
-    """Parse one CREATE/DROP SCHEMA, CREATE/DROP/ALTER TABLE or CREATE TABLE AS statement.
+    """Parse one CREATE/DROP SCHEMA, CREATE/DROP/ALTER TABLE, CREATE TABLE AS or CREATE/DROP/
+    ALTER VIEW statement.
 
     Raises PgError 42601 on a syntax error (with a 1-based `position` where one is known) and
     0A000 for PostgreSQL the lake cannot do; a trailing semicolon is allowed.
@@ -431,6 +433,11 @@ class _Parser:
         return AlterTable(schema, name, (action,), tag="COMMENT")
 
     def create(self) -> DdlCommand:
+        replace = self.accept("OR", "REPLACE")
+        if self.peek("VIEW") or any(self.peek(w, "VIEW") for w in ("TEMP", "TEMPORARY", "RECURSIVE")):
+            return ddl_views.create_view(self, or_replace=replace)
+        if replace:
+            raise self.unsupported_object("CREATE OR REPLACE")
         scoped = self.accept("GLOBAL") or self.accept("LOCAL")
         if self.peek("TEMP") or self.peek("TEMPORARY"):
             raise _unsupported("CREATE TEMPORARY TABLE",
@@ -472,6 +479,8 @@ class _Parser:
         return CreateSchema(name, if_not_exists)
 
     def drop(self) -> DdlCommand:
+        if self.accept("VIEW"):
+            return ddl_views.drop_view(self)
         if self.accept("TABLE"):
             if_exists = self.accept("IF", "EXISTS")
             names = [self.qualified_name()]
@@ -800,7 +809,9 @@ class _Parser:
 
     # -- ALTER TABLE
 
-    def alter(self) -> AlterTable:
+    def alter(self) -> DdlCommand:
+        if self.accept("VIEW"):
+            return ddl_views.alter_view(self)
         if not self.accept("TABLE"):
             raise self.unsupported_object("ALTER")
         if_exists = self.accept("IF", "EXISTS")

@@ -56,6 +56,8 @@ from pyiceberg.types import (
     UUIDType,
 )
 
+from icegres.engine import view_ddl
+from icegres.engine.catalog_views import NoSuchView, ViewExists
 from icegres.engine.ddl_commands import (
     PRIMARY_KEY_PROPERTY,
     AddColumn,
@@ -67,15 +69,18 @@ from icegres.engine.ddl_commands import (
     CreateSchema,
     CreateTable,
     CreateTableAs,
+    CreateView,
     DdlCommand,
     DropColumn,
     DropIndex,
     DropNotNull,
     DropSchema,
     DropTable,
+    DropView,
     PartitionField,
     RenameColumn,
     RenameTable,
+    RenameView,
     ResetProperties,
     SetProperties,
 )
@@ -153,8 +158,12 @@ def apply_ddl(lakehouse: Lakehouse, cmd: DdlCommand, search_path: list[str]) -> 
             apply_create_index(lakehouse, cmd, namespace, notices)
         elif isinstance(cmd, DropIndex):
             apply_drop_index(lakehouse, cmd, _lake_path(search_path), notices)
-        elif isinstance(cmd, CreateTableAs):
-            raise TypeError("CREATE TABLE AS is executed by the query engine, not apply_ddl")
+        elif isinstance(cmd, DropView):
+            _drop_view(lakehouse, cmd, search_path, notices)
+        elif isinstance(cmd, RenameView):
+            _rename_view(lakehouse, cmd, search_path, notices)
+        elif isinstance(cmd, CreateTableAs | CreateView):
+            raise TypeError(f"{type(cmd).__name__} is executed by the query engine, not apply_ddl")
         else:
             raise TypeError(f"not a DDL command: {cmd!r}")
     except CommitFailedException:
@@ -287,6 +296,7 @@ def _create_schema(lakehouse: Lakehouse, cmd: CreateSchema, notices: list[str]) 
 
 def _drop_schema(lakehouse: Lakehouse, cmd: DropSchema, notices: list[str]) -> None:
     plan: list[tuple[str, list[str]]] = []
+    views = view_ddl.catalog_views_now(lakehouse)
     for name in dict.fromkeys(cmd.names):
         if not lakehouse.namespace_exists(name):
             if not cmd.if_exists:
@@ -294,9 +304,17 @@ def _drop_schema(lakehouse: Lakehouse, cmd: DropSchema, notices: list[str]) -> N
             notices.append(f'schema "{name}" does not exist, skipping')
             continue
         tables = lakehouse.list_table_names(name)
-        if tables and not cmd.cascade:
-            raise _dependents_error(name, tables)
+        in_schema = sorted(k[1] for k in views if k[0] == name)
+        if (tables or in_schema) and not cmd.cascade:
+            raise _dependents_error(name, tables, in_schema)
         plan.append((name, tables))
+    dropped_schemas = {name for name, _ in plan}
+    inside = {k for k in views if k[0] in dropped_schemas}
+    inside |= {(name, t) for name, tables in plan for t in tables}
+    doomed = [k for k in view_ddl.dependents(views, inside) if k not in inside]
+    doomed += sorted((k for k in inside if k in views), reverse=True)
+    view_ddl.drop_each(lakehouse, doomed)
+    notices += [f"drop cascades to view {k[0]}.{k[1]}" for k in doomed]
     for name, tables in plan:
         for table in tables:
             try:
@@ -313,8 +331,9 @@ def _drop_schema(lakehouse: Lakehouse, cmd: DropSchema, notices: list[str]) -> N
             pass
 
 
-def _dependents_error(name: str, tables: list[str]) -> PgError:
-    detail = "\n".join(f"table {name}.{table} depends on schema {name}" for table in tables) or None
+def _dependents_error(name: str, tables: list[str], views: list[str] | None = None) -> PgError:
+    detail = "\n".join([f"table {name}.{table} depends on schema {name}" for table in tables]
+                       + [f"view {name}.{view} depends on schema {name}" for view in views or ()]) or None
     return PgError(DEPENDENT_OBJECTS_STILL_EXIST,
                    f"cannot drop schema {name} because other objects depend on it", detail=detail,
                    hint="Use DROP ... CASCADE to drop the dependent objects too.")
@@ -326,7 +345,7 @@ def _dependents_error(name: str, tables: list[str]) -> PgError:
 def _create_table(lakehouse: Lakehouse, cmd: CreateTable, search_path: list[str],
                   notices: list[str]) -> None:
     namespace = _creation_schema(lakehouse, cmd.schema, search_path)
-    if lakehouse.table_exists(namespace, cmd.name):
+    if lakehouse.table_exists(namespace, cmd.name) or lakehouse.view_location(namespace, cmd.name):
         _already_exists(cmd, notices)
         return
     schema = iceberg_schema_for(cmd.columns, cmd.primary_key)
@@ -352,19 +371,130 @@ def _drop_table(lakehouse: Lakehouse, cmd: DropTable, search_path: list[str],
                 notices: list[str]) -> None:
     found: list[tuple[str, str]] = []
     for schema, name in dict.fromkeys(cmd.names):
-        namespace = _find_table(lakehouse, schema, name, search_path)
-        if namespace is None:
+        relation = view_ddl.find_relation(lakehouse, schema, name, _lake_path(search_path))
+        if relation is not None and relation[0] == "view":
+            raise view_ddl.wrong_type_for_drop(relation, "table")
+        if relation is None:
             if not cmd.if_exists:
                 raise PgError(e.UNDEFINED_TABLE, f'table "{_display(schema, name)}" does not exist')
             notices.append(f'table "{_display(schema, name)}" does not exist, skipping')
             continue
-        found.append((namespace, name))
+        found.append(relation[1])
+    views = view_ddl.catalog_views_now(lakehouse) if found else {}
+    if not cmd.cascade:
+        for key in dict.fromkeys(found):
+            view_ddl.refuse_dependents("table", key, views, search_path)
+    doomed = view_ddl.dependents(views, set(found))
+    view_ddl.drop_each(lakehouse, doomed)
+    notices += view_ddl.cascade_notice(doomed, search_path)
     for namespace, name in dict.fromkeys(found):
         try:
             lakehouse.drop_table(namespace, name)
         except NoSuchTableError:
             if not cmd.if_exists:
                 raise PgError(e.UNDEFINED_TABLE, f'table "{name}" does not exist') from None
+
+
+# --- views ----------------------------------------------------------------------------------
+
+
+def _drop_view(lakehouse: Lakehouse, cmd: DropView, search_path: list[str], notices: list[str]) -> None:
+    found: list[tuple[str, str]] = []
+    for schema, name in dict.fromkeys(cmd.names):
+        relation = view_ddl.find_relation(lakehouse, schema, name, _lake_path(search_path))
+        if relation is not None and relation[0] == "table":
+            raise view_ddl.wrong_type_for_drop(relation, "view")
+        if relation is None:
+            if not cmd.if_exists:
+                raise view_ddl.undefined("view", schema, name)
+            notices.append(f'view "{_display(schema, name)}" does not exist, skipping')
+            continue
+        found.append(relation[1])
+    if not found:
+        return
+    views = view_ddl.catalog_views_now(lakehouse)
+    doomed = view_ddl.dependents(views, set(found))
+    if not cmd.cascade:
+        for key in dict.fromkeys(found):
+            view_ddl.refuse_dependents("view", key, {k: v for k, v in views.items() if k not in found},
+                                       search_path)
+    view_ddl.drop_each(lakehouse, doomed)
+    notices += view_ddl.cascade_notice(doomed, search_path)
+    for key in dict.fromkeys(found):
+        try:
+            lakehouse.drop_view(*key)
+        except NoSuchView:
+            if not cmd.if_exists:
+                raise view_ddl.undefined("view", None, key[1]) from None
+
+
+def _rename_view(lakehouse: Lakehouse, cmd: RenameView, search_path: list[str], notices: list[str]) -> None:
+    relation = view_ddl.find_relation(lakehouse, cmd.schema, cmd.name, _lake_path(search_path))
+    if relation is None:
+        if not cmd.if_exists:
+            raise PgError(e.UNDEFINED_TABLE, f'relation "{_display(cmd.schema, cmd.name)}" does not exist')
+        notices.append(f'relation "{_display(cmd.schema, cmd.name)}" does not exist, skipping')
+        return
+    if relation[0] == "table":
+        raise PgError(view_ddl.WRONG_OBJECT_TYPE, f'"{cmd.name}" is not a view')
+    _rename_view_to(lakehouse, relation[1], cmd.new_name)
+
+
+def _rename_view_to(lakehouse: Lakehouse, key: tuple[str, str], new_name: str) -> None:
+    namespace, name = key
+    if lakehouse.table_exists(namespace, new_name) or lakehouse.view_location(namespace, new_name):
+        raise PgError(DUPLICATE_TABLE, f'relation "{new_name}" already exists')
+    views = view_ddl.catalog_views_now(lakehouse)
+    try:
+        lakehouse.rename_view(namespace, name, new_name)
+    except ViewExists:
+        raise PgError(DUPLICATE_TABLE, f'relation "{new_name}" already exists') from None
+    except NoSuchView:
+        raise PgError(e.UNDEFINED_TABLE, f'relation "{name}" does not exist') from None
+    view_ddl.retarget(lakehouse, views, key, (namespace, new_name))
+
+
+def create_view(lakehouse: Lakehouse, cmd: CreateView, arrow_schema: pa.Schema, sql: str,
+                search_path: list[str], known: dict[tuple[str, str], Any] | None = None) -> tuple[str, str]:
+    """Create (or replace) the view CREATE VIEW names: its query `sql` (relations qualified)
+    has the columns `arrow_schema` (PostgreSQL's names). Returns the view's key."""
+
+    namespace = _creation_schema(lakehouse, cmd.schema, search_path)
+    if len(cmd.column_names) > len(arrow_schema):
+        raise PgError("42601", "CREATE VIEW specifies more column names than columns")
+    names = list(cmd.column_names) + arrow_schema.names[len(cmd.column_names):]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise PgError("42701", f'column "{dup}" specified more than once')
+    schema = iceberg_schema_of_arrow(names, arrow_schema, "view")
+    replacing = None
+    key = (namespace, cmd.name)
+    if lakehouse.table_exists(namespace, cmd.name):
+        if cmd.or_replace:
+            raise PgError(view_ddl.WRONG_OBJECT_TYPE, f'"{cmd.name}" is not a view')
+        raise PgError(DUPLICATE_TABLE, f'relation "{cmd.name}" already exists')
+    if cmd.or_replace:
+        location = lakehouse.view_location(namespace, cmd.name)
+        if location is not None:
+            views = view_ddl.catalog_views_now(lakehouse, known)
+            replacing = views.get(key)
+            if replacing is not None:
+                view_ddl.check_replacement(replacing, [
+                    (n, f.type) for n, f in zip(names, arrow_schema, strict=True)])
+                if key in _reads_of(sql) or set(view_ddl.dependents(views, {key})) & _reads_of(sql):
+                    # The new query would read the view through itself.
+                    raise PgError("42P17", f'infinite recursion detected in rules for relation "{cmd.name}"')
+    if namespace == PUBLIC:
+        lakehouse.create_namespace_if_missing(PUBLIC)
+    view_ddl.create(lakehouse, key, sql, schema, replacing)
+    return key
+
+
+def _reads_of(sql: str) -> set[tuple[str, str]]:
+    from icegres.engine import view_defs
+    from icegres.sql.parse import parse
+
+    return {k for k, _ in view_defs.qualified_refs(parse(sql)) if k is not None}
 
 
 # --- ALTER TABLE ----------------------------------------------------------------------------
@@ -381,20 +511,29 @@ class _Column:
 
 def _alter_table(lakehouse: Lakehouse, cmd: AlterTable, search_path: list[str],
                  notices: list[str]) -> None:
-    namespace = _find_table(lakehouse, cmd.schema, cmd.name, search_path)
-    if namespace is None:
+    relation = view_ddl.find_relation(lakehouse, cmd.schema, cmd.name, _lake_path(search_path))
+    if relation is None:
         if not cmd.if_exists:
             raise PgError(e.UNDEFINED_TABLE, f'relation "{_display(cmd.schema, cmd.name)}" does not exist')
         notices.append(f'relation "{_display(cmd.schema, cmd.name)}" does not exist, skipping')
         return
-    if len(cmd.actions) == 1 and isinstance(cmd.actions[0], RenameTable):
-        new_name = cmd.actions[0].new_name
-        if lakehouse.table_exists(namespace, new_name):
+    namespace = relation[1][0]
+    renaming = len(cmd.actions) == 1 and isinstance(cmd.actions[0], RenameTable)
+    if relation[0] == "view":
+        if not renaming:
+            raise PgError(view_ddl.WRONG_OBJECT_TYPE, f'"{cmd.name}" is not a table')
+        _rename_view_to(lakehouse, relation[1], cmd.actions[0].new_name)  # type: ignore[union-attr]
+        return
+    if renaming:
+        new_name = cmd.actions[0].new_name  # type: ignore[union-attr]
+        if lakehouse.table_exists(namespace, new_name) or lakehouse.view_location(namespace, new_name):
             raise PgError(DUPLICATE_TABLE, f'relation "{new_name}" already exists')
+        views = view_ddl.catalog_views_now(lakehouse)
         try:
             lakehouse.rename_table(namespace, cmd.name, new_name)
         except TableAlreadyExistsError:
             raise PgError(DUPLICATE_TABLE, f'relation "{new_name}" already exists') from None
+        view_ddl.retarget(lakehouse, views, (namespace, cmd.name), (namespace, new_name))
         return
     try:
         table = lakehouse.load_table(namespace, cmd.name)
@@ -604,11 +743,8 @@ def create_table_from_arrow(lakehouse: Lakehouse, cmd: CreateTableAs, arrow_sche
 
     The rows are appended afterwards through the commit machine by the caller.
     """
-    import pyarrow as pa
-    from pyiceberg.schema import assign_fresh_schema_ids
-
     namespace = _creation_schema(lakehouse, cmd.schema, search_path)
-    if lakehouse.table_exists(namespace, cmd.name):
+    if lakehouse.table_exists(namespace, cmd.name) or lakehouse.view_location(namespace, cmd.name):
         if not cmd.if_not_exists:
             raise PgError(DUPLICATE_TABLE, f'relation "{cmd.name}" already exists')
         return None
@@ -618,6 +754,19 @@ def create_table_from_arrow(lakehouse: Lakehouse, cmd: CreateTableAs, arrow_sche
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise PgError("42701", f'column "{dup}" specified more than once')
+    schema = iceberg_schema_of_arrow(names, arrow_schema, "table")
+    spec = partition_spec_for(schema, cmd.partitioning)
+    if namespace == PUBLIC:
+        lakehouse.create_namespace_if_missing(PUBLIC)
+    lakehouse.create_partitioned_table(namespace, cmd.name, schema, spec, dict(cmd.properties))
+    return (namespace, cmd.name)
+
+
+def iceberg_schema_of_arrow(names: list[str], arrow_schema: pa.Schema, what: str) -> Schema:
+    """An Iceberg schema for a query's columns (`names`, `arrow_schema`'s types), fresh ids."""
+    import pyarrow as pa
+    from pyiceberg.schema import assign_fresh_schema_ids
+
     fields = []
     for name, f in zip(names, arrow_schema, strict=True):
         t = f.type
@@ -629,14 +778,9 @@ def create_table_from_arrow(lakehouse: Lakehouse, cmd: CreateTableAs, arrow_sche
             t = pa.string()  # PostgreSQL would make it "unknown"; text is what it reads back as
         fields.append(pa.field(name, t, nullable=True))
     try:
-        schema = assign_fresh_schema_ids(_schema_without_ids(pa.schema(fields)))
+        return assign_fresh_schema_ids(_schema_without_ids(pa.schema(fields)))
     except (TypeError, ValueError) as exc:
-        raise PgError("0A000", f"cannot store the query's columns in an Iceberg table: {exc}") from None
-    spec = partition_spec_for(schema, cmd.partitioning)
-    if namespace == PUBLIC:
-        lakehouse.create_namespace_if_missing(PUBLIC)
-    lakehouse.create_partitioned_table(namespace, cmd.name, schema, spec, dict(cmd.properties))
-    return (namespace, cmd.name)
+        raise PgError("0A000", f"cannot store the query's columns in an Iceberg {what}: {exc}") from None
 
 
 def _schema_without_ids(arrow_schema: pa.Schema) -> Schema:

@@ -162,12 +162,41 @@ class DropIndex:
     if_exists: bool = False
 
 
+@dataclass(frozen=True)
+class CreateView:
+    """CREATE [OR REPLACE] VIEW: `query_sql` is the query's own text; `column_names` names its
+    first columns (CREATE VIEW v (a, b) AS ...)."""
+
+    schema: str | None
+    name: str
+    query_sql: str
+    column_names: tuple[str, ...] = ()
+    or_replace: bool = False
+
+
+@dataclass(frozen=True)
+class DropView:
+    names: tuple[tuple[str | None, str], ...]
+    if_exists: bool = False
+    cascade: bool = False
+
+
+@dataclass(frozen=True)
+class RenameView:
+    """ALTER VIEW ... RENAME TO (ALTER TABLE ... RENAME TO of a view is an AlterTable)."""
+
+    schema: str | None
+    name: str
+    new_name: str
+    if_exists: bool = False
+
+
 DdlCommand = (CreateSchema | DropSchema | CreateTable | CreateTableAs | DropTable | AlterTable | CreateIndex
-              | DropIndex)
+              | DropIndex | CreateView | DropView | RenameView)
 
 _TAGS = {CreateSchema: "CREATE SCHEMA", DropSchema: "DROP SCHEMA", CreateTable: "CREATE TABLE",
          DropTable: "DROP TABLE", AlterTable: "ALTER TABLE", CreateIndex: "CREATE INDEX",
-         DropIndex: "DROP INDEX"}
+         DropIndex: "DROP INDEX", CreateView: "CREATE VIEW", DropView: "DROP VIEW", RenameView: "ALTER VIEW"}
 
 
 def command_tag(cmd: DdlCommand, rows: int = 0) -> str:

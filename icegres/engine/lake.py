@@ -31,6 +31,7 @@ from icegres.engine.mounts import (
 )
 from icegres.engine.scan_sets import ScanSets
 from icegres.engine.session_zone import UTC, is_utc
+from icegres.engine.view_defs import ViewDef
 from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
@@ -172,6 +173,10 @@ class Engine:
         # acked, not yet mounted rows with the tables they read.
         self._ladder: WriteLadderPort | None = None
         self._append_groups: Any = None
+        # The catalog's views (view_defs.py), read from the same listing as the tables; the
+        # generation counts every change to them (a statement naming views re-expands then).
+        self._views: dict[tuple[str, str], ViewDef] = {}
+        self.views_generation = 0
         for schema in SYSTEM_SCHEMAS:
             self._ensure_schema(schema)
 
@@ -386,13 +391,77 @@ class Engine:
             # One unreadable table (e.g. merge-on-read deletes) must not break the others: it is
             # left unmounted and statements naming it get its error (unreadable_error).
             self._pending[key] = entry.metadata_location
+        self._apply_views({(v.namespace, v.name): v.metadata_location for v in listing.views})
         for ns in list(self._schemas):
             if ns not in listing.namespaces and ns not in SYSTEM_SCHEMAS and ns != "public":
-                if not any(k[0] == ns for k in self._plans):
+                if not any(k[0] == ns for k in self._plans) and not any(k[0] == ns for k in self._views):
                     catalog.deregister_schema(ns, cascade=True)
                     self._catalog_changes += 1
                     self._schemas.discard(ns)
                     self._shape_dirty = True
+
+    def _apply_views(self, wanted: dict[tuple[str, str], str | None], *, partial: bool = False) -> None:
+        """Take in the views of a listing (each key's metadata location; None: no such view).
+        `partial`: `wanted` names some views only (REST), the others stay as they are."""
+        changed = False
+        for key in list(self._views):
+            if key not in wanted and not partial:
+                del self._views[key]
+                changed = True
+        for key, location in wanted.items():
+            current = self._views.get(key)
+            if location is None:
+                if current is not None:
+                    del self._views[key]
+                    changed = True
+                continue
+            if current is not None and current.metadata_location == location:
+                continue
+            self._views[key] = self._load_view(key, location)
+            self._ensure_schema(key[0])
+            changed = True
+        if changed:
+            self.views_generation += 1
+            self._shape_dirty = True
+
+    def _load_view(self, key: tuple[str, str], location: str) -> ViewDef:
+        """The view's definition; one that cannot be read is kept as such (its statements get
+        the reason), never an error here: a bad view must not stop the server or the others."""
+        from icegres.engine import view_defs
+
+        try:
+            meta = self.lakehouse.view_metadata(key[0], key[1], location)
+        except Exception as exc:
+            log.warning("view %s.%s: cannot read %s: %s", *key, location, exc)
+            return view_defs._unusable(key[0], key[1], location, f"its metadata cannot be read: {exc}")
+        return view_defs.from_metadata(key[0], key[1], location, meta)
+
+    def refresh_views(self, keys: Iterable[tuple[str, str]]) -> None:
+        """Make the view registry exact for `keys` now: on SQL catalogs the whole listing (one
+        query, skipped when nothing changed), on REST catalogs one loadTable and one loadView per
+        key (a name this server does not know may be a table it has not mounted yet)."""
+        if self.lakehouse.kind != "rest":
+            self.refresh(set())
+            return
+        keys = set(keys)
+        self.refresh(keys)
+        try:
+            locations = {key: self.lakehouse.view_location(*key) for key in keys}
+        except Exception as exc:
+            raise PgError("58030", f"catalog unavailable ({self.lakehouse.description}): {exc}") from exc
+        with self._lock:
+            before = self.views_generation
+            self._apply_views(locations, partial=True)
+            if self.views_generation != before:
+                self._register_pg_catalog(self._listing or Listing((), ()))
+
+    def view(self, key: tuple[str, str]) -> ViewDef | None:
+        """The catalog view `key`, as last read (None: no such view)."""
+        return self._views.get(key)
+
+    def views(self) -> dict[tuple[str, str], ViewDef]:
+        with self._lock:
+            return dict(self._views)
 
     def _ensure_schema(self, name: str) -> None:
         from datafusion.catalog import Schema
@@ -445,11 +514,17 @@ class Engine:
                 for f, fid, doc in zip(plan.schema, plan.field_ids, docs, strict=True)
             )
             tables.append(pg_catalog.TableInfo(ns, name, columns, plan.primary_key, plan.comment, plan.indexes))
+        views = tuple(
+            pg_catalog.ViewInfo(ns, name, tuple(
+                pg_catalog.ColumnInfo(n, t, True, i) for i, (n, t) in enumerate(v.columns, start=1)),
+                v.sql, v.comment)
+            for (ns, name), v in sorted(self._views.items()))
         snap = pg_catalog.CatalogSnapshot(
             database=self.database,
             user="icegres",
-            schemas=tuple(sorted(set(listing.namespaces) | {"public"})),
+            schemas=tuple(sorted(set(listing.namespaces) | {"public"} | {v.schema for v in views})),
             tables=tuple(tables),
+            views=views,
         )
         if snap == self._catalog_snapshot:
             return  # only snapshots moved: pg_catalog describes shapes, not data
@@ -462,6 +537,11 @@ class Engine:
 
     def has_table(self, schema: str, name: str) -> bool:
         return (schema, name) in self._plans or (schema, name) in self._pending
+
+    @property
+    def catalog_generation(self) -> int:
+        """Counts the changes of the catalog's shape (relations, columns), not of its data."""
+        return self._catalog_generation
 
     def has_schema(self, schema: str) -> bool:
         return schema in self._schemas

@@ -63,11 +63,23 @@ class TableInfo:
 
 
 @dataclass(frozen=True)
+class ViewInfo:
+    """A catalog view: its columns and its query (pg_get_viewdef's text)."""
+
+    schema: str
+    name: str
+    columns: tuple[ColumnInfo, ...]
+    definition: str
+    comment: str = ""
+
+
+@dataclass(frozen=True)
 class CatalogSnapshot:
     database: str
     user: str
     schemas: tuple[str, ...]
     tables: tuple[TableInfo, ...]
+    views: tuple[ViewInfo, ...] = ()
 
     @cached_property
     def index(self) -> CatalogIndex:
@@ -161,6 +173,7 @@ class RelationEntry:
     relkind: str  # 'r' table, 'v' view, 'i' index
     columns: tuple[ColumnEntry, ...]
     table: TableInfo | None = None  # the lakehouse table (for 'r' and its 'i')
+    view: ViewInfo | None = None  # the catalog view (for a lakehouse 'v')
     indexed_oid: int | None = None  # for an index: its table's OID
     key_attnums: tuple[int, ...] = ()  # for an index: the indexed columns
     primary: bool = False  # for an index: the primary key's (unique), not a CREATE INDEX
@@ -183,7 +196,8 @@ class CatalogIndex:
 
     def __init__(self, snap: CatalogSnapshot) -> None:
         self.snapshot = snap
-        schemas = sorted(set(snap.schemas) | {t.schema for t in snap.tables} | {"public"})
+        schemas = sorted(set(snap.schemas) | {t.schema for t in snap.tables}
+                         | {v.schema for v in snap.views} | {"public"})
         user_schemas = [s for s in schemas if s not in _FIXED_NAMESPACES]
         keys = [f"namespace:{s}" for s in user_schemas]
         keys.append(f"database:{snap.database}")
@@ -194,6 +208,7 @@ class CatalogIndex:
                 keys.append(f"relation:{t.schema}.{_pkey_name(t)}")
                 keys.append(f"constraint:{t.schema}.{_pkey_name(t)}")
             keys += [f"relation:{t.schema}.{name}" for name, _ in t.indexes]
+        keys += [f"relation:{v.schema}.{v.name}" for v in snap.views]
         oids = _allocate(keys, taken=set(_SYSTEM_RELATION_OIDS.values()))
 
         self.database_oid = oids[f"database:{snap.database}"]
@@ -211,10 +226,16 @@ class CatalogIndex:
             self._add(RelationEntry(oid, rel.schema, rel.name, rel.relkind, _system_columns(rel)))
         for t in sorted(snap.tables, key=lambda t: (t.schema, t.name)):
             self._add_table(t, oids)
+        for v in sorted(snap.views, key=lambda v: (v.schema, v.name)):
+            columns = tuple(_lakehouse_column(i, c) for i, c in enumerate(v.columns, start=1))
+            self._add(RelationEntry(oids[f"relation:{v.schema}.{v.name}"], v.schema, v.name, "v",
+                                    columns, view=v))
         self.by_oid: dict[int, RelationEntry] = {e.oid: e for e in self.relations.values()}
         # COMMENT ON: (relation OID, attnum or 0 for the table) -> description, as pg_description.
         self.descriptions: dict[tuple[int, int], str] = {}
         for e in self.relations.values():
+            if e.view is not None and e.view.comment:
+                self.descriptions[(e.oid, 0)] = e.view.comment
             if e.table is None or e.relkind != "r":
                 continue
             if e.table.comment:
@@ -384,6 +405,7 @@ def _rows_pg_class(ix: CatalogIndex) -> Rows:
             # metapage for a btree (pgjdbc getIndexInfo reports them as CARDINALITY, PAGES)
             "reltuples": 0.0 if e.relkind == "i" else -1.0, "relpages": 1 if e.relkind == "i" else 0,
             "relhasindex": e.oid in indexed, "relpersistence": "p", "relkind": e.relkind,
+            "relhasrules": e.view is not None,  # a view's _RETURN rule
             "relnatts": len(e.columns) if e.relkind != "i" else len(e.key_attnums),
             "relispopulated": True, "relreplident": "d" if e.relkind == "r" else "n",
             "relfrozenxid": 0,
@@ -405,7 +427,8 @@ def _rows_pg_attribute(ix: CatalogIndex) -> Rows:
                 "atttypmod": c.typmod, "attbyval": bool(t and t.typbyval),
                 "attalign": t.typalign if t else "i", "attstorage": t.typstorage if t else "x",
                 # system catalogs declare their fixed-width columns NOT NULL, as PostgreSQL's do
-                "attnotnull": c.not_null or (e.table is None and t is not None and t.typlen > 0),
+                "attnotnull": c.not_null or (e.table is None and e.view is None and t is not None
+                                             and t.typlen > 0),
                 "attislocal": True,
                 "attcollation": t.typcollation if t else 0,
             })
@@ -635,6 +658,25 @@ def _rows_pg_tables(ix: CatalogIndex) -> Rows:
             for e in _lakehouse_tables(ix)]
 
 
+def _lakehouse_views(ix: CatalogIndex) -> list[RelationEntry]:
+    return [e for e in ix.relations.values() if e.view is not None]
+
+
+def _rows_pg_views(ix: CatalogIndex) -> Rows:
+    return [{"schemaname": e.schema, "viewname": e.name, "viewowner": ix.snapshot.user,
+             "definition": view_definition(ix, e.oid)} for e in _lakehouse_views(ix)]
+
+
+def view_definition(ix: CatalogIndex, oid: int | None, pretty: bool = False) -> str | None:
+    """pg_get_viewdef(oid [, pretty]): the view's query as stored (its relations qualified), in
+    PostgreSQL's frame: a leading space and a closing semicolon. PostgreSQL prints its own
+    deparse of the query; icegres keeps the text as written."""
+    e = ix.by_oid.get(oid) if oid is not None else None
+    if e is None or e.view is None:
+        return None
+    return f" {e.view.definition.strip().rstrip(';').rstrip()};"
+
+
 def _rows_pg_indexes(ix: CatalogIndex) -> Rows:
     return [{"schemaname": e.schema, "tablename": e.table.name, "indexname": e.name,
              "indexdef": index_definition(ix, e.oid)}
@@ -727,6 +769,14 @@ def _rows_columns(ix: CatalogIndex) -> Rows:
     return rows
 
 
+def _rows_views(ix: CatalogIndex) -> Rows:
+    return [{"table_catalog": ix.snapshot.database, "table_schema": e.schema, "table_name": e.name,
+             "view_definition": view_definition(ix, e.oid), "check_option": "NONE",
+             "is_updatable": "NO", "is_insertable_into": "NO", "is_trigger_updatable": "NO",
+             "is_trigger_deletable": "NO", "is_trigger_insertable_into": "NO"}
+            for e in _lakehouse_views(ix)]
+
+
 def _rows_table_constraints(ix: CatalogIndex) -> Rows:
     db = ix.snapshot.database
     return [{"constraint_catalog": db, "constraint_schema": c.schema, "constraint_name": c.name,
@@ -770,9 +820,11 @@ _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "pg_catalog.pg_settings": _rows_pg_settings,
     "pg_catalog.pg_tables": _rows_pg_tables,
     "pg_catalog.pg_indexes": _rows_pg_indexes,
+    "pg_catalog.pg_views": _rows_pg_views,
     "information_schema.schemata": _rows_schemata,
     "information_schema.tables": _rows_tables,
     "information_schema.columns": _rows_columns,
+    "information_schema.views": _rows_views,
     "information_schema.table_constraints": _rows_table_constraints,
     "information_schema.key_column_usage": _rows_key_column_usage,
 }

@@ -269,6 +269,11 @@ def _index_def(env: SessionEnv, oid: int, column: int | None, pretty: bool | Non
     return pg_catalog.index_definition(ix, oid, column or 0) if ix is not None else None
 
 
+def _view_def(env: SessionEnv, oid: int | None, pretty: bool | None) -> str | None:
+    ix = pg_catalog.current_index(env)
+    return pg_catalog.view_definition(ix, oid, bool(pretty)) if ix is not None else None
+
+
 def _constraint_def(env: SessionEnv, oid: int, pretty: bool | None) -> str | None:
     ix = pg_catalog.current_index(env)
     return pg_catalog.constraint_definition(ix, oid) if ix is not None else None
@@ -342,7 +347,8 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
            lambda oid, pretty: _constraint_def(env, oid, pretty), strict=False),
         Fn("pg_get_indexdef", (OID, INT, BOOL), TEXT,
            lambda oid, column, pretty: _index_def(env, oid, column, pretty), strict=False),
-        Fn("pg_get_viewdef", (OID, BOOL), TEXT, always(None), strict=False),
+        Fn("pg_get_viewdef", (OID, BOOL), TEXT, lambda oid, pretty: _view_def(env, oid, pretty),
+           strict=False),
         Fn("pg_get_userbyid", (OID,), TEXT, lambda oid: userbyid(env, oid)),
         Fn("acldefault", (TEXT, OID), pa.list_(TEXT), lambda objtype, owner: acldefault(env, objtype, owner)),
         Fn("pg_encoding_to_char", (INT,), TEXT, lambda enc: _ENCODINGS.get(enc, ""),

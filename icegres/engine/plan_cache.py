@@ -85,5 +85,10 @@ class PlanCache:
         self.described: Bounded[tuple[Any, ...], tuple[Any, int, Any, dict[int, Any]]] = Bounded(PLANNED_MAX)
         # Final result column names per shape and DataFusion's names for them (`pg_schema`).
         self.pg_names: Bounded[tuple[str, tuple[str, ...]], list[str]] = Bounded(SHAPES_MAX)
+        # Per shape: the relations it reads and writes ((schema or None, name)).
+        self.names: Bounded[str, Any] = Bounded(SHAPES_MAX)
+        # A statement naming views, as planned: (text, what its names resolved to, the view
+        # registry's generation) -> the text with the views expanded (query.with_views).
+        self.expanded: Bounded[tuple[Any, ...], str] = Bounded(SHAPES_MAX)
         # Statement shapes whose WHERE clause can never narrow the files read (prune.py).
         self.unprunable: Bounded[ShapeKey, bool] = Bounded(SHAPES_MAX)

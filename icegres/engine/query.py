@@ -13,6 +13,7 @@ All methods here block; the protocol layers call them from worker threads.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -20,17 +21,19 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from icegres.engine import errors as engine_errors
-from icegres.engine import rewrite, views
+from icegres.engine import rewrite, view_defs, views
 from icegres.engine.column_names import PLAIN_NAME, postgres_names, select_list_names
 from icegres.engine.contexts import Made, SessionContexts
 from icegres.engine.insert_shape import InsertShapes
 from icegres.engine.lake import Engine, SessionEnv
+from icegres.engine.pg_relations import CATALOG_RELATION_NAMES
 from icegres.engine.plan_cache import PlanCache
 from icegres.engine.planned import HeldStream, PlannedQuery
 from icegres.engine.session_zone import is_utc
 from icegres.engine.txn import TxnState
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
-from icegres.sql.statement import Statement, tree_table_refs
+from icegres.sql.parse import DIALECT
+from icegres.sql.statement import Statement, query, tree_table_refs
 
 if TYPE_CHECKING:
     from datafusion import DataFrame, SessionContext
@@ -292,16 +295,125 @@ class QueryContext:
 
         The schema carries the column names PostgreSQL would give the result.
         """
-        taken = self.buffered_entries(stmt)
-        if taken:
+        original, generation = stmt, self.engine.views_generation
+        stmt = self.with_views(stmt)
+        with _positions_of(original, stmt):
+            taken = self.buffered_entries(stmt)
+            if taken:
+                self.refresh_for(stmt)
+                stmt = self._views_moved(original, stmt, generation)
+                with self.buffered_reads(taken):
+                    return self._execute(stmt, params)
+            speculated = self._start_speculating(stmt, params)
+            if speculated is not None:
+                return speculated
             self.refresh_for(stmt)
-            with self.buffered_reads(taken):
-                return self._execute(stmt, params)
-        speculated = self._start_speculating(stmt, params)
-        if speculated is not None:
-            return speculated
-        self.refresh_for(stmt)
-        return self._execute(stmt, params)
+            stmt = self._views_moved(original, stmt, generation)
+            return self._execute(stmt, params)
+
+    # --- views -------------------------------------------------------------------------------
+
+    def with_views(self, stmt: Statement) -> Statement:
+        """`stmt` with the catalog views it names replaced by their queries (view_defs.py), or
+        `stmt` itself when it names none. When it names a view, or a name this server does not
+        know (a view made elsewhere since the last listing), the view registry is read fresh
+        first. An INSERT, UPDATE or DELETE into a view is 0A000, TRUNCATE of one 42809."""
+        explained = _EXPLAIN.match(stmt.sql)
+        if explained is not None:
+            # sqlglot keeps EXPLAIN as an opaque command: expand the query it explains.
+            inner = self.with_views(query(stmt.sql[explained.end():]))
+            if inner.sql == stmt.sql[explained.end():]:
+                return stmt
+            return Statement(stmt.kind, explained.group(0) + inner.sql, stmt.tag, stmt.name,
+                             stmt.value, stmt.flag, stmt.options)
+        names_of = self.cache.names
+        shape = names_of.get(stmt.shape)
+        if shape is None:
+            shape = names_of.put(stmt.shape, _named(stmt))
+        names, targets = shape
+        if not names and not targets:
+            return stmt
+        resolver = self.resolver()
+        resolved = tuple(resolver.resolve(*n) for n in (*names, *targets))
+        if all(r is not None and r[0] != "view" for r in resolved):
+            return stmt  # every name is a table (or a catalog relation) this server knows
+        self.engine.refresh_views(self._view_candidates(resolved, (*names, *targets)))
+        resolved = tuple(resolver.resolve(*n) for n in (*names, *targets))
+        if any(r is not None and r[0] == "view" for r in resolved[len(names):]):
+            self._refuse_written_views(stmt.tree, targets, resolved[len(names):])
+        if not any(r is not None and r[0] == "view" for r in resolved[:len(names)]):
+            return stmt
+        if self.engine.lakehouse.kind == "rest":
+            self._check_view_reads({r[1] for r in resolved[:len(names)] if r is not None and r[0] == "view"})
+        key = (stmt.sql, resolved, tuple(self.env.search_path), self.engine.views_generation,
+               self.engine.catalog_generation)
+        text = self.cache.expanded.get(key)
+        if text is None:
+            tree = stmt.tree
+            expanded = view_defs.expand(tree, resolver, view_defs.dml_target(tree))
+            assert expanded is not None
+            text = expanded[0].sql(dialect=DIALECT)
+            self.cache.expanded.put(key, text)
+        return Statement(stmt.kind, text, stmt.tag, stmt.name, stmt.value, stmt.flag, stmt.options)
+
+    def expanded_refs(self, stmt: Statement) -> set[tuple[str, str]] | None:
+        """`table_refs` of `stmt` with its views expanded: the tables it reads through them."""
+        return self.table_refs(self.with_views(stmt))
+
+    def _check_view_reads(self, views: set[tuple[str, str]]) -> None:
+        """REST catalogs check only the names a statement gives: the relations its views read,
+        views inside views among them, are checked here, level by level."""
+        engine = self.engine
+        seen: set[tuple[str, str]] = set(views)
+        frontier = set(views)
+        for _ in range(view_defs.DEPTH_MAX):
+            reads = {r for k in frontier if (v := engine.view(k)) is not None for r in v.reads} - seen
+            if not reads:
+                return
+            seen |= reads
+            engine.refresh_views(reads)  # on REST: each one's loadTable and loadView
+            frontier = {k for k in reads if engine.view(k) is not None}
+
+    def resolver(self) -> view_defs.Resolver:
+        """Relation names as this session resolves them now: its search_path over the tables
+        and views this server knows."""
+        engine = self.engine
+        return view_defs.Resolver(self.env.search_path, engine.has_table, engine.view,
+                                  CATALOG_RELATION_NAMES)
+
+    def _view_candidates(self, resolved: tuple[Any, ...], names: tuple[Any, ...]) -> set[tuple[str, str]]:
+        """The catalog keys a name that is a view, or not known, may mean."""
+        path = [s for s in self.env.search_path if s not in ("pg_catalog", "information_schema")]
+        keys: set[tuple[str, str]] = set()
+        for found, (schema, name) in zip(resolved, names, strict=True):
+            if found is not None and found[0] != "view":
+                continue
+            keys.update([(schema, name)] if schema else [(s, name) for s in path])
+        return keys
+
+    @staticmethod
+    def _refuse_written_views(tree: exp.Expression, targets: tuple[Any, ...], resolved: tuple[Any, ...]) -> None:
+        from sqlglot import exp
+
+        for (_, name), found in zip(targets, resolved, strict=True):
+            if found is None or found[0] != "view":
+                continue
+            if isinstance(tree, exp.TruncateTable):
+                raise PgError("42809", f'"{name}" is not a table')
+            verb = {exp.Insert: "insert into", exp.Update: "update", exp.Delete: "delete from"}[type(tree)]
+            raise PgError(FEATURE_NOT_SUPPORTED, f'cannot {verb} view "{name}"',
+                          detail="icegres views are read-only.",
+                          hint="Write to the tables the view reads.")
+
+    def _views_moved(self, original: Statement, stmt: Statement, generation: int) -> Statement:
+        """After a refresh: `original` with its views expanded again if the view registry changed
+        since `stmt` was made from it (another server created, replaced or dropped a view)."""
+        if self.engine.views_generation == generation:
+            return stmt
+        again = self.with_views(original)
+        if again.sql != stmt.sql:
+            self.refresh_for(again)
+        return again
 
     def _execute(self, stmt: Statement, params: dict[str, Any] | None) -> tuple[pa.Schema, Any]:
         from icegres.engine.batches import CancellableBatches
@@ -481,25 +593,30 @@ class QueryContext:
         SeaweedFS), paid again by the start."""
         from icegres.engine.params import placeholder_types
 
-        if fresh or self.txn is not None or self.mounted_snapshots(stmt) is None:
-            self.refresh_for(stmt)
-        # An unnamed statement is parsed and described again with every execution (pgbench -M
-        # extended, pgjdbc and psycopg before they prepare): the same text over the same snapshots
-        # describes the same, as its plan is the same (`_plan`'s reuse, with no parameter values).
-        key = self._repeat_key(stmt)
-        made = self.made
-        hit = None if key is None else self.cache.described.get(key)
-        if hit is not None and hit[0] is made and hit[1] == made.generation:
-            self.cache.described.touch(key)
-            self._check_files(self.table_refs(stmt))  # as planning it would
-            return hit[2], dict(hit[3])
-        planned = self.plan(stmt, None)
-        schema = self.pg_schema(stmt, planned.df.schema())
-        # A text without `$` has no `$n` placeholder to find.
-        types = placeholder_types(planned.df) if stmt.max_param else {}
-        if key is not None:
-            self.cache.described.put(key, (made, made.generation, schema, dict(types)))
-        return schema, types
+        original, generation = stmt, self.engine.views_generation
+        stmt = self.with_views(stmt)
+        with _positions_of(original, stmt):
+            if fresh or self.txn is not None or self.mounted_snapshots(stmt) is None:
+                self.refresh_for(stmt)
+                stmt = self._views_moved(original, stmt, generation)
+            # An unnamed statement is parsed and described again with every execution (pgbench -M
+            # extended, pgjdbc and psycopg before they prepare): the same text over the same
+            # snapshots describes the same, as its plan is the same (`_plan`'s reuse, with no
+            # parameter values). Views are expanded in `stmt` by now: the key covers them.
+            key = self._repeat_key(stmt)
+            made = self.made
+            hit = None if key is None else self.cache.described.get(key)
+            if hit is not None and hit[0] is made and hit[1] == made.generation:
+                self.cache.described.touch(key)
+                self._check_files(self.table_refs(stmt))  # as planning it would
+                return hit[2], dict(hit[3])
+            planned = self.plan(stmt, None)
+            schema = self.pg_schema(stmt, planned.df.schema())
+            # A text without `$` has no `$n` placeholder to find.
+            types = placeholder_types(planned.df) if stmt.max_param else {}
+            if key is not None:
+                self.cache.described.put(key, (made, made.generation, schema, dict(types)))
+            return schema, types
 
     def pg_schema(self, stmt: Statement, schema: pa.Schema) -> pa.Schema:
         """Rename DataFusion's display names (`count(*)`) to PostgreSQL's (`count`), and say of
@@ -517,6 +634,37 @@ class QueryContext:
             names = self.cache.pg_names.put(named, postgres_names(select_names, schema))
         return pa.schema([f.with_name(n) for f, n in zip(schema, names, strict=True)], schema.metadata)
 
+
+
+_EXPLAIN = re.compile(r"\s*EXPLAIN(?:\s+(?:ANALYZE|VERBOSE|\([^)]*\)))*\s+", re.IGNORECASE)
+
+
+def _named(stmt: Statement) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """The relations a statement reads and the ones it writes, as (schema or None, name); none
+    when it does not parse (its error is the planner's to give)."""
+    from sqlglot import exp
+
+    try:
+        tree = stmt.tree
+    except PgError:
+        return (), ()
+    target = view_defs.dml_target(tree)
+    read = tuple((t.db or None, t.name) for t in view_defs.named_tables(tree, target))
+    if isinstance(tree, exp.TruncateTable):
+        return read, tuple((t.db or None, t.name) for t in tree.expressions if isinstance(t, exp.Table))
+    return read, ((target.db or None, target.name),) if target is not None else ()
+
+
+@contextmanager
+def _positions_of(original: Statement, planned: Statement) -> Iterator[None]:
+    """An error of a statement whose views were expanded points into the expanded text, not the
+    one the client sent: it is reported without a position."""
+    try:
+        yield
+    except PgError as err:
+        if planned is not original and planned.sql != original.sql:
+            err.position = None
+        raise
 
 
 class _Prefetched:

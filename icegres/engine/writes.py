@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
+from icegres.engine.ddl_commands import CreateView
 from icegres.engine.txn import Key, TxnState
 from icegres.pg import errors as E
 from icegres.pg.errors import PgError
@@ -102,8 +103,9 @@ async def execute_dml(host: WriteHost, stmt: Statement, values: dict[str, Any] |
             if buffered is not None:
                 return WriteResult(buffered.tag, buffered.returning)
         else:
-            # A rewrite must see the buffered rows of the tables it reads as lake files.
-            await ladder.settle(host.qctx.table_refs(stmt))
+            # A rewrite must see the buffered rows of the tables it reads as lake files (through
+            # the views it reads, too).
+            await ladder.settle(await host.run(host.qctx.expanded_refs, stmt))
     qctx = host.qctx
     result = await in_transaction(host, lambda txn: dml.execute(qctx, txn, stmt, values))
     return WriteResult(result.tag, result.returning)
@@ -178,6 +180,8 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
     cmd = ddl.parse_ddl(stmt.sql, host.qctx.env.database)
     if isinstance(cmd, ddl.CreateTableAs):
         return await create_table_as(host, cmd)
+    if isinstance(cmd, CreateView):
+        return await create_view(host, cmd)
     qctx = host.qctx
     path = list(qctx.env.search_path)
     ladder = qctx.engine.ladder
@@ -191,7 +195,12 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
         if qctx.txn is not None:
             qctx.txn.refuse_ddl_after_writes(ddl_keys(cmd, path, qctx))  # before the catalog changes
         notices = ddl_apply.apply_ddl(qctx.engine.lakehouse, cmd, path)
-        qctx.engine.refresh(None if qctx.engine.lakehouse.kind != "rest" else ddl_keys(cmd, path, qctx))
+        keys = ddl_keys(cmd, path, qctx)
+        if qctx.engine.lakehouse.kind == "rest":
+            qctx.engine.refresh(keys)
+            qctx.engine.refresh_views(keys | view_keys(cmd, path))
+        else:
+            qctx.engine.refresh(None)
         qctx.forget_routes()
         txn = qctx.txn
         if txn is not None:
@@ -215,6 +224,58 @@ def ddl_keys(cmd: Any, path: list[str], qctx: Any) -> set[Key]:
         named = []
     keys = {_qualify(schema, name, path, qctx) for schema, name in named}
     return {k for k in keys if k is not None}
+
+
+def view_keys(cmd: Any, path: list[str]) -> set[Key]:
+    """The views a DDL command may have created, changed or dropped, as named (REST catalogs
+    check these; a SQL catalog's listing has them all)."""
+    from icegres.engine.ddl_commands import AlterTable, DropView, RenameView
+
+    if isinstance(cmd, DropView):
+        named = list(cmd.names)
+    elif isinstance(cmd, RenameView):
+        named = [(cmd.schema, cmd.name), (cmd.schema, cmd.new_name)]
+    elif isinstance(cmd, AlterTable) and cmd.actions and hasattr(cmd.actions[0], "new_name"):
+        named = [(cmd.schema, cmd.name), (cmd.schema, cmd.actions[0].new_name)]
+    else:
+        return set()
+    lake = [s for s in path if s not in ("pg_catalog", "information_schema")]
+    return {(schema, name) for s, name in named for schema in ([s] if s else lake)}
+
+
+async def create_view(host: WriteHost, cmd: CreateView) -> WriteResult:
+    """CREATE [OR REPLACE] VIEW: the query is planned (not run) for its columns, its relations
+    are qualified as the session's search_path resolves them now, and the view is written to
+    the catalog (view_ddl.py). Not transactional, as every DDL here."""
+    from icegres.engine import ddl_apply, view_defs
+    from icegres.engine.column_names import select_list_names
+
+    qctx = host.qctx
+    path = list(qctx.env.search_path)
+
+    def create() -> None:
+        source = query(cmd.query_sql)
+        if source.max_param:
+            raise PgError("42P02", f"there is no parameter ${source.max_param}")
+        qctx.with_views(source)  # reads the catalog where the query names what is not known here
+        sql = view_defs.qualify(cmd.query_sql, source.tree, qctx.resolver())
+        names = select_list_names(source)
+        if names and "*" not in names:
+            given = list(cmd.column_names) + names[len(cmd.column_names):]
+            for i, name in enumerate(given):
+                if name in given[:i]:
+                    raise PgError("42701", f'column "{name}" specified more than once')
+        schema, _ = qctx.describe(query(sql))
+        engine = qctx.engine
+        key = ddl_apply.create_view(engine.lakehouse, cmd, schema, sql, path, engine.views())
+        if engine.lakehouse.kind == "rest":
+            engine.refresh_views({key})
+        else:
+            engine.refresh(set())
+        qctx.forget_routes()
+
+    await host.run(create)
+    return WriteResult("CREATE VIEW")
 
 
 def _qualify(schema: str | None, name: str, path: list[str], qctx: Any) -> Key | None:

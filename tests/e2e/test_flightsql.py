@@ -243,7 +243,7 @@ def test_get_info_and_table_types(conn):
     info = conn.adbc_get_info()
     assert info["vendor_name"] == "icegres"
     assert info["vendor_arrow_version"] == pa.__version__
-    assert conn.adbc_get_table_types() == ["TABLE"]
+    assert conn.adbc_get_table_types() == ["TABLE", "VIEW"]
 
 
 def test_get_objects_at_every_depth(conn):

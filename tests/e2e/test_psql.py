@@ -106,3 +106,51 @@ def test_backend_is_the_one_named(server, request):
     assert expected in server.log_tail(100_000)
     if backend == "seaweedfs":
         assert "(sigv4 (s3tables))" in server.log_tail(100_000)
+
+
+_VIEWS_SETUP = """
+create schema {schema};
+create table {schema}.orders (id bigint, city text, amount double precision);
+create view {schema}.by_city as select city, count(*) as n, sum(amount) as total
+  from {schema}.orders group by city;
+create view {schema}.ids (order_id) as select id from {schema}.orders;
+"""
+
+
+def _owner_free(text: str, owner: str) -> str:
+    """psql's output with the owner column's name and its width taken out."""
+    lines = []
+    for line in text.splitlines():
+        if line and set(line) <= {"-", "+"}:
+            lines.append("+".join("-" for _ in line.split("+")))
+            continue
+        cells = line.split("|")
+        lines.append("|".join(c.strip() if c.strip() != owner else "OWNER" for c in cells).strip())
+    return "\n".join(lines)
+
+
+def test_views_list_and_describe_as_in_postgres(server, real_postgres, request):
+    """\\dv, \\dv+, \\d and \\d+ of views: the same output as PostgreSQL 15's, but for the owner
+    and the text of the view definition (PostgreSQL prints its own deparse of the query)."""
+    schema = f"psql_views_{request.node.callspec.id.replace('-', '_')}"
+    psql(server, "-q", "-c", f"drop schema if exists {schema} cascade")
+    pg = ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", real_postgres.dsn()]
+    subprocess.run([*pg, "-c", f"drop schema if exists {schema} cascade"], check=True, capture_output=True)
+    setup = _VIEWS_SETUP.format(schema=schema)
+    psql(server, "-q", "-c", setup)
+    subprocess.run([*pg, "-c", setup], check=True, capture_output=True)
+    try:
+        for command in (rf"\dv {schema}.*", rf"\dv+ {schema}.*", rf"\d {schema}.by_city",
+                        rf"\d+ {schema}.by_city"):
+            ours = psql(server, "-c", command).stdout
+            theirs = subprocess.run([*pg, "-c", command], check=True, capture_output=True, text=True).stdout
+            if command.startswith(r"\d+ "):
+                head, _, definition = ours.partition("View definition:\n")
+                theirs = theirs.partition("View definition:\n")[0]
+                ours = head
+                assert definition.strip() == (f"select city, count(*) as n, sum(amount) as total\n"
+                                              f"  from {schema}.orders group by city;")
+            assert _owner_free(ours, server.user) == _owner_free(theirs, real_postgres.user), command
+    finally:
+        psql(server, "-q", "-c", f"drop schema {schema} cascade")
+        subprocess.run([*pg, "-c", f"drop schema {schema} cascade"], check=True, capture_output=True)

@@ -23,7 +23,7 @@ from icegres.engine.ddl import (
     parse_ddl,
     parse_partitioning,
 )
-from icegres.engine.ddl_commands import command_tag
+from icegres.engine.ddl_commands import CreateView, DropView, RenameView, command_tag
 from icegres.engine.pg_types import ColumnType, pg_name_of
 from icegres.pg.errors import PgError
 
@@ -253,20 +253,50 @@ def test_syntax_errors(sql, message, position):
     ("CREATE TABLE t (a int) WITH OIDS", "OIDS"),
     ("CREATE TABLE t PARTITION OF u FOR VALUES IN (1)", "OF"),
     ("CREATE TABLE a.b.c (x int)", "cross-database"),
-    ("CREATE VIEW v AS SELECT 1", "CREATE VIEW"),
     ("CREATE UNIQUE INDEX i ON t (a)", "CREATE UNIQUE INDEX"),
     ("CREATE INDEX i ON t ((a + 1))", "expression indexes"),
     ("CREATE INDEX i ON t (a) WHERE a > 0", "WHERE"),
     ("CREATE INDEX i ON t USING gin (a)", "gin"),
-    ("CREATE OR REPLACE VIEW v AS SELECT 1", "OR REPLACE"),
-    ("DROP VIEW v", "DROP VIEW"),
-    ("ALTER VIEW v RENAME TO w", "ALTER VIEW"),
+    ("CREATE OR REPLACE FUNCTION f() RETURNS int AS 'select 1'", "OR REPLACE FUNCTION"),
+    ("CREATE MATERIALIZED VIEW m AS SELECT 1", "MATERIALIZED VIEW"),
+    ("CREATE TEMP VIEW v AS SELECT 1", "TEMPORARY VIEW"),
+    ("CREATE RECURSIVE VIEW v (n) AS SELECT 1", "RECURSIVE VIEW"),
+    ("CREATE VIEW v WITH (security_barrier) AS SELECT 1", "WITH (options)"),
+    ("CREATE VIEW v AS SELECT a FROM t WITH CHECK OPTION", "CHECK OPTION"),
+    ("CREATE VIEW v AS SELECT a FROM t WITH LOCAL CHECK OPTION", "CHECK OPTION"),
+    ("ALTER VIEW v OWNER TO x", "ALTER VIEW ... OWNER"),
+    ("ALTER VIEW v RENAME COLUMN a TO b", "RENAME COLUMN"),
     ("CREATE TABLE t AS EXECUTE p", "EXECUTE"),
 ])
 def test_unsupported_statements(sql, needle):
     error = err(sql)
     assert error.sqlstate == "0A000"
     assert needle in error.message
+
+
+@pytest.mark.parametrize("sql,cmd", [
+    ("CREATE VIEW v AS SELECT 1", CreateView(None, "v", "SELECT 1")),
+    ("create or replace view Demo.V (a, \"B\") as select x, y from t;",
+     CreateView("demo", "v", "select x, y from t", ("a", "B"), True)),
+    ("CREATE VIEW v AS TABLE demo.t", CreateView(None, "v", "SELECT * FROM demo.t")),
+    ("CREATE VIEW v AS WITH c AS (SELECT 1) SELECT * FROM c",
+     CreateView(None, "v", "WITH c AS (SELECT 1) SELECT * FROM c")),
+    ("DROP VIEW v", DropView(((None, "v"),))),
+    ("DROP VIEW IF EXISTS a, s.b CASCADE", DropView(((None, "a"), ("s", "b")), True, True)),
+    ("DROP VIEW v RESTRICT", DropView(((None, "v"),))),
+    ("ALTER VIEW v RENAME TO w", RenameView(None, "v", "w")),
+    ("ALTER VIEW IF EXISTS s.v RENAME TO w", RenameView("s", "v", "w", True)),
+])
+def test_view_statements(sql, cmd):
+    assert parse_ddl(sql) == cmd
+
+
+@pytest.mark.parametrize("sql", [
+    "CREATE VIEW v", "CREATE VIEW v AS", "CREATE VIEW v AS 1", "CREATE VIEW (a) AS SELECT 1",
+    "DROP VIEW", "DROP VIEW v,", "ALTER VIEW v RENAME TO", "CREATE VIEW v (a,) AS SELECT 1",
+])
+def test_view_syntax_errors(sql):
+    assert err(sql).sqlstate == "42601"
 
 
 def test_on_commit_needs_temporary():

@@ -59,6 +59,7 @@ class DmlResult:
 
 def execute(qctx: QueryContext, txn: TxnState, stmt: Statement, params: dict[str, Any] | None) -> DmlResult:
     """Stage one DML statement's effect into `txn` and return its command tag (and RETURNING rows)."""
+    stmt = qctx.with_views(stmt)
     tree = stmt.tree
     pin(qctx, txn, stmt)
     if isinstance(tree, exp.Insert):
@@ -104,6 +105,7 @@ def describe(qctx: QueryContext, stmt: Statement) -> tuple[pa.Schema | None, dic
     from icegres.engine.column_names import tree_names
     from icegres.engine.params import placeholder_types
 
+    stmt = qctx.with_views(stmt)
     tree = stmt.tree
     qctx.pin_for(stmt, fresh=False)
     txn = qctx.txn
@@ -163,6 +165,7 @@ def insert_rows(qctx: QueryContext, txn: TxnState, stmt: Statement, params: dict
     """An autocommit INSERT's conformed rows and RETURNING rows, exactly as `execute` computes
     them, with nothing written or staged. None when the write buffer must not take the statement
     (not an INSERT, or a primary-key target: the key check needs every row in the lake)."""
+    stmt = qctx.with_views(stmt)
     tree = stmt.tree
     if not isinstance(tree, exp.Insert) or tree.args.get("conflict") is not None:
         return None  # ON CONFLICT: `execute` says what it means on this table

@@ -734,7 +734,8 @@ class FlightSqlService:
         if isinstance(command, sql.CommandGetCatalogs):
             return pa.RecordBatch.from_pylist([{"catalog_name": self.database}], schema=M.CATALOGS_SCHEMA)
         if isinstance(command, sql.CommandGetTableTypes):
-            return pa.RecordBatch.from_pylist([{"table_type": "TABLE"}], schema=M.TABLE_TYPES_SCHEMA)
+            return pa.RecordBatch.from_pylist([{"table_type": "TABLE"}, {"table_type": "VIEW"}],
+                                              schema=M.TABLE_TYPES_SCHEMA)
         if isinstance(command, sql.CommandGetDbSchemas):
             rows = [{"catalog_name": self.database, "db_schema_name": name}
                     for name in self._schemas(session, command)]
@@ -799,9 +800,12 @@ class FlightSqlService:
         if command.include_schema:
             from icegres.engine.lake import DEFAULT_CATALOG
 
-            catalog = self.server.engine.master.catalog(DEFAULT_CATALOG)
+            engine = self.server.engine
+            catalog = engine.master.catalog(DEFAULT_CATALOG)
             for row in out:
-                table_schema = catalog.schema(row["db_schema_name"]).table(row["table_name"]).schema
+                view = engine.view((row["db_schema_name"], row["table_name"]))
+                table_schema = (view.arrow_schema if view is not None else
+                                catalog.schema(row["db_schema_name"]).table(row["table_name"]).schema)
                 row["table_schema"] = M.schema_bytes(M.wire_schema(table_schema))
         return pa.RecordBatch.from_pylist(out, schema=schema)
 
