@@ -147,9 +147,10 @@ def redact_uri(uri: str) -> str:
     return f"{scheme}://{user}:***@{host}" if ":" in auth else uri
 
 
-def add_arguments(parser: argparse.ArgumentParser, keys: tuple[str, ...]) -> None:
-    """Flags for the named options; values default to None so the other sources can fill in."""
-    parser.add_argument("--config", default=None, help="TOML file with the same keys as the flags (env ICEGRES_CONFIG)")
+def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, keys: tuple[str, ...], *,
+                  config: bool = True) -> None:
+    """Flags for the named options (then --config, unless `config` is False) on a parser or an
+    argument group; values default to None so the other sources can fill in."""
     for key in keys:
         option = OPTIONS_BY_KEY[key]
         default = f" (default {option.default})" if option.default not in (None, False) else ""
@@ -157,8 +158,20 @@ def add_arguments(parser: argparse.ArgumentParser, keys: tuple[str, ...]) -> Non
             parser.add_argument(option.flag, action="store_const", const=True, default=None,
                                 help=f"{option.help} (env {option.env})")
         else:
-            parser.add_argument(option.flag, type=option.kind, default=None,
+            parser.add_argument(option.flag, type=option.kind, default=None, metavar=_metavar(option),
                                 help=f"{option.help} (env {option.env}){default}")
+    if config:
+        parser.add_argument("--config", default=None, metavar="FILE",
+                            help="TOML file with the same keys as the flags (env ICEGRES_CONFIG)")
+
+
+def _metavar(option: Option) -> str:
+    """What --help shows after a flag: the kind of value (PORT, DIR, MS, ...), not the key again."""
+    for suffix, metavar in (("port", "PORT"), ("tls_key", "FILE"), ("_dir", "DIR"), ("_file", "FILE"), ("_ms", "MS"), ("_mb", "MB"),
+                            ("_s", "SECONDS"), ("_uri", "URI"), ("_url", "URL"), ("_key", "KEY"), ("_cert", "FILE")):
+        if option.key.endswith(suffix):
+            return metavar
+    return "N" if option.kind is int else option.key.upper()
 
 
 def resolve(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Settings:
