@@ -16,7 +16,7 @@ _CATALOG_KEYS = (
     "s3_endpoint", "s3_access_key", "s3_secret_key", "s3_region", "s3_path_style",
 )
 
-SERVE_KEYS = ("data_dir", "host", "port", "flight_port", "ops_port", "standby", "result_compression",
+SERVE_KEYS = ("data_dir", "host", "port", "flight_port", "ops_port", "ports_file", "standby", "result_compression",
               "tls_cert", "tls_key", "database", "password_file", "query_threads", "log_level", "write_buffer_ms",
               "tail_dir", "tail_url", "tail_quorum", "file_cache_mb", *_CATALOG_KEYS)
 
@@ -33,8 +33,8 @@ SERVE_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("write ladder", "opt-in; without --write-buffer-ms every write is one Iceberg commit before its ack "
      "(docs/architecture.md, 'The write ladder')",
      ("write_buffer_ms", "tail_dir", "tail_url", "tail_quorum")),
-    ("operations", "health, readiness, threads, logs",
-     ("ops_port", "standby", "query_threads", "log_level")),
+    ("operations", "health, readiness, ports, threads, logs",
+     ("ops_port", "ports_file", "standby", "query_threads", "log_level")),
 )
 _SERVE_USAGE = "icegres {command} [--data-dir DIR] [--host HOST] [--port PORT] [options]"
 _SERVE_EPILOG = ("Every flag has an ICEGRES_* environment twin and a key in the --config TOML file "
@@ -48,7 +48,8 @@ def _add_serve_groups(parser: argparse.ArgumentParser, keys: tuple[str, ...], *,
         group = parser.add_argument_group(title, description)
         if flight_only and title == "connection":
             group.add_argument("--port", dest="flight_port", type=int, default=None, metavar="PORT",
-                               help="Flight SQL listen port (env ICEGRES_FLIGHT_PORT) (default 50051)")
+                               help="Flight SQL listen port, 0 = any free one (env ICEGRES_FLIGHT_PORT) "
+                                    "(default 50051)")
         add_arguments(group, tuple(k for k in group_keys if k in keys), config=title == "operations")
 
 
@@ -100,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     keeper.add_argument("--port", type=int, default=None, metavar="PORT",
                         help="this keeper's listen port, required: the writers' --tail-quorum lists every "
                              "keeper's host:port, so give each keeper a port of its own and keep it across "
-                             "restarts")
+                             "restarts (0 = any free port, reported in the log and --ports-file)")
     # A keeper's own words for the options it shares with serve: its directory holds a log, not a lake.
     keeper.add_argument("--data-dir", metavar="DIR", default=None,
                         help="this keeper's own directory, holding its log (keeper.log; --init creates it); "
@@ -108,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     keeper.add_argument("--host", metavar="HOST", default=None,
                         help="listen address, as the writers' --tail-quorum names it (env ICEGRES_HOST) "
                              "(default 127.0.0.1)")
-    add_arguments(keeper, ("log_level",))
+    add_arguments(keeper, ("ports_file", "log_level"))
     keeper.add_argument("--init", action="store_true",
                         help="create a new keeper in an empty --data-dir (refused when it already holds a log; "
                              "never use it to restart a keeper that lost its disk)")

@@ -40,9 +40,10 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("data_dir", ".icegres", "embedded lakehouse directory: SQLite catalog + warehouse; also the local cache directory"),
     Option("host", "127.0.0.1", "listen address; a non-loopback address requires passwords"),
-    Option("port", DEFAULT_PORT, "Postgres wire listen port", int),
+    Option("port", DEFAULT_PORT, "Postgres wire listen port (0 = any free port: see --ports-file)", int),
     Option("flight_port", None, "Arrow Flight SQL listen port: `serve` also serves Flight SQL there when set; `flight-serve --port` sets it (default 50051)", int),
     Option("ops_port", None, "HTTP operations port (same --host): GET /health (503 with the reasons when the write tail is poisoned, the quorum writer was fenced or lost its majority), /ready (200 once serving), /metrics (Prometheus text of the write ladder's counters); unset = off", int),
+    Option("ports_file", None, "write the ports this process bound (--port, --flight-port, --ops-port; a keeper's --port) to this file as JSON with its pid, once bound and before it serves: how a script learns the ports of a server started with port 0"),
     Option("standby", False, "warm standby: start, open the lake, then wait for SIGUSR1 before winning the writer term, replaying and serving (SIGTERM before it: exit); `icegres supervise --warm-standby` keeps one ready to promote", bool),
     Option("result_compression", "none", "Flight SQL result bodies: none, or zstd (Arrow IPC buffers ZSTD-compressed in worker threads: about half the bytes for more CPU; pays off on slow links, not on loopback)"),
     Option("tls_cert", None, "PEM certificate (chain) file: the Flight SQL port serves grpc+tls:// (with --tls-key)"),
@@ -82,6 +83,7 @@ class Settings:
     port: int = DEFAULT_PORT
     flight_port: int | None = None  # Arrow Flight SQL (grpc) listen port; None: no Flight SQL
     ops_port: int | None = None  # HTTP /health, /ready, /metrics (icegres/protocol/http.py); None: off
+    ports_file: str | None = None  # JSON of the ports bound (icegres/listeners.py); None: not written
     standby: bool = False  # wait for SIGUSR1 before opening the tail and serving (icegres/supervise.py)
     result_compression: str = "none"  # Flight SQL IPC body compression: none | zstd
     tls_cert: str | None = None  # PEM files: with both, the Flight SQL port speaks TLS
