@@ -224,7 +224,9 @@ def bind_ports(settings: Settings, *, pgwire: bool = True) -> dict[str, BoundPor
         for each in bound.values():
             each.close()
         raise
-    log.info("bound %s on %s", ", ".join(f"{b.flag} {b.port}" for b in bound.values()), settings.host)
+    # DEBUG: a start-up that fails later must still be one line on stderr; the "serving" line
+    # and each front end's own line name the ports at INFO.
+    log.debug("bound %s on %s", ", ".join(f"{b.flag} {b.port}" for b in bound.values()), settings.host)
     return bound
 
 

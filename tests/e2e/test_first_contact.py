@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support.icegres_server import run_files, start_icegres, stop, wait_listening, wait_ports
+from tests.support.icegres_server import run_files, start_icegres, stop, wait_listening
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -173,26 +172,22 @@ def test_serve_on_port_0_reports_every_port_it_bound(tmp_path: Path) -> None:
 
 
 def test_the_ports_file_comes_before_the_lake_and_names_the_process(tmp_path: Path) -> None:
-    """The file is written once the ports are bound, before the data directory exists; its pid
+    """The file is written once the ports are bound, before the lake is opened: a server whose
+    catalog cannot be reached has written it when it stops (with its one line), and its pid
     tells it from a file an earlier process left."""
     log_path, ports_file = run_files(tmp_path)
     ports_file.write_text(json.dumps({"pid": 1, "host": "127.0.0.1", "port": 9}))  # stale
-    data_dir = tmp_path / "fresh"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "icegres", "serve", "--data-dir", str(data_dir), "--port", "0",
-                                 "--ports-file", str(ports_file)],
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        ports = wait_ports(proc, ports_file, log_path, CLI_TIMEOUT_S)
-        assert ports["port"] != 9
-        data = json.loads(ports_file.read_text())
-        assert data["pid"] == proc.pid and data["host"] == "127.0.0.1"
-        wait_listening(proc, ports["port"], log_path, CLI_TIMEOUT_S)
-        log = log_path.read_text()
-        assert log.index(f"bound --port {ports['port']} on 127.0.0.1") < log.index("serving")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+    with socket.socket() as closed:  # bound, never listening: the catalog's connection is refused
+        closed.bind(("127.0.0.1", 0))
+        uri = f"postgresql://ice@127.0.0.1:{closed.getsockname()[1]}/nope"
+        done = subprocess.run([sys.executable, "-m", "icegres", "serve", "--data-dir", str(tmp_path / "d"),
+                               "--port", "0", "--ops-port", "0", "--catalog-uri", uri, "--ports-file", str(ports_file)],
+                              capture_output=True, text=True, timeout=CLI_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr  # the catalog's line, nothing else
+    data = json.loads(ports_file.read_text())
+    assert data["pid"] != 1 and data["host"] == "127.0.0.1", data
+    assert data["port"] not in (0, 9) and data["ops_port"] not in (0, data["port"]), data
 
 
 def test_a_keeper_on_port_0_reports_its_port(tmp_path: Path) -> None:
