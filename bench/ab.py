@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,7 +33,6 @@ from typing import Any
 
 from bench.harness import fmt_x, median, provenance, write_report
 from bench.peers.flight import stop_process, wait_port
-from bench.pgwire_read import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,6 +43,15 @@ def _commit(checkout: Path) -> str:
                               text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "?"
+
+
+BIND_ATTEMPTS_MAX = 5
+
+
+def _pick_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class Side:
@@ -59,19 +68,35 @@ class Side:
         self.port = self.flight_port = self.ladder_port = 0
 
     def start(self) -> None:
-        self.port, self.flight_port, self.ladder_port = free_port(), free_port(), free_port()
-        self._serve(self.data, self.port, "--flight-port", str(self.flight_port))
-        self._serve(self.ladder_data, self.ladder_port, "--write-buffer-ms", "5",
-                    "--tail-dir", str(self.work / "wal"))
-        for port in (self.port, self.flight_port, self.ladder_port):
-            wait_port(port, self.procs[0 if port != self.ladder_port else 1], 120,
-                      self.work / "server.log")
+        self.port, self.flight_port = self._serve(self.data, "--flight-port")
+        self.ladder_port, _ = self._serve(self.ladder_data, None, "--write-buffer-ms", "5",
+                                          "--tail-dir", str(self.work / "wal"))
 
-    def _serve(self, data: Path, port: int, *extra: str) -> None:
-        log = open(self.work / "server.log", "ab")  # noqa: SIM115 - the server owns it until it exits
-        cmd = [sys.executable, "-m", "icegres", "serve", "--data-dir", str(data), "--host", "127.0.0.1",
-               "--port", str(port), *extra]
-        self.procs.append(subprocess.Popen(cmd, env=self.env, cwd=self.work, stdout=log, stderr=log))
+    def _serve(self, data: Path, second: str | None, *extra: str) -> tuple[int, int]:
+        """Start one server (with `second`, a second port flag) and return once it listens on its
+        ports. The ports are picked here, not bound as 0 and read back (`--ports-file`), because
+        the `--before` checkout may predate that: a start that finds a port taken meanwhile (an
+        outgoing connection can take it) is retried on new ports."""
+        log_path = self.work / "server.log"
+        for _ in range(BIND_ATTEMPTS_MAX):
+            ports = (_pick_port(), _pick_port() if second else 0)
+            offset = log_path.stat().st_size if log_path.exists() else 0
+            log = open(log_path, "ab")  # noqa: SIM115 - the server owns it until it exits
+            cmd = [sys.executable, "-m", "icegres", "serve", "--data-dir", str(data), "--host", "127.0.0.1",
+                   "--port", str(ports[0]), *([second, str(ports[1])] if second else []), *extra]
+            proc = subprocess.Popen(cmd, env=self.env, cwd=self.work, stdout=log, stderr=log)
+            try:
+                for port in ports[: 2 if second else 1]:
+                    wait_port(port, proc, 120, log_path)
+            except RuntimeError:
+                taken = "in use" in log_path.read_bytes()[offset:].decode(errors="replace")
+                if proc.poll() is None or not taken:
+                    stop_process(proc)
+                    raise
+                continue
+            self.procs.append(proc)
+            return ports
+        raise RuntimeError(f"no free ports in {BIND_ATTEMPTS_MAX} attempts: {log_path}")
 
     def stop(self) -> None:
         for proc in self.procs:

@@ -297,17 +297,18 @@ def flight_server(data_dir: Path, env: dict[str, str] | None = None) -> Iterator
     """`icegres flight-serve` on `data_dir` (loopback, a free port) for a load; yields its URI and
     stops it (by PID) afterwards."""
     from bench.peers.flight import stop_process, wait_port
-    from bench.pgwire_read import free_port, icegres_command
+    from bench.pgwire_read import icegres_command, icegres_ports
 
-    port = free_port()
     log_path = DATA_DIR / "logs" / "tpch-flight-load.log"
+    ports_file = log_path.with_name(log_path.name + ".ports.json")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [*icegres_command(), "flight-serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
-             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **env} if env else None)
+             "--port", "0", "--ports-file", str(ports_file)], stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, env={**os.environ, **env} if env else None)
     try:
+        port = icegres_ports(proc, ports_file, log_path)["flight_port"]
         wait_port(port, proc, 120, log_path)
         yield f"grpc://127.0.0.1:{port}"
     finally:

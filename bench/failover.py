@@ -73,13 +73,21 @@ class Writer:
         from bench.pgwire_read import icegres_command
 
         self.log_path = root / f"writer{generation}.log"
+        self.ports_file = root / f"writer{generation}.ports.json"
         cmd = [*icegres_command(), "serve", "--data-dir", str(data_dir), "--host", "127.0.0.1",
-               "--port", str(port), "--write-buffer-ms", str(window_ms), "--tail-quorum", quorum,
-               *(["--standby"] if standby else [])]
-        self.port = port
+               "--port", str(port), "--ports-file", str(self.ports_file), "--write-buffer-ms", str(window_ms),
+               "--tail-quorum", quorum, *(["--standby"] if standby else [])]
+        self.port = port  # 0 (the first writer's: the kernel picks) until `bound_port`
         with self.log_path.open("wb") as log:
             self.started = time.time()
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def bound_port(self) -> int:
+        """The port it bound (its --ports-file): every later writer is started on it."""
+        from bench.pgwire_read import icegres_ports
+
+        self.port = icegres_ports(self.proc, self.ports_file, self.log_path, READY_TIMEOUT_S)["port"]
+        return self.port
 
     @property
     def conninfo(self) -> str:
@@ -205,8 +213,6 @@ def measure_kill(old: Writer, new_writer: Any, table: str, probe_id: int) -> tup
 def main(argv: list[str] | None = None) -> int:
     import psycopg
 
-    from bench.pgwire_read import free_port
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kills", type=int, default=5, help="measured kills (plus one warm-up kill)")
     parser.add_argument("--load-s", type=float, default=1.5, help="INSERT load on each writer before its kill")
@@ -229,13 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         keepers = start_keepers(root / "keepers")
         quorum = ",".join(k.address for k in keepers)
-        port, data_dir = free_port(), root / "data"
+        port, data_dir = 0, root / "data"
         generation = iter(range(1_000_000))
 
         def new_writer(standby: bool = False) -> Writer:
+            # Every replacement on the first writer's port, as clients expect; a replacement that
+            # finds it taken (an outgoing connection got it after the kill) fails the run loudly.
             return Writer(root, next(generation), port, data_dir, args.window_ms, quorum, standby=standby)
 
         writer = new_writer()
+        port = writer.bound_port()
         wait_ready(writer)
         with psycopg.connect(writer.conninfo, autocommit=True) as conn:
             conn.execute("create schema fo")

@@ -197,11 +197,10 @@ class Keeper:
     """One `icegres keeper` subprocess on 127.0.0.1 with its own data dir; stopped by PID."""
 
     def __init__(self, data_dir: Path) -> None:
-        from bench.pgwire_read import free_port
-
         self.data_dir = data_dir
-        self.port = free_port()
+        self.port = 0  # the kernel's choice at the first start (its --ports-file), then kept
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
+        self.ports_file = data_dir.parent / f"{data_dir.name}.ports.json"
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -213,12 +212,16 @@ class Keeper:
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = [*icegres_command(), "keeper", "--host", "127.0.0.1", "--port", str(self.port),
-               "--data-dir", str(self.data_dir), *(["--init"] if init else [])]
+               "--ports-file", str(self.ports_file), "--data-dir", str(self.data_dir), *(["--init"] if init else [])]
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def wait_ready(self, timeout_s: float = KEEPER_READY_TIMEOUT_S) -> None:
+        from bench.pgwire_read import icegres_ports
+
         deadline = time.monotonic() + timeout_s
+        assert self.proc is not None
+        self.port = icegres_ports(self.proc, self.ports_file, self.log_path, timeout_s)["port"]
         while time.monotonic() < deadline:
             assert self.proc is not None
             if self.proc.poll() is not None:

@@ -16,37 +16,100 @@ _CATALOG_KEYS = (
     "s3_endpoint", "s3_access_key", "s3_secret_key", "s3_region", "s3_path_style",
 )
 
-SERVE_KEYS = ("data_dir", "host", "port", "flight_port", "ops_port", "standby", "result_compression", "tls_cert", "tls_key",
-              "database", "password_file", "query_threads", "log_level", "write_buffer_ms", "tail_dir",
-              "tail_url", "tail_quorum", "file_cache_mb", *_CATALOG_KEYS)
+SERVE_KEYS = ("data_dir", "host", "port", "flight_port", "ops_port", "ports_file", "standby", "result_compression",
+              "tls_cert", "tls_key", "database", "password_file", "query_threads", "log_level", "write_buffer_ms",
+              "tail_dir", "tail_url", "tail_quorum", "file_cache_mb", *_CATALOG_KEYS)
+
+# `serve --help` in groups, and in each group the flags most runs need first. Every key of
+# SERVE_KEYS is in exactly one group (tests/unit/test_cli.py); --config closes the last one.
+SERVE_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("connection", "where clients connect, and who may",
+     ("port", "host", "database", "password_file", "flight_port", "tls_cert", "tls_key", "result_compression")),
+    ("catalog and storage", "the lakehouse: embedded in --data-dir (SQLite catalog + local warehouse) unless "
+     "--catalog-uri names another",
+     ("data_dir", "catalog_uri", "warehouse", "catalog_name", "s3_endpoint", "s3_access_key", "s3_secret_key",
+      "s3_region", "s3_path_style", "catalog_sigv4", "catalog_token", "catalog_credential", "catalog_oauth2_uri",
+      "catalog_scope", "catalog_timeout_s", "file_cache_mb")),
+    ("write ladder", "opt-in; without --write-buffer-ms every write is one Iceberg commit before its ack "
+     "(docs/architecture.md, 'The write ladder')",
+     ("write_buffer_ms", "tail_dir", "tail_url", "tail_quorum")),
+    ("operations", "health, readiness, ports, threads, logs",
+     ("ops_port", "ports_file", "standby", "query_threads", "log_level")),
+)
+_SERVE_USAGE = "icegres {command} [--data-dir DIR] [--host HOST] [--port PORT] [options]"
+_SERVE_EPILOG = ("Every flag has an ICEGRES_* environment twin and a key in the --config TOML file "
+                 "(flag > environment > file > default): docs/configuration.md.")
+
+
+def _add_serve_groups(parser: argparse.ArgumentParser, keys: tuple[str, ...], *, flight_only: bool = False) -> None:
+    """serve's option groups on `parser`, each holding those of its flags that are in `keys`
+    (`flight_only`: flight-serve, whose --port is the Flight SQL port)."""
+    for title, description, group_keys in SERVE_GROUPS:
+        group = parser.add_argument_group(title, description)
+        if flight_only and title == "connection":
+            group.add_argument("--port", dest="flight_port", type=int, default=None, metavar="PORT",
+                               help="Flight SQL listen port, 0 = any free one (env ICEGRES_FLIGHT_PORT) "
+                                    "(default 50051)")
+        add_arguments(group, tuple(k for k in group_keys if k in keys), config=title == "operations")
+
+
+def version() -> str:
+    """The installed distribution's version (what pip knows), else the source tree's."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("icegres")
+    except PackageNotFoundError:
+        from icegres import __version__
+
+        return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="icegres", description="A Postgres-wire endpoint over an Iceberg lakehouse.")
+    parser.add_argument("--version", action="version", version=f"icegres {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve the lakehouse to Postgres clients")
-    serve_keys = SERVE_KEYS
-    add_arguments(serve, serve_keys)
-    flight = sub.add_parser("flight-serve", help="serve the lakehouse to Arrow Flight SQL (ADBC) clients only")
-    flight.add_argument("--port", dest="flight_port", type=int, default=None,
-                        help="Flight SQL listen port (env ICEGRES_FLIGHT_PORT) (default 50051)")
-    add_arguments(flight, tuple(k for k in serve_keys if k not in ("port", "flight_port")))
+    serve = sub.add_parser("serve", help="serve the lakehouse to Postgres clients",
+                           usage=_SERVE_USAGE.format(command="serve"), epilog=_SERVE_EPILOG,
+                           description="Serve the lakehouse to Postgres clients (and to Flight SQL ones "
+                                       "with --flight-port) until SIGTERM or SIGINT.")
+    _add_serve_groups(serve, SERVE_KEYS)
+    flight = sub.add_parser("flight-serve", help="serve the lakehouse to Arrow Flight SQL (ADBC) clients only",
+                            usage=_SERVE_USAGE.format(command="flight-serve"), epilog=_SERVE_EPILOG,
+                            description="Serve the lakehouse to Arrow Flight SQL (ADBC) clients only, until "
+                                        "SIGTERM or SIGINT.")
+    _add_serve_groups(flight, tuple(k for k in SERVE_KEYS if k not in ("port", "flight_port")), flight_only=True)
     seed = sub.add_parser("seed", help="write the deterministic demo tables (idempotent), on any catalog")
     add_arguments(seed, ("data_dir", "log_level", *_CATALOG_KEYS))
     seed.add_argument("--rows", type=int, default=1_000_000, help="rows in demo.trips")
     supervise = sub.add_parser("supervise", help="run `icegres serve` as a child and replace it when it exits or "
-                               "its /health stays 503 or silent (needs --ops-port; icegres/supervise.py)")
-    add_arguments(supervise, serve_keys)
-    supervise.add_argument("--start-timeout-s", type=float, default=60.0,
-                           help="replace a child whose /ready is not 200 within this many seconds (default 60)")
-    supervise.add_argument("--health-timeout-s", type=float, default=3.0,
-                           help="replace a serving child whose /health is 503 or silent this long (default 3)")
-    supervise.add_argument("--probe-interval-ms", type=int, default=200, help="probe period (default 200)")
-    supervise.add_argument("--warm-standby", action="store_true",
-                           help="keep a second `serve --standby` child (started, lake open) and promote it with "
-                                "SIGUSR1 instead of starting a replacement cold")
+                               "its /health stays 503 or silent (needs --ops-port; icegres/supervise.py)",
+                               usage=_SERVE_USAGE.format(command="supervise") + " --ops-port PORT",
+                               epilog=_SERVE_EPILOG)
+    supervisor = supervise.add_argument_group("supervisor", "when the child is replaced, and how")
+    supervisor.add_argument("--start-timeout-s", type=float, default=60.0, metavar="SECONDS",
+                            help="replace a child whose /ready is not 200 within this many seconds (default 60)")
+    supervisor.add_argument("--health-timeout-s", type=float, default=3.0, metavar="SECONDS",
+                            help="replace a serving child whose /health is 503 or silent this long (default 3)")
+    supervisor.add_argument("--probe-interval-ms", type=int, default=200, metavar="MS", help="probe period (default 200)")
+    supervisor.add_argument("--warm-standby", action="store_true",
+                            help="keep a second `serve --standby` child (started, lake open) and promote it with "
+                                 "SIGUSR1 instead of starting a replacement cold")
+    _add_serve_groups(supervise, SERVE_KEYS)
     keeper = sub.add_parser("keeper", help="run one acceptor of a quorum tail (docs/quorum-protocol.md)")
-    add_arguments(keeper, ("data_dir", "host", "port", "log_level"))
+    keeper.add_argument("--port", type=int, default=None, metavar="PORT",
+                        help="this keeper's listen port, required: the writers' --tail-quorum lists every "
+                             "keeper's host:port, so give each keeper a port of its own and keep it across "
+                             "restarts (0 = any free port, reported in the log and --ports-file)")
+    # A keeper's own words for the options it shares with serve: its directory holds a log, not a lake.
+    keeper.add_argument("--data-dir", metavar="DIR", default=None,
+                        help="this keeper's own directory, holding its log (keeper.log; --init creates it); "
+                             "one per keeper (env ICEGRES_DATA_DIR) (default .icegres)")
+    keeper.add_argument("--host", metavar="HOST", default=None,
+                        help="listen address, as the writers' --tail-quorum names it (env ICEGRES_HOST) "
+                             "(default 127.0.0.1)")
+    add_arguments(keeper, ("ports_file", "log_level"))
     keeper.add_argument("--init", action="store_true",
                         help="create a new keeper in an empty --data-dir (refused when it already holds a log; "
                              "never use it to restart a keeper that lost its disk)")

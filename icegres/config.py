@@ -40,9 +40,10 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("data_dir", ".icegres", "embedded lakehouse directory: SQLite catalog + warehouse; also the local cache directory"),
     Option("host", "127.0.0.1", "listen address; a non-loopback address requires passwords"),
-    Option("port", DEFAULT_PORT, "Postgres wire listen port", int),
+    Option("port", DEFAULT_PORT, "Postgres wire listen port (0 = any free port: see --ports-file)", int),
     Option("flight_port", None, "Arrow Flight SQL listen port: `serve` also serves Flight SQL there when set; `flight-serve --port` sets it (default 50051)", int),
     Option("ops_port", None, "HTTP operations port (same --host): GET /health (503 with the reasons when the write tail is poisoned, the quorum writer was fenced or lost its majority), /ready (200 once serving), /metrics (Prometheus text of the write ladder's counters); unset = off", int),
+    Option("ports_file", None, "write the ports this process bound (--port, --flight-port, --ops-port; a keeper's --port) to this file as JSON with its pid, once bound and before it serves: how a script learns the ports of a server started with port 0"),
     Option("standby", False, "warm standby: start, open the lake, then wait for SIGUSR1 before winning the writer term, replaying and serving (SIGTERM before it: exit); `icegres supervise --warm-standby` keeps one ready to promote", bool),
     Option("result_compression", "none", "Flight SQL result bodies: none, or zstd (Arrow IPC buffers ZSTD-compressed in worker threads: about half the bytes for more CPU; pays off on slow links, not on loopback)"),
     Option("tls_cert", None, "PEM certificate (chain) file: the Flight SQL port serves grpc+tls:// (with --tls-key)"),
@@ -82,6 +83,7 @@ class Settings:
     port: int = DEFAULT_PORT
     flight_port: int | None = None  # Arrow Flight SQL (grpc) listen port; None: no Flight SQL
     ops_port: int | None = None  # HTTP /health, /ready, /metrics (icegres/protocol/http.py); None: off
+    ports_file: str | None = None  # JSON of the ports bound (icegres/listeners.py); None: not written
     standby: bool = False  # wait for SIGUSR1 before opening the tail and serving (icegres/supervise.py)
     result_compression: str = "none"  # Flight SQL IPC body compression: none | zstd
     tls_cert: str | None = None  # PEM files: with both, the Flight SQL port speaks TLS
@@ -147,9 +149,10 @@ def redact_uri(uri: str) -> str:
     return f"{scheme}://{user}:***@{host}" if ":" in auth else uri
 
 
-def add_arguments(parser: argparse.ArgumentParser, keys: tuple[str, ...]) -> None:
-    """Flags for the named options; values default to None so the other sources can fill in."""
-    parser.add_argument("--config", default=None, help="TOML file with the same keys as the flags (env ICEGRES_CONFIG)")
+def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, keys: tuple[str, ...], *,
+                  config: bool = True) -> None:
+    """Flags for the named options (then --config, unless `config` is False) on a parser or an
+    argument group; values default to None so the other sources can fill in."""
     for key in keys:
         option = OPTIONS_BY_KEY[key]
         default = f" (default {option.default})" if option.default not in (None, False) else ""
@@ -157,8 +160,20 @@ def add_arguments(parser: argparse.ArgumentParser, keys: tuple[str, ...]) -> Non
             parser.add_argument(option.flag, action="store_const", const=True, default=None,
                                 help=f"{option.help} (env {option.env})")
         else:
-            parser.add_argument(option.flag, type=option.kind, default=None,
+            parser.add_argument(option.flag, type=option.kind, default=None, metavar=_metavar(option),
                                 help=f"{option.help} (env {option.env}){default}")
+    if config:
+        parser.add_argument("--config", default=None, metavar="FILE",
+                            help="TOML file with the same keys as the flags (env ICEGRES_CONFIG)")
+
+
+def _metavar(option: Option) -> str:
+    """What --help shows after a flag: the kind of value (PORT, DIR, MS, ...), not the key again."""
+    for suffix, metavar in (("port", "PORT"), ("tls_key", "FILE"), ("_dir", "DIR"), ("_file", "FILE"), ("_ms", "MS"), ("_mb", "MB"),
+                            ("_s", "SECONDS"), ("_uri", "URI"), ("_url", "URL"), ("_key", "KEY"), ("_cert", "FILE")):
+        if option.key.endswith(suffix):
+            return metavar
+    return "N" if option.kind is int else option.key.upper()
 
 
 def resolve(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Settings:

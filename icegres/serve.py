@@ -1,7 +1,9 @@
 """One serving process, wired: `icegres serve`, `icegres flight-serve` and `icegres keeper`.
 
-`serve` opens the lakehouse and the engine, then, inside one trio run: the operations endpoint
-first (so /health answers while the tail replays), a warm standby's wait for SIGUSR1, the write
+`serve` binds its ports first (`icegres/listeners.py`: a busy port is one line before anything
+is created, and port 0 is reported by --ports-file), opens the lakehouse and the engine, then,
+inside one trio run: the operations endpoint first (so /health answers while the tail
+replays), a warm standby's wait for SIGUSR1 (it binds its ports after it), the write
 tail the options name (`open_tail`) and the write ladder over it (`icegres.ladder.open_ladder`,
 which attaches it to the engine once replayed), the pgwire and Flight SQL front ends, and the
 SIGTERM/SIGINT that drains every acknowledged row into the lake before the process exits. Every
@@ -23,7 +25,8 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from icegres.config import Settings, redact_uri
+from icegres.config import Settings, redact_uri, refuse_open_trust
+from icegres.listeners import BoundPort, CannotListen, bind_port, write_ports_file
 
 if TYPE_CHECKING:
     from icegres.engine.catalog import Lakehouse
@@ -70,6 +73,17 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
     """Serve until SIGTERM/SIGINT (pgwire, plus Flight SQL with --flight-port; Flight SQL alone
     when `pgwire` is False). The process's exit status."""
     started = time.monotonic()
+    # Trust beyond loopback, then every port, before anything else: neither refusal may leave a
+    # data directory behind. A warm standby binds when it is promoted, once the writer it
+    # replaces is gone.
+    refuse_open_trust(settings, "" if pgwire else "Flight SQL on ")
+    bound: dict[str, BoundPort] = {}
+    if not settings.standby:
+        try:
+            bound = bind_ports(settings, pgwire=pgwire)
+        except CannotListen as exc:
+            print(f"icegres: {exc}", file=sys.stderr)
+            return 1
     import trio
 
     from icegres import collector
@@ -89,34 +103,44 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
         if file_cache is not None:
             file_cache.close()
         return 1
-    server = PgServer(settings, engine) if pgwire else None
-    flight = None
-    if not pgwire or settings.flight_port is not None:
-        from icegres.protocol.flightsql.server import FlightServer
 
-        # One engine and one pool of query threads for both protocols.
-        flight = FlightServer(settings, engine, limiter=server.limiter if server is not None else None)
+    def front_ends(ports: dict[str, BoundPort]) -> tuple[PgServer | None, Any]:
+        server = PgServer(settings, engine, bound=ports["port"]) if pgwire else None
+        flight = None
+        if "flight_port" in ports:
+            from icegres.protocol.flightsql.server import FlightServer
+
+            # One engine and one pool of query threads for both protocols.
+            flight = FlightServer(settings, engine, limiter=server.limiter if server is not None else None,
+                                  bound=ports["flight_port"])
+        return server, flight
+
+    fronts = front_ends(bound) if bound else None  # a standby's come with its ports
 
     async def run() -> None:
-        # The operations endpoint comes up first: /health answers (and /ready says 503) while
-        # the tail replays, so a supervisor can tell a slow start from a dead one.
+        nonlocal bound, fronts
         if settings.standby:
             if not await _promoted(engine):
                 return
+            bound = bind_ports(settings, pgwire=pgwire)
+            fronts = front_ends(bound)
             if not (settings.tail_dir or settings.tail_url or settings.tail_quorum):
                 # With a tail, replay refreshes the engine; without one, the lake moved since start-up.
                 await trio.to_thread.run_sync(engine.refresh)
+        assert fronts is not None
+        # The operations endpoint comes up first: /health answers (and /ready says 503) while
+        # the tail replays, so a supervisor can tell a slow start from a dead one.
         async with trio.open_nursery() as outer:
             ops = None
-            if settings.ops_port is not None:
+            if "ops_port" in bound:
                 from icegres.protocol.http import OpsServer
 
-                ops = OpsServer(settings, engine)
+                ops = OpsServer(settings, engine, bound=bound["ops_port"])
                 await outer.start(ops.serve)
-            await serving(ops)
+            await serving(ops, *fronts)
             outer.cancel_scope.cancel()
 
-    async def serving(ops: Any) -> None:
+    async def serving(ops: Any, server: PgServer | None, flight: Any) -> None:
         from icegres.ladder import open_ladder
 
         # The signal receiver is open before the ladder starts, so a SIGTERM during replay waits
@@ -137,7 +161,7 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
                     log.info(
                         "serving %s on %s:%d (database %s, %s auth) after %.2fs",
                         lakehouse.description, settings.host,
-                        settings.port if server is not None else flight.port, settings.database, auth,
+                        server.port if server is not None else flight.port, settings.database, auth,
                         time.monotonic() - started,
                     )
                     if ops is not None:
@@ -157,15 +181,12 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
 
     try:
         trio.run(run)
-    except OSError as exc:
-        print(f"icegres: cannot listen on {settings.host}:{settings.port}: {exc}", file=sys.stderr)
-        return 1
     except Exception as exc:
         from icegres.machines.drivers.quorum import QuorumAppendFailed
         from icegres.machines.drivers.tail import AppendFailed, TailUnavailable
         from icegres.machines.wal import PoisonedTail
 
-        if _explain(exc, ((TailUnavailable,), "icegres: "),
+        if _explain(exc, ((CannotListen,), "icegres: "), ((TailUnavailable,), "icegres: "),
                     ((QuorumAppendFailed,), f"icegres: cannot open the quorum tail on {settings.tail_quorum}: "),
                     ((PoisonedTail, AppendFailed), f"icegres: cannot open the WAL tail {settings.tail_dir}: ")):
             return 1
@@ -174,6 +195,39 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
         if file_cache is not None:
             file_cache.close()  # a copy in progress would otherwise hold the exit
     return 0
+
+
+def bind_ports(settings: Settings, *, pgwire: bool = True) -> dict[str, BoundPort]:
+    """Bind (not yet listen on) every port this server serves, keyed by option (`port`,
+    `flight_port`, `ops_port`), and write --ports-file. Raises CannotListen, every socket closed."""
+    from icegres.protocol.flightsql.server import DEFAULT_FLIGHT_PORT
+
+    wanted: list[tuple[str, int, str]] = []
+    if pgwire:
+        wanted.append(("port", settings.port, "--port"))
+    if not pgwire or settings.flight_port is not None:
+        flight_port = settings.flight_port if settings.flight_port is not None else DEFAULT_FLIGHT_PORT
+        wanted.append(("flight_port", flight_port, "--flight-port" if pgwire else "--port"))
+    if settings.ops_port is not None:
+        wanted.append(("ops_port", settings.ops_port, "--ops-port"))
+    bound: dict[str, BoundPort] = {}
+    try:
+        for key, port, flag in wanted:
+            bound[key] = bind_port(settings.host, port, flag=flag)
+        if settings.ports_file:
+            write_ports_file(settings.ports_file, settings.host, {k: b.port for k, b in bound.items()})
+    except OSError as exc:
+        for each in bound.values():
+            each.close()
+        raise CannotListen(f"cannot write --ports-file {settings.ports_file}: {exc.strerror or exc}") from None
+    except BaseException:
+        for each in bound.values():
+            each.close()
+        raise
+    # DEBUG: a start-up that fails later must still be one line on stderr; the "serving" line
+    # and each front end's own line name the ports at INFO.
+    log.debug("bound %s on %s", ", ".join(f"{b.flag} {b.port}" for b in bound.values()), settings.host)
+    return bound
 
 
 async def _promoted(engine: Engine) -> bool:
@@ -293,12 +347,25 @@ def serve_keeper(settings: Settings, *, init: bool, rejoin: str | None = None) -
     except ValueError as exc:
         print(f"icegres keeper: --rejoin: {exc}", file=sys.stderr)
         return 2
+    # The port before the data directory: a busy one must leave no --init'ed log behind.
+    try:
+        bound = bind_port(settings.host, settings.port)
+        if settings.ports_file:
+            write_ports_file(settings.ports_file, settings.host, {"port": bound.port})
+    except CannotListen as exc:
+        print(f"icegres keeper: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"icegres keeper: cannot write --ports-file {settings.ports_file}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
 
     async def run() -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
                 async def keeper() -> None:
-                    await run_keeper(settings.data_dir, settings.host, settings.port, init=init, rejoin=peers)
+                    await run_keeper(settings.data_dir, settings.host, bound.port, init=init, rejoin=peers,
+                                     bound=bound)
                     nursery.cancel_scope.cancel()
 
                 nursery.start_soon(keeper)
@@ -309,8 +376,8 @@ def serve_keeper(settings: Settings, *, init: bool, rejoin: str | None = None) -
     try:
         trio.run(run)
     except Exception as exc:
-        if _explain(exc, ((KeeperRefused,), "icegres keeper: "),
-                    ((OSError,), f"icegres keeper: cannot listen on {settings.host}:{settings.port}: ")):
+        if _explain(exc, ((KeeperRefused,), "icegres keeper: "), ((CannotListen,), "icegres keeper: "),
+                    ((OSError,), "icegres keeper: ")):
             return 1
         raise
     return 0

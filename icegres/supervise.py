@@ -23,6 +23,12 @@ ready is retried with a doubling delay (`RESTART_DELAY_S_MIN` .. `RESTART_DELAY_
 SIGTERM/SIGINT to the supervisor is passed to the child (which drains to the lake) and the
 supervisor exits with the child's code.
 
+Every child writes the ports it bound to a file of the supervisor's (`--ports-file`); the first
+child's ports are then given to every later one as flags. So `--port 0` / `--ops-port 0` work
+here too: the kernel picks once, and a replacement serves where its predecessor did (the
+supervisor's own `--ports-file` reports them, with the supervisor's pid). A replacement that finds
+a port taken exits, and is retried like any child that did not start.
+
 `--warm-standby` keeps a second child waiting (`serve --standby`: imports done, lake open, no
 term, no listener), started once the writer serves. A replacement is then that child, promoted
 with SIGUSR1 after the old writer is gone (SIGKILLed or exited): it skips process start-up, the
@@ -37,19 +43,24 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
 
+from icegres.listeners import read_ports_file, write_ports_file
+
 if TYPE_CHECKING:
     from icegres.config import Settings
 
-__all__ = ["ChildState", "Policy", "child_argv", "judge", "restart_delay_s", "supervise"]
+__all__ = ["ChildPorts", "ChildState", "Policy", "child_argv", "judge", "restart_delay_s", "supervise"]
 
 log = logging.getLogger("icegres.supervise")
 
@@ -121,6 +132,53 @@ def child_argv(args: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
     return out
 
 
+_PORT_KEYS = ("port", "flight_port", "ops_port")
+
+
+class ChildPorts:
+    """Where the children serve: learnt from the ports file the first child writes (`path`, its
+    pid checked), then pinned. `flags()` gives them to every later child; `report` (the
+    supervisor's own --ports-file) gets them once, with the supervisor's pid and `host`."""
+
+    def __init__(self, path: Path, *, ops_port: int, host: str, report: str | None = None) -> None:
+        self.path = path
+        self.host = host
+        self.report = report
+        self.configured_ops_port = ops_port
+        self.pinned: dict[str, int] = {}
+
+    def learn(self, pid: int) -> bool:
+        """True once the ports are known (read now from child `pid`'s file, or before)."""
+        if self.pinned:
+            return True
+        data = read_ports_file(self.path)
+        if data is None or data.get("pid") != pid:
+            return False
+        self.pinned = {key: int(data[key]) for key in _PORT_KEYS if isinstance(data.get(key), int)}
+        log.info("supervisor: the writers serve on %s",
+                 ", ".join(f"{key} {port}" for key, port in self.pinned.items()))
+        if self.report:
+            try:
+                write_ports_file(self.report, self.host, self.pinned)
+            except OSError as exc:
+                log.error("supervisor: cannot write --ports-file %s: %s", self.report, exc)
+        return True
+
+    def ops_port(self, pid: int) -> int | None:
+        """The port to probe child `pid` on, None until it is known."""
+        if self.learn(pid):
+            return self.pinned.get("ops_port", self.configured_ops_port or None)
+        return self.configured_ops_port or None
+
+    def flags(self) -> list[str]:
+        """The child's flags: its ports file, and the pinned ports (after the forwarded flags:
+        argparse keeps the last)."""
+        out = ["--ports-file", str(self.path)]
+        for key, port in self.pinned.items():
+            out += ["--" + key.replace("_", "-"), str(port)]
+        return out
+
+
 async def probe(host: str, port: int, path: str, timeout_s: float) -> int | None:
     """The HTTP status of GET `path`, or None when nothing answered within `timeout_s`."""
     with trio.move_on_after(timeout_s):
@@ -149,29 +207,43 @@ def run_supervisor(settings: Settings, args: dict[str, Any], keys: tuple[str, ..
 
     policy = Policy(start_timeout_s=args["start_timeout_s"], health_timeout_s=args["health_timeout_s"],
                     probe_interval_ms=args["probe_interval_ms"])
+    # --ports-file is the supervisor's own: the children write to a file of its choosing.
+    keys = tuple(k for k in keys if k != "ports_file")
     return trio.run(partial(supervise, child_argv(args, keys), settings.host, settings.ops_port, policy,
-                            warm_standby=args["warm_standby"]))
+                            warm_standby=args["warm_standby"], ports_file=settings.ports_file))
 
 
 async def supervise(serve_argv: list[str], host: str, ops_port: int, policy: Policy, *,
-                    warm_standby: bool = False) -> int:
+                    warm_standby: bool = False, ports_file: str | None = None) -> int:
     """Run `icegres serve serve_argv` until SIGTERM/SIGINT, replacing it as the module says.
     With `warm_standby`, a second child waits (`serve --standby`: started, lake open) and is
-    promoted with SIGUSR1 instead of a cold start. Returns the last child's exit code once it
-    stopped on our signal."""
+    promoted with SIGUSR1 instead of a cold start. `ports_file` gets the children's ports once
+    the first one bound them. Returns the last child's exit code once it stopped on our signal."""
+    scratch = Path(tempfile.mkdtemp(prefix="icegres-supervise-"))
+    try:
+        ports = ChildPorts(scratch / "child-ports.json", ops_port=ops_port, host=host, report=ports_file)
+        return await _supervise(serve_argv, host, ports, policy, warm_standby=warm_standby)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+async def _supervise(serve_argv: list[str], host: str, ports: ChildPorts, policy: Policy, *,
+                     warm_standby: bool) -> int:
     probe_host = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
-    cmd = [sys.executable, "-m", "icegres", "serve", *serve_argv]
     stopping = trio.Event()
     failed_starts = 0
     generation = 0
     standby: trio.Process | None = None
+
+    def cmd() -> list[str]:
+        return [sys.executable, "-m", "icegres", "serve", *serve_argv, *ports.flags()]
 
     async def start_standby() -> None:
         nonlocal standby
         if warm_standby and not stopping.is_set() and (standby is None or standby.returncode is not None):
             # SIGUSR1 blocked from birth: a promotion sent while the standby still starts stays
             # pending until it listens for it (`serve._promoted`), instead of killing it.
-            standby = await trio.lowlevel.open_process([*cmd, "--standby"], stdin=subprocess.DEVNULL,
+            standby = await trio.lowlevel.open_process([*cmd(), "--standby"], stdin=subprocess.DEVNULL,
                                                        preexec_fn=_block_sigusr1)
             log.info("supervisor: warm standby started (pid %d)", standby.pid)
 
@@ -192,11 +264,11 @@ async def supervise(serve_argv: list[str], host: str, ops_port: int, policy: Pol
                     proc.send_signal(signal.SIGUSR1)
                     log.info("supervisor: writer %d is the promoted standby (pid %d)", generation, proc.pid)
                 else:
-                    proc = await trio.lowlevel.open_process(cmd, stdin=subprocess.DEVNULL)
+                    proc = await trio.lowlevel.open_process(cmd(), stdin=subprocess.DEVNULL)
                     log.info("supervisor: writer %d started (pid %d)", generation, proc.pid)
                 child = ChildState(started_at_s=trio.current_time())
                 # A new standby starts once the writer serves: it never slows a failover down.
-                reason = await _watch(proc, child, policy, probe_host, ops_port, stopping, start_standby)
+                reason = await _watch(proc, child, policy, probe_host, ports, stopping, start_standby)
                 if stopping.is_set():
                     if standby is not None:
                         await _stop(standby)
@@ -229,7 +301,7 @@ async def supervise(serve_argv: list[str], host: str, ops_port: int, policy: Pol
     return 0
 
 
-async def _watch(proc: trio.Process, child: ChildState, policy: Policy, host: str, port: int,
+async def _watch(proc: trio.Process, child: ChildState, policy: Policy, host: str, ports: ChildPorts,
                  stopping: trio.Event, on_ready: Callable[[], Awaitable[None]]) -> str:
     """Probe until the child must go (or a stop was asked): the reason, prefixed `served:` when
     the child had become ready."""
@@ -256,7 +328,9 @@ async def _watch(proc: trio.Process, child: ChildState, policy: Policy, host: st
             return "stopping"
         if proc.returncode is not None:
             return why(f"exited with {_describe_exit(proc.returncode)}")
-        status = await probe(host, port, child.probe_path, timeout_s)
+        # Until the child reported its ports, it is not ready (it writes them before opening the lake).
+        port = ports.ops_port(proc.pid)
+        status = None if port is None else await probe(host, port, child.probe_path, timeout_s)
         if proc.returncode is not None:
             return why(f"exited with {_describe_exit(proc.returncode)}")
         was_ready = child.ready

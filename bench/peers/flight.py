@@ -68,7 +68,14 @@ class AdbcPeer(Peer):
 
 # --- the pyarrow.flight ceiling server ------------------------------------------------------------
 
-def _serve(path: Path, port: int) -> None:
+def _report_port(ports_file: Path | None, port: int) -> None:
+    if ports_file is not None:
+        from icegres.listeners import write_ports_file
+
+        write_ports_file(ports_file, "127.0.0.1", {"port": port})
+
+
+def _serve(path: Path, port: int, ports_file: Path | None = None) -> None:
     import pyarrow.flight as flight
 
     from icegres.protocol.flightsql import icegres_flight_pb2 as fl
@@ -109,12 +116,13 @@ def _serve(path: Path, port: int) -> None:
             return []
 
     server = Ceiling(f"grpc://127.0.0.1:{port}")
-    print(f"ceiling serving {table.num_rows} rows on {port}", flush=True)
+    print(f"ceiling serving {table.num_rows} rows on {server.port}", flush=True)
+    _report_port(ports_file, server.port)
     signal.signal(signal.SIGTERM, lambda *_: server.shutdown())
     server.serve()
 
 
-def _serve_grpclib(path: Path, port: int) -> None:
+def _serve_grpclib(path: Path, port: int, ports_file: Path | None = None) -> None:
     """The same table, pre-encoded once, sent by grpclib under trio-asyncio exactly as icegres
     sends a result (same codec, same FlightData encoding, the same pre-built HTTP/2 DATA frames
     written by h2send.send_framed, the same corked writes): the transport alone, without the
@@ -191,7 +199,9 @@ def _serve_grpclib(path: Path, port: int) -> None:
         async with trio_asyncio.open_loop():
             server = Server([Transport()], codec=CODEC)
             await trio_asyncio.aio_as_trio(server.start)("127.0.0.1", port)
-            print(f"grpclib transport serving {table.num_rows} rows on {port}", flush=True)
+            bound = server._server.sockets[0].getsockname()[1]  # grpclib has no public accessor
+            print(f"grpclib transport serving {table.num_rows} rows on {bound}", flush=True)
+            _report_port(ports_file, bound)
             with trio.open_signal_receiver(signal.SIGTERM) as signals:
                 async for _ in signals:
                     server.close()
@@ -204,11 +214,10 @@ class CeilingServer:
     """The ceiling in a subprocess, stopped by its PID."""
 
     def __init__(self, table_file: Path, log_path: Path, grpclib: bool = False) -> None:
-        from bench.pgwire_read import free_port
-
         self.grpclib = grpclib
-        self.port = free_port()
+        self.port = 0  # the kernel's choice, known once started (its --ports-file)
         self.log_path = log_path
+        self.ports_file = log_path.with_name(log_path.name + ".ports.json")
         self.proc = None
         self.table_file = table_file
 
@@ -220,10 +229,13 @@ class CeilingServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "bench.peers.flight", "--file", str(self.table_file), "--port", str(self.port),
-                 *(["--grpclib"] if self.grpclib else [])],
+                [sys.executable, "-m", "bench.peers.flight", "--file", str(self.table_file), "--port", "0",
+                 "--ports-file", str(self.ports_file), *(["--grpclib"] if self.grpclib else [])],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+        from bench.pgwire_read import icegres_ports
+
+        self.port = icegres_ports(self.proc, self.ports_file, self.log_path, timeout_s)["port"]
         wait_port(self.port, self.proc, timeout_s, self.log_path)
 
     def stop(self) -> None:
@@ -256,7 +268,8 @@ def stop_process(proc: Any) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description="pyarrow.flight ceiling server for the flight bench")
     ap.add_argument("--file", type=Path, required=True, help="Arrow IPC file holding the table")
-    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--port", type=int, required=True, help="0: any free port, reported in --ports-file")
+    ap.add_argument("--ports-file", type=Path, default=None, help="write {\"pid\": ..., \"port\": ...} here once bound")
     ap.add_argument("--grpclib", action="store_true", help="serve with grpclib under trio-asyncio instead")
     args = ap.parse_args()
-    (_serve_grpclib if args.grpclib else _serve)(args.file, args.port)
+    (_serve_grpclib if args.grpclib else _serve)(args.file, args.port, args.ports_file)

@@ -23,6 +23,7 @@ from typing import Any
 
 from bench.harness import Peer
 from tests.support.postgres import (
+    _BIND_ATTEMPTS_MAX,
     DB_NAME,
     DB_USER,
     PG_BIN_DIR,
@@ -88,6 +89,27 @@ class Cluster:
             self.proc = None
 
 
+def _start_on_a_free_port(cluster: Cluster) -> None:
+    """Start the cluster, again on another port while the one picked was taken before postgres
+    bound it (postgres cannot bind port 0 and report it: the port is picked here, and an outgoing
+    connection may take it meanwhile)."""
+    for attempt in range(1, _BIND_ATTEMPTS_MAX + 1):
+        offset = cluster.log_path.stat().st_size if cluster.log_path.exists() else 0
+        cluster.start()
+        try:
+            cluster.wait_ready()
+            return
+        except PostgresStartError:
+            with open(cluster.log_path, "rb") as f:
+                f.seek(offset)
+                said = f.read().decode("utf-8", "replace")
+            exited = cluster.proc is not None and cluster.proc.poll() is not None
+            cluster.stop()
+            if attempt == _BIND_ATTEMPTS_MAX or not exited or not (
+                    "could not bind" in said or "Address already in use" in said):
+                raise
+
+
 @contextlib.contextmanager
 def running_cluster() -> Iterator[Cluster]:
     run_as = _RunAs.for_current_process()
@@ -100,8 +122,7 @@ def running_cluster() -> Iterator[Cluster]:
         _run_checked([str(PG_BIN_DIR / "initdb"), "-D", str(cluster.data_dir), "-A", "trust", "-U",
                       DB_USER, "-E", "UTF8", "--locale=C.UTF-8", "--no-instructions"],
                      run_as, cluster.log_path, 120, base)
-        cluster.start()
-        cluster.wait_ready()
+        _start_on_a_free_port(cluster)
         yield cluster
     finally:
         cluster.stop()

@@ -66,10 +66,8 @@ class IcegresProcess:
     """`icegres serve --port P --flight-port F [extra]`: both protocols over one engine."""
 
     def __init__(self, data_dir: Path, log_path: Path, *extra: str) -> None:
-        from bench.pgwire_read import free_port
-
         self.data_dir, self.log_path, self.extra = data_dir, log_path, extra
-        self.pg_port, self.flight_port = free_port(), free_port()
+        self.pg_port = self.flight_port = 0  # the kernel's choice, known once started
         self.proc: Any = None
 
     @property
@@ -82,14 +80,17 @@ class IcegresProcess:
 
     def start(self) -> None:
         from bench.peers.flight import wait_port
-        from bench.pgwire_read import icegres_command
+        from bench.pgwire_read import icegres_command, icegres_ports
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        ports_file = self.log_path.with_name(self.log_path.name + ".ports.json")
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 [*icegres_command(), "serve", "--data-dir", str(self.data_dir), "--host", "127.0.0.1",
-                 "--port", str(self.pg_port), "--flight-port", str(self.flight_port), *self.extra],
+                 "--port", "0", "--flight-port", "0", "--ports-file", str(ports_file), *self.extra],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        ports = icegres_ports(self.proc, ports_file, self.log_path)
+        self.pg_port, self.flight_port = ports["port"], ports["flight_port"]
         wait_port(self.flight_port, self.proc, 120, self.log_path)
         wait_port(self.pg_port, self.proc, 120, self.log_path)
 

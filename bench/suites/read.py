@@ -86,7 +86,7 @@ def run_backend(name: str, opts: Any) -> dict[str, Any]:
     from bench.peers.flight import AdbcPeer
     from bench.peers.postgres import PostgresPeer, load_trips, running_cluster, version
     from bench.peers.sql import DuckPeer, InProcessPeer, PgwirePeer
-    from bench.pgwire_read import Server, free_port
+    from bench.pgwire_read import Server
 
     section = "read" if name == "embedded" else f"read_{name}"
     report: dict[str, Any] = {"suite": "read", "section": section, **provenance(opts.command)}
@@ -97,11 +97,11 @@ def run_backend(name: str, opts: Any) -> dict[str, Any]:
         backend, marker_dir = stack.enter_context(_backend(name))
         # The same server answers Flight SQL, so a missing TPC-H dataset is loaded by Flight ingest
         # (the measured-faster path, `tpch_load`) on the embedded lake and on SeaweedFS alike.
-        flight_port = free_port()
         server = Server(backend.data_dir, datasets.DATA_DIR / "logs" / f"read-{name}.log",
-                        {**backend.env, "ICEGRES_FLIGHT_PORT": str(flight_port)})
+                        {**backend.env, "ICEGRES_FLIGHT_PORT": "0"})
         server.start()
         stack.callback(server.stop)
+        flight_port = server.ports["flight_port"]
         server.wait_ready("select 1")
         tpch = datasets.tpch(marker_dir, server.conninfo, flight_uri=f"grpc://127.0.0.1:{flight_port}")
         server.wait_file_cache()  # on SeaweedFS: measure the server its copies warmed

@@ -31,6 +31,7 @@ import trio
 if TYPE_CHECKING:
     from icegres.config import Settings
     from icegres.engine.lake import Engine
+    from icegres.listeners import BoundPort
 
 __all__ = ["HealthReport", "OpsServer", "health_report", "metrics_text", "scrub"]
 
@@ -186,9 +187,12 @@ class OpsServer:
     """The endpoint of one server process. `serve` binds `--host:--ops-port`; `set_ready` once
     the server accepts clients, `set_stopping` when a shutdown begins."""
 
-    def __init__(self, settings: Settings, engine: Engine) -> None:
+    def __init__(self, settings: Settings, engine: Engine, *, bound: BoundPort | None = None) -> None:
+        """`bound`: the listen sockets, bound at start-up (serve.py); without it `serve` binds
+        --host:--ops-port itself."""
         self.settings = settings
         self.engine = engine
+        self.bound = bound
         self.ready = False
         self.port: int | None = None
 
@@ -246,7 +250,11 @@ class OpsServer:
 
         config = Config()
         host = self.settings.host
-        config.bind = [f"[{host}]:{self.settings.ops_port}" if ":" in host else f"{host}:{self.settings.ops_port}"]
+        if self.bound is not None:
+            # hypercorn takes sockets by descriptor; detached, they are its to close.
+            config.bind = [f"fd://{sock.detach()}" for sock in self.bound.listen()]
+        else:
+            config.bind = [f"[{host}]:{self.settings.ops_port}" if ":" in host else f"{host}:{self.settings.ops_port}"]
         config.accesslog = None
         config.errorlog = logging.getLogger("icegres.ops.hypercorn")
         config.graceful_timeout = 0.5

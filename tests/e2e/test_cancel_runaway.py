@@ -93,7 +93,7 @@ def test_a_flight_deadline_frees_the_thread_and_stops_the_runaway(seeded_dir):
 
     from tests.e2e.test_flightsql import flight_server
 
-    with flight_server(seeded_dir, "--query-threads", "1") as (uri, pid, _):
+    with flight_server(seeded_dir, "--query-threads", "1") as (uri, pid, _, _):
         with adbc.connect(uri, autocommit=True) as c, c.cursor() as cur:
             cur.adbc_statement.set_options(**{StatementOptions.TIMEOUT_QUERY.value: "0.5",
                                               StatementOptions.TIMEOUT_FETCH.value: "0.5"})

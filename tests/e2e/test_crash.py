@@ -38,7 +38,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support.icegres_server import IcegresServer, free_port, running_icegres
+from tests.support.icegres_server import IcegresServer, running_icegres
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
@@ -307,7 +307,7 @@ def test_a_commit_killed_at_either_fault_point_leaves_no_trace(lake: Lake) -> No
 
 def test_a_malformed_fault_spec_stops_the_server_at_start_up(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "icegres", "serve", "--data-dir", str(tmp_path / "data"),
-           "--host", "127.0.0.1", "--port", str(free_port())]
+           "--host", "127.0.0.1", "--port", "0"]
     done = subprocess.run(cmd, env={**os.environ, "ICEGRES_FAULTS": "mid-publish=sleep:soon"}, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0

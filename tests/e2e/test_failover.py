@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -19,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_keeper import Keeper, _start_keeper_process
-from tests.support.icegres_server import free_port
+from tests.support.icegres_server import start_icegres
+from tests.support.keepers import start_keepers
 from tests.support.ladder import Server, Writers, lake_ids, make_table
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -66,22 +65,21 @@ def wait_log(srv: Server, text: str, count: int = 1, timeout_s: float = 30) -> N
 
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm-standby"])
 def test_supervisor_replaces_a_killed_and_a_wedged_writer(tmp_path: Path, warm: bool) -> None:
-    keepers = [Keeper(tmp_path / f"keeper{i}", free_port()) for i in range(3)]
+    keepers = start_keepers(tmp_path)
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    port, ops = free_port(), free_port()
-    log_path = tmp_path / "supervise.log"
     sup: subprocess.Popen[bytes] | None = None
     current: int | None = None  # the child serving now (the supervisor reaps the ones it replaced)
     try:
-        for keeper in keepers:
-            _start_keeper_process(keeper, init=True)
-        cmd = [sys.executable, "-m", "icegres", "supervise", "--data-dir", str(data_dir), "--port", str(port),
-               "--ops-port", str(ops), "--write-buffer-ms", "300", "--health-timeout-s", "2",
-               "--tail-quorum", ",".join(k.address for k in keepers), *(["--warm-standby"] if warm else [])]
-        with open(log_path, "ab") as log:
-            sup = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        srv = Server(sup, port, log_path)
+        # Ports 0: the first child binds them, the supervisor reports them (its --ports-file) and
+        # gives them to every replacement.
+        argv = ["supervise", "--data-dir", str(data_dir), "--port", "0", "--ops-port", "0",
+                "--write-buffer-ms", "300", "--health-timeout-s", "2",
+                "--tail-quorum", ",".join(k.address for k in keepers), *(["--warm-standby"] if warm else [])]
+        started = start_icegres(argv, log_dir=tmp_path, stem="supervise", timeout_s=REPLACEMENT_TIMEOUT_S)
+        sup = started.proc
+        srv = Server(sup, started.ports["port"], started.log_path, started.ports)
+        ops = srv.ops_port
         first = current = serving_pid(ops)
         if warm:
             wait_log(srv, "warm standby started")

@@ -7,15 +7,11 @@ flight-serve` / `icegres serve --flight-port` processes over the seeded demo lak
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import adbc_driver_flightsql as flightsql
 import adbc_driver_flightsql.dbapi as adbc
@@ -26,53 +22,44 @@ import pyarrow.compute as pc
 import pytest
 
 from tests.e2e import expected
-from tests.support.icegres_server import free_port
+from tests.support.icegres_server import start_icegres, stop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
 USERS = "alice:wonder land"
 
 
+class FlightProcess(NamedTuple):
+    uri: str
+    pid: int
+    log_path: Path
+    pg_port: int | None  # `serve` only: its Postgres wire port
+
+
 @contextlib.contextmanager
 def flight_server(data_dir: Path, *args: str, env: dict[str, str] | None = None,
-                  command: str = "flight-serve") -> Iterator[tuple[str, int, Path]]:
-    """(uri, pid, log) of a running `icegres <command>`; the Flight port is free and loopback."""
-    port = free_port()
-    log_path = data_dir.parent / f"flight-{port}.log"
-    port_args = ("--port", str(port)) if command == "flight-serve" else ("--flight-port", str(port))
-    cmd = [sys.executable, "-m", "icegres", command, "--data-dir", str(data_dir), "--host", "127.0.0.1",
-           *port_args, *args]
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})})
+                  command: str = "flight-serve") -> Iterator[FlightProcess]:
+    """A running `icegres <command>` on loopback ports of the kernel's choice (`serve`: its
+    Postgres wire port too); SIGTERM on exit."""
+    port_args = ("--port", "0") if command == "flight-serve" else ("--port", "0", "--flight-port", "0")
+    started = start_icegres([command, "--data-dir", str(data_dir), "--host", "127.0.0.1", *port_args, *args],
+                            log_dir=data_dir.parent, stem="flight", env=env, listen_on="flight_port")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, "Flight SQL server did not listen within 60 s"
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-            time.sleep(0.05)
-        yield f"grpc://127.0.0.1:{port}", proc.pid, log_path
+        yield FlightProcess(f"grpc://127.0.0.1:{started.ports['flight_port']}", started.proc.pid, started.log_path,
+                            started.ports.get("port"))
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop(started.proc)
 
 
 @pytest.fixture(scope="module")
-def trust(seeded_dir: Path) -> Iterator[tuple[str, int, Path]]:
+def trust(seeded_dir: Path) -> Iterator[FlightProcess]:
     with flight_server(seeded_dir) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
 def password(seeded_dir: Path) -> Iterator[str]:
-    with flight_server(seeded_dir, env={"ICEGRES_USERS": USERS}) as (uri, _, _):
+    with flight_server(seeded_dir, env={"ICEGRES_USERS": USERS}) as (uri, _, _, _):
         yield uri
 
 
@@ -184,7 +171,7 @@ def test_errors_carry_sqlstate(conn):
 
 
 def test_cancel_stops_the_stream(trust):
-    uri, _, log_path = trust
+    uri, _, log_path, _ = trust
     with adbc.connect(uri, autocommit=True) as c, c.cursor() as cur:
         # 10^12 rows: only backpressure keeps the server from computing them all.
         cur.execute("select a.id, b.id as other from demo.trips a cross join demo.trips b")
@@ -283,8 +270,7 @@ def test_session_options_catalog_and_schema(conn):
 # --- one process, both protocols ---------------------------------------------------------------
 
 def test_serve_with_flight_port_serves_both_protocols(seeded_dir):
-    pg_port = free_port()
-    with flight_server(seeded_dir, "--port", str(pg_port), command="serve") as (uri, _, _):
+    with flight_server(seeded_dir, command="serve") as (uri, _, _, pg_port):
         with adbc.connect(uri, autocommit=True) as c, c.cursor() as cur:
             cur.execute("select count(*) from demo.cities")
             assert cur.fetchall() == [(20,)]

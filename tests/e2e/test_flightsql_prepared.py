@@ -19,7 +19,6 @@ import psycopg
 import pytest
 
 from tests.e2e.test_flightsql import flight_server
-from tests.support.icegres_server import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -29,8 +28,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
     """(Flight URI, pgwire port) of one `icegres serve` over a fresh embedded lakehouse."""
     data_dir: Path = tmp_path_factory.mktemp("flightprepared") / "data"
     data_dir.mkdir()
-    pg_port = free_port()
-    with flight_server(data_dir, "--port", str(pg_port), command="serve") as (uri, _, _):
+    with flight_server(data_dir, command="serve") as (uri, _, _, pg_port):
         yield uri, pg_port
 
 

@@ -24,7 +24,6 @@ import pytest
 
 from tests.e2e.test_flightsql import flight_server
 from tests.e2e.test_flightsql_writes import Both
-from tests.support.icegres_server import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -43,8 +42,7 @@ ROWS = [
 def both(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Both]:
     data_dir: Path = tmp_path_factory.mktemp("flightqmark") / "data"
     data_dir.mkdir()
-    pg_port = free_port()
-    with flight_server(data_dir, "--port", str(pg_port), command="serve") as (uri, _, log_path):
+    with flight_server(data_dir, command="serve") as (uri, _, log_path, pg_port):
         yield Both(uri, pg_port, data_dir, log_path)
 
 

@@ -22,7 +22,6 @@ from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
 from icegres.protocol.flightsql import icegres_flight_sql_writes_pb2 as wr
 from icegres.protocol.flightsql import messages as M
 from tests.e2e.test_flightsql import flight_server
-from tests.support.icegres_server import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -46,8 +45,7 @@ class Server:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     data_dir: Path = tmp_path_factory.mktemp("flightsavepoints") / "data"
     data_dir.mkdir()
-    pg_port = free_port()
-    with flight_server(data_dir, "--port", str(pg_port), command="serve") as (uri, _, _):
+    with flight_server(data_dir, command="serve") as (uri, _, _, pg_port):
         srv = Server(uri, pg_port)
         with srv.pg() as pg:
             pg.execute("create schema sp")

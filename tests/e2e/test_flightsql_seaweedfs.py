@@ -47,7 +47,7 @@ def ns(stack) -> str:
 def conn(stack, ns, tmp_path_factory) -> Iterator[adbc.Connection]:
     data_dir = tmp_path_factory.mktemp("flightsw") / "data"
     data_dir.mkdir()
-    with flight_server(data_dir, env=stack.env()) as (uri, _, _), adbc.connect(uri, autocommit=True) as c:
+    with flight_server(data_dir, env=stack.env()) as (uri, _, _, _), adbc.connect(uri, autocommit=True) as c:
         yield c
 
 

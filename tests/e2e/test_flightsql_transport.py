@@ -31,7 +31,7 @@ from icegres.protocol.flightsql import messages as M
 from icegres.protocol.flightsql import metadata
 from icegres.protocol.flightsql.client import FlightSqlClient
 from tests.e2e.test_flightsql import flight_server
-from tests.support.icegres_server import free_port, seed_data_dir
+from tests.support.icegres_server import seed_data_dir
 from tests.support.tls import self_signed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -93,13 +93,13 @@ def _same(a: pa.Table, b: pa.Table) -> None:
 
 @pytest.fixture(scope="module")
 def plain(seeded_dir: Path) -> Iterator[str]:
-    with flight_server(seeded_dir) as (uri, _, _):
+    with flight_server(seeded_dir) as (uri, _, _, _):
         yield uri
 
 
 @pytest.fixture(scope="module")
 def zstd(seeded_dir: Path) -> Iterator[str]:
-    with flight_server(seeded_dir, "--result-compression", "zstd") as (uri, _, _):
+    with flight_server(seeded_dir, "--result-compression", "zstd") as (uri, _, _, _):
         yield uri
 
 
@@ -111,7 +111,7 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def tls(seeded_dir: Path, certificate: tuple[Path, Path]) -> Iterator[tuple[str, str]]:
     cert, key = certificate
-    with flight_server(seeded_dir, "--tls-cert", str(cert), "--tls-key", str(key)) as (uri, _, log):
+    with flight_server(seeded_dir, "--tls-cert", str(cert), "--tls-key", str(key)) as (uri, _, log, _):
         assert "grpc+tls://" in log.read_text(errors="replace")
         yield uri.replace("grpc://", "grpc+tls://"), cert.read_text()
 
@@ -188,9 +188,8 @@ def test_plaintext_and_untrusting_clients_fail_clearly_against_tls(tls):
 
 def test_serve_with_flight_port_and_tls(seeded_dir, certificate):
     cert, key = certificate
-    pg_port = free_port()
-    args = ("--port", str(pg_port), "--tls-cert", str(cert), "--tls-key", str(key), "--result-compression", "zstd")
-    with flight_server(seeded_dir, *args, command="serve") as (uri, _, _):
+    args = ("--tls-cert", str(cert), "--tls-key", str(key), "--result-compression", "zstd")
+    with flight_server(seeded_dir, *args, command="serve") as (uri, _, _, pg_port):
         tls_uri = uri.replace("grpc://", "grpc+tls://")
         got = adbc_read(tls_uri, "select count(*) as n from demo.cities", {TLS_ROOTS: cert.read_text()})
         assert got.to_pylist() == [{"n": 20}]
@@ -205,7 +204,7 @@ def test_serve_with_flight_port_and_tls(seeded_dir, certificate):
 ])
 def test_bad_transport_options_stop_start_up_with_one_line(seeded_dir, args, message):
     done = subprocess.run([sys.executable, "-m", "icegres", "flight-serve", "--data-dir", str(seeded_dir),
-                           "--port", str(free_port()), *args],
+                           "--port", "0", *args],
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode != 0
     assert message in done.stderr and "Traceback" not in done.stderr
@@ -221,8 +220,7 @@ def small_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_primary_keys_foreign_keys_and_type_info(small_lake):
-    pg_port = free_port()
-    with flight_server(small_lake, "--port", str(pg_port), command="serve") as (uri, _, _):
+    with flight_server(small_lake, command="serve") as (uri, _, _, pg_port):
         with psycopg.connect(f"host=127.0.0.1 port={pg_port} dbname=icegres user=icegres",
                              autocommit=True) as pg:
             pg.execute("create table demo.keyed (region text, id bigint, v text, primary key (region, id))")

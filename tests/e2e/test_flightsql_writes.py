@@ -21,7 +21,6 @@ import pyarrow as pa
 import pytest
 
 from tests.e2e.test_flightsql import flight_server
-from tests.support.icegres_server import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -63,12 +62,11 @@ def both(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     """Embedded (SQLite catalog, local files), and SeaweedFS (its REST catalog with SigV4, S3)."""
     data_dir = tmp_path_factory.mktemp("flightwrites") / "data"
     data_dir.mkdir()
-    pg_port = free_port()
     env, properties = None, None
     if request.param == "seaweedfs":
         stack = request.getfixturevalue("stack")
         env, properties = stack.env(), stack.pyiceberg_properties()
-    with flight_server(data_dir, "--port", str(pg_port), command="serve", env=env) as (uri, _, log_path):
+    with flight_server(data_dir, command="serve", env=env) as (uri, _, log_path, pg_port):
         yield Both(uri, pg_port, data_dir, log_path, properties)
 
 
@@ -344,8 +342,7 @@ def test_writes_through_the_write_buffer(tmp_path_factory):
     # ingest stay synchronous and see the buffered rows (settled into the lake first).
     data_dir = tmp_path_factory.mktemp("flightbuffer") / "data"
     data_dir.mkdir()
-    pg_port = free_port()
-    with flight_server(data_dir, "--port", str(pg_port), "--write-buffer-ms", "50", command="serve") as (uri, _, log):
+    with flight_server(data_dir, "--write-buffer-ms", "50", command="serve") as (uri, _, log, pg_port):
         both = Both(uri, pg_port, data_dir, log)
         with both.flight(autocommit=True) as c, c.cursor() as cur, both.pg() as pg:
             cur.execute("create table public.b (id bigint, v text)")

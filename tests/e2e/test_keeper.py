@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,67 +29,20 @@ from icegres.machines.drivers.quorum import (
     WriterFenced,
     open_quorum_tail,
 )
-from icegres.machines.quorum import recover_acceptor
-from icegres.machines.quorum_format import scan_log
-from tests.support.icegres_server import _wait_listening, free_port
+from tests.support.keepers import Keeper, start_keepers
 from tests.support.ladder import Writers, lake_ids, make_table, serve
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
-READY_TIMEOUT_S = 20
 TIMING = Timing(append_timeout_seconds=3.0, election_timeout_seconds=15.0)
 
 
-class Keeper:
-    def __init__(self, data_dir: Path, port: int) -> None:
-        self.data_dir = data_dir
-        self.port = port
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = data_dir.parent / f"{data_dir.name}.stderr"
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    async def start(self, *, init: bool = False) -> None:
-        args = [sys.executable, "-m", "icegres", "keeper", "--host", "127.0.0.1",
-                "--port", str(self.port), "--data-dir", str(self.data_dir)]
-        with open(self.log_path, "ab") as err:
-            self.proc = subprocess.Popen([*args, *(["--init"] if init else [])],
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
-        with trio.fail_after(READY_TIMEOUT_S):
-            while True:
-                assert self.proc.poll() is None, self.log_path.read_text()
-                try:
-                    stream = await trio.open_tcp_stream("127.0.0.1", self.port)
-                except OSError:
-                    await trio.sleep(0.05)
-                    continue
-                await stream.aclose()
-                return
-
-    async def kill(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        await trio.to_thread.run_sync(self.proc.wait, 10)
-        self.proc = None
-
-    def durable_state(self):
-        return recover_acceptor(scan_log((self.data_dir / "keeper.log").read_bytes()).records)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        self.proc = None
-
-
 async def test_three_keepers_majority_failures_and_fencing(tmp_path: Path) -> None:
-    keepers = [Keeper(tmp_path / f"keeper{i}", free_port()) for i in range(3)]
+    keepers = [Keeper(tmp_path / f"keeper{i}") for i in range(3)]
     acked: dict[int, bytes] = {}
     try:
         for keeper in keepers:
-            await keeper.start(init=True)
+            await keeper.start_async(init=True)
         addresses = [k.address for k in keepers]
         with trio.fail_after(90):
             async with open_quorum_tail(addresses, timing=TIMING, writer="first") as first:
@@ -127,13 +78,13 @@ async def test_three_keepers_majority_failures_and_fencing(tmp_path: Path) -> No
                 assert len(acked) == 15
 
                 # One returns: appends resume (behind the record whose outcome was unknown).
-                await keepers[1].start()
+                await keepers[1].start_async()
                 slot = await append(b"resumed")
                 assert slot == 17, slot
 
                 # The first keeper comes back: its log holds everything it accepted before.
                 before = keepers[0].durable_state()
-                await keepers[0].start()
+                await keepers[0].start_async()
                 assert before.promised.writer == "first"
                 # Slots 1-5 went to all three, but each ack needed two votes only: the killed
                 # keeper may not have saved the last ones. What it did save is what was acked.
@@ -164,24 +115,14 @@ async def test_three_keepers_majority_failures_and_fencing(tmp_path: Path) -> No
 # --- the write ladder on the quorum tail ----------------------------------------------------------
 
 
-def _start_keeper_process(keeper: Keeper, *, init: bool = False) -> None:
-    args = [sys.executable, "-m", "icegres", "keeper", "--host", "127.0.0.1",
-            "--port", str(keeper.port), "--data-dir", str(keeper.data_dir), *(["--init"] if init else [])]
-    with open(keeper.log_path, "ab") as err:
-        keeper.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
-    _wait_listening(keeper.proc, keeper.port, keeper.log_path, READY_TIMEOUT_S)
-
-
 def test_serve_on_the_quorum_tail_survives_a_keeper_and_a_writer_kill(tmp_path: Path) -> None:
     """Concurrent INSERTs into a server on the quorum tail; one keeper is SIGKILLed mid-load and
     writes go on; then the server is SIGKILLed; a replacement replays: every acked row is in the
     lake exactly once, nothing unacknowledged is duplicated."""
-    keepers = [Keeper(tmp_path / f"keeper{i}", free_port()) for i in range(3)]
+    keepers = start_keepers(tmp_path)
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     try:
-        for keeper in keepers:
-            _start_keeper_process(keeper, init=True)
         args = ("--write-buffer-ms", "300", "--tail-quorum", ",".join(k.address for k in keepers))
         with serve(data_dir, *args) as srv:
             assert "quorum tail" in srv.log()
@@ -198,7 +139,7 @@ def test_serve_on_the_quorum_tail_survives_a_keeper_and_a_writer_kill(tmp_path: 
                 srv.stop(signal.SIGKILL)  # the writer dies mid-load, acked rows unflushed
             acked = list(writers.acked)
         assert len(acked) >= 80
-        _start_keeper_process(keepers[0])
+        keepers[0].start()
         with serve(data_dir, *args) as srv:
             assert "replayed" in srv.log()
             with srv.connect() as conn:
@@ -219,13 +160,11 @@ def test_a_paused_writer_cannot_publish_after_its_replacement_flushed(tmp_path: 
     """SIGSTOP a writer holding acked, unflushed rows; a replacement wins a higher term, replays
     them and flushes; SIGCONT the old one: its flush is refused at the lake (the term its commit
     asserts is lower than the table's), so every row is in the lake exactly once."""
-    keepers = [Keeper(tmp_path / f"keeper{i}", free_port()) for i in range(3)]
+    keepers = start_keepers(tmp_path)
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     quorum = ",".join(k.address for k in keepers)
     try:
-        for keeper in keepers:
-            _start_keeper_process(keeper, init=True)
         with serve(data_dir, "--write-buffer-ms", "200", "--tail-quorum", quorum) as setup:
             ns = make_table(setup, prefix="f")
             assert setup.stop(signal.SIGTERM) == 0

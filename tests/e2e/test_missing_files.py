@@ -87,7 +87,7 @@ def test_a_file_missing_at_start_up_fails_that_table_only(lake: Path, hidden: Pa
 
 
 def test_flight_sql_reads_say_the_same(lake: Path) -> None:
-    with flight_server(lake) as (uri, _, _), adbc.connect(uri, autocommit=True) as conn, conn.cursor() as cur:
+    with flight_server(lake) as (uri, _, _, _), adbc.connect(uri, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(READS[0])
         assert cur.fetchall() == [(20,)]
         (path,) = _data_files(lake, "cities")

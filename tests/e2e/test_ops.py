@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_keeper import Keeper, _start_keeper_process
-from tests.support.icegres_server import free_port
+from tests.support.keepers import start_keepers
 from tests.support.ladder import make_table, serve
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -36,8 +35,8 @@ def health(port: int) -> tuple[int, dict]:
 
 def test_health_ready_and_metrics_on_an_embedded_lake(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    ops = free_port()
-    with serve(data_dir, "--write-buffer-ms", "100", "--ops-port", str(ops)) as srv:
+    with serve(data_dir, "--write-buffer-ms", "100", "--ops-port", "0") as srv:
+        ops = srv.ops_port
         assert get(ops, "/ready")[0] == 200
         status, body = health(ops)
         assert status == 200 and body["status"] == "ok" and body["tail"] == "memory", body
@@ -53,15 +52,13 @@ def test_health_ready_and_metrics_on_an_embedded_lake(tmp_path: Path) -> None:
 
 
 def test_quorum_writer_health_follows_its_majority_and_its_term(tmp_path: Path) -> None:
-    keepers = [Keeper(tmp_path / f"keeper{i}", free_port()) for i in range(3)]
+    keepers = start_keepers(tmp_path)
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     quorum = ",".join(k.address for k in keepers)
     try:
-        for keeper in keepers:
-            _start_keeper_process(keeper, init=True)
-        ops = free_port()
-        with serve(data_dir, "--write-buffer-ms", "200", "--tail-quorum", quorum, "--ops-port", str(ops)) as srv:
+        with serve(data_dir, "--write-buffer-ms", "200", "--tail-quorum", quorum, "--ops-port", "0") as srv:
+            ops = srv.ops_port
             status, body = health(ops)
             assert status == 200 and body["tail"] == "quorum" and body["writer_term"], body
             ns = make_table(srv, prefix="o")
@@ -81,11 +78,11 @@ def test_quorum_writer_health_follows_its_majority_and_its_term(tmp_path: Path) 
             assert "icegres_healthy 0" in get(ops, "/metrics")[1]
 
             # One returns: a write succeeds and /health is 200 again.
-            _start_keeper_process(keepers[1])
+            keepers[1].start()
             with srv.connect() as conn:
                 conn.execute(f"insert into {ns}.t values (3, 0, 'x')")
             assert health(ops)[0] == 200
-            _start_keeper_process(keepers[0])
+            keepers[0].start()
 
             # A replacement writer wins a higher term: this one is fenced at its next write.
             with serve(data_dir, "--write-buffer-ms", "200", "--tail-quorum", quorum) as new:

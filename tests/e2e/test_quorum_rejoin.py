@@ -23,8 +23,7 @@ import trio
 
 from icegres.machines.quorum import Prepare, Refused, Term
 from icegres.machines.quorum_format import IncompleteFrame, decode_frame, encode_frame
-from tests.e2e.test_keeper import READY_TIMEOUT_S, Keeper
-from tests.support.icegres_server import _wait_listening, free_port
+from tests.support.keepers import Keeper, start_keepers
 from tests.support.ladder import Writers, lake_ids, make_table, serve
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -32,15 +31,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 CATCH_UP_TIMEOUT_S = 30
 LOAD_TIMEOUT_S = 30
 ROWS_PER_PHASE = 30
-
-
-def _start(keeper: Keeper, *extra: str) -> None:
-    """Start `icegres keeper` for `keeper` (stderr to its log file); return once it listens."""
-    args = [sys.executable, "-m", "icegres", "keeper", "--host", "127.0.0.1",
-            "--port", str(keeper.port), "--data-dir", str(keeper.data_dir), *extra]
-    with open(keeper.log_path, "ab") as err:
-        keeper.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
-    _wait_listening(keeper.proc, keeper.port, keeper.log_path, READY_TIMEOUT_S)
 
 
 def _wait_caught_up(keeper: Keeper) -> None:
@@ -82,13 +72,11 @@ def _refuses_a_writer(port: int) -> bool:
 
 
 def test_a_keeper_that_lost_its_disk_rejoins_and_carries_the_quorum(tmp_path: Path) -> None:
-    keepers = [Keeper(tmp_path / f"keeper{i}", free_port()) for i in range(3)]
+    keepers = start_keepers(tmp_path)
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     quorum = ",".join(k.address for k in keepers)
     try:
-        for keeper in keepers:
-            _start(keeper, "--init")
         args = ("--write-buffer-ms", "300", "--tail-quorum", quorum)
         with serve(data_dir, *args) as srv:
             ns = make_table(srv, prefix="r")
@@ -101,16 +89,17 @@ def test_a_keeper_that_lost_its_disk_rejoins_and_carries_the_quorum(tmp_path: Pa
                 mark = writers.count()
                 _wait_rows(writers, mark + ROWS_PER_PHASE, "with keeper 0 gone")
 
-                # A plain restart refuses: it would come back having forgotten its promises.
+                # A plain restart refuses: it would come back having forgotten its promises. (On
+                # port 0: the refusal is the directory's; the keeper's own port stays untouched.)
                 refused = subprocess.run(
                     [sys.executable, "-m", "icegres", "keeper", "--host", "127.0.0.1",
-                     "--port", str(keepers[0].port), "--data-dir", str(keepers[0].data_dir)],
+                     "--port", "0", "--data-dir", str(keepers[0].data_dir)],
                     capture_output=True, text=True, timeout=60,
                 )
                 assert refused.returncode == 1 and "--rejoin" in refused.stderr, refused.stderr
 
                 # --rejoin: it catches up from the other two before it answers anyone.
-                _start(keepers[0], "--rejoin", ",".join(k.address for k in keepers[1:]))
+                keepers[0].start("--rejoin", ",".join(k.address for k in keepers[1:]))
                 _wait_caught_up(keepers[0])
                 assert not _refuses_a_writer(keepers[0].port)
                 caught_up = keepers[0].durable_state()
@@ -145,18 +134,16 @@ def test_a_keeper_that_lost_its_disk_rejoins_and_carries_the_quorum(tmp_path: Pa
 def test_a_rejoining_keeper_refuses_writers_until_both_others_answer(tmp_path: Path) -> None:
     """With one of the two others down, the catch-up cannot finish: the keeper keeps refusing
     (a clear error, never a promise), and finishes once the other returns."""
-    keepers = [Keeper(tmp_path / f"keeper{i}", free_port()) for i in range(3)]
+    keepers = start_keepers(tmp_path)
     try:
-        for keeper in keepers:
-            _start(keeper, "--init")
         keepers[0].stop()
         shutil.rmtree(keepers[0].data_dir)
         keepers[2].stop()
-        _start(keepers[0], "--rejoin", ",".join(k.address for k in keepers[1:]))
+        keepers[0].start("--rejoin", ",".join(k.address for k in keepers[1:]))
         time.sleep(1.0)
         assert _refuses_a_writer(keepers[0].port)
         assert not (keepers[0].data_dir / "keeper.log").exists()  # nothing durable yet
-        _start(keepers[2])
+        keepers[2].start()
         _wait_caught_up(keepers[0])
         assert not _refuses_a_writer(keepers[0].port)
         assert [k.durable_state().rejoins for k in keepers] == [1, 1, 1]

@@ -28,7 +28,7 @@ import psycopg
 import pytest
 
 from tests.support import ladder
-from tests.support.icegres_server import free_port
+from tests.support.icegres_server import refused_port
 from tests.support.ladder import Server, Writers, catalog, lake_ids
 from tests.support.postgres import PostgresServer
 
@@ -63,7 +63,7 @@ def serve(data_dir: Path, url: str, *args: str, window_ms: int = WINDOW_MS, faul
 
 def run_serve(data_dir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`icegres serve` that is expected to stop at start-up: its exit code and output."""
-    cmd = [sys.executable, "-m", "icegres", "serve", "--data-dir", str(data_dir), "--port", str(free_port()), *args]
+    cmd = [sys.executable, "-m", "icegres", "serve", "--data-dir", str(data_dir), "--port", "0", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
                           env={**os.environ, **(env or {})})
 
@@ -140,12 +140,13 @@ def test_option_combinations_are_start_up_errors(tmp_path: Path, real_postgres: 
 @pytest.mark.parametrize("where", ["closed-port", "no-such-database"])
 def test_a_bad_tail_url_fails_start_up_with_one_clear_line(tmp_path: Path, real_postgres: PostgresServer,
                                                            where: str) -> None:
-    if where == "closed-port":
-        url = f"postgresql://{real_postgres.user}:{PASSWORD}@127.0.0.1:{free_port()}/{real_postgres.dbname}"
-    else:
-        url = tail_url(real_postgres, dbname="no_such_tail_db")
-    started = time.monotonic()
-    proc = run_serve(tmp_path / "d", "--write-buffer-ms", "100", "--tail-url", url)
+    with refused_port() as closed:
+        if where == "closed-port":
+            url = f"postgresql://{real_postgres.user}:{PASSWORD}@127.0.0.1:{closed}/{real_postgres.dbname}"
+        else:
+            url = tail_url(real_postgres, dbname="no_such_tail_db")
+        started = time.monotonic()
+        proc = run_serve(tmp_path / "d", "--write-buffer-ms", "100", "--tail-url", url)
     assert time.monotonic() - started < 60
     assert proc.returncode == 1, proc.stderr
     output = proc.stdout + proc.stderr

@@ -4,21 +4,19 @@ exactly which rows the server acknowledged (tests/e2e/test_write_buffer.py, test
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from tests.support.icegres_server import _wait_listening, free_port
+from tests.support.icegres_server import start_icegres
 
 CONNECT_TIMEOUT_S = 10
 
@@ -28,6 +26,11 @@ class Server:
     proc: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    ports: dict[str, int] = field(default_factory=dict)  # every port it bound, by option
+
+    @property
+    def ops_port(self) -> int:
+        return self.ports["ops_port"]
 
     def dsn(self) -> str:
         return f"host=127.0.0.1 port={self.port} dbname=icegres user=icegres"
@@ -46,16 +49,13 @@ class Server:
 
 @contextlib.contextmanager
 def serve(data_dir: Path, *args: str, env: dict[str, str] | None = None, timeout_s: float = 60) -> Iterator[Server]:
-    """`icegres serve` on `data_dir` with `args`; killed (SIGKILL) on exit if still running."""
-    port = free_port()
-    log_path = data_dir.parent / f"icegres-{port}.log"
-    cmd = [sys.executable, "-m", "icegres", "serve", "--data-dir", str(data_dir), "--port", str(port), *args]
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})})
+    """`icegres serve` on `data_dir` with `args` (any port among them given as 0), on a port of
+    the kernel's choice; killed (SIGKILL) on exit if still running."""
+    started = start_icegres(["serve", "--data-dir", str(data_dir), "--port", "0", *args], log_dir=data_dir.parent,
+                            env=env, timeout_s=timeout_s)
+    proc = started.proc
     try:
-        _wait_listening(proc, port, log_path, timeout_s)
-        yield Server(proc, port, log_path)
+        yield Server(proc, started.ports["port"], started.log_path, started.ports)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -17,6 +17,7 @@ from icegres.machines.drivers.quorum import (
 )
 from icegres.machines.quorum import Entry, Persist, Term
 from icegres.machines.quorum_format import encode_frame
+from tests.support.icegres_server import refused_port
 
 pytestmark = pytest.mark.unit
 
@@ -119,28 +120,16 @@ async def test_no_majority_no_ack(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             servers = await _keepers(nursery, dirs)
-            # A third address nobody listens on: one keeper down from the start.
-            dead = trio.socket.socket()
-            await dead.bind(("127.0.0.1", 0))
-            dead_port = dead.getsockname()[1]
-            dead.close()
-            addresses = [f"127.0.0.1:{servers[0].port}", f"127.0.0.1:{dead_port}"]
-            addresses.append(f"127.0.0.1:{_free_port()}")
-            timing = Timing(append_timeout_seconds=0.5, election_timeout_seconds=0.5)
-            with pytest.raises(QuorumUnavailable, match="majority"):
-                async with open_quorum_tail(addresses, timing=timing):
-                    pass
+            # Two addresses where connections are refused: two of three keepers down from the start.
+            with refused_port() as dead, refused_port() as also_dead:
+                addresses = [f"127.0.0.1:{servers[0].port}", f"127.0.0.1:{dead}", f"127.0.0.1:{also_dead}"]
+                timing = Timing(append_timeout_seconds=0.5, election_timeout_seconds=0.5)
+                with pytest.raises(QuorumUnavailable, match="majority"):
+                    async with open_quorum_tail(addresses, timing=timing):
+                        pass
             nursery.cancel_scope.cancel()
     for server in servers:
         server.log.close()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def test_fsync_runs_off_the_event_loop_and_a_failed_write_stops_the_keeper(tmp_path: Path) -> None:

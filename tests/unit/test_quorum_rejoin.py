@@ -338,7 +338,7 @@ async def test_a_wiped_keeper_catches_up_before_it_answers(tmp_path: Path) -> No
 async def test_rejoin_refuses_a_directory_with_a_log_and_itself_as_a_peer(tmp_path: Path) -> None:
     open_keeper_log(tmp_path / "k", init=True).close()
     with pytest.raises(KeeperRefused, match="without --rejoin"):
-        await run_keeper(tmp_path / "k", "127.0.0.1", 1, rejoin=[("127.0.0.1", 2)])
+        await run_keeper(tmp_path / "k", "127.0.0.1", 0, rejoin=[("127.0.0.1", 2)])
     with pytest.raises(KeeperRefused, match="names this keeper"):
         await run_keeper(tmp_path / "e", "127.0.0.1", 7, rejoin=[("127.0.0.1", 7)])
     with pytest.raises(KeeperRefused, match="exclude"):

@@ -33,6 +33,7 @@ from pathlib import Path
 import outcome
 import trio
 
+from icegres.listeners import BoundPort, bind_port
 from icegres.machines.drivers.quorum import received_frames, sent_frames
 from icegres.machines.drivers.serial_thread import SerialThread
 from icegres.machines.quorum import (
@@ -258,12 +259,16 @@ class KeeperServer:
         port: int = 0,
         *,
         compact_bytes: int = 64 * 1024 * 1024,
+        bound: BoundPort | None = None,
     ) -> None:
+        """`bound`: the listen sockets, bound before the log was opened (`run_keeper`); without
+        it `serve` binds `host`:`port` itself."""
         # None: a rejoining keeper before its catch-up is durable (it refuses every request, so
         # nothing is persisted until `install` creates the log).
         self.log = keeper_log
         self.host = host
-        self.port = port
+        self.port = bound.port if bound is not None else port
+        self.bound = bound
         self.compact_bytes = compact_bytes
         self.state: AcceptorState = (
             keeper_log.state if keeper_log is not None else rejoining_acceptor()
@@ -281,8 +286,11 @@ class KeeperServer:
         self.failure: str | None = None
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
-        self.port = listeners[0].socket.getsockname()[1]
+        if self.bound is not None:
+            listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(s)) for s in self.bound.listen()]
+        else:
+            listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+            self.port = listeners[0].socket.getsockname()[1]
         try:
             async with trio.open_nursery() as nursery:
                 self._serving = nursery.cancel_scope
@@ -551,27 +559,38 @@ async def run_keeper(
     *,
     init: bool = False,
     rejoin: Sequence[tuple[str, int]] = (),
+    bound: BoundPort | None = None,
 ) -> None:
     """Open the log (or, with `rejoin`, catch up from those peers first) and serve until
-    cancelled. Raises KeeperRefused (refusing to start, or a write failure that stopped it)."""
+    cancelled. Raises KeeperRefused (refusing to start, or a write failure that stopped it) and
+    CannotListen (the port is taken: then no directory was created or changed).
+
+    `bound`: the listen sockets, bound by the caller; otherwise `host`:`port` is bound here, before
+    the data directory is touched."""
     if init and rejoin:
         raise KeeperRefused("--init and --rejoin exclude each other")
     if (host, port) in rejoin:
         raise KeeperRefused(f"--rejoin names this keeper ({host}:{port}): list the other keepers")
-    if rejoin:
-        await trio.to_thread.run_sync(_prepare_rejoin_dir, data_dir)
-        keeper_log = None
-    else:
-        keeper_log = await trio.to_thread.run_sync(lambda: open_keeper_log(data_dir, init=init))
-    server = KeeperServer(keeper_log, host, port)
+    if bound is None:
+        bound = bind_port(host, port)
+    try:
+        if rejoin:
+            await trio.to_thread.run_sync(_prepare_rejoin_dir, data_dir)
+            keeper_log = None
+        else:
+            keeper_log = await trio.to_thread.run_sync(lambda: open_keeper_log(data_dir, init=init))
+    except BaseException:
+        bound.close()
+        raise
+    server = KeeperServer(keeper_log, host, bound=bound)
     try:
         async with trio.open_nursery() as nursery:
-            bound = await nursery.start(server.serve)
+            listening = await nursery.start(server.serve)
             if rejoin:
                 log.info(
                     "keeper listening on %s:%d, catching up from %s before answering anyone",
                     host,
-                    bound,
+                    listening,
                     ", ".join(f"{h}:{p}" for h, p in rejoin),
                 )
                 installed = await Rejoin(rejoin).run()
@@ -583,7 +602,7 @@ async def run_keeper(
                 "trim point %d, rejoin count %d)",
                 "caught up and serving" if rejoin else "listening",
                 host,
-                bound,
+                listening,
                 data_dir,
                 state.promised,
                 len(state.accepted),

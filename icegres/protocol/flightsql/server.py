@@ -19,6 +19,7 @@ from icegres.config import Settings, refuse_open_trust
 
 if TYPE_CHECKING:
     from icegres.engine.lake import Engine
+    from icegres.listeners import BoundPort
 
 log = logging.getLogger("icegres.flightsql")
 
@@ -27,11 +28,18 @@ DEFAULT_FLIGHT_PORT = 50051
 
 class FlightServer:
     def __init__(self, settings: Settings, engine: Engine, *, port: int | None = None,
-                 limiter: trio.CapacityLimiter | None = None) -> None:
+                 limiter: trio.CapacityLimiter | None = None, bound: BoundPort | None = None) -> None:
+        """`bound`: the listen sockets, bound at start-up (serve.py); without it `serve` binds
+        --host and `port` (else --flight-port, else 50051) itself."""
         refuse_open_trust(settings, "Flight SQL on ")
         self.settings = settings
         self.engine = engine
-        self.port = port if port is not None else (settings.flight_port or DEFAULT_FLIGHT_PORT)
+        self.bound = bound
+        if bound is not None:
+            self.port = bound.port
+        else:  # 0 is a port (any free one), not "unset"
+            self.port = port if port is not None else (
+                settings.flight_port if settings.flight_port is not None else DEFAULT_FLIGHT_PORT)
         self.limiter = limiter or trio.CapacityLimiter(settings.query_threads)
         self.ssl = None
         if settings.tls_cert and settings.tls_key:
@@ -111,8 +119,17 @@ class FlightServer:
         h2send.install()  # DATA frames in batches: one syscall per ~256 KiB, not per 16 KiB frame
         async with trio_asyncio.open_loop():
             service = FlightSqlService(self)
-            server = Server([service], codec=CODEC)
-            await trio_asyncio.aio_as_trio(server.start)(self.settings.host, self.port, ssl=self.ssl)
+            servers: list[Server] = []
+            if self.bound is not None:
+                # One grpclib server per socket (an asyncio server takes one), one service.
+                for sock in self.bound.listen():
+                    servers.append(Server([service], codec=CODEC))
+                    await trio_asyncio.aio_as_trio(servers[-1].start)(sock=sock, ssl=self.ssl)
+            else:
+                servers.append(Server([service], codec=CODEC))
+                await trio_asyncio.aio_as_trio(servers[-1].start)(self.settings.host, self.port, ssl=self.ssl)
+                if self.port == 0:
+                    self.port = _bound_port(servers[-1])
             log.info("Flight SQL on %s://%s:%d (%s auth, result compression %s)", self.scheme,
                      self.settings.host, self.port, "password" if self.settings.users else "trust",
                      self.settings.result_compression)
@@ -120,7 +137,14 @@ class FlightServer:
             try:
                 await trio.sleep_forever()
             finally:
-                server.close()
+                for server in servers:
+                    server.close()
                 service.stop_speculations()
                 with trio.CancelScope(shield=True), trio.move_on_after(5):
-                    await trio_asyncio.aio_as_trio(server.wait_closed)()
+                    for server in servers:
+                        await trio_asyncio.aio_as_trio(server.wait_closed)()
+
+
+def _bound_port(server: Any) -> int:
+    """The port a started grpclib server listens on (it has no public accessor)."""
+    return int(server._server.sockets[0].getsockname()[1])

@@ -17,15 +17,20 @@ from icegres.protocol.pgwire.session import Session
 
 if TYPE_CHECKING:
     from icegres.engine.lake import Engine
+    from icegres.listeners import BoundPort
 
 log = logging.getLogger("icegres.pgwire")
 
 
 class PgServer:
-    def __init__(self, settings: Settings, engine: Engine) -> None:
+    def __init__(self, settings: Settings, engine: Engine, *, bound: BoundPort | None = None) -> None:
+        """`bound`: the listen sockets, bound at start-up (serve.py); without it `serve` binds
+        --host:--port itself."""
         refuse_open_trust(settings, "")
         self.settings = settings
         self.engine = engine
+        self.bound = bound
+        self.port = bound.port if bound is not None else settings.port
         self.server_version = SERVER_VERSION
         self.limiter = trio.CapacityLimiter(settings.query_threads)
         # `await run_sync(fn, *args)`: fn(*args) in a worker thread behind the query limiter. A
@@ -73,7 +78,11 @@ class PgServer:
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         from icegres.protocol.pgwire import hangup
 
-        listeners = await trio.open_tcp_listeners(self.settings.port, host=self.settings.host)
+        if self.bound is not None:
+            listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock)) for sock in self.bound.listen()]
+        else:
+            listeners = await trio.open_tcp_listeners(self.settings.port, host=self.settings.host)
+            self.port = listeners[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(hangup.watch, self.running)
             task_status.started(listeners)

@@ -47,6 +47,9 @@ STATEMENT_RE = re.compile(r"^(?:statement|execute [^:]+): (.*)$", re.S)
 PARAM_RE = re.compile(r"\$(\d+) = (NULL|'(?:[^']|'')*')")
 
 
+BIND_ATTEMPTS_MAX = 3
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -67,10 +70,21 @@ class Server:
         data = self.dir / "data"
         self.as_postgres(str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
                          "-E", "UTF8", "--locale=C.UTF-8")
-        opts = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir} -c log_statement=all "
-                "-c log_line_prefix='%m [%p] %a|'")
-        self.as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(self.log), "-w",
-                         "-o", f'"{opts}"', "start")
+        # The port is picked, not reported (postgres cannot bind 0 and say which): an outgoing
+        # connection may take it before postgres binds it, so a bind failure is retried.
+        for attempt in range(1, BIND_ATTEMPTS_MAX + 1):
+            offset = self.log.stat().st_size if self.log.exists() else 0
+            opts = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.dir} -c log_statement=all "
+                    "-c log_line_prefix='%m [%p] %a|'")
+            try:
+                self.as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(self.log), "-w",
+                                 "-o", f'"{opts}"', "start")
+                return
+            except subprocess.CalledProcessError:
+                said = self.log.read_bytes()[offset:].decode(errors="replace") if self.log.exists() else ""
+                if attempt == BIND_ATTEMPTS_MAX or "could not bind" not in said:
+                    raise
+                self.port = free_port()
 
     def stop(self) -> None:
         self.as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "fast", "stop")
