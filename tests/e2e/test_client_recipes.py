@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_pgjdbc import _jar
-from tests.support.icegres_server import IcegresServer, free_port, running_icegres, seed_data_dir
+from tests.support.icegres_server import IcegresServer, running_icegres, seed_data_dir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -31,9 +31,8 @@ def _recipes() -> list[tuple[str, str]]:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[IcegresServer, int]]:
     data_dir = tmp_path_factory.mktemp("recipes") / "data"
     seed_data_dir(data_dir, rows=5000)
-    flight = free_port()
-    with running_icegres(data_dir, args=("--flight-port", str(flight))) as srv:
-        yield srv, flight
+    with running_icegres(data_dir, args=("--flight-port", "0")) as srv:
+        yield srv, srv.flight_port
 
 
 def test_every_client_has_a_recipe() -> None:
