@@ -223,7 +223,7 @@ def test_flight_sql_reads_a_view(server, conn):
 
     conn.execute("create view v_flight as select city, sum(amount) as total from orders group by city")
     try:
-        with flight_server(server.data_dir) as (uri, _, _), adbc.connect(uri, autocommit=True) as fc, \
+        with flight_server(server.data_dir) as (uri, _, _, _), adbc.connect(uri, autocommit=True) as fc, \
                 fc.cursor() as cur:
             cur.execute("select * from shop.v_flight order by city")
             assert cur.fetchall() == [("Berlin", 15.5), ("Paris", 7.0)]
