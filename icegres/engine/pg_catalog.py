@@ -218,6 +218,8 @@ class CatalogIndex:
         self.lakehouse_schemas: tuple[str, ...] = tuple(schemas)
 
         self.relations: dict[tuple[str, str], RelationEntry] = {}
+        # result schemas annotated with their source tables (sourced_schema), by schema
+        self.sourced: dict[pa.Schema, pa.Schema] = {}
         self.constraints: dict[int, ConstraintEntry] = {}
         for rel in RELATIONS:
             if rel.function:
@@ -451,13 +453,28 @@ PG_TYPMOD_KEY = b"pg_typmod"
 def sourced_schema(env: Any, schema: pa.Schema) -> pa.Schema:
     """`schema` with each column that a table's scan produced (mounts.RELATION_KEY) annotated
     with that table's OID, the column's number and its typmod, as PostgreSQL describes it."""
-    from icegres.engine.mounts import COLUMN_KEY, RELATION_KEY
+    from icegres.engine.mounts import RELATION_KEY
 
     if not any(f.metadata and RELATION_KEY in f.metadata for f in schema):
         return schema
     ix = current_index(env)
     if ix is None:
         return schema
+    # Every statement names its result columns here: once per result shape and catalog snapshot.
+    known = ix.sourced.get(schema)
+    if known is None:
+        if len(ix.sourced) >= _SOURCED_MAX:
+            ix.sourced.clear()
+        known = ix.sourced[schema] = _sourced(ix, schema)
+    return known
+
+
+_SOURCED_MAX = 4096
+
+
+def _sourced(ix: CatalogIndex, schema: pa.Schema) -> pa.Schema:
+    from icegres.engine.mounts import COLUMN_KEY, RELATION_KEY
+
     fields = []
     for f in schema:
         meta = f.metadata or {}
