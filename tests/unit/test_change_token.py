@@ -41,12 +41,17 @@ def test_a_writer_holding_the_lock_makes_it_busy_and_the_thread_waits_it_out(lak
         time.sleep(0.2)
         writer.execute("commit")
 
-    threading.Thread(target=commit_soon).start()
+    committer = threading.Thread(target=commit_soon)
+    committer.start()
     started = time.monotonic()
     after = lh.change_token()  # a worker thread's read waits for the commit
-    assert time.monotonic() - started >= 0.15
-    assert after != before
+    waited = time.monotonic() - started
+    # The commit is visible before execute() returns in the committer; closing the connection
+    # while that thread is still inside it crashes sqlite3, so wait for the thread first.
+    committer.join(timeout=10)
     writer.close()
+    assert waited >= 0.15
+    assert after != before
 
 
 def test_another_thread_reading_makes_it_busy(lake) -> None:
