@@ -22,6 +22,11 @@ Points:
                   (`icegres.ladder`).
   after-publish   a session's commit is in the catalog; the client has not been answered
                   (`protocol/pgwire/writes.publish`).
+  after-catalog-intent  a block's catalog plan (its DDL) is recorded, or its decision is;
+                  (`engine/catalog_world.py`, the catalog commit machine).
+  after-catalog-move    one rename of a block's plan applied; the next not begun.
+  after-catalog-purge   the block is decided and its hidden tables dropped; the intent
+                  record not yet forgotten.
 
 The variable is read and parsed once, when this module is first imported (at server start-up,
 via the catalog module). A malformed value raises ValueError then — a typo must never silently
@@ -36,7 +41,8 @@ import time
 from dataclasses import dataclass
 
 ENV_VAR = "ICEGRES_FAULTS"
-POINTS = frozenset({"before-publish", "mid-publish", "after-flush-commit", "after-publish"})
+POINTS = frozenset({"before-publish", "mid-publish", "after-flush-commit", "after-publish",
+                    "after-catalog-intent", "after-catalog-move", "after-catalog-purge"})
 SLEEP_S_MAX = 3600.0
 CRASH_EXIT_CODE = 137  # what a shell reports for SIGKILL (128 + 9)
 

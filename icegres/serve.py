@@ -66,6 +66,23 @@ def _file_cache(settings: Settings) -> FileCache | None:
         return None
 
 
+def recover_blocks(engine: Any, settings: Settings) -> None:
+    """Transaction blocks' catalog changes are recorded under the data directory; the ones a
+    crash left half done are finished or undone before anything is served."""
+    import trio
+
+    from icegres.engine.catalog_world import recover_pending
+    from icegres.engine.intents import FileIntents
+
+    engine.intents = FileIntents(settings.data_dir / "intents")
+    try:
+        trio.run(recover_pending, engine.lakehouse, engine.intents)
+    except Exception as exc:  # the catalog is down: nothing can be served anyway
+        from icegres.pg.errors import PgError
+
+        raise PgError("58030", f"could not recover transactions left by the last run: {type(exc).__name__}: {exc}") from exc
+
+
 # --- serve / flight-serve ---------------------------------------------------------------------------
 
 
@@ -97,6 +114,7 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
     file_cache = _file_cache(settings)
     engine = Engine(lakehouse, database=settings.database, file_cache=file_cache)
     try:
+        recover_blocks(engine, settings)
         engine.refresh()
     except PgError as exc:
         print(f"icegres: {exc.message}", file=sys.stderr)

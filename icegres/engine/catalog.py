@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 CATALOG_NAME = "icegres"
+# Tables a transaction block made (its CREATEs) or moved aside (its DROPs) until its COMMIT is
+# decided (catalog_world.py): in the catalog, but never listed, mounted or shown.
+HIDDEN_PREFIX = "__icegres_"
 # The JDBC catalog schema with the `iceberg_type` column (Iceberg's V1), which tells views from
 # tables. pyiceberg creates new catalogs so and adds the column to an older one (V0) when asked.
 SQL_SCHEMA_VERSION = "v1"
@@ -233,7 +236,7 @@ class Lakehouse:
         entries = tuple(
             sorted(
                 (TableEntry(ns, name, loc) for ns, name, loc, kind in rows
-                 if loc and kind != catalog_views.VIEW_TYPE),
+                 if loc and kind != catalog_views.VIEW_TYPE and not name.startswith(HIDDEN_PREFIX)),
                 key=lambda e: (e.namespace, e.name),
             )
         )
@@ -267,7 +270,9 @@ class Lakehouse:
         self.catalog.drop_namespace(namespace)
 
     def list_table_names(self, namespace: str) -> list[str]:
-        return sorted(ident[-1] for ident in self.catalog.list_tables(namespace))
+        """The namespace's tables, without the hidden ones of transaction blocks in flight."""
+        return sorted(ident[-1] for ident in self.catalog.list_tables(namespace)
+                      if not ident[-1].startswith(HIDDEN_PREFIX))
 
     def create_partitioned_table(self, namespace: str, name: str, schema: Any, partition_spec: Any,
                                  properties: dict[str, str] | None = None) -> Table:
@@ -451,6 +456,8 @@ class RestLakehouse(Lakehouse):
         views = []
         for ns in namespaces:
             for ident in self.catalog.list_tables(ns):
+                if ident[-1].startswith(HIDDEN_PREFIX):
+                    continue
                 location = self.metadata_location(ns, ident[-1])
                 if location:
                     entries.append(TableEntry(ns, ident[-1], location))

@@ -159,14 +159,15 @@ class SessionContexts:
         stores, sets = self.engine.stores, self.engine.scan_sets
         views = {k: (lambda ctx, keep, plan=plan: to_dataframe(ctx, plan, stores, None, sets, keep))
                  for k, plan in txn.views().items()}
-        made = self.with_views(views)
+        made = self.with_views(views, hidden=txn.hidden)
         self._private = (key, made)
         return made
 
     def end_transaction(self) -> None:
         self._private = None
 
-    def with_views(self, views: dict[tuple[str, str], ViewMaker]) -> Made:
+    def with_views(self, views: dict[tuple[str, str], ViewMaker],
+                   hidden: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset()) -> Made:
         """A new context over a private copy of the shared catalog in which each table of `views`
         is replaced by `views[key](ctx, keep)` (a DataFrame; the ScanSets it reads go in `keep`).
         The context holds the scan directories of everything it mounts (`Made.keep`)."""
@@ -182,7 +183,8 @@ class SessionContexts:
         for schema_name, tables in shared.items():
             schema = Schema.memory_schema()
             for table_name, table in tables:
-                schema.register_table(table_name, table)
+                if (schema_name, table_name) not in hidden:  # dropped or renamed away by the block
+                    schema.register_table(table_name, table)
             catalog.register_schema(schema_name, schema)
             schemas[schema_name] = schema
         ctx.register_catalog_provider(DEFAULT_CATALOG, catalog)
@@ -198,7 +200,8 @@ class SessionContexts:
         if not is_utc(self.zone):  # the shared tables too, as this session sees them
             for schema_name, tables in shared.items():
                 for table_name, table in tables:
-                    if (schema_name, table_name) not in views and zoned_columns(table.schema):
+                    if ((schema_name, table_name) not in views and (schema_name, table_name) not in hidden
+                            and zoned_columns(table.schema)):
                         schema = schemas[schema_name]
                         schema.deregister_table(table_name)
                         schema.register_table(table_name, self.zoned(ctx.read_table(table)).into_view())

@@ -256,7 +256,7 @@ def _lake_path(search_path: list[str]) -> list[str]:
             if s and not s.startswith(("$", "pg_temp")) and s not in _SYSTEM_SCHEMAS]
 
 
-def _creation_schema(lakehouse: Lakehouse, schema: str | None, search_path: list[str]) -> str:
+def creation_schema(lakehouse: Lakehouse, schema: str | None, search_path: list[str]) -> str:
     if schema is not None:
         if schema == PUBLIC or lakehouse.namespace_exists(schema):
             return schema
@@ -344,10 +344,18 @@ def _dependents_error(name: str, tables: list[str], views: list[str] | None = No
 
 def _create_table(lakehouse: Lakehouse, cmd: CreateTable, search_path: list[str],
                   notices: list[str]) -> None:
-    namespace = _creation_schema(lakehouse, cmd.schema, search_path)
+    namespace = creation_schema(lakehouse, cmd.schema, search_path)
     if lakehouse.table_exists(namespace, cmd.name) or lakehouse.view_location(namespace, cmd.name):
-        _already_exists(cmd, notices)
+        already_exists(cmd, notices)
         return
+    try:
+        create_table_in(lakehouse, namespace, cmd.name, cmd)
+    except TableAlreadyExistsError:
+        already_exists(cmd, notices)
+
+
+def create_table_in(lakehouse: Lakehouse, namespace: str, name: str, cmd: CreateTable) -> Table:
+    """Create the table `cmd` defines as `namespace.name` (a block's hidden name, or its own)."""
     schema = iceberg_schema_for(cmd.columns, cmd.primary_key)
     spec = partition_spec_for(schema, cmd.partitioning)
     properties = dict(cmd.properties)
@@ -355,13 +363,10 @@ def _create_table(lakehouse: Lakehouse, cmd: CreateTable, search_path: list[str]
         properties[PRIMARY_KEY_PROPERTY] = ",".join(cmd.primary_key)
     if namespace == PUBLIC:
         lakehouse.create_namespace_if_missing(PUBLIC)
-    try:
-        lakehouse.create_partitioned_table(namespace, cmd.name, schema, spec, properties)
-    except TableAlreadyExistsError:
-        _already_exists(cmd, notices)
+    return lakehouse.create_partitioned_table(namespace, name, schema, spec, properties)
 
 
-def _already_exists(cmd: CreateTable, notices: list[str]) -> None:
+def already_exists(cmd: CreateTable | CreateTableAs, notices: list[str]) -> None:
     if not cmd.if_not_exists:
         raise PgError(DUPLICATE_TABLE, f'relation "{cmd.name}" already exists')
     notices.append(f'relation "{cmd.name}" already exists, skipping')
@@ -459,7 +464,7 @@ def create_view(lakehouse: Lakehouse, cmd: CreateView, arrow_schema: pa.Schema, 
     """Create (or replace) the view CREATE VIEW names: its query `sql` (relations qualified)
     has the columns `arrow_schema` (PostgreSQL's names). Returns the view's key."""
 
-    namespace = _creation_schema(lakehouse, cmd.schema, search_path)
+    namespace = creation_schema(lakehouse, cmd.schema, search_path)
     if len(cmd.column_names) > len(arrow_schema):
         raise PgError("42601", "CREATE VIEW specifies more column names than columns")
     names = list(cmd.column_names) + arrow_schema.names[len(cmd.column_names):]
@@ -539,10 +544,10 @@ def _alter_table(lakehouse: Lakehouse, cmd: AlterTable, search_path: list[str],
         table = lakehouse.load_table(namespace, cmd.name)
     except NoSuchTableError:
         raise PgError(e.UNDEFINED_TABLE, f'relation "{_display(cmd.schema, cmd.name)}" does not exist') from None
-    _Alteration(table, cmd.name, notices, lakehouse, namespace).run(cmd.actions)
+    Alteration(table, cmd.name, notices, lakehouse, namespace).run(cmd.actions)
 
 
-class _Alteration:
+class Alteration:
     """Checks each action against the table as the earlier actions leave it, then commits all
     schema and property changes in one Iceberg transaction."""
 
@@ -567,6 +572,17 @@ class _Alteration:
         self.remove_props: list[str] = []
 
     def run(self, actions: Iterable[Any]) -> None:
+        change = self.checked(actions)
+        if change is None:
+            return
+        from icegres.engine.lake_world import commit_metadata_change
+
+        assert self.lakehouse is not None
+        commit_metadata_change(self.lakehouse, (self.namespace, self.name), self.table, change)
+
+    def checked(self, actions: Iterable[Any]) -> Callable[[Any], None] | None:
+        """Check every action; the change they make, as a function of a pyiceberg Transaction
+        (None: nothing to do). Nothing is committed."""
         for action in actions:
             self.check(action)
         if self.key_changed:
@@ -578,7 +594,8 @@ class _Alteration:
         # pyiceberg refuses to remove a property the table does not have; PostgreSQL's RESET doesn't.
         self.remove_props = [k for k in self.remove_props if k in self.table.properties]
         if not (self.schema_ops or self.set_props or self.remove_props):
-            return
+            return None
+
         def change(txn: Any) -> None:
             if self.schema_ops:
                 with txn.update_schema(allow_incompatible_changes=self.allow_incompatible) as update:
@@ -596,10 +613,7 @@ class _Alteration:
         except (ValueError, ValidationError) as exc:
             # A combination pyiceberg refuses (say, dropping a column this ALTER added).
             raise PgError(e.FEATURE_NOT_SUPPORTED, f"cannot alter table \"{self.name}\": {exc}") from None
-        from icegres.engine.lake_world import commit_metadata_change
-
-        assert self.lakehouse is not None
-        commit_metadata_change(self.lakehouse, (self.namespace, self.name), self.table, change)
+        return change
 
     def column(self, name: str) -> _Column:
         column = self.columns.get(name)
@@ -743,11 +757,18 @@ def create_table_from_arrow(lakehouse: Lakehouse, cmd: CreateTableAs, arrow_sche
 
     The rows are appended afterwards through the commit machine by the caller.
     """
-    namespace = _creation_schema(lakehouse, cmd.schema, search_path)
+    namespace = creation_schema(lakehouse, cmd.schema, search_path)
     if lakehouse.table_exists(namespace, cmd.name) or lakehouse.view_location(namespace, cmd.name):
         if not cmd.if_not_exists:
             raise PgError(DUPLICATE_TABLE, f'relation "{cmd.name}" already exists')
         return None
+    create_arrow_table_in(lakehouse, namespace, cmd.name, cmd, arrow_schema)
+    return (namespace, cmd.name)
+
+
+def create_arrow_table_in(lakehouse: Lakehouse, namespace: str, name: str, cmd: CreateTableAs,
+                          arrow_schema: pa.Schema) -> Table:
+    """Create the table of a CTAS as `namespace.name`, with the query's columns."""
     names = list(cmd.column_names) + arrow_schema.names[len(cmd.column_names):]
     if len(cmd.column_names) > len(arrow_schema):
         raise PgError("42601", "too many column names were specified")
@@ -758,8 +779,7 @@ def create_table_from_arrow(lakehouse: Lakehouse, cmd: CreateTableAs, arrow_sche
     spec = partition_spec_for(schema, cmd.partitioning)
     if namespace == PUBLIC:
         lakehouse.create_namespace_if_missing(PUBLIC)
-    lakehouse.create_partitioned_table(namespace, cmd.name, schema, spec, dict(cmd.properties))
-    return (namespace, cmd.name)
+    return lakehouse.create_partitioned_table(namespace, name, schema, spec, dict(cmd.properties))
 
 
 def iceberg_schema_of_arrow(names: list[str], arrow_schema: pa.Schema, what: str) -> Schema:

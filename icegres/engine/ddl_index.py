@@ -144,6 +144,13 @@ def apply_drop_index(lakehouse: Lakehouse, cmd: DropIndex, search_path: list[str
 def _write_indexes(table: Table, indexes: dict[str, tuple[str, ...]], *, sort: tuple[str, ...],
                    removed: tuple[str, ...] = ()) -> None:
     """One Iceberg transaction: the index properties, the bloom filters they ask for, the sort order."""
+    with table.transaction() as tx:
+        index_change(table, indexes, sort=sort, removed=removed)(tx)
+
+
+def index_change(table: Table, indexes: dict[str, tuple[str, ...]], *, sort: tuple[str, ...],
+                 removed: tuple[str, ...] = ()) -> Any:
+    """The change to `table` that gives it `indexes`, as a function of a pyiceberg Transaction."""
     from pyiceberg.transforms import IdentityTransform
 
     bloom = {column for columns in indexes.values() for column in columns}
@@ -153,16 +160,19 @@ def _write_indexes(table: Table, indexes: dict[str, tuple[str, ...]], *, sort: t
     updates.update({f"{BLOOM_PREFIX}{column}": "true" for column in bloom})
     if sort:
         updates[SORT_PROPERTY] = ",".join(sort)
-    with table.transaction() as tx:
+    gone = [f"{INDEX_PREFIX}{name}" for name in removed] + stale_bloom
+    if not sort and SORT_PROPERTY in table.properties:
+        gone.append(SORT_PROPERTY)
+
+    def change(tx: Any) -> None:
         tx.set_properties(updates)
-        gone = [f"{INDEX_PREFIX}{name}" for name in removed] + stale_bloom
-        if not sort and SORT_PROPERTY in table.properties:
-            gone.append(SORT_PROPERTY)
         if gone:
             tx.remove_properties(*gone)
         with tx.update_sort_order() as order:
             for column in sort:
                 order.asc(column, IdentityTransform())
+
+    return change
 
 
 def _default_name(table: str, columns: tuple[str, ...]) -> str:

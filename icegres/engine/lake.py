@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 from icegres.engine.batches import BATCH_ROWS
 from icegres.engine.catalog import Lakehouse, Listing
 from icegres.engine.file_presence import FilePresence
+from icegres.engine.intents import MemoryIntents
 from icegres.engine.mounts import (
+    FileRead,
     FooterCache,
     ObjectStores,
     ReadPlan,
@@ -136,6 +138,9 @@ class Engine:
         # that instant, and no other statement must take that setting with it.
         self._master_lock = threading.Lock()
         self._footers = FooterCache()
+        # Where transaction blocks record their catalog changes before COMMIT applies them
+        # (engine/intents.py): in memory unless the server gives it a data directory.
+        self.intents: Any = MemoryIntents()
         self._presence = FilePresence()
         self._stores = ObjectStores(lakehouse.s3_properties(), file_cache)
         self._file_cache = file_cache
@@ -622,6 +627,16 @@ class Engine:
 
     def read_plan(self, schema: str, name: str) -> ReadPlan | None:
         return self._plans.get((schema, name))
+
+    def plan_table(self, table: Any) -> ReadPlan:
+        """A plan of a table this engine does not mount (a block's hidden or altered table)."""
+        return plan_read(table, self._footers)
+
+    def file_read(self, path: str, plan: ReadPlan) -> FileRead:
+        """How `plan` (its schema) reads a data file: its columns by field id."""
+        by_id = self._footers.field_names(plan.table, path)  # type: ignore[arg-type]
+        names = plan.schema.names
+        return FileRead(path, tuple((name, by_id.get(fid)) for name, fid in zip(names, plan.field_ids, strict=True)))
 
     def adopt(self, key: tuple[str, str], previous_location: str, plan: ReadPlan) -> None:
         """Mount a snapshot this process just committed, built from the plan it replaced plus the

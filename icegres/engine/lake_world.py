@@ -42,7 +42,7 @@ log = logging.getLogger("icegres.commit")
 TOKEN_PROPERTY = "icegres.commit-token"
 
 
-def commit_request(txn: TxnState) -> CommitRequest | None:
+def commit_request(txn: TxnState, token: str | None = None) -> CommitRequest | None:
     """The machine's request for a transaction's staged writes, or None if it changed nothing.
 
     A write reads its table (so it is no blind append, and the machine charges its rebases) when
@@ -61,7 +61,7 @@ def commit_request(txn: TxnState) -> CommitRequest | None:
                          or (txn.serializable and w.key in txn.read_keys)),
         )
         for w in sorted(txn.writes.values(), key=lambda w: w.key)
-        if w.added or w.removed
+        if w.added or w.removed or w.metadata_change is not None
     )
     if not writes:
         return None
@@ -73,7 +73,7 @@ def commit_request(txn: TxnState) -> CommitRequest | None:
             for k in sorted(txn.read_keys)
             if f"{k[0]}.{k[1]}" not in written and k in txn.pins
         )
-    return CommitRequest(token=uuid.uuid4().hex, writes=writes, reads=reads)
+    return CommitRequest(token=token or uuid.uuid4().hex, writes=writes, reads=reads)
 
 
 class LakeWorld:
@@ -199,11 +199,12 @@ class LakeWorld:
         tx = lean_transaction.transaction(table)
         if write.metadata_change is not None:
             write.metadata_change(tx)
-            # A schema or property change makes no snapshot: the token rides in a property.
-            tx.set_properties({TOKEN_PROPERTY: token})
-            requirements = (AssertTableUUID(uuid=table.metadata.table_uuid),
-                            AssertCurrentSchemaId(current_schema_id=write.base.schema_id), *tx._requirements)
-            return TableChange(write.key[0], write.key[1], requirements, tx._updates, base=table)
+            if not (write.added or write.removed):
+                # A schema or property change makes no snapshot: the token rides in a property.
+                tx.set_properties({TOKEN_PROPERTY: token})
+                requirements = (AssertTableUUID(uuid=table.metadata.table_uuid),
+                                AssertCurrentSchemaId(current_schema_id=write.base.schema_id), *tx._requirements)
+                return TableChange(write.key[0], write.key[1], requirements, tx._updates, base=table)
         producer = tx.update_snapshot(snapshot_properties={**self._properties, TOKEN_PROPERTY: token})
         if write.is_append:
             with producer.fast_append() as append:

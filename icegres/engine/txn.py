@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from icegres.engine.mounts import FileRead, ReadPlan
+from icegres.machines.catalog_commit import Move
 
 Key = tuple[str, str]
 
@@ -33,9 +34,14 @@ class StagedWrite:
     # it, ON CONFLICT, UPDATE/DELETE): a rebase would change what it read, so the commit machine
     # charges its rebases (a primary-key table counts as read too: `TableWrite.reads_table`).
     read_rows: bool = False
-    # A metadata-only change (ALTER TABLE): applied to a pyiceberg Transaction on whatever head the
-    # commit machine publishes against.
+    # Schema or property changes (ALTER TABLE, CREATE INDEX): applied, in order, to the pyiceberg
+    # Transaction the commit machine publishes, before this write's files, in the same commit.
     metadata_change: Any = field(default=None, compare=False)
+    # The table as those changes leave it (its new schema), for the block's later statements; the
+    # base stays what the catalog has, which the commit asserts.
+    shape: ReadPlan | None = field(default=None, compare=False)
+    # Files this write added before such a change, as the new shape reads them (by field id).
+    remapped: MappingProxyType[str, FileRead] = field(default_factory=lambda: _EMPTY, compare=False)
 
     @property
     def is_append(self) -> bool:
@@ -51,15 +57,38 @@ class StagedWrite:
                 and self.metadata_change is None)
 
     @property
+    def target(self) -> ReadPlan:
+        """What new files are written as: the table's shape after the block's ALTERs."""
+        return self.shape or self.base
+
+    def rekeyed(self, key: Key) -> StagedWrite:
+        """The same write under the name a RENAME in the block gave its table."""
+        return replace(self, key=key)
+
+    @property
     def table_name(self) -> str:
         return f"{self.key[0]}.{self.key[1]}"
 
     def view(self) -> ReadPlan:
         """The table as this transaction sees it: base files minus removed, plus added."""
-        identity = tuple((f.name, f.name) for f in self.base.schema)
-        files = tuple(f for f in self.base.files if f.path not in self.removed)
-        files += tuple(FileRead(path, identity) for path in self.added)
-        return replace(self.base, files=files)
+        shape = self.shape or self.base
+        identity = tuple((f.name, f.name) for f in shape.schema)
+        files = tuple(f for f in shape.files if f.path not in self.removed)
+        files += tuple(self.remapped.get(path) or FileRead(path, identity) for path in self.added)
+        return replace(shape, files=files, data_files=self.base.data_files)
+
+    def altered(self, change: Any, shape: ReadPlan, remap: Any) -> StagedWrite:
+        """This write with one more metadata change after those it has; `shape` is the table
+        after it, and `remap(path, shape)` the FileRead of an added file under that shape."""
+        earlier = self.metadata_change
+
+        def changes(tx: Any) -> None:
+            if earlier is not None:
+                earlier(tx)
+            change(tx)
+
+        remapped = {path: remap(path, shape) for path in self.added}
+        return replace(self, metadata_change=changes, shape=shape, remapped=MappingProxyType(remapped))
 
     def rewrite(self, gone: set[str], new_files: dict[str, Any], rows: int, *,
                 read: bool = False) -> tuple[StagedWrite, list[str]]:
@@ -83,6 +112,21 @@ class StagedWrite:
         return write, orphans
 
 
+@dataclass
+class BlockCatalog:
+    """A block's catalog changes so far, published at COMMIT by the catalog commit machine
+    (`machines/catalog_commit.py`): the moves in the block's order, the hidden tables made for
+    its CREATEs, and where its DROPs move tables aside."""
+
+    token: str
+    moves: list[Move] = field(default_factory=list)
+    created: list[Key] = field(default_factory=list)  # never shrinks: every one is purged unless placed
+    graveyard: list[Key] = field(default_factory=list)
+
+    def copy(self) -> BlockCatalog:
+        return BlockCatalog(self.token, list(self.moves), list(self.created), list(self.graveyard))
+
+
 _txn_ids = itertools.count(1)
 
 
@@ -99,15 +143,19 @@ class TxnState:
     writes: dict[Key, StagedWrite] = field(default_factory=dict)
     read_keys: set[Key] = field(default_factory=set)
     orphans: list[str] = field(default_factory=list)  # staged files no longer referenced
-    marks: list[tuple[str, dict[Key, StagedWrite]]] = field(default_factory=list)
+    marks: list[tuple[str, Any]] = field(default_factory=list)
     version: int = 0
     ident: int = field(default_factory=lambda: next(_txn_ids))
     # Extra snapshot-summary properties for every snapshot the commit makes (the write buffer's
     # tail watermark: `icegres.tail-id`, `icegres.tail-lsn`), published in the same atomic commit.
     snapshot_properties: dict[str, str] = field(default_factory=dict)
+    # DDL inside the block: its catalog changes (None: none yet), and the names it dropped or
+    # renamed away, which the catalog still holds until COMMIT but the block no longer sees.
+    catalog: BlockCatalog | None = None
+    hidden: set[Key] = field(default_factory=set)
 
     def pin(self, key: Key, plan: ReadPlan | None) -> None:
-        if key in self.pins:
+        if key in self.pins or key in self.hidden:
             return
         if plan is not None:
             self.pins[key] = plan
@@ -115,23 +163,13 @@ class TxnState:
 
     def pin_all(self, plans: dict[Key, ReadPlan]) -> None:
         for key, plan in plans.items():
-            self.pins.setdefault(key, plan)
+            if key not in self.hidden:
+                self.pins.setdefault(key, plan)
         self.pinned_all = True
         self.version += 1
 
-    def refuse_ddl_after_writes(self, keys: set[Key]) -> None:
-        """0A000 for DDL on a table this transaction wrote to, asked before the DDL is applied:
-        staged rows were written against the old schema (PostgreSQL would have locked the table
-        instead), and a refusal after the catalog changed would leave the change behind."""
-        for key in sorted(keys):
-            if key in self.writes:
-                from icegres.pg.errors import PgError
-
-                raise PgError("0A000", f"cannot alter table {key[0]}.{key[1]} after writing to it in the same transaction")
-
     def repin(self, key: Key, plan: ReadPlan | None) -> None:
-        """After DDL inside the transaction: the table's new shape replaces its pin."""
-        self.refuse_ddl_after_writes({key})
+        """After DDL applied at once (views, schemas): the table's new shape replaces its pin."""
         if plan is None:
             self.pins.pop(key, None)
         else:
@@ -167,21 +205,91 @@ class TxnState:
     def all_added(self) -> list[str]:
         return [p for w in self.writes.values() for p in w.added]
 
+    # --- DDL in the block ---------------------------------------------------------------------
+
+    def block_catalog(self, token: str) -> BlockCatalog:
+        if self.catalog is None:
+            self.catalog = BlockCatalog(token)
+        return self.catalog
+
+    def created_table(self, key: Key, hidden: Key, plan: ReadPlan) -> None:
+        """CREATE TABLE `key`: made in the catalog as `hidden`, placed under its name at COMMIT."""
+        catalog = self._catalog()
+        catalog.created.append(hidden)
+        catalog.moves.append(Move(key[0], hidden[1], key[1], plan.table_uuid))
+        self.hidden.discard(key)
+        self.pins[key] = plan
+        self.version += 1
+
+    def renamed_table(self, key: Key, new: Key) -> None:
+        """ALTER TABLE `key` RENAME: the block sees it (pin, staged write, reads) as `new` now."""
+        plan = self.plan(key)
+        assert plan is not None
+        self._catalog().moves.append(Move(key[0], key[1], new[1], plan.table_uuid))
+        self.pins[new] = self.pins.pop(key)
+        if key in self.writes:
+            self.writes[new] = self.writes.pop(key).rekeyed(new)
+        if key in self.read_keys:
+            self.read_keys.discard(key)
+            self.read_keys.add(new)
+        self.hidden.add(key)
+        self.hidden.discard(new)
+        self.version += 1
+
+    def dropped_table(self, key: Key, graveyard: Key) -> None:
+        """DROP TABLE `key`: moved aside to `graveyard` at COMMIT, purged once committed; what
+        the block staged into it is unreferenced now."""
+        plan = self.plan(key)
+        assert plan is not None
+        catalog = self._catalog()
+        catalog.moves.append(Move(key[0], key[1], graveyard[1], plan.table_uuid))
+        catalog.graveyard.append(graveyard)
+        self.pins.pop(key, None)
+        write = self.writes.pop(key, None)
+        if write is not None:
+            self.orphans.extend(write.added)
+        self.read_keys.discard(key)
+        self.hidden.add(key)
+        self.version += 1
+
+    def altered_table(self, key: Key, write: StagedWrite) -> None:
+        """ALTER TABLE `key` (columns, properties): `write` carries the change to the commit."""
+        self.writes[key] = write
+        self.version += 1
+
+    def _catalog(self) -> BlockCatalog:
+        assert self.catalog is not None, "block_catalog(token) comes first"
+        return self.catalog
+
     # --- savepoints --------------------------------------------------------------------------
 
     def mark(self, name: str) -> None:
-        self.marks.append((name, dict(self.writes)))
+        saved = (dict(self.writes), dict(self.pins), set(self.hidden), set(self.read_keys),
+                 self.catalog.copy() if self.catalog is not None else None)
+        self.marks.append((name, saved))
 
     def release(self, index: int) -> None:
         del self.marks[index:]
 
     def rollback_to(self, index: int) -> None:
         """Restore the writes as of savepoint `index` (kept); files staged since become orphans."""
-        _, saved = self.marks[index]
+        _, (writes, pins, hidden, read_keys, catalog) = self.marks[index]
         del self.marks[index + 1 :]
-        still = {p for w in saved.values() for p in w.added}
+        still = {p for w in writes.values() for p in w.added}
         self.orphans.extend(p for p in self.all_added() if p not in still)
-        self.writes = dict(saved)
+        self.writes = dict(writes)
+        # Tables first read since the savepoint keep their pins (snapshot isolation); names the
+        # block's DDL made since are gone again, and what that DDL moved comes back.
+        since = self.catalog.moves[len(catalog.moves) if catalog is not None else 0:] if self.catalog else []
+        made = {(m.namespace, m.dst) for m in since}
+        self.pins = {k: v for k, v in self.pins.items() if k not in made} | pins
+        self.hidden = set(hidden)
+        self.read_keys = set(read_keys)
+        if self.catalog is not None:
+            # Tables created since the savepoint stay listed as created: purged unless placed.
+            created = self.catalog.created
+            self.catalog = catalog.copy() if catalog is not None else BlockCatalog(self.catalog.token)
+            self.catalog.created = list(created)
         self.version += 1
 
 

@@ -172,17 +172,20 @@ async def describe_dml(host: WriteHost, stmt: Statement) -> tuple[pa.Schema | No
 
 
 async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
-    """CREATE/DROP/ALTER: applied to the catalog at once (not transactional, as a catalog change
-    is its own commit); an open transaction re-pins the tables it changed."""
-    from icegres.engine import ddl, ddl_apply
+    """CREATE/DROP/ALTER. Outside a block, applied to the catalog at once. Inside one, table DDL
+    changes the block's view and is applied at COMMIT (ddl_block.py); views, schemas and
+    indexes still apply at once, and the block re-pins the tables they changed."""
+    from icegres.engine import ddl, ddl_apply, ddl_block
     from icegres.engine.ddl_commands import command_tag
 
     cmd = ddl.parse_ddl(stmt.sql, host.qctx.env.database)
+    qctx = host.qctx
+    txn = qctx.txn
+    in_block = txn is not None and not txn.autocommit
     if isinstance(cmd, ddl.CreateTableAs):
-        return await create_table_as(host, cmd)
+        return await (create_table_as_in_block(host, cmd) if in_block else create_table_as(host, cmd))
     if isinstance(cmd, CreateView):
         return await create_view(host, cmd)
-    qctx = host.qctx
     path = list(qctx.env.search_path)
     ladder = qctx.engine.ladder
     if ladder is not None:
@@ -190,10 +193,13 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
         keys = await host.run(ddl_keys, cmd, path, qctx)
         if keys:
             await ladder.settle(keys)
+    if in_block and ddl_block.handles(cmd):
+        assert txn is not None
+        notices, _ = await host.run(ddl_block.apply, qctx, txn, cmd, path)
+        qctx.forget_routes()
+        return WriteResult(command_tag(cmd), None, list(notices))
 
     def apply() -> list[str]:
-        if qctx.txn is not None:
-            qctx.txn.refuse_ddl_after_writes(ddl_keys(cmd, path, qctx))  # before the catalog changes
         notices = ddl_apply.apply_ddl(qctx.engine.lakehouse, cmd, path)
         keys = ddl_keys(cmd, path, qctx)
         if qctx.engine.lakehouse.kind == "rest":
@@ -317,6 +323,35 @@ async def create_table_as(host: WriteHost, cmd: Any) -> WriteResult:
     return WriteResult(f"SELECT {count}")
 
 
+async def create_table_as_in_block(host: WriteHost, cmd: Any) -> WriteResult:
+    """CREATE TABLE ... AS in a transaction block: the table and its rows are the block's until
+    COMMIT publishes both (ddl_block.py)."""
+    from icegres.engine import assign, ddl_block, dml
+
+    qctx = host.qctx
+    txn = qctx.txn
+    assert txn is not None
+    path = list(qctx.env.search_path)
+
+    def create() -> tuple[Key | None, int]:
+        qctx.pin_for(None)
+        data = dml.collect(qctx.plan(query(cmd.query_sql), None))
+        key = ddl_block.create_table_as(qctx, txn, cmd, path, data)
+        if key is None or not cmd.with_data:
+            return key, 0
+        plan = txn.plan(key)
+        assert plan is not None
+        rows = assign.conform(data.rename_columns(plan.schema.names), plan, key)
+        dml.append(txn, key, rows)
+        return key, rows.num_rows
+
+    key, count = await host.run(create)
+    qctx.forget_routes()
+    if key is None:
+        return WriteResult("CREATE TABLE AS", None, [f'relation "{cmd.name}" already exists, skipping'])
+    return WriteResult(f"SELECT {count}" if cmd.with_data else "CREATE TABLE AS")
+
+
 async def copy_in(host: WriteHost, table_name: str, columns: list[str] | None, fmt: CopyFormat,
                   data: bytes) -> WriteResult:
     """COPY table [(cols)] FROM STDIN: `data` (text or CSV) as rows of the table, one commit, or
@@ -418,6 +453,9 @@ async def publish(host: WriteHost, txn: TxnState) -> None:
     from icegres.engine.group_commit import lane_of
     from icegres.engine.lake_world import commit_request, delete_files
 
+    if txn.catalog is not None and (txn.catalog.moves or txn.catalog.created):
+        await _publish_with_catalog(host, txn)
+        return
     engine = host.qctx.engine
     await host.run(compact, txn)
     request = commit_request(txn)
@@ -494,11 +532,89 @@ async def _commit_in_lane(host: WriteHost, groups: Any, lane: Any, txn: TxnState
     return outcome
 
 
+async def _publish_with_catalog(host: WriteHost, txn: TxnState) -> None:
+    """COMMIT of a block with DDL: the catalog commit machine applies its catalog changes and,
+    as its decision, the data commit (machines/catalog_commit.py); PgError if it did not commit."""
+    import trio
+
+    from icegres.engine.catalog_world import LakeCatalogWorld
+    from icegres.engine.dml import compact
+    from icegres.engine.lake_world import commit_request, delete_files
+    from icegres.machines.catalog_commit import CatalogPlan, DataAborted, DataCommitted, DataUnknown
+    from icegres.machines.commit import Phase
+    from icegres.machines.drivers.catalog_commit import run_catalog_commit
+
+    engine = host.qctx.engine
+    catalog = txn.catalog
+    assert catalog is not None
+    await host.run(compact, txn)
+    request = commit_request(txn, token=catalog.token)
+    written = tuple(tuple(w.table.rsplit(".", 1)) for w in request.writes) if request is not None else ()
+    plan = CatalogPlan(catalog.token, tuple(catalog.moves), tuple(catalog.created), tuple(catalog.graveyard),
+                       has_data=request is not None, written=written)  # type: ignore[arg-type]
+    data_ran = False
+
+    async def data_commit() -> DataCommitted | DataAborted | DataUnknown:
+        nonlocal data_ran
+        data_ran = True
+        outcome = await _commit(host, txn, request)
+        if outcome.committed:
+            return DataCommitted()
+        if outcome.phase is Phase.UNKNOWN:
+            return DataUnknown(outcome.message or "commit outcome unknown")
+        return DataAborted(outcome.sqlstate or E.INTERNAL_ERROR, outcome.message or "commit failed",
+                           outcome.detail)
+
+    writes = list(txn.writes.values())
+    with trio.CancelScope(shield=True):
+        outcome = await run_catalog_commit(plan, LakeCatalogWorld(engine.lakehouse, engine.intents, data_commit))
+        staged = txn.all_added()
+        txn.writes.clear()  # committed: the lake's; aborted by the data commit: deleted by it
+        stale = list(txn.orphans)
+        txn.orphans.clear()
+        if not outcome.committed and not data_ran and outcome.sqlstate != "08006":
+            stale += staged  # refused before the data commit: nothing references them
+        if stale:
+            await host.run(delete_files, writes, stale)
+        keys = {(m.namespace, n) for m in plan.moves for n in (m.src, m.dst)}
+        await host.run(_remount, host.qctx, keys)
+    if not outcome.committed:
+        raise PgError(outcome.sqlstate or E.INTERNAL_ERROR, outcome.message or "commit failed",
+                      detail=outcome.detail or None)
+
+
+def _remount(qctx: Any, keys: set[Key]) -> None:
+    """After a block's catalog changes: mount the tables under their new names."""
+    engine = qctx.engine
+    if engine.lakehouse.kind == "rest":
+        engine.refresh(keys)
+        engine.refresh_views(keys)
+    else:
+        engine.refresh(None)
+    qctx.forget_routes()
+
+
 async def discard(host: WriteHost, txn: TxnState) -> None:
-    """ROLLBACK: staged files are unreferenced; delete them (best effort)."""
+    """ROLLBACK: staged files are unreferenced; delete them (best effort). Tables the block
+    created (hidden until COMMIT) are dropped, and its intent record forgotten."""
     import trio
 
     from icegres.engine.lake_world import delete_files
+
+    catalog = txn.catalog
+    if catalog is not None and catalog.created:
+        from icegres.engine.catalog_world import LakeCatalogWorld
+
+        engine = host.qctx.engine
+        world = LakeCatalogWorld(engine.lakehouse, engine.intents)
+        txn.catalog = None
+
+        def drop_created() -> None:
+            if world.purge(tuple(catalog.created)):
+                world.forget_intent(catalog.token)
+
+        with trio.CancelScope(shield=True):
+            await host.run(drop_created)
 
     paths = txn.all_added() + txn.orphans
     writes = list(txn.writes.values())

@@ -114,7 +114,7 @@ def rewrite_matching(qctx: QueryContext, txn: TxnState, key: Key, cond: exp.Expr
     if sets and any(c in sets for c in plan.primary_key):
         check_unique(qctx, plan, key, rows, exclude_files=tuple(matched))
     write = txn.write_for(key)
-    new_files = write_files(write.base, rows)
+    new_files = write_files(write.target, rows)
     write, orphans = write.rewrite(set(matched), new_files, rows.num_rows, read=True)
     txn.stage(write, orphans)
     return count, returning_rows
@@ -218,8 +218,8 @@ def compact(txn: TxnState) -> None:
     import pyarrow.parquet as pq
 
     for write in list(txn.writes.values()):
-        if len(write.added) < 2:
-            continue
+        if len(write.added) < 2 or write.shape is not None:
+            continue  # (files staged before and after an ALTER in the block have other schemas)
         table: Any = write.base.table
         target = int(table.metadata.properties.get("write.target-file-size-bytes", 512 * 1024 * 1024))
         if sum(f.file_size_in_bytes for f in write.added.values()) > target:
@@ -229,7 +229,7 @@ def compact(txn: TxnState) -> None:
             with table.io.new_input(path).open() as f:
                 parts.append(pq.read_table(f))
         rows = pa.concat_tables(parts, promote_options="permissive").cast(write_schema(write.base))
-        merged = write_files(write.base, rows)
+        merged = write_files(write.target, rows)
         write, orphans = write.rewrite(set(write.added), merged, 0)
         txn.stage(write, orphans)
 
@@ -239,7 +239,7 @@ def append(txn: TxnState, key: Key, rows: pa.Table, *, read: bool = False) -> No
     if rows.num_rows == 0:
         return
     write = txn.write_for(key)
-    write, _ = write.rewrite(set(), write_files(write.base, rows), rows.num_rows, read=read)
+    write, _ = write.rewrite(set(), write_files(write.target, rows), rows.num_rows, read=read)
     txn.stage(write)
 
 

@@ -148,7 +148,7 @@ def _update_conflicting(qctx: QueryContext, txn: TxnState, tree: exp.Insert, key
     if any(c in sets for c in pk):
         check_unique(qctx, plan, key, rows, exclude_files=tuple(files))
     write = txn.write_for(key)
-    write, orphans = write.rewrite(files, write_files(write.base, rows), rows.num_rows, read=True)
+    write, orphans = write.rewrite(files, write_files(write.target, rows), rows.num_rows, read=True)
     txn.stage(write, orphans)
     return rows.filter(marks)
 

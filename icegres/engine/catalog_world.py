@@ -1,0 +1,145 @@
+"""The catalog commit machine's world on a real lakehouse: renames, purges, intent records.
+
+`LakeCatalogWorld` implements `icegres.machines.drivers.catalog_commit.CatalogWorld`. Moves are
+catalog renames checked against the table's uuid, so a move another session's DDL overtook is
+refused rather than applied to the wrong table; views that read a moved table follow it (as a
+PostgreSQL view follows its table's OID), and follow it back when the move is undone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+
+from icegres import faults
+from icegres.engine import view_ddl
+from icegres.engine.catalog import HIDDEN_PREFIX, Lakehouse
+from icegres.machines.catalog_commit import (
+    CatalogPlan,
+    DataAborted,
+    DataCommitted,
+    DataUnknown,
+    Move,
+    MoveApplied,
+    MoveFailed,
+    MoveRefused,
+)
+
+log = logging.getLogger("icegres.commit")
+
+Key = tuple[str, str]
+DataCommit = Callable[[], Awaitable[DataCommitted | DataAborted | DataUnknown]]
+
+
+def hidden_name(kind: str, token: str, n: int) -> str:
+    """A block's hidden table: `kind` is `new` (a CREATE) or `dropped` (a DROP's graveyard)."""
+    return f"{HIDDEN_PREFIX}{kind}_{token[:16]}_{n}"
+
+
+def is_hidden(name: str) -> bool:
+    return name.startswith(HIDDEN_PREFIX)
+
+
+class LakeCatalogWorld:
+    def __init__(self, lakehouse: Lakehouse, intents: Any, data_commit: DataCommit | None = None) -> None:
+        self.lakehouse = lakehouse
+        self.intents = intents
+        self._data_commit = data_commit
+
+    def record_intent(self, plan: CatalogPlan, decided: bool) -> None:
+        self.intents.record(plan, decided)
+        faults.point("after-catalog-intent")
+
+    def forget_intent(self, token: str) -> None:
+        self.intents.forget(token)
+
+    def apply_move(self, move: Move) -> MoveApplied | MoveRefused | MoveFailed:
+        ns = move.namespace
+        if self._uuid_at(ns, move.src) != move.table_uuid:
+            return MoveRefused(f'relation "{ns}.{move.src}" was dropped, renamed or replaced by another transaction')
+        if self.lakehouse.table_exists(ns, move.dst) or self.lakehouse.view_location(ns, move.dst):
+            return MoveRefused(f'relation "{ns}.{move.dst}" was created by another transaction')
+        views = view_ddl.catalog_views_now(self.lakehouse)
+        try:
+            self.lakehouse.rename_table(ns, move.src, move.dst)
+        except (NoSuchTableError, TableAlreadyExistsError) as exc:
+            return MoveRefused(f"another transaction changed {ns}.{move.src} or {ns}.{move.dst}: {exc}")
+        except Exception as exc:
+            return MoveFailed(f"{type(exc).__name__}: {exc}")
+        view_ddl.retarget(self.lakehouse, views, (ns, move.src), (ns, move.dst))
+        faults.point("after-catalog-move")
+        return MoveApplied()
+
+    def undo_move(self, move: Move) -> None:
+        ns = move.namespace
+        if self._uuid_at(ns, move.dst) != move.table_uuid:
+            return  # it never moved (or another session moved it since: nothing is ours to undo)
+        if self.lakehouse.table_exists(ns, move.src):
+            log.warning("cannot undo the move of %s.%s to %s: %s was taken", ns, move.src, move.dst, move.src)
+            return
+        views = view_ddl.catalog_views_now(self.lakehouse)
+        self.lakehouse.rename_table(ns, move.dst, move.src)
+        view_ddl.retarget(self.lakehouse, views, (ns, move.dst), (ns, move.src))
+
+    def purge(self, tables: tuple[Key, ...]) -> bool:
+        ok = True
+        views = view_ddl.catalog_views_now(self.lakehouse) if tables else {}
+        # Views that read a dropped table followed it aside (its DROP ... CASCADE): they go too.
+        view_ddl.drop_each(self.lakehouse, view_ddl.dependents(views, set(tables)))
+        for ns, name in tables:
+            assert is_hidden(name), name
+            try:
+                self.lakehouse.drop_table(ns, name)
+            except NoSuchTableError:
+                continue
+            except Exception:
+                log.warning("could not purge %s.%s", ns, name, exc_info=True)
+                ok = False
+        faults.point("after-catalog-purge")
+        return ok
+
+    async def commit_data(self) -> DataCommitted | DataAborted | DataUnknown:
+        assert self._data_commit is not None, "a plan with data needs its data commit"
+        return await self._data_commit()
+
+    def token_landed(self, plan: CatalogPlan) -> bool:
+        """Recovery: is the block's token in a snapshot (or property) of a table it wrote?"""
+        from icegres.engine.lake_world import TOKEN_PROPERTY
+
+        for ns, name in plan.written:
+            try:
+                meta = self.lakehouse.load_table(ns, name).metadata
+            except NoSuchTableError:
+                continue
+            if meta.properties.get(TOKEN_PROPERTY) == plan.token or any(
+                    s.summary is not None and s.summary.get(TOKEN_PROPERTY) == plan.token for s in meta.snapshots):
+                return True
+        return False
+
+    def _uuid_at(self, namespace: str, name: str) -> str | None:
+        try:
+            return str(self.lakehouse.load_table(namespace, name).metadata.table_uuid)
+        except NoSuchTableError:
+            return None
+
+
+async def recover_pending(lakehouse: Lakehouse, intents: Any) -> list[tuple[str, str]]:
+    """At start-up, before serving: finish or undo every block whose COMMIT this server left half
+    done (its intent records). Each block's (token, verdict) for the log."""
+    import trio
+
+    from icegres.machines.drivers.catalog_commit import run_catalog_recovery
+
+    done = []
+    for plan, decided in await trio.to_thread.run_sync(intents.pending):
+        world = LakeCatalogWorld(lakehouse, intents)
+        if not decided and plan.has_data:
+            decided = await trio.to_thread.run_sync(world.token_landed, plan)
+        outcome = await run_catalog_recovery(plan, decided, world)
+        verdict = "committed" if outcome.committed else outcome.phase.value
+        log.warning("recovered transaction %s: %s", plan.token, verdict)
+        done.append((plan.token, verdict))
+    return done

@@ -1,0 +1,270 @@
+"""DDL inside a transaction block: seen by the block's later statements, applied at its COMMIT.
+
+PostgreSQL's DDL is transactional; an Iceberg catalog's is not (every create, rename or drop is
+its own catalog call). So inside a block a table DDL changes only the block's view of the lake
+(its `TxnState`: pins, staged writes, hidden names) and records what COMMIT must do to the
+catalog (`BlockCatalog`), which the catalog commit machine then does, ordered and recoverable
+(`machines/catalog_commit.py`):
+
+- CREATE TABLE [AS]: the table is created at once, but under a hidden name nobody else lists
+  (`catalog_world.hidden_name`), and the block sees it under its own; COMMIT places it. The
+  intent record is written before the hidden table exists, so a crash never leaks it.
+- DROP TABLE: the block stops seeing the table; COMMIT moves it aside, and purges it once the
+  block is decided.
+- ALTER TABLE … RENAME TO: the block sees the table (its pin and its staged rows) under the new
+  name; COMMIT renames it.
+- ALTER TABLE's column and property changes: staged on the table's write as a metadata change
+  that the commit machine publishes in the same atomic catalog commit as the table's rows, and
+  the block reads and writes the new shape from the next statement on.
+
+Every function here blocks (catalog calls): run it in a worker thread. Each checks before it
+changes anything, so a refused statement leaves the block as it was.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from icegres.engine import ddl_apply, view_ddl
+from icegres.engine.catalog_world import hidden_name
+from icegres.engine.ddl_commands import (
+    AlterTable,
+    CreateIndex,
+    CreateTable,
+    CreateTableAs,
+    DropIndex,
+    DropTable,
+    RenameTable,
+)
+from icegres.engine.txn import TxnState
+from icegres.machines.catalog_commit import CatalogPlan
+from icegres.pg import errors as e
+from icegres.pg.errors import PgError
+
+if TYPE_CHECKING:
+    from icegres.engine.query import QueryContext
+
+Key = tuple[str, str]
+
+DUPLICATE_TABLE = "42P07"
+
+
+def handles(cmd: Any) -> bool:
+    """The DDL a block makes transactional (views and schemas still apply at once)."""
+    return isinstance(cmd, CreateTable | CreateTableAs | DropTable | AlterTable | CreateIndex | DropIndex)
+
+
+def apply(qctx: QueryContext, txn: TxnState, cmd: Any, path: list[str]) -> tuple[list[str], Key | None]:
+    """Apply `cmd` to the block; its notices, and the table a CTAS created (for its rows)."""
+    qctx.pin_for(None)  # the block's view of every table is fixed from here on (SQL catalogs)
+    notices: list[str] = []
+    if isinstance(cmd, CreateTable):
+        create_table(qctx, txn, cmd, path, notices)
+    elif isinstance(cmd, DropTable):
+        drop_tables(qctx, txn, cmd, path, notices)
+    elif isinstance(cmd, AlterTable):
+        alter_table(qctx, txn, cmd, path, notices)
+    elif isinstance(cmd, CreateIndex):
+        create_index(qctx, txn, cmd, notices)
+    elif isinstance(cmd, DropIndex):
+        drop_indexes(qctx, txn, cmd, notices)
+    return notices, None
+
+
+# --- CREATE ---------------------------------------------------------------------------------------
+
+
+def create_table(qctx: QueryContext, txn: TxnState, cmd: CreateTable, path: list[str],
+                 notices: list[str]) -> Key | None:
+    lakehouse = qctx.engine.lakehouse
+    namespace = ddl_apply.creation_schema(lakehouse, cmd.schema, path)
+    key = (namespace, cmd.name)
+    if _exists(qctx, txn, key):
+        ddl_apply.already_exists(cmd, notices)
+        return None
+    hidden = _hidden_for(qctx, txn, namespace)
+    table = ddl_apply.create_table_in(lakehouse, namespace, hidden[1], cmd)
+    txn.created_table(key, hidden, qctx.engine.plan_table(table))
+    return key
+
+
+def create_table_as(qctx: QueryContext, txn: TxnState, cmd: CreateTableAs, path: list[str],
+                    data: pa.Table) -> Key | None:
+    """CTAS in a block: the hidden table with the query's columns; the caller stages the rows."""
+    lakehouse = qctx.engine.lakehouse
+    namespace = ddl_apply.creation_schema(lakehouse, cmd.schema, path)
+    key = (namespace, cmd.name)
+    if _exists(qctx, txn, key):
+        if not cmd.if_not_exists:
+            raise PgError(DUPLICATE_TABLE, f'relation "{cmd.name}" already exists')
+        return None
+    hidden = _hidden_for(qctx, txn, namespace)
+    table = ddl_apply.create_arrow_table_in(lakehouse, namespace, hidden[1], cmd, data.schema)
+    txn.created_table(key, hidden, qctx.engine.plan_table(table))
+    return key
+
+
+def _hidden_for(qctx: QueryContext, txn: TxnState, namespace: str) -> Key:
+    """A hidden name for a new table, with the intent naming it recorded first."""
+    catalog = txn.block_catalog(uuid.uuid4().hex)
+    hidden = (namespace, hidden_name("new", catalog.token, len(catalog.created)))
+    qctx.engine.intents.record(plan_of(txn, extra_created=(hidden,)))
+    return hidden
+
+
+def plan_of(txn: TxnState, *, extra_created: tuple[Key, ...] = (), written: tuple[Key, ...] = (),
+            has_data: bool = False) -> CatalogPlan:
+    catalog = txn.catalog
+    assert catalog is not None
+    return CatalogPlan(catalog.token, tuple(catalog.moves), tuple(catalog.created) + extra_created,
+                       tuple(catalog.graveyard), has_data, written)
+
+
+# --- DROP -----------------------------------------------------------------------------------------
+
+
+def drop_tables(qctx: QueryContext, txn: TxnState, cmd: DropTable, path: list[str],
+                notices: list[str]) -> None:
+    lakehouse = qctx.engine.lakehouse
+    found: list[Key] = []
+    for schema, name in dict.fromkeys(cmd.names):
+        key = qctx.resolve_table(schema, name)
+        if key is None:
+            relation = view_ddl.find_relation(lakehouse, schema, name, ddl_apply._lake_path(path))
+            if relation is not None and relation[0] == "view" and relation[1] not in txn.hidden:
+                raise view_ddl.wrong_type_for_drop(relation, "table")
+            shown = f"{schema}.{name}" if schema else name
+            if not cmd.if_exists:
+                raise PgError(e.UNDEFINED_TABLE, f'table "{shown}" does not exist')
+            notices.append(f'table "{shown}" does not exist, skipping')
+            continue
+        found.append(key)
+    views = view_ddl.catalog_views_now(lakehouse) if found else {}
+    if not cmd.cascade:
+        for key in dict.fromkeys(found):
+            view_ddl.refuse_dependents("table", key, views, path)
+    # The views that read them follow them aside at COMMIT and go when they are purged.
+    notices += view_ddl.cascade_notice(view_ddl.dependents(views, set(found)), path)
+    for key in dict.fromkeys(found):
+        catalog = txn.block_catalog(uuid.uuid4().hex)
+        txn.dropped_table(key, (key[0], hidden_name("dropped", catalog.token, len(catalog.graveyard))))
+
+
+# --- ALTER ----------------------------------------------------------------------------------------
+
+
+def alter_table(qctx: QueryContext, txn: TxnState, cmd: AlterTable, path: list[str],
+                notices: list[str]) -> None:
+    lakehouse = qctx.engine.lakehouse
+    key = qctx.resolve_table(cmd.schema, cmd.name)
+    if key is None:
+        relation = view_ddl.find_relation(lakehouse, cmd.schema, cmd.name, ddl_apply._lake_path(path))
+        if relation is not None and relation[0] == "view":
+            # Views are not transactional yet: an ALTER VIEW in a block applies at once.
+            ddl_apply.apply_ddl(lakehouse, cmd, path)
+            return
+        if not cmd.if_exists:
+            shown = f"{cmd.schema}.{cmd.name}" if cmd.schema else cmd.name
+            raise PgError(e.UNDEFINED_TABLE, f'relation "{shown}" does not exist')
+        notices.append(f'relation "{cmd.name}" does not exist, skipping')
+        return
+    if len(cmd.actions) == 1 and isinstance(cmd.actions[0], RenameTable):
+        new = (key[0], cmd.actions[0].new_name)
+        if _exists(qctx, txn, new):
+            raise PgError(DUPLICATE_TABLE, f'relation "{new[1]}" already exists')
+        txn.block_catalog(uuid.uuid4().hex)
+        txn.renamed_table(key, new)
+        return
+    table: Any = txn.write_for(key).target.table
+    change = ddl_apply.Alteration(table, key[1], notices, lakehouse, key[0]).checked(cmd.actions)
+    if change is not None:
+        _stage_change(qctx, txn, key, change)
+
+
+def _stage_change(qctx: QueryContext, txn: TxnState, key: Key, change: Any) -> None:
+    """A metadata change of `key` staged for COMMIT; the block sees the table's new shape."""
+    from pyiceberg.table import Table
+
+    from icegres.engine import lean_transaction
+
+    write = txn.write_for(key)
+    table: Any = write.target.table
+    tx = lean_transaction.transaction(table)
+    change(tx)
+    altered = Table(table.name(), tx.table_metadata, table.metadata_location, table.io, table.catalog)
+    shape = qctx.engine.plan_table(altered)
+    txn.altered_table(key, write.altered(change, shape, qctx.engine.file_read))
+
+
+# --- CREATE / DROP INDEX (ddl_index.py: properties, bloom filters, sort order) ----------------------
+
+
+def create_index(qctx: QueryContext, txn: TxnState, cmd: CreateIndex, notices: list[str]) -> None:
+    from icegres.engine.ddl_index import _default_name, index_change, table_indexes
+
+    key = qctx.resolve_table(cmd.schema, cmd.table)
+    if key is None:
+        shown = f"{cmd.schema}.{cmd.table}" if cmd.schema else cmd.table
+        raise PgError(e.UNDEFINED_TABLE, f'relation "{shown}" does not exist')
+    table: Any = txn.write_for(key).target.table
+    fields = {f.name for f in table.schema().fields}
+    for column in cmd.columns:
+        if column not in fields:
+            raise PgError(e.UNDEFINED_COLUMN, f'column "{column}" does not exist')
+    name = cmd.name or _default_name(cmd.table, cmd.columns)
+    if _exists(qctx, txn, (key[0], name)) or _index_table(txn, key[0], name) is not None:
+        if cmd.if_not_exists:
+            notices.append(f'relation "{name}" already exists, skipping')
+            return
+        raise PgError(DUPLICATE_TABLE, f'relation "{name}" already exists')
+    indexes = dict(table_indexes(table.properties))
+    indexes[name] = cmd.columns
+    _stage_change(qctx, txn, key, index_change(table, indexes, sort=cmd.columns))
+
+
+def drop_indexes(qctx: QueryContext, txn: TxnState, cmd: DropIndex, notices: list[str]) -> None:
+    from icegres.engine.ddl_index import SORT_PROPERTY, index_change, table_indexes
+
+    path = [s for s in qctx.env.search_path if s not in ("pg_catalog",)]
+    found = []
+    for schema, name in cmd.names:
+        key = next((k for ns in ([schema] if schema else path)
+                    if (k := _index_table(txn, ns, name)) is not None), None)
+        if key is None:
+            shown = f"{schema}.{name}" if schema else name
+            if not cmd.if_exists:
+                raise PgError(e.UNDEFINED_OBJECT, f'index "{shown}" does not exist')
+            notices.append(f'index "{shown}" does not exist, skipping')
+            continue
+        found.append((key, name))
+    for key, name in found:  # every name checked before anything changes
+        table: Any = txn.write_for(key).target.table
+        indexes = dict(table_indexes(table.properties))
+        sort_was = tuple(table.properties[SORT_PROPERTY].split(",")) if SORT_PROPERTY in table.properties else ()
+        dropped = indexes.pop(name)
+        sort = sort_was if sort_was != dropped else (next(reversed(indexes.values())) if indexes else ())
+        _stage_change(qctx, txn, key, index_change(table, indexes, sort=sort, removed=(name,)))
+
+
+def _index_table(txn: TxnState, namespace: str, name: str) -> Key | None:
+    """The table of the block's namespace `namespace` that has index `name`."""
+    for key, plan in txn.views().items():
+        if key[0] == namespace and any(index == name for index, _ in plan.indexes):
+            return key
+    return None
+
+
+# --- names as the block sees them -----------------------------------------------------------------
+
+
+def _exists(qctx: QueryContext, txn: TxnState, key: Key) -> bool:
+    """A table or view of that name, as the block sees the catalog."""
+    if key in txn.pins:
+        return True
+    if key in txn.hidden:
+        return False
+    lakehouse = qctx.engine.lakehouse
+    return lakehouse.table_exists(*key) or bool(lakehouse.view_location(*key))

@@ -1,0 +1,219 @@
+"""DDL inside transaction blocks, as PostgreSQL has it: seen by the block's later statements,
+invisible to other sessions until COMMIT, applied with the block's rows at COMMIT, gone on
+ROLLBACK — and a crash at any point of the COMMIT recovered at the next start to the whole old
+state or the whole new one (machines/catalog_commit.py, specs/catalog_commit.toml).
+
+The crash tests kill the server at each fault point of the catalog commit (icegres/faults.py:
+`after-catalog-intent`, `after-catalog-move`, `before-publish` of the data commit,
+`after-catalog-purge`) and restart it on the same data directory."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support.icegres_server import running_icegres
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+Catalog = list[tuple[str, str]]
+
+
+def _tables(data_dir: Path) -> Catalog:
+    """Every table row of the catalog, hidden ones included: (namespace, name)."""
+    with sqlite3.connect(data_dir / "catalog.db") as db:
+        return sorted(db.execute("select table_namespace, table_name from iceberg_tables "
+                                 "where iceberg_type is null or iceberg_type != 'VIEW'").fetchall())
+
+
+def _rows(conn: psycopg.Connection, table: str) -> list[tuple[object, ...]]:
+    return sorted(conn.execute(f"select * from {table}").fetchall(), key=repr)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[object]:
+    with running_icegres(tmp_path / "data") as srv:
+        yield srv
+
+
+def _setup(conn: psycopg.Connection) -> None:
+    conn.execute("create schema if not exists dbt")
+    conn.execute("create table dbt.model (id int, v text)")
+    conn.execute("insert into dbt.model values (1, 'old'), (2, 'old')")
+    conn.execute("create view dbt.downstream as select id from dbt.model")
+
+
+def _dbt_rebuild(conn: psycopg.Connection, *, rename_first: bool = False) -> None:
+    """dbt-postgres's table materialization, statement for statement (`rename_first`: the old
+    table moved aside before the new one is made, so the first move leaves no `model`)."""
+    if rename_first:
+        conn.execute('alter table "icegres"."dbt"."model" rename to "model__dbt_backup"')
+        conn.execute('create table "icegres"."dbt"."model__dbt_tmp" as '
+                     '(select id * 10 as id, \'new\' as v from dbt.model__dbt_backup)')
+    else:
+        conn.execute('create table "icegres"."dbt"."model__dbt_tmp" as '
+                     '(select id * 10 as id, \'new\' as v from dbt.model)')
+        conn.execute('alter table "icegres"."dbt"."model" rename to "model__dbt_backup"')
+    conn.execute('alter table "icegres"."dbt"."model__dbt_tmp" rename to "model"')
+
+
+def test_a_dbt_table_rebuild_is_one_atomic_change(server) -> None:
+    with psycopg.connect(server.dsn(), autocommit=True) as conn, \
+            psycopg.connect(server.dsn(), autocommit=True) as other:
+        _setup(conn)
+        before = _tables(server.data_dir)
+        conn.execute("begin")
+        _dbt_rebuild(conn)
+        assert _rows(conn, "dbt.model") == [(10, "new"), (20, "new")]
+        assert _rows(conn, "dbt.model__dbt_backup") == [(1, "old"), (2, "old")]
+        # Another session sees none of it, and lists no table the block made.
+        assert _rows(other, "dbt.model") == [(1, "old"), (2, "old")]
+        listed = other.execute("select table_name from information_schema.tables "
+                               "where table_schema = 'dbt' order by 1").fetchall()
+        assert listed == [("downstream",), ("model",)]
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            other.execute("select * from dbt.model__dbt_tmp")
+        conn.execute("commit")
+        assert _rows(other, "dbt.model") == [(10, "new"), (20, "new")]
+        assert _rows(other, "dbt.model__dbt_backup") == [(1, "old"), (2, "old")]
+        # The view follows its table, as a PostgreSQL view follows the table's OID.
+        assert _rows(other, "dbt.downstream") == [(1,), (2,)]
+        conn.execute('drop table if exists "icegres"."dbt"."model__dbt_backup" cascade')
+        assert [n for _, n in _tables(server.data_dir)] == [n for _, n in before if n != "model"] + ["model"]
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            other.execute("select * from dbt.downstream")
+
+
+def test_rollback_and_savepoints_undo_ddl(server) -> None:
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        _setup(conn)
+        before = _tables(server.data_dir)
+        conn.execute("begin")
+        conn.execute("insert into dbt.model values (3, 'in block')")
+        conn.execute("alter table dbt.model add column extra int")
+        conn.execute("insert into dbt.model values (4, 'after alter', 44)")
+        assert _rows(conn, "dbt.model") == [(1, "old", None), (2, "old", None), (3, "in block", None),
+                                            (4, "after alter", 44)]
+        conn.execute("savepoint s")
+        conn.execute("drop table dbt.model cascade")
+        conn.execute("create table dbt.model (other text)")
+        assert _rows(conn, "dbt.model") == []
+        conn.execute("rollback to savepoint s")
+        assert _rows(conn, "dbt.model")[-1] == (4, "after alter", 44)
+        conn.execute("rollback")
+        assert _tables(server.data_dir) == before  # the hidden table the block made is gone too
+        assert _rows(conn, "dbt.model") == [(1, "old"), (2, "old")]
+        assert not list((server.data_dir / "intents").glob("*.json"))
+
+
+def test_create_insert_alter_in_a_block_commits_together(server) -> None:
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute("begin")
+        conn.execute("create table made (id int primary key, name text)")
+        conn.execute("insert into made values (1, 'a')")
+        conn.execute("alter table made rename column name to label")
+        conn.execute("insert into made values (2, 'b')")
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute("insert into made values (2, 'dup')")
+        conn.execute("rollback")
+        assert conn.execute("select count(*) from pg_class where relname = 'made'").fetchone() == (0,)
+        conn.execute("begin")
+        conn.execute("create table made (id int primary key, name text)")
+        conn.execute("insert into made values (1, 'a')")
+        conn.execute("alter table made rename column name to label")
+        conn.execute("insert into made values (2, 'b')")
+        conn.execute("commit")
+        assert _rows(conn, "made") == [(1, "a"), (2, "b")]
+        assert conn.execute("select label from made where id = 2").fetchone() == ("b",)
+
+
+def test_concurrent_ddl_on_the_same_name_is_40001_at_commit(server) -> None:
+    with psycopg.connect(server.dsn(), autocommit=True) as conn, \
+            psycopg.connect(server.dsn(), autocommit=True) as other:
+        _setup(conn)
+        conn.execute("begin")
+        _dbt_rebuild(conn)
+        other.execute("alter table dbt.model rename to stolen")  # another session's DDL lands first
+        before = _tables(server.data_dir)
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            conn.execute("commit")
+        hidden = [n for _, n in _tables(server.data_dir) if n.startswith("__icegres_")]
+        assert hidden == [] and _tables(server.data_dir) == [t for t in before if not t[1].startswith("__")]
+        assert _rows(conn, "dbt.stolen") == [(1, "old"), (2, "old")]
+        conn.execute("begin")
+        conn.execute("create table dbt.fresh (x int)")
+        other.execute("create table dbt.fresh (y int)")
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            conn.execute("commit")
+        assert [c for (c,) in conn.execute("select column_name from information_schema.columns "
+                                           "where table_name = 'fresh'").fetchall()] == ["y"]
+
+
+# --- crashes ---------------------------------------------------------------------------------------
+
+OLD = {"model": [(1, "old"), (2, "old")], "model__dbt_backup": None}
+NEW = {"model": [(10, "new"), (20, "new")], "model__dbt_backup": [(1, "old"), (2, "old")]}
+
+
+def _state(dsn: str) -> dict[str, object]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        out: dict[str, object] = {}
+        for name in OLD:
+            try:
+                out[name] = _rows(conn, f"dbt.{name}")
+            except psycopg.errors.UndefinedTable:
+                out[name] = None
+        return out
+
+
+def _commit_in_background(dsn: str, rename_first: bool) -> threading.Thread:
+    def run() -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("begin")
+                conn.execute("insert into dbt.other values (7)")  # data too: the data commit decides
+                _dbt_rebuild(conn, rename_first=rename_first)
+                conn.execute("commit")
+        except psycopg.Error:
+            pass  # the server dies under it
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(("point", "rename_first", "expected"), [
+    ("after-catalog-intent", False, OLD),  # the plan recorded, nothing moved: undone
+    ("after-catalog-move", False, OLD),  # the new table placed as model__dbt_tmp: undone
+    ("after-catalog-move", True, OLD),  # model renamed away, no model at all: undone
+    ("before-publish", False, OLD),  # every rename applied, the data commit not sent: undone
+    ("after-catalog-purge", False, NEW),  # decided: finished
+])
+def test_a_crash_during_commit_recovers_to_the_whole_old_or_new_state(
+        tmp_path: Path, point: str, rename_first: bool, expected: dict[str, object]) -> None:
+    data_dir = tmp_path / "data"
+    with running_icegres(data_dir) as srv:
+        with psycopg.connect(srv.dsn(), autocommit=True) as conn:
+            _setup(conn)
+            conn.execute("create table dbt.other (x int)")
+    with running_icegres(data_dir, env={"ICEGRES_FAULTS": f"{point}=crash"}) as srv:
+        thread = _commit_in_background(srv.dsn(), rename_first)
+        deadline = time.monotonic() + 60
+        while srv.log_tail().find(f"reached {point}") < 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert f"reached {point}" in srv.log_tail(), srv.log_tail()
+        thread.join(timeout=30)
+    with running_icegres(data_dir) as srv:
+        assert _state(srv.dsn()) == expected
+        with psycopg.connect(srv.dsn(), autocommit=True) as conn:
+            others = _rows(conn, "dbt.other")
+            assert others == ([(7,)] if expected is NEW else [])
+            assert _rows(conn, "dbt.downstream") == [(1,), (2,)]
+        assert not [n for _, n in _tables(data_dir) if n.startswith("__icegres_")]
+        assert not list((data_dir / "intents").glob("*.json"))
