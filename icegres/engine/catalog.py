@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
 CATALOG_NAME = "icegres"
 # Tables a transaction block made (its CREATEs) or moved aside (its DROPs) until its COMMIT is
-# decided (catalog_world.py): in the catalog, but never listed, mounted or shown.
-HIDDEN_PREFIX = "__icegres_"
+# decided (catalog_world.py): in the catalog, but never listed, mounted or shown. A REST catalog
+# (S3 Tables' rules) wants a name that starts with a letter, so no leading underscore.
+HIDDEN_PREFIX = "icegres__block_"
 # The JDBC catalog schema with the `iceberg_type` column (Iceberg's V1), which tells views from
 # tables. pyiceberg creates new catalogs so and adds the column to an older one (V0) when asked.
 SQL_SCHEMA_VERSION = "v1"

@@ -60,6 +60,7 @@ def handles(cmd: Any) -> bool:
 def apply(qctx: QueryContext, txn: TxnState, cmd: Any, path: list[str]) -> tuple[list[str], Key | None]:
     """Apply `cmd` to the block; its notices, and the table a CTAS created (for its rows)."""
     qctx.pin_for(None)  # the block's view of every table is fixed from here on (SQL catalogs)
+    _pin_named(qctx, txn, cmd, path)
     notices: list[str] = []
     if isinstance(cmd, CreateTable):
         create_table(qctx, txn, cmd, path, notices)
@@ -258,6 +259,24 @@ def _index_table(txn: TxnState, namespace: str, name: str) -> Key | None:
 
 
 # --- names as the block sees them -----------------------------------------------------------------
+
+
+def _pin_named(qctx: QueryContext, txn: TxnState, cmd: Any, path: list[str]) -> None:
+    """REST catalogs pin a table when a statement first names it: pin what `cmd` names (each
+    candidate along the path for an unqualified name) before resolving it in the block."""
+    from icegres.engine import views
+
+    if isinstance(cmd, DropTable | DropIndex):
+        named = list(cmd.names)
+    elif isinstance(cmd, CreateIndex):
+        named = [(cmd.schema, cmd.table)]
+    elif isinstance(cmd, AlterTable):
+        named = [(cmd.schema, cmd.name)]
+    else:
+        return
+    refs = {(schema, name) if schema else (candidate, name)
+            for schema, name in named for candidate in ([schema] if schema else path)}
+    views.pin_snapshots(qctx.engine, txn, lambda: refs)
 
 
 def _exists(qctx: QueryContext, txn: TxnState, key: Key) -> bool:

@@ -143,8 +143,8 @@ def test_concurrent_ddl_on_the_same_name_is_40001_at_commit(server) -> None:
         before = _tables(server.data_dir)
         with pytest.raises(psycopg.errors.SerializationFailure):
             conn.execute("commit")
-        hidden = [n for _, n in _tables(server.data_dir) if n.startswith("__icegres_")]
-        assert hidden == [] and _tables(server.data_dir) == [t for t in before if not t[1].startswith("__")]
+        hidden = [n for _, n in _tables(server.data_dir) if n.startswith("icegres__block_")]
+        assert hidden == [] and _tables(server.data_dir) == [t for t in before if not t[1].startswith("icegres__block_")]
         assert _rows(conn, "dbt.stolen") == [(1, "old"), (2, "old")]
         conn.execute("begin")
         conn.execute("create table dbt.fresh (x int)")
@@ -215,5 +215,41 @@ def test_a_crash_during_commit_recovers_to_the_whole_old_or_new_state(
             others = _rows(conn, "dbt.other")
             assert others == ([(7,)] if expected is NEW else [])
             assert _rows(conn, "dbt.downstream") == [(1,), (2,)]
-        assert not [n for _, n in _tables(data_dir) if n.startswith("__icegres_")]
+        assert not [n for _, n in _tables(data_dir) if n.startswith("icegres__block_")]
         assert not list((data_dir / "intents").glob("*.json"))
+
+
+def test_the_same_on_the_rest_catalog(stack, tmp_path: Path) -> None:
+    """SeaweedFS's Iceberg REST catalog: renames and creates are REST calls there, and tables are
+    pinned as statements name them."""
+    import uuid
+
+    schema = f"ddlblk_{uuid.uuid4().hex[:8]}"
+    with running_icegres(tmp_path / "data", env=stack.env()) as srv, \
+            psycopg.connect(srv.dsn(), autocommit=True) as conn, \
+            psycopg.connect(srv.dsn(), autocommit=True) as other:
+        conn.execute(f"create schema {schema}")
+        conn.execute(f"create table {schema}.model (id int, v text)")
+        conn.execute(f"insert into {schema}.model values (1, 'old'), (2, 'old')")
+        conn.execute("begin")
+        conn.execute(f"create table {schema}.model__dbt_tmp as select id * 10 as id, 'new' as v from {schema}.model")
+        conn.execute(f"alter table {schema}.model rename to model__dbt_backup")
+        conn.execute(f"alter table {schema}.model__dbt_tmp rename to model")
+        assert _rows(conn, f"{schema}.model") == [(10, "new"), (20, "new")]
+        assert _rows(other, f"{schema}.model") == [(1, "old"), (2, "old")]
+        conn.execute("rollback")
+        assert _rows(other, f"{schema}.model") == [(1, "old"), (2, "old")]
+        conn.execute("begin")
+        conn.execute(f"create table {schema}.model__dbt_tmp as select id * 10 as id, 'new' as v from {schema}.model")
+        conn.execute(f"alter table {schema}.model rename to model__dbt_backup")
+        conn.execute(f"alter table {schema}.model__dbt_tmp rename to model")
+        conn.execute("commit")
+        assert _rows(other, f"{schema}.model") == [(10, "new"), (20, "new")]
+        assert _rows(other, f"{schema}.model__dbt_backup") == [(1, "old"), (2, "old")]
+        listed = other.execute("select table_name from information_schema.tables where table_schema = %s "
+                               "order by 1", (schema,)).fetchall()
+        assert listed == [("model",), ("model__dbt_backup",)]
+        from pyiceberg.catalog import load_catalog
+
+        names = [ident[-1] for ident in load_catalog("rest", **stack.pyiceberg_properties()).list_tables(schema)]
+        assert sorted(names) == ["model", "model__dbt_backup"]  # no hidden table left behind

@@ -55,7 +55,7 @@ from tests.model.trace import Spec
 
 NS = "ns"
 NAMES = ("a", "b", "c", "d")
-HIDDEN = "__icegres_"
+HIDDEN = "icegres__block_"
 
 EXERCISED: Exercised = set()
 

@@ -95,7 +95,7 @@ def settle(harness: CatalogCommitHarness) -> None:
     if harness.intents or harness.block is not None:
         harness.apply({"op": "crash"})
     assert harness.pending is None and not harness.intents, (harness.pending, harness.intents)
-    assert not [n for n in harness.catalog if n.startswith("__icegres_")], harness.catalog
+    assert not [n for n in harness.catalog if n.startswith("icegres__block_")], harness.catalog
 
 
 def committed_blocks(harness: CatalogCommitHarness) -> bool:
