@@ -89,7 +89,7 @@ from icegres.engine.ddl_commands import (
 from icegres.engine.ddl_index import apply_create_index, apply_drop_index
 from icegres.engine.pg_types import ColumnType, pg_name_of
 from icegres.pg import errors as e
-from icegres.pg.chars import BPCHAR_OID, VARCHAR_OID, CharType
+from icegres.pg.chars import BPCHAR_OID, VARCHAR_OID, CharType, described
 from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
@@ -745,7 +745,6 @@ class _Alteration:
         column.type = new_type
         self.schema_ops.append(lambda u, n=action.name, t=new_type: u.update_column((n,), t))
 
-
     def _retype_chars(self, action: AlterColumnType, column: _Column) -> None:
         """A string column's new PostgreSQL type: only changes that need no stored value checked
         or changed (PostgreSQL rewrites the table for the others, which Iceberg cannot do here)."""
@@ -831,10 +830,7 @@ def _source_char_type(f: pa.Field) -> CharType | None:
     """The varchar(n) / char(n) type of a query column read straight from such a table column
     (pg_catalog.sourced_schema's annotation), which CREATE TABLE AS keeps as PostgreSQL does."""
     meta = f.metadata or {}
-    oid, typmod = int(meta.get(b"pg_type_oid", b"0")), int(meta.get(b"pg_typmod", b"-1"))
-    if oid not in (VARCHAR_OID, BPCHAR_OID):
-        return None
-    return CharType(oid, typmod - 4 if typmod > 4 else None)
+    return described(int(meta.get(b"pg_type_oid", b"0")), int(meta.get(b"pg_typmod", b"-1")))
 
 
 def iceberg_schema_of_arrow(names: list[str], arrow_schema: pa.Schema, what: str) -> Schema:

@@ -64,6 +64,14 @@ class CharType:
         return self.oid == BPCHAR_OID
 
 
+def described(oid: int, typmod: int) -> CharType | None:
+    """The character type a type OID and typmod describe (RowDescription's, pg_attribute's);
+    None for any other type."""
+    if oid not in (VARCHAR_OID, BPCHAR_OID):
+        return None
+    return CharType(oid, typmod - _VARHDRSZ if typmod > _VARHDRSZ else None)
+
+
 _SPELLING = re.compile(r"^(character varying|character|bpchar)(?:\((\d+)\))?$")
 
 

@@ -35,7 +35,6 @@ def expand_formats(formats: Sequence[int], ncols: int) -> list[int]:
 _PG_TYPE_OID_KEY = b"pg_type_oid"  # set by engine/pg_catalog.py on catalog columns
 _FOUR_BYTE_OIDS = (b"26", b"28", b"30", b"1028")  # oid, xid, oidvector, oid[]
 _BPCHAR = str(chars.BPCHAR_OID).encode()
-_VARHDRSZ = 4  # a char(n) column's typmod is n + 4
 
 
 def field_type(field: pa.Field) -> PgType:
@@ -74,8 +73,10 @@ def presentable(batch: pa.RecordBatch, schema: pa.Schema, formats: Sequence[int]
             continue
         col = batch.column(i)
         is_list = pa.types.is_list(col.type) or pa.types.is_large_list(col.type)
-        if annotated == _BPCHAR and int(f.metadata.get(b"pg_typmod", b"-1")) > _VARHDRSZ:
-            col = chars.pad(col, chars.CharType(chars.BPCHAR_OID, int(f.metadata[b"pg_typmod"]) - _VARHDRSZ))
+        char = chars.described(chars.BPCHAR_OID, int(f.metadata.get(b"pg_typmod", b"-1"))) \
+            if annotated == _BPCHAR else None
+        if char is not None and char.length is not None:
+            col = chars.pad(col, char)
         elif fmt == 0 and annotated in (b"22", b"30") and is_list:
             col = pc.binary_join(pc.cast(col, pa.list_(pa.string())), " ")
         elif fmt == 1 and annotated in _FOUR_BYTE_OIDS:
