@@ -4,7 +4,8 @@ INSERT and COPY values, UPDATE assignments and CREATE TABLE AS rows arrive as wh
 the wire produced; they are stored as the Iceberg column's type with PostgreSQL's rules: text read
 by the type's input function, numeric rounded half away from zero, float rounded half to even,
 NOT NULL enforced (23502), and a value that does not fit an error (22003/22P02/42804), never a
-silently different value.
+silently different value. A varchar(n) / char(n) column's length is checked too (22001,
+pg/chars.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from icegres.pg import chars
 from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
@@ -31,19 +33,24 @@ def write_schema(plan: ReadPlan) -> pa.Schema:
 def conform(data: pa.Table, plan: ReadPlan, key: Key, zone: str = "UTC") -> pa.Table:
     """Rows in the table's column order and types; NOT NULL checked (23502), casts checked (22xxx).
     `zone` is the session's TimeZone, in which text without an offset names a timestamptz."""
-    return conform_to(data, write_schema(plan), key, zone)
+    return conform_to(data, write_schema(plan), key, zone, plan.char_types)
 
 
-def conform_to(data: pa.Table, target: pa.Schema, key: Key, zone: str = "UTC") -> pa.Table:
-    """`conform` to the writer's schema `target` of table `key`."""
+def conform_to(data: pa.Table, target: pa.Schema, key: Key, zone: str = "UTC",
+               char_types: tuple[chars.CharType | None, ...] = ()) -> pa.Table:
+    """`conform` to the writer's schema `target` of table `key`, whose columns have the
+    character types `char_types` (ReadPlan.char_types; () for none)."""
     arrays = []
-    for f in target:
+    for i, f in enumerate(target):
         if f.name in data.column_names:
             column = data.column(f.name)
             try:
                 column = cast(column, f.type, zone)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 raise _cast_error(exc, f, column.type) from None
+            char = char_types[i] if i < len(char_types) else None
+            if char is not None:
+                column = chars.assign(column, char)
         else:
             column = pa.nulls(data.num_rows, f.type)
         if not f.nullable and column.null_count:

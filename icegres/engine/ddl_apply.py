@@ -83,10 +83,13 @@ from icegres.engine.ddl_commands import (
     RenameView,
     ResetProperties,
     SetProperties,
+    column_type_property,
+    declared_char_types,
 )
 from icegres.engine.ddl_index import apply_create_index, apply_drop_index
 from icegres.engine.pg_types import ColumnType, pg_name_of
 from icegres.pg import errors as e
+from icegres.pg.chars import BPCHAR_OID, VARCHAR_OID, CharType, described
 from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
@@ -201,6 +204,18 @@ def iceberg_schema_for(columns: Iterable[ColumnDef], primary_key: Iterable[str] 
     ]
     ids = {c.name: i for i, c in enumerate(columns, start=1)}
     return Schema(*fields, identifier_field_ids=[ids[name] for name in primary_key])
+
+
+def char_type_properties(schema: Schema, columns: Iterable[tuple[str, CharType | None]]) -> dict[str, str]:
+    """The table properties that keep the character types of a new table's columns (by name),
+    under the field ids the catalog gives `schema`'s columns when it creates the table."""
+    from pyiceberg.schema import assign_fresh_schema_ids
+
+    declared = [(name, char) for name, char in columns if char is not None]
+    if not declared:
+        return {}
+    fresh = assign_fresh_schema_ids(schema)  # what create_table does with the schema it is given
+    return {column_type_property(fresh.find_field(name).field_id): char.name for name, char in declared}
 
 
 def partition_spec_for(schema: Schema, partitioning: Iterable[PartitionField]) -> PartitionSpec:
@@ -361,6 +376,7 @@ def create_table_in(lakehouse: Lakehouse, namespace: str, name: str, cmd: Create
     properties = dict(cmd.properties)
     if cmd.primary_key:
         properties[PRIMARY_KEY_PROPERTY] = ",".join(cmd.primary_key)
+    properties.update(char_type_properties(schema, [(c.name, c.type.char) for c in cmd.columns]))
     if namespace == PUBLIC:
         lakehouse.create_namespace_if_missing(PUBLIC)
     return lakehouse.create_partitioned_table(namespace, name, schema, spec, properties)
@@ -512,6 +528,8 @@ class _Column:
     field_id: int | None
     type: IcebergType
     required: bool
+    char: CharType | None = None  # varchar(n) / char(n) / bpchar kept as a table property
+    char_changed: bool = False  # this ALTER declared it (its property is written at commit)
 
 
 def _alter_table(lakehouse: Lakehouse, cmd: AlterTable, search_path: list[str],
@@ -559,7 +577,10 @@ class Alteration:
         self.name = name
         self.notices = notices
         schema = table.schema()
-        self.columns = {f.name: _Column(f.field_id, f.field_type, f.required) for f in schema.fields}
+        chars = declared_char_types(table.properties)
+        self.columns = {f.name: _Column(f.field_id, f.field_type, f.required, chars.get(f.field_id))
+                        for f in schema.fields}
+        self.dropped_ids: list[int] = []  # columns dropped: their type properties go too
         self.partition_sources = {pf.source_id for spec in table.metadata.partition_specs
                                   for pf in spec.fields}
         declared = table.properties.get(PRIMARY_KEY_PROPERTY)
@@ -591,9 +612,11 @@ class Alteration:
             else:
                 self.remove_props.append(PRIMARY_KEY_PROPERTY)
                 self.set_props.pop(PRIMARY_KEY_PROPERTY, None)
+        self.remove_props += [column_type_property(fid) for fid in self.dropped_ids]
         # pyiceberg refuses to remove a property the table does not have; PostgreSQL's RESET doesn't.
         self.remove_props = [k for k in self.remove_props if k in self.table.properties]
-        if not (self.schema_ops or self.set_props or self.remove_props):
+        typed = [(name, c) for name, c in self.columns.items() if c.char_changed]
+        if not (self.schema_ops or self.set_props or self.remove_props or typed):
             return None
 
         def change(txn: Any) -> None:
@@ -603,10 +626,20 @@ class Alteration:
                         op(update)
                     if self.key_changed:
                         update.set_identifier_fields(*self.primary_key)
-            if self.set_props:
-                txn.set_properties(self.set_props)
-            if self.remove_props:
-                txn.remove_properties(*self.remove_props)
+            set_props, remove_props = dict(self.set_props), list(self.remove_props)
+            if typed:
+                # An added column's field id is known only once the schema change has it.
+                schema = txn.table_metadata.schema()
+                for name, c in typed:
+                    key = column_type_property(schema.find_field(name).field_id)
+                    if c.char is not None:
+                        set_props[key] = c.char.name
+                    elif key in self.table.properties and key not in remove_props:
+                        remove_props.append(key)
+            if set_props:
+                txn.set_properties(set_props)
+            if remove_props:
+                txn.remove_properties(*remove_props)
 
         try:
             change(self.table.transaction())  # validate once, so refusals are PostgreSQL errors
@@ -672,7 +705,7 @@ class Alteration:
             # An empty table has no rows to violate a required column.
             self.allow_incompatible = True
         field_type = iceberg_type(c.type, itertools.count(1).__next__)  # pyiceberg renumbers
-        self.columns[c.name] = _Column(None, field_type, c.not_null)
+        self.columns[c.name] = _Column(None, field_type, c.not_null, c.type.char, c.type.char is not None)
         self.schema_ops.append(
             lambda u, n=c.name, t=field_type, r=c.not_null: u.add_column((n,), t, required=r))
 
@@ -696,6 +729,8 @@ class Alteration:
             self.primary_key = []
             self.key_changed = True
         del self.columns[action.name]
+        if column.field_id is not None:
+            self.dropped_ids.append(column.field_id)
         self.schema_ops.append(lambda u, n=action.name: u.delete_column((n,)))
 
     def rename_column(self, action: RenameColumn) -> None:
@@ -714,6 +749,8 @@ class Alteration:
         new_type = iceberg_type(action.type, itertools.count(1).__next__)
         verdict = _widening(column.type, new_type)
         if verdict is None:
+            if column.char != action.type.char:
+                self._retype_chars(action, column)
             return
         if not verdict:
             raise PgError(e.FEATURE_NOT_SUPPORTED,
@@ -721,6 +758,31 @@ class Alteration:
                           f"{action.type.pg_name}: Iceberg only allows widening", hint=WIDENING_HINT)
         column.type = new_type
         self.schema_ops.append(lambda u, n=action.name, t=new_type: u.update_column((n,), t))
+
+    def _retype_chars(self, action: AlterColumnType, column: _Column) -> None:
+        """A string column's new PostgreSQL type: only changes that need no stored value checked
+        or changed (PostgreSQL rewrites the table for the others, which Iceberg cannot do here)."""
+        old, new = column.char, action.type.char
+        if not _char_loosening(old, new) and _has_rows(self.table):
+            was = "text" if old is None else old.name
+            raise PgError(e.FEATURE_NOT_SUPPORTED,
+                          f'cannot change column "{action.name}" from {was} to {action.type.pg_name}: '
+                          "stored values would have to be checked or changed",
+                          hint="A varchar(n) or char(n) column can be widened (a larger n) or made text; "
+                               "Iceberg data files are not rewritten.")
+        column.char, column.char_changed = new, True
+
+
+def _char_loosening(old: CharType | None, new: CharType | None) -> bool:
+    """Whether every value stored under `old` is already what `new` stores: no rewrite needed.
+    (A char(n) value is stored without its trailing spaces, as bpchar-to-varchar/text casts leave it.)"""
+    if new is None or (new.length is None and new.oid == VARCHAR_OID):
+        return True  # to text or unbounded varchar: PostgreSQL's binary-coercible (or rtrim) casts
+    if old is None or (old.oid == VARCHAR_OID and new.oid == BPCHAR_OID):
+        return False  # text may hold anything; varchar keeps trailing spaces that char(n) would drop
+    if new.length is None:
+        return True  # char(n) -> bpchar
+    return old.length is not None and old.length <= new.length
 
 
 def _widening(old: IcebergType, new: IcebergType) -> bool | None:
@@ -777,9 +839,18 @@ def create_arrow_table_in(lakehouse: Lakehouse, namespace: str, name: str, cmd: 
         raise PgError("42701", f'column "{dup}" specified more than once')
     schema = iceberg_schema_of_arrow(names, arrow_schema, "table")
     spec = partition_spec_for(schema, cmd.partitioning)
+    properties = dict(cmd.properties)
+    properties.update(char_type_properties(schema, zip(names, map(_source_char_type, arrow_schema), strict=True)))
     if namespace == PUBLIC:
         lakehouse.create_namespace_if_missing(PUBLIC)
-    return lakehouse.create_partitioned_table(namespace, name, schema, spec, dict(cmd.properties))
+    return lakehouse.create_partitioned_table(namespace, name, schema, spec, properties)
+
+
+def _source_char_type(f: pa.Field) -> CharType | None:
+    """The varchar(n) / char(n) type of a query column read straight from such a table column
+    (pg_catalog.sourced_schema's annotation), which CREATE TABLE AS keeps as PostgreSQL does."""
+    meta = f.metadata or {}
+    return described(int(meta.get(b"pg_type_oid", b"0")), int(meta.get(b"pg_typmod", b"-1")))
 
 
 def iceberg_schema_of_arrow(names: list[str], arrow_schema: pa.Schema, what: str) -> Schema:

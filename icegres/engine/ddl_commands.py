@@ -6,9 +6,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from icegres.engine.pg_types import ColumnType
+from icegres.pg.chars import CharType, parse_char_type
 
 # The table property an opt-in primary key is kept in (its columns, comma-separated).
 PRIMARY_KEY_PROPERTY = "icegres.primary-key"
+# The table properties a column's PostgreSQL type is kept in where Iceberg's type cannot say it
+# (varchar(n), char(n), bpchar over Iceberg's string), by field id: a rename keeps it, and a
+# column dropped and added again under the same name has a new id and starts afresh.
+COLUMN_TYPE_PREFIX = "icegres.column-type."
+
+
+def column_type_property(field_id: int) -> str:
+    return f"{COLUMN_TYPE_PREFIX}{field_id}"
+
+
+def declared_char_types(properties: dict[str, str]) -> dict[int, CharType]:
+    """The character types a table's properties declare, by field id (an unreadable value is
+    ignored: the column is then plain text, as it was before icegres kept the type)."""
+    out = {}
+    for key, value in properties.items():
+        if key.startswith(COLUMN_TYPE_PREFIX) and key[len(COLUMN_TYPE_PREFIX):].isdigit():
+            char = parse_char_type(value)
+            if char is not None:
+                out[int(key[len(COLUMN_TYPE_PREFIX):])] = char
+    return out
 
 
 @dataclass(frozen=True)

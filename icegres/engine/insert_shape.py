@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from icegres.engine.assign import not_null_violation
+from icegres.pg import chars
 
 if TYPE_CHECKING:
     import sqlglot.expressions as exp
@@ -59,12 +60,14 @@ class InsertShape:
     target: pa.Schema  # the writer's schema: conformed rows have exactly this
     positions: tuple[int | None, ...]  # per target column: its place in the VALUES rows, or None
     values: tuple[tuple[Any, ...], ...]  # per row, per INSERT column: a Param or a plain constant
+    char_types: tuple[chars.CharType | None, ...] = ()  # per target column (ReadPlan.char_types)
 
     def rows(self, params: dict[str, Any] | None) -> pa.Table | None:
         """The conformed rows (every column of the table, the writer's types; the INSERT's
         missing columns NULL); None if a value does not convert as it is (the statement then
         takes the planned path, which casts or reports it). Raises PgError 23502 for a NULL in
-        a NOT NULL column, as `assign.conform` does."""
+        a NOT NULL column and 22001 for a value too long for its varchar(n) / char(n) column,
+        as `assign.conform` does."""
         if params is None:
             return None
         count = len(self.values)
@@ -81,12 +84,16 @@ class InsertShape:
         for f, array in zip(self.target, arrays, strict=True):
             if not f.nullable and array.null_count:
                 raise not_null_violation(f.name, self.key)
+        for i, char in enumerate(self.char_types):
+            if char is not None and self.positions[i] is not None:
+                arrays[i] = chars.assign(arrays[i], char)
         return pa.Table.from_arrays(arrays, schema=self.target)
 
     def describes(self, plan: ReadPlan | None) -> bool:
         """Whether the recipe still holds for `plan`, the table's mounted snapshot."""
         return (plan is not None and plan.table is not None and not plan.primary_key
-                and plan.table_uuid == self.table_uuid and plan.schema_id == self.schema_id)
+                and plan.table_uuid == self.table_uuid and plan.schema_id == self.schema_id
+                and plan.char_types == self.char_types)  # ALTER TYPE varchar(n): a property only
 
 
 def compile_shape(tree: exp.Insert, key: Key, plan: ReadPlan, columns: list[str]) -> InsertShape | None:
@@ -119,7 +126,7 @@ def compile_shape(tree: exp.Insert, key: Key, plan: ReadPlan, columns: list[str]
     table = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
     place = {c: i for i, c in enumerate(columns)}
     return InsertShape(key, (table.db or None, table.name), plan.table_uuid, plan.schema_id, target,
-                       tuple(place.get(f.name) for f in target), tuple(rows))
+                       tuple(place.get(f.name) for f in target), tuple(rows), plan.char_types)
 
 
 class InsertShapes:
@@ -144,7 +151,8 @@ class InsertShapes:
         its recipe (`resolve` names the table a name means now, `read_plan` its mounted plan);
         None when there is none or it no longer applies: take the planned path. Never blocks.
 
-        Raises PgError 23502 for a NULL in a NOT NULL column, as the planned path would."""
+        Raises PgError 23502 for a NULL in a NOT NULL column and 22001 for a value too long for
+        its column, as the planned path would."""
         shape = self._shapes.get((sql, tuple(search_path)))
         if shape is None or resolve(*shape.written_as) != shape.key:
             return None

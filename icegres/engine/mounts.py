@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from icegres.engine.ddl_commands import declared_char_types
 from icegres.engine.ddl_index import table_indexes
 from icegres.engine.file_presence import missing_file
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
     from icegres.engine.file_cache import FileCache
     from icegres.engine.scan_sets import ScanSet, ScanSets
+    from icegres.pg.chars import CharType
 
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,9 @@ class ReadPlan:
     comment: str = ""
     column_comments: tuple[str, ...] = ()
     indexes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # CREATE INDEX: (name, columns), ddl_index.py
+    # per column: its varchar(n) / char(n) / bpchar type (None: as Iceberg's type says), which
+    # writes enforce (assign.py) and pg_catalog reports
+    char_types: tuple[CharType | None, ...] = ()
 
     @functools.cached_property
     def column_bounds(self) -> dict[int, Any]:
@@ -196,6 +201,7 @@ def plan_read(table: Table, footers: FooterCache) -> ReadPlan:
                 columns = tuple((name, name) for name in names)
             files.append(FileRead(path, columns))
     pk = table.properties.get("icegres.primary-key", "")
+    chars = declared_char_types(table.properties)
     return ReadPlan(
         metadata_location=table.metadata_location,
         schema=schema,
@@ -211,6 +217,7 @@ def plan_read(table: Table, footers: FooterCache) -> ReadPlan:
         comment=table.properties.get("comment", ""),
         column_comments=tuple(f.doc or "" for f in table.schema().fields),
         indexes=table_indexes(table.properties),
+        char_types=tuple(chars.get(fid) for fid in field_ids),
     )
 
 

@@ -231,8 +231,10 @@ def format_type(oid: int, typmod: int | None) -> str | None:
         return "???"
     if t.typcategory == "A" and t.typelem in BUILTIN_TYPES:
         return f"{format_type(t.typelem, typmod)}[]"
-    if typmod is None and oid == 1042:
-        return "bpchar"  # format_type(1042, NULL) is special-cased the same way in PostgreSQL
+    if typmod is not None and typmod < 0 and oid == 1042:
+        # PostgreSQL's format_type_extended: bpchar with typmod -1 is not the same as CHARACTER,
+        # which means CHARACTER(1); with no typmod given (NULL) it says "character"
+        return "bpchar"
     modifier = _TYPMOD_FORMATTERS.get(oid)
     if modifier is None or typmod is None or typmod < 0:
         return t.sql_name

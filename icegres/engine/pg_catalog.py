@@ -30,10 +30,12 @@ from icegres.engine.pg_relations import (
     _BTREE_OPCLASS,
     _DEFAULT_BY_KIND,
     _SYSTEM_RELATION_OIDS,
+    PG_TYPE_OID_KEY,
     RELATIONS,
     RelationDef,
     pg_type_oid,
 )
+from icegres.pg.chars import BPCHAR_OID, UTF8_BYTES_MAX, VARCHAR_OID, CharType
 from icegres.pg.keywords import keyword_rows
 from icegres.pg.types import pg_type_for_arrow
 
@@ -50,6 +52,7 @@ class ColumnInfo:
     nullable: bool
     field_id: int
     comment: str = ""  # COMMENT ON COLUMN: the Iceberg field's doc
+    char_type: CharType | None = None  # varchar(n) / char(n) / bpchar kept beside Iceberg's string
 
 
 @dataclass(frozen=True)
@@ -311,6 +314,8 @@ def _pkey_name(t: TableInfo) -> str:
 
 
 def _lakehouse_column(attnum: int, c: ColumnInfo) -> ColumnEntry:
+    if c.char_type is not None:
+        return ColumnEntry(attnum, c.name, c.char_type.oid, c.char_type.typmod, not c.nullable, c.arrow_type)
     return ColumnEntry(attnum, c.name, _type_oid(c.arrow_type), arrow_typmod(c.arrow_type),
                        not c.nullable, c.arrow_type)
 
@@ -483,8 +488,12 @@ def _sourced(ix: CatalogIndex, schema: pa.Schema) -> pa.Schema:
         entry = ix.relations.get((schema_name, name)) if relation else None
         found = next((c for c in entry.columns if c.name == (column or b"").decode()), None) if entry else None
         if found is not None:
-            f = f.with_metadata({**meta, PG_TABLE_OID_KEY: str(entry.oid).encode(),
-                                 PG_ATTNUM_KEY: str(found.attnum).encode(), PG_TYPMOD_KEY: str(found.typmod).encode()})
+            described = {PG_TABLE_OID_KEY: str(entry.oid).encode(), PG_ATTNUM_KEY: str(found.attnum).encode(),
+                         PG_TYPMOD_KEY: str(found.typmod).encode()}
+            if found.type_oid in (VARCHAR_OID, BPCHAR_OID):
+                # Iceberg's string is text; the table keeps the column's own type (pgwire pads char(n))
+                described[PG_TYPE_OID_KEY] = str(found.type_oid).encode()
+            f = f.with_metadata({**meta, **described})
         fields.append(f)
     return pa.schema(fields, schema.metadata)
 
@@ -759,6 +768,13 @@ def _char_length(c: ColumnEntry) -> int | None:
     return c.typmod - 4 if c.type_oid in (1042, 1043) and c.typmod > 4 else None
 
 
+def _octet_length(c: ColumnEntry, t: BuiltinType | None) -> int | None:
+    length = _char_length(c)
+    if length is not None:
+        return length * UTF8_BYTES_MAX
+    return 1073741824 if t and t.typcategory == "S" else None
+
+
 def _rows_columns(ix: CatalogIndex) -> Rows:
     rows = []
     for e in ix.relations.values():
@@ -774,7 +790,7 @@ def _rows_columns(ix: CatalogIndex) -> Rows:
                 "table_name": e.name, "column_name": c.name, "ordinal_position": c.attnum,
                 "is_nullable": "NO" if c.not_null else "YES", "data_type": _data_type(c.type_oid),
                 "character_maximum_length": _char_length(c),
-                "character_octet_length": 1073741824 if t and t.typcategory == "S" else None,
+                "character_octet_length": _octet_length(c, t),
                 "numeric_precision": precision, "numeric_precision_radix": radix,
                 "numeric_scale": scale,
                 "datetime_precision": _DATETIME_PRECISION.get(c.type_oid),

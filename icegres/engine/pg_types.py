@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from icegres.pg import errors as e
+from icegres.pg.chars import BPCHAR_OID, LENGTH_MAX, VARCHAR_OID, CharType
 from icegres.pg.errors import PgError
 
 # Iceberg's decimal is stored in at most 16 bytes: precision 38 is the bound.
@@ -33,6 +34,8 @@ class ColumnType:
     precision: int | None = None
     scale: int | None = None
     element: ColumnType | None = None
+    # varchar(n), char(n), bpchar: the PostgreSQL type the table keeps beside Iceberg's string
+    char: CharType | None = None
 
     @property
     def iceberg_name(self) -> str:
@@ -52,7 +55,6 @@ _SIMPLE: dict[exp.DataType.Type, tuple[str, str]] = {
     exp.DataType.Type.BIGINT: ("bigint", "long"),
     exp.DataType.Type.FLOAT: ("real", "float"),
     exp.DataType.Type.TEXT: ("text", "string"),
-    exp.DataType.Type.BPCHAR: ("bpchar", "string"),
     exp.DataType.Type.NAME: ("name", "string"),
     exp.DataType.Type.VARBINARY: ("bytea", "binary"),
     exp.DataType.Type.DATE: ("date", "date"),
@@ -103,13 +105,21 @@ def column_type(dt: exp.Expression) -> ColumnType:
             raise _unsupported(_type_name(dt))
         pg, kind = _SIMPLE[t]
         return ColumnType(pg, kind)
-    if t in (exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR):
+    if t in (exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR, exp.DataType.Type.BPCHAR):
         base = "character varying" if t == exp.DataType.Type.VARCHAR else "character"
         if len(params) > 1:
             raise PgError(e.SYNTAX_ERROR, f"syntax error in type {base}")
         if params and params[0] < 1:
             raise PgError(e.INVALID_PARAMETER_VALUE, f"length for type {_short(base)} must be at least 1")
-        return ColumnType(f"{base}({params[0]})" if params else base, "string")
+        if params and params[0] > LENGTH_MAX:
+            raise PgError(e.INVALID_PARAMETER_VALUE, f"length for type {_short(base)} cannot exceed {LENGTH_MAX}")
+        if t == exp.DataType.Type.VARCHAR:
+            char = CharType(VARCHAR_OID, params[0] if params else None)
+        elif t == exp.DataType.Type.BPCHAR and not params:
+            char = CharType(BPCHAR_OID, None)
+        else:
+            char = CharType(BPCHAR_OID, params[0] if params else 1)  # char is char(1)
+        return ColumnType(char.name, "string", char=char)
     if t == exp.DataType.Type.DOUBLE:
         # float(p): PostgreSQL picks real for p <= 24 and double precision for 25..53.
         if not params:

@@ -300,7 +300,7 @@ async def create_table_as(host: WriteHost, cmd: Any) -> WriteResult:
     fails the table stays, empty. (Iceberg catalogs offer no create-and-append transaction that
     every catalog kind supports.)
     """
-    from icegres.engine import ddl_apply, dml
+    from icegres.engine import ddl_apply, dml, pg_catalog
 
     qctx = host.qctx
     path = list(qctx.env.search_path)
@@ -309,7 +309,9 @@ async def create_table_as(host: WriteHost, cmd: Any) -> WriteResult:
         source = query(cmd.query_sql)
         with qctx.buffered_reads(qctx.buffered_entries(source)):
             data = dml.collect(qctx.plan(source, None))
-        key = ddl_apply.create_table_from_arrow(qctx.engine.lakehouse, cmd, data.schema, path)
+        # columns read straight from a varchar(n) / char(n) column keep that type (pg_catalog)
+        described = pg_catalog.sourced_schema(qctx.env, data.schema)
+        key = ddl_apply.create_table_from_arrow(qctx.engine.lakehouse, cmd, described, path)
         if key is not None:
             qctx.engine.refresh(None if qctx.engine.lakehouse.kind != "rest" else {key})
         return key, data

@@ -6,7 +6,8 @@ The scripts came from a differential run of ~100 writes (2026-12-05) that found 
 assigns and icegres refused (an integer into a numeric column, text with more decimals than the
 column's scale) or stored differently (timestamptz text read in UTC instead of the session's
 TimeZone), and errors with the wrong SQLSTATE. Where icegres differs on purpose (docs/types.md:
-smallint and varchar(n) are not bounded), the scripts stay clear of it.
+smallint is not bounded), the scripts stay clear of it; varchar(n) and char(n) have their own
+scripts in test_char_types.py.
 """
 
 from __future__ import annotations

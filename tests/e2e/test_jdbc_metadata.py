@@ -1,6 +1,6 @@
 """pgjdbc's metadata as DBeaver, DataGrip and Metabase use it, against PostgreSQL 15: the SQL
-keywords (pg_get_keywords()) and ResultSetMetaData — precision and scale of numeric(p,s),
-nullability, the source table and column — which pgjdbc reads from RowDescription's table OID,
+keywords (pg_get_keywords()) and ResultSetMetaData — precision and scale of numeric(p,s), the
+length and type name of varchar(n) / char(n), nullability, the source table and column — which pgjdbc reads from RowDescription's table OID,
 column number and typmod and from pg_attribute."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ SETUP = [
     "create schema if not exists jdbcmeta",
     "drop table if exists jdbcmeta.t",
     "create table jdbcmeta.t (n numeric(12,3) not null, i integer not null, b bigint, d double precision,"
-    " t text)",
-    "insert into jdbcmeta.t values (1.5, 1, 2, 0.5, 'x')",
+    " t text, v varchar(5) not null, c char(3), u varchar)",
+    "insert into jdbcmeta.t values (1.5, 1, 2, 0.5, 'x', 'abc', 'a', 'u')",
 ]
 
 

@@ -437,7 +437,7 @@ def test_register_catalog_replaces_tables_when_lakehouse_changes() -> None:
 @pytest.mark.parametrize(("oid", "typmod", "expected"), [
     (20, -1, "bigint"), (1184, -1, "timestamp with time zone"), (1184, 3, "timestamp(3) with time zone"),
     (1700, ((10 << 16) | 2) + 4, "numeric(10,2)"), (1043, 14, "character varying(10)"),
-    (1016, -1, "bigint[]"), (18, -1, '"char"'), (1042, None, "bpchar"), (99999, -1, "???"),
+    (1016, -1, "bigint[]"), (18, -1, '"char"'), (1042, None, "character"), (1042, -1, "bpchar"), (99999, -1, "???"),
 ])
 def test_format_type(oid: int, typmod: int | None, expected: str) -> None:
     assert pg_builtins.format_type(oid, typmod) == expected

@@ -170,9 +170,12 @@ _REWRITE_MARKERS = (
 
 # extract(second ...) / date_part('second', ...): DataFusion's drops the fraction (names.py).
 _SECONDS_PART = re.compile(r"(?:extract\s*\(\s*seconds?\b|date_part\s*\(\s*'seconds?')", re.IGNORECASE)
+# a cast to varchar(n) / char(n): DataFusion ignores the length (casts.py)
+_CHAR_LENGTH = re.compile(r"(?:char|character|varying)\s*\(\s*\d", re.IGNORECASE)
 
 
 def needs_rewrite(sql: str) -> bool:
     """Whether `sql` goes through the rewrite path before DataFusion sees it."""
     low = sql.lower()
-    return any(marker in low for marker in _REWRITE_MARKERS) or _SECONDS_PART.search(sql) is not None
+    return (any(marker in low for marker in _REWRITE_MARKERS) or _SECONDS_PART.search(sql) is not None
+            or _CHAR_LENGTH.search(sql) is not None)

@@ -219,6 +219,9 @@ def casts(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
             items = array_literal(value.this) if isinstance(value, exp.Literal) and value.is_string else None
             if items is not None:  # '{1,2}'::int2[]: DataFusion can't cast text to a list
                 return _make_array(items, name in _NUMERIC_ARRAYS)
+        length = _char_length(node.to)
+        if length is not None:
+            return _char_cast(node.this, node.to.this, length)
         rule = _CASTS.get(name)
         if rule is not None:
             return rule(node, rw)
@@ -228,6 +231,28 @@ def casts(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
         return node
 
     return _bottom_up(tree, fn)
+
+
+_CHAR_TYPES = (exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR, exp.DataType.Type.BPCHAR)
+
+
+def _char_length(to: exp.Expression) -> int | None:
+    """n of a cast to varchar(n) / char(n), which DataFusion ignores."""
+    if not isinstance(to, exp.DataType) or to.this not in _CHAR_TYPES or len(to.expressions) != 1:
+        return None
+    param = to.expressions[0]
+    value = param.this if isinstance(param, exp.DataTypeParam) else None
+    if isinstance(value, exp.Literal) and not value.is_string and str(value.this).isdigit():
+        return int(value.this)
+    return None
+
+
+def _char_cast(value: exp.Expression, kind: exp.DataType.Type, length: int) -> exp.Expression:
+    """An explicit cast to varchar(n) / char(n) cuts the value to n characters, with no error
+    (PostgreSQL's length coercion with isExplicit). A char(n) value is given without its
+    padding, which PostgreSQL ignores in comparisons, length() and casts to text (pg/chars.py)."""
+    text = _call("left", exp.Cast(this=value, to=exp.DataType.build("VARCHAR")), exp.Literal.number(length))
+    return text if kind == exp.DataType.Type.VARCHAR else _call("rtrim", text, exp.Literal.string(" "))
 
 
 # Built-in types that a schema-qualified cast names, as DataFusion reads them.

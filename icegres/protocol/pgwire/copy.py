@@ -11,7 +11,7 @@ from icegres.engine.row_source import RowSource
 from icegres.pg.copy_format import CopyFormat
 from icegres.pg.copy_out import CopyRows, encode_copy_rows
 from icegres.protocol.pgwire import messages as m
-from icegres.protocol.pgwire.results import pull
+from icegres.protocol.pgwire.results import presentable, pull
 
 if TYPE_CHECKING:
     from icegres.protocol.pgwire.port import SessionPort
@@ -32,8 +32,11 @@ async def copy_out_rows(session: SessionPort, source: RowSource, options: dict[s
     if fmt.header:  # FORCE_QUOTE quotes no header name, as in PostgreSQL
         session.send(m.copy_data(fmt.line(schema.names, header=True).encode()))
 
+    formats = [0] * len(schema)
+
     def encode(batch: pa.RecordBatch) -> bytes:  # in a worker thread
-        return copy_data_messages(encode_copy_rows(batch, fmt, text))
+        # as a query's text results show them: a char(n) column blank-padded, for one
+        return copy_data_messages(encode_copy_rows(presentable(batch, schema, formats), fmt, text))
 
     total = 0
     while True:

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icegres.engine.row_source import RowSource
+from icegres.pg import chars
 from icegres.pg.clock import TextSettings
 from icegres.pg.errors import PROTOCOL_VIOLATION, PgError
 from icegres.pg.types import PgType, pg_type_by_oid, pg_type_for_arrow
@@ -33,6 +34,7 @@ def expand_formats(formats: Sequence[int], ncols: int) -> list[int]:
 
 _PG_TYPE_OID_KEY = b"pg_type_oid"  # set by engine/pg_catalog.py on catalog columns
 _FOUR_BYTE_OIDS = (b"26", b"28", b"30", b"1028")  # oid, xid, oidvector, oid[]
+_BPCHAR = str(chars.BPCHAR_OID).encode()
 
 
 def field_type(field: pa.Field) -> PgType:
@@ -61,7 +63,8 @@ def row_description(schema: pa.Schema, formats: Sequence[int]) -> bytes:
 def presentable(batch: pa.RecordBatch, schema: pa.Schema, formats: Sequence[int]) -> pa.RecordBatch:
     """Reshape columns whose PostgreSQL type differs from their Arrow type's natural one.
 
-    psqlODBC's SQLStatistics hangs unless int2vector comes as `1 2` rather than `{1,2}`.
+    psqlODBC's SQLStatistics hangs unless int2vector comes as `1 2` rather than `{1,2}`. A
+    char(n) column read from a table is padded to n, as PostgreSQL stores it (pg/chars.py).
     """
     columns = None
     for i, (f, fmt) in enumerate(zip(schema, formats, strict=True)):
@@ -70,7 +73,11 @@ def presentable(batch: pa.RecordBatch, schema: pa.Schema, formats: Sequence[int]
             continue
         col = batch.column(i)
         is_list = pa.types.is_list(col.type) or pa.types.is_large_list(col.type)
-        if fmt == 0 and annotated in (b"22", b"30") and is_list:
+        char = chars.described(chars.BPCHAR_OID, int(f.metadata.get(b"pg_typmod", b"-1"))) \
+            if annotated == _BPCHAR else None
+        if char is not None and char.length is not None:
+            col = chars.pad(col, char)
+        elif fmt == 0 and annotated in (b"22", b"30") and is_list:
             col = pc.binary_join(pc.cast(col, pa.list_(pa.string())), " ")
         elif fmt == 1 and annotated in _FOUR_BYTE_OIDS:
             # oid, xid and their vectors are 4 bytes on the wire; the catalog holds them as int64.

@@ -18,7 +18,7 @@ public class IcegresJdbcMetadata {
             System.out.println("keywords=" + keywords);
             try (Statement st = conn.createStatement();
                  ResultSet rs = st.executeQuery(
-                     "select n, i, b, d, t, n * 2 as twice, count(*) over () as total "
+                     "select n, i, b, d, t, v, c, u, n * 2 as twice, count(*) over () as total "
                      + "from jdbcmeta.t")) {
                 ResultSetMetaData md = rs.getMetaData();
                 for (int c = 1; c <= md.getColumnCount(); c++) {
@@ -32,6 +32,11 @@ public class IcegresJdbcMetadata {
                     System.out.println(p + "table=" + md.getTableName(c));
                     System.out.println(p + "schema=" + md.getSchemaName(c));
                     System.out.println(p + "displaysize=" + md.getColumnDisplaySize(c));
+                    System.out.println(p + "class=" + md.getColumnClassName(c));
+                    System.out.println(p + "sqltype=" + md.getColumnType(c));
+                }
+                while (rs.next()) {
+                    System.out.println("row.c=[" + rs.getString("c") + "]");
                 }
             }
         }
