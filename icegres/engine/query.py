@@ -386,7 +386,7 @@ class QueryContext:
         and views this server knows."""
         engine = self.engine
         return view_defs.Resolver(self.env.search_path, engine.has_table, engine.view,
-                                  CATALOG_RELATION_NAMES)
+                                  CATALOG_RELATION_NAMES, self.env.database)
 
     def _view_candidates(self, resolved: tuple[Any, ...], names: tuple[Any, ...]) -> set[tuple[str, str]]:
         """The catalog keys a name that is a view, or not known, may mean."""

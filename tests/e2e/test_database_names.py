@@ -30,6 +30,13 @@ SCRIPT = [
     'alter table "{db}"."threep"."c" rename to "d"',
     'alter table "{db}"."threep"."d" add column extra int',
     "select * from {db}.threep.d order by id",
+    # a view the way dbt creates one, an ephemeral model's CTE inside, then renames it
+    'create view "{db}"."threep"."v__tmp" as (with e as (select id from "{db}"."threep"."t") '
+    'select e.id, x.name from e join "{db}"."threep"."t" as x on x.id = e.id)',
+    'alter table "{db}"."threep"."v__tmp" rename to "v"',
+    'select id, name from "{db}"."threep"."v" order by id',
+    'create view "{db}"."threep"."w" as select * from "other"."threep"."t"',
+    'drop view if exists "{db}"."threep"."v" cascade',
     'drop table if exists "{db}"."threep"."d" cascade',
     'select * from "other"."threep"."t"',
     "insert into other.threep.t values (3, 'c')",

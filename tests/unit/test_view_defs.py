@@ -41,6 +41,20 @@ def test_qualify_leaves_ctes_and_catalog_relations_alone_and_refuses_unknown_nam
     assert caught.value.sqlstate == "42P01"
 
 
+def test_qualify_drops_this_databases_name_and_refuses_anothers():
+    # dbt names every relation "db"."schema"."table", inside an ephemeral model's CTE too.
+    sql = ('with e as (select id from "lake"."shop"."orders") '
+           'select * from e join lake . shop.cities c on true join postgres.public.t on true')
+    here = Resolver(["shop"], lambda s, n: (s, n) in TABLES, {}.get, frozenset(), database="lake")
+    assert view_defs.qualify(sql, parse(sql), here) == (
+        'with e as (select id from "shop"."orders") select * from e join shop.cities c on true '
+        "join public.t on true")
+    for other in ('select * from "other"."shop"."orders"', "select * from orders, other.shop.cities"):
+        with pytest.raises(PgError) as caught:
+            view_defs.qualify(other, parse(other), here)
+        assert caught.value.sqlstate == "0A000", other
+
+
 def test_a_view_name_resolves_first_along_the_path():
     views = {("shop", "t"): view("shop", "t", "select 1 as a", ("a",))}
     assert resolver(views).resolve(None, "t") == ("view", ("shop", "t"))
@@ -155,3 +169,4 @@ def test_the_catalog_relations_describe_views():
     views = tables["information_schema.views"].to_pylist()
     assert (views[0]["table_name"], views[0]["is_updatable"]) == ("v", "NO")
     assert pg_catalog.view_definition(snap.index, row["oid"]) == " select 1 as n;"
+
