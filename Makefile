@@ -76,9 +76,10 @@ flightsql-protos: $(VENV)/.test-installed
 
 # Client tools the e2e tests drive, each in a venv of its own under .tools/ (pinned by
 # infra/tools/NAME.txt). The tests install them themselves; this is for using them by hand:
-# .tools/pgcli/bin/pgcli -h 127.0.0.1 -p 5439 icegres
+# .tools/pgcli/bin/pgcli -h 127.0.0.1 -p 5439 icegres, .tools/dbt/bin/dbt --version
 tools:
 	bash infra/tool-venv.sh pgcli
+	bash infra/tool-venv.sh dbt
 
 clean:
 	rm -rf $(VENV) $(DATA_DIR) .tools

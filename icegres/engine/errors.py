@@ -152,7 +152,8 @@ def _place(err: PgError, target: Target, sql: str, *, verbatim: bool) -> None:
     if target.anchor is Anchor.TABLE:
         chain = _matching_chain(tokens, target)
         if chain is not None:
-            err.message = f'relation "{".".join(chain.parts)}" does not exist'
+            # PostgreSQL names the schema and the relation, never the database of a three-part name.
+            err.message = f'relation "{".".join(chain.parts[-2:])}" does not exist'
     elif target.anchor is Anchor.END and err.sqlstate == e.SYNTAX_ERROR:
         err.message, err.detail = "syntax error at end of input", _parser_says(err.message)
     elif target.anchor is Anchor.LINE_COLUMN:
@@ -346,8 +347,10 @@ def _matching_chain(tokens: list[Token], target: Target) -> Chain | None:
         calls = [c for c in found if follows(c) == "(" and c.parts[-len(name):] == name]
         return calls[0] if calls else None
     if target.anchor is Anchor.TABLE:
-        # The default schema DataFusion added (`public.missing`) was not written: match a suffix.
-        named = [c for c in found if follows(c) != "(" and name[-len(c.parts):] == c.parts]
+        # The default schema DataFusion added (`public.missing`) was not written, and the
+        # database a rewrite dropped (`icegres.demo.missing`) was: either may end the other.
+        named = [c for c in found if follows(c) != "("
+                 and (name[-len(c.parts):] == c.parts or c.parts[-len(name):] == name)]
         in_from = [c for c in named if precedes(c) in _RELATION_AFTER]
         return (in_from or named or [None])[0]
     refs = [c for c in found if c.parts == name and follows(c) != "(" and precedes(c) not in _NOT_A_COLUMN_AFTER]

@@ -523,7 +523,7 @@ class Engine:
         views = tuple(
             pg_catalog.ViewInfo(ns, name, tuple(
                 pg_catalog.ColumnInfo(n, t, True, i) for i, (n, t) in enumerate(v.columns, start=1)),
-                v.sql, v.comment)
+                v.sql, v.comment, tuple(sorted(v.reads)))
             for (ns, name), v in sorted(self._views.items()))
         snap = pg_catalog.CatalogSnapshot(
             database=self.database,

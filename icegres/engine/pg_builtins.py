@@ -370,6 +370,7 @@ _PROCS_TABLE = """
 2998|pg_indexes_size|f|v|20|2205|f
 3810|pg_is_in_recovery|f|v|16||f
 2854|pg_my_temp_schema|f|s|26||f
+2855|pg_is_other_temp_schema|f|s|16|26|f
 2083|pg_opclass_is_visible|f|s|16|26|f
 2082|pg_operator_is_visible|f|s|16|26|f
 2560|pg_postmaster_start_time|f|s|1184||f

@@ -74,6 +74,7 @@ class ViewInfo:
     columns: tuple[ColumnInfo, ...]
     definition: str
     comment: str = ""
+    reads: tuple[tuple[str, str], ...] = ()  # the relations its query names, (schema, name)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ BOOTSTRAP_SUPERUSER_OID = 10
 PG_CATALOG_OID = 11
 PG_CLASS_OID = 1259  # pg_description.classoid of a relation's comment
 PG_NAMESPACE_OID = 2615  # ... and of a schema's
+PG_REWRITE_OID = 2618  # pg_depend.classid of a view's rule
 PG_TOAST_OID = 99
 PUBLIC_OID = 2200
 INFORMATION_SCHEMA_OID = 13207  # PostgreSQL 15's value (it varies by build; no client relies on it)
@@ -212,6 +214,7 @@ class CatalogIndex:
                 keys.append(f"constraint:{t.schema}.{_pkey_name(t)}")
             keys += [f"relation:{t.schema}.{name}" for name, _ in t.indexes]
         keys += [f"relation:{v.schema}.{v.name}" for v in snap.views]
+        keys += [f"rule:{v.schema}.{v.name}" for v in snap.views]  # its _RETURN rule (pg_rewrite)
         oids = _allocate(keys, taken=set(_SYSTEM_RELATION_OIDS.values()))
 
         self.database_oid = oids[f"database:{snap.database}"]
@@ -236,6 +239,9 @@ class CatalogIndex:
             self._add(RelationEntry(oids[f"relation:{v.schema}.{v.name}"], v.schema, v.name, "v",
                                     columns, view=v))
         self.by_oid: dict[int, RelationEntry] = {e.oid: e for e in self.relations.values()}
+        # A view's _RETURN rule: view OID -> rule OID.
+        self.rules: dict[int, int] = {oids[f"relation:{v.schema}.{v.name}"]: oids[f"rule:{v.schema}.{v.name}"]
+                                      for v in snap.views}
         # COMMENT ON: (relation OID, attnum or 0 for the table) -> description, as pg_description.
         self.descriptions: dict[tuple[int, int], str] = {}
         for e in self.relations.values():
@@ -693,6 +699,31 @@ def _rows_pg_views(ix: CatalogIndex) -> Rows:
              "definition": view_definition(ix, e.oid)} for e in _lakehouse_views(ix)]
 
 
+def _rows_pg_rewrite(ix: CatalogIndex) -> Rows:
+    # ev_type '1' is SELECT; 'O' fires in origin mode (the default): what every view's rule has.
+    return [{"oid": ix.rules[e.oid], "rulename": "_RETURN", "ev_class": e.oid, "ev_type": "1",
+             "ev_enabled": "O", "is_instead": True} for e in _lakehouse_views(ix)]
+
+
+def _rows_pg_depend(ix: CatalogIndex) -> Rows:
+    """A view's dependencies as PostgreSQL records them, on its _RETURN rule: an internal one on
+    the view and a normal one on each relation the query names (the view itself among them). dbt
+    reads these to learn which views read a relation it replaces. PostgreSQL has a row per column
+    the query uses; here a row per relation (refobjsubid 0), as it has for `count(*)`."""
+    rows = []
+    for e in _lakehouse_views(ix):
+        assert e.view is not None
+        rule = ix.rules[e.oid]
+        refs = {(e.oid, "i"), (e.oid, "n")}
+        for key in e.view.reads:
+            read = ix.relations.get(key)
+            if read is not None and read.relkind in ("r", "v"):
+                refs.add((read.oid, "n"))
+        rows += [{"classid": PG_REWRITE_OID, "objid": rule, "objsubid": 0, "refclassid": PG_CLASS_OID,
+                  "refobjid": oid, "refobjsubid": 0, "deptype": deptype} for oid, deptype in sorted(refs)]
+    return rows
+
+
 def view_definition(ix: CatalogIndex, oid: int | None, pretty: bool = False) -> str | None:
     """pg_get_viewdef(oid [, pretty]): the view's query as stored (its relations qualified), in
     PostgreSQL's frame: a leading space and a closing semicolon. PostgreSQL prints its own
@@ -854,6 +885,8 @@ _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "pg_catalog.pg_tables": _rows_pg_tables,
     "pg_catalog.pg_indexes": _rows_pg_indexes,
     "pg_catalog.pg_views": _rows_pg_views,
+    "pg_catalog.pg_rewrite": _rows_pg_rewrite,
+    "pg_catalog.pg_depend": _rows_pg_depend,
     "information_schema.schemata": _rows_schemata,
     "information_schema.tables": _rows_tables,
     "information_schema.columns": _rows_columns,

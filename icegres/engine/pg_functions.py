@@ -188,6 +188,9 @@ def session_functions(env: SessionEnv) -> list[Fn]:
            lambda name, value, local: set_config(env, name, value, local),
            volatility=VOLATILE, strict=False),
         Fn("pg_my_temp_schema", (), OID, lambda: 0),
+        # No session has a temporary schema here, so no schema is another session's (dbt's
+        # catalog query for `docs generate` filters with it).
+        Fn("pg_is_other_temp_schema", (OID,), BOOL, lambda _oid: False),
         Fn("pg_is_in_recovery", (), BOOL, lambda: False),
         Fn("pg_postmaster_start_time", (), pa.timestamp("us", tz="UTC"), lambda: _STARTED_AT),
         Fn("pg_conf_load_time", (), pa.timestamp("us", tz="UTC"), lambda: _STARTED_AT),

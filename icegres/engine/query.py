@@ -200,9 +200,16 @@ class QueryContext:
         try:
             return ctx.sql(rewritten, param_values=params), rewritten
         except Exception as exc:
-            err = engine_errors.from_datafusion(first_error or exc, sql, verbatim=first_error is not None)
+            failed = first_error or exc
+            err = engine_errors.from_datafusion(failed, sql, verbatim=first_error is not None)
+            if first_error is not None and err.sqlstate == "42P01":
+                # A relation DataFusion could not find as sent may be one the rewrite resolves
+                # (`"icegres"."analytics"."orders"`: DataFusion knows no catalog of that name),
+                # and then the rewritten statement's failure names what is really wrong.
+                failed = exc
+                err = engine_errors.from_datafusion(exc, sql, verbatim=False)
             if err.sqlstate == "42P01":
-                err = self.engine.unreadable_error(str(first_error or exc)) or err
+                err = self.engine.unreadable_error(str(failed)) or err
             raise err from None
 
     def forget_routes(self) -> None:
@@ -379,7 +386,7 @@ class QueryContext:
         and views this server knows."""
         engine = self.engine
         return view_defs.Resolver(self.env.search_path, engine.has_table, engine.view,
-                                  CATALOG_RELATION_NAMES)
+                                  CATALOG_RELATION_NAMES, self.env.database)
 
     def _view_candidates(self, resolved: tuple[Any, ...], names: tuple[Any, ...]) -> set[tuple[str, str]]:
         """The catalog keys a name that is a view, or not known, may mean."""

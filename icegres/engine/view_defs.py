@@ -142,8 +142,10 @@ class Resolver:
     searches pg_catalog before the path)."""
 
     def __init__(self, search_path: list[str], is_table: Callable[[str, str], bool],
-                 view: Callable[[Key], ViewDef | None], system_names: frozenset[str]) -> None:
+                 view: Callable[[Key], ViewDef | None], system_names: frozenset[str],
+                 database: str = "") -> None:
         self.path = [s for s in search_path if s not in SYSTEM_SCHEMAS]
+        self.database = database  # the database a three-part name may name: this one
         self.is_table = is_table
         self.view = view
         self.system_names = system_names
@@ -185,16 +187,25 @@ class Resolver:
 
 def qualify(sql: str, tree: exp.Expression, resolver: Resolver) -> str:
     """`sql` with every unqualified relation it reads prefixed by the schema it resolves to now
-    (42P01 for one that resolves to nothing). The text is otherwise kept as written."""
+    (42P01 for one that resolves to nothing), and this database's name dropped from three-part
+    names (dbt writes `"icegres"."analytics"."orders"`; another database's is 0A000), so that the
+    stored query does not depend on the name the database is served under. The text is
+    otherwise kept as written."""
     from icegres.engine.pg_catalog import quote_ident
+    from icegres.engine.rewrite.names import check_database
 
-    inserts: list[tuple[int, str]] = []
-    for table in named_tables(tree):
+    tables = named_tables(tree)
+    for table in tables:
+        if table.catalog:
+            check_database(table.catalog, resolver.database, f"{table.catalog}.{table.db}.{table.name}")
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement) of the text
+    for table in tables:
         if table.db:
             if table.catalog:
-                table_text = f"{table.catalog}.{table.db}.{table.name}"
-                raise PgError(e.FEATURE_NOT_SUPPORTED,
-                              f"cross-database references are not implemented: {table_text}")
+                start, end = (table.args["catalog"].meta.get("start"), table.args["db"].meta.get("start"))
+                if start is None or end is None:
+                    return _qualified_tree_sql(tree, resolver)
+                edits.append((start, end, ""))
             continue
         found = resolver.resolve(None, table.name)
         if found is None:
@@ -205,9 +216,9 @@ def qualify(sql: str, tree: exp.Expression, resolver: Resolver) -> str:
         if start is None:
             # No position (a name sqlglot made up): write the whole query out instead.
             return _qualified_tree_sql(tree, resolver)
-        inserts.append((start, quote_ident(found[1][0]) + "."))
-    for start, prefix in sorted(inserts, reverse=True):
-        sql = sql[:start] + prefix + sql[start:]
+        edits.append((start, start, quote_ident(found[1][0]) + "."))
+    for start, end, text in sorted(edits, reverse=True):
+        sql = sql[:start] + text + sql[end:]
     return sql
 
 
@@ -218,6 +229,7 @@ def _qualified_tree_sql(tree: exp.Expression, resolver: Resolver) -> str:
 
     copy = tree.copy()
     for table in named_tables(copy):
+        table.set("catalog", None)  # qualify() checked that it names this database
         if not table.db:
             found = resolver.resolve(None, table.name)
             if found is not None and found[0] != "system":

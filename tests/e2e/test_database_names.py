@@ -30,6 +30,13 @@ SCRIPT = [
     'alter table "{db}"."threep"."c" rename to "d"',
     'alter table "{db}"."threep"."d" add column extra int',
     "select * from {db}.threep.d order by id",
+    # a view the way dbt creates one, an ephemeral model's CTE inside, then renames it
+    'create view "{db}"."threep"."v__tmp" as (with e as (select id from "{db}"."threep"."t") '
+    'select e.id, x.name from e join "{db}"."threep"."t" as x on x.id = e.id)',
+    'alter table "{db}"."threep"."v__tmp" rename to "v"',
+    'select id, name from "{db}"."threep"."v" order by id',
+    'create view "{db}"."threep"."w" as select * from "other"."threep"."t"',
+    'drop view if exists "{db}"."threep"."v" cascade',
     'drop table if exists "{db}"."threep"."d" cascade',
     'select * from "other"."threep"."t"',
     "insert into other.threep.t values (3, 'c')",
@@ -73,3 +80,38 @@ def test_database_postgres_is_the_lakehouse(icegres: IcegresServer) -> None:
         assert conn.execute("select x from postgres.viapg.t").fetchall() == [(1,)]
     with pytest.raises(psycopg.OperationalError, match='database "nope" does not exist'):
         psycopg.connect(icegres.dsn().replace("dbname=icegres", "dbname=nope"))
+
+
+MISSING = [
+    # dbt's singular tests read a seed and a model: the model missing, the seed there
+    'with e as (select id from "{db}"."threep"."t") select * from "{db}"."threep"."gone" g join e on true',
+    'select * from "{db}"."threep"."t" x join "{db}"."threep"."gone" y on x.id = y.id',
+    "select * from {db}.threep.t x where x.id in (select id from {db}.threep.gone)",
+    'select * from "{db}"."threep"."gone"',
+]
+
+
+def _failure(conn: psycopg.Connection, sql: str) -> tuple[str | None, str | None, str]:
+    """(SQLSTATE, message, the statement from the error's position on): positions differ by the
+    database names' lengths, the text they point at must not."""
+    with pytest.raises(psycopg.Error) as caught:
+        conn.execute(sql)
+    diag = caught.value.diag
+    at = sql[int(diag.statement_position) - 1:] if diag.statement_position else ""
+    return diag.sqlstate, diag.message_primary, at
+
+
+def test_a_missing_relation_beside_three_part_names_is_the_one_named(real_postgres, icegres: IcegresServer) -> None:  # noqa: F811
+    with psycopg.connect(real_postgres.dsn(), autocommit=True) as pg, \
+            psycopg.connect(icegres.dsn(), autocommit=True) as ours:
+        dbs = {}
+        for name, conn in (("pg", pg), ("ours", ours)):
+            conn.execute("drop schema if exists threep cascade")
+            conn.execute("create schema threep")
+            conn.execute("create table threep.t (id int)")
+            dbs[name] = conn.execute("select current_database()").fetchone()[0]
+        for template in MISSING:
+            theirs = _failure(pg, template.format(db=dbs["pg"]))
+            got = _failure(ours, template.format(db=dbs["ours"]))
+            assert got[:2] == (theirs[0], theirs[1].replace(dbs["pg"], dbs["ours"])), template
+            assert got[2].replace(dbs["ours"], "{db}") == theirs[2].replace(dbs["pg"], "{db}"), template

@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-_INSTALL_TIMEOUT_S = 600
+from tests.support.tool_venv import tool_venv
 
 # CSI sequences (colours, cursor moves), OSC titles, and the two-byte escapes prompt_toolkit uses.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][0-9A-Za-z]|\x1b[=>78]")
@@ -37,14 +34,7 @@ _RED = re.compile(r"\x1b\[31m")
 
 def pgcli_venv() -> Path:
     """The venv pgcli is installed in, installing it first if it is missing or stale."""
-    proc = subprocess.run(
-        ["bash", str(REPO / "infra" / "tool-venv.sh"), "pgcli"], capture_output=True, text=True,
-        timeout=_INSTALL_TIMEOUT_S, stdin=subprocess.DEVNULL,
-        env={**os.environ, "ICEGRES_TOOL_PYTHON": os.environ.get("ICEGRES_TOOL_PYTHON", sys.executable)},
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"installing pgcli failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return Path(proc.stdout.strip().splitlines()[-1])
+    return tool_venv("pgcli")
 
 
 def plain(text: str) -> str:

@@ -41,6 +41,20 @@ def test_qualify_leaves_ctes_and_catalog_relations_alone_and_refuses_unknown_nam
     assert caught.value.sqlstate == "42P01"
 
 
+def test_qualify_drops_this_databases_name_and_refuses_anothers():
+    # dbt names every relation "db"."schema"."table", inside an ephemeral model's CTE too.
+    sql = ('with e as (select id from "lake"."shop"."orders") '
+           'select * from e join lake . shop.cities c on true join postgres.public.t on true')
+    here = Resolver(["shop"], lambda s, n: (s, n) in TABLES, {}.get, frozenset(), database="lake")
+    assert view_defs.qualify(sql, parse(sql), here) == (
+        'with e as (select id from "shop"."orders") select * from e join shop.cities c on true '
+        "join public.t on true")
+    for other in ('select * from "other"."shop"."orders"', "select * from orders, other.shop.cities"):
+        with pytest.raises(PgError) as caught:
+            view_defs.qualify(other, parse(other), here)
+        assert caught.value.sqlstate == "0A000", other
+
+
 def test_a_view_name_resolves_first_along_the_path():
     views = {("shop", "t"): view("shop", "t", "select 1 as a", ("a",))}
     assert resolver(views).resolve(None, "t") == ("view", ("shop", "t"))
@@ -155,3 +169,30 @@ def test_the_catalog_relations_describe_views():
     views = tables["information_schema.views"].to_pylist()
     assert (views[0]["table_name"], views[0]["is_updatable"]) == ("v", "NO")
     assert pg_catalog.view_definition(snap.index, row["oid"]) == " select 1 as n;"
+
+
+def test_pg_depend_records_what_each_views_rule_reads_as_postgresql_does():
+    # PostgreSQL 15 for `create view s.w as select count(*) from s.v`: on w's _RETURN rule, an
+    # internal dependency on w, normal ones on w and on v. (Over table columns it has a row per
+    # column used; here one per relation.) dbt's postgres__get_relations reads these.
+    from icegres.engine import pg_catalog
+
+    col = pg_catalog.ColumnInfo("n", pa.int64(), True, 1)
+    orders = pg_catalog.TableInfo("shop", "orders", (col,))
+    snap = pg_catalog.CatalogSnapshot("db", "me", ("shop",), (orders,), (
+        pg_catalog.ViewInfo("shop", "v", (col,), "select n from shop.orders", reads=(("shop", "orders"),)),
+        pg_catalog.ViewInfo("shop", "w", (col,), "select count(*) from shop.v",
+                            reads=(("shop", "v"), ("shop", "gone"))),
+    ))
+    tables = pg_catalog.build_catalog_tables(snap)
+    oid = {r["relname"]: r["oid"] for r in tables["pg_catalog.pg_class"].to_pylist()}
+    rules = {r["ev_class"]: r for r in tables["pg_catalog.pg_rewrite"].to_pylist()}
+    assert {(r["rulename"], r["ev_type"], r["is_instead"]) for r in rules.values()} == {("_RETURN", "1", True)}
+    assert set(rules) == {oid["v"], oid["w"]}
+    name = {v: k for k, v in oid.items()}
+    depends = sorted((name[rules_of], name[r["refobjid"]], r["deptype"])
+                     for r in tables["pg_catalog.pg_depend"].to_pylist()
+                     for rules_of in [next(k for k, v in rules.items() if v["oid"] == r["objid"])]
+                     if r["classid"] == 2618 and r["refclassid"] == 1259 and r["refobjsubid"] == 0)
+    assert depends == [("v", "orders", "n"), ("v", "v", "i"), ("v", "v", "n"),
+                       ("w", "v", "n"), ("w", "w", "i"), ("w", "w", "n")]
