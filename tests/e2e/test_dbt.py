@@ -9,9 +9,8 @@ schema of its own, runs the real `dbt` in a subprocess, and checks the rows over
 dbt wraps every model in a transaction block (psycopg2's implicit BEGIN). Its table
 materialization is `create table x__dbt_tmp as (...)`, then `alter table x__dbt_tmp rename to x`
 (with `x` renamed to `x__dbt_backup` first when it exists), COMMIT, `drop table x__dbt_backup`:
-icegres cannot yet rename a table it wrote in the same block, so the table model is built
-outside dbt here (the same statements, one by one), and dbt's own build of it is an xfail that
-turns green with DDL in transaction blocks.
+DDL in transaction blocks (engine/ddl_block.py) makes that one atomic change at COMMIT. The
+table model is also built outside dbt (the same statements, one by one) as a control.
 """
 
 from __future__ import annotations
@@ -223,24 +222,10 @@ def test_the_table_models_statements_one_by_one(dbt_bin: Path, icegres: IcegresS
     assert "totals_match_orders" in _names(tested) and len(tested) == 5
 
 
-class NeedsDdlInTransactionBlocks(Exception):
-    """The one failure the xfail below expects; any other fails the test."""
-
-
-# What icegres answers to `alter table "icegres"."<schema>"."customer_orders__dbt_tmp" rename to
-# "customer_orders"` right after `create table ... __dbt_tmp as (...)` in dbt's transaction block.
-_RENAME_AFTER_WRITE = "cannot alter table {schema}.customer_orders__dbt_tmp after writing to it in the same transaction"
-
-
-@pytest.mark.xfail(strict=True, raises=NeedsDdlInTransactionBlocks,
-                   reason="needs DDL in transaction blocks: dbt renames the table it has just created "
-                   "with CREATE TABLE AS in the same block (0A000)")
 def test_two_builds_of_everything(dbt_bin: Path, icegres: IcegresServer, tmp_path: Path) -> None:
     project = _project(dbt_bin, icegres, tmp_path, "analytics_build")
     for threads in ("1", "4"):
         done = project.run("build", "--threads", threads)
-        if done.returncode != 0 and _RENAME_AFTER_WRITE.format(schema=project.schema) in done.stdout:
-            raise NeedsDdlInTransactionBlocks(done.stdout[-3000:])
         built = project.succeeded(done, "build", "--threads", threads)
         assert len(built) == 2 + 2 + 14  # seeds, models, tests
         assert project.rows("select * from {schema}.customer_orders order by customer_id") == CUSTOMER_ORDERS
