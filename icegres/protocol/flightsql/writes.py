@@ -563,7 +563,7 @@ async def _ingest(host: LockedHost, schema_name: str | None, table: str, if_not_
     path = list(qctx.env.search_path)
 
     def locate() -> tuple[str, bool]:
-        namespace = ddl_apply._creation_schema(lakehouse, schema_name, path)
+        namespace = ddl_apply.creation_schema(lakehouse, schema_name, path)
         return namespace, lakehouse.table_exists(namespace, table)
 
     namespace, exists = await host.run(locate)
