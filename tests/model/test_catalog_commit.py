@@ -20,7 +20,14 @@ from tests.model.catalog_commit_world import (
     CatalogCommitHarness,
     check_step_invariants,
 )
-from tests.model.scaffold import Binding, MachineModel, ModelMachine, ModelTests, register, type_names
+from tests.model.scaffold import (
+    Binding,
+    MachineModel,
+    ModelMachine,
+    ModelTests,
+    register,
+    type_names,
+)
 from tests.model.trace import load_spec
 
 SPEC = load_spec("catalog_commit")
