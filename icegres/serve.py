@@ -66,15 +66,21 @@ def _file_cache(settings: Settings) -> FileCache | None:
         return None
 
 
-def recover_blocks(engine: Any, settings: Settings) -> None:
-    """Transaction blocks' catalog changes are recorded under the data directory; the ones a
-    crash left half done are finished or undone before anything is served."""
+def recover_last_run(engine: Any, settings: Settings) -> None:
+    """What the last run left in the data directory, dealt with before anything is served:
+    transaction blocks' catalog changes a crash left half done are finished or undone, and
+    temporary tables' files (sessions that ended with the process) removed."""
     import trio
 
     from icegres.engine.catalog_world import recover_pending
     from icegres.engine.intents import FileIntents
 
     engine.intents = FileIntents(settings.data_dir / "intents")
+    # Temporary tables live as long as their session: whatever a killed server left is garbage.
+    import shutil
+
+    engine.temp_root = settings.data_dir / "temp"
+    shutil.rmtree(engine.temp_root, ignore_errors=True)
     try:
         trio.run(recover_pending, engine.lakehouse, engine.intents)
     except Exception as exc:  # the catalog is down: nothing can be served anyway
@@ -114,7 +120,7 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
     file_cache = _file_cache(settings)
     engine = Engine(lakehouse, database=settings.database, file_cache=file_cache)
     try:
-        recover_blocks(engine, settings)
+        recover_last_run(engine, settings)
         engine.refresh()
     except PgError as exc:
         print(f"icegres: {exc.message}", file=sys.stderr)

@@ -57,7 +57,7 @@ class SessionContexts:
         self._default: Made | None = None
         self._default_key: tuple[str, str] | None = None  # (default schema, time zone) it was made for
         self._stores_seen = 0
-        self._private: tuple[tuple[int, int, str, str], Made] | None = None
+        self._private: tuple[tuple[Any, ...], Made] | None = None
 
     @property
     def zone(self) -> str:
@@ -77,6 +77,8 @@ class SessionContexts:
             made = overlay
         elif txn is not None and not txn.autocommit:
             made = self._private_for(txn)
+        elif self.env.temp:
+            made = self._with_temp_tables()
         else:
             made = self._session_default()
         return self._in_session_zone(made)
@@ -160,6 +162,20 @@ class SessionContexts:
         views = {k: (lambda ctx, keep, plan=plan: to_dataframe(ctx, plan, stores, None, sets, keep))
                  for k, plan in txn.views().items()}
         made = self.with_views(views, hidden=txn.hidden)
+        self._private = (key, made)
+        return made
+
+    def _with_temp_tables(self) -> Made:
+        """Outside a block, for a session with temporary tables: the shared catalog plus its
+        `pg_temp` schema. Rebuilt when a temporary table or any mount changed."""
+        temp = self.env.temp
+        key = (-1, temp.version, self.engine.mounts_version, self.default_schema(), self.zone)
+        if self._private is not None and self._private[0] == key:
+            return self._private[1]
+        stores, sets = self.engine.stores, self.engine.scan_sets
+        views = {k: (lambda ctx, keep, plan=plan: to_dataframe(ctx, plan, stores, None, sets, keep))
+                 for k, plan in temp.plans().items()}
+        made = self.with_views(views)
         self._private = (key, made)
         return made
 

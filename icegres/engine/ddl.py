@@ -439,10 +439,9 @@ class _Parser:
         if replace:
             raise self.unsupported_object("CREATE OR REPLACE")
         scoped = self.accept("GLOBAL") or self.accept("LOCAL")
-        if self.peek("TEMP") or self.peek("TEMPORARY"):
-            raise _unsupported("CREATE TEMPORARY TABLE",
-                               "icegres tables are Iceberg tables visible to every session: create "
-                               "a regular table and drop it when done.", self.position())
+        if self.accept("TEMP") or self.accept("TEMPORARY"):
+            self.expect("TABLE")
+            return self.create_table(temporary=True)
         if scoped:
             raise self.error()
         if self.peek("UNLOGGED"):
@@ -508,14 +507,19 @@ class _Parser:
 
     # -- CREATE TABLE
 
-    def create_table(self) -> CreateTable | CreateTableAs:
+    def create_table(self, temporary: bool = False) -> CreateTable | CreateTableAs:
         if_not_exists = self.accept("IF", "NOT", "EXISTS")
+        at = self.position()
         schema, name = self.qualified_name()
+        if temporary and schema not in (None, "pg_temp"):
+            raise PgError("42P16", "cannot create temporary relation in non-temporary schema", position=at)
+        if not temporary and schema == "pg_temp":
+            temporary = True  # PostgreSQL: a table created in pg_temp is temporary
         if self.peek("PARTITION", "OF") or self.peek("OF"):
             raise _unsupported("CREATE TABLE ... OF", position=self.position())
         if self.peek_type(TokenType.L_PAREN) and not self.column_list_then_as():
             columns, primary_key = self.table_elements(name)
-            options = self.table_options()
+            options = self.table_options(temporary)
             self.expect_end()
             partitioning, properties = self.split_options(options)
             known = {c.name for c in columns}
@@ -524,7 +528,7 @@ class _Parser:
                     raise PgError(e.UNDEFINED_COLUMN,
                                   f'column "{f.column}" named in partition key does not exist')
             return CreateTable(schema, name, columns, if_not_exists, partitioning, properties,
-                               primary_key)
+                               primary_key, temporary)
         column_names: tuple[str, ...] = ()
         if self.accept_type(TokenType.L_PAREN):
             names = [self.ident()]
@@ -532,12 +536,12 @@ class _Parser:
                 names.append(self.ident())
             self.expect_type(TokenType.R_PAREN)
             column_names = tuple(names)
-        options = self.table_options()
+        options = self.table_options(temporary)
         self.expect("AS")
         query_sql, with_data = self.query_text()
         partitioning, properties = self.split_options(options)
         return CreateTableAs(schema, name, query_sql, if_not_exists, partitioning, properties,
-                             column_names, with_data)
+                             column_names, with_data, temporary)
 
     def column_list_then_as(self) -> bool:
         """At '(' after the table name: is this CTAS's column-name list, not column definitions?"""
@@ -724,7 +728,7 @@ class _Parser:
                 return self.error(j)
         return self.error(end) if highlight in (")", "") else self.error(self.i)
 
-    def table_options(self) -> list[tuple[str, str]]:
+    def table_options(self, temporary: bool = False) -> list[tuple[str, str]]:
         options: list[tuple[str, str]] = []
         while not self.at_end() and not self.peek("AS"):
             if self.accept("WITH"):
@@ -742,8 +746,13 @@ class _Parser:
             elif self.peek("USING"):
                 raise _unsupported("table access methods", position=self.position(), plural=True)
             elif self.peek("ON", "COMMIT"):
-                raise PgError("42P16", "ON COMMIT can only be used on temporary tables",
-                              position=self.position())
+                if not temporary:
+                    raise PgError("42P16", "ON COMMIT can only be used on temporary tables",
+                                  position=self.position())
+                self.accept("ON", "COMMIT")
+                if not self.accept("PRESERVE", "ROWS"):
+                    raise _unsupported("ON COMMIT DELETE ROWS / DROP", "Temporary tables keep their rows "
+                                       "until DROP TABLE or the end of the session.", self.position())
             elif self.peek("TABLESPACE"):
                 raise _unsupported("TABLESPACE", position=self.position())
             else:

@@ -371,15 +371,21 @@ def _create_table(lakehouse: Lakehouse, cmd: CreateTable, search_path: list[str]
 
 def create_table_in(lakehouse: Lakehouse, namespace: str, name: str, cmd: CreateTable) -> Table:
     """Create the table `cmd` defines as `namespace.name` (a block's hidden name, or its own)."""
+    schema, spec, properties = table_definition(cmd)
+    if namespace == PUBLIC:
+        lakehouse.create_namespace_if_missing(PUBLIC)
+    return lakehouse.create_partitioned_table(namespace, name, schema, spec, properties)
+
+
+def table_definition(cmd: CreateTable) -> tuple[Schema, PartitionSpec, dict[str, str]]:
+    """The Iceberg schema, partition spec and properties of the table `cmd` defines."""
     schema = iceberg_schema_for(cmd.columns, cmd.primary_key)
     spec = partition_spec_for(schema, cmd.partitioning)
     properties = dict(cmd.properties)
     if cmd.primary_key:
         properties[PRIMARY_KEY_PROPERTY] = ",".join(cmd.primary_key)
     properties.update(char_type_properties(schema, [(c.name, c.type.char) for c in cmd.columns]))
-    if namespace == PUBLIC:
-        lakehouse.create_namespace_if_missing(PUBLIC)
-    return lakehouse.create_partitioned_table(namespace, name, schema, spec, properties)
+    return schema, spec, properties
 
 
 def already_exists(cmd: CreateTable | CreateTableAs, notices: list[str]) -> None:
@@ -831,6 +837,15 @@ def create_table_from_arrow(lakehouse: Lakehouse, cmd: CreateTableAs, arrow_sche
 def create_arrow_table_in(lakehouse: Lakehouse, namespace: str, name: str, cmd: CreateTableAs,
                           arrow_schema: pa.Schema) -> Table:
     """Create the table of a CTAS as `namespace.name`, with the query's columns."""
+    schema, spec, properties = arrow_table_definition(cmd, arrow_schema)
+    if namespace == PUBLIC:
+        lakehouse.create_namespace_if_missing(PUBLIC)
+    return lakehouse.create_partitioned_table(namespace, name, schema, spec, properties)
+
+
+def arrow_table_definition(cmd: CreateTableAs, arrow_schema: pa.Schema
+                           ) -> tuple[Schema, PartitionSpec, dict[str, str]]:
+    """The Iceberg schema, partition spec and properties of a CTAS's table."""
     names = list(cmd.column_names) + arrow_schema.names[len(cmd.column_names):]
     if len(cmd.column_names) > len(arrow_schema):
         raise PgError("42601", "too many column names were specified")
@@ -841,9 +856,7 @@ def create_arrow_table_in(lakehouse: Lakehouse, namespace: str, name: str, cmd: 
     spec = partition_spec_for(schema, cmd.partitioning)
     properties = dict(cmd.properties)
     properties.update(char_type_properties(schema, zip(names, map(_source_char_type, arrow_schema), strict=True)))
-    if namespace == PUBLIC:
-        lakehouse.create_namespace_if_missing(PUBLIC)
-    return lakehouse.create_partitioned_table(namespace, name, schema, spec, properties)
+    return schema, spec, properties
 
 
 def _source_char_type(f: pa.Field) -> CharType | None:

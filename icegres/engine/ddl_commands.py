@@ -70,6 +70,7 @@ class CreateTable:
     partitioning: tuple[PartitionField, ...] = ()
     properties: dict[str, str] = field(default_factory=dict)
     primary_key: tuple[str, ...] = ()
+    temporary: bool = False  # CREATE TEMP TABLE: the session's, in pg_temp (temp_tables.py)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class CreateTableAs:
     properties: dict[str, str] = field(default_factory=dict)
     column_names: tuple[str, ...] = ()
     with_data: bool = True
+    temporary: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from icegres.engine.batches import BATCH_ROWS
@@ -101,6 +102,7 @@ class SessionEnv:
     settings: dict[str, str] = field(default_factory=dict)
     server_version: str = SERVER_VERSION
     relation_oid: Any = None  # set by the engine: (schema, name) -> oid
+    temp: Any = None  # the session's temporary tables (temp_tables.TempTables), once it made one
 
     @property
     def time_zone(self) -> str:
@@ -120,6 +122,9 @@ class SessionEnv:
             else:
                 item = item.lower()
             out.append(self.user if item == "$user" else item)
+        if self.temp and "pg_temp" not in out:
+            # PostgreSQL searches the session's temporary schema first unless the path names it.
+            out.insert(0, "pg_temp")
         return out
 
 
@@ -141,6 +146,9 @@ class Engine:
         # Where transaction blocks record their catalog changes before COMMIT applies them
         # (engine/intents.py): in memory unless the server gives it a data directory.
         self.intents: Any = MemoryIntents()
+        # Where sessions keep their temporary tables' files (temp_tables.py): the system's temp
+        # directory unless the server gives it one under its data directory.
+        self.temp_root: Path | None = None
         self._presence = FilePresence()
         self._stores = ObjectStores(lakehouse.s3_properties(), file_cache)
         self._file_cache = file_cache
@@ -210,6 +218,12 @@ class Engine:
 
     # --- freshness ---------------------------------------------------------------------------
 
+    @property
+    def mounts_version(self) -> int:
+        """Changes whenever a table is mounted anew: a private copy of the catalog made before
+        is stale."""
+        return self._catalog_changes
+
     def refresh(self, refs: set[tuple[str, str]] | None = None) -> None:
         """Make the mounted lakehouse equal the catalog now (cheap when nothing changed).
 
@@ -219,6 +233,8 @@ class Engine:
         commit to another table costs this statement nothing); REST catalogs, which have no cheap
         listing, check only the named tables.
         """
+        if refs is not None:
+            refs = {r for r in refs if r[0] != "pg_temp"}  # a session's temporary tables: not the lake's
         if self.lakehouse.kind == "rest" and refs is not None:
             self._refresh_tables(refs)
             self._request_copies()

@@ -184,13 +184,15 @@ class QueryContext:
         """`sql` planned as sent where DataFusion takes it, else its tree through the rewrite
         path; the DataFrame and the text that planned."""
         first_error: BaseException | None = None
-        if not rewrite.needs_rewrite(sql):
+        # With temporary tables, unqualified names must find pg_temp first: only the rewrite's
+        # qualification does that (DataFusion as sent looks in one default schema).
+        if not rewrite.needs_rewrite(sql) and not self.env.temp:
             try:
                 return ctx.sql(sql, param_values=params), sql
             except Exception as exc:
                 first_error = exc
         try:
-            rewritten = rewrite.for_datafusion(tree(), self.env, self.engine.has_table)
+            rewritten = rewrite.for_datafusion(tree(), self.env, self.has_table)
         except PgError as refused:
             # What the rewrite refuses outright (a cross-database name, a construct it cannot
             # spell) says more than DataFusion's failure to find or plan it.
@@ -219,10 +221,30 @@ class QueryContext:
 
     def pin_for(self, stmt: Statement | None, *, fresh: bool = True) -> None:
         """Inside a transaction: pin the snapshot of every table the statement may read
-        (`views.pin_snapshots`)."""
+        (`views.pin_snapshots`), and the session's temporary tables."""
         txn = self.txn
         assert txn is not None
         views.pin_snapshots(self.engine, txn, self._refs_of(stmt), fresh=fresh)
+        self._pin_temp(txn)
+
+    def _pin_temp(self, txn: Any) -> None:
+        temp = self.env.temp
+        if temp:
+            for key, plan in temp.plans().items():
+                txn.pin(key, plan)
+
+    def has_table(self, schema: str, name: str) -> bool:
+        """A table of that name as this session's statement sees it: its temporary tables, the
+        open block's own DDL, the mounted lake."""
+        if schema == "pg_temp":
+            return bool(self.env.temp) and self.env.temp.has(name)
+        txn = self.txn
+        if txn is not None and not txn.autocommit:
+            if (schema, name) in txn.pins:
+                return True
+            if (schema, name) in txn.hidden:
+                return False
+        return self.engine.has_table(schema, name)
 
     def _refs_of(self, stmt: Statement | None) -> Callable[[], set[tuple[str, str]] | None]:
         """`table_refs(stmt)` for a lower module to ask for when it needs them (no statement:
@@ -238,6 +260,7 @@ class QueryContext:
         txn = self.txn
         assert txn is not None
         views.pin_snapshots(self.engine, txn, functools.partial(tree_table_refs, tree, self.env.search_path))
+        self._pin_temp(txn)
 
     def resolve_table(self, schema: str | None, name: str) -> tuple[str, str] | None:
         """The (namespace, table) an optionally qualified name means under search_path."""
@@ -249,7 +272,10 @@ class QueryContext:
     def resolve_mounted(self, schema: str | None, name: str) -> tuple[str, str] | None:
         """`resolve_table` against the mounted tables, whatever transaction is bound: safe to
         call on the event loop while a worker thread runs this session's statement."""
-        return views.resolve(self.env.search_path, schema, name, lambda key: self.engine.has_table(*key))
+        temp = self.env.temp
+        return views.resolve(self.env.search_path, schema, name,
+                             lambda key: (temp.has(key[1]) if temp and key[0] == "pg_temp"
+                                          else self.engine.has_table(*key)))
 
     def buffered_entries(self, stmt: Statement) -> dict[tuple[str, str], Any] | None:
         """The write buffer's acked entries of the tables `stmt` reads, or None (nothing buffered,
@@ -465,7 +491,7 @@ class QueryContext:
         if rewrite.needs_rewrite(stmt.sql):
             return None
         try:
-            rewritten = rewrite.for_datafusion(stmt.tree, self.env, self.engine.has_table)
+            rewritten = rewrite.for_datafusion(stmt.tree, self.env, self.has_table)
         except Exception:
             return None
         if rewritten == stmt.sql:

@@ -153,6 +153,8 @@ class TxnState:
     # renamed away, which the catalog still holds until COMMIT but the block no longer sees.
     catalog: BlockCatalog | None = None
     hidden: set[Key] = field(default_factory=set)
+    # Temporary tables the block created (temp_tables.py): dropped again if it rolls back.
+    temp_created: list[str] = field(default_factory=list)
 
     def pin(self, key: Key, plan: ReadPlan | None) -> None:
         if key in self.pins or key in self.hidden:

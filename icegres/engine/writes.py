@@ -97,7 +97,7 @@ async def execute_dml(host: WriteHost, stmt: Statement, values: dict[str, Any] |
     from icegres.engine import dml
 
     ladder = host.qctx.engine.ladder
-    if ladder is not None and host.idle:
+    if ladder is not None and host.idle and not host.qctx.env.temp:  # (a temporary table is no lake's)
         if stmt.tag == "INSERT":
             buffered = await buffered_insert(host, ladder, stmt, values)
             if buffered is not None:
@@ -173,15 +173,24 @@ async def describe_dml(host: WriteHost, stmt: Statement) -> tuple[pa.Schema | No
 
 async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
     """CREATE/DROP/ALTER. Outside a block, applied to the catalog at once. Inside one, table DDL
-    changes the block's view and is applied at COMMIT (ddl_block.py); views, schemas and
-    indexes still apply at once, and the block re-pins the tables they changed."""
+    changes the block's view and is applied at COMMIT (ddl_block.py); views and schemas still
+    apply at once, and the block re-pins the tables they changed. Temporary tables: ddl_temp.py."""
+    from icegres.engine import ddl
+
+    return await run_ddl_command(host, ddl.parse_ddl(stmt.sql, host.qctx.env.database))
+
+
+async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
+    """`run_ddl` of a parsed command."""
     from icegres.engine import ddl, ddl_apply, ddl_block
     from icegres.engine.ddl_commands import command_tag
 
-    cmd = ddl.parse_ddl(stmt.sql, host.qctx.env.database)
     qctx = host.qctx
     txn = qctx.txn
     in_block = txn is not None and not txn.autocommit
+    temp = await _temp_ddl(host, cmd, txn if in_block else None)
+    if temp is not None:
+        return temp
     if isinstance(cmd, ddl.CreateTableAs):
         return await (create_table_as_in_block(host, cmd) if in_block else create_table_as(host, cmd))
     if isinstance(cmd, CreateView):
@@ -216,6 +225,52 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
 
     notices = await host.run(apply)
     return WriteResult(command_tag(cmd), None, list(notices))
+
+
+async def _temp_ddl(host: WriteHost, cmd: Any, block: TxnState | None) -> WriteResult | None:
+    """DDL of temporary tables (ddl_temp.py); None if `cmd` is about lake tables only."""
+    from dataclasses import replace
+
+    from icegres.engine import ddl_temp, dml
+    from icegres.engine.ddl_commands import CreateTable, DropTable, command_tag
+
+    qctx = host.qctx
+    if ddl_temp.is_temp_create(cmd):
+        if isinstance(cmd, CreateTable):
+            notices: list[str] = []
+            await host.run(ddl_temp.create, qctx, block, cmd, notices)
+            return WriteResult("CREATE TABLE", None, notices)
+
+        def create_as(txn: TxnState) -> tuple[Key | None, int]:
+            qctx.pin_for(None)  # (in a block: its snapshots, and the session's temporary tables)
+            data = dml.collect(qctx.plan(query(cmd.query_sql), None))
+            key = ddl_temp.create_as(qctx, txn if block is not None else None, cmd, data)
+            if key is None or not cmd.with_data:
+                return key, 0
+            qctx.pin_for(None)
+            plan = txn.plan(key)
+            assert plan is not None
+            from icegres.engine import assign
+
+            rows = assign.conform(data.rename_columns(plan.schema.names), plan, key)
+            dml.append(txn, key, rows)
+            return key, rows.num_rows
+
+        key, count = await in_transaction(host, create_as)
+        if key is None:
+            return WriteResult("CREATE TABLE AS", None, [f'relation "{cmd.name}" already exists, skipping'])
+        return WriteResult(f"SELECT {count}" if cmd.with_data else "CREATE TABLE AS")
+    names = ddl_temp.temp_names(qctx, cmd)
+    if not names:
+        return None
+    if not isinstance(cmd, DropTable):
+        raise ddl_temp.refuse(cmd)
+    rest = tuple((s, n) for s, n in cmd.names if not (s in (None, "pg_temp") and n in names))
+    notices = []
+    if rest:  # the lake's tables first: if that DROP fails, nothing is dropped
+        notices = (await run_ddl_command(host, replace(cmd, names=rest))).notices
+    await host.run(ddl_temp.drop, qctx, block, names)
+    return WriteResult(command_tag(cmd), None, notices)
 
 
 def ddl_keys(cmd: Any, path: list[str], qctx: Any) -> set[Key]:
@@ -386,7 +441,7 @@ async def copy_in(host: WriteHost, table_name: str, columns: list[str] | None, f
         return rows.num_rows
 
     ladder = qctx.engine.ladder
-    if ladder is not None and host.idle:
+    if ladder is not None and host.idle and not qctx.env.temp:
         txn = host.new_txn(autocommit=True)
         host.bind(txn)
         try:
@@ -444,6 +499,33 @@ async def append_rows(host: WriteHost, key: Key, data: pa.Table) -> int:
 
 
 async def publish(host: WriteHost, txn: TxnState) -> None:
+    """Commit a transaction: its lake writes (`_publish_lake`), then, once those committed, its
+    writes of temporary tables, which are the session's alone (temp_tables.py)."""
+    temp = {k: w for k, w in txn.writes.items() if k[0] == "pg_temp"}
+    for key in temp:
+        del txn.writes[key]
+    try:
+        await _publish_lake(host, txn)
+    except BaseException:
+        if temp:
+            import trio
+
+            from icegres.engine.lake_world import delete_files
+
+            with trio.CancelScope(shield=True):
+                await host.run(delete_files, list(temp.values()), [p for w in temp.values() for p in w.added])
+        raise
+    if temp:
+        qctx = host.qctx
+
+        def apply() -> None:
+            for write in temp.values():
+                qctx.env.temp.apply(write, qctx.engine.plan_table)
+
+        await host.run(apply)
+
+
+async def _publish_lake(host: WriteHost, txn: TxnState) -> None:
     """Commit a transaction's staged writes through the commit machine; PgError if it aborts.
 
     A blind append to one table (`group_commit.lane_of`) shares its commit with the appends to
@@ -603,6 +685,11 @@ async def discard(host: WriteHost, txn: TxnState) -> None:
 
     from icegres.engine.lake_world import delete_files
 
+    if txn.temp_created and host.qctx.env.temp:
+        created = list(txn.temp_created)
+        txn.temp_created.clear()
+        await host.run(lambda: [host.qctx.env.temp.drop(name) for name in created])
+        host.qctx.forget_routes()
     catalog = txn.catalog
     if catalog is not None and catalog.created:
         from icegres.engine.catalog_world import LakeCatalogWorld

@@ -243,8 +243,8 @@ def test_syntax_errors(sql, message, position):
 
 
 @pytest.mark.parametrize("sql,needle", [
-    ("CREATE TEMP TABLE t (a int)", "TEMPORARY"),
-    ("CREATE TEMPORARY TABLE t (a int)", "TEMPORARY"),
+    ("CREATE TEMP TABLE t (a int) ON COMMIT DROP", "ON COMMIT DELETE ROWS / DROP"),
+    ("CREATE TEMPORARY TABLE t (a int) ON COMMIT DELETE ROWS", "ON COMMIT DELETE ROWS / DROP"),
     ("CREATE UNLOGGED TABLE t (a int)", "UNLOGGED"),
     ("CREATE TABLE t (a int) PARTITION BY RANGE (a)", "PARTITION BY"),
     ("CREATE TABLE t (a int) INHERITS (u)", "inheritance"),
@@ -503,3 +503,15 @@ def test_comment_on_table_and_column():
 ])
 def test_comment_errors(sql, sqlstate):
     assert err(sql).sqlstate == sqlstate
+
+
+def test_temporary_tables_parse_as_postgresql_reads_them():
+    from icegres.engine.ddl import parse_ddl
+
+    assert parse_ddl("CREATE TEMP TABLE t (a int)", "icegres").temporary
+    assert parse_ddl("CREATE LOCAL TEMPORARY TABLE t AS SELECT 1 AS a", "icegres").temporary
+    assert parse_ddl("CREATE TABLE pg_temp.t (a int)", "icegres").temporary  # pg_temp makes it one
+    assert parse_ddl("CREATE TEMP TABLE t (a int) ON COMMIT PRESERVE ROWS", "icegres").temporary
+    assert not parse_ddl("CREATE TABLE t (a int)", "icegres").temporary
+    assert err("CREATE TEMP TABLE s.t (a int)").sqlstate == "42P16"
+    assert err("CREATE TABLE t (a int) ON COMMIT PRESERVE ROWS").sqlstate == "42P16"

@@ -267,6 +267,9 @@ class FlightWrites:
         for txn in session.transactions.values():
             session.transactions.pop(txn.ident)
             await self._trio(finish, host, txn.block.feed(txblock.RollbackRequested()))
+        temp = session.qctx.env.temp
+        if temp is not None:  # its temporary tables end with it (temp_tables.py)
+            await self.service.run_sync(temp.close)
 
     # --- statements -----------------------------------------------------------------------------
 

@@ -170,6 +170,10 @@ class Session:
                     await self.stream.aclose()
                 except Exception:
                     pass
+                temp = getattr(getattr(self, "qctx", None), "env", None)
+                if temp is not None and temp.temp is not None:
+                    # The session's temporary tables end with it (temp_tables.py).
+                    await trio.to_thread.run_sync(temp.temp.close)
 
     async def _startup(self) -> bool:
         while True:
