@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from icegres.engine import ddl_apply
-from icegres.engine.ddl_commands import AlterTable, CreateIndex, CreateTable, CreateTableAs, DropTable
+from icegres.engine.ddl_commands import (
+    AlterTable,
+    CreateIndex,
+    CreateTable,
+    CreateTableAs,
+    DropTable,
+)
 from icegres.engine.temp_tables import TEMP_SCHEMA, TempTables
 from icegres.engine.txn import TxnState
 from icegres.pg import errors as e
