@@ -11,8 +11,9 @@ of the files it was last seen whole with and their times: a statement stats one 
 table (typically one) and re-checks the files only after a directory changed, which every new
 commit to the table also does.
 
-Remote files are checked where they are read: a local copy (file_cache.py) is a local file; a
-file still read from the object store is not stat'ed here (a HEAD per file per statement).
+Remote files are checked with one LIST of the table's data prefix per statement (a HEAD per file
+would cost more than most reads): an object store gives no directory time to trust, and a scan of a
+deleted object lists as nothing. A local copy (file_cache.py) is a local file, checked as above.
 """
 
 from __future__ import annotations
@@ -64,6 +65,24 @@ class FilePresence:
                 raise missing_file(f"{key[0]}.{key[1]}", path)
         with self._lock:
             self._seen[key] = _Seen(metadata_location, tuple(directories.items()))
+
+
+def verify_remote(key: Key, paths: list[str], io: object) -> None:
+    """Raise 58P01 naming the table and the file if one of the object-store `paths` (URIs of
+    one table) is not listed under their common prefix. One LIST (paginated) per call."""
+    if not paths:
+        return
+    from pyarrow import fs
+
+    scheme, netloc, _ = io.parse_location(paths[0])  # type: ignore[attr-defined]
+    located = [io.parse_location(p)[2] for p in paths]  # type: ignore[attr-defined]
+    prefix = os.path.commonpath([os.path.dirname(p) for p in located])
+    filesystem = io.fs_by_scheme(scheme, netloc)  # type: ignore[attr-defined]
+    listed = {info.path for info in filesystem.get_file_info(fs.FileSelector(prefix, recursive=True,
+                                                                                allow_not_found=True))}
+    for path, where in zip(paths, located, strict=True):
+        if where not in listed:
+            raise missing_file(f"{key[0]}.{key[1]}", path)
 
 
 def missing_file(relation: str, path: str) -> PgError:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from icegres.engine.batches import BATCH_ROWS
 from icegres.engine.catalog import Lakehouse, Listing
-from icegres.engine.file_presence import FilePresence
+from icegres.engine.file_presence import FilePresence, verify_remote
 from icegres.engine.intents import MemoryIntents
 from icegres.engine.mounts import (
     FileRead,
@@ -635,12 +635,15 @@ class Engine:
         return None
 
     def check_files(self, plans: Iterable[tuple[tuple[str, str], ReadPlan]]) -> None:
-        """58P01 if a local data file one of `plans` lists is gone (file_presence.py): a scan
-        would read it as no rows."""
+        """58P01 if a data file one of `plans` lists is gone (file_presence.py): a scan would
+        read it as no rows."""
         for key, plan in plans:
+            paths = [self._stores.read_path(f.path) for f in plan.files]
             if not self._presence.unchanged(key, plan.metadata_location):
-                paths = (self._stores.read_path(f.path) for f in plan.files)
                 self._presence.verify(key, plan.metadata_location, [p for p in paths if is_local(p)])
+            remote = [p for p in paths if not is_local(p)]
+            if remote and plan.table is not None:
+                verify_remote(key, remote, plan.table.io)  # type: ignore[attr-defined]
 
     def read_plan(self, schema: str, name: str) -> ReadPlan | None:
         return self._plans.get((schema, name))

@@ -103,3 +103,30 @@ def test_flight_sql_reads_say_the_same(lake: Path) -> None:
             shutil.move(aside, path)
         cur.execute(READS[0])
         assert cur.fetchall() == [(20,)]
+
+
+def test_a_remote_file_removed_while_serving_is_an_error_too(stack, tmp_path: Path) -> None:
+    """The same on the object store (SeaweedFS's S3, REST catalog), after the table was read."""
+    import uuid
+
+    from pyarrow import fs
+    from pyiceberg.catalog import load_catalog
+
+    schema = f"missing_{uuid.uuid4().hex[:8]}"
+    s3 = fs.S3FileSystem(access_key=stack.s3_access_key, secret_key=stack.s3_secret_key, region=stack.s3_region,
+                         endpoint_override=stack.s3_endpoint.split("://", 1)[-1],
+                         scheme=stack.s3_endpoint.split("://", 1)[0], force_virtual_addressing=not stack.s3_path_style)
+    env = {**stack.env(), "ICEGRES_FILE_CACHE_MB": "0"}  # every read goes to the store
+    with running_icegres(tmp_path / "data", env=env) as srv, psycopg.connect(srv.dsn(), autocommit=True) as conn:
+        conn.execute(f"create schema {schema}")
+        conn.execute(f"create table {schema}.t (id int)")
+        conn.execute(f"insert into {schema}.t values (1), (2), (3)")
+        assert conn.execute(f"select count(*) from {schema}.t").fetchone() == (3,)
+        assert conn.execute(f"select sum(id) from {schema}.t").fetchone() == (6,)
+        table = load_catalog("rest", **stack.pyiceberg_properties()).load_table((schema, "t"))
+        (path,) = [task.file.file_path for task in table.scan().plan_files()]
+        s3.delete_file(path.split("://", 1)[1])
+        for sql in (f"select count(*) from {schema}.t", f"select * from {schema}.t", f"select sum(id) from {schema}.t"):
+            state, message = _sqlstate(conn, sql)
+            assert state == "58P01", (sql, state, message)
+            assert f"{schema}.t" in message and path.rsplit("/", 1)[1] in message
