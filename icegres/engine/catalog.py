@@ -242,7 +242,8 @@ class Lakehouse:
             )
         )
         views = tuple(sorted(
-            (ViewEntry(ns, name, loc) for ns, name, loc, kind in rows if loc and kind == catalog_views.VIEW_TYPE),
+            (ViewEntry(ns, name, loc) for ns, name, loc, kind in rows
+             if loc and kind == catalog_views.VIEW_TYPE and not name.startswith(HIDDEN_PREFIX)),
             key=lambda e: (e.namespace, e.name)))
         return Listing(tuple(sorted(names)), entries, views)
 
@@ -462,7 +463,7 @@ class RestLakehouse(Lakehouse):
                 location = self.metadata_location(ns, ident[-1])
                 if location:
                     entries.append(TableEntry(ns, ident[-1], location))
-            views += catalog_views.rest_list(self.catalog, ns)
+            views += [v for v in catalog_views.rest_list(self.catalog, ns) if not v.name.startswith(HIDDEN_PREFIX)]
         return Listing(tuple(sorted(namespaces)), tuple(sorted(entries, key=lambda e: (e.namespace, e.name))),
                        tuple(sorted(views, key=lambda e: (e.namespace, e.name))))
 

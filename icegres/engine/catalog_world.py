@@ -17,6 +17,7 @@ from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 from icegres import faults
 from icegres.engine import view_ddl
 from icegres.engine.catalog import HIDDEN_PREFIX, Lakehouse
+from icegres.engine.catalog_views import NoSuchView, ViewExists
 from icegres.machines.catalog_commit import (
     CatalogPlan,
     DataAborted,
@@ -58,14 +59,14 @@ class LakeCatalogWorld:
 
     def apply_move(self, move: Move) -> MoveApplied | MoveRefused | MoveFailed:
         ns = move.namespace
-        if self._uuid_at(ns, move.src) != move.table_uuid:
+        if self._identity_at(move, move.src) != move.table_uuid:
             return MoveRefused(f'relation "{ns}.{move.src}" was dropped, renamed or replaced by another transaction')
-        if self.lakehouse.table_exists(ns, move.dst) or self.lakehouse.view_location(ns, move.dst):
+        if self._taken(ns, move.dst):
             return MoveRefused(f'relation "{ns}.{move.dst}" was created by another transaction')
         views = view_ddl.catalog_views_now(self.lakehouse)
         try:
-            self.lakehouse.rename_table(ns, move.src, move.dst)
-        except (NoSuchTableError, TableAlreadyExistsError) as exc:
+            self._rename(move, move.src, move.dst)
+        except (NoSuchTableError, TableAlreadyExistsError, NoSuchView, ViewExists) as exc:
             return MoveRefused(f"another transaction changed {ns}.{move.src} or {ns}.{move.dst}: {exc}")
         except Exception as exc:
             return MoveFailed(f"{type(exc).__name__}: {exc}")
@@ -75,25 +76,29 @@ class LakeCatalogWorld:
 
     def undo_move(self, move: Move) -> None:
         ns = move.namespace
-        if self._uuid_at(ns, move.dst) != move.table_uuid:
+        if self._identity_at(move, move.dst) != move.table_uuid:
             return  # it never moved (or another session moved it since: nothing is ours to undo)
-        if self.lakehouse.table_exists(ns, move.src):
+        if self._taken(ns, move.src):
             log.warning("cannot undo the move of %s.%s to %s: %s was taken", ns, move.src, move.dst, move.src)
             return
         views = view_ddl.catalog_views_now(self.lakehouse)
-        self.lakehouse.rename_table(ns, move.dst, move.src)
+        self._rename(move, move.dst, move.src)
         view_ddl.retarget(self.lakehouse, views, (ns, move.dst), (ns, move.src))
 
     def purge(self, tables: tuple[Key, ...]) -> bool:
+        """Drop these hidden relations (tables or views), and the views that read them."""
         ok = True
         views = view_ddl.catalog_views_now(self.lakehouse) if tables else {}
-        # Views that read a dropped table followed it aside (its DROP ... CASCADE): they go too.
+        # Views that read a dropped relation followed it aside (its DROP ... CASCADE): they go too.
         view_ddl.drop_each(self.lakehouse, view_ddl.dependents(views, set(tables)))
         for ns, name in tables:
             assert is_hidden(name), name
             try:
-                self.lakehouse.drop_table(ns, name)
-            except NoSuchTableError:
+                if self.lakehouse.view_location(ns, name) is not None:
+                    self.lakehouse.drop_view(ns, name)
+                else:
+                    self.lakehouse.drop_table(ns, name)
+            except (NoSuchTableError, NoSuchView):
                 continue
             except Exception:
                 log.warning("could not purge %s.%s", ns, name, exc_info=True)
@@ -119,11 +124,23 @@ class LakeCatalogWorld:
                 return True
         return False
 
-    def _uuid_at(self, namespace: str, name: str) -> str | None:
+    def _identity_at(self, move: Move, name: str) -> str | None:
+        """What `name` holds now, as the move knows its relation: a table's uuid, a view's file."""
+        if move.kind == "view":
+            return self.lakehouse.view_location(move.namespace, name)
         try:
-            return str(self.lakehouse.load_table(namespace, name).metadata.table_uuid)
+            return str(self.lakehouse.load_table(move.namespace, name).metadata.table_uuid)
         except NoSuchTableError:
             return None
+
+    def _taken(self, namespace: str, name: str) -> bool:
+        return self.lakehouse.table_exists(namespace, name) or bool(self.lakehouse.view_location(namespace, name))
+
+    def _rename(self, move: Move, src: str, dst: str) -> None:
+        if move.kind == "view":
+            self.lakehouse.rename_view(move.namespace, src, dst)
+        else:
+            self.lakehouse.rename_table(move.namespace, src, dst)
 
 
 async def recover_pending(lakehouse: Lakehouse, intents: Any) -> list[tuple[str, str]]:

@@ -487,13 +487,7 @@ def create_view(lakehouse: Lakehouse, cmd: CreateView, arrow_schema: pa.Schema, 
     has the columns `arrow_schema` (PostgreSQL's names). Returns the view's key."""
 
     namespace = creation_schema(lakehouse, cmd.schema, search_path)
-    if len(cmd.column_names) > len(arrow_schema):
-        raise PgError("42601", "CREATE VIEW specifies more column names than columns")
-    names = list(cmd.column_names) + arrow_schema.names[len(cmd.column_names):]
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise PgError("42701", f'column "{dup}" specified more than once')
-    schema = iceberg_schema_of_arrow(names, arrow_schema, "view")
+    names, schema = view_columns(cmd, arrow_schema)
     replacing = None
     key = (namespace, cmd.name)
     if lakehouse.table_exists(namespace, cmd.name):
@@ -515,6 +509,21 @@ def create_view(lakehouse: Lakehouse, cmd: CreateView, arrow_schema: pa.Schema, 
         lakehouse.create_namespace_if_missing(PUBLIC)
     view_ddl.create(lakehouse, key, sql, schema, replacing)
     return key
+
+
+def view_columns(cmd: CreateView, arrow_schema: pa.Schema) -> tuple[list[str], Schema]:
+    """A view's column names (those CREATE VIEW gives, then the query's) and Iceberg schema."""
+    if len(cmd.column_names) > len(arrow_schema):
+        raise PgError("42601", "CREATE VIEW specifies more column names than columns")
+    names = list(cmd.column_names) + arrow_schema.names[len(cmd.column_names):]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise PgError("42701", f'column "{dup}" specified more than once')
+    return names, iceberg_schema_of_arrow(names, arrow_schema, "view")
+
+
+def reads_of(sql: str) -> set[tuple[str, str]]:
+    return _reads_of(sql)
 
 
 def _reads_of(sql: str) -> set[tuple[str, str]]:

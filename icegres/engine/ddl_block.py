@@ -35,9 +35,12 @@ from icegres.engine.ddl_commands import (
     CreateIndex,
     CreateTable,
     CreateTableAs,
+    CreateView,
     DropIndex,
     DropTable,
+    DropView,
     RenameTable,
+    RenameView,
 )
 from icegres.engine.txn import TxnState
 from icegres.machines.catalog_commit import CatalogPlan
@@ -53,8 +56,9 @@ DUPLICATE_TABLE = "42P07"
 
 
 def handles(cmd: Any) -> bool:
-    """The DDL a block makes transactional (views and schemas still apply at once)."""
-    return isinstance(cmd, CreateTable | CreateTableAs | DropTable | AlterTable | CreateIndex | DropIndex)
+    """The DDL a block makes transactional (schemas still apply at once)."""
+    return isinstance(cmd, CreateTable | CreateTableAs | DropTable | AlterTable | CreateIndex | DropIndex
+                      | DropView | RenameView)
 
 
 def apply(qctx: QueryContext, txn: TxnState, cmd: Any, path: list[str]) -> tuple[list[str], Key | None]:
@@ -68,6 +72,10 @@ def apply(qctx: QueryContext, txn: TxnState, cmd: Any, path: list[str]) -> tuple
         drop_tables(qctx, txn, cmd, path, notices)
     elif isinstance(cmd, AlterTable):
         alter_table(qctx, txn, cmd, path, notices)
+    elif isinstance(cmd, DropView):
+        drop_views(qctx, txn, cmd, path, notices)
+    elif isinstance(cmd, RenameView):
+        rename_view(qctx, txn, cmd.schema, cmd.name, cmd.new_name, cmd.if_exists, path, notices)
     elif isinstance(cmd, CreateIndex):
         create_index(qctx, txn, cmd, notices)
     elif isinstance(cmd, DropIndex):
@@ -162,10 +170,10 @@ def alter_table(qctx: QueryContext, txn: TxnState, cmd: AlterTable, path: list[s
     lakehouse = qctx.engine.lakehouse
     key = qctx.resolve_table(cmd.schema, cmd.name)
     if key is None:
-        relation = view_ddl.find_relation(lakehouse, cmd.schema, cmd.name, ddl_apply._lake_path(path))
-        if relation is not None and relation[0] == "view":
-            # Views are not transactional yet: an ALTER VIEW in a block applies at once.
-            ddl_apply.apply_ddl(lakehouse, cmd, path)
+        if _find_view(qctx, txn, cmd.schema, cmd.name, path) is not None:
+            if not (len(cmd.actions) == 1 and isinstance(cmd.actions[0], RenameTable)):
+                raise PgError(view_ddl.WRONG_OBJECT_TYPE, f'"{cmd.name}" is not a table')
+            rename_view(qctx, txn, cmd.schema, cmd.name, cmd.actions[0].new_name, False, path, notices)
             return
         if not cmd.if_exists:
             shown = f"{cmd.schema}.{cmd.name}" if cmd.schema else cmd.name
@@ -255,6 +263,104 @@ def _index_table(txn: TxnState, namespace: str, name: str) -> Key | None:
     for key, plan in txn.views().items():
         if key[0] == namespace and any(index == name for index, _ in plan.indexes):
             return key
+    return None
+
+
+# --- views ----------------------------------------------------------------------------------------
+
+
+def create_view(qctx: QueryContext, txn: TxnState, cmd: CreateView, arrow_schema: pa.Schema, sql: str,
+                path: list[str]) -> None:
+    """CREATE [OR REPLACE] VIEW in a block: the view is made at once under a hidden name and
+    placed at COMMIT; the one it replaces is moved aside then."""
+    from dataclasses import replace
+
+    lakehouse = qctx.engine.lakehouse
+    namespace = ddl_apply.creation_schema(lakehouse, cmd.schema, path)
+    key = (namespace, cmd.name)
+    names, schema = ddl_apply.view_columns(cmd, arrow_schema)
+    if key in txn.pins or (key not in txn.hidden and lakehouse.table_exists(*key)):
+        if cmd.or_replace:
+            raise PgError(view_ddl.WRONG_OBJECT_TYPE, f'"{cmd.name}" is not a view')
+        raise PgError(DUPLICATE_TABLE, f'relation "{cmd.name}" already exists')
+    old = _view_at(qctx, txn, key)
+    if old is not None:
+        if not cmd.or_replace:
+            raise PgError(DUPLICATE_TABLE, f'relation "{cmd.name}" already exists')
+        view_ddl.check_replacement(old, [(n, f.type) for n, f in zip(names, arrow_schema, strict=True)])
+        if key in ddl_apply.reads_of(sql):
+            raise PgError("42P17", f'infinite recursion detected in rules for relation "{cmd.name}"')
+    hidden = _hidden_for(qctx, txn, namespace)
+    if namespace == ddl_apply.PUBLIC:
+        lakehouse.create_namespace_if_missing(namespace)
+    view_ddl.create(lakehouse, hidden, sql, schema, None)
+    location = lakehouse.view_location(*hidden)
+    assert location is not None
+    view = replace(qctx.engine._load_view(hidden, location), name=cmd.name)
+    catalog = txn.block_catalog(uuid.uuid4().hex)
+    graveyard = (namespace, hidden_name("dropped", catalog.token, len(catalog.graveyard))) if old else None
+    txn.created_view(key, hidden, view, old, graveyard)
+
+
+def drop_views(qctx: QueryContext, txn: TxnState, cmd: DropView, path: list[str], notices: list[str]) -> None:
+    found = []
+    for schema, name in dict.fromkeys(cmd.names):
+        view = _find_view(qctx, txn, schema, name, path)
+        if view is None:
+            table = qctx.resolve_table(schema, name)
+            if table is not None:
+                raise view_ddl.wrong_type_for_drop(("table", table), "view")
+            if not cmd.if_exists:
+                raise view_ddl.undefined("view", schema, name)
+            notices.append(f'view "{name}" does not exist, skipping')
+            continue
+        found.append(view)
+    views = view_ddl.catalog_views_now(qctx.engine.lakehouse) if found else {}
+    keys = {(v.namespace, v.name) for v in found}
+    if not cmd.cascade:
+        for key in keys:
+            view_ddl.refuse_dependents("view", key, {k: v for k, v in views.items() if k not in keys}, path)
+    notices += view_ddl.cascade_notice([k for k in view_ddl.dependents(views, keys) if k not in keys], path)
+    for view in found:
+        catalog = txn.block_catalog(uuid.uuid4().hex)
+        graveyard = (view.namespace, hidden_name("dropped", catalog.token, len(catalog.graveyard)))
+        txn.dropped_view((view.namespace, view.name), view, graveyard)
+
+
+def rename_view(qctx: QueryContext, txn: TxnState, schema: str | None, name: str, new_name: str,
+                if_exists: bool, path: list[str], notices: list[str]) -> None:
+    view = _find_view(qctx, txn, schema, name, path)
+    if view is None:
+        if not if_exists:
+            raise view_ddl.undefined("view", schema, name)
+        notices.append(f'relation "{name}" does not exist, skipping')
+        return
+    new = (view.namespace, new_name)
+    if _exists(qctx, txn, new) or _view_at(qctx, txn, new) is not None:
+        raise PgError(DUPLICATE_TABLE, f'relation "{new_name}" already exists')
+    txn.block_catalog(uuid.uuid4().hex)
+    txn.renamed_view((view.namespace, view.name), new, view)
+
+
+def _view_at(qctx: QueryContext, txn: TxnState, key: Key) -> Any:
+    """The view `key` as the block sees it, read fresh from the catalog where the block's own
+    DDL says nothing about it."""
+    if key in txn.view_overlay or key in txn.hidden:
+        return txn.view(key, None)
+    lakehouse = qctx.engine.lakehouse
+    location = lakehouse.view_location(*key)
+    return None if location is None else qctx.engine._load_view(key, location)
+
+
+def _find_view(qctx: QueryContext, txn: TxnState, schema: str | None, name: str, path: list[str]) -> Any:
+    """The first view called `name` along the path (or in `schema`), unless a table comes first."""
+    for candidate in [schema] if schema is not None else ddl_apply._lake_path(path):
+        key = (candidate, name)
+        view = _view_at(qctx, txn, key)
+        if view is not None:
+            return view
+        if _exists(qctx, txn, key):
+            return None  # a table of that name comes first
     return None
 
 

@@ -20,7 +20,7 @@ from icegres.machines.catalog_commit import CatalogPlan, Move
 def plan_to_json(plan: CatalogPlan, decided: bool = False) -> str:
     return json.dumps({
         "token": plan.token,
-        "moves": [[m.namespace, m.src, m.dst, m.table_uuid] for m in plan.moves],
+        "moves": [[m.namespace, m.src, m.dst, m.table_uuid, m.kind] for m in plan.moves],
         "created": [list(k) for k in plan.created],
         "graveyard": [list(k) for k in plan.graveyard],
         "has_data": plan.has_data,

@@ -378,8 +378,10 @@ class QueryContext:
             return stmt
         if self.engine.lakehouse.kind == "rest":
             self._check_view_reads({r[1] for r in resolved[:len(names)] if r is not None and r[0] == "view"})
+        txn = self.txn
+        block_views = (txn.ident, txn.version) if txn is not None and txn.view_overlay else None
         key = (stmt.sql, resolved, tuple(self.env.search_path), self.engine.views_generation,
-               self.engine.catalog_generation)
+               self.engine.catalog_generation, block_views)
         text = self.cache.expanded.get(key)
         if text is None:
             tree = stmt.tree
@@ -411,6 +413,12 @@ class QueryContext:
         """Relation names as this session resolves them now: its search_path over the tables
         and views this server knows."""
         engine = self.engine
+        txn = self.txn
+        if txn is not None and not txn.autocommit and (txn.view_overlay or txn.hidden):
+            # The block's own DDL: its views, and the names it dropped or renamed away.
+            return view_defs.Resolver(self.env.search_path, self.has_table,
+                                      lambda key: txn.view(key, engine.view(key)),
+                                      CATALOG_RELATION_NAMES, self.env.database)
         return view_defs.Resolver(self.env.search_path, engine.has_table, engine.view,
                                   CATALOG_RELATION_NAMES, self.env.database)
 

@@ -155,6 +155,9 @@ class TxnState:
     hidden: set[Key] = field(default_factory=set)
     # Temporary tables the block created (temp_tables.py): dropped again if it rolls back.
     temp_created: list[str] = field(default_factory=list)
+    # Views as the block's DDL left them (a ViewDef, or None: dropped or renamed away); names
+    # not here are the catalog's.
+    view_overlay: dict[Key, Any] = field(default_factory=dict)
 
     def pin(self, key: Key, plan: ReadPlan | None) -> None:
         if key in self.pins or key in self.hidden:
@@ -259,6 +262,44 @@ class TxnState:
         self.writes[key] = write
         self.version += 1
 
+    def created_view(self, key: Key, hidden: Key, view: Any, replaced: Any | None, graveyard: Key | None) -> None:
+        """CREATE [OR REPLACE] VIEW `key`: made in the catalog as `hidden` (`view` its definition,
+        under `key`); a view it replaces goes to `graveyard` at COMMIT."""
+        catalog = self._catalog()
+        if replaced is not None and graveyard is not None:
+            catalog.moves.append(Move(key[0], key[1], graveyard[1], replaced.metadata_location, "view"))
+            catalog.graveyard.append(graveyard)
+        catalog.created.append(hidden)
+        catalog.moves.append(Move(key[0], hidden[1], key[1], view.metadata_location, "view"))
+        self.view_overlay[key] = view
+        self.hidden.discard(key)
+        self.version += 1
+
+    def dropped_view(self, key: Key, view: Any, graveyard: Key) -> None:
+        catalog = self._catalog()
+        catalog.moves.append(Move(key[0], key[1], graveyard[1], view.metadata_location, "view"))
+        catalog.graveyard.append(graveyard)
+        self.view_overlay[key] = None
+        self.hidden.add(key)
+        self.version += 1
+
+    def renamed_view(self, key: Key, new: Key, view: Any) -> None:
+        from dataclasses import replace as changed
+
+        self._catalog().moves.append(Move(key[0], key[1], new[1], view.metadata_location, "view"))
+        self.view_overlay[key] = None
+        self.view_overlay[new] = changed(view, name=new[1])
+        self.hidden.add(key)
+        self.hidden.discard(new)
+        self.version += 1
+
+    def view(self, key: Key, catalog_view: Any) -> Any:
+        """The view `key` as the block sees it (`catalog_view`: the catalog's, looked up by
+        the caller)."""
+        if key in self.view_overlay:
+            return self.view_overlay[key]
+        return None if key in self.hidden else catalog_view
+
     def _catalog(self) -> BlockCatalog:
         assert self.catalog is not None, "block_catalog(token) comes first"
         return self.catalog
@@ -267,7 +308,7 @@ class TxnState:
 
     def mark(self, name: str) -> None:
         saved = (dict(self.writes), dict(self.pins), set(self.hidden), set(self.read_keys),
-                 self.catalog.copy() if self.catalog is not None else None)
+                 self.catalog.copy() if self.catalog is not None else None, dict(self.view_overlay))
         self.marks.append((name, saved))
 
     def release(self, index: int) -> None:
@@ -275,7 +316,7 @@ class TxnState:
 
     def rollback_to(self, index: int) -> None:
         """Restore the writes as of savepoint `index` (kept); files staged since become orphans."""
-        _, (writes, pins, hidden, read_keys, catalog) = self.marks[index]
+        _, (writes, pins, hidden, read_keys, catalog, view_overlay) = self.marks[index]
         del self.marks[index + 1 :]
         still = {p for w in writes.values() for p in w.added}
         self.orphans.extend(p for p in self.all_added() if p not in still)
@@ -286,6 +327,7 @@ class TxnState:
         made = {(m.namespace, m.dst) for m in since}
         self.pins = {k: v for k, v in self.pins.items() if k not in made} | pins
         self.hidden = set(hidden)
+        self.view_overlay = dict(view_overlay)
         self.read_keys = set(read_keys)
         if self.catalog is not None:
             # Tables created since the savepoint stay listed as created: purged unless placed.

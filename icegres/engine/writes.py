@@ -307,14 +307,18 @@ def view_keys(cmd: Any, path: list[str]) -> set[Key]:
 async def create_view(host: WriteHost, cmd: CreateView) -> WriteResult:
     """CREATE [OR REPLACE] VIEW: the query is planned (not run) for its columns, its relations
     are qualified as the session's search_path resolves them now, and the view is written to
-    the catalog (view_ddl.py). Not transactional, as every DDL here."""
-    from icegres.engine import ddl_apply, view_defs
+    the catalog (view_ddl.py); inside a block, at its COMMIT (ddl_block.py)."""
+    from icegres.engine import ddl_apply, ddl_block, view_defs
     from icegres.engine.column_names import select_list_names
 
     qctx = host.qctx
     path = list(qctx.env.search_path)
+    txn = qctx.txn
+    block = txn if txn is not None and not txn.autocommit else None
 
     def create() -> None:
+        if block is not None:
+            qctx.pin_for(None)
         source = query(cmd.query_sql)
         if source.max_param:
             raise PgError("42P02", f"there is no parameter ${source.max_param}")
@@ -328,6 +332,10 @@ async def create_view(host: WriteHost, cmd: CreateView) -> WriteResult:
                     raise PgError("42701", f'column "{name}" specified more than once')
         schema, _ = qctx.describe(query(sql))
         engine = qctx.engine
+        if block is not None:
+            ddl_block.create_view(qctx, block, cmd, schema, sql, path)
+            qctx.forget_routes()
+            return
         key = ddl_apply.create_view(engine.lakehouse, cmd, schema, sql, path, engine.views())
         if engine.lakehouse.kind == "rest":
             engine.refresh_views({key})

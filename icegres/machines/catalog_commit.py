@@ -88,16 +88,19 @@ Key = tuple[str, str]
 
 @dataclass(frozen=True)
 class Move:
-    """Rename the table `table_uuid` from `src` to `dst` in `namespace`: refused unless `src`
-    holds that table and `dst` is free (another session's DDL got there first)."""
+    """Rename the relation `identity` from `src` to `dst` in `namespace`: refused unless `src`
+    holds that relation and `dst` is free (another session's DDL got there first). A table is
+    known by its uuid, a view (`kind` "view") by its metadata file, which a rename keeps and any
+    other change of the view replaces."""
 
     namespace: str
     src: str
     dst: str
-    table_uuid: str
+    table_uuid: str  # the identity
+    kind: str = "table"  # or "view"
 
     def undo(self) -> Move:
-        return Move(self.namespace, self.dst, self.src, self.table_uuid)
+        return Move(self.namespace, self.dst, self.src, self.table_uuid, self.kind)
 
 
 @dataclass(frozen=True)

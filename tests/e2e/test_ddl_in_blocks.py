@@ -253,3 +253,54 @@ def test_the_same_on_the_rest_catalog(stack, tmp_path: Path) -> None:
 
         names = [ident[-1] for ident in load_catalog("rest", **stack.pyiceberg_properties()).list_tables(schema)]
         assert sorted(names) == ["model", "model__dbt_backup"]  # no hidden table left behind
+
+
+def test_view_ddl_in_a_block_dbt_view_rebuild(server) -> None:
+    """dbt's view materialization: create v__dbt_tmp, rename v aside, rename the new one to v,
+    COMMIT, drop the backup; OR REPLACE and DROP VIEW in a block, rolled back."""
+    with psycopg.connect(server.dsn(), autocommit=True) as conn, \
+            psycopg.connect(server.dsn(), autocommit=True) as other:
+        _setup(conn)  # dbt.model, and the view dbt.downstream over it
+        before = _tables(server.data_dir)
+        conn.execute("begin")
+        conn.execute('create view "icegres"."dbt"."downstream__dbt_tmp" as (select id + 100 as id from dbt.model)')
+        conn.execute('alter table "icegres"."dbt"."downstream" rename to "downstream__dbt_backup"')
+        conn.execute('alter table "icegres"."dbt"."downstream__dbt_tmp" rename to "downstream"')
+        assert _rows(conn, "dbt.downstream") == [(101,), (102,)]
+        assert _rows(other, "dbt.downstream") == [(1,), (2,)]
+        conn.execute("commit")
+        assert _rows(other, "dbt.downstream") == [(101,), (102,)]
+        assert _rows(other, "dbt.downstream__dbt_backup") == [(1,), (2,)]
+        conn.execute('drop view if exists "icegres"."dbt"."downstream__dbt_backup" cascade')
+        conn.execute("begin")
+        conn.execute("create or replace view dbt.downstream as select id + 100 as id, id * 2 as twice from dbt.model")
+        assert _rows(conn, "dbt.downstream") == [(101, 2), (102, 4)]
+        conn.execute("drop view dbt.downstream")
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("select * from dbt.downstream")
+        conn.execute("rollback")
+        assert _rows(other, "dbt.downstream") == [(101,), (102,)]
+        views = other.execute("select table_name from information_schema.views where table_schema = 'dbt'").fetchall()
+        assert views == [("downstream",)]
+        assert _tables(server.data_dir) == before
+        with sqlite3.connect(server.data_dir / "catalog.db") as db:
+            hidden = db.execute("select table_name from iceberg_tables where table_name like 'icegres__block_%'").fetchall()
+        assert hidden == []
+
+
+def test_rows_staged_around_column_changes_commit_in_the_new_shape(server) -> None:
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute("create table shaped (id int, gone text, kept text)")
+        conn.execute("insert into shaped values (1, 'x', 'a')")
+        conn.execute("begin")
+        conn.execute("insert into shaped values (2, 'y', 'b')")
+        conn.execute("alter table shaped drop column gone")
+        conn.execute("insert into shaped values (3, 'c')")
+        conn.execute("alter table shaped add column extra int")
+        conn.execute("insert into shaped values (4, 'd', 44)")
+        conn.execute("create index shaped_id on shaped (id)")
+        conn.execute("insert into shaped values (5, 'e', 55)")
+        assert _rows(conn, "shaped") == [(1, "a", None), (2, "b", None), (3, "c", None), (4, "d", 44), (5, "e", 55)]
+        conn.execute("commit")
+        assert _rows(conn, "shaped") == [(1, "a", None), (2, "b", None), (3, "c", None), (4, "d", 44), (5, "e", 55)]
+        assert conn.execute("select indexname from pg_indexes where tablename = 'shaped'").fetchall() == [("shaped_id",)]

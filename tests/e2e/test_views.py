@@ -147,10 +147,18 @@ def test_a_view_in_a_transaction_reads_its_snapshot_and_its_writes(server, conn)
         conn.execute("drop view v_tx")
 
 
-def test_view_ddl_in_a_transaction_block_is_applied_at_once_as_table_ddl_is(server, conn):
+def test_view_ddl_in_a_transaction_block_is_the_blocks_until_commit(server, conn):
     with psycopg.connect(server.dsn()) as tx:
         tx.execute("create view shop.v_ddl as select 1 as one")
+        assert tx.execute("select one from shop.v_ddl").fetchone() == (1,)
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("select one from v_ddl")
         tx.rollback()
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        conn.execute("select one from v_ddl")
+    with psycopg.connect(server.dsn()) as tx:
+        tx.execute("create view shop.v_ddl as select 1 as one")
+        tx.commit()
     assert conn.execute("select one from v_ddl").fetchone() == (1,)
     conn.execute("drop view v_ddl")
 

@@ -218,8 +218,8 @@ def compact(txn: TxnState) -> None:
     import pyarrow.parquet as pq
 
     for write in list(txn.writes.values()):
-        if len(write.added) < 2 or write.shape is not None:
-            continue  # (files staged before and after an ALTER in the block have other schemas)
+        if len(write.added) < 2 or any(not f.matches_schema for f in write.remapped.values()):
+            continue  # (files staged before and after an ALTER of the columns have other schemas)
         table: Any = write.base.table
         target = int(table.metadata.properties.get("write.target-file-size-bytes", 512 * 1024 * 1024))
         if sum(f.file_size_in_bytes for f in write.added.values()) > target:
@@ -228,7 +228,9 @@ def compact(txn: TxnState) -> None:
         for path in write.added:
             with table.io.new_input(path).open() as f:
                 parts.append(pq.read_table(f))
-        rows = pa.concat_tables(parts, promote_options="permissive").cast(write_schema(write.base))
+        schema = write_schema(write.target)
+        # (a column dropped by an ALTER in the block is still in the files staged before it)
+        rows = pa.concat_tables(parts, promote_options="permissive").select(schema.names).cast(schema)
         merged = write_files(write.target, rows)
         write, orphans = write.rewrite(set(write.added), merged, 0)
         txn.stage(write, orphans)
