@@ -58,6 +58,7 @@ class SessionContexts:
         self._default_key: tuple[str, str] | None = None  # (default schema, time zone) it was made for
         self._stores_seen = 0
         self._private: tuple[tuple[Any, ...], Made] | None = None
+        self._private_snapshot: Any = None  # the catalog snapshot registered on _private, if any
 
     @property
     def zone(self) -> str:
@@ -73,6 +74,7 @@ class SessionContexts:
 
     def current(self, txn: TxnState | None, overlay: Made | None) -> Made:
         """The context a statement plans on now, set to the session's TimeZone."""
+        self.env.catalog_snapshot = None  # the engine's, unless a block's own DDL is in force
         if overlay is not None:
             made = overlay
         elif txn is not None and not txn.autocommit:
@@ -156,13 +158,24 @@ class SessionContexts:
         views of its tables (pins + staged writes). Rebuilt only when the view changes (~2 ms)."""
         default = self.default_schema()
         key = (txn.ident, txn.version, default, self.zone)  # SET TimeZone in a block: views anew
+        ddl = txn.catalog is not None or bool(txn.view_overlay)
         if self._private is not None and self._private[0] == key:
-            return self._private[1]
-        stores, sets = self.engine.stores, self.engine.scan_sets
-        views = {k: (lambda ctx, keep, plan=plan: to_dataframe(ctx, plan, stores, None, sets, keep))
-                 for k, plan in txn.views().items()}
-        made = self.with_views(views, hidden=txn.hidden)
-        self._private = (key, made)
+            made, snap = self._private[1], self._private_snapshot
+        else:
+            stores, sets = self.engine.stores, self.engine.scan_sets
+            views = {k: (lambda ctx, keep, plan=plan: to_dataframe(ctx, plan, stores, None, sets, keep))
+                     for k, plan in txn.views().items()}
+            made = self.with_views(views, hidden=txn.hidden)
+            snap = None
+            if ddl:
+                # The block's catalog relations describe its own DDL (pg_class, \d, regclass).
+                from icegres.engine import pg_catalog
+
+                snap = self.engine.catalog_as_seen_by(txn)
+                pg_catalog.register_private_catalog(made.ctx, snap)
+            self._private = (key, made)
+            self._private_snapshot = snap
+        self.env.catalog_snapshot = snap
         return made
 
     def _with_temp_tables(self) -> Made:
@@ -177,6 +190,7 @@ class SessionContexts:
                  for k, plan in temp.plans().items()}
         made = self.with_views(views)
         self._private = (key, made)
+        self._private_snapshot = None
         return made
 
     def end_transaction(self) -> None:

@@ -103,6 +103,9 @@ class SessionEnv:
     server_version: str = SERVER_VERSION
     relation_oid: Any = None  # set by the engine: (schema, name) -> oid
     temp: Any = None  # the session's temporary tables (temp_tables.TempTables), once it made one
+    # What pg_catalog's functions answer from (pg_catalog.current_index): None for the engine's
+    # catalog, a CatalogSnapshot while a transaction block's own DDL is in force.
+    catalog_snapshot: Any = None
 
     @property
     def time_zone(self) -> str:
@@ -526,8 +529,20 @@ class Engine:
     def _register_pg_catalog(self, listing: Listing) -> None:
         from icegres.engine import pg_catalog
 
+        snap = self._snapshot_of(self._plans, self._views, listing.namespaces)
+        if snap == self._catalog_snapshot:
+            return  # only snapshots moved: pg_catalog describes shapes, not data
+        pg_catalog.register_catalog(self._master, snap)
+        self._catalog_changes += 1
+        self._catalog_snapshot = snap
+        self._catalog_generation += 1
+
+    def _snapshot_of(self, plans: dict[tuple[str, str], ReadPlan], views: dict[tuple[str, str], ViewDef],
+                     namespaces: Iterable[str]) -> Any:
+        from icegres.engine import pg_catalog
+
         tables = []
-        for (ns, name), plan in sorted(self._plans.items()):
+        for (ns, name), plan in sorted(plans.items()):
             not_null = {f.name for f in plan.schema if not f.nullable}
             docs = plan.column_comments or ("",) * len(plan.field_ids)
             chars = plan.char_types or (None,) * len(plan.field_ids)
@@ -536,24 +551,37 @@ class Engine:
                 for f, fid, doc, char in zip(plan.schema, plan.field_ids, docs, chars, strict=True)
             )
             tables.append(pg_catalog.TableInfo(ns, name, columns, plan.primary_key, plan.comment, plan.indexes))
-        views = tuple(
+        infos = tuple(
             pg_catalog.ViewInfo(ns, name, tuple(
                 pg_catalog.ColumnInfo(n, t, True, i) for i, (n, t) in enumerate(v.columns, start=1)),
                 v.sql, v.comment, tuple(sorted(v.reads)))
-            for (ns, name), v in sorted(self._views.items()))
-        snap = pg_catalog.CatalogSnapshot(
+            for (ns, name), v in sorted(views.items()))
+        return pg_catalog.CatalogSnapshot(
             database=self.database,
             user="icegres",
-            schemas=tuple(sorted(set(listing.namespaces) | {"public"} | {v.schema for v in views})),
+            schemas=tuple(sorted(set(namespaces) | {"public"} | {v.schema for v in infos})),
             tables=tuple(tables),
-            views=views,
+            views=infos,
         )
-        if snap == self._catalog_snapshot:
-            return  # only snapshots moved: pg_catalog describes shapes, not data
-        pg_catalog.register_catalog(self._master, snap)
-        self._catalog_changes += 1
-        self._catalog_snapshot = snap
-        self._catalog_generation += 1
+
+    def catalog_as_seen_by(self, txn: Any) -> Any:
+        """The catalog snapshot a transaction block with DDL of its own sees: the mounted tables
+        and views, with the block's pins, new shapes, new names and drops over them."""
+        with self._lock:
+            plans = dict(self._plans)
+            views = dict(self._views)
+            namespaces = self._listing.namespaces if self._listing is not None else ()
+        plans.update((k, p) for k, p in txn.views().items() if k[0] != "pg_temp")
+        for key, view in txn.view_overlay.items():
+            if view is None:
+                views.pop(key, None)
+            else:
+                views[key] = view
+        for key in txn.hidden:
+            plans.pop(key, None)
+            if key not in txn.view_overlay:
+                views.pop(key, None)
+        return self._snapshot_of(plans, views, namespaces)
 
     # --- what sessions use -------------------------------------------------------------------
 

@@ -953,6 +953,18 @@ def current_index(env: Any = None) -> CatalogIndex | None:
     return snap.index if snap is not None else None
 
 
+def register_private_catalog(ctx: datafusion.SessionContext, snap: CatalogSnapshot) -> None:
+    """Register `snap`'s catalog relations into one session's own context (a transaction block
+    with DDL of its own), leaving the process-wide latest snapshot alone."""
+    catalog = ctx.catalog()
+    for key, table in build_catalog_tables(snap).items():
+        schema_name, name = key.split(".", 1)
+        schema = catalog.schema(schema_name)
+        if name in schema.table_names():
+            schema.deregister_table(name)
+        schema.register_table(name, ctx.from_arrow(table))
+
+
 def register_catalog(ctx: datafusion.SessionContext, snap: CatalogSnapshot) -> None:
     """(Re)register every catalog relation into ctx's schemas pg_catalog and information_schema."""
     from datafusion.catalog import Schema

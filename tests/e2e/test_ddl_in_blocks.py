@@ -304,3 +304,24 @@ def test_rows_staged_around_column_changes_commit_in_the_new_shape(server) -> No
         conn.execute("commit")
         assert _rows(conn, "shaped") == [(1, "a", None), (2, "b", None), (3, "c", None), (4, "d", 44), (5, "e", 55)]
         assert conn.execute("select indexname from pg_indexes where tablename = 'shaped'").fetchall() == [("shaped_id",)]
+
+
+def test_the_blocks_catalog_relations_describe_its_own_ddl(server) -> None:
+    """pg_class, information_schema and regclass inside the block show its DDL; others don't."""
+    with psycopg.connect(server.dsn(), autocommit=True) as conn, \
+            psycopg.connect(server.dsn(), autocommit=True) as other:
+        conn.execute("create table kept (a int)")
+        conn.execute("create view old_view as select a from kept")
+        listed = "select relname, relkind from pg_class where relnamespace = 'public'::regnamespace order by 1"
+        conn.execute("begin")
+        conn.execute("create table fresh (x int, y text)")
+        conn.execute("alter table kept rename to renamed")
+        conn.execute("drop view old_view")
+        conn.execute("create view new_view as select x from fresh")
+        assert conn.execute(listed).fetchall() == [("fresh", "r"), ("new_view", "v"), ("renamed", "r")]
+        assert conn.execute("select column_name from information_schema.columns where table_name = 'fresh' "
+                            "order by ordinal_position").fetchall() == [("x",), ("y",)]
+        assert conn.execute("select 'fresh'::regclass::oid > 0").fetchone() == (True,)
+        assert other.execute(listed).fetchall() == [("kept", "r"), ("old_view", "v")]
+        conn.execute("rollback")
+        assert conn.execute(listed).fetchall() == [("kept", "r"), ("old_view", "v")]
