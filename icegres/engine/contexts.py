@@ -158,7 +158,7 @@ class SessionContexts:
         views of its tables (pins + staged writes). Rebuilt only when the view changes (~2 ms)."""
         default = self.default_schema()
         key = (txn.ident, txn.version, default, self.zone)  # SET TimeZone in a block: views anew
-        ddl = txn.catalog is not None or bool(txn.view_overlay)
+        ddl = txn.catalog is not None or bool(txn.view_overlay) or bool(self.env.temp)
         if self._private is not None and self._private[0] == key:
             made, snap = self._private[1], self._private_snapshot
         else:
@@ -181,16 +181,24 @@ class SessionContexts:
     def _with_temp_tables(self) -> Made:
         """Outside a block, for a session with temporary tables: the shared catalog plus its
         `pg_temp` schema. Rebuilt when a temporary table or any mount changed."""
+        from icegres.engine import pg_catalog
+
         temp = self.env.temp
         key = (-1, temp.version, self.engine.mounts_version, self.default_schema(), self.zone)
         if self._private is not None and self._private[0] == key:
+            self.env.catalog_snapshot = self._private_snapshot
             return self._private[1]
         stores, sets = self.engine.stores, self.engine.scan_sets
+        plans = temp.plans()
         views = {k: (lambda ctx, keep, plan=plan: to_dataframe(ctx, plan, stores, None, sets, keep))
-                 for k, plan in temp.plans().items()}
+                 for k, plan in plans.items()}
         made = self.with_views(views)
+        # pg_class and \dt list the session's temporary tables (in pg_temp), as PostgreSQL does.
+        snap = self.engine.catalog_with(plans)
+        pg_catalog.register_private_catalog(made.ctx, snap)
         self._private = (key, made)
-        self._private_snapshot = None
+        self._private_snapshot = snap
+        self.env.catalog_snapshot = snap
         return made
 
     def end_transaction(self) -> None:

@@ -136,3 +136,20 @@ def test_never_in_the_catalog_never_seen_by_others_gone_at_disconnect(server) ->
 def _files(root: Path) -> list[Path]:
     """Every file under `root`, while the server may be deleting them."""
     return [Path(d) / f for d, _, names in os.walk(root) for f in names]
+
+
+def test_psql_lists_and_describes_them(server) -> None:
+    import subprocess
+
+    def psql(*commands: str) -> str:
+        args = ["psql", "-X", server.dsn()]
+        for command in commands:
+            args += ["-c", command]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    out = psql("create table lake_t (a int)", "create temp table tt (x int, y text)", r"\dt", r"\d tt")
+    assert " pg_temp | tt     | table |" in out and " public  | lake_t | table |" in out
+    assert 'Table "pg_temp.tt"' in out and " x      | integer |" in out
+    assert "tt" not in psql(r"\dt")  # another session (another psql) has none
