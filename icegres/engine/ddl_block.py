@@ -235,7 +235,7 @@ def create_index(qctx: QueryContext, txn: TxnState, cmd: CreateIndex, notices: l
 
 
 def drop_indexes(qctx: QueryContext, txn: TxnState, cmd: DropIndex, notices: list[str]) -> None:
-    from icegres.engine.ddl_index import SORT_PROPERTY, index_change, table_indexes
+    from icegres.engine.ddl_index import drop_index_change
 
     path = [s for s in qctx.env.search_path if s not in ("pg_catalog",)]
     found = []
@@ -251,11 +251,7 @@ def drop_indexes(qctx: QueryContext, txn: TxnState, cmd: DropIndex, notices: lis
         found.append((key, name))
     for key, name in found:  # every name checked before anything changes
         table: Any = txn.write_for(key).target.table
-        indexes = dict(table_indexes(table.properties))
-        sort_was = tuple(table.properties[SORT_PROPERTY].split(",")) if SORT_PROPERTY in table.properties else ()
-        dropped = indexes.pop(name)
-        sort = sort_was if sort_was != dropped else (next(reversed(indexes.values())) if indexes else ())
-        _stage_change(qctx, txn, key, index_change(table, indexes, sort=sort, removed=(name,)))
+        _stage_change(qctx, txn, key, drop_index_change(table, name))
 
 
 def _index_table(txn: TxnState, namespace: str, name: str) -> Key | None:

@@ -134,11 +134,18 @@ def apply_drop_index(lakehouse: Lakehouse, cmd: DropIndex, search_path: list[str
         found.append((table, name))
     for table, name in found:  # every name checked before anything changes
         table = table.refresh()
-        indexes = dict(table_indexes(table.properties))
-        sort_was = tuple(table.properties.get(SORT_PROPERTY, "").split(",")) if SORT_PROPERTY in table.properties else ()
-        dropped = indexes.pop(name)
-        sort = sort_was if sort_was != dropped else (next(reversed(indexes.values())) if indexes else ())
-        _write_indexes(table, indexes, sort=sort, removed=(name,))
+        with table.transaction() as tx:
+            drop_index_change(table, name)(tx)
+
+
+def drop_index_change(table: Table, name: str) -> Any:
+    """The change that drops index `name` of `table`: its properties go, and the sort order
+    falls back to the newest index left (or none) if it was this index's."""
+    indexes = dict(table_indexes(table.properties))
+    sort_was = tuple(table.properties.get(SORT_PROPERTY, "").split(",")) if SORT_PROPERTY in table.properties else ()
+    dropped = indexes.pop(name)
+    sort = sort_was if sort_was != dropped else (next(reversed(indexes.values())) if indexes else ())
+    return index_change(table, indexes, sort=sort, removed=(name,))
 
 
 def _write_indexes(table: Table, indexes: dict[str, tuple[str, ...]], *, sort: tuple[str, ...],

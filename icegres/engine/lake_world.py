@@ -205,17 +205,7 @@ class LakeWorld:
                 requirements = (AssertTableUUID(uuid=table.metadata.table_uuid),
                                 AssertCurrentSchemaId(current_schema_id=write.base.schema_id), *tx._requirements)
                 return TableChange(write.key[0], write.key[1], requirements, tx._updates, base=table)
-        producer = tx.update_snapshot(snapshot_properties={**self._properties, TOKEN_PROPERTY: token})
-        if write.is_append:
-            with producer.fast_append() as append:
-                for data_file in write.added.values():
-                    append.append_data_file(data_file)
-        else:
-            with producer.overwrite() as overwrite:
-                for data_file in write.removed.values():
-                    overwrite.delete_data_file(data_file)
-                for data_file in write.added.values():
-                    overwrite.append_data_file(data_file)
+        lean_transaction.add_snapshot(tx, write, {**self._properties, TOKEN_PROPERTY: token})
         requirements = (
             AssertTableUUID(uuid=table.metadata.table_uuid),
             AssertCurrentSchemaId(current_schema_id=write.base.schema_id),

@@ -80,3 +80,19 @@ def stage_update(catalog: Any, current: Any, identifier: tuple[str, ...], requir
     location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
     return StagedTable(identifier=identifier, metadata=metadata, metadata_location=location,
                        io=catalog._load_file_io(properties=metadata.properties, location=location), catalog=catalog)
+
+
+def add_snapshot(tx: LeanTransaction, write: Any, properties: dict[str, str] | None = None) -> None:
+    """The snapshot of a staged write (txn.StagedWrite) on `tx`: a fast append of its files, or
+    an overwrite that removes its removed files and adds its added ones."""
+    producer = tx.update_snapshot(snapshot_properties=properties or {})
+    if write.is_append:
+        with producer.fast_append() as append:
+            for data_file in write.added.values():
+                append.append_data_file(data_file)
+    else:
+        with producer.overwrite() as overwrite:
+            for data_file in write.removed.values():
+                overwrite.delete_data_file(data_file)
+            for data_file in write.added.values():
+                overwrite.append_data_file(data_file)

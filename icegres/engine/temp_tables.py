@@ -89,17 +89,7 @@ class TempTables:
         if write.metadata_change is not None:
             write.metadata_change(tx)
         if write.added or write.removed:
-            producer = tx.update_snapshot()
-            if write.is_append:
-                with producer.fast_append() as append:
-                    for data_file in write.added.values():
-                        append.append_data_file(data_file)
-            else:
-                with producer.overwrite() as overwrite:
-                    for data_file in write.removed.values():
-                        overwrite.delete_data_file(data_file)
-                    for data_file in write.added.values():
-                        overwrite.append_data_file(data_file)
+            lean_transaction.add_snapshot(tx, write)
         updated = Table(table.name(), tx.table_metadata, table.metadata_location, table.io, None)
         self._keep(name, updated, plan_of)
 
