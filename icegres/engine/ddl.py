@@ -45,9 +45,9 @@ from icegres.engine.ddl_commands import (
 from icegres.engine.ddl_index import parse_create_index, parse_drop_index
 from icegres.engine.parquet_files import DELTA_INTEGERS
 from icegres.engine.pg_types import column_type
-from icegres.engine.rewrite.names import DATABASE_ALIASES
 from icegres.pg import errors as e
 from icegres.pg.errors import PgError
+from icegres.sql.databases import DATABASE_ALIASES
 
 _DIALECT = Dialect.get_or_raise("postgres")
 

@@ -192,7 +192,7 @@ def qualify(sql: str, tree: exp.Expression, resolver: Resolver) -> str:
     stored query does not depend on the name the database is served under. The text is
     otherwise kept as written."""
     from icegres.engine.pg_catalog import quote_ident
-    from icegres.engine.rewrite.names import check_database
+    from icegres.sql.databases import check_database
 
     tables = named_tables(tree)
     for table in tables:

@@ -14,8 +14,8 @@ from sqlglot import exp
 
 from icegres.engine.column_names import tree_names
 from icegres.engine.lake import PRIVATE_CATALOG
-from icegres.engine.rewrite.names import check_database
 from icegres.pg.errors import PgError
+from icegres.sql.databases import check_database
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -12,17 +12,9 @@ from icegres.pg.errors import (
     FEATURE_NOT_SUPPORTED,
     PgError,
 )
+from icegres.sql.databases import check_database
 
 # --- names ------------------------------------------------------------------------------------
-
-# `postgres` names the served database too (pgAdmin, DBeaver and Metabase connect to it).
-DATABASE_ALIASES = ("postgres",)
-
-
-def check_database(catalog: str, database: str, qualified: str) -> None:
-    """A three-part name's first part must be this database (PostgreSQL: 0A000 otherwise)."""
-    if catalog and catalog not in (database, *DATABASE_ALIASES):
-        raise PgError(FEATURE_NOT_SUPPORTED, f"cross-database references are not implemented: {qualified}")
 
 
 def local_database_qualifiers(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
