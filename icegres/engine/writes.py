@@ -241,10 +241,14 @@ async def _temp_ddl(host: WriteHost, cmd: Any, block: TxnState | None) -> WriteR
             await host.run(ddl_temp.create, qctx, block, cmd, notices)
             return WriteResult("CREATE TABLE", None, notices)
 
+        made: list[str] = []
+
         def create_as(txn: TxnState) -> tuple[Key | None, int]:
             qctx.pin_for(None)  # (in a block: its snapshots, and the session's temporary tables)
             data = dml.collect(qctx.plan(query(cmd.query_sql), None))
             key = ddl_temp.create_as(qctx, txn if block is not None else None, cmd, data)
+            if key is not None:
+                made.append(key[1])
             if key is None or not cmd.with_data:
                 return key, 0
             qctx.pin_for(None)
@@ -256,7 +260,12 @@ async def _temp_ddl(host: WriteHost, cmd: Any, block: TxnState | None) -> WriteR
             dml.append(txn, key, rows)
             return key, rows.num_rows
 
-        key, count = await in_transaction(host, create_as)
+        try:
+            key, count = await in_transaction(host, create_as)
+        except BaseException:
+            if made and block is None:  # a statement that fails leaves nothing behind
+                await host.run(ddl_temp.drop, qctx, None, made)
+            raise
         if key is None:
             return WriteResult("CREATE TABLE AS", None, [f'relation "{cmd.name}" already exists, skipping'])
         return WriteResult(f"SELECT {count}" if cmd.with_data else "CREATE TABLE AS")

@@ -153,3 +153,18 @@ def test_psql_lists_and_describes_them(server) -> None:
     assert " pg_temp | tt     | table |" in out and " public  | lake_t | table |" in out
     assert 'Table "pg_temp.tt"' in out and " x      | integer |" in out
     assert "tt" not in psql(r"\dt")  # another session (another psql) has none
+
+
+def test_failed_statements_leave_temporary_tables_as_they_were(server) -> None:
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute("create temp table never as select 1 / 0 as x")
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("select * from never")
+        conn.execute("create temp table short (v varchar(3))")
+        conn.execute("insert into short values ('ok')")
+        with pytest.raises(psycopg.errors.StringDataRightTruncation):
+            conn.execute("insert into short values ('abc'), ('too long')")
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute("update short set v = (1 / 0)::text")
+        assert conn.execute("select v from short").fetchall() == [("ok",)]
