@@ -22,6 +22,7 @@ import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from icegres.pg.errors import PgError
 
@@ -41,7 +42,20 @@ class FilePresence:
 
     def __init__(self) -> None:
         self._seen: dict[Key, _Seen] = {}
+        self._remote: dict[Key, tuple[str, bool]] = {}  # per table: (metadata location, any remote file)
         self._lock = threading.Lock()
+
+    def has_remote(self, key: Key, plan: Any) -> bool:
+        """Whether the snapshot lists a file outside the local file system (asked once per
+        snapshot: a point lookup must not walk a table's file list)."""
+        with self._lock:
+            known = self._remote.get(key)
+        if known is not None and known[0] == plan.metadata_location:
+            return known[1]
+        remote = any(not (f.path.startswith("/") or f.path.startswith("file://")) for f in plan.files)
+        with self._lock:
+            self._remote[key] = (plan.metadata_location, remote)
+        return remote
 
     def unchanged(self, key: Key, metadata_location: str) -> bool:
         """Whether `key` was last seen whole at this snapshot and none of its directories changed

@@ -675,12 +675,13 @@ class Engine:
         """58P01 if a data file one of `plans` lists is gone (file_presence.py): a scan would
         read it as no rows."""
         for key, plan in plans:
-            paths = [self._stores.read_path(f.path) for f in plan.files]
             if not self._presence.unchanged(key, plan.metadata_location):
+                paths = (self._stores.read_path(f.path) for f in plan.files)
                 self._presence.verify(key, plan.metadata_location, [p for p in paths if is_local(p)])
-            remote = [p for p in paths if not is_local(p)]
-            if remote and plan.table is not None:
-                verify_remote(key, remote, plan.table.io)  # type: ignore[attr-defined]
+            if plan.table is not None and self._presence.has_remote(key, plan):
+                remote = [p for p in (self._stores.read_path(f.path) for f in plan.files) if not is_local(p)]
+                if remote:
+                    verify_remote(key, remote, plan.table.io)  # type: ignore[attr-defined]
 
     def read_plan(self, schema: str, name: str) -> ReadPlan | None:
         return self._plans.get((schema, name))
