@@ -46,6 +46,10 @@ class Made:
     keep: list[Any] | None = None
     generation: int = 0  # changes whenever its zone or catalog changed: plans made before are stale
     pruned_schema: Any = None  # where pruned_plan.py registers a statement's subset of files on it
+    # A session's own catalog snapshot (a block's DDL, its temporary tables), registered into
+    # this context's pg_catalog and information_schema when a statement first reads them.
+    own_catalog: Any = None
+    own_catalog_registered: bool = False
 
 
 class SessionContexts:
@@ -59,6 +63,7 @@ class SessionContexts:
         self._stores_seen = 0
         self._private: tuple[tuple[Any, ...], Made] | None = None
         self._private_snapshot: Any = None  # the catalog snapshot registered on _private, if any
+        self._own_tables: tuple[Any, dict[str, Any]] | None = None  # (snapshot, its built relations)
 
     @property
     def zone(self) -> str:
@@ -166,13 +171,8 @@ class SessionContexts:
             views = {k: (lambda ctx, keep, plan=plan: to_dataframe(ctx, plan, stores, None, sets, keep))
                      for k, plan in txn.views().items()}
             made = self.with_views(views, hidden=txn.hidden)
-            snap = None
-            if ddl:
-                # The block's catalog relations describe its own DDL (pg_class, \d, regclass).
-                from icegres.engine import pg_catalog
-
-                snap = self.engine.catalog_as_seen_by(txn)
-                pg_catalog.register_private_catalog(made.ctx, snap)
+            # The block's catalog relations describe its own DDL (pg_class, \d, regclass).
+            snap = made.own_catalog = self.engine.catalog_as_seen_by(txn) if ddl else None
             self._private = (key, made)
             self._private_snapshot = snap
         self.env.catalog_snapshot = snap
@@ -181,8 +181,6 @@ class SessionContexts:
     def _with_temp_tables(self) -> Made:
         """Outside a block, for a session with temporary tables: the shared catalog plus its
         `pg_temp` schema. Rebuilt when a temporary table or any mount changed."""
-        from icegres.engine import pg_catalog
-
         temp = self.env.temp
         key = (-1, temp.version, self.engine.mounts_version, self.default_schema(), self.zone)
         if self._private is not None and self._private[0] == key:
@@ -194,12 +192,26 @@ class SessionContexts:
                  for k, plan in plans.items()}
         made = self.with_views(views)
         # pg_class and \dt list the session's temporary tables (in pg_temp), as PostgreSQL does.
-        snap = self.engine.catalog_with(plans)
-        pg_catalog.register_private_catalog(made.ctx, snap)
+        snap = made.own_catalog = self.engine.catalog_with(plans)
         self._private = (key, made)
         self._private_snapshot = snap
         self.env.catalog_snapshot = snap
         return made
+
+    def complete_catalog(self, made: Made) -> None:
+        """Register `made`'s own catalog snapshot, if it has one, before a statement reads
+        pg_catalog or information_schema on it. Building the relations costs milliseconds, so
+        only such statements pay, and an unchanged snapshot reuses them."""
+        snap = made.own_catalog
+        if snap is None or made.own_catalog_registered:
+            return
+        from icegres.engine import pg_catalog
+
+        built = self._own_tables
+        if built is None or built[0] != snap:
+            built = self._own_tables = (snap, pg_catalog.build_catalog_tables(snap))
+        pg_catalog.register_private_catalog(made.ctx, built[1])
+        made.own_catalog_registered = True
 
     def end_transaction(self) -> None:
         self._private = None

@@ -953,11 +953,11 @@ def current_index(env: Any = None) -> CatalogIndex | None:
     return snap.index if snap is not None else None
 
 
-def register_private_catalog(ctx: datafusion.SessionContext, snap: CatalogSnapshot) -> None:
-    """Register `snap`'s catalog relations into one session's own context (a transaction block
-    with DDL of its own), leaving the process-wide latest snapshot alone."""
+def register_private_catalog(ctx: datafusion.SessionContext, tables: dict[str, pa.Table]) -> None:
+    """Register catalog relations (`build_catalog_tables` of a session's own snapshot) into that
+    session's own context, leaving the process-wide latest snapshot alone."""
     catalog = ctx.catalog()
-    for key, table in build_catalog_tables(snap).items():
+    for key, table in tables.items():
         schema_name, name = key.split(".", 1)
         schema = catalog.schema(schema_name)
         if name in schema.table_names():

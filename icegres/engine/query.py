@@ -158,6 +158,8 @@ class QueryContext:
         route = self.cache.routes.get(key)
         if route is not None:
             self.cache.routes.touch(key)
+            if _READS_CATALOG.search(sql):
+                self.contexts.complete_catalog(self.made)
             try:
                 return ctx.sql(route, param_values=params)
             except Exception as exc:
@@ -183,6 +185,8 @@ class QueryContext:
                               ctx: SessionContext) -> tuple[DataFrame, str]:
         """`sql` planned as sent where DataFusion takes it, else its tree through the rewrite
         path; the DataFrame and the text that planned."""
+        if _READS_CATALOG.search(sql):
+            self.contexts.complete_catalog(self.made)
         first_error: BaseException | None = None
         # With temporary tables, unqualified names must find pg_temp first: only the rewrite's
         # qualification does that (DataFusion as sent looks in one default schema).
@@ -723,3 +727,5 @@ class _Prefetched:
             first, self._first = self._first, None
             return first
         return next(self._rest)
+# A statement that may read catalog relations (a session's own catalog is registered for it).
+_READS_CATALOG = re.compile(r"pg_|information_schema|regclass|regtype|regnamespace", re.IGNORECASE)
