@@ -1,6 +1,6 @@
 """The catalog commit machine: a transaction block's DDL published with its data, or not at all.
 
-A block's CREATE / DROP / RENAME of tables take effect at COMMIT. An Iceberg catalog cannot put
+A block's CREATE / DROP / RENAME of tables and views take effect at COMMIT. An Iceberg catalog cannot put
 a rename, a create or a drop in the same atomic operation as the data commit (they are separate
 catalog calls), so this machine orders them and keeps an intent record from which a crash at any
 point is recovered to the whole old state or the whole new one. `specs/catalog_commit.toml` is
@@ -8,8 +8,8 @@ the independent statement of this machine; the driver is `icegres.machines.drive
 
 Why it is shaped this way:
 
-- Every step before the decision is a rename (`Move`), because a rename can be undone by the
-  reverse rename. A table the block created already exists in the catalog under a hidden name
+- Every step before the decision is a rename (`Move`, of a table or a view), because a rename
+  can be undone by the reverse rename. A relation the block created already exists in the catalog under a hidden name
   (nobody else lists it) and is placed under its name by a Move; a table the block dropped is
   moved aside to a hidden graveyard name and only purged once the block is decided. So until
   the decision nothing is lost, and undoing is renaming back, newest first.
