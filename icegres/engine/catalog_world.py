@@ -112,15 +112,14 @@ class LakeCatalogWorld:
 
     def token_landed(self, plan: CatalogPlan) -> bool:
         """Recovery: is the block's token in a snapshot (or property) of a table it wrote?"""
-        from icegres.engine.lake_world import TOKEN_PROPERTY
+        from icegres.engine.lake_world import carries_token
 
         for ns, name in plan.written:
             try:
                 meta = self.lakehouse.load_table(ns, name).metadata
             except NoSuchTableError:
                 continue
-            if meta.properties.get(TOKEN_PROPERTY) == plan.token or any(
-                    s.summary is not None and s.summary.get(TOKEN_PROPERTY) == plan.token for s in meta.snapshots):
+            if carries_token(meta, plan.token):
                 return True
         return False
 

@@ -502,7 +502,7 @@ def create_view(lakehouse: Lakehouse, cmd: CreateView, arrow_schema: pa.Schema, 
             if replacing is not None:
                 view_ddl.check_replacement(replacing, [
                     (n, f.type) for n, f in zip(names, arrow_schema, strict=True)])
-                if key in _reads_of(sql) or set(view_ddl.dependents(views, {key})) & _reads_of(sql):
+                if key in reads_of(sql) or set(view_ddl.dependents(views, {key})) & reads_of(sql):
                     # The new query would read the view through itself.
                     raise PgError("42P17", f'infinite recursion detected in rules for relation "{cmd.name}"')
     if namespace == PUBLIC:
@@ -523,10 +523,6 @@ def view_columns(cmd: CreateView, arrow_schema: pa.Schema) -> tuple[list[str], S
 
 
 def reads_of(sql: str) -> set[tuple[str, str]]:
-    return _reads_of(sql)
-
-
-def _reads_of(sql: str) -> set[tuple[str, str]]:
     from icegres.engine import view_defs
     from icegres.sql.parse import parse
 

@@ -61,8 +61,8 @@ def handles(cmd: Any) -> bool:
                       | DropView | RenameView)
 
 
-def apply(qctx: QueryContext, txn: TxnState, cmd: Any, path: list[str]) -> tuple[list[str], Key | None]:
-    """Apply `cmd` to the block; its notices, and the table a CTAS created (for its rows)."""
+def apply(qctx: QueryContext, txn: TxnState, cmd: Any, path: list[str]) -> list[str]:
+    """Apply `cmd` (not a CTAS: `create_table_as`) to the block; its notices."""
     qctx.pin_for(None)  # the block's view of every table is fixed from here on (SQL catalogs)
     _pin_named(qctx, txn, cmd, path)
     notices: list[str] = []
@@ -80,7 +80,7 @@ def apply(qctx: QueryContext, txn: TxnState, cmd: Any, path: list[str]) -> tuple
         create_index(qctx, txn, cmd, notices)
     elif isinstance(cmd, DropIndex):
         drop_indexes(qctx, txn, cmd, notices)
-    return notices, None
+    return notices
 
 
 # --- CREATE ---------------------------------------------------------------------------------------

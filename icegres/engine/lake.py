@@ -564,22 +564,21 @@ class Engine:
             views=infos,
         )
 
+    def _catalog_parts(self) -> tuple[dict[tuple[str, str], ReadPlan], dict[tuple[str, str], ViewDef], tuple[str, ...]]:
+        with self._lock:
+            namespaces = self._listing.namespaces if self._listing is not None else ()
+            return dict(self._plans), dict(self._views), tuple(namespaces)
+
     def catalog_with(self, extra: dict[tuple[str, str], ReadPlan]) -> Any:
         """The mounted catalog plus `extra` tables (a session's temporary tables)."""
-        with self._lock:
-            plans = dict(self._plans)
-            views = dict(self._views)
-            namespaces = self._listing.namespaces if self._listing is not None else ()
+        plans, views, namespaces = self._catalog_parts()
         plans.update(extra)
         return self._snapshot_of(plans, views, namespaces)
 
     def catalog_as_seen_by(self, txn: Any) -> Any:
         """The catalog snapshot a transaction block with DDL of its own sees: the mounted tables
         and views, with the block's pins, new shapes, new names and drops over them."""
-        with self._lock:
-            plans = dict(self._plans)
-            views = dict(self._views)
-            namespaces = self._listing.namespaces if self._listing is not None else ()
+        plans, views, namespaces = self._catalog_parts()
         plans.update(txn.views())  # (the session's temporary tables among them, in pg_temp)
         for key, view in txn.view_overlay.items():
             if view is None:

@@ -168,8 +168,7 @@ class LakeWorld:
             if write is not None and write.removed:
                 paths = {t.file.file_path for t in table.scan().plan_files()} if meta.current_snapshot_id else set()
                 live = frozenset(p for p in write.removed if p in paths)
-            has_token = meta.properties.get(TOKEN_PROPERTY) == request.token or any(
-                s.summary is not None and s.summary.get(TOKEN_PROPERTY) == request.token for s in meta.snapshots)
+            has_token = carries_token(meta, request.token)
             key_conflict = False
             if (write is not None and write.base.primary_key and write.added and not has_token
                     and str(meta.table_uuid) == write.base.table_uuid
@@ -225,6 +224,13 @@ class LakeWorld:
             AssertRefSnapshotId(ref="main", snapshot_id=read.snapshot),
         )
         return TableChange(ns, name, requirements, ())
+
+
+def carries_token(meta: Any, token: str) -> bool:
+    """Whether a commit with `token` is in the table: a snapshot's summary, or (a metadata-only
+    change, which makes no snapshot) the table's properties."""
+    return meta.properties.get(TOKEN_PROPERTY) == token or any(
+        s.summary is not None and s.summary.get(TOKEN_PROPERTY) == token for s in meta.snapshots)
 
 
 def commit_metadata_change(lakehouse: Lakehouse, key: tuple[str, str], table: Any, change: Any) -> None:

@@ -204,7 +204,7 @@ async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
             await ladder.settle(keys)
     if in_block and ddl_block.handles(cmd):
         assert txn is not None
-        notices, _ = await host.run(ddl_block.apply, qctx, txn, cmd, path)
+        notices = await host.run(ddl_block.apply, qctx, txn, cmd, path)
         qctx.forget_routes()
         return WriteResult(command_tag(cmd), None, list(notices))
 
