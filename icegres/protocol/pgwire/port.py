@@ -39,6 +39,24 @@ class ServerPort(Protocol):
         ...
 
 
+class ConnectionPort(Protocol):
+    """A connection before its session starts: the startup packet, TLS and authentication."""
+
+    server: ServerPort
+    stream: Any  # trio.abc.Stream; replaced by the TLS stream once a handshake is done
+    decoder: Any  # framing.FrameDecoder
+    peer: str
+    user: str
+
+    def send(self, data: bytes) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    async def recv_more(self) -> None:
+        """Read more bytes from the client into the decoder (ConnectionClosed at EOF)."""
+        ...
+
+
 class SessionPort(Protocol):
     """A session as the write path and COPY see it: its engine context, settings and
     transaction block, the messages it sends and receives, and its worker threads."""

@@ -9,7 +9,6 @@ says; ReadyForQuery's status byte is the machine's.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import secrets
 import struct
@@ -28,8 +27,8 @@ from icegres.pg import settings as guc
 from icegres.pg.clock import TextSettings
 from icegres.pg.copy_format import copy_target
 from icegres.pg.errors import PgError
+from icegres.protocol.pgwire import auth, startup, transaction, writes
 from icegres.protocol.pgwire import messages as m
-from icegres.protocol.pgwire import transaction, writes
 from icegres.protocol.pgwire.copy import copy_out_rows
 from icegres.protocol.pgwire.direct import DirectReply
 from icegres.protocol.pgwire.extended import (
@@ -104,7 +103,7 @@ class Session:
 
     # --- I/O -----------------------------------------------------------------------------------
 
-    async def _recv_more(self) -> None:
+    async def recv_more(self) -> None:
         try:
             data = await self.stream.receive_some(RECV_BYTES)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
@@ -119,7 +118,7 @@ class Session:
             if msg is not None:
                 return msg
             await self.flush()
-            await self._recv_more()
+            await self.recv_more()
 
     def send(self, data: bytes) -> None:
         self.out += data
@@ -176,20 +175,9 @@ class Session:
                     await trio.to_thread.run_sync(temp.temp.close)
 
     async def _startup(self) -> bool:
-        while True:
-            msg = self.decoder.next_startup()
-            if msg is None:
-                await self._recv_more()
-                continue
-            if isinstance(msg, m.SSLRequest | m.GSSENCRequest):
-                # No TLS yet: 'N' tells the client to continue in plaintext on this connection.
-                self.send(b"N")
-                await self.flush()
-                continue
-            if isinstance(msg, m.CancelRequest):
-                self.server.cancel(msg.backend_pid, msg.secret_key)
-                return False
-            break
+        msg = await startup.receive_startup(self)
+        if msg is None:
+            return False
         params = msg.params
         self.user = params.get("user", "")
         if not self.user:
@@ -199,7 +187,7 @@ class Session:
         # the served database too.
         if database not in (self.server.settings.database, "postgres"):
             raise PgError(E.INVALID_CATALOG_NAME, f'database "{database}" does not exist')
-        await self._authenticate()
+        await auth.authenticate(self)
         self.decoder.in_startup = False
         version = self.server.server_version
         self.initial_settings = guc.defaults(version, self.user)
@@ -240,24 +228,6 @@ class Session:
         self.send(m.ready_for_query("I"))
         await self.flush()
         return True
-
-    async def _authenticate(self) -> None:
-        users = self.server.settings.users
-        if not users:
-            return  # trust: only ever allowed on loopback (checked at server start)
-        self.send(m.AUTH_CLEARTEXT)
-        await self.flush()
-        while True:
-            msg = self.decoder.next_message()
-            if msg is not None:
-                break
-            await self._recv_more()
-        if not isinstance(msg, m.PasswordMessage):
-            raise PgError(E.PROTOCOL_VIOLATION, "expected password response")
-        given = msg.password.rstrip(b"\0")
-        expected = users.get(self.user)
-        if expected is None or not hmac.compare_digest(given, expected.encode()):
-            raise PgError(E.INVALID_PASSWORD, f'password authentication failed for user "{self.user}"')
 
     async def _serve(self) -> None:
         while True:
