@@ -52,6 +52,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("password_file", None, "file of user:password lines; with it (or ICEGRES_USERS) clients must log in"),
     Option("users", None, "user:password[,user:password]; switches to password authentication", secret=True),
     Option("query_threads", 4, "worker threads running DataFusion and catalog calls", int),
+    Option("query_memory", "25%", "memory pool of query execution, shared by every statement: MiB (512), a size (256MB, 2GB) or a share of the machine's RAM (25%); sorts, aggregates and joins spill to <data-dir>/spill beyond it, and a statement that still cannot fit fails with 53200 out of memory"),
     Option("log_level", "INFO", "Python logging level"),
     Option("catalog_uri", None, "catalog: unset = embedded SQLite; http(s)://… = Iceberg REST catalog; postgresql://… = SQL catalog on PostgreSQL", secret=True),
     Option("warehouse", None, "warehouse location or name the catalog expects (REST: e.g. s3://bucket; SQL: file:// or s3:// root)"),
@@ -92,6 +93,7 @@ class Settings:
     # user -> password; empty means trust (only allowed on loopback, see server.py).
     users: dict[str, str] = field(default_factory=dict, repr=False)
     query_threads: int = 4
+    query_memory: str = "25%"  # memory.parse_size_bytes reads it; checked by resolve()
     log_level: str = "INFO"
     catalog_uri: str | None = field(default=None, repr=False)
     warehouse: str | None = None
@@ -112,6 +114,10 @@ class Settings:
     tail_dir: str | None = None
     tail_url: str | None = field(default=None, repr=False)
     tail_quorum: str | None = None
+
+    @property
+    def query_memory_bytes(self) -> int:
+        return parse_size_bytes(self.query_memory)
 
     @property
     def warehouse_dir(self) -> Path:
@@ -197,6 +203,7 @@ def resolve(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -
         values[option.key] = option.default if value is None else value
     users = load_users(values.pop("password_file"), values.pop("users"))
     values["data_dir"] = Path(values["data_dir"])
+    check_query_limits(values["query_memory"])
     check_write_ladder(values["write_buffer_ms"], values["tail_dir"], values["tail_url"], values["tail_quorum"])
     values["result_compression"] = check_flight_transport(values["result_compression"], values["tls_cert"],
                                                           values["tls_key"])
@@ -233,6 +240,45 @@ def check_flight_transport(result_compression: str, tls_cert: str | None, tls_ke
     if bool(tls_cert) != bool(tls_key):
         raise ValueError("--tls-cert and --tls-key go together: give both PEM files (certificate and its private key)")
     return codec
+
+
+def check_query_limits(query_memory: str) -> None:
+    """--query-memory parses, or start-up stops with its ValueError."""
+    parse_size_bytes(query_memory)
+
+
+# --query-memory's default share of the machine's memory (docs/configuration.md says why 25%).
+MIN_QUERY_MEMORY_BYTES = 16 << 20
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%|[kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def physical_memory_bytes() -> int:
+    """The machine's RAM, or the cgroup's memory limit when one is set below it."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return total
+    return min(total, int(limit)) if limit.isdigit() else total
+
+
+def parse_size_bytes(text: str, *, total_bytes: int | None = None) -> int:
+    """`--query-memory`: a number of MiB (`512`), a size with a unit (`256MB`, `2GiB`, `1.5g`;
+    binary multiples) or a share of the machine's memory (`25%`). ValueError on anything else."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ValueError(f"--query-memory must be MiB, a size such as 512MB or 2GB, or a share such as 25%, not {text!r}")
+    number, unit = float(m.group(1)), (m.group(2) or "m").lower()
+    if unit == "%":
+        if not 0 < number <= 100:
+            raise ValueError(f"--query-memory share must be in (0, 100]%, not {text!r}")
+        size = int((total_bytes or physical_memory_bytes()) * number / 100)
+    else:
+        size = int(number * _UNITS[unit[0]])
+    if size < MIN_QUERY_MEMORY_BYTES:
+        raise ValueError(f"--query-memory must be at least {MIN_QUERY_MEMORY_BYTES >> 20} MB, not {text!r}")
+    return size
 
 
 def check_write_ladder(write_buffer_ms: int, tail_dir: str | None, tail_url: str | None = None,

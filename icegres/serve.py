@@ -118,7 +118,10 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
     if lakehouse is None:
         return 1
     file_cache = _file_cache(settings)
-    engine = Engine(lakehouse, database=settings.database, file_cache=file_cache)
+    from icegres.engine.memory import runtime_env, spill_dir
+
+    runtime = runtime_env(settings.query_memory_bytes, spill_dir(settings.data_dir))
+    engine = Engine(lakehouse, database=settings.database, file_cache=file_cache, runtime=runtime)
     try:
         recover_last_run(engine, settings)
         engine.refresh()

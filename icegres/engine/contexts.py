@@ -226,7 +226,7 @@ class SessionContexts:
 
         from icegres.engine import pg_functions
 
-        ctx = SessionContext(session_config(self.default_schema()))
+        ctx = SessionContext(session_config(self.default_schema()), self.engine.runtime)
         catalog = Catalog.memory_catalog()
         shared, keep = self.engine.shared_tables()
         schemas = {}

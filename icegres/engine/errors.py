@@ -80,8 +80,10 @@ _RULES: tuple[tuple[re.Pattern[str], str, str | Callable[..., str | tuple[str, s
     (re.compile(r"overflow", re.I), e.NUMERIC_VALUE_OUT_OF_RANGE, None),
     (re.compile(r"not implemented|Unsupported|not supported", re.I), e.FEATURE_NOT_SUPPORTED, None),
     (re.compile(r"Error during planning|Schema error|type_coercion|Coercion", re.I), "42804", None),
-    (re.compile(r"Resources exhausted", re.I), "53200", None),
 )
+# DataFusion's ResourcesExhausted: the query memory pool (engine/memory.py) cannot grant what an
+# operator that cannot spill needs. PostgreSQL's words, DataFusion's account as the detail.
+_RESOURCES_EXHAUSTED = re.compile(r"Resources exhausted: (.*)", re.I | re.S)
 
 # Arrow's names for the types DataFusion casts text to, as PostgreSQL names them in messages.
 _ARROW_TYPE_NAMES = {"Int16": "smallint", "Int32": "integer", "Int64": "bigint", "Float32": "real",
@@ -112,6 +114,11 @@ def from_datafusion(exc: BaseException, sql: str | None = None, *, verbatim: boo
     if isinstance(exc, PgError):
         return exc
     text = str(exc)
+    exhausted = _RESOURCES_EXHAUSTED.search(text)
+    if exhausted:
+        return PgError(e.OUT_OF_MEMORY, "out of memory", detail=exhausted.group(1).strip().splitlines()[0],
+                       hint="The statement needs more than --query-memory allows for what it cannot spill "
+                            "(a join's build side); raise it or make the statement smaller.")
     for pattern, sqlstate, template in _RULES:
         m = pattern.search(text)
         if m:

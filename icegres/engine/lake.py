@@ -135,12 +135,15 @@ class Engine:
     """The lakehouse as DataFusion relations, kept exactly fresh by `refresh()`."""
 
     def __init__(self, lakehouse: Lakehouse, *, database: str = "icegres",
-                 file_cache: FileCache | None = None) -> None:
+                 file_cache: FileCache | None = None, runtime: Any = None) -> None:
+        """`runtime`: the RuntimeEnvBuilder of every context that executes (memory.py: the
+        query memory pool and spill directory); None: DataFusion's default, unbounded."""
         from datafusion import SessionContext
 
         self.lakehouse = lakehouse
         self.database = database
-        self._master: SessionContext = SessionContext(session_config())
+        self.runtime = runtime
+        self._master: SessionContext = SessionContext(session_config(), runtime)
         self._lock = threading.Lock()
         # Held while a DataFrame is made on the master: `rebatched` changes its batch size for
         # that instant, and no other statement must take that setting with it.

@@ -54,3 +54,19 @@ def test_secrets_are_redacted():
 def test_repr_hides_secrets():
     s = Settings(users={"u": "pw-xyz"}, s3_secret_key="sk-xyz", catalog_token="tok-xyz")
     assert "xyz" not in repr(s)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("512", 512 << 20), ("256MB", 256 << 20), ("256 mb", 256 << 20), ("2GiB", 2 << 30), ("1.5g", 3 << 29),
+    ("25%", 1 << 30), ("100%", 4 << 30),
+])
+def test_query_memory_takes_mib_sizes_and_shares(text, expected):
+    from icegres.config import parse_size_bytes
+
+    assert parse_size_bytes(text, total_bytes=4 << 30) == expected
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-5", "0%", "150%", "1MB", "12 parsecs"])
+def test_query_memory_refuses_what_is_not_a_size(text):
+    with pytest.raises(ValueError, match="--query-memory"):
+        resolve({"query_memory": text}, {})

@@ -1,0 +1,42 @@
+"""The query engine's memory: one pool every DataFusion context of the process shares, and a
+spill directory, so sorts, aggregates and joins spill to disk instead of growing without bound.
+
+DataFusion accounts the memory of its operators' state (sort buffers, hash tables, a join's
+build side) against the RuntimeEnv's pool; a consumer that can spill (a sort, a grouped
+aggregate, a sort-merge join) writes to the disk manager's files when its fair share is used up,
+and one that cannot (a hash or nested-loop join's build side) fails the query with
+"Resources exhausted", which the front ends answer as PostgreSQL's 53200 "out of memory".
+
+Every SessionContext gets a RuntimeEnv of its own, built from the RuntimeEnvBuilder it is given.
+The builder holds the pool as one shared object, so handing every context of the process the
+same builder gives them one pool (measured: with a 40 MB pool shared by two contexts, the second
+context's 17 MB join build failed while the first one's stream held its build; with two
+builders both ran). FairSpillPool divides what the non-spilling consumers leave among the
+spilling ones, so concurrent sorts each get an even share rather than the first one taking all.
+
+What the pool does not see (docs/limitations.md, "Memory"): batches in flight between operators,
+the Parquet reader's decoding buffers, a scalar function's output (`repeat()`: bounded by
+`pg_builtins`' length check instead), and Python's copies of results.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+SPILL_DIR = "spill"  # under the data directory
+
+def spill_dir(data_dir: Path) -> Path:
+    return data_dir / SPILL_DIR
+
+
+def runtime_env(pool_bytes: int, spill: Path) -> Any:
+    """The RuntimeEnvBuilder every context of the process is made with: a fair spill pool of
+    `pool_bytes` and spill files under `spill`, emptied first (a crashed run's files are
+    garbage: DataFusion removes its own only when it exits cleanly)."""
+    from datafusion import RuntimeEnvBuilder
+
+    shutil.rmtree(spill, ignore_errors=True)
+    spill.mkdir(parents=True, exist_ok=True)
+    return RuntimeEnvBuilder().with_fair_spill_pool(pool_bytes).with_temp_file_path(str(spill))
