@@ -17,7 +17,7 @@ _CATALOG_KEYS = (
 )
 
 SERVE_KEYS = ("data_dir", "host", "port", "flight_port", "ops_port", "ports_file", "standby", "result_compression",
-              "tls_cert", "tls_key", "database", "password_file", "query_threads", "query_memory", "log_level", "write_buffer_ms",
+              "tls_cert", "tls_key", "database", "password_file", "query_threads", "max_concurrent_queries", "query_memory", "log_level", "write_buffer_ms",
               "tail_dir", "tail_url", "tail_quorum", "file_cache_mb", *_CATALOG_KEYS)
 
 # `serve --help` in groups, and in each group the flags most runs need first. Every key of
@@ -34,7 +34,7 @@ SERVE_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      "(docs/architecture.md, 'The write ladder')",
      ("write_buffer_ms", "tail_dir", "tail_url", "tail_quorum")),
     ("operations", "health, readiness, ports, threads, logs",
-     ("ops_port", "ports_file", "standby", "query_threads", "query_memory", "log_level")),
+     ("ops_port", "ports_file", "standby", "query_threads", "max_concurrent_queries", "query_memory", "log_level")),
 )
 _SERVE_USAGE = "icegres {command} [--data-dir DIR] [--host HOST] [--port PORT] [options]"
 _SERVE_EPILOG = ("Every flag has an ICEGRES_* environment twin and a key in the --config TOML file "

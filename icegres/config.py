@@ -52,6 +52,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("password_file", None, "file of user:password lines; with it (or ICEGRES_USERS) clients must log in"),
     Option("users", None, "user:password[,user:password]; switches to password authentication", secret=True),
     Option("query_threads", 4, "worker threads running DataFusion and catalog calls", int),
+    Option("max_concurrent_queries", None, "heavy statements (joins, unnests, table functions, aggregates, sorts and windows over more than 4M rows) running at once, each in an execution process that a cancel kills; the rest queue, statement_timeout counting the wait; default: the number of CPUs", int),
     Option("query_memory", "25%", "memory pool of query execution, shared by every statement: MiB (512), a size (256MB, 2GB) or a share of the machine's RAM (25%); sorts, aggregates and joins spill to <data-dir>/spill beyond it, and a statement that still cannot fit fails with 53200 out of memory"),
     Option("log_level", "INFO", "Python logging level"),
     Option("catalog_uri", None, "catalog: unset = embedded SQLite; http(s)://… = Iceberg REST catalog; postgresql://… = SQL catalog on PostgreSQL", secret=True),
@@ -93,6 +94,7 @@ class Settings:
     # user -> password; empty means trust (only allowed on loopback, see server.py).
     users: dict[str, str] = field(default_factory=dict, repr=False)
     query_threads: int = 4
+    max_concurrent_queries: int | None = None  # None: os.cpu_count() (engine/executor.py)
     query_memory: str = "25%"  # memory.parse_size_bytes reads it; checked by resolve()
     log_level: str = "INFO"
     catalog_uri: str | None = field(default=None, repr=False)
@@ -203,7 +205,7 @@ def resolve(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -
         values[option.key] = option.default if value is None else value
     users = load_users(values.pop("password_file"), values.pop("users"))
     values["data_dir"] = Path(values["data_dir"])
-    check_query_limits(values["query_memory"])
+    check_query_limits(values["query_memory"], values["max_concurrent_queries"])
     check_write_ladder(values["write_buffer_ms"], values["tail_dir"], values["tail_url"], values["tail_quorum"])
     values["result_compression"] = check_flight_transport(values["result_compression"], values["tls_cert"],
                                                           values["tls_key"])
@@ -242,9 +244,12 @@ def check_flight_transport(result_compression: str, tls_cert: str | None, tls_ke
     return codec
 
 
-def check_query_limits(query_memory: str) -> None:
-    """--query-memory parses, or start-up stops with its ValueError."""
+def check_query_limits(query_memory: str, max_concurrent_queries: int | None) -> None:
+    """--query-memory parses and --max-concurrent-queries is positive, or start-up stops with
+    this ValueError."""
     parse_size_bytes(query_memory)
+    if max_concurrent_queries is not None and max_concurrent_queries < 1:
+        raise ValueError("--max-concurrent-queries must be at least 1")
 
 
 # --query-memory's default share of the machine's memory (docs/configuration.md says why 25%).

@@ -118,10 +118,17 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
     if lakehouse is None:
         return 1
     file_cache = _file_cache(settings)
+    from icegres.engine.executor import Executors, default_slots
     from icegres.engine.memory import runtime_env, spill_dir
 
-    runtime = runtime_env(settings.query_memory_bytes, spill_dir(settings.data_dir))
+    # --query-memory in equal shares: the server's own pool (light statements, and heavy ones
+    # that run here: over object stores) and each execution process's (executor.py).
+    slots = settings.max_concurrent_queries or default_slots()
+    share_bytes = settings.query_memory_bytes // (slots + 1)
+    runtime = runtime_env(share_bytes, spill_dir(settings.data_dir))
     engine = Engine(lakehouse, database=settings.database, file_cache=file_cache, runtime=runtime)
+    engine.executors = Executors(slots, share_bytes, spill_dir(settings.data_dir))
+    engine.executors.prestart()
     try:
         recover_last_run(engine, settings)
         engine.refresh()
@@ -219,6 +226,7 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
             return 1
         raise
     finally:
+        engine.executors.close()
         if file_cache is not None:
             file_cache.close()  # a copy in progress would otherwise hold the exit
     return 0

@@ -120,31 +120,38 @@ def may_run_long(kinds: set[str], input_rows: int | None) -> bool:
 
 
 class PullScope:
-    """The cancellable pulls of one worker-thread job: cancelled when its caller stops waiting."""
+    """The cancellable pulls of one worker-thread job: cancelled when its caller stops waiting.
+    `slot`: an execution slot handed to the job after it queued for one (executor.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, slot: Any = None) -> None:
         self._lock = threading.Lock()
-        self._waiting: tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None
+        self._on_cancel: Callable[[], None] | None = None
         self.cancelled = False
+        self.slot = slot
 
     def cancel(self) -> None:
         """From any thread: end the pull in progress, if any, and refuse later ones."""
         with self._lock:
             self.cancelled = True
-            if self._waiting is not None:
-                loop, task = self._waiting
-                loop.call_soon_threadsafe(task.cancel)
+            stop, self._on_cancel = self._on_cancel, None
+        if stop is not None:
+            stop()
 
-    def waiting(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> bool:
+    def on_cancel(self, stop: Callable[[], None]) -> bool:
+        """While a pull waits: `stop()` ends it, from the thread that cancels. False if the scope
+        is cancelled already (the pull is not to start)."""
         with self._lock:
             if self.cancelled:
                 return False
-            self._waiting = (loop, task)
+            self._on_cancel = stop
             return True
+
+    def waiting(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> bool:
+        return self.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
 
     def finished(self) -> None:
         with self._lock:
-            self._waiting = None
+            self._on_cancel = None
 
 
 _local = threading.local()
@@ -158,6 +165,11 @@ def scoped(scope: PullScope) -> Iterator[None]:
         yield
     finally:
         _local.scope = None
+
+
+def current_scope() -> PullScope | None:
+    """The PullScope of the job running in this thread, if any."""
+    return getattr(_local, "scope", None)
 
 
 class _ThreadLoop:

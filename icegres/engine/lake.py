@@ -143,6 +143,8 @@ class Engine:
         self.lakehouse = lakehouse
         self.database = database
         self.runtime = runtime
+        # Where heavy statements run (executor.py: execution processes, admission); None: here.
+        self.executors: Any = None
         self._master: SessionContext = SessionContext(session_config(), runtime)
         self._lock = threading.Lock()
         # Held while a DataFrame is made on the master: `rebatched` changes its batch size for

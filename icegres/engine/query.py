@@ -462,6 +462,7 @@ class QueryContext:
 
     def _execute(self, stmt: Statement, params: dict[str, Any] | None) -> tuple[pa.Schema, Any]:
         from icegres.engine.batches import CancellableBatches
+        from icegres.engine.executor import RemoteBatches
 
         planned = self.plan(stmt, params)
         kinds = self._plan_kinds(stmt, planned.df)
@@ -469,26 +470,38 @@ class QueryContext:
         if wide is not None:
             planned = planned.with_df(self.engine.rebatched(planned.df, wide))
         try:
-            schema, stream = self.pg_schema(stmt, planned.df.schema()), planned.df.execute_stream()
+            schema, stream = self.pg_schema(stmt, planned.df.schema()), self._stream(stmt, planned, kinds)
         except Exception as exc:
             retry = self._rewritten_after_failure(stmt, params, planned)
             if retry is None:
                 raise engine_errors.from_datafusion(exc, stmt.sql, verbatim=False) from None
             try:
                 planned = retry
-                schema, stream = self.pg_schema(stmt, planned.df.schema()), planned.df.execute_stream()
+                kinds = self._plan_kinds(stmt, planned.df)
+                schema, stream = self.pg_schema(stmt, planned.df.schema()), self._stream(stmt, planned, kinds)
             except Exception:
                 raise engine_errors.from_datafusion(exc, stmt.sql, verbatim=False) from None
-            kinds = self._plan_kinds(stmt, planned.df)
-        # A plan that may compute for long before its first batch is pulled so that a cancel can
-        # end the wait (engine/batches.py).
-        if self._pulls_long(stmt, planned, kinds):
+        if not isinstance(stream, RemoteBatches) and self._pulls_long(stmt, planned, kinds):
+            # A plan that may compute for long before its first batch, run here: pulled so that
+            # a cancel ends the wait at least (engine/batches.py).
             # A pruned plan is the only kind without the key: its literals make it rarely repeat.
             if planned.repeat is None:
                 stream = CancellableBatches(stream)
             elif planned.repeat not in self.engine.quick_first_pulls:
                 stream = CancellableBatches(stream, functools.partial(self.engine.note_first_pull, planned.repeat))
         return schema, HeldStream(stream, planned.hold)
+
+    def _stream(self, stmt: Statement, planned: PlannedQuery, kinds: frozenset[str]) -> Any:
+        """The plan started: in an execution process that a cancel kills if it may compute for
+        long (engine/executor.py; may raise Queued), else here."""
+        executors = self.engine.executors
+        if (executors is not None and self._pulls_long(stmt, planned, kinds)
+                and (planned.repeat is None or planned.repeat not in self.engine.quick_first_pulls)):
+            noted = None if planned.repeat is None else functools.partial(self.engine.note_first_pull, planned.repeat)
+            remote = executors.start(planned.df, noted)
+            if remote is not None:
+                return remote
+        return planned.df.execute_stream()
 
     def _rewritten_after_failure(self, stmt: Statement, params: dict[str, Any] | None,
                                  failed: PlannedQuery) -> PlannedQuery | None:

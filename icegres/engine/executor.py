@@ -1,0 +1,332 @@
+"""Heavy statements run in execution processes that a cancel kills, and at most
+`--max-concurrent-queries` of them at once (admission control).
+
+Why a process: a DataFusion operator that computes long from memory does not yield to tokio, and
+dropping its stream aborts its tasks only at their next yield. The nested-loop self-join of
+demo.trips (`a.fare < b.fare`) answered its 57014 within a second, but its partial aggregate
+kept one core busy for as long as we measured (> 120 s), and the next `select 3` took 182 s
+(docs/architecture.md, "Cancelling a runaway", has the options measured). DataFusion 55 gives
+Python no way to interrupt it; a process can be killed. So a plan that may compute for long
+(batches.may_run_long: a join, an unnest, a table function, an aggregate, sort or window over
+more than 4M rows) is planned here and its physical plan (`ExecutionPlan.to_bytes`, ~1 ms; Python
+UDFs and in-memory tables travel inside it) sent to an idle process of the pool, which executes
+it and streams Arrow IPC back over a socket pair. A cancel (PullScope) kills the process: its
+CPU and memory are the kernel's again at once. A replacement starts in the background.
+
+Admission: each process runs one statement, and there are at most `slots` processes, so the
+slots are the admission control. A statement that finds none free raises `Queued` before it has
+done anything but plan; `jobs.cancellable_job` waits for a slot on the caller's event loop
+(trio's or asyncio's: no worker thread waits, so light statements keep every query thread) under
+the statement's own cancel scope, so statement_timeout counts the wait, then runs the job again
+with the slot reserved for it. Light statements (streaming plans, small aggregates) run in the
+server process as before: their work is bounded, and queueing a point lookup behind a runaway is
+what admission control is for avoiding.
+
+Plans that name object-store files (s3://) run in the server process: the stores' credentials
+live in its runtime (docs/limitations.md).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from icegres.engine.batches import PullCancelled, current_scope
+from icegres.engine.executor_main import BATCH, DONE, ERROR, SCHEMA
+
+log = logging.getLogger("icegres.engine")
+
+
+class Queued(BaseException):  # noqa: N818 - a signal to the job runner, not an error
+    """No execution slot is free: the job is to wait for one (`Executors.wait_turn`) and run
+    again. A BaseException so that no `except Exception` on its way up takes it for a failure."""
+
+    def __init__(self, executors: Executors) -> None:
+        super().__init__("waiting for an execution slot")
+        self.executors = executors
+
+
+class Slot:
+    """A slot handed to a queued job by `wait_turn`; released if the job does not use it."""
+
+    def __init__(self) -> None:
+        self.used = False
+
+
+class _Worker:
+    def __init__(self, pool_bytes: int, spill: Path) -> None:
+        parent, child = socket.socketpair()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "icegres.engine.executor_main", str(child.fileno()), str(pool_bytes), str(spill)],
+            pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, close_fds=True)
+        child.close()
+        self.conn = Connection(parent.detach())
+        self.ready = False
+
+    def wait_ready(self) -> None:
+        if not self.ready:
+            if self.conn.recv_bytes() != DONE:
+                raise RuntimeError("execution process failed to start")
+            self.ready = True
+
+    def kill(self) -> None:
+        """SIGKILL, from any thread; reaped in the background (a process freeing gigabytes can
+        take a while to go). The connection is left to the garbage collector: closing it under
+        a thread blocked in recv could hand its fd number to another file while that thread
+        still reads it; the kill ends the recv (end of file)."""
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+        threading.Thread(target=self.proc.wait, daemon=True, name="icegres-executor-reap").start()
+
+
+class Executors:
+    """The pool of execution processes and its admission slots (module doc)."""
+
+    def __init__(self, slots: int, pool_bytes: int, spill: Path) -> None:
+        """`slots` processes, each with a memory pool of `pool_bytes`, spilling under `spill`."""
+        self.slots = slots
+        self._pool_bytes = pool_bytes
+        self._spill = spill
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._running = 0  # slots taken: statements running, and slots handed to queued jobs
+        self._waiters: collections.deque[_Waiter] = collections.deque()
+        self._closed = False
+
+    def prestart(self) -> None:
+        """Start the processes now, in the background (each imports DataFusion: ~1 s)."""
+        for _ in range(self.slots):
+            self._replace()
+
+    def _replace(self) -> None:
+        def start() -> None:
+            worker = self._spawn()
+            with self._lock:
+                if not self._closed:
+                    self._idle.append(worker)
+                    return
+            worker.kill()
+
+        threading.Thread(target=start, daemon=True, name="icegres-executor-start").start()
+
+    def _spawn(self) -> _Worker:
+        self._spill.mkdir(parents=True, exist_ok=True)
+        worker = _Worker(self._pool_bytes, self._spill)
+        worker.wait_ready()
+        return worker
+
+    # --- admission ----------------------------------------------------------------------------
+
+    def start(self, df: Any, on_first: Any = None) -> RemoteBatches | None:
+        """In a worker thread: `df`'s plan running in an execution process, or None where it
+        must run here (module doc). Raises Queued when no slot is free. `on_first` is told how
+        many seconds the first pull took, if it completed."""
+        plan = df.execution_plan().to_bytes()
+        if b"s3://" in plan:
+            return None
+        scope = current_scope()
+        slot = getattr(scope, "slot", None)
+        with self._lock:
+            if slot is not None and not slot.used:
+                slot.used = True  # counted in _running when it was handed over
+            elif self._running < self.slots and not self._waiters:
+                self._running += 1
+            else:
+                raise Queued(self)
+            worker = self._idle.pop() if self._idle else None
+        try:
+            if worker is None:
+                worker = self._spawn()
+            worker.conn.send_bytes(plan)
+        except BaseException:
+            if worker is not None:
+                worker.kill()
+            self._release(replace=True)
+            raise
+        return RemoteBatches(self, worker, on_first)
+
+    def _release(self, worker: _Worker | None = None, *, replace: bool = False) -> None:
+        """A statement's slot back: to the first queued job, else free; its process back to the
+        idle list, or killed and replaced."""
+        if replace:
+            self._replace()
+        with self._lock:
+            if worker is not None:
+                self._idle.append(worker)
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                if waiter.grant():
+                    return
+            self._running -= 1
+
+    def release_unused(self, slot: Slot) -> None:
+        """A job ran again with `slot` and did not take it (its plan ran here after all)."""
+        if not slot.used:
+            slot.used = True
+            self._release()
+
+    async def wait_turn(self) -> Slot:
+        """On the caller's event loop (trio or asyncio): wait until a slot is handed over.
+        Cancellable; a slot handed over just as the caller is cancelled is passed on."""
+        waiter = _Waiter()
+        with self._lock:
+            if self._running < self.slots and not self._waiters:
+                self._running += 1
+                return waiter.slot
+            self._waiters.append(waiter)
+        try:
+            await waiter.wait()
+        except BaseException:
+            with self._lock:
+                granted = not waiter.cancel()
+                if not granted:
+                    self._waiters.remove(waiter)
+            if granted:
+                self.release_unused(waiter.slot)
+            raise
+        return waiter.slot
+
+    def stats(self) -> tuple[int, int]:
+        """(statements running or about to, statements queued)."""
+        with self._lock:
+            return self._running, len(self._waiters)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.kill()
+
+
+class _Waiter:
+    """A queued job's wake-up, from whichever thread releases a slot, on its own event loop."""
+
+    def __init__(self) -> None:
+        import sniffio
+
+        self.slot = Slot()
+        self._state = "waiting"  # -> "granted" | "cancelled", under Executors._lock
+        if sniffio.current_async_library() == "trio":
+            import trio
+
+            self._event: Any = trio.Event()
+            token = trio.lowlevel.current_trio_token()
+            self._wake = lambda: token.run_sync_soon(self._event.set)
+        else:
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+            self._event = asyncio.Event()
+            self._wake = lambda: loop.call_soon_threadsafe(self._event.set)
+
+    def grant(self) -> bool:
+        if self._state != "waiting":
+            return False
+        self._state = "granted"
+        self._wake()
+        return True
+
+    def cancel(self) -> bool:
+        """False if the slot was granted already (the caller must pass it on)."""
+        if self._state == "granted":
+            return False
+        self._state = "cancelled"
+        return True
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+class RemoteBatches:
+    """A plan's batches as its execution process sends them (pyarrow RecordBatches). Every pull
+    ends at once when the statement is cancelled: the process is killed."""
+
+    def __init__(self, executors: Executors, worker: _Worker, on_first: Any = None) -> None:
+        self._executors = executors
+        self._worker: _Worker | None = worker
+        self._schema: Any = None
+        self._on_first = on_first
+        self._started = time.perf_counter()
+
+    def __iter__(self) -> RemoteBatches:
+        return self
+
+    def __next__(self) -> Any:
+        import pyarrow as pa
+
+        worker = self._worker
+        if worker is None:
+            raise StopIteration
+        scope = current_scope()
+        if scope is not None and not scope.on_cancel(self.kill):
+            self.kill()
+            raise PullCancelled("the query was cancelled")
+        try:
+            while True:
+                try:
+                    message = worker.conn.recv_bytes()
+                except (EOFError, OSError):
+                    self.kill()
+                    raise PullCancelled("the query was cancelled") from None
+                kind, body = message[:1], memoryview(message)[1:]
+                if kind == BATCH:
+                    self._first_pulled()
+                    return pa.ipc.read_record_batch(pa.py_buffer(body), self._schema)
+                if kind == SCHEMA:
+                    self._schema = pa.ipc.read_schema(pa.py_buffer(body))
+                    continue
+                self._finish(worker)
+                if kind == DONE:
+                    self._first_pulled()
+                if kind == ERROR:
+                    raise RuntimeError(bytes(body).decode("utf-8", "replace"))
+                assert kind == DONE
+                raise StopIteration
+        finally:
+            if scope is not None:
+                scope.finished()
+
+    def _first_pulled(self) -> None:
+        if self._on_first is not None:
+            self._on_first(time.perf_counter() - self._started)
+            self._on_first = None
+
+    def _finish(self, worker: _Worker) -> None:
+        self._worker = None
+        self._executors._release(worker)
+
+    def kill(self) -> None:
+        """Stop the plan now (any thread): its process is killed and replaced, its slot freed."""
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            started = time.perf_counter()
+            worker.kill()
+            log.debug("execution process %d killed in %.1f ms", worker.proc.pid, (time.perf_counter() - started) * 1e3)
+            self._executors._release(replace=True)
+
+    def close(self) -> None:
+        self.kill()
+
+    def __del__(self) -> None:
+        # A stream dropped before its end (a portal closed early, a session gone): the process
+        # would go on computing for nobody.
+        if self._worker is not None:
+            self.kill()
+
+
+def default_slots() -> int:
+    """--max-concurrent-queries' default: one heavy statement per core (each already uses every
+    core: DataFusion's target_partitions), so more at once only divides the CPU and the memory."""
+    return max(1, os.cpu_count() or 1)

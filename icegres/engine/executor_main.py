@@ -1,0 +1,111 @@
+"""An execution process (`python -m icegres.engine.executor_main FD POOL_BYTES SPILL_DIR`): runs
+the physical plans the server sends it over the socket FD, one at a time, and sends back their
+batches (engine/executor.py has the protocol and why the process exists).
+
+It imports only DataFusion and pyarrow at start (about a second): a plan holding a Python UDF
+imports that UDF's module when it is unpickled.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+SCHEMA, BATCH, DONE, ERROR = b"S", b"B", b"D", b"E"
+# The execution processes' niceness: under CPU contention the kernel gives the server's threads
+# (light statements, encoding, the event loop) about 10x their weight, so a runaway join slows a
+# point lookup less; alone, a heavy statement still gets every core.
+NICE = 10
+
+
+def serve(conn: Connection, pool_bytes: int, spill: str) -> None:
+    from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext
+
+    runtime = RuntimeEnvBuilder().with_fair_spill_pool(pool_bytes).with_temp_file_path(spill)
+    ctx = SessionContext(SessionConfig(), runtime)
+    conn.send_bytes(DONE)  # ready
+    while True:
+        try:
+            plan_bytes = conn.recv_bytes()
+        except EOFError:
+            return
+        try:
+            run(ctx, conn, plan_bytes)
+        except BrokenPipeError:
+            return
+        except BaseException as exc:  # noqa: BLE001 - every failure is the statement's, sent back as text
+            conn.send_bytes(ERROR + str(exc).encode("utf-8", "replace"))
+        else:
+            conn.send_bytes(DONE)
+
+
+def run(ctx: Any, conn: Connection, plan_bytes: bytes) -> None:
+    """Every output partition of the plan pulled at once (a thread each: their streams run on
+    DataFusion's runtime in parallel), each batch sent as it comes."""
+    from datafusion.plan import ExecutionPlan
+
+    plan = ExecutionPlan.from_bytes(ctx, plan_bytes)
+    streams = [ctx.execute(plan, i) for i in range(plan.partition_count)]
+    lock = threading.Lock()
+    sent_schema = False
+    failures: list[BaseException] = []
+
+    def pull(stream: Any) -> None:
+        nonlocal sent_schema
+        try:
+            for batch in stream:
+                arrow = batch.to_pyarrow()
+                with lock:
+                    if failures:
+                        return
+                    if not sent_schema:
+                        conn.send_bytes(SCHEMA + arrow.schema.serialize().to_pybytes())
+                        sent_schema = True
+                    conn.send_bytes(BATCH + arrow.serialize().to_pybytes())
+        except BaseException as exc:  # noqa: BLE001
+            with lock:
+                failures.append(exc)
+
+    if len(streams) == 1:
+        pull(streams[0])
+    else:
+        threads = [threading.Thread(target=pull, args=(s,), daemon=True) for s in streams]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    if failures:
+        raise failures[0]
+
+
+def _die_with_parent() -> None:
+    """Exit when the server is gone, however it went: a busy process would otherwise compute on
+    until it next writes to the closed socket. Not PR_SET_PDEATHSIG: that fires when the thread
+    that started the process ends, and the server starts them from short-lived threads."""
+    import os
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def main(argv: list[str]) -> None:
+    import os
+
+    _die_with_parent()
+    # Heavy statements yield the CPU to the server's own threads (point lookups, the wire).
+    os.nice(NICE)
+    fd, pool_bytes, spill = int(argv[0]), int(argv[1]), argv[2]
+    serve(Connection(fd), pool_bytes, spill)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
