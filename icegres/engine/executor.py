@@ -46,6 +46,11 @@ from icegres.engine.executor_main import BATCH, DONE, ERROR, SCHEMA
 log = logging.getLogger("icegres.engine")
 
 
+# A killed process is replaced this long after: its replacement's start (importing DataFusion,
+# ~0.5 s of CPU) would otherwise land in the very second the cancel is to leave quiet.
+REPLACE_DELAY_S = 2.0
+
+
 class Queued(BaseException):  # noqa: N818 - a signal to the job runner, not an error
     """No execution slot is free: the job is to wait for one (`Executors.wait_turn`) and run
     again. A BaseException so that no `except Exception` on its way up takes it for a failure."""
@@ -107,18 +112,26 @@ class Executors:
     def prestart(self) -> None:
         """Start the processes now, in the background (each imports DataFusion: ~1 s)."""
         for _ in range(self.slots):
-            self._replace()
+            self._replace(0)
 
-    def _replace(self) -> None:
+    def _replace(self, delay_s: float = REPLACE_DELAY_S) -> None:
+        """One more idle process, started `delay_s` from now in the background; a statement that
+        needs one sooner starts its own (`start`)."""
         def start() -> None:
+            with self._lock:
+                if self._closed or len(self._idle) >= self.slots:
+                    return
             worker = self._spawn()
             with self._lock:
-                if not self._closed:
+                if not self._closed and len(self._idle) < self.slots:
                     self._idle.append(worker)
                     return
             worker.kill()
 
-        threading.Thread(target=start, daemon=True, name="icegres-executor-start").start()
+        timer = threading.Timer(delay_s, start)
+        timer.daemon = True
+        timer.name = "icegres-executor-start"
+        timer.start()
 
     def _spawn(self) -> _Worker:
         self._spill.mkdir(parents=True, exist_ok=True)

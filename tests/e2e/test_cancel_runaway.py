@@ -4,6 +4,7 @@ The server runs with one query thread, so a thread still busy with the cancelled
 the next statement (from any client) wait for it; the runaway would run for hours. The statement
 after the cancel carries its own statement_timeout, so a regression fails in bounded time. The
 cancel comes from statement_timeout, a CancelRequest, a Flight deadline, or the client's death.
+CPU is the server's and its execution processes' (engine/executor.py), where runaways run.
 """
 
 from __future__ import annotations
@@ -18,12 +19,17 @@ import psutil
 import psycopg
 import pytest
 
+from icegres.engine.executor import REPLACE_DELAY_S
 from tests.support.icegres_server import IcegresServer, running_icegres
 
 pytestmark = pytest.mark.e2e
 
 # A join fed batch by batch by an endless range: ~10^15 rows to sum, no batch until the end.
 RUNAWAY = "select sum(a.value * b.value) from range(1, 1000) a cross join range(1, 1000000000000) b"
+# Issue 26's: a nested-loop self-join of demo.trips (10^12 row pairs) whose partial aggregate
+# never yields to tokio; before execution processes its cancel left a core busy for minutes and
+# the next `select 3` took 182 s.
+SELF_JOIN = "select count(*) from demo.trips a join demo.trips b on a.fare < b.fare"
 # An aggregate over demo.trips that needs the one query thread; it fails (57014) after this long.
 NEXT_TIMEOUT_MS = 15_000
 
@@ -34,11 +40,26 @@ def server(seeded_dir) -> Iterator[IcegresServer]:
         yield srv
 
 
-def _server_cpu_rate(pid: int, seconds: float = 1.0) -> float:
-    proc = psutil.Process(pid)
-    before = sum(proc.cpu_times()[:2])
+def _tree(pid: int) -> list[psutil.Process]:
+    return [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+
+
+def _server_cpu_rate(pid: int, seconds: float = 1.0, among: list[psutil.Process] | None = None) -> float:
+    """Cores the server and its child processes (or the processes `among`) used over the next
+    `seconds` (a process that ends meanwhile counts as nothing: killed runaways should end)."""
+    def cpu() -> dict[int, float]:
+        out = {}
+        for proc in among if among is not None else _tree(pid):
+            try:
+                out[proc.pid] = sum(proc.cpu_times()[:2])
+            except psutil.NoSuchProcess:
+                pass
+        return out
+
+    before = cpu()
     time.sleep(seconds)
-    return (sum(proc.cpu_times()[:2]) - before) / seconds
+    after = cpu()
+    return sum(after[p] - before.get(p, 0.0) for p in after) / seconds
 
 
 def _assert_freed_and_quiet(server: IcegresServer) -> None:
@@ -122,3 +143,33 @@ def test_a_client_that_disconnects_mid_query_frees_the_thread_and_stops_the_runa
         client.kill()
         client.wait(timeout=10)
     _assert_freed_and_quiet(server)
+
+
+def test_a_cancelled_self_join_of_trips_leaves_the_engine_quiet_within_a_second(server):
+    # Earlier tests' killed processes replaced first: a replacement starting (importing
+    # DataFusion) in the measured second would be counted as the cancelled join's.
+    time.sleep(REPLACE_DELAY_S)
+    deadline = time.monotonic() + 10
+    while _server_cpu_rate(server.pid, 0.5) > 0.1:
+        assert time.monotonic() < deadline
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        started = time.monotonic()
+        assert conn.execute("select 3").fetchone() == (3,)
+        normal_s = time.monotonic() - started
+        conn.execute("set statement_timeout = 1000")
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            conn.execute(SELF_JOIN)
+        cancelled = time.monotonic()
+        running = _tree(server.pid)  # the processes that ran the join, the server's own included
+        assert cancelled - started < 2
+        conn.execute("reset statement_timeout")
+        assert conn.execute("select 3").fetchone() == (3,)
+        next_s = time.monotonic() - cancelled
+        # The next statement at normal speed: a loaded 2-core CI machine gets 0.25 s of slack.
+        assert next_s < max(0.25, 10 * normal_s), (normal_s, next_s)
+        with psycopg.connect(server.dsn(), autocommit=True) as other:
+            assert other.execute("select count(*) from demo.cities").fetchone() == (20,)
+        # Quiet by a second after the 57014 (its process's replacement starts 2 s after the kill).
+        rate = _server_cpu_rate(server.pid, max(0.5, cancelled + 1.0 - time.monotonic()), among=running)
+        assert rate < 0.3, f"server still busy after the cancel: {rate:.2f} cores"
