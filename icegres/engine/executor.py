@@ -22,8 +22,10 @@ with the slot reserved for it. Light statements (streaming plans, small aggregat
 server process as before: their work is bounded, and queueing a point lookup behind a runaway is
 what admission control is for avoiding.
 
-Plans that name object-store files (s3://) run in the server process: the stores' credentials
-live in its runtime (docs/limitations.md).
+Some plans run in the server process as before: those that name object-store files (s3://: the
+stores' credentials live in its runtime), those DataFusion cannot serialise (a recursive CTE),
+those over PLAN_BYTES_MAX, and catalog queries (pg_catalog, information_schema: small in-memory
+tables, and clients send many; query.py decides). docs/limitations.md lists them.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ from icegres.engine.executor_main import BATCH, DONE, ERROR, SCHEMA
 log = logging.getLogger("icegres.engine")
 
 
+# A plan larger than this (in-memory tables travel inside it: a transaction's buffered rows, a
+# temporary table) runs in the server rather than be copied to a process.
+PLAN_BYTES_MAX = 16 << 20
 # A killed process is replaced this long after: its replacement's start (importing DataFusion,
 # ~0.5 s of CPU) would otherwise land in the very second the cancel is to leave quiet.
 REPLACE_DELAY_S = 2.0
@@ -145,8 +150,11 @@ class Executors:
         """In a worker thread: `df`'s plan running in an execution process, or None where it
         must run here (module doc). Raises Queued when no slot is free. `on_first` is told how
         many seconds the first pull took, if it completed."""
-        plan = df.execution_plan().to_bytes()
-        if b"s3://" in plan:
+        try:
+            plan = df.execution_plan().to_bytes()
+        except Exception:  # noqa: BLE001 - a node DataFusion cannot serialise (a recursive CTE's)
+            return None
+        if b"s3://" in plan or len(plan) > PLAN_BYTES_MAX:
             return None
         scope = current_scope()
         slot = getattr(scope, "slot", None)

@@ -33,6 +33,7 @@ from icegres.engine import pg_builtins, pg_catalog, pg_relations
 from icegres.pg.errors import (
     INVALID_PARAMETER_VALUE,
     INVALID_REGULAR_EXPRESSION,
+    PROGRAM_LIMIT_EXCEEDED,
     UNDEFINED_OBJECT,
     PgError,
 )
@@ -120,6 +121,33 @@ def register_functions(ctx: datafusion.SessionContext, env: SessionEnv) -> None:
     for fn in (*session_functions(env), *catalog_functions(env), *helper_functions(env)):
         ctx.register_udf(fn.udf())
     ctx.register_udf(_OID_ARRAY)
+    ctx.register_udf(_text_length_limit_udf())
+
+
+# PostgreSQL's largest value (MaxAllocSize, 1 GB - 1) less its 4-byte header: repeat(), lpad()
+# and rpad() refuse results beyond it with 54000 "requested length too large". DataFusion
+# builds them whatever their size, outside its memory pool (`repeat('x', 2147483647)` reached
+# 9 GB of RSS in 4.5 s); the rewrite pass `functions.bounded_text_lengths` routes their counts
+# through this check first.
+TEXT_BYTES_MAX = (1 << 30) - 1 - 4
+
+
+def _text_length_limit(counts: pa.Array, unit_bytes: pa.Array) -> pa.Array:
+    """pg_text_length_limit(count, bytes_per_unit): `count`, once count x bytes_per_unit is
+    known to fit (vectorised: one check per batch)."""
+    import pyarrow.compute as pc
+
+    product = pc.multiply(pc.cast(counts, pa.float64()), pc.cast(unit_bytes, pa.float64()))
+    largest = pc.max(product).as_py()
+    if largest is not None and largest > TEXT_BYTES_MAX:
+        raise PgError(PROGRAM_LIMIT_EXCEEDED, "requested length too large")
+    return pc.cast(counts, pa.int64())
+
+
+def _text_length_limit_udf() -> datafusion.ScalarUDF:
+    from datafusion import udf
+
+    return udf(_text_length_limit, [pa.int64(), pa.int64()], pa.int64(), "immutable", "pg_text_length_limit")
 
 
 def _annotated_identity(name: str, arrow_type: pa.DataType, pg_oid: int) -> datafusion.ScalarUDF:

@@ -25,7 +25,7 @@ from icegres.engine import rewrite, view_defs, views
 from icegres.engine.column_names import PLAIN_NAME, postgres_names, select_list_names
 from icegres.engine.contexts import Made, SessionContexts
 from icegres.engine.insert_shape import InsertShapes
-from icegres.engine.lake import Engine, SessionEnv
+from icegres.engine.lake import SYSTEM_SCHEMAS, Engine, SessionEnv
 from icegres.engine.pg_relations import CATALOG_RELATION_NAMES
 from icegres.engine.plan_cache import PlanCache
 from icegres.engine.planned import HeldStream, PlannedQuery
@@ -496,12 +496,18 @@ class QueryContext:
         long (engine/executor.py; may raise Queued), else here."""
         executors = self.engine.executors
         if (executors is not None and self._pulls_long(stmt, planned, kinds)
-                and (planned.repeat is None or planned.repeat not in self.engine.quick_first_pulls)):
+                and (planned.repeat is None or planned.repeat not in self.engine.quick_first_pulls)
+                and not self._reads_catalog(stmt)):
             noted = None if planned.repeat is None else functools.partial(self.engine.note_first_pull, planned.repeat)
             remote = executors.start(planned.df, noted)
             if remote is not None:
                 return remote
         return planned.df.execute_stream()
+
+    def _reads_catalog(self, stmt: Statement) -> bool:
+        """Whether `stmt` may read pg_catalog or information_schema (catalog queries run here)."""
+        refs = self.table_refs(stmt)
+        return refs is None or any(schema in SYSTEM_SCHEMAS for schema, _ in refs)
 
     def _rewritten_after_failure(self, stmt: Statement, params: dict[str, Any] | None,
                                  failed: PlannedQuery) -> PlannedQuery | None:

@@ -102,3 +102,16 @@ def test_a_cross_join_that_cannot_fit_fails_with_53200_and_the_server_carries_on
         assert "CrossJoinExec" in (failed.value.diag.message_detail or "")
         assert peak[0] - idle < RSS_GROWTH_MAX_MB, (idle, peak[0])
         assert conn.execute("select count(*) from demo.cities").fetchone() == (20,)
+
+
+@pytest.mark.parametrize("sql", ["select length(repeat('x', 2147483647))", "select length(repeat('ab', 600000000))",
+                                 "select length(lpad('x', 300000000))", "select rpad(city, 2000000000) from demo.cities"])
+def test_a_text_result_over_postgresqls_1gb_is_refused_before_it_is_built(server, sql):
+    # The pool cannot see a scalar function's output: repeat('x', 2^31 - 1) reached 9 GB of RSS.
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        idle = _idle_rss_mb(server)
+        with peak_rss_mb(server.pid) as peak, pytest.raises(psycopg.errors.ProgramLimitExceeded,
+                                                             match="requested length too large"):
+            conn.execute(sql)
+        assert peak[0] - idle < 100, (idle, peak[0])
+        assert conn.execute("select repeat('ab', 3), lpad('x', 4, 'y'), rpad('x', 3)").fetchone() == ("ababab", "yyyx", "x  ")

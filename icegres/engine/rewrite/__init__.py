@@ -43,6 +43,7 @@ from icegres.engine.rewrite.casts import (
     typed_any_parameters,
 )
 from icegres.engine.rewrite.functions import (
+    bounded_text_lengths,
     decorrelate_scalar_subqueries,
     exists_in_expressions,
     json_build_object,
@@ -122,6 +123,7 @@ _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
     json_build_object,
     privilege_checks,
     pad_default_arguments,
+    bounded_text_lengths,
     exists_in_expressions,
     lateral_derived_tables,
     decorrelate_scalar_subqueries,
@@ -165,6 +167,8 @@ _REWRITE_MARKERS = (
     "to_char", "generate_series", "to_date", "to_timestamp", "similar to", "array_remove", "fetch ",
     # numeric quotients and averages at PostgreSQL's scale (numeric.py)
     "/", "avg(",
+    # results over PostgreSQL's 1 GB refused before they are built (functions.bounded_text_lengths)
+    "repeat(", "lpad(", "rpad(",
 )
 
 

@@ -79,6 +79,30 @@ def pad_default_arguments(tree: exp.Expression, rw: _Rewriter) -> exp.Expression
     return _bottom_up(tree, fn)
 
 
+# PostgreSQL's lpad/rpad reserve the database encoding's longest character per unit (UTF-8: 4).
+_PAD_UNIT_BYTES = 4
+
+
+def bounded_text_lengths(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """repeat(s, n) -> repeat(s, pg_text_length_limit(n, octet_length(s))), lpad/rpad alike: a
+    result over PostgreSQL's 1 GB is refused (54000) before DataFusion builds it outside its
+    memory pool (pg_functions.TEXT_BYTES_MAX)."""
+
+    def limited(count: exp.Expression, unit: exp.Expression) -> exp.Expression:
+        return exp.Anonymous(this="pg_text_length_limit",
+                             expressions=[exp.cast(count, "BIGINT"), exp.cast(unit, "BIGINT")])
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Repeat) and node.args.get("times") is not None:
+            unit = exp.Anonymous(this="octet_length", expressions=[node.this.copy()])
+            node.set("times", limited(node.args["times"], unit))
+        elif isinstance(node, exp.Pad) and node.expression is not None:
+            node.set("expression", limited(node.expression, exp.Literal.number(_PAD_UNIT_BYTES)))
+        return node
+
+    return _bottom_up(tree, fn)
+
+
 def exists_in_expressions(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
     """EXISTS(...) outside WHERE/ON -> (SELECT count(*) ...) > 0.
 
