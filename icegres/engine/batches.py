@@ -8,7 +8,9 @@ and nothing interrupts that call: datafusion-python checks for interrupts only o
 thread. The statement's client gets its 57014 at once, but the thread stays busy and holds one of
 `--query-threads` until the batch is done.
 
-Such plans are pulled through the stream's async interface instead (`CancellableBatches`): the
+In a serving process such plans run in an execution process that the cancel kills (executor.py,
+which also says which plans stay here). Those that run here are pulled through the stream's
+async interface instead (`CancellableBatches`): the
 worker thread waits for the first batch on an asyncio loop of its own, which another thread can
 wake with a cancellation (`PullScope.cancel`). The pull then ends at once and the stream is
 dropped, which stops DataFusion's tasks at their next yield (for a plan fed by a scan, within
