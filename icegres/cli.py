@@ -16,15 +16,20 @@ _CATALOG_KEYS = (
     "s3_endpoint", "s3_access_key", "s3_secret_key", "s3_region", "s3_path_style",
 )
 
+_AUTH_KEYS = ("auth_method", "jwt_jwks", "jwt_issuer", "jwt_audience", "jwt_role_claim", "jwt_leeway_s",
+              "oauth_scope")
+
 SERVE_KEYS = ("data_dir", "host", "port", "flight_port", "ops_port", "ports_file", "standby", "result_compression",
               "tls_cert", "tls_key", "database", "password_file", "query_threads", "log_level", "write_buffer_ms",
-              "tail_dir", "tail_url", "tail_quorum", "file_cache_mb", *_CATALOG_KEYS)
+              "tail_dir", "tail_url", "tail_quorum", "file_cache_mb", *_CATALOG_KEYS, *_AUTH_KEYS)
 
 # `serve --help` in groups, and in each group the flags most runs need first. Every key of
 # SERVE_KEYS is in exactly one group (tests/unit/test_cli.py); --config closes the last one.
 SERVE_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("connection", "where clients connect, and who may",
      ("port", "host", "database", "password_file", "flight_port", "tls_cert", "tls_key", "result_compression")),
+    ("authentication", "passwords (SCRAM-SHA-256 by default) and JWT bearer tokens (docs/security.md)",
+     _AUTH_KEYS),
     ("catalog and storage", "the lakehouse: embedded in --data-dir (SQLite catalog + local warehouse) unless "
      "--catalog-uri names another",
      ("data_dir", "catalog_uri", "warehouse", "catalog_name", "s3_endpoint", "s3_access_key", "s3_secret_key",

@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icegres.pg.scram import MECHANISM as _SCRAM
+from icegres.pg.scram import Verifier, make_verifier, parse_verifier
+
+SCRAM_PREFIX = _SCRAM + "$"
 DEFAULT_PORT = 5439
 DEFAULT_DATABASE = "icegres"
 
@@ -49,8 +53,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("tls_cert", None, "PEM certificate (chain) file: the Flight SQL port serves grpc+tls:// (with --tls-key)"),
     Option("tls_key", None, "PEM private key file of --tls-cert"),
     Option("database", DEFAULT_DATABASE, "the database name clients connect to"),
-    Option("password_file", None, "file of user:password lines; with it (or ICEGRES_USERS) clients must log in"),
-    Option("users", None, "user:password[,user:password]; switches to password authentication", secret=True),
+    Option("password_file", None, "file of user:password or user:SCRAM-SHA-256$<iter>:<salt>$<StoredKey>:<ServerKey> lines (PostgreSQL's verifier format; plain passwords are hashed at load and not kept); with it (or ICEGRES_USERS, or --jwt-jwks) clients must log in"),
+    Option("users", None, "user:password[,user:password] (a password may be a SCRAM-SHA-256$... verifier); switches to password authentication", secret=True),
+    Option("auth_method", "scram-sha-256", "how pgwire clients prove a password, named as pg_hba.conf's methods: scram-sha-256 (SASL, with SCRAM-SHA-256-PLUS channel binding on TLS) or password (cleartext over the connection: use only with TLS)"),
+    Option("jwt_jwks", None, "JWT logins: the identity provider's JWKS, a file or an http(s):// URL; a token is accepted as a password (--auth-method password) and through PostgreSQL 18's OAUTHBEARER, and as a Flight SQL bearer token (needs --jwt-issuer and --jwt-audience)"),
+    Option("jwt_issuer", None, "JWT logins: the required `iss` claim (also the issuer OAUTHBEARER clients are pointed at)"),
+    Option("jwt_audience", None, "JWT logins: the required `aud` claim"),
+    Option("jwt_role_claim", "sub", "JWT logins: the claim naming the role, which must equal the login's user name"),
+    Option("jwt_leeway_s", 5.0, "JWT logins: clock skew allowed on exp/nbf/iat, seconds", float),
+    Option("oauth_scope", "openid", "OAUTHBEARER: the scope announced to clients in the discovery answer"),
     Option("query_threads", 4, "worker threads running DataFusion and catalog calls", int),
     Option("log_level", "INFO", "Python logging level"),
     Option("catalog_uri", None, "catalog: unset = embedded SQLite; http(s)://… = Iceberg REST catalog; postgresql://… = SQL catalog on PostgreSQL", secret=True),
@@ -89,8 +100,16 @@ class Settings:
     tls_cert: str | None = None  # PEM files: with both, the Flight SQL port speaks TLS
     tls_key: str | None = None
     database: str = DEFAULT_DATABASE
-    # user -> password; empty means trust (only allowed on loopback, see server.py).
-    users: dict[str, str] = field(default_factory=dict, repr=False)
+    # user -> SCRAM verifier (never a password); with no users and no --jwt-jwks, trust (only
+    # allowed on loopback, see refuse_open_trust).
+    users: dict[str, Verifier] = field(default_factory=dict, repr=False)
+    auth_method: str = "scram-sha-256"  # scram-sha-256 | password (AUTH_METHODS)
+    jwt_jwks: str | None = None  # JWKS file or URL: JWT logins on (protocol/tokens.py)
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    jwt_role_claim: str = "sub"
+    jwt_leeway_s: float = 5.0
+    oauth_scope: str = "openid"
     query_threads: int = 4
     log_level: str = "INFO"
     catalog_uri: str | None = field(default=None, repr=False)
@@ -196,6 +215,8 @@ def resolve(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -
             value = _parse(option, file_values[option.key])
         values[option.key] = option.default if value is None else value
     users = load_users(values.pop("password_file"), values.pop("users"))
+    values["auth_method"] = check_auth(values["auth_method"], values["jwt_jwks"], values["jwt_issuer"],
+                                       values["jwt_audience"])
     values["data_dir"] = Path(values["data_dir"])
     check_write_ladder(values["write_buffer_ms"], values["tail_dir"], values["tail_url"], values["tail_quorum"])
     values["result_compression"] = check_flight_transport(values["result_compression"], values["tls_cert"],
@@ -204,6 +225,21 @@ def resolve(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -
 
 
 RESULT_COMPRESSIONS = ("none", "zstd")
+AUTH_METHODS = ("scram-sha-256", "password")
+
+
+def check_auth(auth_method: str, jwt_jwks: str | None, jwt_issuer: str | None, jwt_audience: str | None) -> str:
+    """The normalised --auth-method, once the authentication options make sense together."""
+    method = (auth_method or "").strip().lower()
+    if method not in AUTH_METHODS:
+        raise ValueError(f"--auth-method must be one of {', '.join(AUTH_METHODS)}, not {auth_method!r}")
+    if jwt_jwks and not (jwt_issuer and jwt_audience):
+        # A token minted by the same provider for another service must not log in here.
+        raise ValueError("--jwt-jwks needs --jwt-issuer and --jwt-audience: tokens are only accepted "
+                         "from one issuer, for this audience")
+    if (jwt_issuer or jwt_audience) and not jwt_jwks:
+        raise ValueError("--jwt-issuer and --jwt-audience need --jwt-jwks (the provider's keys)")
+    return method
 
 
 def is_loopback(host: str) -> bool:
@@ -215,10 +251,16 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def auth_description(settings: Settings) -> str:
+    """How clients log in, for the start-up log line: e.g. "scram-sha-256 + jwt", or "trust"."""
+    parts = ([settings.auth_method] if settings.users else []) + (["jwt"] if settings.jwt_jwks else [])
+    return " + ".join(parts) or "trust"
+
+
 def refuse_open_trust(settings: Settings, what: str) -> None:
     """Trust authentication is for loopback only: a front end refuses to serve another address
-    without passwords (`what` names it in the message)."""
-    if not settings.users and not is_loopback(settings.host):
+    without passwords or tokens (`what` names it in the message)."""
+    if not settings.users and not settings.jwt_jwks and not is_loopback(settings.host):
         raise SystemExit(
             f"refusing to serve {what}{settings.host} without passwords: trust auth is for loopback only "
             "(set --password-file or ICEGRES_USERS)"
@@ -276,25 +318,37 @@ def _parse(option: Option, raw: Any) -> Any:
     return option.kind(raw)
 
 
-def parse_users(spec: str) -> dict[str, str]:
-    """`user:password[,user:password]` (the ICEGRES_USERS format) -> mapping."""
-    users: dict[str, str] = {}
-    for item in spec.replace("\n", ",").split(","):
+def parse_users(spec: str, *, lines: bool = False) -> dict[str, Verifier]:
+    """`user:password[,user:password]` (the ICEGRES_USERS format; with `lines`, one entry per line,
+    the --password-file format, where a password may hold a comma) -> user -> verifier.
+
+    An entry in PostgreSQL's `SCRAM-SHA-256$...` format is taken as it is; any other is a plain
+    password, hashed here (4096 PBKDF2 iterations, ~2 ms each: this runs at start-up, before
+    anything is served) and dropped, so the process keeps no password."""
+    users: dict[str, Verifier] = {}
+    for item in (spec.splitlines() if lines else spec.replace("\n", ",").split(",")):
         item = item.strip()
         if not item or item.startswith("#"):
             continue
-        user, sep, password = item.partition(":")
+        user, sep, secret = item.partition(":")
         if not sep or not user:
             raise ValueError("users must be given as user:password[,user:password]")
-        users[user] = password
+        if secret.startswith(SCRAM_PREFIX):
+            verifier = parse_verifier(secret)
+            if verifier is None:
+                raise ValueError(f"user {user!r}: malformed SCRAM-SHA-256 verifier (PostgreSQL's format is "
+                                 "SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>)")
+            users[user] = verifier
+        else:
+            users[user] = make_verifier(secret)
     return users
 
 
-def load_users(password_file: str | None, users_spec: str | None = None) -> dict[str, str]:
-    """Users from --password-file (one user:password per line) and ICEGRES_USERS."""
-    users: dict[str, str] = {}
+def load_users(password_file: str | None, users_spec: str | None = None) -> dict[str, Verifier]:
+    """Users from --password-file (one user:password or user:verifier per line) and ICEGRES_USERS."""
+    users: dict[str, Verifier] = {}
     if password_file:
-        users.update(parse_users(Path(password_file).read_text()))
+        users.update(parse_users(Path(password_file).read_text(), lines=True))
     if users_spec:
         users.update(parse_users(users_spec))
     return users

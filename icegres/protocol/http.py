@@ -89,7 +89,10 @@ def scrub(text: str, settings: Settings | None) -> str:
         for pair in value.split(","):  # user:password lists
             secrets.add(pair.partition(":")[2])
     users = getattr(settings, "users", None) or {}
-    secrets |= {str(password) for password in (users.values() if isinstance(users, Mapping) else ())}
+    # The process holds verifiers, never passwords: the verifier and its two keys are the secrets.
+    for verifier in users.values() if isinstance(users, Mapping) else ():
+        text = verifier.format() if hasattr(verifier, "format") else str(verifier)
+        secrets |= {text, *text.rpartition("$")[2].split(":")}
     for secret in sorted(secrets, key=len, reverse=True):
         if len(secret) > 2:
             line = line.replace(secret, "***")

@@ -21,6 +21,9 @@ class FrameDecoder:
     def __init__(self) -> None:
         self._buf = bytearray()
         self.in_startup = True  # the session flips this after the startup message is handled
+        # Authentication lowers it (auth.py): before a client has logged in, no message needs
+        # more than PostgreSQL's 64 kB, and a stranger must not make us buffer 256 MiB.
+        self.max_message_bytes = MAX_MESSAGE_BYTES
 
     def feed(self, data: bytes) -> None:
         self._buf += data
@@ -48,7 +51,7 @@ class FrameDecoder:
             return NEED_DATA
         kind = bytes(self._buf[0:1])
         (length,) = struct.unpack_from("!i", self._buf, 1)
-        if length < 4 or length > MAX_MESSAGE_BYTES:
+        if length < 4 or length > self.max_message_bytes:
             raise PgError(PROTOCOL_VIOLATION, f"invalid message length {length}")
         if len(self._buf) < length + 1:
             return NEED_DATA

@@ -103,6 +103,22 @@ class PasswordMessage:
 
 
 @dataclass(frozen=True)
+class SASLInitialResponse:
+    """A 'p' message answering AuthenticationSASL: the mechanism chosen and its first data
+    (None when the client sent none: length -1)."""
+
+    mechanism: str
+    data: bytes | None
+
+
+@dataclass(frozen=True)
+class SASLResponse:
+    """A 'p' message answering AuthenticationSASLContinue."""
+
+    data: bytes
+
+
+@dataclass(frozen=True)
 class CopyData:
     data: bytes
 
@@ -259,6 +275,34 @@ def decode_frontend(kind: bytes, body: bytes) -> FrontendMessage:
         raise PgError(PROTOCOL_VIOLATION, f"invalid frontend message type {kind[0]}")
     r.done()
     return msg
+
+
+# 'p' carries PasswordMessage, SASLInitialResponse, SASLResponse or GSSResponse: which one only
+# the authentication exchange knows, so framing decodes it as a PasswordMessage (raw body) and the
+# exchange reads the body with one of these.
+
+
+def decode_password(msg: PasswordMessage) -> str:
+    """The password of a PasswordMessage: one NUL-terminated string filling the message (as
+    PostgreSQL checks: "invalid password packet size"). Bytes that are not UTF-8 are kept as
+    surrogates, so they still compare (and hash) as the bytes sent."""
+    body = msg.password
+    if not body.endswith(b"\0") or body.index(b"\0") != len(body) - 1:
+        raise PgError(PROTOCOL_VIOLATION, "invalid password packet size")
+    return body[:-1].decode("utf-8", "surrogateescape")
+
+
+def decode_sasl_initial(msg: PasswordMessage) -> SASLInitialResponse:
+    r = _Reader(msg.password)
+    mechanism = r.cstring()
+    n = r.int32()
+    data = None if n == -1 else r.raw(n)
+    r.done()
+    return SASLInitialResponse(mechanism, data)
+
+
+def decode_sasl_response(msg: PasswordMessage) -> SASLResponse:
+    return SASLResponse(msg.password)
 
 
 # --- backend messages ------------------------------------------------------------------------

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from icegres.engine.txblock_driver import TxBlock
     from icegres.pg.clock import TextSettings
     from icegres.protocol.pgwire.messages import FrontendMessage
+    from icegres.protocol.tokens import TokenValidator
 
 
 class ServerPort(Protocol):
@@ -22,6 +23,7 @@ class ServerPort(Protocol):
     settings: Settings
     engine: Engine
     server_version: str
+    tokens: TokenValidator | None  # JWT logins (--jwt-jwks), shared by the server's sessions
     running: set[Any]  # sessions running a statement (hangup.py watches their sockets)
 
     def next_pid(self) -> int: ...
@@ -54,6 +56,12 @@ class ConnectionPort(Protocol):
 
     async def recv_more(self) -> None:
         """Read more bytes from the client into the decoder (ConnectionClosed at EOF)."""
+        ...
+
+    def channel_binding(self) -> bytes | None:
+        """The tls-server-end-point channel binding data (RFC 5929) of this connection: the hash
+        of the server's certificate when the connection is on TLS, None on plaintext. SCRAM
+        offers SCRAM-SHA-256-PLUS only when it is not None."""
         ...
 
 

@@ -142,6 +142,11 @@ class Session:
         if len(self.out) >= SEND_HIGH_WATER:
             await self.flush()
 
+    def channel_binding(self) -> bytes | None:
+        # tls-server-end-point data once the connection is on TLS (ConnectionPort); plaintext
+        # until pgwire speaks TLS, so SCRAM offers no -PLUS yet.
+        return None
+
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -183,11 +188,13 @@ class Session:
         if not self.user:
             raise PgError(E.INVALID_AUTHORIZATION, "no PostgreSQL user name specified in startup packet")
         database = params.get("database") or self.user
+        # Authentication first, as PostgreSQL does: a client that has not logged in learns
+        # nothing, not even which database names exist.
+        await auth.authenticate(self)
         # pgAdmin, DBeaver, Metabase and many scripts connect to `postgres` by default: it names
         # the served database too.
         if database not in (self.server.settings.database, "postgres"):
             raise PgError(E.INVALID_CATALOG_NAME, f'database "{database}" does not exist')
-        await auth.authenticate(self)
         self.decoder.in_startup = False
         version = self.server.server_version
         self.initial_settings = guc.defaults(version, self.user)
