@@ -143,9 +143,10 @@ class Session:
             await self.flush()
 
     def channel_binding(self) -> bytes | None:
-        # tls-server-end-point data once the connection is on TLS (ConnectionPort); plaintext
-        # until pgwire speaks TLS, so SCRAM offers no -PLUS yet.
-        return None
+        # tls-server-end-point data once the connection is on TLS (ConnectionPort): `tls` is the
+        # TLS handshake's record (protocol/pgwire/tls.py's TlsInfo), absent on plaintext.
+        tls = getattr(self, "tls", None)
+        return tls.channel_binding() if tls is not None else None
 
     # --- lifecycle -----------------------------------------------------------------------------
 
