@@ -251,12 +251,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def auth_description(settings: Settings) -> str:
-    """How clients log in, for the start-up log line: e.g. "scram-sha-256 + jwt", or "trust"."""
-    parts = ([settings.auth_method] if settings.users else []) + (["jwt"] if settings.jwt_jwks else [])
-    return " + ".join(parts) or "trust"
-
-
 def refuse_open_trust(settings: Settings, what: str) -> None:
     """Trust authentication is for loopback only: a front end refuses to serve another address
     without passwords or tokens (`what` names it in the message)."""

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from icegres.config import Settings, auth_description, redact_uri, refuse_open_trust
+from icegres.config import Settings, redact_uri, refuse_open_trust
 from icegres.listeners import BoundPort, CannotListen, bind_port, write_ports_file
 
 if TYPE_CHECKING:
@@ -181,7 +181,7 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
                         await nursery.start(server.serve)
                     if flight is not None:
                         await nursery.start(flight.serve)
-                    auth = auth_description(settings)
+                    auth = "password" if settings.users or settings.jwt_jwks else "trust"
                     log.info(
                         "serving %s on %s:%d (database %s, %s auth) after %.2fs",
                         lakehouse.description, settings.host,

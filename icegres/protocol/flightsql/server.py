@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import outcome
 import trio
 
-from icegres.config import Settings, auth_description, refuse_open_trust
+from icegres.config import Settings, refuse_open_trust
 
 if TYPE_CHECKING:
     from icegres.engine.lake import Engine
@@ -131,7 +131,7 @@ class FlightServer:
                 if self.port == 0:
                     self.port = _bound_port(servers[-1])
             log.info("Flight SQL on %s://%s:%d (%s auth, result compression %s)", self.scheme,
-                     self.settings.host, self.port, auth_description(self.settings),
+                     self.settings.host, self.port, "password" if self.settings.users or self.settings.jwt_jwks else "trust",
                      self.settings.result_compression)
             task_status.started()
             try:

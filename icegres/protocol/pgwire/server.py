@@ -13,8 +13,8 @@ import trio
 from icegres.config import Settings, refuse_open_trust
 from icegres.engine.jobs import cancellable_job
 from icegres.engine.lake import SERVER_VERSION
+from icegres.protocol import tokens
 from icegres.protocol.pgwire.session import Session
-from icegres.protocol.tokens import validator_for
 
 if TYPE_CHECKING:
     from icegres.engine.lake import Engine
@@ -33,7 +33,7 @@ class PgServer:
         self.bound = bound
         self.port = bound.port if bound is not None else settings.port
         self.server_version = SERVER_VERSION
-        self.tokens = validator_for(settings)  # JWT logins: one JWKS cache for all sessions
+        self.tokens = tokens.validator_for(settings)  # JWT logins: one JWKS cache for all sessions
         self.limiter = trio.CapacityLimiter(settings.query_threads)
         # `await run_sync(fn, *args)`: fn(*args) in a worker thread behind the query limiter. A
         # cancelled caller (CancelRequest, statement_timeout, a dropped client) leaves at once, and
