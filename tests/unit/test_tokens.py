@@ -11,7 +11,13 @@ import trio
 from icegres.pg import oauthbearer
 from icegres.pg.errors import PgError
 from icegres.protocol import tokens
-from icegres.protocol.tokens import KeysUnavailable, TokenConfig, TokenRejected, TokenValidator, looks_like_jwt
+from icegres.protocol.tokens import (
+    KeysUnavailable,
+    TokenConfig,
+    TokenRejected,
+    TokenValidator,
+    looks_like_jwt,
+)
 from tests.support import idp
 
 pytestmark = pytest.mark.unit
