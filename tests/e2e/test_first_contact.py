@@ -56,13 +56,15 @@ def test_serve_help_groups_its_flags_with_the_ones_that_matter_first() -> None:
     usage = text.splitlines()[0]
     assert usage == "usage: icegres serve [--data-dir DIR] [--host HOST] [--port PORT] [options]", usage
     headings = [line[:-1] for line in text.splitlines() if re.fullmatch(r"[a-z][a-z ]+:", line)]
-    assert headings == ["options", "connection", "catalog and storage", "write ladder", "operations"], headings
+    assert headings == ["options", "connection", "authentication", "catalog and storage", "write ladder",
+                        "operations"], headings
 
     def section(title: str) -> list[str]:
         body = text.split(f"\n{title}:\n", 1)[1].split("\n\n", 2)[1]  # past the group's description
         return re.findall(r"^  (--[a-z0-9-]+)", body.split("\n\n")[0], re.M)
 
     assert section("connection")[:2] == ["--port", "--host"]
+    assert section("authentication")[:2] == ["--auth-method", "--jwt-jwks"]
     assert section("catalog and storage")[:2] == ["--data-dir", "--catalog-uri"]
     assert section("write ladder") == ["--write-buffer-ms", "--tail-dir", "--tail-url", "--tail-quorum"]
     assert {"--ops-port", "--ports-file", "--config"} <= set(section("operations"))
