@@ -80,9 +80,13 @@ def test_parse_verifier_refuses_what_is_not_one(text):
     assert scram.parse_verifier(text) is None
 
 
-def test_postgres_known_verifier_checks_its_password():
-    # Made by PostgreSQL 15: SET password_encryption='scram-sha-256'; CREATE ROLE u PASSWORD 'x'
-    # (the e2e test tests/e2e/test_scram.py makes a fresh one each run and logs in with it).
+def test_rfc7677_user_as_a_verifier_line():
+    # docs/security.md's example: RFC 7677's user (password "pencil") in PostgreSQL's format. A
+    # verifier made by a real PostgreSQL 15 is checked in tests/e2e/test_scram.py.
+    text = ("SCRAM-SHA-256$4096:W22ZaJ0SNY7soEsUEjb6gQ==$WG5d8oPm3OtcPnkdi4Uo7BkeZkBFzpcXkuLmtbsT4qY="
+            ":wfPLwcE6nTWhTAmQ7tl2KeoiWGPlZqQxSrmfPwDl2dU=")
+    parsed = scram.parse_verifier(text)
+    assert parsed is not None and scram.verify_plain(parsed, "pencil") and parsed.format() == text
     v = scram.make_verifier("x", salt=b"0123456789abcdef")
     again = scram.parse_verifier(v.format())
     assert again is not None and scram.verify_plain(again, "x")
