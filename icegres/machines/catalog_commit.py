@@ -17,6 +17,14 @@ Why it is shaped this way:
   machine: one atomic catalog operation over every written table, carrying the block's token);
   without data it is writing the decision into the intent record. After it, only purges are
   left, which need no undo and may be retried for ever.
+- Before anything is recorded or moved, the whole plan is checked against the catalog as it
+  stands (`CheckPlan`): every move's table still under its name, every destination free. A
+  block that another session's DDL got ahead of is refused there, with nothing to undo. That
+  matters for recovery: the plan's moves are written into the intent record only after the
+  check (a record written while the block was being staged names only its hidden tables), so a
+  crash cannot make recovery "undo" a rename another session made that looks exactly like one
+  of the block's own (the same table under the same new name). The deep walks of the model
+  found that case (tests/model/traces/catalog_commit/).
 - Recovery never guesses: the driver tells it whether the block was decided (the intent record
   says so, or the token is in a written table's snapshots), and the machine rolls forward
   (purge) or back (undo every move, newest first, then purge what the block created). Undoing a
@@ -40,6 +48,7 @@ __all__ = [
     "Acknowledge",
     "ApplyMove",
     "CatalogPlan",
+    "CheckPlan",
     "CommitData",
     "Config",
     "DataAborted",
@@ -59,6 +68,9 @@ __all__ = [
     "MoveRefused",
     "Outcome",
     "Phase",
+    "PlanCheckFailed",
+    "PlanChecked",
+    "PlanRefused",
     "Purge",
     "Purged",
     "RecordDecision",
@@ -142,6 +154,25 @@ class Recovered:
 
 
 @dataclass(frozen=True)
+class PlanChecked:
+    """Every move's relation is under its source name and every destination is free."""
+
+
+@dataclass(frozen=True)
+class PlanRefused:
+    """Another session's DDL moved, dropped or replaced a relation of the plan, or took a name."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class PlanCheckFailed:
+    """The catalog could not be read."""
+
+    message: str
+
+
+@dataclass(frozen=True)
 class IntentRecorded:
     pass
 
@@ -218,13 +249,18 @@ class UndoFailed:
 
 
 Event = (
-    Requested | Recovered | IntentRecorded | IntentFailed | MoveApplied | MoveRefused | MoveFailed
+    Requested | Recovered | PlanChecked | PlanRefused | PlanCheckFailed | IntentRecorded | IntentFailed | MoveApplied | MoveRefused | MoveFailed
     | DataCommitted | DataAborted | DataUnknown | DecisionRecorded | DecisionFailed | Purged
     | IntentForgotten | UndoApplied | UndoFailed
 )
 
 
 # --- effects (imperative) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """Read the catalog: would every move of the plan, in order, find its relation and a free name?"""
 
 
 @dataclass(frozen=True)
@@ -290,7 +326,7 @@ class ReportStranded:
 
 
 Effect = (
-    RecordIntent | ApplyMove | UndoMove | CommitData | RecordDecision | Purge | ForgetIntent
+    CheckPlan | RecordIntent | ApplyMove | UndoMove | CommitData | RecordDecision | Purge | ForgetIntent
     | Acknowledge | Abort | ReportStranded
 )
 
@@ -305,6 +341,7 @@ class Config:
 
 class Phase(Enum):
     IDLE = "idle"
+    CHECKING = "checking"  # CheckPlan outstanding
     RECORDING = "recording"  # RecordIntent outstanding
     MOVING = "moving"  # ApplyMove(index) outstanding
     COMMITTING_DATA = "committing_data"  # CommitData outstanding: the decision
@@ -380,7 +417,24 @@ def recover(plan: CatalogPlan, decided: bool) -> tuple[State, list[Effect]]:
 
 
 def _on_requested(state: State, event: Requested) -> tuple[State, list[Effect]]:
-    return replace(state, phase=Phase.RECORDING, plan=event.plan), [RecordIntent(event.plan)]
+    return replace(state, phase=Phase.CHECKING, plan=event.plan), [CheckPlan()]
+
+
+def _on_plan_checked(state: State, event: PlanChecked) -> tuple[State, list[Effect]]:
+    return replace(state, phase=Phase.RECORDING), [RecordIntent(_plan(state))]
+
+
+def _on_plan_refused(state: State, event: PlanRefused) -> tuple[State, list[Effect]]:
+    # Nothing moved: only the block's hidden tables to drop.
+    state = _verdict(state, SQLSTATE_SERIALIZATION_FAILURE,
+                     "could not serialize access due to concurrent update", event.reason)
+    return _undo_from(state, -1)
+
+
+def _on_plan_check_failed(state: State, event: PlanCheckFailed) -> tuple[State, list[Effect]]:
+    state = _verdict(state, SQLSTATE_IO_ERROR, "could not read the catalog to apply the transaction's changes",
+                     event.message)
+    return _undo_from(state, -1)
 
 
 def _on_recovered(state: State, event: Recovered) -> tuple[State, list[Effect]]:
@@ -513,6 +567,9 @@ _Handler = Callable[[State, Any], tuple[State, list[Effect]]]
 _HANDLERS: dict[tuple[Phase, type], _Handler] = {
     (Phase.IDLE, Requested): _on_requested,
     (Phase.IDLE, Recovered): _on_recovered,
+    (Phase.CHECKING, PlanChecked): _on_plan_checked,
+    (Phase.CHECKING, PlanRefused): _on_plan_refused,
+    (Phase.CHECKING, PlanCheckFailed): _on_plan_check_failed,
     (Phase.RECORDING, IntentRecorded): _on_intent_recorded,
     (Phase.RECORDING, IntentFailed): _on_intent_failed,
     (Phase.MOVING, MoveApplied): _on_move_applied,

@@ -152,6 +152,7 @@ def test_a_crash_after_the_first_move_is_undone() -> None:
     h = CatalogCommitHarness(SPEC)
     h.apply({"op": "block", "ddl": [["rename", "a", "c"], ["create", "a"]], "data": True})
     h.apply({"op": "commit"})
+    h.apply({"op": "answer", "outcome": "ok"})  # plan checked
     h.apply({"op": "answer", "outcome": "ok"})  # intent recorded
     h.apply({"op": "answer", "outcome": "ok"})  # a -> c
     assert "a" not in h.catalog
@@ -165,7 +166,8 @@ def test_the_checkers_catch_a_commit_that_undoes_nothing() -> None:
     h._undo = lambda move: None  # type: ignore[method-assign]
     h.apply({"op": "block", "ddl": [["rename", "a", "c"], ["rename", "b", "d"]], "data": False})
     h.apply({"op": "commit"})
-    h.apply({"op": "answer", "outcome": "ok"})
+    h.apply({"op": "answer", "outcome": "ok"})  # plan checked
+    h.apply({"op": "answer", "outcome": "ok"})  # intent recorded
     h.apply({"op": "answer", "outcome": "ok"})  # a -> c
     with pytest.raises(AssertionError):
         h.apply({"op": "answer", "outcome": "failed"})  # b -> d fails: undo a -> c, which it doesn't
