@@ -349,6 +349,7 @@ class Phase(Enum):
     PURGING = "purging"  # decided; Purge outstanding
     UNDOING = "undoing"  # not decided; UndoMove(index) outstanding
     DISCARDING = "discarding"  # undone; Purge of the created tables outstanding
+    RETIRING = "retiring"  # undone, a purge failed: RecordIntent of the plan without its moves
     FORGETTING = "forgetting"  # ForgetIntent outstanding
     COMMITTED = "committed"
     ABORTED = "aborted"
@@ -368,6 +369,7 @@ class State:
     plan: CatalogPlan | None = None
     index: int = 0  # the move outstanding (MOVING, UNDOING)
     decided: bool = False
+    moves_recorded: bool = False  # the intent record may name the plan's moves
     sqlstate: str | None = None  # the verdict of an aborted or stranded block
     message: str | None = None
     detail: str = ""
@@ -438,7 +440,7 @@ def _on_plan_check_failed(state: State, event: PlanCheckFailed) -> tuple[State, 
 
 
 def _on_recovered(state: State, event: Recovered) -> tuple[State, list[Effect]]:
-    state = replace(state, plan=event.plan)
+    state = replace(state, plan=event.plan, moves_recorded=bool(event.plan.moves))
     if event.decided:
         return _purge(replace(state, decided=True))
     # Undo every move, newest first: one that never applied is a no-op in the world.
@@ -448,11 +450,13 @@ def _on_recovered(state: State, event: Recovered) -> tuple[State, list[Effect]]:
 
 
 def _on_intent_recorded(state: State, event: IntentRecorded) -> tuple[State, list[Effect]]:
-    return _move_from(state, 0)
+    return _move_from(replace(state, moves_recorded=True), 0)
 
 
 def _on_intent_failed(state: State, event: IntentFailed) -> tuple[State, list[Effect]]:
-    # Nothing moved yet: only the block's hidden tables to drop.
+    # Nothing moved yet: only the block's hidden tables to drop. The record may have been
+    # written all the same (a failed fsync of its directory), moves and all.
+    state = replace(state, moves_recorded=True)
     return _undo_from(_verdict(state, SQLSTATE_IO_ERROR, "could not record the transaction's catalog changes",
                                event.message), -1)
 
@@ -499,9 +503,24 @@ def _on_decision_failed(state: State, event: DecisionFailed) -> tuple[State, lis
 
 def _on_purged(state: State, event: Purged) -> tuple[State, list[Effect]]:
     if not event.ok:
-        # Hidden leftovers only: the intent stays so that the next start purges them.
+        # Hidden leftovers only: the intent stays so that the next start purges them. An undone
+        # plan's record must not name its moves any more: once this block is over, another
+        # session may rename a table to where a move had put it, and recovery would undo that.
+        plan = _plan(state)
+        if state.phase is Phase.DISCARDING and state.moves_recorded and plan.moves:
+            return replace(state, phase=Phase.RETIRING), [RecordIntent(replace(plan, moves=()))]
         return _finish(state)
     return replace(state, phase=Phase.FORGETTING), [ForgetIntent()]
+
+
+def _on_retired(state: State, event: IntentRecorded) -> tuple[State, list[Effect]]:
+    return _finish(state)
+
+
+def _on_retire_failed(state: State, event: IntentFailed) -> tuple[State, list[Effect]]:
+    return _strand(state, state.sqlstate or SQLSTATE_IO_ERROR,
+                   state.message or "could not undo the transaction's catalog changes",
+                   f"could not record the undone plan ({event.message}); the next start of this server finishes it")
 
 
 def _on_intent_forgotten(state: State, event: IntentForgotten) -> tuple[State, list[Effect]]:
@@ -584,5 +603,7 @@ _HANDLERS: dict[tuple[Phase, type], _Handler] = {
     (Phase.UNDOING, UndoApplied): _on_undo_applied,
     (Phase.UNDOING, UndoFailed): _on_undo_failed,
     (Phase.DISCARDING, Purged): _on_purged,
+    (Phase.RETIRING, IntentRecorded): _on_retired,
+    (Phase.RETIRING, IntentFailed): _on_retire_failed,
     (Phase.FORGETTING, IntentForgotten): _on_intent_forgotten,
 }

@@ -192,11 +192,11 @@ class CatalogCommitHarness:
         match effect:
             case CheckPlan():
                 event = self._check(plan) if outcome != "failed" else PlanCheckFailed("catalog down")
-            case RecordIntent():
+            case RecordIntent(plan=recorded):
                 if outcome == "failed":
                     event = IntentFailed("disk full")
                 else:
-                    self.intents[plan.token] = (plan, False)
+                    self.intents[plan.token] = (recorded, False)
                     event = IntentRecorded()
             case ApplyMove(index=index):
                 event = self._move(plan.moves[index], outcome)

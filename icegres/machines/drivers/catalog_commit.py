@@ -122,9 +122,9 @@ async def _perform(effect: Effect, state: State, world: CatalogWorld) -> Event |
                 return await trio.to_thread.run_sync(world.check_plan, plan)
             except Exception as exc:
                 return PlanCheckFailed(_describe(exc))
-        case RecordIntent():
+        case RecordIntent(plan=recorded):
             try:
-                await trio.to_thread.run_sync(world.record_intent, plan, False)
+                await trio.to_thread.run_sync(world.record_intent, recorded, False)
             except Exception as exc:
                 return IntentFailed(_describe(exc))
             return IntentRecorded()
