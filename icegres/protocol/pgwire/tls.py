@@ -146,4 +146,6 @@ async def start_tls(stream: trio.abc.Stream, server: ServerTls, *, already: byte
     version, cipher = tls.version() or "", tls.cipher() or ("", "", 0)
     info = TlsInfo(version=version, cipher=cipher[0], bits=int(cipher[2] or 0),
                    alpn=tls.selected_alpn_protocol(), direct=direct, server_cert_der=server.cert_der)
+    log.debug("TLS with %s: %s %s, ALPN %s, %s", peer, info.version, info.cipher, info.alpn,
+              "direct" if direct else "after SSLRequest")
     return TlsConnection(tls), info
