@@ -6,6 +6,7 @@ openssl's own fingerprints."""
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 import struct
 import subprocess
@@ -15,6 +16,8 @@ from types import SimpleNamespace
 import pytest
 import trio
 import trio.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from icegres.config import Settings, refuse_plaintext, resolve
 from icegres.pg.channel_binding import signature_algorithm, tls_server_end_point
@@ -350,6 +353,54 @@ def test_truncated_or_garbage_client_hellos_end_quietly(pki, garbage):
 
     msg, err = trio.run(negotiate, conn, client)
     assert msg is None and err is None
+
+
+GSSENC_REQUEST = struct.pack("!ii", 8, m.GSSENC_REQUEST_CODE)
+CANCEL = struct.pack("!iiii", 16, m.CANCEL_REQUEST_CODE, 4242, 7)
+chunks = st.one_of(
+    st.sampled_from([SSL_REQUEST, GSSENC_REQUEST, CANCEL, startup_packet(), startup_packet("")]),
+    st.sampled_from([b"\x16", b"\x16\x03\x01", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", b"\x15\x03\x03\x00\x02\x02\x28"]),
+    st.binary(max_size=40),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(chunks, min_size=1, max_size=6), st.booleans(), st.booleans(), st.booleans())
+def test_arbitrary_negotiation_bytes_end_in_an_answer_a_refusal_or_a_close(pki, sent, with_tls, required, wait):
+    """Whatever arrives before the StartupMessage, the startup phase ends (virtual time: a stalled
+    handshake costs nothing here) with a StartupMessage, a PgError for the client, or a quiet
+    close, and nothing else escapes."""
+    conn = Conn(None, server_tls(pki) if with_tls else None, tls_required=required and with_tls)
+
+    async def client(stream):
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):  # the server hung up
+            for chunk in sent:
+                await stream.send_all(chunk)
+                if wait:  # an honest client reads the one-byte answer before going on
+                    with trio.move_on_after(0.01):
+                        await stream.receive_some(1)
+            await stream.send_stream.aclose()
+            while await stream.receive_some(4096):
+                pass
+
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    msg, err = trio.run(negotiate, conn, client, clock=clock)
+    assert msg is None or isinstance(msg, m.StartupMessage)
+    assert err is None or isinstance(err, PgError | EOFError)
+    if isinstance(err, PgError):
+        assert err.sqlstate in ("08P01", "0A000", "28000"), err
+
+
+def test_the_socket_under_tls_is_found_for_the_hang_up_watch(pki):
+    """hangup.py polls a running session's socket: under TLS it is the one below the TLS layers
+    (and the direct reply from worker threads, which writes plaintext to it, is off)."""
+    sock = SimpleNamespace(fileno=lambda: 42)
+    transport = SimpleNamespace(socket=sock)
+    wrapped = tls._Replaying(transport, b"already")
+    ssl_stream = trio.SSLStream(wrapped, server_tls(pki).context, server_side=True)
+    assert tls.raw_socket(tls.TlsConnection(ssl_stream)) is sock
+    assert tls.raw_socket(transport) is sock
+    assert tls.raw_socket(SimpleNamespace()) is None
 
 
 # --- channel binding -----------------------------------------------------------------------------
