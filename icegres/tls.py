@@ -7,6 +7,7 @@ for a context with its own ALPN; the files, the TLS floor and the errors are the
 
 from __future__ import annotations
 
+import os
 import ssl
 from collections.abc import Sequence
 
@@ -22,10 +23,11 @@ def server_context(cert_path: str, key_path: str, alpn: Sequence[str]) -> ssl.SS
     every handshake later."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    for flag, path in (("--tls-cert", cert_path), ("--tls-key", key_path)):
+        if not os.path.exists(path):  # OpenSSL's FileNotFoundError does not say which file
+            raise TlsConfigError(f"TLS: no such file {path!r} ({flag})")
     try:
         context.load_cert_chain(certfile=cert_path, keyfile=key_path)
-    except FileNotFoundError as exc:
-        raise TlsConfigError(f"TLS: no such file {exc.filename!r}") from None
     except ssl.SSLError as exc:
         raise TlsConfigError(f"TLS: cannot use certificate {cert_path!r} with key {key_path!r}: "
                              f"{exc.reason or exc}") from None
