@@ -88,7 +88,7 @@ class Settings:
     ports_file: str | None = None  # JSON of the ports bound (icegres/listeners.py); None: not written
     standby: bool = False  # wait for SIGUSR1 before opening the tail and serving (icegres/supervise.py)
     result_compression: str = "none"  # Flight SQL IPC body compression: none | zstd
-    tls_cert: str | None = None  # PEM files: with both, the Flight SQL port speaks TLS
+    tls_cert: str | None = None  # PEM files: with both, pgwire and the Flight SQL port speak TLS
     tls_key: str | None = None
     tls_required: bool = False  # pgwire: a StartupMessage outside TLS is refused (28000)
     allow_plaintext: bool = False  # a non-loopback --host may serve without TLS
