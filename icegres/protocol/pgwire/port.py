@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from icegres.engine.txblock_driver import TxBlock
     from icegres.pg.clock import TextSettings
     from icegres.protocol.pgwire.messages import FrontendMessage
+    from icegres.protocol.pgwire.tls import ServerTls, TlsInfo
 
 
 class ServerPort(Protocol):
@@ -22,6 +23,7 @@ class ServerPort(Protocol):
     settings: Settings
     engine: Engine
     server_version: str
+    tls: ServerTls | None  # --tls-cert/--tls-key loaded; None: plaintext only
     running: set[Any]  # sessions running a statement (hangup.py watches their sockets)
 
     def next_pid(self) -> int: ...
@@ -44,6 +46,7 @@ class ConnectionPort(Protocol):
 
     server: ServerPort
     stream: Any  # trio.abc.Stream; replaced by the TLS stream once a handshake is done
+    tls: TlsInfo | None  # set by that handshake: what was negotiated, the channel binding data
     decoder: Any  # framing.FrameDecoder
     peer: str
     user: str
