@@ -29,6 +29,7 @@ SUITES = {
     "copy_out": "COPY TO STDOUT of 1M rows (text, CSV) vs icegres's SELECT and PostgreSQL's COPY",
     "pgbench": "pgbench point lookups by -M simple / extended / prepared, icegres vs PostgreSQL",
     "scram_connect": "connect + SCRAM-SHA-256 login + select 1 + close, icegres vs PostgreSQL 15 (scram in pg_hba)",
+    "tls": "point lookup p50/p99 and connect time over TLS vs plaintext, icegres vs PostgreSQL (ssl=on)",
 }
 DEFAULT = ("read", "concurrency", "startup", "scale", "flight", "pgbench", "pgwire_read", "pgwire_write")
 

@@ -43,15 +43,17 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option("data_dir", ".icegres", "embedded lakehouse directory: SQLite catalog + warehouse; also the local cache directory"),
-    Option("host", "127.0.0.1", "listen address; a non-loopback address requires passwords"),
+    Option("host", "127.0.0.1", "listen address; a non-loopback address requires passwords, and TLS (--tls-cert/--tls-key) unless --allow-plaintext"),
     Option("port", DEFAULT_PORT, "Postgres wire listen port (0 = any free port: see --ports-file)", int),
     Option("flight_port", None, "Arrow Flight SQL listen port: `serve` also serves Flight SQL there when set; `flight-serve --port` sets it (default 50051)", int),
     Option("ops_port", None, "HTTP operations port (same --host): GET /health (503 with the reasons when the write tail is poisoned, the quorum writer was fenced or lost its majority), /ready (200 once serving), /metrics (Prometheus text of the write ladder's counters); unset = off", int),
     Option("ports_file", None, "write the ports this process bound (--port, --flight-port, --ops-port; a keeper's --port) to this file as JSON with its pid, once bound and before it serves: how a script learns the ports of a server started with port 0"),
     Option("standby", False, "warm standby: start, open the lake, then wait for SIGUSR1 before winning the writer term, replaying and serving (SIGTERM before it: exit); `icegres supervise --warm-standby` keeps one ready to promote", bool),
     Option("result_compression", "none", "Flight SQL result bodies: none, or zstd (Arrow IPC buffers ZSTD-compressed in worker threads: about half the bytes for more CPU; pays off on slow links, not on loopback)"),
-    Option("tls_cert", None, "PEM certificate (chain) file: the Flight SQL port serves grpc+tls:// (with --tls-key)"),
+    Option("tls_cert", None, "PEM certificate (chain) file, with --tls-key: pgwire answers SSLRequest with TLS and accepts PostgreSQL 17's direct TLS (ALPN postgresql), and the Flight SQL port serves grpc+tls://"),
     Option("tls_key", None, "PEM private key file of --tls-cert"),
+    Option("tls_required", False, "refuse pgwire clients that do not use TLS (28000, as a hostssl-only pg_hba.conf does; requires --tls-cert)", bool),
+    Option("allow_plaintext", False, "serve a non-loopback --host without TLS (passwords and queries cross the network in the clear)", bool),
     Option("database", DEFAULT_DATABASE, "the database name clients connect to"),
     Option("password_file", None, "file of user:password or user:SCRAM-SHA-256$<iter>:<salt>$<StoredKey>:<ServerKey> lines (PostgreSQL's verifier format; plain passwords are hashed at load and not kept); with it (or ICEGRES_USERS, or --jwt-jwks) clients must log in"),
     Option("users", None, "user:password[,user:password] (a password may be a SCRAM-SHA-256$... verifier); switches to password authentication", secret=True),
@@ -97,8 +99,10 @@ class Settings:
     ports_file: str | None = None  # JSON of the ports bound (icegres/listeners.py); None: not written
     standby: bool = False  # wait for SIGUSR1 before opening the tail and serving (icegres/supervise.py)
     result_compression: str = "none"  # Flight SQL IPC body compression: none | zstd
-    tls_cert: str | None = None  # PEM files: with both, the Flight SQL port speaks TLS
+    tls_cert: str | None = None  # PEM files: with both, pgwire and the Flight SQL port speak TLS
     tls_key: str | None = None
+    tls_required: bool = False  # pgwire: a StartupMessage outside TLS is refused (28000)
+    allow_plaintext: bool = False  # a non-loopback --host may serve without TLS
     database: str = DEFAULT_DATABASE
     # user -> SCRAM verifier (never a password); with no users and no --jwt-jwks, trust (only
     # allowed on loopback, see refuse_open_trust).
@@ -221,6 +225,8 @@ def resolve(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -
     check_write_ladder(values["write_buffer_ms"], values["tail_dir"], values["tail_url"], values["tail_quorum"])
     values["result_compression"] = check_flight_transport(values["result_compression"], values["tls_cert"],
                                                           values["tls_key"])
+    if values["tls_required"] and not values["tls_cert"]:
+        raise ValueError("--tls-required needs TLS: give --tls-cert and --tls-key")
     return Settings(users=users, **values)
 
 
@@ -258,6 +264,17 @@ def refuse_open_trust(settings: Settings, what: str) -> None:
         raise SystemExit(
             f"refusing to serve {what}{settings.host} without passwords: trust auth is for loopback only "
             "(set --password-file or ICEGRES_USERS)"
+        )
+
+
+def refuse_plaintext(settings: Settings, what: str) -> None:
+    """Passwords and results cross a network only encrypted: a front end refuses to serve a
+    non-loopback address without --tls-cert/--tls-key unless --allow-plaintext says so (`what`
+    names it in the message). One certificate covers pgwire and Flight SQL, so one check does."""
+    if not (settings.tls_cert and settings.tls_key) and not settings.allow_plaintext and not is_loopback(settings.host):
+        raise SystemExit(
+            f"refusing to serve {what}{settings.host} without TLS: give --tls-cert and --tls-key, "
+            "or --allow-plaintext to send passwords and data in the clear"
         )
 
 

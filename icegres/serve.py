@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from icegres.config import Settings, redact_uri, refuse_open_trust
+from icegres.config import Settings, redact_uri, refuse_open_trust, refuse_plaintext
 from icegres.listeners import BoundPort, CannotListen, bind_port, write_ports_file
 
 if TYPE_CHECKING:
@@ -100,6 +100,7 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
     # data directory behind. A warm standby binds when it is promoted, once the writer it
     # replaces is gone.
     refuse_open_trust(settings, "" if pgwire else "Flight SQL on ")
+    refuse_plaintext(settings, "" if pgwire else "Flight SQL on ")
     bound: dict[str, BoundPort] = {}
     if not settings.standby:
         try:

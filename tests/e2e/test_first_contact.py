@@ -135,7 +135,8 @@ def test_a_keeper_on_a_busy_port_is_one_line_and_touches_no_directory(tmp_path: 
 
 def test_an_unresolvable_host_is_one_line(tmp_path: Path) -> None:
     done = icegres("serve", "--host", "no-such-host.invalid", "--port", "0", "--data-dir", str(tmp_path / "d"),
-                   env={"ICEGRES_USERS": "alice:secret"})  # passwords: past the trust check, to the bind
+                   # passwords and --allow-plaintext: past the trust and TLS checks, to the bind
+                   env={"ICEGRES_USERS": "alice:secret", "ICEGRES_ALLOW_PLAINTEXT": "1"})
     assert done.returncode == 1
     assert done.stderr.strip().startswith("icegres: cannot listen on no-such-host.invalid:0 (--port): "), done.stderr
     assert not (tmp_path / "d").exists()

@@ -28,6 +28,20 @@ class FrameDecoder:
     def feed(self, data: bytes) -> None:
         self._buf += data
 
+    def first_byte(self) -> int | None:
+        """The next buffered byte, not consumed (None when nothing is buffered)."""
+        return self._buf[0] if self._buf else None
+
+    def buffered(self) -> int:
+        """How many bytes are buffered and not yet decoded."""
+        return len(self._buf)
+
+    def take_buffered(self) -> bytes:
+        """Every buffered byte, removed: a direct TLS ClientHello goes to the TLS layer."""
+        data = bytes(self._buf)
+        self._buf.clear()
+        return data
+
     def next_startup(self):
         """Next startup-phase message, or NEED_DATA."""
         if len(self._buf) < 4:

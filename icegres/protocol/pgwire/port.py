@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from icegres.engine.txblock_driver import TxBlock
     from icegres.pg.clock import TextSettings
     from icegres.protocol.pgwire.messages import FrontendMessage
+    from icegres.protocol.pgwire.tls import ServerTls, TlsInfo
     from icegres.protocol.tokens import TokenValidator
 
 
@@ -23,6 +24,7 @@ class ServerPort(Protocol):
     settings: Settings
     engine: Engine
     server_version: str
+    tls: ServerTls | None  # --tls-cert/--tls-key loaded; None: plaintext only
     tokens: TokenValidator | None  # JWT logins (--jwt-jwks), shared by the server's sessions
     running: set[Any]  # sessions running a statement (hangup.py watches their sockets)
 
@@ -46,6 +48,7 @@ class ConnectionPort(Protocol):
 
     server: ServerPort
     stream: Any  # trio.abc.Stream; replaced by the TLS stream once a handshake is done
+    tls: TlsInfo | None  # set by that handshake: what was negotiated, the channel binding data
     decoder: Any  # framing.FrameDecoder
     peer: str
     user: str

@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from icegres.config import Settings, refuse_open_trust
+from icegres.config import Settings, refuse_open_trust, refuse_plaintext
 from icegres.engine.jobs import cancellable_job
 from icegres.engine.lake import SERVER_VERSION
 from icegres.protocol import tokens
 from icegres.protocol.pgwire.session import Session
+from icegres.protocol.pgwire.tls import ServerTls
 
 if TYPE_CHECKING:
     from icegres.engine.lake import Engine
@@ -28,7 +29,9 @@ class PgServer:
         """`bound`: the listen sockets, bound at start-up (serve.py); without it `serve` binds
         --host:--port itself."""
         refuse_open_trust(settings, "")
+        refuse_plaintext(settings, "")
         self.settings = settings
+        self.tls = ServerTls.load(settings)  # None: SSLRequest is answered 'N'  (tls.py)
         self.engine = engine
         self.bound = bound
         self.port = bound.port if bound is not None else settings.port

@@ -27,7 +27,7 @@ from icegres.pg import settings as guc
 from icegres.pg.clock import TextSettings
 from icegres.pg.copy_format import copy_target
 from icegres.pg.errors import PgError
-from icegres.protocol.pgwire import auth, startup, transaction, writes
+from icegres.protocol.pgwire import auth, startup, tls, transaction, writes
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire.copy import copy_out_rows
 from icegres.protocol.pgwire.direct import DirectReply
@@ -80,6 +80,7 @@ class Session:
         self.server = server
         self.stream = stream
         self.peer = peer
+        self.tls: tls.TlsInfo | None = None  # set once a TLS handshake is done (startup.py)
         self.decoder = FrameDecoder()
         self.out = bytearray()
         self.pid = server.next_pid()
@@ -143,10 +144,14 @@ class Session:
             await self.flush()
 
     def channel_binding(self) -> bytes | None:
-        # tls-server-end-point data once the connection is on TLS (ConnectionPort): `tls` is the
-        # TLS handshake's record (protocol/pgwire/tls.py's TlsInfo), absent on plaintext.
-        tls = getattr(self, "tls", None)
-        return tls.channel_binding() if tls is not None else None
+        if self.tls is None:
+            return None
+        try:
+            return self.tls.channel_binding()
+        except ValueError:
+            # A certificate whose signature names no single hash (RSASSA-PSS, Ed25519) has no
+            # tls-server-end-point data: SCRAM is then offered without -PLUS on this connection.
+            return None
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -198,7 +203,7 @@ class Session:
             raise PgError(E.INVALID_CATALOG_NAME, f'database "{database}" does not exist')
         self.decoder.in_startup = False
         version = self.server.server_version
-        self.initial_settings = guc.defaults(version, self.user)
+        self.initial_settings = guc.defaults(version, self.user, ssl=self.server.tls is not None)
         try:
             # Command-line options first, then the packet's own settings, as PostgreSQL applies them.
             for k, value in guc.startup_options(params.get("options", "")):
@@ -318,9 +323,11 @@ class Session:
             self._running.cancel()
 
     def socket_fd(self) -> int:
-        return self.stream.socket.fileno()
+        return tls.raw_socket(self.stream).fileno()  # a hang-up shows on the socket under TLS too
 
     def _socket_fd_or_none(self) -> int | None:
+        if self.tls is not None:
+            return None  # direct.py writes plaintext to the socket: never past TLS
         socket = getattr(self.stream, "socket", None)  # a test's in-memory stream has none
         return None if socket is None else socket.fileno()
 
