@@ -1,14 +1,10 @@
 """SCRAM-SHA-256-PLUS over TLS: channel binding tls-server-end-point with real clients. libpq
 (psql, psycopg) with `channel_binding=require` and pgjdbc with `channelBinding=require` refuse to
 log in unless the server offered -PLUS and proved the binding; a wrong password is still 28P01.
-
-Needs pgwire TLS (`--tls-cert/--tls-key`, icegres/protocol/pgwire/tls.py): on a tree without it
-the module is skipped, saying so.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 
 import psycopg
@@ -18,11 +14,7 @@ from tests.e2e.test_scram import jdbc_login, login_class  # noqa: F401  (fixture
 from tests.support.icegres_server import running_icegres
 from tests.support.tls import self_signed
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(importlib.util.find_spec("icegres.protocol.pgwire.tls") is None,
-                       reason="pgwire has no TLS in this tree (icegres/protocol/pgwire/tls.py)"),
-]
+pytestmark = pytest.mark.e2e
 
 PASSWORD = "bound-pw"
 
