@@ -24,8 +24,14 @@ async def authenticate(conn: ConnectionPort) -> None:
         raise PgError(E.PROTOCOL_VIOLATION, "expected password response")
     given = msg.password.rstrip(b"\0")
     expected = users.get(conn.user)
-    if expected is None or not hmac.compare_digest(given, expected.encode()):
+    ok = expected is not None and hmac.compare_digest(given, expected.encode())
+    # The answer waits for this address's turn under the failed-login back-off (backoff.py).
+    backoff = conn.server.backoff
+    await backoff.before_answer(conn.client_addr)
+    if not ok:
+        backoff.failed(conn.client_addr)
         raise PgError(E.INVALID_PASSWORD, f'password authentication failed for user "{conn.user}"')
+    backoff.succeeded(conn.client_addr)
 
 
 async def _next_message(conn: ConnectionPort) -> m.FrontendMessage:
