@@ -236,6 +236,7 @@ class Session:
             backend_pid=self.pid,
             settings=self.settings,
             server_version=version,
+            activity=self.server,  # pg_stat_activity, pg_cancel/terminate_backend (engine/activity.py)
         )
         self.qctx = open_session(self.server.engine, env)
         self.send(m.AUTH_OK)
