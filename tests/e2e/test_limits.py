@@ -306,3 +306,19 @@ def test_secrets_never_reach_the_log(limited):
     text = Path(limited.log_path).read_text(errors="replace")
     for secret in ("root-secret-1", "alice-secret-2", "wrong-1", "wrong-199"):
         assert secret not in text
+
+
+def test_slow_statement_log_is_postgresql_shaped_and_carries_no_startup_password(tmp_path):
+    pwfile = tmp_path / "users"
+    pwfile.write_text("carol:carol-startup-secret\n")
+    with running_icegres(tmp_path / "data", args=("--password-file", str(pwfile), "--log-min-duration-statement", "0"),
+                         user="carol", password="carol-startup-secret") as srv:
+        with psycopg.connect(srv.dsn(), autocommit=True) as c:
+            c.execute("select 1 as simple_one")
+            c.execute("select %s::int as extended_one", (2,))
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(srv.dsn(password="carol-wrong-secret"))
+        text = Path(srv.log_path).read_text(errors="replace")
+    assert "duration: " in text and " ms  statement: select 1 as simple_one" in text
+    assert " ms  execute <unnamed>: select $1::int as extended_one" in text
+    assert "carol-startup-secret" not in text and "carol-wrong-secret" not in text

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from icegres.pg import settings as guc
 from icegres.pg.clock import TextSettings
 from icegres.pg.copy_format import copy_target
 from icegres.pg.errors import PgError
-from icegres.protocol.pgwire import auth, startup, statements, transaction, writes
+from icegres.protocol.pgwire import auth, startup, statement_log, statements, transaction, writes
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire.activity import Activity
 from icegres.protocol.pgwire.copy import copy_out_rows
@@ -250,6 +251,7 @@ class Session:
 
     async def _serve(self) -> None:
         self.activity.ready("I")
+        threshold_ms = self.server.settings.log_min_duration_statement
         while True:
             if self._terminating and self._between:
                 return
@@ -263,7 +265,10 @@ class Session:
                 self.activity.running(msg.sql)
             elif isinstance(msg, m.Execute) and msg.portal in self.portals:
                 self.activity.running(self.portals[msg.portal].prepared.sql)
+            logged = statement_log.text_of(msg, self.portals) if threshold_ms >= 0 else None
+            started = time.perf_counter()
             await self._handle(msg)
+            statement_log.record(threshold_ms, time.perf_counter() - started, logged, pid=self.pid, user=self.user)
             if isinstance(msg, m.Query | m.Sync):
                 self.activity.ready(self.block.status)
                 self._between = True
