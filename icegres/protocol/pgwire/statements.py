@@ -69,16 +69,18 @@ def split_text(sql: str, *, literals: bool = True) -> Split:
         texts = split_statements(sql)
     except Exception:
         texts = [sql]
-    offsets = statement_offsets(sql, texts)
-    statements, params = [], []
+    statements, params, located = [], [], []
     for text in texts:
         if len(text) > BIG_CHARS:
-            text, values = compact(text, literals=literals)
+            compacted, values = compact(text, literals=literals)
+            statements.append(classify(compacted))
+            located.append(text)  # positions inside a compacted statement are its own
         else:
             values = None
-        statements.append(classify(text))
+            statements.append(classify(text))
+            located.append(statements[-1].sql)  # leading comments stripped: where it starts
         params.append(values)
-    return Split(statements, offsets, params)
+    return Split(statements, statement_offsets(sql, located), params)
 
 
 def compact(sql: str, *, literals: bool = True) -> tuple[str, dict[str, str] | None]:
