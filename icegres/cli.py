@@ -20,7 +20,9 @@ _AUTH_KEYS = ("auth_method", "jwt_jwks", "jwt_issuer", "jwt_audience", "jwt_role
               "oauth_scope")
 
 SERVE_KEYS = ("data_dir", "host", "port", "flight_port", "ops_port", "ports_file", "standby", "result_compression",
-              "tls_cert", "tls_key", "tls_required", "allow_plaintext", "database", "password_file", "query_threads",
+              "tls_cert", "tls_key", "tls_required", "allow_plaintext", "database", "password_file", "max_connections",
+              "superuser_reserved_connections", "superusers", "authentication_timeout", "auth_failure_delay_ms",
+              "auth_failure_delay_max_ms", "drain_timeout_s", "log_min_duration_statement", "query_threads",
               "log_level", "write_buffer_ms", "tail_dir", "tail_url", "tail_quorum", "file_cache_mb", *_CATALOG_KEYS,
               *_AUTH_KEYS)
 
@@ -40,8 +42,11 @@ SERVE_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("write ladder", "opt-in; without --write-buffer-ms every write is one Iceberg commit before its ack "
      "(docs/architecture.md, 'The write ladder')",
      ("write_buffer_ms", "tail_dir", "tail_url", "tail_quorum")),
+    ("limits", "connections, log-in abuse, shutdown (docs/security.md, 'Limits and abuse')",
+     ("max_connections", "superuser_reserved_connections", "superusers", "authentication_timeout",
+      "auth_failure_delay_ms", "auth_failure_delay_max_ms", "drain_timeout_s")),
     ("operations", "health, readiness, ports, threads, logs",
-     ("ops_port", "ports_file", "standby", "query_threads", "log_level")),
+     ("ops_port", "ports_file", "standby", "query_threads", "log_level", "log_min_duration_statement")),
 )
 _SERVE_USAGE = "icegres {command} [--data-dir DIR] [--host HOST] [--port PORT] [options]"
 _SERVE_EPILOG = ("Every flag has an ICEGRES_* environment twin and a key in the --config TOML file "

@@ -64,6 +64,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("jwt_role_claim", "sub", "JWT logins: the claim naming the role, which must equal the login's user name"),
     Option("jwt_leeway_s", 5.0, "JWT logins: clock skew allowed on exp/nbf/iat, seconds", float),
     Option("oauth_scope", "openid", "OAUTHBEARER: the scope announced to clients in the discovery answer"),
+    Option("max_connections", 100, "pgwire connections served at once, counted from a client's startup packet to its end (PostgreSQL's max_connections): beyond it a client gets FATAL 53300 'sorry, too many clients already'", int),
+    Option("superuser_reserved_connections", 3, "of --max-connections, slots only --superusers may take (PostgreSQL's name): the last ones left answer others 53300 'remaining connection slots are reserved for non-replication superuser connections'", int),
+    Option("superusers", None, "user[,user]: who may take the reserved slots and call pg_cancel_backend/pg_terminate_backend on others' sessions (default: the first configured user; under trust, every user)"),
+    Option("authentication_timeout", 60.0, "seconds a client has from connecting to finishing its startup packet and authentication (PostgreSQL's authentication_timeout): a silent or stalled client is then closed without a message, freeing its slot", float),
+    Option("auth_failure_delay_ms", 1000, "failed-login back-off per client address: after a failed login, the next authentication answer to that address waits this long, doubling per further failure up to --auth-failure-delay-max-ms; a successful login clears it (0 = off)", int),
+    Option("auth_failure_delay_max_ms", 30000, "the cap of the failed-login back-off's delay", int),
+    Option("drain_timeout_s", 30.0, "on SIGTERM/SIGINT: stop accepting, let running statements finish up to this many seconds, then end every session with FATAL 57P01 and exit", float),
+    Option("log_min_duration_statement", -1, "log every statement that ran at least this many ms as `duration: … ms  statement: …` (PostgreSQL's name; -1 = off, 0 = every statement)", int),
     Option("query_threads", 4, "worker threads running DataFusion and catalog calls", int),
     Option("log_level", "INFO", "Python logging level"),
     Option("catalog_uri", None, "catalog: unset = embedded SQLite; http(s)://… = Iceberg REST catalog; postgresql://… = SQL catalog on PostgreSQL", secret=True),
@@ -114,6 +122,14 @@ class Settings:
     jwt_role_claim: str = "sub"
     jwt_leeway_s: float = 5.0
     oauth_scope: str = "openid"
+    max_connections: int = 100
+    superuser_reserved_connections: int = 3
+    superusers: str | None = None  # comma list; None: the first configured user (every user under trust)
+    authentication_timeout: float = 60.0  # seconds, as PostgreSQL's authentication_timeout
+    auth_failure_delay_ms: int = 1000
+    auth_failure_delay_max_ms: int = 30000
+    drain_timeout_s: float = 30.0
+    log_min_duration_statement: int = -1  # ms, PostgreSQL's name: -1 off, 0 every statement
     query_threads: int = 4
     log_level: str = "INFO"
     catalog_uri: str | None = field(default=None, repr=False)
@@ -222,6 +238,7 @@ def resolve(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -
     values["auth_method"] = check_auth(values["auth_method"], values["jwt_jwks"], values["jwt_issuer"],
                                        values["jwt_audience"])
     values["data_dir"] = Path(values["data_dir"])
+    check_limits(values)
     check_write_ladder(values["write_buffer_ms"], values["tail_dir"], values["tail_url"], values["tail_quorum"])
     values["result_compression"] = check_flight_transport(values["result_compression"], values["tls_cert"],
                                                           values["tls_key"])
@@ -286,6 +303,34 @@ def check_flight_transport(result_compression: str, tls_cert: str | None, tls_ke
     if bool(tls_cert) != bool(tls_key):
         raise ValueError("--tls-cert and --tls-key go together: give both PEM files (certificate and its private key)")
     return codec
+
+
+def check_limits(values: Mapping[str, Any]) -> None:
+    """The connection limits and time-outs make sense together, or start-up stops with this
+    ValueError."""
+    if values["max_connections"] < 1:
+        raise ValueError("--max-connections must be at least 1")
+    if not 0 <= values["superuser_reserved_connections"] < values["max_connections"]:
+        raise ValueError("--superuser-reserved-connections must be at least 0 and less than --max-connections")
+    if values["authentication_timeout"] <= 0:
+        raise ValueError("--authentication-timeout must be > 0 seconds")
+    if values["auth_failure_delay_ms"] < 0 or values["auth_failure_delay_max_ms"] < values["auth_failure_delay_ms"]:
+        raise ValueError("--auth-failure-delay-ms must be >= 0 and at most --auth-failure-delay-max-ms")
+    if values["drain_timeout_s"] < 0:
+        raise ValueError("--drain-timeout-s must be >= 0")
+    if values["log_min_duration_statement"] < -1:
+        raise ValueError("--log-min-duration-statement must be -1 (off), 0 (every statement) or a number of ms")
+
+
+def superusers(settings: Settings) -> frozenset[str] | None:
+    """Who counts as a superuser (the reserved connection slots, signalling others' sessions):
+    --superusers, else the first configured user; None means every user (trust: no users and no
+    token logins). Token users are never superusers unless --superusers names them."""
+    if settings.superusers:
+        return frozenset(u.strip() for u in settings.superusers.split(",") if u.strip())
+    if not settings.users:
+        return frozenset() if settings.jwt_jwks else None
+    return frozenset([next(iter(settings.users))])
 
 
 def check_write_ladder(write_buffer_ms: int, tail_dir: str | None, tail_url: str | None = None,

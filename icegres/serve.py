@@ -196,7 +196,11 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
                     async for _ in signals:
                         log.info("shutting down")
                         if ops is not None:
-                            ops.set_stopping()
+                            ops.set_stopping()  # /ready is 503 from the start of the drain
+                        if server is not None:
+                            # Stop accepting; running statements finish (up to --drain-timeout-s),
+                            # then every session ends with FATAL 57P01 (PgServer.drain).
+                            await server.drain(settings.drain_timeout_s)
                         if ladder is not None:
                             # Every acked row goes to the lake before the process exits.
                             await ladder.shutdown()

@@ -106,6 +106,9 @@ class SessionEnv:
     # What pg_catalog's functions answer from (pg_catalog.current_index): None for the engine's
     # catalog, a CatalogSnapshot while a transaction block's own DDL is in force.
     catalog_snapshot: Any = None
+    # The front end's sessions as pg_stat_activity and the backend signals see them
+    # (engine/activity.py: ActivityPort); None where the front end offers none.
+    activity: Any = None
 
     @property
     def time_zone(self) -> str:

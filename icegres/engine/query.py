@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from icegres.engine import activity, rewrite, view_defs, views
 from icegres.engine import errors as engine_errors
-from icegres.engine import rewrite, view_defs, views
 from icegres.engine.column_names import PLAIN_NAME, postgres_names, select_list_names
 from icegres.engine.contexts import Made, SessionContexts
 from icegres.engine.insert_shape import InsertShapes
@@ -159,7 +159,7 @@ class QueryContext:
         if route is not None:
             self.cache.routes.touch(key)
             if _READS_CATALOG.search(sql):
-                self.contexts.complete_catalog(self.made)
+                self._catalog_read(sql, ctx)
             try:
                 return ctx.sql(route, param_values=params)
             except Exception as exc:
@@ -181,12 +181,19 @@ class QueryContext:
         self._check_files(tree_table_refs(tree, self.env.search_path))
         return PlannedQuery(df, (hold, made.keep))
 
+    def _catalog_read(self, sql: str, ctx: SessionContext) -> None:
+        """Before planning a statement that reads pg_catalog or information_schema: the session's
+        own catalog, and pg_stat_activity as of now if it names it."""
+        self.contexts.complete_catalog(self.made)
+        if activity.mentions_activity(sql):
+            activity.refresh(ctx, self.env)
+
     def _as_sent_or_rewritten(self, sql: str, tree: Callable[[], exp.Expression], params: dict[str, Any] | None,
                               ctx: SessionContext) -> tuple[DataFrame, str]:
         """`sql` planned as sent where DataFusion takes it, else its tree through the rewrite
         path; the DataFrame and the text that planned."""
         if _READS_CATALOG.search(sql):
-            self.contexts.complete_catalog(self.made)
+            self._catalog_read(sql, ctx)
         first_error: BaseException | None = None
         # With temporary tables, unqualified names must find pg_temp first: only the rewrite's
         # qualification does that (DataFusion as sent looks in one default schema).

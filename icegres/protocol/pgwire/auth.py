@@ -50,6 +50,9 @@ async def authenticate(conn: ConnectionPort) -> None:
         return
     decoder = conn.decoder
     decoder.max_message_bytes, saved = AUTH_MESSAGE_BYTES_MAX, decoder.max_message_bytes
+    # Every answer waits for this address's turn under the failed-login back-off (backoff.py);
+    # an OAuth discovery round (libpq's first connection, by design refused) is no failure.
+    backoff = conn.server.backoff
     try:
         verifier = settings.users.get(conn.user)
         if settings.auth_method == "password":
@@ -58,8 +61,21 @@ async def authenticate(conn: ConnectionPort) -> None:
             await _oauthbearer(conn, validator)
         else:
             await _scram(conn, verifier)
+    except _Discovery:
+        raise
+    except PgError as err:
+        if err.sqlstate in (E.INVALID_PASSWORD, E.INVALID_AUTHORIZATION):
+            await backoff.before_answer(conn.client_addr)
+            backoff.failed(conn.client_addr)
+        raise
     finally:
         decoder.max_message_bytes = saved
+    await backoff.before_answer(conn.client_addr)
+    backoff.succeeded(conn.client_addr)
+
+
+class _Discovery(PgError):
+    """The refusal that ends an OAUTHBEARER discovery round (the client asked where to log in)."""
 
 
 def _password_failed(conn: ConnectionPort, reason: str) -> PgError:
@@ -129,11 +145,12 @@ async def _oauthbearer(conn: ConnectionPort, validator: TokenValidator) -> None:
     config = validator.config
     ack = await _challenge(conn, oauthbearer.error_response(config.issuer, conn.server.settings.oauth_scope))
     oauthbearer.check_error_ack(ack)
+    message = f'OAuth bearer authentication failed for user "{conn.user}"'
     if response.discovery:
         log.debug('OAuth issuer discovery requested by user "%s" from %s', conn.user, conn.peer)
-    else:
-        log.warning('OAuth bearer authentication failed for user "%s" from %s: %s', conn.user, conn.peer, reason)
-    raise PgError(E.INVALID_AUTHORIZATION, f'OAuth bearer authentication failed for user "{conn.user}"')
+        raise _Discovery(E.INVALID_AUTHORIZATION, message)
+    log.warning('OAuth bearer authentication failed for user "%s" from %s: %s', conn.user, conn.peer, reason)
+    raise PgError(E.INVALID_AUTHORIZATION, message)
 
 
 async def _judge_bearer(conn: ConnectionPort, validator: TokenValidator,

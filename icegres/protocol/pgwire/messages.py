@@ -179,10 +179,10 @@ class _Reader:
         end = self.buf.find(b"\0", self.pos)
         if end < 0:
             raise PgError(PROTOCOL_VIOLATION, "invalid message format: unterminated string")
-        raw = self.buf[self.pos : end]
+        raw = memoryview(self.buf)[self.pos : end]  # decoded in place: a Query may be 100s of MB
         self.pos = end + 1
         try:
-            return raw.decode("utf-8")
+            return str(raw, "utf-8")
         except UnicodeDecodeError:
             raise PgError("22021", "invalid byte sequence for encoding \"UTF8\"") from None
 
@@ -193,9 +193,11 @@ class _Reader:
         return v
 
     def count(self) -> int:
-        n = self.int16()
-        if n < 0:
-            raise PgError(PROTOCOL_VIOLATION, "invalid message format: negative count")
+        """A count of the items that follow (parameter types, formats, values): PostgreSQL reads
+        it as an unsigned 16-bit number (pq_getmsgint(msg, 2)), so up to 65,535."""
+        self._need(2)
+        (n,) = struct.unpack_from("!H", self.buf, self.pos)
+        self.pos += 2
         return n
 
     def done(self) -> None:
@@ -356,7 +358,7 @@ def command_complete(tag: str) -> bytes:
 
 
 def parameter_description(oids: Sequence[int]) -> bytes:
-    return _frame(b"t", struct.pack(f"!h{len(oids)}I", len(oids), *oids))
+    return _frame(b"t", struct.pack(f"!H{len(oids)}I", len(oids), *oids))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from icegres.engine.query import QueryContext
     from icegres.engine.txblock_driver import TxBlock
     from icegres.pg.clock import TextSettings
+    from icegres.protocol.pgwire.backoff import AuthBackoff
+    from icegres.protocol.pgwire.limits import Slots
     from icegres.protocol.pgwire.messages import FrontendMessage
     from icegres.protocol.pgwire.tls import ServerTls, TlsInfo
     from icegres.protocol.tokens import TokenValidator
@@ -27,6 +29,10 @@ class ServerPort(Protocol):
     tls: ServerTls | None  # --tls-cert/--tls-key loaded; None: plaintext only
     tokens: TokenValidator | None  # JWT logins (--jwt-jwks), shared by the server's sessions
     running: set[Any]  # sessions running a statement (hangup.py watches their sockets)
+    slots: Slots  # --max-connections (limits.py)
+    backoff: AuthBackoff  # failed-login back-off per client address (backoff.py)
+    text_limiter: Any  # trio.CapacityLimiter of the threads that split big statements (statements.py)
+    draining: bool  # a shutdown began: sessions end once their statement is done
 
     def next_pid(self) -> int: ...
 
@@ -51,6 +57,7 @@ class ConnectionPort(Protocol):
     tls: TlsInfo | None  # set by that handshake: what was negotiated, the channel binding data
     decoder: Any  # framing.FrameDecoder
     peer: str
+    client_addr: str  # the client's address, for the failed-login back-off
     user: str
 
     def send(self, data: bytes) -> None: ...
