@@ -315,11 +315,23 @@ class QueryContext:
         self.contexts.end_transaction()
 
     def refresh_for(self, stmt: Statement) -> None:
-        """Freshness for one statement: every table it may read is at the catalog's head."""
+        """Freshness for one statement: every table it may read is at the catalog's head (and
+        mounted: tables are mounted when a statement first names them)."""
         if self.txn is not None:
+            if _READS_CATALOG.search(stmt.sql):
+                self.engine.refresh(set(), catalog=True)  # shapes only: the pins stay as they are
             self.pin_for(stmt)
             return
-        self.engine.refresh(self.table_refs(stmt))
+        refs = self.table_refs(stmt)
+        if refs is None:
+            # The catalog relations: every table's shape, and the lake tables it also names
+            # (all of them when the statement cannot be parsed).
+            lake = stmt.lake_refs(self.env.search_path)
+            self.engine.refresh(lake, catalog=True)
+        elif _READS_CATALOG.search(stmt.sql):
+            self.engine.refresh(refs, catalog=True)  # regclass and the catalog functions
+        else:
+            self.engine.refresh(refs)
 
     def table_refs(self, stmt: Statement) -> set[tuple[str, str]] | None:
         """The tables a statement may read (None: all), found once per literal shape."""
