@@ -28,6 +28,7 @@ SUITES = {
     "wakeups": "one cross-thread hand-off (trio, SerialThread, bare threading.Event) by waiter idle time",
     "copy_out": "COPY TO STDOUT of 1M rows (text, CSV) vs icegres's SELECT and PostgreSQL's COPY",
     "pgbench": "pgbench point lookups by -M simple / extended / prepared, icegres vs PostgreSQL",
+    "big_lake": "start to first answered query and RSS with 1,000 tables (100k data files) vs 2 tables",
 }
 DEFAULT = ("read", "concurrency", "startup", "scale", "flight", "pgbench", "pgwire_read", "pgwire_write")
 

@@ -840,6 +840,11 @@ class Engine:
         with self._lock:
             return dict(self._plans)
 
+    def refusal(self, key: tuple[str, str]) -> PgError | None:
+        """The error statements naming `key` get while it is left unmounted (None: it is not)."""
+        bad = self._unreadable.get(key)
+        return None if bad is None or key in self._plans else bad[1]
+
     def unreadable_error(self, message: str) -> PgError | None:
         """The stored refusal for a table a "not found" error names, if it is unreadable."""
         for (ns, name), (_, err) in self._unreadable.items():
