@@ -99,11 +99,20 @@ class QueryContext:
     def plan(self, stmt: Statement, params: dict[str, Any] | None = None) -> PlannedQuery:
         """Plan one query statement (DataFusion dialect permitting, else through the rewriter)."""
         hold = self.engine.scan_sets.hold()
+        self._pin_listed(self._refs_of(stmt))
         made = self.made
         planned = self._plan(stmt, params, made)
         planned.hold = (hold, made.keep)
         self._check_files(self.table_refs(stmt))
         return planned
+
+    def _pin_listed(self, refs_of: Callable[[], set[tuple[str, str]] | None]) -> None:
+        """In a block that pinned the listing: pin the tables about to be planned that it has
+        not mounted yet, at their listed snapshots (lazy mounting; a write path that pinned
+        "everything" with `pin_for(None)` plans SQL naming them afterwards)."""
+        txn = self.txn
+        if txn is not None and txn.listed:
+            views.pin_listed(self.engine, txn, refs_of())
 
     def _check_files(self, refs: set[tuple[str, str]] | None) -> None:
         """58P01 where a data file of a table the statement reads is gone (file_presence.py).
@@ -173,6 +182,7 @@ class QueryContext:
         probes of types) from its tree: as DataFusion reads it written out, or through the
         rewrite steps where it needs them."""
         hold = self.engine.scan_sets.hold()
+        self._pin_listed(functools.partial(tree_table_refs, tree, self.env.search_path))
         made = self.made
         # Its literals as its place in the statement means them (an INSERT's source, an UPDATE's
         # value: exact numerics), before anything copies it away from that place.

@@ -56,11 +56,7 @@ def pin_snapshots(engine: Engine, txn: TxnState, refs_of: Callable[[], set[Key] 
             refs = refs_of()
             engine.refresh(refs if refs is not None else set(), catalog=refs is None)
             txn.pin_all(*engine.pinnable())
-        refs = refs_of()
-        for key in refs or ():
-            location = txn.listed.get(key)
-            if location is not None and key not in txn.pins and key not in txn.hidden:
-                txn.pin(key, engine.plan_at(key, location))
+        pin_listed(engine, txn, refs_of())
         return
     refs = refs_of()
     if not fresh and txn.autocommit and refs is not None:
@@ -80,6 +76,15 @@ def pin_snapshots(engine: Engine, txn: TxnState, refs_of: Callable[[], set[Key] 
         engine.refresh(missing)
         for key in missing:
             txn.pin(key, engine.read_plan(*key))
+
+
+def pin_listed(engine: Engine, txn: TxnState, refs: set[Key] | None) -> None:
+    """Pin each of `refs` the block's listing holds but it has not pinned, at its listed
+    metadata location (`Engine.plan_at`: mounted now if that is still the table's snapshot)."""
+    for key in refs or ():
+        location = txn.listed.get(key)
+        if location is not None and key not in txn.pins and key not in txn.hidden:
+            txn.pin(key, engine.plan_at(key, location))
 
 
 def resolve(search_path: list[str], schema: str | None, name: str,
