@@ -840,6 +840,15 @@ class Engine:
         with self._lock:
             return dict(self._plans)
 
+    def table_schema(self, key: tuple[str, str]) -> Any:
+        """The Arrow schema of table `key` as pg_catalog describes it (mounted, or its shape:
+        empty when even its metadata cannot be read); an empty schema for an unknown name."""
+        import pyarrow as pa
+
+        with self._lock:
+            plan = self._plans.get(key) or self._shapes.get(key)
+        return plan.schema if plan is not None else pa.schema([])
+
     def refusal(self, key: tuple[str, str]) -> PgError | None:
         """The error statements naming `key` get while it is left unmounted (None: it is not)."""
         bad = self._unreadable.get(key)
