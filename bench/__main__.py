@@ -43,7 +43,7 @@ class Options:
     scale_50m: bool
     sf: float | None = None  # load suite: TPC-H scale factor (None: 1, or 0.1 with --quick)
     keep_lakes: bool = False  # load suite: keep bench/.data/load-{copy,flight}
-    before: str | None = None  # pgbench suite: another checkout's icegres, run beside this one
+    before: str | None = None  # pgbench, big_lake suites: another checkout's icegres, run beside this one
 
     def rounds_or(self, default: int) -> int:
         return self.rounds if self.rounds is not None else default
@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-lakes", action="store_true", help="load suite: keep the two loaded lakes")
     ap.add_argument("--before", default=None, metavar="DIR",
                     help="pgbench suite: a checkout of icegres (a directory holding the package) whose "
-                         "server runs beside this one's, interleaved, as the peer `icegres before`")
+                         "server runs beside this one's, interleaved, as the peer `icegres before`; "
+                         "big_lake suite: the same, started once on each lake")
     ap.add_argument("--tpch-load", choices=("flight", "copy"), default=None,
                     help="how a missing TPC-H dataset is loaded (default: the measured-faster path, "
                          "see bench/datasets.py)")

@@ -40,6 +40,8 @@ FIRST_QUERY = f"select count(*) from {NS}.t0"
 CATALOG_QUERY = ("select c.relname from pg_catalog.pg_class c join pg_catalog.pg_namespace n "
                  f"on n.oid = c.relnamespace where n.nspname = '{NS}' and c.relkind in ('r', 'p')")
 TARGET_RATIO = 1.5
+READY_TIMEOUT_S = 60.0
+BEFORE_TIMEOUT_S = 900.0
 
 
 def lake(tables: int, files: int = FILES_PER_TABLE) -> Path:
@@ -98,12 +100,15 @@ def _copy(template: Any, path: str) -> Any:
     return copied
 
 
-def _start(data_dir: Path, log: Path) -> dict[str, float]:
+def _start(data_dir: Path, log: Path, checkout: Path | None = None) -> dict[str, float]:
     import psycopg
 
+    from bench import pgwire_read
     from bench.pgwire_read import Server
 
-    server = Server(data_dir, log)
+    server = Server(data_dir, log, checkout=checkout)
+    # another checkout may mount every table before it listens: give it time
+    pgwire_read.READY_TIMEOUT_S = BEFORE_TIMEOUT_S if checkout is not None else READY_TIMEOUT_S
     server.start()
     try:
         server.wait_ready(FIRST_QUERY)
@@ -118,19 +123,32 @@ def _start(data_dir: Path, log: Path) -> dict[str, float]:
             "hwm": server.vm_hwm / 2**20, "catalog": catalog_s, "listed": listed}
 
 
+def _commit_of(checkout: Path) -> str:
+    import subprocess
+
+    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "?"
+
+
 def run(opts: Any) -> list[dict[str, Any]]:
     report: dict[str, Any] = {"suite": "big_lake", "section": "big_lake", **provenance(opts.command)}
     rounds = opts.rounds_or(3 if opts.quick else 5)
     lakes = {n: lake(n) for n in SIZES}
     peers = [f"{n} tables" for n in SIZES]
-    samples: dict[str, dict[str, list[tuple[int, float]]]] = {p: {} for p in peers}
+    # --before DIR: that checkout's icegres on both lakes too, in the first round only (before lazy
+    # mounting it read every file of the big lake at start-up)
+    before = [f"{n} tables, before" for n in SIZES] if opts.before else []
+    samples: dict[str, dict[str, list[tuple[int, float]]]] = {p: {} for p in peers + before}
     errors: dict[str, str] = {}
     meter = load_meter()
     for rnd in range(rounds):
-        for peer in rotation(peers, rnd):
+        for peer in rotation(peers, rnd) + (before if rnd == 0 else []):
             n = int(peer.split()[0])
+            checkout = Path(opts.before) if peer in before else None
+            tag = "-before" if checkout is not None else ""
             try:
-                got = _start(lakes[n], datasets.DATA_DIR / "logs" / f"big-lake-{n}-{rnd}.log")
+                got = _start(lakes[n], datasets.DATA_DIR / "logs" / f"big-lake-{n}{tag}-{rnd}.log", checkout)
                 if got["listed"] != n:
                     raise RuntimeError(f"the catalog listed {got['listed']} tables, not {n}")
             except Exception as exc:
@@ -149,7 +167,8 @@ def run(opts: Any) -> list[dict[str, Any]]:
     ratio = round_ratio(samples[big].get("first", []), samples[small].get("first", []))
     rows = [[p, f"{n * FILES_PER_TABLE:,}", f"{med(p, 'select1'):.2f}", f"{med(p, 'first'):.2f}",
              f"{med(p, 'rss'):.0f}", f"{med(p, 'hwm'):.0f}", f"{med(p, 'catalog'):.2f}",
-             len(samples[p].get("first", []))] for p, n in zip(peers, SIZES, strict=True)]
+             len(samples[p].get("first", []))]
+            for p, n in [*zip(peers, SIZES, strict=True), *zip(before, SIZES, strict=False)]]
     verdict = "pass" if ratio is not None and ratio <= TARGET_RATIO else "miss"
     report.update(
         title=f"big_lake: start to first answered query, {SIZES[-1]:,} tables vs {SIZES[0]}",
@@ -157,7 +176,9 @@ def run(opts: Any) -> list[dict[str, Any]]:
             "Data": f"embedded lakes of {SIZES[0]} and {SIZES[-1]:,} tables, {FILES_PER_TABLE} data files each "
                     "(3-row Parquet files, hard links to one per table), built once by bench/suites/big_lake.py",
             "Query": f"`{FIRST_QUERY}` (reads {FILES_PER_TABLE} files in either lake)",
-            "Rounds": f"{rounds}, the two lakes alternating first; figures are medians",
+            "Rounds": f"{rounds}, the two lakes alternating first; figures are medians"
+                      + (f"; `before` = the checkout {opts.before} (its commit: "
+                         f"{_commit_of(Path(opts.before))}), first round only" if before else ""),
             "Target": f"first answered query, {SIZES[-1]:,} tables / {SIZES[0]} (median of per-round ratios): "
                       f"{ratio or float('nan'):.2f}x, goal <= {TARGET_RATIO}x -> **{verdict}**",
         },
