@@ -122,7 +122,9 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
     engine = Engine(lakehouse, database=settings.database, file_cache=file_cache)
     try:
         recover_last_run(engine, settings)
-        engine.refresh()
+        # The listing only: tables are mounted when first named (lazy mounting), so start-up
+        # reads no manifest or data file and a damaged table cannot stop it.
+        engine.refresh(set())
     except PgError as exc:
         print(f"icegres: {exc.message}", file=sys.stderr)
         if file_cache is not None:
@@ -151,7 +153,7 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
             fronts = front_ends(bound)
             if not (settings.tail_dir or settings.tail_url or settings.tail_quorum):
                 # With a tail, replay refreshes the engine; without one, the lake moved since start-up.
-                await trio.to_thread.run_sync(engine.refresh)
+                await trio.to_thread.run_sync(engine.refresh, set())
         assert fronts is not None
         # The operations endpoint comes up first: /health answers (and /ready says 503) while
         # the tail replays, so a supervisor can tell a slow start from a dead one.
@@ -193,6 +195,7 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
                         ops.set_ready()
                     # After the "serving" line, which tests and operators wait for.
                     collector.settle()
+                    nursery.start_soon(recheck_damaged, engine)
                     async for _ in signals:
                         log.info("shutting down")
                         if ops is not None:
@@ -224,6 +227,25 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
         if file_cache is not None:
             file_cache.close()  # a copy in progress would otherwise hold the exit
     return 0
+
+
+# How often the tables found damaged are tried again with no statement naming them, so /health
+# and /metrics recover once a file is restored. Only damaged tables are read: a healthy lake
+# costs nothing.
+DAMAGED_RECHECK_S = 10.0
+
+
+async def recheck_damaged(engine: Engine, period_s: float = DAMAGED_RECHECK_S) -> None:
+    """Forever: every `period_s`, mount the damaged tables again (engine/damage.py)."""
+    import trio
+
+    while True:
+        await trio.sleep(period_s)
+        if len(engine.damage):
+            try:
+                await trio.to_thread.run_sync(engine.recheck_damaged)
+            except Exception as exc:  # the catalog is down: the next statement says so
+                log.warning("re-checking damaged tables: %s", exc)
 
 
 def bind_ports(settings: Settings, *, pgwire: bool = True) -> dict[str, BoundPort]:

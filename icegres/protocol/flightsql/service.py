@@ -774,14 +774,12 @@ class FlightSqlService:
                         "table_type": kind})
         out.sort(key=lambda r: (r["db_schema_name"], r["table_name"], r["table_type"]))
         if command.include_schema:
-            from icegres.engine.lake import DEFAULT_CATALOG
-
             engine = self.server.engine
-            catalog = engine.master.catalog(DEFAULT_CATALOG)
             for row in out:
-                view = engine.view((row["db_schema_name"], row["table_name"]))
-                table_schema = (view.arrow_schema if view is not None else
-                                catalog.schema(row["db_schema_name"]).table(row["table_name"]).schema)
+                key = (row["db_schema_name"], row["table_name"])
+                view = engine.view(key)
+                # a table not mounted yet (lazy mounting) is described by its metadata's shape
+                table_schema = view.arrow_schema if view is not None else engine.table_schema(key)
                 row["table_schema"] = M.schema_bytes(M.wire_schema(table_schema))
         return pa.RecordBatch.from_pylist(out, schema=schema)
 
