@@ -28,6 +28,9 @@ SUITES = {
     "wakeups": "one cross-thread hand-off (trio, SerialThread, bare threading.Event) by waiter idle time",
     "copy_out": "COPY TO STDOUT of 1M rows (text, CSV) vs icegres's SELECT and PostgreSQL's COPY",
     "pgbench": "pgbench point lookups by -M simple / extended / prepared, icegres vs PostgreSQL",
+    "scram_connect": "connect + SCRAM-SHA-256 login + select 1 + close, icegres vs PostgreSQL 15 (scram in pg_hba)",
+    "tls": "point lookup p50/p99 and connect time over TLS vs plaintext, icegres vs PostgreSQL (ssl=on)",
+    "big_lake": "start to first answered query and RSS with 1,000 tables (100k data files) vs 2 tables",
 }
 DEFAULT = ("read", "concurrency", "startup", "scale", "flight", "pgbench", "pgwire_read", "pgwire_write")
 
@@ -42,7 +45,7 @@ class Options:
     scale_50m: bool
     sf: float | None = None  # load suite: TPC-H scale factor (None: 1, or 0.1 with --quick)
     keep_lakes: bool = False  # load suite: keep bench/.data/load-{copy,flight}
-    before: str | None = None  # pgbench suite: another checkout's icegres, run beside this one
+    before: str | None = None  # pgbench, big_lake suites: another checkout's icegres, run beside this one
 
     def rounds_or(self, default: int) -> int:
         return self.rounds if self.rounds is not None else default
@@ -135,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-lakes", action="store_true", help="load suite: keep the two loaded lakes")
     ap.add_argument("--before", default=None, metavar="DIR",
                     help="pgbench suite: a checkout of icegres (a directory holding the package) whose "
-                         "server runs beside this one's, interleaved, as the peer `icegres before`")
+                         "server runs beside this one's, interleaved, as the peer `icegres before`; "
+                         "big_lake suite: the same, started once on each lake")
     ap.add_argument("--tpch-load", choices=("flight", "copy"), default=None,
                     help="how a missing TPC-H dataset is loaded (default: the measured-faster path, "
                          "see bench/datasets.py)")

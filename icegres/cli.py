@@ -16,15 +16,24 @@ _CATALOG_KEYS = (
     "s3_endpoint", "s3_access_key", "s3_secret_key", "s3_region", "s3_path_style",
 )
 
+_AUTH_KEYS = ("auth_method", "jwt_jwks", "jwt_issuer", "jwt_audience", "jwt_role_claim", "jwt_leeway_s",
+              "oauth_scope")
+
 SERVE_KEYS = ("data_dir", "host", "port", "flight_port", "ops_port", "ports_file", "standby", "result_compression",
-              "tls_cert", "tls_key", "database", "password_file", "query_threads", "max_concurrent_queries", "query_memory", "log_level", "write_buffer_ms",
-              "tail_dir", "tail_url", "tail_quorum", "file_cache_mb", *_CATALOG_KEYS)
+              "tls_cert", "tls_key", "tls_required", "allow_plaintext", "database", "password_file", "max_connections",
+              "superuser_reserved_connections", "superusers", "authentication_timeout", "auth_failure_delay_ms",
+              "auth_failure_delay_max_ms", "drain_timeout_s", "log_min_duration_statement", "query_threads",
+              "max_concurrent_queries", "query_memory", "log_level", "write_buffer_ms", "tail_dir", "tail_url",
+              "tail_quorum", "file_cache_mb", *_CATALOG_KEYS, *_AUTH_KEYS)
 
 # `serve --help` in groups, and in each group the flags most runs need first. Every key of
 # SERVE_KEYS is in exactly one group (tests/unit/test_cli.py); --config closes the last one.
 SERVE_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("connection", "where clients connect, and who may",
-     ("port", "host", "database", "password_file", "flight_port", "tls_cert", "tls_key", "result_compression")),
+     ("port", "host", "database", "password_file", "flight_port", "tls_cert", "tls_key", "tls_required",
+      "allow_plaintext", "result_compression")),
+    ("authentication", "passwords (SCRAM-SHA-256 by default) and JWT bearer tokens (docs/security.md)",
+     _AUTH_KEYS),
     ("catalog and storage", "the lakehouse: embedded in --data-dir (SQLite catalog + local warehouse) unless "
      "--catalog-uri names another",
      ("data_dir", "catalog_uri", "warehouse", "catalog_name", "s3_endpoint", "s3_access_key", "s3_secret_key",
@@ -33,8 +42,12 @@ SERVE_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("write ladder", "opt-in; without --write-buffer-ms every write is one Iceberg commit before its ack "
      "(docs/architecture.md, 'The write ladder')",
      ("write_buffer_ms", "tail_dir", "tail_url", "tail_quorum")),
+    ("limits", "connections, log-in abuse, shutdown (docs/security.md, 'Limits and abuse')",
+     ("max_connections", "superuser_reserved_connections", "superusers", "authentication_timeout",
+      "auth_failure_delay_ms", "auth_failure_delay_max_ms", "drain_timeout_s")),
     ("operations", "health, readiness, ports, threads, logs",
-     ("ops_port", "ports_file", "standby", "query_threads", "max_concurrent_queries", "query_memory", "log_level")),
+     ("ops_port", "ports_file", "standby", "query_threads", "max_concurrent_queries", "query_memory", "log_level",
+      "log_min_duration_statement")),
 )
 _SERVE_USAGE = "icegres {command} [--data-dir DIR] [--host HOST] [--port PORT] [options]"
 _SERVE_EPILOG = ("Every flag has an ICEGRES_* environment twin and a key in the --config TOML file "
@@ -79,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                             usage=_SERVE_USAGE.format(command="flight-serve"), epilog=_SERVE_EPILOG,
                             description="Serve the lakehouse to Arrow Flight SQL (ADBC) clients only, until "
                                         "SIGTERM or SIGINT.")
-    _add_serve_groups(flight, tuple(k for k in SERVE_KEYS if k not in ("port", "flight_port")), flight_only=True)
+    _add_serve_groups(flight, tuple(k for k in SERVE_KEYS if k not in ("port", "flight_port", "tls_required")),
+                      flight_only=True)
     seed = sub.add_parser("seed", help="write the deterministic demo tables (idempotent), on any catalog")
     add_arguments(seed, ("data_dir", "log_level", *_CATALOG_KEYS))
     seed.add_argument("--rows", type=int, default=1_000_000, help="rows in demo.trips")

@@ -7,6 +7,7 @@ file keys and docs/configuration.md (checked by a unit test) all come from that 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import os
 import re
@@ -16,6 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icegres.pg.scram import MECHANISM as _SCRAM
+from icegres.pg.scram import Verifier, make_verifier, parse_verifier
+
+SCRAM_PREFIX = _SCRAM + "$"
 DEFAULT_PORT = 5439
 DEFAULT_DATABASE = "icegres"
 
@@ -39,21 +44,38 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option("data_dir", ".icegres", "embedded lakehouse directory: SQLite catalog + warehouse; also the local cache directory"),
-    Option("host", "127.0.0.1", "listen address; a non-loopback address requires passwords"),
+    Option("host", "127.0.0.1", "listen address; a non-loopback address requires passwords, and TLS (--tls-cert/--tls-key) unless --allow-plaintext"),
     Option("port", DEFAULT_PORT, "Postgres wire listen port (0 = any free port: see --ports-file)", int),
     Option("flight_port", None, "Arrow Flight SQL listen port: `serve` also serves Flight SQL there when set; `flight-serve --port` sets it (default 50051)", int),
     Option("ops_port", None, "HTTP operations port (same --host): GET /health (503 with the reasons when the write tail is poisoned, the quorum writer was fenced or lost its majority), /ready (200 once serving), /metrics (Prometheus text of the write ladder's counters); unset = off", int),
     Option("ports_file", None, "write the ports this process bound (--port, --flight-port, --ops-port; a keeper's --port) to this file as JSON with its pid, once bound and before it serves: how a script learns the ports of a server started with port 0"),
     Option("standby", False, "warm standby: start, open the lake, then wait for SIGUSR1 before winning the writer term, replaying and serving (SIGTERM before it: exit); `icegres supervise --warm-standby` keeps one ready to promote", bool),
     Option("result_compression", "none", "Flight SQL result bodies: none, or zstd (Arrow IPC buffers ZSTD-compressed in worker threads: about half the bytes for more CPU; pays off on slow links, not on loopback)"),
-    Option("tls_cert", None, "PEM certificate (chain) file: the Flight SQL port serves grpc+tls:// (with --tls-key)"),
+    Option("tls_cert", None, "PEM certificate (chain) file, with --tls-key: pgwire answers SSLRequest with TLS and accepts PostgreSQL 17's direct TLS (ALPN postgresql), and the Flight SQL port serves grpc+tls://"),
     Option("tls_key", None, "PEM private key file of --tls-cert"),
+    Option("tls_required", False, "refuse pgwire clients that do not use TLS (28000, as a hostssl-only pg_hba.conf does; requires --tls-cert)", bool),
+    Option("allow_plaintext", False, "serve a non-loopback --host without TLS (passwords and queries cross the network in the clear)", bool),
     Option("database", DEFAULT_DATABASE, "the database name clients connect to"),
-    Option("password_file", None, "file of user:password lines; with it (or ICEGRES_USERS) clients must log in"),
-    Option("users", None, "user:password[,user:password]; switches to password authentication", secret=True),
+    Option("password_file", None, "file of user:password or user:SCRAM-SHA-256$<iter>:<salt>$<StoredKey>:<ServerKey> lines (PostgreSQL's verifier format; plain passwords are hashed at load and not kept); with it (or ICEGRES_USERS, or --jwt-jwks) clients must log in"),
+    Option("users", None, "user:password[,user:password] (a password may be a SCRAM-SHA-256$... verifier); switches to password authentication", secret=True),
+    Option("auth_method", "scram-sha-256", "how pgwire clients prove a password, named as pg_hba.conf's methods: scram-sha-256 (SASL, with SCRAM-SHA-256-PLUS channel binding on TLS) or password (cleartext over the connection: use only with TLS)"),
+    Option("jwt_jwks", None, "JWT logins: the identity provider's JWKS, a file or an http(s):// URL; a token is accepted as a password (--auth-method password) and through PostgreSQL 18's OAUTHBEARER, and as a Flight SQL bearer token (needs --jwt-issuer and --jwt-audience)"),
+    Option("jwt_issuer", None, "JWT logins: the required `iss` claim (also the issuer OAUTHBEARER clients are pointed at)"),
+    Option("jwt_audience", None, "JWT logins: the required `aud` claim"),
+    Option("jwt_role_claim", "sub", "JWT logins: the claim naming the role, which must equal the login's user name"),
+    Option("jwt_leeway_s", 5.0, "JWT logins: clock skew allowed on exp/nbf/iat, seconds", float),
+    Option("oauth_scope", "openid", "OAUTHBEARER: the scope announced to clients in the discovery answer"),
+    Option("max_connections", 100, "pgwire connections served at once, counted from a client's startup packet to its end (PostgreSQL's max_connections): beyond it a client gets FATAL 53300 'sorry, too many clients already'", int),
+    Option("superuser_reserved_connections", 3, "of --max-connections, slots only --superusers may take (PostgreSQL's name): the last ones left answer others 53300 'remaining connection slots are reserved for non-replication superuser connections'", int),
+    Option("superusers", None, "user[,user]: who may take the reserved slots and call pg_cancel_backend/pg_terminate_backend on others' sessions (default: the first configured user; under trust, every user)"),
+    Option("authentication_timeout", 60.0, "seconds a client has from connecting to finishing its startup packet and authentication (PostgreSQL's authentication_timeout): a silent or stalled client is then closed without a message, freeing its slot", float),
+    Option("auth_failure_delay_ms", 1000, "failed-login back-off per client address: after a failed login, the next authentication answer to that address waits this long, doubling per further failure up to --auth-failure-delay-max-ms; a successful login clears it (0 = off)", int),
+    Option("auth_failure_delay_max_ms", 30000, "the cap of the failed-login back-off's delay", int),
+    Option("drain_timeout_s", 30.0, "on SIGTERM/SIGINT: stop accepting, let running statements finish up to this many seconds, then end every session with FATAL 57P01 and exit", float),
+    Option("log_min_duration_statement", -1, "log every statement that ran at least this many ms as `duration: … ms  statement: …` (PostgreSQL's name; -1 = off, 0 = every statement)", int),
     Option("query_threads", 4, "worker threads running DataFusion and catalog calls", int),
     Option("max_concurrent_queries", None, "heavy statements (joins, unnests, table functions, aggregates, sorts and windows over more than 4M rows) running at once, each in an execution process that a cancel kills; the rest queue, statement_timeout counting the wait; default: the number of CPUs", int),
-    Option("query_memory", "25%", "memory pool of query execution, shared by every statement: MiB (512), a size (256MB, 2GB) or a share of the machine's RAM (25%); sorts, aggregates and joins spill to <data-dir>/spill beyond it, and a statement that still cannot fit fails with 53200 out of memory"),
+    Option("query_memory", "25%", "memory of query execution: MiB (512), a size (256MB, 2GB) or a share of the machine's RAM (25%), split evenly between the server and its --max-concurrent-queries execution processes; sorts, aggregates and joins spill to <data-dir>/spill beyond their share, and a statement that still cannot fit fails with 53200 out of memory"),
     Option("log_level", "INFO", "Python logging level"),
     Option("catalog_uri", None, "catalog: unset = embedded SQLite; http(s)://… = Iceberg REST catalog; postgresql://… = SQL catalog on PostgreSQL", secret=True),
     Option("warehouse", None, "warehouse location or name the catalog expects (REST: e.g. s3://bucket; SQL: file:// or s3:// root)"),
@@ -88,11 +110,29 @@ class Settings:
     ports_file: str | None = None  # JSON of the ports bound (icegres/listeners.py); None: not written
     standby: bool = False  # wait for SIGUSR1 before opening the tail and serving (icegres/supervise.py)
     result_compression: str = "none"  # Flight SQL IPC body compression: none | zstd
-    tls_cert: str | None = None  # PEM files: with both, the Flight SQL port speaks TLS
+    tls_cert: str | None = None  # PEM files: with both, pgwire and the Flight SQL port speak TLS
     tls_key: str | None = None
+    tls_required: bool = False  # pgwire: a StartupMessage outside TLS is refused (28000)
+    allow_plaintext: bool = False  # a non-loopback --host may serve without TLS
     database: str = DEFAULT_DATABASE
-    # user -> password; empty means trust (only allowed on loopback, see server.py).
-    users: dict[str, str] = field(default_factory=dict, repr=False)
+    # user -> SCRAM verifier (never a password); with no users and no --jwt-jwks, trust (only
+    # allowed on loopback, see refuse_open_trust).
+    users: dict[str, Verifier] = field(default_factory=dict, repr=False)
+    auth_method: str = "scram-sha-256"  # scram-sha-256 | password (AUTH_METHODS)
+    jwt_jwks: str | None = None  # JWKS file or URL: JWT logins on (protocol/tokens.py)
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    jwt_role_claim: str = "sub"
+    jwt_leeway_s: float = 5.0
+    oauth_scope: str = "openid"
+    max_connections: int = 100
+    superuser_reserved_connections: int = 3
+    superusers: str | None = None  # comma list; None: the first configured user (every user under trust)
+    authentication_timeout: float = 60.0  # seconds, as PostgreSQL's authentication_timeout
+    auth_failure_delay_ms: int = 1000
+    auth_failure_delay_max_ms: int = 30000
+    drain_timeout_s: float = 30.0
+    log_min_duration_statement: int = -1  # ms, PostgreSQL's name: -1 off, 0 every statement
     query_threads: int = 4
     max_concurrent_queries: int | None = None  # None: os.cpu_count() (engine/executor.py)
     query_memory: str = "25%"  # memory.parse_size_bytes reads it; checked by resolve()
@@ -164,6 +204,9 @@ def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup, key
     for key in keys:
         option = OPTIONS_BY_KEY[key]
         default = f" (default {option.default})" if option.default not in (None, False) else ""
+        # argparse %-formats help text: a literal % (--query-memory's 25%) is written %%.
+        default = default.replace("%", "%%")
+        option = dataclasses.replace(option, help=option.help.replace("%", "%%"))
         if option.kind is bool:
             parser.add_argument(option.flag, action="store_const", const=True, default=None,
                                 help=f"{option.help} (env {option.env})")
@@ -204,15 +247,35 @@ def resolve(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -
             value = _parse(option, file_values[option.key])
         values[option.key] = option.default if value is None else value
     users = load_users(values.pop("password_file"), values.pop("users"))
+    values["auth_method"] = check_auth(values["auth_method"], values["jwt_jwks"], values["jwt_issuer"],
+                                       values["jwt_audience"])
     values["data_dir"] = Path(values["data_dir"])
+    check_limits(values)
     check_query_limits(values["query_memory"], values["max_concurrent_queries"])
     check_write_ladder(values["write_buffer_ms"], values["tail_dir"], values["tail_url"], values["tail_quorum"])
     values["result_compression"] = check_flight_transport(values["result_compression"], values["tls_cert"],
                                                           values["tls_key"])
+    if values["tls_required"] and not values["tls_cert"]:
+        raise ValueError("--tls-required needs TLS: give --tls-cert and --tls-key")
     return Settings(users=users, **values)
 
 
 RESULT_COMPRESSIONS = ("none", "zstd")
+AUTH_METHODS = ("scram-sha-256", "password")
+
+
+def check_auth(auth_method: str, jwt_jwks: str | None, jwt_issuer: str | None, jwt_audience: str | None) -> str:
+    """The normalised --auth-method, once the authentication options make sense together."""
+    method = (auth_method or "").strip().lower()
+    if method not in AUTH_METHODS:
+        raise ValueError(f"--auth-method must be one of {', '.join(AUTH_METHODS)}, not {auth_method!r}")
+    if jwt_jwks and not (jwt_issuer and jwt_audience):
+        # A token minted by the same provider for another service must not log in here.
+        raise ValueError("--jwt-jwks needs --jwt-issuer and --jwt-audience: tokens are only accepted "
+                         "from one issuer, for this audience")
+    if (jwt_issuer or jwt_audience) and not jwt_jwks:
+        raise ValueError("--jwt-issuer and --jwt-audience need --jwt-jwks (the provider's keys)")
+    return method
 
 
 def is_loopback(host: str) -> bool:
@@ -226,11 +289,22 @@ def is_loopback(host: str) -> bool:
 
 def refuse_open_trust(settings: Settings, what: str) -> None:
     """Trust authentication is for loopback only: a front end refuses to serve another address
-    without passwords (`what` names it in the message)."""
-    if not settings.users and not is_loopback(settings.host):
+    without passwords or tokens (`what` names it in the message)."""
+    if not settings.users and not settings.jwt_jwks and not is_loopback(settings.host):
         raise SystemExit(
             f"refusing to serve {what}{settings.host} without passwords: trust auth is for loopback only "
             "(set --password-file or ICEGRES_USERS)"
+        )
+
+
+def refuse_plaintext(settings: Settings, what: str) -> None:
+    """Passwords and results cross a network only encrypted: a front end refuses to serve a
+    non-loopback address without --tls-cert/--tls-key unless --allow-plaintext says so (`what`
+    names it in the message). One certificate covers pgwire and Flight SQL, so one check does."""
+    if not (settings.tls_cert and settings.tls_key) and not settings.allow_plaintext and not is_loopback(settings.host):
+        raise SystemExit(
+            f"refusing to serve {what}{settings.host} without TLS: give --tls-cert and --tls-key, "
+            "or --allow-plaintext to send passwords and data in the clear"
         )
 
 
@@ -286,6 +360,34 @@ def parse_size_bytes(text: str, *, total_bytes: int | None = None) -> int:
     return size
 
 
+def check_limits(values: Mapping[str, Any]) -> None:
+    """The connection limits and time-outs make sense together, or start-up stops with this
+    ValueError."""
+    if values["max_connections"] < 1:
+        raise ValueError("--max-connections must be at least 1")
+    if not 0 <= values["superuser_reserved_connections"] < values["max_connections"]:
+        raise ValueError("--superuser-reserved-connections must be at least 0 and less than --max-connections")
+    if values["authentication_timeout"] <= 0:
+        raise ValueError("--authentication-timeout must be > 0 seconds")
+    if values["auth_failure_delay_ms"] < 0 or values["auth_failure_delay_max_ms"] < values["auth_failure_delay_ms"]:
+        raise ValueError("--auth-failure-delay-ms must be >= 0 and at most --auth-failure-delay-max-ms")
+    if values["drain_timeout_s"] < 0:
+        raise ValueError("--drain-timeout-s must be >= 0")
+    if values["log_min_duration_statement"] < -1:
+        raise ValueError("--log-min-duration-statement must be -1 (off), 0 (every statement) or a number of ms")
+
+
+def superusers(settings: Settings) -> frozenset[str] | None:
+    """Who counts as a superuser (the reserved connection slots, signalling others' sessions):
+    --superusers, else the first configured user; None means every user (trust: no users and no
+    token logins). Token users are never superusers unless --superusers names them."""
+    if settings.superusers:
+        return frozenset(u.strip() for u in settings.superusers.split(",") if u.strip())
+    if not settings.users:
+        return frozenset() if settings.jwt_jwks else None
+    return frozenset([next(iter(settings.users))])
+
+
 def check_write_ladder(write_buffer_ms: int, tail_dir: str | None, tail_url: str | None = None,
                        tail_quorum: str | None = None) -> None:
     """The write-ladder options make sense together, or start-up stops with this ValueError."""
@@ -327,25 +429,37 @@ def _parse(option: Option, raw: Any) -> Any:
     return option.kind(raw)
 
 
-def parse_users(spec: str) -> dict[str, str]:
-    """`user:password[,user:password]` (the ICEGRES_USERS format) -> mapping."""
-    users: dict[str, str] = {}
-    for item in spec.replace("\n", ",").split(","):
+def parse_users(spec: str, *, lines: bool = False) -> dict[str, Verifier]:
+    """`user:password[,user:password]` (the ICEGRES_USERS format; with `lines`, one entry per line,
+    the --password-file format, where a password may hold a comma) -> user -> verifier.
+
+    An entry in PostgreSQL's `SCRAM-SHA-256$...` format is taken as it is; any other is a plain
+    password, hashed here (4096 PBKDF2 iterations, ~2 ms each: this runs at start-up, before
+    anything is served) and dropped, so the process keeps no password."""
+    users: dict[str, Verifier] = {}
+    for item in (spec.splitlines() if lines else spec.replace("\n", ",").split(",")):
         item = item.strip()
         if not item or item.startswith("#"):
             continue
-        user, sep, password = item.partition(":")
+        user, sep, secret = item.partition(":")
         if not sep or not user:
             raise ValueError("users must be given as user:password[,user:password]")
-        users[user] = password
+        if secret.startswith(SCRAM_PREFIX):
+            verifier = parse_verifier(secret)
+            if verifier is None:
+                raise ValueError(f"user {user!r}: malformed SCRAM-SHA-256 verifier (PostgreSQL's format is "
+                                 "SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>)")
+            users[user] = verifier
+        else:
+            users[user] = make_verifier(secret)
     return users
 
 
-def load_users(password_file: str | None, users_spec: str | None = None) -> dict[str, str]:
-    """Users from --password-file (one user:password per line) and ICEGRES_USERS."""
-    users: dict[str, str] = {}
+def load_users(password_file: str | None, users_spec: str | None = None) -> dict[str, Verifier]:
+    """Users from --password-file (one user:password or user:verifier per line) and ICEGRES_USERS."""
+    users: dict[str, Verifier] = {}
     if password_file:
-        users.update(parse_users(Path(password_file).read_text()))
+        users.update(parse_users(Path(password_file).read_text(), lines=True))
     if users_spec:
         users.update(parse_users(users_spec))
     return users

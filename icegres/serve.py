@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from icegres.config import Settings, redact_uri, refuse_open_trust
+from icegres.config import Settings, redact_uri, refuse_open_trust, refuse_plaintext
 from icegres.listeners import BoundPort, CannotListen, bind_port, write_ports_file
 
 if TYPE_CHECKING:
@@ -100,6 +100,7 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
     # data directory behind. A warm standby binds when it is promoted, once the writer it
     # replaces is gone.
     refuse_open_trust(settings, "" if pgwire else "Flight SQL on ")
+    refuse_plaintext(settings, "" if pgwire else "Flight SQL on ")
     bound: dict[str, BoundPort] = {}
     if not settings.standby:
         try:
@@ -131,7 +132,9 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
     engine.executors.prestart()
     try:
         recover_last_run(engine, settings)
-        engine.refresh()
+        # The listing only: tables are mounted when first named (lazy mounting), so start-up
+        # reads no manifest or data file and a damaged table cannot stop it.
+        engine.refresh(set())
     except PgError as exc:
         print(f"icegres: {exc.message}", file=sys.stderr)
         if file_cache is not None:
@@ -160,7 +163,7 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
             fronts = front_ends(bound)
             if not (settings.tail_dir or settings.tail_url or settings.tail_quorum):
                 # With a tail, replay refreshes the engine; without one, the lake moved since start-up.
-                await trio.to_thread.run_sync(engine.refresh)
+                await trio.to_thread.run_sync(engine.refresh, set())
         assert fronts is not None
         # The operations endpoint comes up first: /health answers (and /ready says 503) while
         # the tail replays, so a supervisor can tell a slow start from a dead one.
@@ -191,7 +194,7 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
                         await nursery.start(server.serve)
                     if flight is not None:
                         await nursery.start(flight.serve)
-                    auth = "password" if settings.users else "trust"
+                    auth = "password" if settings.users or settings.jwt_jwks else "trust"
                     log.info(
                         "serving %s on %s:%d (database %s, %s auth) after %.2fs",
                         lakehouse.description, settings.host,
@@ -202,10 +205,15 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
                         ops.set_ready()
                     # After the "serving" line, which tests and operators wait for.
                     collector.settle()
+                    nursery.start_soon(recheck_damaged, engine)
                     async for _ in signals:
                         log.info("shutting down")
                         if ops is not None:
-                            ops.set_stopping()
+                            ops.set_stopping()  # /ready is 503 from the start of the drain
+                        if server is not None:
+                            # Stop accepting; running statements finish (up to --drain-timeout-s),
+                            # then every session ends with FATAL 57P01 (PgServer.drain).
+                            await server.drain(settings.drain_timeout_s)
                         if ladder is not None:
                             # Every acked row goes to the lake before the process exits.
                             await ladder.shutdown()
@@ -230,6 +238,25 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
         if file_cache is not None:
             file_cache.close()  # a copy in progress would otherwise hold the exit
     return 0
+
+
+# How often the tables found damaged are tried again with no statement naming them, so /health
+# and /metrics recover once a file is restored. Only damaged tables are read: a healthy lake
+# costs nothing.
+DAMAGED_RECHECK_S = 10.0
+
+
+async def recheck_damaged(engine: Engine, period_s: float = DAMAGED_RECHECK_S) -> None:
+    """Forever: every `period_s`, mount the damaged tables again (engine/damage.py)."""
+    import trio
+
+    while True:
+        await trio.sleep(period_s)
+        if len(engine.damage):
+            try:
+                await trio.to_thread.run_sync(engine.recheck_damaged)
+            except Exception as exc:  # the catalog is down: the next statement says so
+                log.warning("re-checking damaged tables: %s", exc)
 
 
 def bind_ports(settings: Settings, *, pgwire: bool = True) -> dict[str, BoundPort]:

@@ -48,6 +48,18 @@ class Cluster:
     run_as: _RunAs
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
+    settings: tuple[str, ...] = ()  # more `-c name=value` for postgres
+
+    def enable_tls(self, cert: Path, key: Path) -> None:
+        """ssl=on with this certificate and key (copied into the data directory, where
+        PostgreSQL's ssl_cert_file/ssl_key_file defaults look, owned by the server's user, the
+        key 0600 as PostgreSQL insists). Takes effect at the next start."""
+        for source, name in ((cert, "server.crt"), (key, "server.key")):
+            target = self.data_dir / name
+            shutil.copyfile(source, target)
+            target.chmod(0o600)
+            self.run_as.chown(target)
+        self.settings = (*self.settings, "-c", "ssl=on")
 
     @property
     def data_dir(self) -> Path:
@@ -70,7 +82,7 @@ class Cluster:
                 [str(PG_BIN_DIR / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
                  "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.base_dir}",
                  "-c", "fsync=on", "-c", "logging_collector=off", "-c", f"max_connections={MAX_CONNECTIONS}",
-                 "-c", "TimeZone=UTC", "-c", "shared_buffers=256MB"],
+                 "-c", "TimeZone=UTC", "-c", "shared_buffers=256MB", *self.settings],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_child_env(),
                 cwd=self.base_dir, start_new_session=True, user=self.run_as.uid,
                 group=self.run_as.gid, extra_groups=self.run_as.extra_groups,
@@ -111,7 +123,8 @@ def _start_on_a_free_port(cluster: Cluster) -> None:
 
 
 @contextlib.contextmanager
-def running_cluster() -> Iterator[Cluster]:
+def running_cluster(tls: tuple[Path, Path] | None = None) -> Iterator[Cluster]:
+    """`tls`: (certificate, key) PEM files: the cluster runs with ssl=on."""
     run_as = _RunAs.for_current_process()
     base = Path(tempfile.mkdtemp(prefix="icegres-bench-pg-"))
     cluster = Cluster(base, run_as)
@@ -122,6 +135,8 @@ def running_cluster() -> Iterator[Cluster]:
         _run_checked([str(PG_BIN_DIR / "initdb"), "-D", str(cluster.data_dir), "-A", "trust", "-U",
                       DB_USER, "-E", "UTF8", "--locale=C.UTF-8", "--no-instructions"],
                      run_as, cluster.log_path, 120, base)
+        if tls is not None:
+            cluster.enable_tls(*tls)
         _start_on_a_free_port(cluster)
         yield cluster
     finally:

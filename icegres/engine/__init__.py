@@ -23,5 +23,5 @@ def connect(data_dir: str | Path = ".icegres") -> IcegresBackend:
     from icegres.engine.lake import Engine
 
     engine = Engine(Lakehouse.embedded(Path(data_dir)))
-    engine.refresh()
+    engine.refresh()  # every table: ibis looks tables up in DataFusion's catalog by name
     return ibis_connect(engine)

@@ -27,6 +27,8 @@ from icegres.machines.catalog_commit import (
     MoveApplied,
     MoveFailed,
     MoveRefused,
+    PlanChecked,
+    PlanRefused,
 )
 
 log = logging.getLogger("icegres.commit")
@@ -49,6 +51,29 @@ class LakeCatalogWorld:
         self.lakehouse = lakehouse
         self.intents = intents
         self._data_commit = data_commit
+
+    def check_plan(self, plan: CatalogPlan) -> PlanChecked | PlanRefused:
+        """The plan's moves, in order, against the catalog as it stands (moves the plan made
+        earlier counted): apply_move checks each again when it applies it."""
+        moved: dict[Key, str | None] = {}  # names the plan's earlier moves vacated or filled
+
+        def identity(move: Move, name: str) -> str | None:
+            key = (move.namespace, name)
+            return moved[key] if key in moved else self._identity_at(move, name)
+
+        def taken(move: Move, name: str) -> bool:
+            key = (move.namespace, name)
+            return moved[key] is not None if key in moved else self._taken(move.namespace, name)
+
+        for move in plan.moves:
+            ns = move.namespace
+            if identity(move, move.src) != move.table_uuid:
+                return PlanRefused(f'relation "{ns}.{move.src}" was dropped, renamed or replaced by another transaction')
+            if taken(move, move.dst):
+                return PlanRefused(f'relation "{ns}.{move.dst}" was created by another transaction')
+            moved[(ns, move.src)] = None
+            moved[(ns, move.dst)] = move.table_uuid
+        return PlanChecked()
 
     def record_intent(self, plan: CatalogPlan, decided: bool) -> None:
         self.intents.record(plan, decided)

@@ -23,6 +23,7 @@ changes anything, so a refused statement leaves the block as it was.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -117,10 +118,12 @@ def create_table_as(qctx: QueryContext, txn: TxnState, cmd: CreateTableAs, path:
 
 
 def _hidden_for(qctx: QueryContext, txn: TxnState, namespace: str) -> Key:
-    """A hidden name for a new table, with the intent naming it recorded first."""
+    """A hidden name for a new table, with the intent naming it recorded first. The record names
+    the block's hidden tables only, no moves: until COMMIT has checked its plan, nothing of it
+    is the block's to undo (machines/catalog_commit.py)."""
     catalog = txn.block_catalog(uuid.uuid4().hex)
     hidden = (namespace, hidden_name("new", catalog.token, len(catalog.created)))
-    qctx.engine.intents.record(plan_of(txn, extra_created=(hidden,)))
+    qctx.engine.intents.record(dataclasses.replace(plan_of(txn, extra_created=(hidden,)), moves=()))
     return hidden
 
 

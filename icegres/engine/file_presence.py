@@ -24,9 +24,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from icegres.pg.errors import PgError
+from icegres.engine.damage import UNDEFINED_FILE, missing_file
 
-UNDEFINED_FILE = "58P01"
+__all__ = ["UNDEFINED_FILE", "FilePresence", "missing_file", "verify_remote"]
 
 Key = tuple[str, str]
 
@@ -97,13 +97,6 @@ def verify_remote(key: Key, paths: list[str], io: object) -> None:
     for path, where in zip(paths, located, strict=True):
         if where not in listed:
             raise missing_file(f"{key[0]}.{key[1]}", path)
-
-
-def missing_file(relation: str, path: str) -> PgError:
-    """PostgreSQL's error for a relation file that is gone, naming the table and the file."""
-    return PgError(UNDEFINED_FILE, f'could not open file "{path}" of relation {relation}: No such file or directory',
-                   hint="The table's snapshot lists this data file: restore it, or roll the table back "
-                        "to a snapshot that does not list it.")
 
 
 def _unchanged(directories: tuple[tuple[str, int], ...]) -> bool:

@@ -14,13 +14,16 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from icegres.engine import damage
 from icegres.engine.batches import BATCH_ROWS
 from icegres.engine.catalog import Lakehouse, Listing
+from icegres.engine.damage import DamageRegistry
 from icegres.engine.file_presence import FilePresence, verify_remote
 from icegres.engine.intents import MemoryIntents
 from icegres.engine.mounts import (
@@ -30,7 +33,10 @@ from icegres.engine.mounts import (
     ReadPlan,
     is_local,
     plan_read,
+    plan_shape,
+    table_at,
     to_dataframe,
+    unknown_shape,
 )
 from icegres.engine.scan_sets import ScanSets
 from icegres.engine.session_zone import UTC, is_utc
@@ -106,6 +112,9 @@ class SessionEnv:
     # What pg_catalog's functions answer from (pg_catalog.current_index): None for the engine's
     # catalog, a CatalogSnapshot while a transaction block's own DDL is in force.
     catalog_snapshot: Any = None
+    # The front end's sessions as pg_stat_activity and the backend signals see them
+    # (engine/activity.py: ActivityPort); None where the front end offers none.
+    activity: Any = None
 
     @property
     def time_zone(self) -> str:
@@ -177,7 +186,15 @@ class Engine:
         self._schemas: set[str] = set()
         self._listing: Listing | None = None
         self._token: int | None = None
+        # Tables that could not be mounted, with the listed metadata location and the error their
+        # statements get; the damaged ones among them (damage.py) are also in `damage`, for
+        # /health and /metrics, and are tried again (`_retry_damaged`).
         self._unreadable: dict[tuple[str, str], tuple[str, PgError]] = {}
+        self.damage = DamageRegistry()
+        self._tried: dict[tuple[str, str], float] = {}  # monotonic time of each table's last mount attempt
+        # What the metadata JSON says of listed tables not mounted (at their listed location):
+        # pg_catalog lists them with their columns without reading a manifest or a data file.
+        self._shapes: dict[tuple[str, str], ReadPlan] = {}
         self._catalog_generation = 0
         self._catalog_snapshot: Any = None
         # Bumped by every change to the master catalog's tables and schemas: the zone catalogs
@@ -232,18 +249,21 @@ class Engine:
         is stale."""
         return self._catalog_changes
 
-    def refresh(self, refs: set[tuple[str, str]] | None = None) -> None:
+    def refresh(self, refs: set[tuple[str, str]] | None = None, *, catalog: bool = False) -> None:
         """Make the mounted lakehouse equal the catalog now (cheap when nothing changed).
 
-        `refs` are the tables a statement may read; None means "everything" (catalog
-        introspection, or a statement we cannot analyse). SQL catalogs list every table's
-        metadata location in one query but re-plan only the changed tables a statement reads (a
-        commit to another table costs this statement nothing); REST catalogs, which have no cheap
-        listing, check only the named tables.
+        Tables are mounted lazily: listed at once, their files read only when a statement first
+        names one (docs/architecture.md, "Lazy mounting"). `refs` are the tables a statement may
+        read, mounted now if changed or new; None mounts every table (a statement whose tables
+        cannot be known; the ibis backend). `catalog`: the statement reads the catalog relations
+        or functions, so every listed table's shape (columns, keys, comments: its metadata JSON,
+        never a manifest or a data file) is loaded too, and pg_catalog lists them all. SQL
+        catalogs list every table's metadata location in one query; REST catalogs, which have
+        no cheap listing, check only the named tables unless the whole catalog is wanted.
         """
         if refs is not None:
             refs = {r for r in refs if r[0] != "pg_temp"}  # a session's temporary tables: not the lake's
-        if self.lakehouse.kind == "rest" and refs is not None:
+        if self.lakehouse.kind == "rest" and refs is not None and not catalog:
             self._refresh_tables(refs)
             self._request_copies()
             return
@@ -262,8 +282,11 @@ class Engine:
                     self._apply(listing)
                     self._listing = listing
                 self._token = token
+            self._retry_damaged(refs if refs is not None else set(self.damage.keys()))
             self._mount_pending(refs)
             self._mount_localized(refs)
+        if catalog and refs is not None:
+            self._complete_shapes()
         self._request_copies()
 
     def _mount_pending(self, refs: set[tuple[str, str]] | None) -> None:
@@ -275,6 +298,68 @@ class Engine:
             self._shape_dirty = False
             self._register_pg_catalog(self._listing or Listing((), ()))
 
+    def _retry_damaged(self, refs: set[tuple[str, str]]) -> None:
+        """Mount again the damaged tables `refs` names, at most once per DAMAGED_RETRY_S each: a
+        restored file heals its table without a restart (the caller holds the lock)."""
+        now = time.monotonic()
+        for key in refs & set(self.damage.keys()):
+            bad = self._unreadable.get(key)
+            if bad is None or key in self._pending or now - self._tried.get(key, 0.0) < DAMAGED_RETRY_S:
+                continue
+            self._mount(key, bad[0])
+            self._shape_dirty = True
+
+    def recheck_damaged(self) -> int:
+        """Try every damaged table again now (the server's periodic re-check, so /health
+        recovers without a statement naming the table); how many are still damaged."""
+        keys = set(self.damage.keys())
+        if keys:
+            with self._lock:
+                for key in keys:
+                    self._tried.pop(key, None)
+            self.refresh(keys)
+        return len(self.damage)
+
+    def _complete_shapes(self) -> None:
+        """Load the shape of every listed table neither mounted nor shaped at its listed location:
+        one metadata JSON each (no manifest, no data file), outside the lock."""
+        with self._lock:
+            todo = [(k, loc) for k, loc in self._pending.items()
+                    if (shape := self._shapes.get(k)) is None or shape.metadata_location != loc]
+        if not todo:
+            return
+        loaded: list[tuple[tuple[str, str], str, ReadPlan, PgError | None]] = []
+        for key, location in todo:
+            try:
+                shape = plan_shape(self.lakehouse.load_table(*key))
+                loaded.append((key, location, shape, None))
+            except Exception as exc:
+                err = self._load_failure(key, location, exc)
+                if err is not None:
+                    loaded.append((key, location, unknown_shape(location), err))
+        with self._lock:
+            for key, location, shape, err in loaded:
+                if self._pending.get(key) != location:
+                    continue  # mounted, moved or dropped meanwhile
+                if err is not None:
+                    del self._pending[key]
+                    self._refuse(key, location, err, shape)
+                else:
+                    self._shapes[key] = shape
+            self._register_pg_catalog(self._listing or Listing((), ()))
+
+    def _load_failure(self, key: tuple[str, str], location: str, exc: BaseException) -> PgError | None:
+        """What loading the table's metadata failing with `exc` means: None if the table is gone
+        (dropped since the listing); a PgError 58030 raised at once if the catalog itself failed;
+        else the table's damage, naming its metadata file."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        if isinstance(exc, NoSuchTableError):
+            return None
+        if damage.catalog_failure(exc):
+            raise PgError("58030", f"catalog unavailable ({self.lakehouse.description}): {exc}") from exc
+        return damage.classify(f"{key[0]}.{key[1]}", location, exc)
+
     def _refresh_tables(self, refs: set[tuple[str, str]]) -> None:
         """Check each named table's metadata location: one catalog call per table."""
         try:
@@ -283,16 +368,23 @@ class Engine:
             raise PgError("58030", f"catalog unavailable ({self.lakehouse.description}): {exc}") from exc
         with self._lock:
             changed = False
+            now = time.monotonic()
             for key, location in locations.items():
                 current = self._plans.get(key)
                 if location is None:
-                    if current is not None:
+                    if current is not None or key in self._unreadable or key in self._shapes:
                         self._deregister(key)
+                        self._forget(key)
                         changed = True
                     continue
                 if current is not None and current.metadata_location == location:
                     self._renew_credentials(key, current)
                     continue
+                bad = self._unreadable.get(key)
+                if (bad is not None and bad[0] == location
+                        and (key not in self.damage.keys() or now - self._tried.get(key, 0.0) < DAMAGED_RETRY_S)):
+                    continue  # known unreadable at this snapshot, tried a moment ago
+                self._pending.pop(key, None)
                 self._mount(key, location)
                 changed = True
             if changed:
@@ -311,19 +403,57 @@ class Engine:
             self._stores.ensure(self._master, _scan_path(plan.files[0].path), vended)
 
     def _mount(self, key: tuple[str, str], location: str) -> None:
+        """Load and plan the table listed at `location` and register it (the caller holds the
+        lock). A table that cannot be read is left unmounted with its error (`_refuse`): one
+        damaged table never stops the server or the others."""
+        self._tried[key] = time.monotonic()
+        shaped = self._shapes.get(key)
         try:
-            table = self.lakehouse.load_table(*key)
+            if shaped is not None and shaped.table is not None and shaped.metadata_location == location:
+                table: Any = shaped.table  # its metadata JSON was read for pg_catalog already
+            else:
+                table = self.lakehouse.load_table(*key)
+        except Exception as exc:
+            err = self._load_failure(key, location, exc)
+            if err is None:  # dropped since it was listed: the next listing forgets it
+                self._deregister(key)
+                return
+            self._refuse(key, location, err, unknown_shape(location))
+            return
+        try:
             plan = plan_read(table, self._footers)
-        except PgError as err:
-            self._deregister(key)
-            self._unreadable[key] = (location, err)
+        except Exception as exc:
+            err = exc if isinstance(exc, PgError) else damage.classify(f"{key[0]}.{key[1]}", location, exc)
+            try:
+                shape = plan_shape(table)
+            except Exception:
+                shape = unknown_shape(location)
+            self._refuse(key, location, err, shape)
             return
         self._unreadable.pop(key, None)
+        if self.damage.clear(key):
+            log.warning("%s.%s is readable again", *key)
         self._ensure_schema(key[0])
         self._register(key, plan)
 
+    def _refuse(self, key: tuple[str, str], location: str, err: PgError, shape: ReadPlan) -> None:
+        """Leave `key` unmounted: statements naming it get `err`, pg_catalog lists it with the
+        columns its metadata gives (none if unreadable), and damage is recorded (the caller
+        holds the lock)."""
+        self._deregister(key)
+        self._ensure_schema(key[0])
+        self._unreadable[key] = (location, err)
+        self._shapes[key] = shape
+        self._shape_dirty = True
+        if err.sqlstate in damage.DAMAGE_SQLSTATES:
+            known = self.damage.get(key)
+            if known is None or known.message != err.message:
+                log.warning("%s.%s is damaged and stays unmounted: %s", *key, err.message)
+            self.damage.record(key, location, err)
+
     def _register(self, key: tuple[str, str], plan: ReadPlan) -> None:
         """Mount `plan` as the table `key` of the master catalog (the caller holds the lock)."""
+        self._shapes.pop(key, None)
         keep: list[Any] = []
         df = to_dataframe(self._master, plan, self._stores, self._scans.setdefault(key, {}), self.scan_sets, keep)
         schema = self._master.catalog(DEFAULT_CATALOG).schema(key[0])
@@ -406,9 +536,10 @@ class Engine:
             if key not in wanted:
                 self._deregister(key)
                 self._shape_dirty = True
-        for key in list(self._unreadable):
+        for key in list(self._unreadable) + list(self._shapes):
             if key not in wanted:
-                del self._unreadable[key]
+                self._forget(key)
+                self._shape_dirty = True
         self._pending = {}
         for key, entry in wanted.items():
             current = self._plans.get(key)
@@ -417,8 +548,9 @@ class Engine:
             known_bad = self._unreadable.get(key)
             if known_bad is not None and known_bad[0] == entry.metadata_location:
                 continue
-            # One unreadable table (e.g. merge-on-read deletes) must not break the others: it is
-            # left unmounted and statements naming it get its error (unreadable_error).
+            # Mounted when a statement first names it (lazy mounting). One unreadable table
+            # (damaged files, merge-on-read deletes) must not break the others: it is left
+            # unmounted and statements naming it get its error (unreadable_error).
             self._pending[key] = entry.metadata_location
         self._apply_views({(v.namespace, v.name): v.metadata_location for v in listing.views})
         for ns in list(self._schemas):
@@ -503,6 +635,13 @@ class Engine:
             self._catalog_changes += 1
         self._schemas.add(name)
 
+    def _forget(self, key: tuple[str, str]) -> None:
+        """`key` left the catalog: nothing of it is kept."""
+        self._unreadable.pop(key, None)
+        self._shapes.pop(key, None)
+        self._tried.pop(key, None)
+        self.damage.clear(key)
+
     def _deregister(self, key: tuple[str, str]) -> None:
         catalog = self._master.catalog(DEFAULT_CATALOG)
         try:
@@ -534,7 +673,7 @@ class Engine:
     def _register_pg_catalog(self, listing: Listing) -> None:
         from icegres.engine import pg_catalog
 
-        snap = self._snapshot_of(self._plans, self._views, listing.namespaces)
+        snap = self._snapshot_of(self._described(), self._views, listing.namespaces)
         if snap == self._catalog_snapshot:
             return  # only snapshots moved: pg_catalog describes shapes, not data
         pg_catalog.register_catalog(self._master, snap)
@@ -569,10 +708,15 @@ class Engine:
             views=infos,
         )
 
+    def _described(self) -> dict[tuple[str, str], ReadPlan]:
+        """What pg_catalog describes: every mounted table, and the shape of every listed table
+        not mounted at its listed location (the caller holds the lock)."""
+        return {**self._plans, **self._shapes} if self._shapes else dict(self._plans)
+
     def _catalog_parts(self) -> tuple[dict[tuple[str, str], ReadPlan], dict[tuple[str, str], ViewDef], tuple[str, ...]]:
         with self._lock:
             namespaces = self._listing.namespaces if self._listing is not None else ()
-            return dict(self._plans), dict(self._views), tuple(namespaces)
+            return self._described(), dict(self._views), tuple(namespaces)
 
     def catalog_with(self, extra: dict[tuple[str, str], ReadPlan]) -> Any:
         """The mounted catalog plus `extra` tables (a session's temporary tables)."""
@@ -599,7 +743,8 @@ class Engine:
     # --- what sessions use -------------------------------------------------------------------
 
     def has_table(self, schema: str, name: str) -> bool:
-        return (schema, name) in self._plans or (schema, name) in self._pending
+        key = (schema, name)
+        return key in self._plans or key in self._pending or key in self._unreadable
 
     @property
     def catalog_generation(self) -> int:
@@ -663,10 +808,59 @@ class Engine:
                       for name in master.names()}
             return tables, [s for sets in self._sets.values() for s in sets]
 
+    def pinnable(self) -> tuple[dict[tuple[str, str], ReadPlan], dict[tuple[str, str], str]]:
+        """One instant of the listing, for a transaction block to pin: the tables mounted at their
+        listed snapshot, and the listed metadata location of every other table (mounted lazily,
+        at that location, when the block first names it: `plan_at`)."""
+        with self._lock:
+            plans = {k: p for k, p in self._plans.items() if k not in self._pending}
+            listed = {k: loc for k, (loc, _) in self._unreadable.items()}
+            listed.update(self._pending)
+            return plans, listed
+
+    def plan_at(self, key: tuple[str, str], location: str) -> ReadPlan:
+        """The plan of table `key` at the snapshot whose metadata file is `location` (a
+        transaction block's pin): the mounted one when it is that, mounting it if it is the one
+        listed, else planned without mounting (the table moved on since the block began)."""
+        with self._lock:
+            current = self._plans.get(key)
+            if current is not None and current.metadata_location == location:
+                return current
+            if self._pending.get(key) == location:
+                del self._pending[key]
+                self._mount(key, location)
+                self._register_pg_catalog(self._listing or Listing((), ()))
+                current = self._plans.get(key)
+                if current is not None and current.metadata_location == location:
+                    return current
+            bad = self._unreadable.get(key)
+            if bad is not None and bad[0] == location:
+                raise bad[1]
+        try:
+            table = table_at(self.lakehouse.load_table(*key), location)
+        except Exception as exc:
+            err = self._load_failure(key, location, exc)
+            raise err if err is not None else PgError("42P01", f'relation "{key[0]}.{key[1]}" does not exist') from None
+        return plan_read(table, self._footers)
+
     def plans(self) -> dict[tuple[str, str], ReadPlan]:
         """Every mounted table's current plan: one consistent instant when the catalog has one."""
         with self._lock:
             return dict(self._plans)
+
+    def table_schema(self, key: tuple[str, str]) -> Any:
+        """The Arrow schema of table `key` as pg_catalog describes it (mounted, or its shape:
+        empty when even its metadata cannot be read); an empty schema for an unknown name."""
+        import pyarrow as pa
+
+        with self._lock:
+            plan = self._plans.get(key) or self._shapes.get(key)
+        return plan.schema if plan is not None else pa.schema([])
+
+    def refusal(self, key: tuple[str, str]) -> PgError | None:
+        """The error statements naming `key` get while it is left unmounted (None: it is not)."""
+        bad = self._unreadable.get(key)
+        return None if bad is None or key in self._plans else bad[1]
 
     def unreadable_error(self, message: str) -> PgError | None:
         """The stored refusal for a table a "not found" error names, if it is unreadable."""
@@ -679,13 +873,20 @@ class Engine:
         """58P01 if a data file one of `plans` lists is gone (file_presence.py): a scan would
         read it as no rows."""
         for key, plan in plans:
-            if not self._presence.unchanged(key, plan.metadata_location):
-                paths = (self._stores.read_path(f.path) for f in plan.files)
-                self._presence.verify(key, plan.metadata_location, [p for p in paths if is_local(p)])
-            if plan.table is not None and self._presence.has_remote(key, plan):
-                remote = [p for p in (self._stores.read_path(f.path) for f in plan.files) if not is_local(p)]
-                if remote:
-                    verify_remote(key, remote, plan.table.io)  # type: ignore[attr-defined]
+            try:
+                if not self._presence.unchanged(key, plan.metadata_location):
+                    paths = (self._stores.read_path(f.path) for f in plan.files)
+                    self._presence.verify(key, plan.metadata_location, [p for p in paths if is_local(p)])
+                if plan.table is not None and self._presence.has_remote(key, plan):
+                    remote = [p for p in (self._stores.read_path(f.path) for f in plan.files) if not is_local(p)]
+                    if remote:
+                        verify_remote(key, remote, plan.table.io)  # type: ignore[attr-defined]
+            except PgError as err:
+                if self._plans.get(key) is plan:  # the mounted snapshot lost a file: /health says so
+                    self.damage.record(key, plan.metadata_location, err)
+                raise
+            if self.damage and self._plans.get(key) is plan and self.damage.clear(key):
+                log.warning("%s.%s is readable again", *key)
 
     def read_plan(self, schema: str, name: str) -> ReadPlan | None:
         return self._plans.get((schema, name))
@@ -763,6 +964,9 @@ class Engine:
         return self._master
 
 
+# A damaged table that statements keep naming is tried again at most this often (each try loads
+# and plans it: a few milliseconds, more on a big table or a slow store).
+DAMAGED_RETRY_S = 1.0
 _QUICK_PULLS_MAX = 4096  # Engine.quick_first_pulls: old snapshots' entries age out
 # Pruning costs ~1.3 ms of parsing and re-planning per statement; an unread file of a union of
 # per-file scans saves ~0.3-1 ms of planning and opening. Measured on the 4-file demo table it broke

@@ -14,14 +14,14 @@ import contextlib
 import functools
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from icegres.engine import damage
 from icegres.engine.ddl_commands import declared_char_types
 from icegres.engine.ddl_index import table_indexes
-from icegres.engine.file_presence import missing_file
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
 
 if TYPE_CHECKING:
@@ -169,30 +169,71 @@ def _table_name(table: Table) -> str:
     return ".".join(table.name()[1:] if len(table.name()) > 2 else table.name())
 
 
-def plan_read(table: Table, footers: FooterCache) -> ReadPlan:
-    """Plan the current snapshot of `table` (blocking: manifests and footers are read)."""
+def plan_shape(table: Table) -> ReadPlan:
+    """What the table's metadata JSON alone says: its columns, keys, comments and indexes, with no
+    files (pg_catalog's view of a table not mounted yet; reads no manifest and no data file)."""
     schema = arrow_schema(table)
     iceberg_schema = table.schema()
     field_ids = tuple(f.field_id for f in iceberg_schema.fields)
-    names = tuple(f.name for f in iceberg_schema.fields)
+    pk = table.properties.get("icegres.primary-key", "")
+    chars = declared_char_types(table.properties)
+    return ReadPlan(
+        metadata_location=table.metadata_location,
+        schema=schema,
+        field_ids=field_ids,
+        files=(),
+        primary_key=tuple(c.strip() for c in pk.split(",") if c.strip()),
+        io_properties={k: v for k, v in table.io.properties.items() if k.startswith("s3.")},
+        snapshot_id=table.metadata.current_snapshot_id,
+        table_uuid=str(table.metadata.table_uuid),
+        schema_id=table.metadata.current_schema_id,
+        table=table,
+        comment=table.properties.get("comment", ""),
+        column_comments=tuple(f.doc or "" for f in iceberg_schema.fields),
+        indexes=table_indexes(table.properties),
+        char_types=tuple(chars.get(fid) for fid in field_ids),
+    )
+
+
+def unknown_shape(metadata_location: str) -> ReadPlan:
+    """The shape of a table whose metadata JSON cannot be read: a name with no columns, so the
+    catalog still lists it (psql's \\dt) while its statements get the damage."""
+    return ReadPlan(metadata_location=metadata_location, schema=pa.schema([]), field_ids=(), files=())
+
+
+def plan_read(table: Table, footers: FooterCache) -> ReadPlan:
+    """Plan the current snapshot of `table` (blocking: manifests and footers are read).
+
+    A manifest list, manifest or footer that is missing or cannot be decoded raises the
+    PgError `damage.classify` gives it, naming the table and the file."""
+    relation = _table_name(table)
+    shape = plan_shape(table)
+    names = tuple(f.name for f in shape.schema)
+    field_ids = shape.field_ids
     files: list[FileRead] = []
     data_files: dict[str, object] = {}
     if table.current_snapshot() is not None:
-        for task in table.scan().plan_files():
+        try:
+            tasks = list(table.scan().plan_files())
+        except PgError:
+            raise
+        except Exception as exc:
+            raise damage.locate_manifest_damage(relation, table, exc) from None
+        for task in tasks:
             if task.delete_files:
                 # Merge-on-read deletes written by another engine: reading the data file alone
                 # would return deleted rows. Refuse loudly rather than answer wrong.
                 raise PgError(
                     FEATURE_NOT_SUPPORTED,
-                    f"table {_table_name(table)} has merge-on-read delete files, which icegres cannot read yet",
+                    f"table {relation} has merge-on-read delete files, which icegres cannot read yet",
                     hint="rewrite the table's data files (e.g. Spark rewrite_data_files) to apply them",
                 )
             path = task.file.file_path
             data_files[path] = task.file
             try:
                 by_id = footers.field_names(table, path)
-            except FileNotFoundError:
-                raise missing_file(_table_name(table), path) from None
+            except Exception as exc:
+                raise damage.classify(relation, path, exc) from None
             if by_id:
                 columns = tuple((name, by_id.get(fid)) for name, fid in zip(names, field_ids, strict=True))
             else:
@@ -200,25 +241,20 @@ def plan_read(table: Table, footers: FooterCache) -> ReadPlan:
                 # name-mapping fallback.
                 columns = tuple((name, name) for name in names)
             files.append(FileRead(path, columns))
-    pk = table.properties.get("icegres.primary-key", "")
-    chars = declared_char_types(table.properties)
-    return ReadPlan(
-        metadata_location=table.metadata_location,
-        schema=schema,
-        field_ids=field_ids,
-        files=tuple(files),
-        primary_key=tuple(c.strip() for c in pk.split(",") if c.strip()),
-        io_properties={k: v for k, v in table.io.properties.items() if k.startswith("s3.")},
-        snapshot_id=table.metadata.current_snapshot_id,
-        table_uuid=str(table.metadata.table_uuid),
-        schema_id=table.metadata.current_schema_id,
-        data_files=data_files,
-        table=table,
-        comment=table.properties.get("comment", ""),
-        column_comments=tuple(f.doc or "" for f in table.schema().fields),
-        indexes=table_indexes(table.properties),
-        char_types=tuple(chars.get(fid) for fid in field_ids),
-    )
+    return replace(shape, files=tuple(files), data_files=data_files)
+
+
+def table_at(table: Table, location: str) -> Table:
+    """`table` (as the catalog loaded it) as its metadata file `location` describes it: an earlier
+    snapshot than the catalog's current one, able to commit through the catalog like a loaded one."""
+    if table.metadata_location == location:
+        return table
+    from pyiceberg.serializers import FromInputFile
+    from pyiceberg.table import Table as IcebergTable
+
+    metadata = FromInputFile.table_metadata(table.io.new_input(location))
+    return IcebergTable(table.name(), metadata=metadata, metadata_location=location, io=table.io,
+                        catalog=table.catalog)
 
 
 def _scan_path(path: str) -> str:

@@ -76,6 +76,7 @@ FUNCTION_DEFAULTS: dict[str, tuple[str, ...]] = {
     "shobj_description": ("NULL", "'pg_database'"),
     "col_description": ("NULL", "0"),
     "regexp_split_to_array": ("NULL", "NULL", "''"),
+    "pg_terminate_backend": ("NULL", "0"),
 }
 
 
@@ -200,6 +201,13 @@ def set_config(env: SessionEnv, name: str, value: str | None, is_local: bool | N
     return env.settings[name.lower()]
 
 
+def _signal(env: SessionEnv, pid: int | None, *, terminate: bool) -> bool | None:
+    port = getattr(env, "activity", None)
+    if pid is None:
+        return None
+    return False if port is None else port.signal(int(pid), terminate=terminate, by=env.user)
+
+
 def session_functions(env: SessionEnv) -> list[Fn]:
     return [
         Fn("version", (), TEXT, lambda: version_string(env)),
@@ -225,6 +233,12 @@ def session_functions(env: SessionEnv) -> list[Fn]:
         # void in PostgreSQL, which clients read as an empty string (asyncpg's pool release)
         Fn("pg_advisory_unlock_all", (), TEXT, lambda: ""),
         Fn("txid_current", (), INT, lambda: next(_TXIDS)),  # stable: one value per statement
+        # Signals to other sessions (engine/activity.py); a session that does not exist is
+        # false, as PostgreSQL answers after a WARNING. pg_terminate_backend's timeout is taken
+        # and not waited for.
+        Fn("pg_cancel_backend", (INT,), BOOL, lambda pid: _signal(env, pid, terminate=False), volatility=VOLATILE),
+        Fn("pg_terminate_backend", (INT, INT), BOOL, lambda pid, _timeout: _signal(env, pid, terminate=True),
+           volatility=VOLATILE, strict=False),
         Fn("inet_server_addr", (), TEXT, lambda: None),
         Fn("inet_server_port", (), INT4, lambda: None),
     ]

@@ -191,6 +191,13 @@ RELATIONS: tuple[RelationDef, ...] = (
     _pg("pg_partitioned_table", 3350, "partrelid:oid partstrat:char partnatts:int2 "
         "partdefid:oid partattrs:int2vector partclass:oidvector partcollation:oidvector "
         "partexprs:node"),
+    # Live: engine/activity.py registers the rows of the moment for each statement naming it.
+    # client_addr is inet in PostgreSQL; text here (its text form is the same).
+    _pg("pg_stat_activity", 12222, "datid:oid datname:name pid:int4 leader_pid:int4 usesysid:oid "
+        "usename:name application_name:text client_addr:text client_hostname:text client_port:int4 "
+        "backend_start:timestamptz xact_start:timestamptz query_start:timestamptz "
+        "state_change:timestamptz wait_event_type:text wait_event:text state:text backend_xid:xid "
+        "backend_xmin:xid query_id:int8 query:text backend_type:text", "v"),
     _pg("pg_views", 12028, "schemaname:name viewname:name viewowner:name definition:text", "v"),
     _pg("pg_matviews", 12038, "schemaname:name matviewname:name matviewowner:name "
         "tablespace:name hasindexes:bool ispopulated:bool definition:text", "v"),

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from icegres.engine import activity, rewrite, view_defs, views
 from icegres.engine import errors as engine_errors
-from icegres.engine import rewrite, view_defs, views
 from icegres.engine.column_names import PLAIN_NAME, postgres_names, select_list_names
 from icegres.engine.contexts import Made, SessionContexts
 from icegres.engine.insert_shape import InsertShapes
@@ -99,11 +99,20 @@ class QueryContext:
     def plan(self, stmt: Statement, params: dict[str, Any] | None = None) -> PlannedQuery:
         """Plan one query statement (DataFusion dialect permitting, else through the rewriter)."""
         hold = self.engine.scan_sets.hold()
+        self._pin_listed(self._refs_of(stmt))
         made = self.made
         planned = self._plan(stmt, params, made)
         planned.hold = (hold, made.keep)
         self._check_files(self.table_refs(stmt))
         return planned
+
+    def _pin_listed(self, refs_of: Callable[[], set[tuple[str, str]] | None]) -> None:
+        """In a block that pinned the listing: pin the tables about to be planned that it has
+        not mounted yet, at their listed snapshots (lazy mounting; a write path that pinned
+        "everything" with `pin_for(None)` plans SQL naming them afterwards)."""
+        txn = self.txn
+        if txn is not None and txn.listed:
+            views.pin_listed(self.engine, txn, refs_of())
 
     def _check_files(self, refs: set[tuple[str, str]] | None) -> None:
         """58P01 where a data file of a table the statement reads is gone (file_presence.py).
@@ -159,7 +168,7 @@ class QueryContext:
         if route is not None:
             self.cache.routes.touch(key)
             if _READS_CATALOG.search(sql):
-                self.contexts.complete_catalog(self.made)
+                self._catalog_read(sql, ctx)
             try:
                 return ctx.sql(route, param_values=params)
             except Exception as exc:
@@ -173,6 +182,7 @@ class QueryContext:
         probes of types) from its tree: as DataFusion reads it written out, or through the
         rewrite steps where it needs them."""
         hold = self.engine.scan_sets.hold()
+        self._pin_listed(functools.partial(tree_table_refs, tree, self.env.search_path))
         made = self.made
         # Its literals as its place in the statement means them (an INSERT's source, an UPDATE's
         # value: exact numerics), before anything copies it away from that place.
@@ -181,12 +191,19 @@ class QueryContext:
         self._check_files(tree_table_refs(tree, self.env.search_path))
         return PlannedQuery(df, (hold, made.keep))
 
+    def _catalog_read(self, sql: str, ctx: SessionContext) -> None:
+        """Before planning a statement that reads pg_catalog or information_schema: the session's
+        own catalog, and pg_stat_activity as of now if it names it."""
+        self.contexts.complete_catalog(self.made)
+        if activity.mentions_activity(sql):
+            activity.refresh(ctx, self.env)
+
     def _as_sent_or_rewritten(self, sql: str, tree: Callable[[], exp.Expression], params: dict[str, Any] | None,
                               ctx: SessionContext) -> tuple[DataFrame, str]:
         """`sql` planned as sent where DataFusion takes it, else its tree through the rewrite
         path; the DataFrame and the text that planned."""
         if _READS_CATALOG.search(sql):
-            self.contexts.complete_catalog(self.made)
+            self._catalog_read(sql, ctx)
         first_error: BaseException | None = None
         # With temporary tables, unqualified names must find pg_temp first: only the rewrite's
         # qualification does that (DataFusion as sent looks in one default schema).
@@ -315,11 +332,23 @@ class QueryContext:
         self.contexts.end_transaction()
 
     def refresh_for(self, stmt: Statement) -> None:
-        """Freshness for one statement: every table it may read is at the catalog's head."""
+        """Freshness for one statement: every table it may read is at the catalog's head (and
+        mounted: tables are mounted when a statement first names them)."""
         if self.txn is not None:
+            if _READS_CATALOG.search(stmt.sql):
+                self.engine.refresh(set(), catalog=True)  # shapes only: the pins stay as they are
             self.pin_for(stmt)
             return
-        self.engine.refresh(self.table_refs(stmt))
+        refs = self.table_refs(stmt)
+        if refs is None:
+            # The catalog relations: every table's shape, and the lake tables it also names
+            # (all of them when the statement cannot be parsed).
+            lake = stmt.lake_refs(self.env.search_path)
+            self.engine.refresh(lake, catalog=True)
+        elif _READS_CATALOG.search(stmt.sql):
+            self.engine.refresh(refs, catalog=True)  # regclass and the catalog functions
+        else:
+            self.engine.refresh(refs)
 
     def table_refs(self, stmt: Statement) -> set[tuple[str, str]] | None:
         """The tables a statement may read (None: all), found once per literal shape."""

@@ -140,6 +140,9 @@ class TxnState:
     autocommit: bool = False
     pins: dict[Key, ReadPlan] = field(default_factory=dict)
     pinned_all: bool = False
+    # With `pinned_all`: the listed metadata location of each table not mounted when the block
+    # pinned the catalog, pinned at that location when the block first names it (lazy mounting).
+    listed: dict[Key, str] = field(default_factory=dict)
     writes: dict[Key, StagedWrite] = field(default_factory=dict)
     read_keys: set[Key] = field(default_factory=set)
     orphans: list[str] = field(default_factory=list)  # staged files no longer referenced
@@ -166,10 +169,11 @@ class TxnState:
             self.pins[key] = plan
             self.version += 1
 
-    def pin_all(self, plans: dict[Key, ReadPlan]) -> None:
+    def pin_all(self, plans: dict[Key, ReadPlan], listed: dict[Key, str] | None = None) -> None:
         for key, plan in plans.items():
             if key not in self.hidden:
                 self.pins.setdefault(key, plan)
+        self.listed = {k: v for k, v in (listed or {}).items() if k not in self.pins}
         self.pinned_all = True
         self.version += 1
 

@@ -31,8 +31,10 @@ def pin_snapshots(engine: Engine, txn: TxnState, refs_of: Callable[[], set[Key] 
     afresh, and only parameter types and RETURNING columns come from this.
 
     On SQL catalogs the first statement pins every table at once (one listing is one
-    consistent instant of the whole catalog); on REST catalogs each table is pinned when a
-    statement first names it, as no cross-table instant exists there.
+    consistent instant of the whole catalog): the mounted ones by their plans, the others by
+    their listed metadata location, planned at that location when the block first names them
+    (lazy mounting); on REST catalogs each table is pinned when a statement first names it, as
+    no cross-table instant exists there.
     """
     if txn.serializable:
         txn.read_keys |= refs_of() or set()
@@ -49,8 +51,12 @@ def pin_snapshots(engine: Engine, txn: TxnState, refs_of: Callable[[], set[Key] 
                 ladder.settle_blocking(None if refs is None else {r for r in refs if r not in txn.pins})
     if engine.lakehouse.kind != "rest" and not txn.autocommit:
         if not txn.pinned_all:
-            engine.refresh(None)
-            txn.pin_all(engine.plans())
+            # One listing is the block's instant; the tables it names are mounted now, the
+            # others keep their listed location and are pinned there when first named.
+            refs = refs_of()
+            engine.refresh(refs if refs is not None else set(), catalog=refs is None)
+            txn.pin_all(*engine.pinnable())
+        pin_listed(engine, txn, refs_of())
         return
     refs = refs_of()
     if not fresh and txn.autocommit and refs is not None:
@@ -60,8 +66,8 @@ def pin_snapshots(engine: Engine, txn: TxnState, refs_of: Callable[[], set[Key] 
             for key, plan in mounted.items():
                 txn.pin(key, plan)
             return
-    if refs is None:  # catalog introspection reads every table
-        engine.refresh(None)
+    if refs is None:  # catalog introspection: every table's shape, the mounted ones pinned
+        engine.refresh(set(), catalog=True)
         for key, plan in engine.plans().items():
             txn.pin(key, plan)
         return
@@ -70,6 +76,15 @@ def pin_snapshots(engine: Engine, txn: TxnState, refs_of: Callable[[], set[Key] 
         engine.refresh(missing)
         for key in missing:
             txn.pin(key, engine.read_plan(*key))
+
+
+def pin_listed(engine: Engine, txn: TxnState, refs: set[Key] | None) -> None:
+    """Pin each of `refs` the block's listing holds but it has not pinned, at its listed
+    metadata location (`Engine.plan_at`: mounted now if that is still the table's snapshot)."""
+    for key in refs or ():
+        location = txn.listed.get(key)
+        if location is not None and key not in txn.pins and key not in txn.hidden:
+            txn.pin(key, engine.plan_at(key, location))
 
 
 def resolve(search_path: list[str], schema: str | None, name: str,

@@ -215,7 +215,7 @@ async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
             qctx.engine.refresh(keys)
             qctx.engine.refresh_views(keys | view_keys(cmd, path))
         else:
-            qctx.engine.refresh(None)
+            qctx.engine.refresh(keys)  # lists the whole catalog; mounts the tables the DDL names
         qctx.forget_routes()
         txn = qctx.txn
         if txn is not None:
@@ -385,7 +385,7 @@ async def create_table_as(host: WriteHost, cmd: Any) -> WriteResult:
         described = pg_catalog.sourced_schema(qctx.env, data.schema)
         key = ddl_apply.create_table_from_arrow(qctx.engine.lakehouse, cmd, described, path)
         if key is not None:
-            qctx.engine.refresh(None if qctx.engine.lakehouse.kind != "rest" else {key})
+            qctx.engine.refresh({key})
         return key, data
 
     key, data = await host.run(create)
@@ -691,7 +691,7 @@ def _remount(qctx: Any, keys: set[Key]) -> None:
         engine.refresh(keys)
         engine.refresh_views(keys)
     else:
-        engine.refresh(None)
+        engine.refresh(keys)  # lists the whole catalog; mounts the tables moved
     qctx.forget_routes()
 
 

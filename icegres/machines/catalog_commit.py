@@ -17,6 +17,14 @@ Why it is shaped this way:
   machine: one atomic catalog operation over every written table, carrying the block's token);
   without data it is writing the decision into the intent record. After it, only purges are
   left, which need no undo and may be retried for ever.
+- Before anything is recorded or moved, the whole plan is checked against the catalog as it
+  stands (`CheckPlan`): every move's table still under its name, every destination free. A
+  block that another session's DDL got ahead of is refused there, with nothing to undo. That
+  matters for recovery: the plan's moves are written into the intent record only after the
+  check (a record written while the block was being staged names only its hidden tables), so a
+  crash cannot make recovery "undo" a rename another session made that looks exactly like one
+  of the block's own (the same table under the same new name). The deep walks of the model
+  found that case (tests/model/traces/catalog_commit/).
 - Recovery never guesses: the driver tells it whether the block was decided (the intent record
   says so, or the token is in a written table's snapshots), and the machine rolls forward
   (purge) or back (undo every move, newest first, then purge what the block created). Undoing a
@@ -40,6 +48,7 @@ __all__ = [
     "Acknowledge",
     "ApplyMove",
     "CatalogPlan",
+    "CheckPlan",
     "CommitData",
     "Config",
     "DataAborted",
@@ -59,6 +68,9 @@ __all__ = [
     "MoveRefused",
     "Outcome",
     "Phase",
+    "PlanCheckFailed",
+    "PlanChecked",
+    "PlanRefused",
     "Purge",
     "Purged",
     "RecordDecision",
@@ -142,6 +154,25 @@ class Recovered:
 
 
 @dataclass(frozen=True)
+class PlanChecked:
+    """Every move's relation is under its source name and every destination is free."""
+
+
+@dataclass(frozen=True)
+class PlanRefused:
+    """Another session's DDL moved, dropped or replaced a relation of the plan, or took a name."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class PlanCheckFailed:
+    """The catalog could not be read."""
+
+    message: str
+
+
+@dataclass(frozen=True)
 class IntentRecorded:
     pass
 
@@ -218,13 +249,18 @@ class UndoFailed:
 
 
 Event = (
-    Requested | Recovered | IntentRecorded | IntentFailed | MoveApplied | MoveRefused | MoveFailed
+    Requested | Recovered | PlanChecked | PlanRefused | PlanCheckFailed | IntentRecorded | IntentFailed | MoveApplied | MoveRefused | MoveFailed
     | DataCommitted | DataAborted | DataUnknown | DecisionRecorded | DecisionFailed | Purged
     | IntentForgotten | UndoApplied | UndoFailed
 )
 
 
 # --- effects (imperative) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """Read the catalog: would every move of the plan, in order, find its relation and a free name?"""
 
 
 @dataclass(frozen=True)
@@ -290,7 +326,7 @@ class ReportStranded:
 
 
 Effect = (
-    RecordIntent | ApplyMove | UndoMove | CommitData | RecordDecision | Purge | ForgetIntent
+    CheckPlan | RecordIntent | ApplyMove | UndoMove | CommitData | RecordDecision | Purge | ForgetIntent
     | Acknowledge | Abort | ReportStranded
 )
 
@@ -305,6 +341,7 @@ class Config:
 
 class Phase(Enum):
     IDLE = "idle"
+    CHECKING = "checking"  # CheckPlan outstanding
     RECORDING = "recording"  # RecordIntent outstanding
     MOVING = "moving"  # ApplyMove(index) outstanding
     COMMITTING_DATA = "committing_data"  # CommitData outstanding: the decision
@@ -312,6 +349,7 @@ class Phase(Enum):
     PURGING = "purging"  # decided; Purge outstanding
     UNDOING = "undoing"  # not decided; UndoMove(index) outstanding
     DISCARDING = "discarding"  # undone; Purge of the created tables outstanding
+    RETIRING = "retiring"  # undone, a purge failed: RecordIntent of the plan without its moves
     FORGETTING = "forgetting"  # ForgetIntent outstanding
     COMMITTED = "committed"
     ABORTED = "aborted"
@@ -331,6 +369,7 @@ class State:
     plan: CatalogPlan | None = None
     index: int = 0  # the move outstanding (MOVING, UNDOING)
     decided: bool = False
+    moves_recorded: bool = False  # the intent record may name the plan's moves
     sqlstate: str | None = None  # the verdict of an aborted or stranded block
     message: str | None = None
     detail: str = ""
@@ -380,11 +419,28 @@ def recover(plan: CatalogPlan, decided: bool) -> tuple[State, list[Effect]]:
 
 
 def _on_requested(state: State, event: Requested) -> tuple[State, list[Effect]]:
-    return replace(state, phase=Phase.RECORDING, plan=event.plan), [RecordIntent(event.plan)]
+    return replace(state, phase=Phase.CHECKING, plan=event.plan), [CheckPlan()]
+
+
+def _on_plan_checked(state: State, event: PlanChecked) -> tuple[State, list[Effect]]:
+    return replace(state, phase=Phase.RECORDING), [RecordIntent(_plan(state))]
+
+
+def _on_plan_refused(state: State, event: PlanRefused) -> tuple[State, list[Effect]]:
+    # Nothing moved: only the block's hidden tables to drop.
+    state = _verdict(state, SQLSTATE_SERIALIZATION_FAILURE,
+                     "could not serialize access due to concurrent update", event.reason)
+    return _undo_from(state, -1)
+
+
+def _on_plan_check_failed(state: State, event: PlanCheckFailed) -> tuple[State, list[Effect]]:
+    state = _verdict(state, SQLSTATE_IO_ERROR, "could not read the catalog to apply the transaction's changes",
+                     event.message)
+    return _undo_from(state, -1)
 
 
 def _on_recovered(state: State, event: Recovered) -> tuple[State, list[Effect]]:
-    state = replace(state, plan=event.plan)
+    state = replace(state, plan=event.plan, moves_recorded=bool(event.plan.moves))
     if event.decided:
         return _purge(replace(state, decided=True))
     # Undo every move, newest first: one that never applied is a no-op in the world.
@@ -394,11 +450,13 @@ def _on_recovered(state: State, event: Recovered) -> tuple[State, list[Effect]]:
 
 
 def _on_intent_recorded(state: State, event: IntentRecorded) -> tuple[State, list[Effect]]:
-    return _move_from(state, 0)
+    return _move_from(replace(state, moves_recorded=True), 0)
 
 
 def _on_intent_failed(state: State, event: IntentFailed) -> tuple[State, list[Effect]]:
-    # Nothing moved yet: only the block's hidden tables to drop.
+    # Nothing moved yet: only the block's hidden tables to drop. The record may have been
+    # written all the same (a failed fsync of its directory), moves and all.
+    state = replace(state, moves_recorded=True)
     return _undo_from(_verdict(state, SQLSTATE_IO_ERROR, "could not record the transaction's catalog changes",
                                event.message), -1)
 
@@ -445,9 +503,24 @@ def _on_decision_failed(state: State, event: DecisionFailed) -> tuple[State, lis
 
 def _on_purged(state: State, event: Purged) -> tuple[State, list[Effect]]:
     if not event.ok:
-        # Hidden leftovers only: the intent stays so that the next start purges them.
+        # Hidden leftovers only: the intent stays so that the next start purges them. An undone
+        # plan's record must not name its moves any more: once this block is over, another
+        # session may rename a table to where a move had put it, and recovery would undo that.
+        plan = _plan(state)
+        if state.phase is Phase.DISCARDING and state.moves_recorded and plan.moves:
+            return replace(state, phase=Phase.RETIRING), [RecordIntent(replace(plan, moves=()))]
         return _finish(state)
     return replace(state, phase=Phase.FORGETTING), [ForgetIntent()]
+
+
+def _on_retired(state: State, event: IntentRecorded) -> tuple[State, list[Effect]]:
+    return _finish(state)
+
+
+def _on_retire_failed(state: State, event: IntentFailed) -> tuple[State, list[Effect]]:
+    return _strand(state, state.sqlstate or SQLSTATE_IO_ERROR,
+                   state.message or "could not undo the transaction's catalog changes",
+                   f"could not record the undone plan ({event.message}); the next start of this server finishes it")
 
 
 def _on_intent_forgotten(state: State, event: IntentForgotten) -> tuple[State, list[Effect]]:
@@ -513,6 +586,9 @@ _Handler = Callable[[State, Any], tuple[State, list[Effect]]]
 _HANDLERS: dict[tuple[Phase, type], _Handler] = {
     (Phase.IDLE, Requested): _on_requested,
     (Phase.IDLE, Recovered): _on_recovered,
+    (Phase.CHECKING, PlanChecked): _on_plan_checked,
+    (Phase.CHECKING, PlanRefused): _on_plan_refused,
+    (Phase.CHECKING, PlanCheckFailed): _on_plan_check_failed,
     (Phase.RECORDING, IntentRecorded): _on_intent_recorded,
     (Phase.RECORDING, IntentFailed): _on_intent_failed,
     (Phase.MOVING, MoveApplied): _on_move_applied,
@@ -527,5 +603,7 @@ _HANDLERS: dict[tuple[Phase, type], _Handler] = {
     (Phase.UNDOING, UndoApplied): _on_undo_applied,
     (Phase.UNDOING, UndoFailed): _on_undo_failed,
     (Phase.DISCARDING, Purged): _on_purged,
+    (Phase.RETIRING, IntentRecorded): _on_retired,
+    (Phase.RETIRING, IntentFailed): _on_retire_failed,
     (Phase.FORGETTING, IntentForgotten): _on_intent_forgotten,
 }

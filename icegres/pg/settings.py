@@ -20,11 +20,13 @@ _REPORTED_BY_KEY = {name.lower(): name for name in REPORTED}
 READ_ONLY = {
     "server_version", "server_encoding", "integer_datetimes", "in_hot_standby", "is_superuser",
     "session_authorization", "server_version_num", "max_identifier_length", "lc_collate",
-    "lc_ctype", "block_size", "max_index_keys", "max_function_args", "segment_size",
+    "lc_ctype", "block_size", "max_index_keys", "max_function_args", "segment_size", "ssl",
 }
 
 
-def defaults(server_version: str, user: str) -> dict[str, str]:
+def defaults(server_version: str, user: str, *, ssl: bool = False) -> dict[str, str]:
+    """A session's settings before its startup packet's (`ssl`: the server has TLS configured,
+    which PostgreSQL's server-wide `ssl` reports, whatever this connection uses)."""
     return {
         "application_name": "",
         "client_encoding": "UTF8",
@@ -79,7 +81,7 @@ def defaults(server_version: str, user: str) -> dict[str, str]:
         "timezone_abbreviations": "Default",
         "check_function_bodies": "on",
         "plan_cache_mode": "auto",
-        "ssl": "off",
+        "ssl": "on" if ssl else "off",
         "password_encryption": "scram-sha-256",
         "max_connections": "100",
         "default_text_search_config": "pg_catalog.english",

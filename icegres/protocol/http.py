@@ -4,11 +4,14 @@ on trio inside the server process, on the same `--host` (loopback by default).
 - `GET /health` -> 200 `{"status": "ok", ...}`, or 503 `{"status": "unhealthy", "reasons": [...]}`
   when the write tail is poisoned (WAL or PostgreSQL tail), the quorum writer lost its term
   (fenced, by the keepers or at the lake), or its last write found no majority. A process that is
-  still starting (replaying its tail) is alive: 200 with `"ready": false`.
+  still starting (replaying its tail) is alive: 200 with `"ready": false`. A server with damaged
+  tables (engine/damage.py: a file of theirs missing or corrupt) is alive and serves the others:
+  200 with `"status": "degraded"` and `damaged_tables` (table, SQLSTATE, error naming the file).
 - `GET /ready` -> 200 once the server accepts clients, 503 before (during replay) and after a
   shutdown began.
 - `GET /metrics` -> Prometheus text format 0.0.4 of `WriteLadder.stats()` (buffered rows, oldest
-  un-flushed age, flush and fsync latency, replayed records, the writer term).
+  un-flushed age, flush and fsync latency, replayed records, the writer term), and
+  `icegres_tables_damaged`.
 
 The reports are built from plain values (`health_report`, `metrics_text`) so unit tests drive them
 without sockets. Nothing secret is ever in a reply: the tail's own reason strings pass through
@@ -33,7 +36,7 @@ if TYPE_CHECKING:
     from icegres.engine.lake import Engine
     from icegres.listeners import BoundPort
 
-__all__ = ["HealthReport", "OpsServer", "health_report", "metrics_text", "scrub"]
+__all__ = ["HealthReport", "OpsServer", "damage_metrics", "health_report", "metrics_text", "scrub", "with_damage"]
 
 log = logging.getLogger("icegres.ops")
 
@@ -89,7 +92,10 @@ def scrub(text: str, settings: Settings | None) -> str:
         for pair in value.split(","):  # user:password lists
             secrets.add(pair.partition(":")[2])
     users = getattr(settings, "users", None) or {}
-    secrets |= {str(password) for password in (users.values() if isinstance(users, Mapping) else ())}
+    # The process holds verifiers, never passwords: the verifier and its two keys are the secrets.
+    for verifier in users.values() if isinstance(users, Mapping) else ():
+        text = verifier.format() if hasattr(verifier, "format") else str(verifier)
+        secrets |= {text, *text.rpartition("$")[2].split(":")}
     for secret in sorted(secrets, key=len, reverse=True):
         if len(secret) > 2:
             line = line.replace(secret, "***")
@@ -123,6 +129,24 @@ def health_report(stats: Mapping[str, Any] | None, *, ready: bool, settings: Set
     if reasons:
         return HealthReport(False, {"status": "unhealthy", "reasons": reasons, **body})
     return HealthReport(True, {"status": "ok", **body})
+
+
+def with_damage(report: HealthReport, damaged: list[dict[str, Any]], settings: Settings | None = None) -> HealthReport:
+    """`report` with the damaged tables: still 200 (the process is up and serves every other
+    table; a supervisor must not restart it, a restart cannot repair a file), `"degraded"`."""
+    if not damaged:
+        return report
+    shown = [{**d, "error": scrub(str(d.get("error", "")), settings)} for d in damaged]
+    body = {**report.body, "damaged_tables": shown}
+    if report.ok:
+        body["status"] = "degraded"
+    return HealthReport(report.ok, body)
+
+
+def damage_metrics(damaged: int) -> str:
+    """The damaged-tables gauge, in the text format."""
+    return ("# HELP icegres_tables_damaged tables left unmounted because a file of theirs is missing or corrupt\n"
+            f"# TYPE icegres_tables_damaged gauge\nicegres_tables_damaged {int(damaged)}\n")
 
 
 def _metric_name(key: str) -> str:
@@ -204,6 +228,7 @@ class OpsServer:
 
     def health(self) -> HealthReport:
         report = health_report(ladder_stats(self.engine), ready=self.ready, settings=self.settings)
+        report = with_damage(report, self.engine.damage.reports(), self.settings)
         # The PID lets a supervisor (or an operator) tell a replacement from its predecessor.
         return HealthReport(report.ok, {**report.body, "pid": os.getpid()})
 
@@ -237,7 +262,7 @@ class OpsServer:
             else:
                 stats = ladder_stats(self.engine)
                 healthy = health_report(stats, ready=self.ready).ok
-                text = metrics_text(stats, ready=self.ready, healthy=healthy)
+                text = metrics_text(stats, ready=self.ready, healthy=healthy) + damage_metrics(len(self.engine.damage))
                 await _send(send, 200, text.encode(), b"text/plain; version=0.0.4; charset=utf-8")
         except Exception as exc:  # noqa: BLE001 - an operations probe must get an answer
             log.exception("ops endpoint %s failed", path)

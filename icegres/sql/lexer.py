@@ -120,7 +120,7 @@ def tokenize(sql: str, *, comments: bool = False) -> list[Token]:
         if kind is Kind.NAME:
             value = text.lower()
         elif (kind is Kind.STRING or kind is Kind.QUOTED_NAME) and text[0] != "$":
-            value = _unquoted(text)
+            value = unquoted(text)
         else:
             value = text
         out.append(Token(kind, text, value, start))
@@ -146,9 +146,9 @@ def _quoted_end(sql: str, quote_at: int, q: str, *, backslash: bool) -> int:
         return k + 1
 
 
-def _unquoted(text: str) -> str:
-    """What a quoted token denotes: its contents with doubled quotes (and, in E'', backslash
-    escapes) undone."""
+def unquoted(text: str) -> str:
+    """What a quoted token (not a dollar quote) denotes: its contents with doubled quotes (and,
+    in E'', backslash escapes) undone."""
     at = 2 if text[:2] in ("U&", "u&") else 1 if text[0] not in "'\"" else 0
     q = text[at]
     inner = text[at + 1 : -1]

@@ -98,15 +98,37 @@ class Statement:
             return None
         return tree_table_refs(tree, search_path)
 
+    def lake_refs(self, search_path: list[str]) -> set[tuple[str, str]] | None:
+        """`tree_lake_refs` of the statement; None when it cannot be parsed."""
+        try:
+            tree = self.tree
+        except PgError:
+            return None
+        return tree_lake_refs(tree, search_path)
+
 
 def tree_table_refs(tree: exp.Expression, search_path: list[str]) -> set[tuple[str, str]] | None:
     """Every (schema, table) `tree` may read, with unqualified names expanded over
     `search_path`; None when it reads the catalog relations (which need the whole lakehouse).
     CTE names are not tables."""
+    refs, catalog = _tree_refs(tree, search_path)
+    return None if catalog else refs
+
+
+def tree_lake_refs(tree: exp.Expression, search_path: list[str]) -> set[tuple[str, str]]:
+    """The lake tables `tree` may read besides any catalog relations: what a statement over
+    pg_catalog must still have mounted (a catalog name that may also be a lake table, such as
+    an unqualified `tables`, is among them)."""
+    return _tree_refs(tree, search_path, all_names=True)[0]
+
+
+def _tree_refs(tree: exp.Expression, search_path: list[str],
+               all_names: bool = False) -> tuple[set[tuple[str, str]], bool]:
     from sqlglot import exp
 
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
     refs: set[tuple[str, str]] = set()
+    catalog = False
     for table in tree.find_all(exp.Table):
         name = table.name
         if not name:
@@ -114,13 +136,18 @@ def tree_table_refs(tree: exp.Expression, search_path: list[str]) -> set[tuple[s
         schema = table.db
         if schema:
             if schema.lower() in _CATALOG_SCHEMAS:
-                return None
+                if not all_names:
+                    return refs, True
+                catalog = True
+                continue
             refs.add((schema, name))
         elif name.lower() not in ctes:
             if name.lower().startswith("pg_") or name.lower() in ("tables", "columns"):
-                return None
+                if not all_names:
+                    return refs, True
+                catalog = True
             refs.update((s, name) for s in search_path if s not in _CATALOG_SCHEMAS)
-    return refs
+    return refs, catalog
 
 
 _CATALOG_SCHEMAS = ("pg_catalog", "information_schema")

@@ -1,4 +1,6 @@
-"""Password authentication from --password-file / ICEGRES_USERS, and the startup checks."""
+"""Password authentication from --password-file / ICEGRES_USERS (SCRAM-SHA-256, the default
+method: tests/e2e/test_scram.py has every client family and the explicit `password` method), and
+the startup checks."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ def password_server(seeded_dir, tmp_path_factory):
 
 def test_password_from_file_and_env(password_server):
     for user, password in (("alice", "wonder land"), ("bob", "builder")):
-        with psycopg.connect(password_server.dsn(user=user, password=password)) as c:
+        # require_auth: libpq insists on SCRAM, the default; a cleartext request would fail here.
+        with psycopg.connect(password_server.dsn(user=user, password=password, require_auth="scram-sha-256")) as c:
             assert c.execute("select current_user, count(*) from demo.cities").fetchone() == (user, 20)
 
 

@@ -56,16 +56,19 @@ def test_serve_help_groups_its_flags_with_the_ones_that_matter_first() -> None:
     usage = text.splitlines()[0]
     assert usage == "usage: icegres serve [--data-dir DIR] [--host HOST] [--port PORT] [options]", usage
     headings = [line[:-1] for line in text.splitlines() if re.fullmatch(r"[a-z][a-z ]+:", line)]
-    assert headings == ["options", "connection", "catalog and storage", "write ladder", "operations"], headings
+    assert headings == ["options", "connection", "authentication", "catalog and storage", "write ladder",
+                        "limits", "operations"], headings
 
     def section(title: str) -> list[str]:
         body = text.split(f"\n{title}:\n", 1)[1].split("\n\n", 2)[1]  # past the group's description
         return re.findall(r"^  (--[a-z0-9-]+)", body.split("\n\n")[0], re.M)
 
     assert section("connection")[:2] == ["--port", "--host"]
+    assert section("authentication")[:2] == ["--auth-method", "--jwt-jwks"]
     assert section("catalog and storage")[:2] == ["--data-dir", "--catalog-uri"]
     assert section("write ladder") == ["--write-buffer-ms", "--tail-dir", "--tail-url", "--tail-quorum"]
     assert {"--ops-port", "--ports-file", "--config"} <= set(section("operations"))
+    assert section("limits")[:2] == ["--max-connections", "--superuser-reserved-connections"]
     # Every flag once, in its group: nothing left in the ungrouped "options".
     assert section("options") == []
 
@@ -133,7 +136,8 @@ def test_a_keeper_on_a_busy_port_is_one_line_and_touches_no_directory(tmp_path: 
 
 def test_an_unresolvable_host_is_one_line(tmp_path: Path) -> None:
     done = icegres("serve", "--host", "no-such-host.invalid", "--port", "0", "--data-dir", str(tmp_path / "d"),
-                   env={"ICEGRES_USERS": "alice:secret"})  # passwords: past the trust check, to the bind
+                   # passwords and --allow-plaintext: past the trust and TLS checks, to the bind
+                   env={"ICEGRES_USERS": "alice:secret", "ICEGRES_ALLOW_PLAINTEXT": "1"})
     assert done.returncode == 1
     assert done.stderr.strip().startswith("icegres: cannot listen on no-such-host.invalid:0 (--port): "), done.stderr
     assert not (tmp_path / "d").exists()

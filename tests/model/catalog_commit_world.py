@@ -19,6 +19,7 @@ from icegres.machines.catalog_commit import (
     Acknowledge,
     ApplyMove,
     CatalogPlan,
+    CheckPlan,
     CommitData,
     DataAborted,
     DataCommitted,
@@ -36,6 +37,9 @@ from icegres.machines.catalog_commit import (
     MoveFailed,
     MoveRefused,
     Phase,
+    PlanChecked,
+    PlanCheckFailed,
+    PlanRefused,
     Purge,
     Purged,
     RecordDecision,
@@ -127,7 +131,8 @@ class CatalogCommitHarness:
                 hidden = f"{HIDDEN}new_{token}_{len(created)}"
                 uid = f"u-{token}-{len(created)}"
                 created.append((NS, hidden))
-                self.intents[token] = (CatalogPlan(token, tuple(moves), tuple(created), tuple(graveyard)), False)
+                # As ddl_block records it while staging: the hidden tables, no moves.
+                self.intents[token] = (CatalogPlan(token, (), tuple(created), tuple(graveyard)), False)
                 self.catalog[hidden] = uid  # made at once, hidden
                 moves.append(Move(NS, hidden, names[0], uid))
                 view[names[0]] = uid
@@ -185,11 +190,13 @@ class CatalogCommitHarness:
         plan = self.block.plan
         event: Event
         match effect:
-            case RecordIntent():
+            case CheckPlan():
+                event = self._check(plan) if outcome != "failed" else PlanCheckFailed("catalog down")
+            case RecordIntent(plan=recorded):
                 if outcome == "failed":
                     event = IntentFailed("disk full")
                 else:
-                    self.intents[plan.token] = (plan, False)
+                    self.intents[plan.token] = (recorded, False)
                     event = IntentRecorded()
             case ApplyMove(index=index):
                 event = self._move(plan.moves[index], outcome)
@@ -226,9 +233,21 @@ class CatalogCommitHarness:
                 raise AssertionError(f"unanswerable {effect}")
         self._step(self.state, event)
 
+    def _check(self, plan: CatalogPlan) -> PlanChecked | PlanRefused:
+        sim = dict(self.catalog)
+        for m in plan.moves:
+            if sim.get(m.src) != m.table_uuid or m.dst in sim:
+                return PlanRefused("another session's DDL")
+            sim[m.dst] = sim.pop(m.src)
+        return PlanChecked()
+
     def _move(self, move: Move, outcome: str) -> MoveApplied | MoveRefused | MoveFailed:
         if self.catalog.get(move.src) != move.table_uuid or move.dst in self.catalog:
             return MoveRefused("another session's DDL")
+        if outcome == "refused":
+            # The catalog refused the rename itself: another server's DDL came and went between
+            # the plan's check and this move (apply_move's NoSuchTable / AlreadyExists).
+            return MoveRefused("the catalog refused the rename")
         if outcome == "failed":
             return MoveFailed("timeout, not applied")
         self.catalog[move.dst] = self.catalog.pop(move.src)

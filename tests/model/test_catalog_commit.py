@@ -152,6 +152,7 @@ def test_a_crash_after_the_first_move_is_undone() -> None:
     h = CatalogCommitHarness(SPEC)
     h.apply({"op": "block", "ddl": [["rename", "a", "c"], ["create", "a"]], "data": True})
     h.apply({"op": "commit"})
+    h.apply({"op": "answer", "outcome": "ok"})  # plan checked
     h.apply({"op": "answer", "outcome": "ok"})  # intent recorded
     h.apply({"op": "answer", "outcome": "ok"})  # a -> c
     assert "a" not in h.catalog
@@ -165,13 +166,39 @@ def test_the_checkers_catch_a_commit_that_undoes_nothing() -> None:
     h._undo = lambda move: None  # type: ignore[method-assign]
     h.apply({"op": "block", "ddl": [["rename", "a", "c"], ["rename", "b", "d"]], "data": False})
     h.apply({"op": "commit"})
-    h.apply({"op": "answer", "outcome": "ok"})
+    h.apply({"op": "answer", "outcome": "ok"})  # plan checked
+    h.apply({"op": "answer", "outcome": "ok"})  # intent recorded
     h.apply({"op": "answer", "outcome": "ok"})  # a -> c
     with pytest.raises(AssertionError):
         h.apply({"op": "answer", "outcome": "failed"})  # b -> d fails: undo a -> c, which it doesn't
         for _ in range(5):
             h.apply({"op": "answer", "outcome": "ok"})
         check_step_invariants(h)
+
+
+def test_a_block_refused_at_the_check_with_a_failed_purge_keeps_a_record_without_moves() -> None:
+    h = CatalogCommitHarness(SPEC)
+    h.apply({"op": "block", "ddl": [["rename", "a", "c"], ["create", "d"]], "data": False})
+    h.apply({"op": "interfere", "src": "a", "dst": "c"})  # the very rename the block makes
+    h.apply({"op": "commit"})
+    h.apply({"op": "answer", "outcome": "ok"})  # plan checked: refused, nothing moved
+    h.apply({"op": "answer", "outcome": "failed"})  # the hidden table stays
+    assert h.verdicts[-1] == "Abort"
+    [(plan, decided)] = h.intents.values()
+    assert plan.moves == () and not decided
+    h.apply({"op": "crash"})  # recovery purges, and leaves the other session's rename alone
+    assert h.catalog == {"b": "u-b", "c": "u-a"} and not h.intents
+
+
+def test_an_undone_block_that_cannot_rewrite_its_record_is_stranded() -> None:
+    h = CatalogCommitHarness(SPEC)
+    h.apply({"op": "block", "ddl": [["rename", "a", "c"], ["create", "d"]], "data": True})
+    h.apply({"op": "commit"})
+    for outcome in ("ok", "ok", "refused", "failed", "failed"):  # check, intent, move, purge, retire
+        h.apply({"op": "answer", "outcome": outcome})
+    assert h.verdicts[-1] == "ReportStranded"
+    h.apply({"op": "crash"})
+    assert h.catalog == {"a": "u-a", "b": "u-b"} and not h.intents
 
 
 class TestCatalogCommitModel(ModelTests):

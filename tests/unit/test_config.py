@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from icegres.config import OPTIONS, Settings, redact_uri, resolve
+from icegres.pg.scram import Verifier, make_verifier, verify_plain
 
 pytestmark = pytest.mark.unit
 
@@ -35,11 +36,27 @@ def test_unknown_config_key_is_an_error(tmp_path):
         resolve({"config": str(cfg)}, {})
 
 
-def test_users_from_file_and_env(tmp_path):
+def test_users_from_file_and_env_are_verifiers(tmp_path):
+    pg_made = make_verifier("x").format()  # what PostgreSQL's rolpassword holds
     pw = tmp_path / "pw"
-    pw.write_text("a:1\n# comment\nb:2\n")
+    pw.write_text(f"a:1\n# comment\nb:2\nd:{pg_made}\ne:with, a comma\n")
     s = resolve({"password_file": str(pw)}, {"ICEGRES_USERS": "c:3,b:22"})
-    assert s.users == {"a": "1", "b": "22", "c": "3"}
+    assert sorted(s.users) == ["a", "b", "c", "d", "e"]
+    assert all(isinstance(v, Verifier) for v in s.users.values())
+    for user, password in (("a", "1"), ("b", "22"), ("c", "3"), ("d", "x"), ("e", "with, a comma")):
+        assert verify_plain(s.users[user], password), user
+    assert s.users["d"].format() == pg_made  # a verifier is taken as it is
+    assert "22" not in repr(s) and s.auth_method == "scram-sha-256"
+
+
+def test_malformed_verifier_and_auth_options_are_errors(tmp_path):
+    with pytest.raises(ValueError, match="malformed SCRAM-SHA-256 verifier"):
+        resolve({}, {"ICEGRES_USERS": "a:SCRAM-SHA-256$4096:zz"})
+    with pytest.raises(ValueError, match="--auth-method must be one of"):
+        resolve({"auth_method": "md5"}, {})
+    with pytest.raises(ValueError, match="needs --jwt-issuer and --jwt-audience"):
+        resolve({"jwt_jwks": "keys.json", "jwt_issuer": "https://idp"}, {})
+    assert resolve({"auth_method": "PASSWORD"}, {}).auth_method == "password"
 
 
 def test_secrets_are_redacted():

@@ -133,3 +133,35 @@ def test_backend_encoders():
     assert err.startswith(b"E") and b"C42P01\0" in err and b"P15\0" in err and err.endswith(b"\0\0")
     rd = m.row_description([m.FieldDescription("id", 20, 8)])
     assert rd == b"T" + struct.pack("!i", 4 + 2 + 3 + 18) + struct.pack("!h", 1) + b"id\0" + struct.pack("!IhIhih", 0, 0, 20, 8, -1, 0)
+
+
+def test_p_messages_decode_by_the_authentication_state():
+    """'p' is a PasswordMessage, SASLInitialResponse or SASLResponse: framing keeps the body, the
+    exchange in auth.py reads it as what it expects."""
+
+    def framed(body: bytes) -> m.PasswordMessage:
+        decoder = FrameDecoder()
+        decoder.feed(b"p" + struct.pack("!i", len(body) + 4) + body)
+        msg = decoder.next_message()
+        assert isinstance(msg, m.PasswordMessage)
+        return msg
+
+    assert m.decode_password(framed(b"s3cret \xc3\xbc\0")) == "s3cret ü"
+    assert m.decode_password(framed(b"\xff\0")).encode("utf-8", "surrogateescape") == b"\xff"
+    for bad in (b"no-nul", b"a\0b\0"):
+        with pytest.raises(PgError, match="invalid password packet size"):
+            m.decode_password(framed(bad))
+    first = m.decode_sasl_initial(framed(b"SCRAM-SHA-256\0" + struct.pack("!i", 5) + b"n,,n="))
+    assert first == m.SASLInitialResponse("SCRAM-SHA-256", b"n,,n=")
+    assert m.decode_sasl_initial(framed(b"OAUTHBEARER\0" + struct.pack("!i", -1))).data is None
+    for bad in (b"SCRAM-SHA-256\0" + struct.pack("!i", 9) + b"short", b"SCRAM-SHA-256\0" + struct.pack("!i", -2),
+                b"SCRAM-SHA-256\0" + struct.pack("!i", 1) + b"ab"):
+        with pytest.raises(PgError) as exc:
+            m.decode_sasl_initial(framed(bad))
+        assert exc.value.sqlstate == "08P01"
+    assert m.decode_sasl_response(framed(b"c=biws,r=x,p=y")).data == b"c=biws,r=x,p=y"
+    decoder = FrameDecoder()
+    decoder.max_message_bytes = 65539  # what auth.py allows before a client has logged in
+    decoder.feed(b"p" + struct.pack("!i", 1 << 20))
+    with pytest.raises(PgError, match="invalid message length"):
+        decoder.next_message()

@@ -63,10 +63,13 @@ def parse_backend(data: bytes) -> list[bytes]:
     return kinds
 
 
-async def converse(server: PgServer, payload: bytes) -> list[bytes]:
+async def converse(server: PgServer, payload: bytes, ssl_request: bool = False) -> list[bytes]:
+    """`payload` to a session; `ssl_request`: an SSLRequest first, the rest sent once it is answered
+    (bytes pipelined behind it are refused, as PostgreSQL refuses them: CVE-2021-23214)."""
     client, server_end = trio.testing.memory_stream_pair()
     session = Session(server, server_end, "fuzz")
     received = bytearray()
+    answered = trio.Event()
 
     async def read_all() -> None:
         while True:
@@ -77,11 +80,15 @@ async def converse(server: PgServer, payload: bytes) -> list[bytes]:
             if not chunk:
                 return
             received.extend(chunk)
+            answered.set()
 
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(session.run)
             nursery.start_soon(read_all)
+            if ssl_request:
+                await client.send_all(struct.pack("!ii", 8, m.SSL_REQUEST_CODE))
+                await answered.wait()
             await client.send_all(payload)
             # Closing our send side ends the session's receive loop; run() must then return.
             await client.send_stream.aclose()
@@ -109,8 +116,8 @@ messages = st.one_of(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(messages, max_size=8), st.booleans())
 def test_arbitrary_input_never_escapes(pg_server, msgs, ssl_first):
-    payload = (struct.pack("!ii", 8, m.SSL_REQUEST_CODE) if ssl_first else b"") + startup() + b"".join(msgs)
-    kinds = trio.run(converse, pg_server, payload)
+    payload = startup() + b"".join(msgs)
+    kinds = trio.run(converse, pg_server, payload, ssl_first)
     assert kinds[:1] == [b"R"], kinds  # authentication ok came first
     assert b"Z" in kinds  # ready for query after startup
     # Every error is well formed; the session either keeps answering or ends after a FATAL error.
@@ -127,3 +134,8 @@ def test_query_after_garbage_is_still_answered(pg_server):
     payload = startup() + frame(b"Q", b"select s from demo.t order by id\0")
     kinds = trio.run(converse, pg_server, payload)
     assert kinds.count(b"D") == 3 and kinds[-1] == b"Z"
+
+
+def test_bytes_pipelined_behind_an_ssl_request_are_refused(pg_server):
+    payload = struct.pack("!ii", 8, m.SSL_REQUEST_CODE) + startup()
+    assert trio.run(converse, pg_server, payload) == [b"E"]

@@ -41,11 +41,12 @@ def target_key(qctx: QueryContext, txn: TxnState | None, table: exp.Table) -> Ke
     if table.text("catalog") != PRIVATE_CATALOG:
         check_database(table.text("catalog"), qctx.env.database, table.sql(dialect="postgres"))
     key = qctx.resolve_table(schema, name)
-    if key is None:
-        shown = f"{schema}.{name}" if schema else name
-        raise PgError("42P01", f'relation "{shown}" does not exist')
-    if txn is not None and key not in txn.pins:
-        raise PgError("42P01", f'relation "{key[0]}.{key[1]}" does not exist')
+    if key is None or (txn is not None and key not in txn.pins):
+        # A table left unmounted (damaged files, deletes icegres cannot apply) says why.
+        unmounted = key or qctx.resolve_mounted(schema, name)
+        shown = f"{key[0]}.{key[1]}" if key else f"{schema}.{name}" if schema else name
+        raise ((qctx.engine.refusal(unmounted) if unmounted else None)
+               or PgError("42P01", f'relation "{shown}" does not exist'))
     return key
 
 

@@ -17,6 +17,7 @@ from icegres.machines.catalog_commit import (
     Acknowledge,
     ApplyMove,
     CatalogPlan,
+    CheckPlan,
     CommitData,
     DataAborted,
     DataCommitted,
@@ -34,6 +35,9 @@ from icegres.machines.catalog_commit import (
     MoveFailed,
     MoveRefused,
     Outcome,
+    PlanChecked,
+    PlanCheckFailed,
+    PlanRefused,
     Purge,
     Purged,
     RecordDecision,
@@ -58,6 +62,10 @@ log = logging.getLogger(__name__)
 class CatalogWorld(Protocol):
     """The catalog, the intent records and the data commit of one block. Every method but
     `commit_data` blocks; raising counts as the failure event of its effect."""
+
+    def check_plan(self, plan: CatalogPlan) -> PlanChecked | PlanRefused:
+        """Would every move, in order, find its relation under its source and a free name?"""
+        ...
 
     def record_intent(self, plan: CatalogPlan, decided: bool) -> None: ...
 
@@ -109,9 +117,14 @@ async def _perform(effect: Effect, state: State, world: CatalogWorld) -> Event |
     plan = state.plan
     assert plan is not None
     match effect:
-        case RecordIntent():
+        case CheckPlan():
             try:
-                await trio.to_thread.run_sync(world.record_intent, plan, False)
+                return await trio.to_thread.run_sync(world.check_plan, plan)
+            except Exception as exc:
+                return PlanCheckFailed(_describe(exc))
+        case RecordIntent(plan=recorded):
+            try:
+                await trio.to_thread.run_sync(world.record_intent, recorded, False)
             except Exception as exc:
                 return IntentFailed(_describe(exc))
             return IntentRecorded()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import outcome
 import trio
 
-from icegres.config import Settings, refuse_open_trust
+from icegres.config import Settings, refuse_open_trust, refuse_plaintext
 
 if TYPE_CHECKING:
     from icegres.engine.lake import Engine
@@ -32,6 +32,7 @@ class FlightServer:
         """`bound`: the listen sockets, bound at start-up (serve.py); without it `serve` binds
         --host and `port` (else --flight-port, else 50051) itself."""
         refuse_open_trust(settings, "Flight SQL on ")
+        refuse_plaintext(settings, "Flight SQL on ")
         self.settings = settings
         self.engine = engine
         self.bound = bound
@@ -131,7 +132,7 @@ class FlightServer:
                 if self.port == 0:
                     self.port = _bound_port(servers[-1])
             log.info("Flight SQL on %s://%s:%d (%s auth, result compression %s)", self.scheme,
-                     self.settings.host, self.port, "password" if self.settings.users else "trust",
+                     self.settings.host, self.port, "password" if self.settings.users or self.settings.jwt_jwks else "trust",
                      self.settings.result_compression)
             task_status.started()
             try:

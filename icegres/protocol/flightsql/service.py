@@ -8,14 +8,10 @@ the server's trio.CapacityLimiter (the one pgwire uses), so the event loop only 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import functools
-import hmac
 import itertools
 import logging
 import re
-import secrets
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -34,6 +30,7 @@ from icegres.protocol.flightsql import errors, h2send, metadata
 from icegres.protocol.flightsql import icegres_flight_pb2 as fl
 from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
 from icegres.protocol.flightsql import messages as M
+from icegres.protocol.flightsql.auth import FlightAuth
 from icegres.protocol.flightsql.bindings import Params, param_rows, run_each
 from icegres.protocol.flightsql.pipeline import Pipeline
 from icegres.protocol.flightsql.result_stream import (
@@ -46,7 +43,6 @@ from icegres.protocol.flightsql.result_stream import (
 from icegres.protocol.flightsql.sessions import (
     RESULTS_MAX,
     SESSIONS_MAX,
-    TOKENS_MAX,
     Bounded,
     FlightTxn,
     Prepared,
@@ -61,6 +57,7 @@ from icegres.protocol.flightsql.writes import (
     empty_put_message,
     not_a_write,
 )
+from icegres.protocol.tokens import validator_for
 from icegres.sql.statement import Kind, Statement, query
 
 if TYPE_CHECKING:
@@ -210,12 +207,11 @@ class FlightSqlService:
 
     def __init__(self, server: ServerPort) -> None:
         self.server = server
-        self.users = server.settings.users
+        self.auth = FlightAuth(server.settings, validator_for(server.settings))
         self.database = server.settings.database
         # IPC body compression of query results (None = off); metadata results stay uncompressed.
         codec = getattr(server.settings, "result_compression", "none")
         self.compression: str | None = None if codec in (None, "none") else codec
-        self._tokens: Bounded[str, str] = Bounded(TOKENS_MAX)
         self._sessions: Bounded[str, Session] = Bounded(SESSIONS_MAX)
         self.results: Bounded[bytes, Result] = Bounded(RESULTS_MAX, on_evict=Result.close)
         # First-message pulls of started prepared statements (`_speculate`), each with its stop
@@ -243,49 +239,29 @@ class FlightSqlService:
 
     # --- authentication and sessions ------------------------------------------------------------
 
-    def _check_basic(self, value: str) -> str:
-        """The user a `Basic <base64 user:password>` header names, if the password is right."""
-        token = value.strip()
-        try:
-            # The Go client (ADBC) strips the base64 padding: put it back before decoding.
-            raw = base64.b64decode(token + "=" * (-len(token) % 4), validate=True).decode()
-        except (binascii.Error, UnicodeDecodeError, ValueError):
-            raise GRPCError(Status.UNAUTHENTICATED, "malformed Basic credentials (SQLSTATE 28000)") from None
-        user, sep, password = raw.partition(":")
-        if not sep or not user:
-            raise GRPCError(Status.UNAUTHENTICATED, "malformed Basic credentials (SQLSTATE 28000)")
-        if not self.users:
-            return user  # trust: only ever on loopback (checked at server start), as in pgwire
-        expected = self.users.get(user)
-        if expected is None or not hmac.compare_digest(password.encode(), expected.encode()):
-            raise GRPCError(Status.UNAUTHENTICATED,
-                            f'password authentication failed for user "{user}" (SQLSTATE 28P01)')
-        return user
-
-    def authenticate(self, stream: Stream) -> Identity:
-        """Who is calling: a known bearer token, Basic credentials, or (trust only) anyone."""
+    async def authenticate(self, stream: Stream) -> Identity:
+        """Who is calling: a bearer token (ours or a JWT), Basic credentials, or (trust only)
+        anyone. UNAUTHENTICATED otherwise (flightsql/auth.py)."""
         header = (stream.metadata or {}).get("authorization") if stream.metadata is not None else None
         peer = stream.peer.addr() if stream.peer is not None else None
         peer_key = f"peer:{peer[0]}:{peer[1]}" if peer else "peer:?"
         if isinstance(header, str):
             scheme, _, value = header.partition(" ")
             if scheme.lower() == "bearer" and value:
-                user = self._tokens.get(value.strip())
-                if user is not None:
-                    return Identity("token:" + value.strip(), user)
-                if self.users:
-                    raise GRPCError(Status.UNAUTHENTICATED, "invalid or expired bearer token (SQLSTATE 28000)")
+                found = await self.auth.bearer(value.strip(), peer_key)
+                if found is not None:
+                    return Identity(*found)
                 return Identity("token:" + value.strip(), ANONYMOUS_USER)
             if scheme.lower() == "basic":
-                return Identity(peer_key, self._check_basic(value))
-            if self.users:
+                return Identity(peer_key, await self.auth.basic(value, peer_key))
+            if self.auth.required:
                 raise GRPCError(Status.UNAUTHENTICATED, "unsupported authorization scheme (SQLSTATE 28000)")
-        elif self.users:
+        elif self.auth.required:
             raise GRPCError(Status.UNAUTHENTICATED, "authentication required (SQLSTATE 28000)")
         return Identity(peer_key, ANONYMOUS_USER)
 
-    def session(self, stream: Stream) -> Session:
-        who = self.authenticate(stream)
+    async def session(self, stream: Stream) -> Session:
+        who = await self.authenticate(stream)
         session = self._sessions.get(who.key)
         if session is None or session.user != who.user:
             from icegres.engine.lake import SERVER_VERSION, SessionEnv
@@ -304,16 +280,16 @@ class FlightSqlService:
 
     @_rpc
     async def Handshake(self, stream: Stream) -> None:
-        """Basic credentials in the header (no HandshakeRequest needed) -> a bearer token."""
+        """Basic credentials (or a bearer JWT) in the header, no HandshakeRequest needed -> a
+        bearer token of ours."""
         header = stream.metadata.get("authorization") if stream.metadata is not None else None
-        if isinstance(header, str) and header.partition(" ")[0].lower() == "basic":
-            user = self._check_basic(header.partition(" ")[2])
-        elif self.users:
+        if isinstance(header, str) and header.partition(" ")[0].lower() in ("basic", "bearer"):
+            user = (await self.authenticate(stream)).user
+        elif self.auth.required:
             raise GRPCError(Status.UNAUTHENTICATED, "Handshake needs Basic credentials (SQLSTATE 28000)")
         else:
             user = ANONYMOUS_USER
-        token = secrets.token_urlsafe(32)
-        self._tokens.put(token, user)
+        token = self.auth.issue(user)
         await stream.send_initial_metadata(metadata={"authorization": f"Bearer {token}"})
         log.info("flight handshake: user %s", user)
 
@@ -328,7 +304,7 @@ class FlightSqlService:
     async def GetFlightInfo(self, stream: Stream) -> None:
         descriptor = await stream.recv_message()
         assert descriptor is not None
-        session = self.session(stream)
+        session = await self.session(stream)
         command = self._command(descriptor)
         if isinstance(command, sql.CommandStatementQuery):
             txn_id = command.transaction_id if command.HasField("transaction_id") else None
@@ -354,7 +330,7 @@ class FlightSqlService:
     async def GetSchema(self, stream: Stream) -> None:
         descriptor = await stream.recv_message()
         assert descriptor is not None
-        session = self.session(stream)
+        session = await self.session(stream)
         command = self._command(descriptor)
         if isinstance(command, sql.CommandStatementQuery):
             txn_id = command.transaction_id if command.HasField("transaction_id") else None
@@ -640,7 +616,7 @@ class FlightSqlService:
     async def DoGet(self, stream: Stream) -> None:
         ticket = await stream.recv_message()
         assert ticket is not None
-        session = self.session(stream)
+        session = await self.session(stream)
         command = M.decode_command(ticket.ticket)
         if isinstance(command, sql.TicketStatementQuery):
             result = self.results.get(command.statement_handle)
@@ -798,14 +774,12 @@ class FlightSqlService:
                         "table_type": kind})
         out.sort(key=lambda r: (r["db_schema_name"], r["table_name"], r["table_type"]))
         if command.include_schema:
-            from icegres.engine.lake import DEFAULT_CATALOG
-
             engine = self.server.engine
-            catalog = engine.master.catalog(DEFAULT_CATALOG)
             for row in out:
-                view = engine.view((row["db_schema_name"], row["table_name"]))
-                table_schema = (view.arrow_schema if view is not None else
-                                catalog.schema(row["db_schema_name"]).table(row["table_name"]).schema)
+                key = (row["db_schema_name"], row["table_name"])
+                view = engine.view(key)
+                # a table not mounted yet (lazy mounting) is described by its metadata's shape
+                table_schema = view.arrow_schema if view is not None else engine.table_schema(key)
                 row["table_schema"] = M.schema_bytes(M.wire_schema(table_schema))
         return pa.RecordBatch.from_pylist(out, schema=schema)
 
@@ -816,7 +790,7 @@ class FlightSqlService:
         first = await stream.recv_message()
         if first is None:
             raise M.BadCommand(empty_put_message())
-        session = self.session(stream)
+        session = await self.session(stream)
         command = self._command(first.flight_descriptor)
         if isinstance(command, DOPUT_COMMANDS):
             await self.writes.do_put(stream, session, command, first)
@@ -849,7 +823,7 @@ class FlightSqlService:
     async def DoAction(self, stream: Stream) -> None:
         action = await stream.recv_message()
         assert action is not None
-        session = self.session(stream)
+        session = await self.session(stream)
         kind = action.type
         if kind == "CreatePreparedStatement":
             request = M.decode_command(action.body)
@@ -930,12 +904,12 @@ class FlightSqlService:
     @_rpc
     async def ListFlights(self, stream: Stream) -> None:
         await stream.recv_message()
-        self.session(stream)  # authenticated, and nothing to list: flights are made by commands
+        await self.session(stream)  # authenticated, and nothing to list: flights are made by commands
 
     @_rpc
     async def ListActions(self, stream: Stream) -> None:
         await stream.recv_message()
-        self.session(stream)
+        await self.session(stream)
         for name, description in ACTIONS.items():
             await stream.send_message(fl.ActionType(type=name, description=description))
 

@@ -592,7 +592,7 @@ async def _ingest(host: LockedHost, schema_name: str | None, table: str, if_not_
                 ddl_apply.apply_ddl(lakehouse, ddl.DropTable(((namespace, table),)), path)
             cmd = ddl.CreateTableAs(schema=namespace, name=table, query_sql="")
             ddl_apply.create_table_from_arrow(lakehouse, cmd, data.schema, path)
-            qctx.engine.refresh(None if lakehouse.kind != "rest" else {key})
+            qctx.engine.refresh({key})
             qctx.forget_routes()
 
         await host.run(create)

@@ -103,6 +103,22 @@ class PasswordMessage:
 
 
 @dataclass(frozen=True)
+class SASLInitialResponse:
+    """A 'p' message answering AuthenticationSASL: the mechanism chosen and its first data
+    (None when the client sent none: length -1)."""
+
+    mechanism: str
+    data: bytes | None
+
+
+@dataclass(frozen=True)
+class SASLResponse:
+    """A 'p' message answering AuthenticationSASLContinue."""
+
+    data: bytes
+
+
+@dataclass(frozen=True)
 class CopyData:
     data: bytes
 
@@ -163,10 +179,10 @@ class _Reader:
         end = self.buf.find(b"\0", self.pos)
         if end < 0:
             raise PgError(PROTOCOL_VIOLATION, "invalid message format: unterminated string")
-        raw = self.buf[self.pos : end]
+        raw = memoryview(self.buf)[self.pos : end]  # decoded in place: a Query may be 100s of MB
         self.pos = end + 1
         try:
-            return raw.decode("utf-8")
+            return str(raw, "utf-8")
         except UnicodeDecodeError:
             raise PgError("22021", "invalid byte sequence for encoding \"UTF8\"") from None
 
@@ -177,9 +193,11 @@ class _Reader:
         return v
 
     def count(self) -> int:
-        n = self.int16()
-        if n < 0:
-            raise PgError(PROTOCOL_VIOLATION, "invalid message format: negative count")
+        """A count of the items that follow (parameter types, formats, values): PostgreSQL reads
+        it as an unsigned 16-bit number (pq_getmsgint(msg, 2)), so up to 65,535."""
+        self._need(2)
+        (n,) = struct.unpack_from("!H", self.buf, self.pos)
+        self.pos += 2
         return n
 
     def done(self) -> None:
@@ -261,6 +279,34 @@ def decode_frontend(kind: bytes, body: bytes) -> FrontendMessage:
     return msg
 
 
+# 'p' carries PasswordMessage, SASLInitialResponse, SASLResponse or GSSResponse: which one only
+# the authentication exchange knows, so framing decodes it as a PasswordMessage (raw body) and the
+# exchange reads the body with one of these.
+
+
+def decode_password(msg: PasswordMessage) -> str:
+    """The password of a PasswordMessage: one NUL-terminated string filling the message (as
+    PostgreSQL checks: "invalid password packet size"). Bytes that are not UTF-8 are kept as
+    surrogates, so they still compare (and hash) as the bytes sent."""
+    body = msg.password
+    if not body.endswith(b"\0") or body.index(b"\0") != len(body) - 1:
+        raise PgError(PROTOCOL_VIOLATION, "invalid password packet size")
+    return body[:-1].decode("utf-8", "surrogateescape")
+
+
+def decode_sasl_initial(msg: PasswordMessage) -> SASLInitialResponse:
+    r = _Reader(msg.password)
+    mechanism = r.cstring()
+    n = r.int32()
+    data = None if n == -1 else r.raw(n)
+    r.done()
+    return SASLInitialResponse(mechanism, data)
+
+
+def decode_sasl_response(msg: PasswordMessage) -> SASLResponse:
+    return SASLResponse(msg.password)
+
+
 # --- backend messages ------------------------------------------------------------------------
 
 
@@ -312,7 +358,7 @@ def command_complete(tag: str) -> bytes:
 
 
 def parameter_description(oids: Sequence[int]) -> bytes:
-    return _frame(b"t", struct.pack(f"!h{len(oids)}I", len(oids), *oids))
+    return _frame(b"t", struct.pack(f"!H{len(oids)}I", len(oids), *oids))
 
 
 @dataclass(frozen=True)

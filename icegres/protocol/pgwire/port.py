@@ -13,7 +13,11 @@ if TYPE_CHECKING:
     from icegres.engine.query import QueryContext
     from icegres.engine.txblock_driver import TxBlock
     from icegres.pg.clock import TextSettings
+    from icegres.protocol.pgwire.backoff import AuthBackoff
+    from icegres.protocol.pgwire.limits import Slots
     from icegres.protocol.pgwire.messages import FrontendMessage
+    from icegres.protocol.pgwire.tls import ServerTls, TlsInfo
+    from icegres.protocol.tokens import TokenValidator
 
 
 class ServerPort(Protocol):
@@ -22,7 +26,13 @@ class ServerPort(Protocol):
     settings: Settings
     engine: Engine
     server_version: str
+    tls: ServerTls | None  # --tls-cert/--tls-key loaded; None: plaintext only
+    tokens: TokenValidator | None  # JWT logins (--jwt-jwks), shared by the server's sessions
     running: set[Any]  # sessions running a statement (hangup.py watches their sockets)
+    slots: Slots  # --max-connections (limits.py)
+    backoff: AuthBackoff  # failed-login back-off per client address (backoff.py)
+    text_limiter: Any  # trio.CapacityLimiter of the threads that split big statements (statements.py)
+    draining: bool  # a shutdown began: sessions end once their statement is done
 
     def next_pid(self) -> int: ...
 
@@ -44,8 +54,10 @@ class ConnectionPort(Protocol):
 
     server: ServerPort
     stream: Any  # trio.abc.Stream; replaced by the TLS stream once a handshake is done
+    tls: TlsInfo | None  # set by that handshake: what was negotiated, the channel binding data
     decoder: Any  # framing.FrameDecoder
     peer: str
+    client_addr: str  # the client's address, for the failed-login back-off
     user: str
 
     def send(self, data: bytes) -> None: ...
@@ -54,6 +66,12 @@ class ConnectionPort(Protocol):
 
     async def recv_more(self) -> None:
         """Read more bytes from the client into the decoder (ConnectionClosed at EOF)."""
+        ...
+
+    def channel_binding(self) -> bytes | None:
+        """The tls-server-end-point channel binding data (RFC 5929) of this connection: the hash
+        of the server's certificate when the connection is on TLS, None on plaintext. SCRAM
+        offers SCRAM-SHA-256-PLUS only when it is not None."""
         ...
 
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import logging
 import secrets
-import struct
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -27,9 +26,19 @@ from icegres.pg import settings as guc
 from icegres.pg.clock import TextSettings
 from icegres.pg.copy_format import copy_target
 from icegres.pg.errors import PgError
-from icegres.protocol.pgwire import auth, startup, transaction, writes
+from icegres.protocol.pgwire import (
+    auth,
+    startup,
+    statement_log,
+    statements,
+    tls,
+    transaction,
+    writes,
+)
 from icegres.protocol.pgwire import messages as m
+from icegres.protocol.pgwire.activity import Activity
 from icegres.protocol.pgwire.copy import copy_out_rows
+from icegres.protocol.pgwire.cursors import Cursor, fetch_count, skip_rows, text_row
 from icegres.protocol.pgwire.direct import DirectReply
 from icegres.protocol.pgwire.extended import (
     Description,
@@ -51,7 +60,6 @@ from icegres.protocol.pgwire.results import (
     pull,
     row_description,
 )
-from icegres.sql.lexer import split_statements
 from icegres.sql.statement import Kind, Statement, classify, query, refusal
 
 if TYPE_CHECKING:
@@ -67,19 +75,15 @@ class ConnectionClosed(Exception):
     """The client went away or sent Terminate: end the session quietly."""
 
 
-@dataclass
-class Cursor:
-    source: RowSource
-    binary: bool
-    hold: bool
-    position: int = 0
-
-
 class Session:
     def __init__(self, server: ServerPort, stream: trio.abc.Stream, peer: str) -> None:
         self.server = server
         self.stream = stream
         self.peer = peer
+        self.tls: tls.TlsInfo | None = None  # set once a TLS handshake is done (startup.py)
+        self.client_addr = peer  # the server sets the address and port of a TCP client
+        self.client_port: int | None = None
+        self.activity = Activity()  # what pg_stat_activity shows of this session
         self.decoder = FrameDecoder()
         self.out = bytearray()
         self.pid = server.next_pid()
@@ -100,6 +104,10 @@ class Session:
         self._sync_answered = False  # an Execute's thread answered the Sync after it (direct.py)
         self._descriptions = Descriptions()  # what Parse described, to answer a repeat from (extended.py)
         self._provisional: Provisional | None = None  # a Parse answered from it, not yet checked
+        self._life: trio.CancelScope | None = None  # the whole connection: terminate() cancels it
+        self._terminating = False  # pg_terminate_backend or a drain: end at the next boundary
+        self._between = True  # waiting for a message after a ReadyForQuery (or before startup)
+        self._slot = False  # holds a --max-connections slot (limits.py)
 
     # --- I/O -----------------------------------------------------------------------------------
 
@@ -114,7 +122,7 @@ class Session:
 
     async def next_message(self) -> m.FrontendMessage:
         while True:
-            msg = self.decoder.next_message()
+            msg = await statements.next_message(self.server, self.decoder)
             if msg is not None:
                 return msg
             await self.flush()
@@ -142,17 +150,32 @@ class Session:
         if len(self.out) >= SEND_HIGH_WATER:
             await self.flush()
 
+    def channel_binding(self) -> bytes | None:
+        if self.tls is None:
+            return None
+        try:
+            return self.tls.channel_binding()
+        except ValueError:
+            # A certificate whose signature names no single hash (RSASSA-PSS, Ed25519) has no
+            # tls-server-end-point data: SCRAM is then offered without -PLUS on this connection.
+            return None
+
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def run(self) -> None:
         try:
-            if not await self._startup():
-                return
-            self.server.register(self)
-            try:
-                await self._serve()
-            finally:
-                self.server.unregister(self)
+            with trio.CancelScope() as self._life:
+                if self._terminating:
+                    self._life.cancel()
+                if not await self._start():
+                    return
+                self.server.register(self)
+                try:
+                    await self._serve()
+                finally:
+                    self.server.unregister(self)
+            if self._terminating:
+                raise PgError(E.ADMIN_SHUTDOWN, "terminating connection due to administrator command")
         except ConnectionClosed:
             pass
         except PgError as err:
@@ -164,6 +187,9 @@ class Session:
             except ConnectionClosed:
                 pass
         finally:
+            if self._slot:
+                self._slot = False
+                self.server.slots.release()
             with trio.CancelScope(shield=True):
                 try:
                     await self.stream.aclose()
@@ -174,23 +200,37 @@ class Session:
                     # The session's temporary tables end with it (temp_tables.py).
                     await trio.to_thread.run_sync(temp.temp.close)
 
+    async def _start(self) -> bool:
+        """Startup and authentication, within --authentication-timeout. A client that has not
+        finished by then is closed without a message, as PostgreSQL does."""
+        with trio.move_on_after(self.server.settings.authentication_timeout):
+            return await self._startup()
+        if self._slot or self.user:  # PostgreSQL logs only a timeout during authentication
+            log.info("canceling authentication due to timeout (%s)", self.peer)
+        return False
+
     async def _startup(self) -> bool:
         msg = await startup.receive_startup(self)
         if msg is None:
             return False
+        self.server.slots.take()  # 53300 beyond --max-connections (limits.py)
+        self._slot = True
         params = msg.params
         self.user = params.get("user", "")
         if not self.user:
             raise PgError(E.INVALID_AUTHORIZATION, "no PostgreSQL user name specified in startup packet")
         database = params.get("database") or self.user
+        # Authentication first, as PostgreSQL does: a client that has not logged in learns
+        # nothing, not even which database names exist.
+        await auth.authenticate(self)
         # pgAdmin, DBeaver, Metabase and many scripts connect to `postgres` by default: it names
         # the served database too.
         if database not in (self.server.settings.database, "postgres"):
             raise PgError(E.INVALID_CATALOG_NAME, f'database "{database}" does not exist')
-        await auth.authenticate(self)
+        self.server.slots.check_reserved(self.user)
         self.decoder.in_startup = False
         version = self.server.server_version
-        self.initial_settings = guc.defaults(version, self.user)
+        self.initial_settings = guc.defaults(version, self.user, ssl=self.server.tls is not None)
         try:
             # Command-line options first, then the packet's own settings, as PostgreSQL applies them.
             for k, value in guc.startup_options(params.get("options", "")):
@@ -218,6 +258,7 @@ class Session:
             backend_pid=self.pid,
             settings=self.settings,
             server_version=version,
+            activity=self.server,  # pg_stat_activity, pg_cancel/terminate_backend (engine/activity.py)
         )
         self.qctx = open_session(self.server.engine, env)
         self.send(m.AUTH_OK)
@@ -230,14 +271,36 @@ class Session:
         return True
 
     async def _serve(self) -> None:
+        self.activity.ready("I")
+        threshold_ms = self.server.settings.log_min_duration_statement
         while True:
+            if self._terminating and self._between:
+                return
             msg = await self.next_message()
+            self._between = False
             if isinstance(msg, m.Terminate):
                 return
             if self.skip_to_sync and not isinstance(msg, m.Sync):
                 continue
+            if isinstance(msg, m.Query | m.Parse):
+                self.activity.running(msg.sql)
+            elif isinstance(msg, m.Execute) and msg.portal in self.portals:
+                self.activity.running(self.portals[msg.portal].prepared.sql)
+            logged = statement_log.text_of(msg, self.portals) if threshold_ms >= 0 else None
+            started = time.perf_counter()
             await self._handle(msg)
+            statement_log.record(threshold_ms, time.perf_counter() - started, logged, pid=self.pid, user=self.user)
+            if isinstance(msg, m.Query | m.Sync):
+                self.activity.ready(self.block.status)
+                self._between = True
             await self.maybe_flush()
+
+    def terminate(self, now: bool = True) -> None:
+        """End the session with FATAL 57P01: at once (`now`: pg_terminate_backend, the end of a
+        drain), else once its running statement is done (a drain begins)."""
+        self._terminating = True
+        if self._life is not None and (now or self._between):
+            self._life.cancel()
 
     async def _handle(self, msg: m.FrontendMessage) -> None:
         """Answer one message. Its error goes to the client; after an extended-protocol message's
@@ -310,9 +373,11 @@ class Session:
             self._running.cancel()
 
     def socket_fd(self) -> int:
-        return self.stream.socket.fileno()
+        return tls.raw_socket(self.stream).fileno()  # a hang-up shows on the socket under TLS too
 
     def _socket_fd_or_none(self) -> int | None:
+        if self.tls is not None:
+            return None  # direct.py writes plaintext to the socket: never past TLS
         socket = getattr(self.stream, "socket", None)  # a test's in-memory stream has none
         return None if socket is None else socket.fileno()
 
@@ -349,15 +414,11 @@ class Session:
     # --- simple query --------------------------------------------------------------------------
 
     async def _simple_query(self, sql: str) -> None:
-        try:
-            statements = split_statements(sql)
-        except Exception:
-            statements = [sql]
-        if not statements:
+        split = await statements.split(self.server, sql)  # a big message: in a thread
+        classified, offsets = split.statements, split.offsets
+        if not classified:
             self.send(m.EMPTY_QUERY)
-        implicit = self.block.state.idle and len(statements) > 1
-        classified = [classify(text) for text in statements]
-        offsets = _statement_offsets(sql, [s.sql for s in classified])
+        implicit = self.block.state.idle and len(classified) > 1
         # Several statements in one Query message form one implicit transaction in PostgreSQL:
         # their writes commit together at the end, or not at all if one fails.
         batch = implicit and all(s.kind in (Kind.QUERY, Kind.WRITE, Kind.COPY_FROM) for s in classified) and any(
@@ -368,10 +429,10 @@ class Session:
         # its worker thread may send the whole answer itself (direct.py).
         direct = len(classified) == 1 and classified[0].kind is Kind.QUERY and self.block.state.idle
         replied = False
-        for stmt, offset in zip(classified, offsets, strict=True):
+        for stmt, offset, params in zip(classified, offsets, split.params, strict=True):
             try:
                 transaction.gate(self, stmt)
-                replied = await self._run_statement(self._run_simple, stmt, direct)
+                replied = await self._run_statement(self._run_simple, stmt, direct, params)
             except PgError as err:
                 if err.position is not None:
                     err.position += offset  # PostgreSQL counts from the start of the Query string
@@ -393,9 +454,10 @@ class Session:
             self._ready_for_query()
         await self.flush()
 
-    async def _run_simple(self, stmt: Statement, direct: bool = False) -> bool:
+    async def _run_simple(self, stmt: Statement, direct: bool = False, params: dict[str, str] | None = None) -> bool:
         """Run one statement of a Query message. True if its worker thread sent the whole answer,
-        ReadyForQuery included (`direct`: the caller allows that; direct.py)."""
+        ReadyForQuery included (`direct`: the caller allows that; direct.py). `params`: the
+        values of the big literals its compaction made parameters (statements.py)."""
         if stmt.kind is not Kind.QUERY:
             await self._command(stmt, describe=True)
             return False
@@ -409,7 +471,7 @@ class Session:
         def start() -> tuple[bytes, RowSource, Chunk, bool]:
             # Plan, execute and encode the first chunk in one worker-thread hop: a small result
             # then costs a single hand-off between the trio loop and the thread pool.
-            schema, stream = self.qctx.start(stmt, None)
+            schema, stream = self.qctx.start(stmt, params)
             source = RowSource(schema, stream)
             encode.formats[:] = [0] * len(schema)
             encode.schema = schema
@@ -571,17 +633,17 @@ class Session:
                 self.prepared[""] = provisional.prepared
                 self.send(m.PARSE_COMPLETE)
                 return
-        texts = split_statements(msg.sql)
-        if len(texts) > 1:
+        split = await statements.split(self.server, msg.sql, literals=False)
+        if len(split.statements) > 1:
             raise PgError(E.SYNTAX_ERROR, "cannot insert multiple commands into a prepared statement")
-        stmt = classify(texts[0] if texts else "")
+        stmt = split.statements[0] if split.statements else classify("")
         prepared = Prepared(msg.sql, stmt, list(msg.param_oids))
         if stmt.kind is Kind.QUERY or (stmt.kind is Kind.WRITE and writes.is_dml(stmt)):
             try:
                 described = await self._run_statement(self._describe_query, prepared)
             except PgError as err:
                 if err.position is not None:
-                    err.position += _statement_offsets(msg.sql, [stmt.sql])[0]
+                    err.position += split.offsets[0] if split.offsets else 0
                 raise
             if stmt.kind is Kind.QUERY:
                 self._descriptions.remember(msg.sql, msg.param_oids, stmt, described)
@@ -801,7 +863,7 @@ class Session:
                     m.FieldDescription("name", 25, -1), m.FieldDescription("setting", 25, -1),
                     m.FieldDescription("description", 25, -1)]))
             for k, v in rows:
-                self.send(_text_row([k, v, ""]))
+                self.send(text_row([k, v, ""]))
             self.send(m.command_complete(f"SHOW {len(rows)}"))
             return
         key = stmt.name or ""
@@ -809,7 +871,7 @@ class Session:
             raise PgError(E.UNDEFINED_OBJECT, f'unrecognized configuration parameter "{key}"')
         if describe:
             self.send(show_description(stmt))
-        self.send(_text_row([self._shown(key)]))
+        self.send(text_row([self._shown(key)]))
         self.send(m.command_complete("SHOW"))
 
     def _shown(self, key: str) -> str:
@@ -838,7 +900,7 @@ class Session:
         cursor = self.cursors.get(stmt.name or "")
         if cursor is None:
             raise PgError(E.INVALID_CURSOR_NAME, f'cursor "{stmt.name}" does not exist')
-        count = _fetch_count(stmt.value or "NEXT")
+        count = fetch_count(stmt.value or "NEXT")
         fmt = 1 if cursor.binary else 0
         formats = [fmt] * len(cursor.source.schema)
         if stmt.kind is Kind.FETCH:
@@ -846,7 +908,7 @@ class Session:
                 self.send(row_description(cursor.source.schema, formats))
             sent = await self._stream_rows(cursor.source, formats, count)
         else:
-            sent = await self.in_thread(_skip_rows, cursor.source, count)
+            sent = await self.in_thread(skip_rows, cursor.source, count)
         cursor.position += sent
         self.send(m.command_complete(f"{stmt.kind.name} {sent}"))
 
@@ -895,57 +957,6 @@ class Session:
 
     async def _cmd_write(self, stmt: Statement, describe: bool) -> None:
         self.send(await writes.run_write(self, stmt, None, describe, self.text_settings()))
-
-
-def _text_row(values: list[str | None]) -> bytes:
-    parts = [struct.pack("!h", len(values))]
-    for v in values:
-        if v is None:
-            parts.append(struct.pack("!i", -1))
-        else:
-            b = v.encode()
-            parts.append(struct.pack("!i", len(b)) + b)
-    body = b"".join(parts)
-    return b"D" + struct.pack("!i", len(body) + 4) + body
-
-
-def _fetch_count(direction: str) -> int:
-    d = direction.upper()
-    if d in ("NEXT", "FORWARD"):
-        return 1
-    if d in ("ALL", "FORWARD ALL"):
-        return 0
-    if d.startswith("FORWARD "):
-        return int(d.split()[1])
-    if d.lstrip("-").isdigit():
-        n = int(d)
-        if n >= 0:
-            return n
-    raise PgError(E.FEATURE_NOT_SUPPORTED, "cursor can only scan forward",
-                  hint="Declare it with SCROLL option to enable backward scan (not supported by icegres).")
-
-
-def _skip_rows(source: RowSource, count: int) -> int:
-    skipped = 0
-    while count == 0 or skipped < count:
-        batch = source.take(count - skipped if count else 0)
-        if batch is None:
-            break
-        skipped += batch.num_rows
-    return skipped
-
-
-def _statement_offsets(sql: str, pieces: list[str]) -> list[int]:
-    """Where each statement text (a verbatim substring after splitting and comment stripping)
-    starts in the message's SQL, so error positions count from the start of the string."""
-    offsets = []
-    start = 0
-    for piece in pieces:
-        at = sql.find(piece, start) if piece else -1
-        offsets.append(max(at, 0))
-        if at >= 0:
-            start = at + len(piece)
-    return offsets
 
 
 _COMMANDS = {

@@ -1,8 +1,10 @@
 """The connection's first bytes: the startup packet and what may come before it.
 
 A client may ask for TLS or GSSAPI encryption (SSLRequest, GSSENCRequest) before its
-StartupMessage, or send a CancelRequest instead of one. This module answers those and hands the
-session the StartupMessage, or None when the connection carried a cancel and is done.
+StartupMessage, start TLS directly (PostgreSQL 17: its first byte is a ClientHello), or send a
+CancelRequest instead of one. The decisions are negotiation.py's (a pure machine); this module
+reads the packets, performs its effects (answers, the TLS handshake, refusals) and hands the
+session the StartupMessage, or None when the connection is done (a cancel, a failed handshake).
 """
 
 from __future__ import annotations
@@ -10,23 +12,73 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from icegres.protocol.pgwire import messages as m
+from icegres.protocol.pgwire import negotiation as n
+from icegres.protocol.pgwire import tls
 
 if TYPE_CHECKING:
     from icegres.protocol.pgwire.port import ConnectionPort
 
 
 async def receive_startup(conn: ConnectionPort) -> m.StartupMessage | None:
+    config = n.Config(tls=conn.server.tls is not None, tls_required=conn.server.settings.tls_required)
+    state = n.State()
+    while conn.decoder.buffered() == 0:
+        await conn.recv_more()
+    msg: m.StartupMessage | None = None
+    event: n.Event | None = n.ClientHelloArrived() if conn.decoder.first_byte() == n.TLS_HANDSHAKE_RECORD else None
+    while True:
+        if event is None:
+            event, msg = await _next_event(conn)
+        state, effects = n.step(state, event, config)
+        event = None
+        for effect in effects:
+            match effect:
+                case n.Answer(byte=byte):
+                    conn.send(byte)
+                    await conn.flush()
+                case n.StartTls(direct=direct):
+                    assert conn.server.tls is not None
+                    already = conn.decoder.take_buffered() if direct else b""
+                    started = await tls.start_tls(conn.stream, conn.server.tls, already=already, direct=direct,
+                                                  peer=conn.peer)
+                    if started is None:
+                        return None
+                    conn.stream, conn.tls = started
+                    event = n.HandshakeDone(conn.tls.alpn)
+                case n.Refuse(error=error):
+                    raise error
+                case n.HangUp():
+                    return None
+                case n.Cancel(backend_pid=pid, secret_key=secret):
+                    conn.server.cancel(pid, secret)
+                    return None
+                case n.Authenticate():
+                    assert msg is not None
+                    return msg
+
+
+async def _next_event(conn: ConnectionPort) -> tuple[n.Event, m.StartupMessage | None]:
+    """The next startup-phase packet as the machine's event (with the StartupMessage itself)."""
     while True:
         msg = conn.decoder.next_startup()
-        if msg is None:
-            await conn.recv_more()
-            continue
-        if isinstance(msg, m.SSLRequest | m.GSSENCRequest):
-            # No TLS yet: 'N' tells the client to continue in plaintext on this connection.
-            conn.send(b"N")
-            await conn.flush()
-            continue
-        if isinstance(msg, m.CancelRequest):
-            conn.server.cancel(msg.backend_pid, msg.secret_key)
-            return None
-        return msg
+        if msg is not None:
+            break
+        await conn.recv_more()
+    pipelined = conn.decoder.buffered() > 0
+    if isinstance(msg, m.SSLRequest):
+        return n.SSLRequested(pipelined), None
+    if isinstance(msg, m.GSSENCRequest):
+        return n.GSSENCRequested(pipelined), None
+    if isinstance(msg, m.CancelRequest):
+        return n.CancelReceived(msg.backend_pid, msg.secret_key), None
+    user = msg.params.get("user", "")
+    return n.StartupReceived(_client_host(conn), user, msg.params.get("database") or user), msg
+
+
+def _client_host(conn: ConnectionPort) -> str:
+    """The client's address as PostgreSQL writes it in an hba refusal ("127.0.0.1")."""
+    sock = tls.raw_socket(conn.stream)
+    try:
+        return str(sock.getpeername()[0]) if sock is not None else "[local]"
+    except (OSError, IndexError, TypeError):
+        return "[local]"

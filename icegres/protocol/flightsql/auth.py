@@ -1,0 +1,123 @@
+"""Who a Flight SQL call comes from: Basic credentials, a bearer token we issued, or a JWT.
+
+The same users and tokens as pgwire (docs/security.md, "Authentication"): Basic credentials are
+checked against the users' SCRAM verifiers (a plain password verifies against one, as PostgreSQL's
+`password` method does), a Basic password that is a JWT and `authorization: Bearer <JWT>` are
+checked by protocol/tokens.py, whose role claim is then the user.
+
+Basic auth may come on every call (clients that skip the Handshake): its PBKDF2 (~2 ms) runs in a
+worker thread, and a success is remembered under an HMAC of the credentials with a key of this
+process, so that the next call with them costs a dictionary lookup and the password is kept
+nowhere. Failures log the user, the peer and a reason; never a password or token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import hmac
+import logging
+import secrets
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from icegres.pg.scram import verify_plain
+from icegres.protocol.flightsql.sessions import TOKENS_MAX, Bounded
+from icegres.protocol.tokens import KeysUnavailable, TokenRejected, looks_like_jwt
+
+if TYPE_CHECKING:
+    from icegres.config import Settings
+    from icegres.protocol.tokens import TokenValidator
+
+log = logging.getLogger("icegres.auth")
+
+CHECKED_MAX = 1024  # remembered Basic credentials (HMACs), least recently used forgotten
+
+
+def _unauthenticated(message: str, sqlstate: str) -> GRPCError:
+    return GRPCError(Status.UNAUTHENTICATED, f"{message} (SQLSTATE {sqlstate})")
+
+
+async def _in_thread(fn: Callable[[], object]) -> object:
+    # The loop's executor, not the query limiter: a login never waits behind running queries.
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+class FlightAuth:
+    """The service's authenticator: `required` unless the server runs trust (loopback only)."""
+
+    def __init__(self, settings: Settings, tokens: TokenValidator | None) -> None:
+        self.users = settings.users
+        self.tokens = tokens
+        self.required = bool(self.users) or tokens is not None
+        self._issued: Bounded[str, str] = Bounded(TOKENS_MAX)
+        self._checked: Bounded[bytes, str] = Bounded(CHECKED_MAX)
+        self._key = secrets.token_bytes(32)
+
+    def issue(self, user: str) -> str:
+        """A bearer token for `user` (the Handshake's answer), valid while remembered."""
+        token = secrets.token_urlsafe(32)
+        self._issued.put(token, user)
+        return token
+
+    def issued(self, token: str) -> str | None:
+        return self._issued.get(token)
+
+    async def basic(self, value: str, peer: str) -> str:
+        """The user a `Basic <base64 user:password>` value names, if the password is right."""
+        token = value.strip()
+        try:
+            # The Go client (ADBC) strips the base64 padding: put it back before decoding.
+            raw = base64.b64decode(token + "=" * (-len(token) % 4), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raise _unauthenticated("malformed Basic credentials", "28000") from None
+        user, sep, password = raw.partition(":")
+        if not sep or not user:
+            raise _unauthenticated("malformed Basic credentials", "28000")
+        if not self.required:
+            return user  # trust: only ever on loopback (checked at server start), as in pgwire
+        if self.tokens is not None and looks_like_jwt(password):
+            role = await self._token_role(password, peer)
+            if role != user:
+                log.warning('Flight SQL: token of role %r refused for user "%s" from %s', role, user, peer)
+                raise _unauthenticated(f'password authentication failed for user "{user}"', "28P01")
+            return user
+        mark = hmac.digest(self._key, user.encode() + b"\0" + password.encode(), "sha256")
+        if self._checked.get(mark) == user:
+            return user
+        verifier = self.users.get(user)
+        if verifier is None or not await _in_thread(lambda: verify_plain(verifier, password)):
+            log.warning('Flight SQL: password authentication failed for user "%s" from %s', user, peer)
+            raise _unauthenticated(f'password authentication failed for user "{user}"', "28P01")
+        self._checked.put(mark, user)
+        return user
+
+    async def bearer(self, token: str, peer: str) -> tuple[str, str] | None:
+        """(session key, user) of a bearer token: one we issued, or a valid JWT. None when it is
+        neither and authentication is off (trust)."""
+        user = self._issued.get(token)
+        if user is not None:
+            return "token:" + token, user
+        if self.tokens is not None and looks_like_jwt(token):
+            role = await self._token_role(token, peer)
+            # The session is named by a digest: the token itself is no dictionary key of ours.
+            return "jwt:" + hashlib.sha256(token.encode()).hexdigest()[:32], role
+        if self.required:
+            raise _unauthenticated("invalid or expired bearer token", "28000")
+        return None
+
+    async def _token_role(self, token: str, peer: str) -> str:
+        assert self.tokens is not None
+        try:
+            return await self.tokens.role(token, _in_thread)
+        except TokenRejected as err:
+            log.warning("Flight SQL: bearer token from %s refused: %s", peer, err.reason)
+            raise _unauthenticated("invalid or expired bearer token", "28000") from None
+        except KeysUnavailable as err:
+            log.warning("Flight SQL: bearer token from %s not checked: the JWKS could not be read (%s)", peer, err)
+            raise _unauthenticated("the bearer token could not be checked", "28000") from None

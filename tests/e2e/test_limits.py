@@ -1,0 +1,324 @@
+"""Connection limits and abuse on pgwire, against a real server with real clients (psycopg) and,
+where the point is a raw socket (a silent client, a second source address), raw sockets.
+
+PostgreSQL 15 is the bar: the same SQLSTATEs and messages (docs/security.md, "Limits and abuse").
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import psycopg
+import pytest
+
+from tests.support.icegres_server import running_icegres
+
+pytestmark = pytest.mark.e2e
+
+
+def startup_packet(user: str, database: str = "icegres") -> bytes:
+    body = struct.pack("!i", 196608) + f"user\0{user}\0database\0{database}\0\0".encode()
+    return struct.pack("!i", len(body) + 4) + body
+
+
+def read_message(sock: socket.socket) -> tuple[bytes, bytes]:
+    head = _read(sock, 5)
+    (length,) = struct.unpack("!i", head[1:])
+    return head[:1], _read(sock, length - 4)
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
+
+
+def error_fields(body: bytes) -> dict[str, str]:
+    return {p[:1]: p[1:] for p in body.decode().split("\0") if p}
+
+
+def raw_login(port: int, user: str, password: str | None, *, source: str = "127.0.0.1") -> tuple[bytes, bytes]:
+    """A raw protocol client bound to `source`: log in with cleartext or SCRAM-SHA-256,
+    whichever the server asks; the first message after authentication (Z at success, E else)."""
+    sock = socket.socket()
+    sock.settimeout(30)
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", port))
+    try:
+        sock.sendall(startup_packet(user))
+        while True:
+            kind, body = read_message(sock)
+            if kind != b"R":
+                if kind in (b"S", b"K"):
+                    continue
+                return kind, body
+            (code,) = struct.unpack("!i", body[:4])
+            if code in (0, 12):  # AuthenticationOk, AuthenticationSASLFinal
+                continue
+            if code == 3:
+                data = password.encode() + b"\0"
+                sock.sendall(b"p" + struct.pack("!i", len(data) + 4) + data)
+            elif code == 10:
+                sock.sendall(_scram(sock, password or ""))
+            else:
+                raise AssertionError(f"unexpected authentication request {code}")
+    finally:
+        sock.close()
+
+
+def _scram(sock: socket.socket, password: str) -> bytes:
+    """SCRAM-SHA-256 (RFC 5802/7677) as a client, to the server-final message; returns b""."""
+    nonce = base64.b64encode(os.urandom(18)).decode()
+    first_bare = f"n=,r={nonce}"
+    mech = b"SCRAM-SHA-256\0"
+    first = ("n,," + first_bare).encode()
+    body = mech + struct.pack("!i", len(first)) + first
+    sock.sendall(b"p" + struct.pack("!i", len(body) + 4) + body)
+    kind, reply = read_message(sock)
+    assert kind == b"R" and struct.unpack("!i", reply[:4])[0] == 11, (kind, reply)
+    server_first = reply[4:].decode()
+    attrs = dict(item.split("=", 1) for item in server_first.split(","))
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), base64.b64decode(attrs["s"]), int(attrs["i"]))
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    without_proof = f"c=biws,r={attrs['r']}"
+    auth_message = f"{first_bare},{server_first},{without_proof}".encode()
+    signature = hmac.new(hashlib.sha256(client_key).digest(), auth_message, "sha256").digest()
+    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature, strict=True))).decode()
+    final = f"{without_proof},p={proof}".encode()
+    sock.sendall(b"p" + struct.pack("!i", len(final) + 4) + final)
+    return b""
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory):
+    """A password server with 4 slots, one reserved for the superuser `root`, a 2 s
+    authentication timeout and a fast back-off (10 ms doubling to 20 ms)."""
+    base = tmp_path_factory.mktemp("limits")
+    pwfile = base / "users"
+    pwfile.write_text("root:root-secret-1\nalice:alice-secret-2\n")
+    args = ("--password-file", str(pwfile), "--max-connections", "4", "--superuser-reserved-connections", "1",
+            "--authentication-timeout", "2", "--auth-failure-delay-ms", "10", "--auth-failure-delay-max-ms", "20")
+    with running_icegres(base / "data", args=args, user="alice", password="alice-secret-2") as srv:
+        yield srv
+
+
+def test_beyond_max_connections_is_53300_and_the_reserved_slot_is_the_superusers(limited):
+    others = [psycopg.connect(limited.dsn()) for _ in range(3)]
+    try:
+        with pytest.raises(psycopg.OperationalError) as exc:
+            psycopg.connect(limited.dsn())
+        assert "FATAL:  remaining connection slots are reserved for non-replication superuser connections" in str(exc.value)
+        kind, body = raw_login(limited.port, "alice", "alice-secret-2")
+        assert kind == b"E" and error_fields(body)["C"] == "53300"
+        with psycopg.connect(limited.dsn(user="root", password="root-secret-1")) as root:
+            assert root.execute("select 1").fetchone() == (1,)
+            with pytest.raises(psycopg.OperationalError) as exc:
+                psycopg.connect(limited.dsn(user="root", password="root-secret-1"))
+            assert "FATAL:  sorry, too many clients already" in str(exc.value)
+            # Refused before authentication, as PostgreSQL does: no password is asked for.
+            kind, body = raw_login(limited.port, "root", None)
+            assert kind == b"E" and error_fields(body)["C"] == "53300" and error_fields(body)["S"] == "FATAL"
+    finally:
+        for c in others:
+            c.close()
+    with psycopg.connect(limited.dsn()) as c:  # every slot came back
+        assert c.execute("select 1").fetchone() == (1,)
+
+
+def test_a_cancel_request_never_takes_a_slot(limited):
+    others = [psycopg.connect(limited.dsn()) for _ in range(3)]
+    try:
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", limited.port)) as s:
+                s.sendall(struct.pack("!iiii", 16, 80877102, 1, 2))
+                assert s.recv(10) == b""  # PostgreSQL closes a cancel connection without an answer
+        with psycopg.connect(limited.dsn(user="root", password="root-secret-1")) as root:
+            assert root.execute("select 1").fetchone() == (1,)
+    finally:
+        for c in others:
+            c.close()
+
+
+@pytest.mark.parametrize("sent", [b"", startup_packet("alice")[:7], startup_packet("alice")])
+def test_a_silent_or_stalled_client_is_closed_after_the_authentication_timeout(limited, sent):
+    with socket.create_connection(("127.0.0.1", limited.port)) as s:
+        s.settimeout(10)
+        s.sendall(sent)
+        started = time.monotonic()
+        data = b""
+        while True:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        waited = time.monotonic() - started
+    assert 1.5 < waited < 6, waited
+    # Silent before its startup packet: closed without a word. After it, the server had asked
+    # for the password (R) and got none: closed without an error too, as PostgreSQL does.
+    assert b"E" not in data[:1], data
+
+
+def test_idle_sockets_hold_no_slot(limited):
+    idle = [socket.create_connection(("127.0.0.1", limited.port)) for _ in range(20)]
+    try:
+        with psycopg.connect(limited.dsn()) as c:
+            assert c.execute("select 1").fetchone() == (1,)
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_failed_logins_back_off_per_address_while_another_address_logs_in_at_once(limited):
+    attempts = 200
+    first_s, max_s = 0.010, 0.020
+    floor_s = sum(min(max_s, first_s * 2 ** (n - 1)) for n in range(1, attempts))  # 3.97 s
+    failures: list[str] = []
+    bystander: list[float] = []
+
+    def guess(n: int) -> None:
+        try:
+            psycopg.connect(limited.dsn(password=f"wrong-{n}"), connect_timeout=60).close()
+        except psycopg.OperationalError as exc:
+            failures.append("28P01" if 'password authentication failed for user "alice"' in str(exc) else str(exc))
+
+    def other_address() -> None:
+        time.sleep(1.0)  # well inside the storm
+        started = time.monotonic()
+        kind, body = raw_login(limited.port, "root", "root-secret-1", source="127.0.0.2")
+        bystander.append(time.monotonic() - started)
+        assert kind == b"Z", error_fields(body)
+
+    started = time.monotonic()
+    side = threading.Thread(target=other_address)
+    side.start()
+    # Two guessers at once from 127.0.0.1 (parallel connections buy no more guesses; each holds
+    # a slot while it waits), the superuser from 127.0.0.2 in the last free slot.
+    threads = [threading.Thread(target=lambda k=k: [guess(n) for n in range(k, attempts, 2)]) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - started
+    side.join()
+    assert failures == ["28P01"] * attempts
+    assert elapsed >= floor_s, (elapsed, floor_s)
+    assert bystander and bystander[0] < 0.5, bystander
+    # A successful login from the guessing address clears it: the next failure is answered at once.
+    with psycopg.connect(limited.dsn()):
+        pass
+    t0 = time.monotonic()
+    guess(-1)
+    assert time.monotonic() - t0 < 0.5
+
+
+def test_40000_parameters_bind(limited):
+    values = list(range(40_000))
+    placeholders = ", ".join(["%s"] * len(values))
+    with psycopg.connect(limited.dsn(), autocommit=True) as c:
+        row = c.execute(f"select 39999 in ({placeholders})", values).fetchone()
+        assert row == (True,)
+        assert c.execute(f"select 40000 in ({placeholders})", values).fetchone() == (False,)
+
+
+# --- nothing heavy on the event loop --------------------------------------------------------------
+
+_BIG_CLIENT = """
+import sys, time, psycopg
+kind, size, dsn = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+sql = {"comment": "select 1 /* " + "x" * size + " */", "literal": "select length('" + "x" * size + "')"}[kind]
+with psycopg.connect(dsn, autocommit=True) as c:
+    print("ready", flush=True)
+    sys.stdin.readline()
+    print(c.execute(sql).fetchone()[0], flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def trust_server(tmp_path_factory):
+    with running_icegres(tmp_path_factory.mktemp("loop") / "data") as srv:
+        yield srv
+
+
+# Measured on the 2-core shared machine (2026-12): was 5.6 s (10 MB comment) and ~32 s (50 MB
+# literal); now ~0.2 s (50 MB comment) and ~1.4 s (50 MB literal). What remains: single C calls
+# over the whole text that hold the GIL (a 50 MB copy or find is 10-60 ms, and a statement of the
+# bystander waits for the GIL several times), and for a literal DataFusion's planning of the bound
+# value (sql_with_options holds the GIL ~0.5 s per 20 MB). docs/limitations.md.
+@pytest.mark.xfail(reason="the 100 ms bound is not met yet (see above)", strict=False)
+@pytest.mark.parametrize("kind", ["comment", "literal"])
+def test_a_50mb_statement_does_not_stall_other_sessions(trust_server, kind):
+    """A bystander runs `select 1` in a loop while another client (its own process, so the two
+    never share a GIL here) sends a 50 MB statement: the bystander's worst latency stays under
+    100 ms, and the server's memory comes back."""
+    size = 50_000_000
+    proc = psutil.Process(trust_server.pid)
+    with psycopg.connect(trust_server.dsn(), autocommit=True) as by:
+        for _ in range(50):
+            by.execute("select 1")
+        rss_before = proc.memory_info().rss
+        big = subprocess.Popen([sys.executable, "-c", _BIG_CLIENT, kind, str(size), trust_server.dsn()],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert big.stdout.readline().strip() == "ready"
+            latencies: list[float] = []
+            done = threading.Event()
+
+            def loop() -> None:
+                while not done.is_set():
+                    t = time.perf_counter()
+                    by.execute("select 1").fetchone()
+                    latencies.append(time.perf_counter() - t)
+
+            bystander = threading.Thread(target=loop)
+            bystander.start()
+            time.sleep(0.3)
+            big.stdin.write("go\n")
+            big.stdin.flush()
+            answer = big.stdout.readline().strip()
+            time.sleep(0.3)
+            done.set()
+            bystander.join()
+        finally:
+            big.kill()
+            big.wait()
+    assert answer == ("1" if kind == "comment" else str(size))
+    assert max(latencies) < 0.100, f"bystander's worst latency {max(latencies) * 1000:.0f} ms"
+    assert proc.memory_info().rss - rss_before < 300 << 20
+
+
+def test_secrets_never_reach_the_log(limited):
+    """The startup passwords (right and wrong) of this module's logins are nowhere in the log."""
+    text = Path(limited.log_path).read_text(errors="replace")
+    for secret in ("root-secret-1", "alice-secret-2", "wrong-1", "wrong-199"):
+        assert secret not in text
+
+
+def test_slow_statement_log_is_postgresql_shaped_and_carries_no_startup_password(tmp_path):
+    pwfile = tmp_path / "users"
+    pwfile.write_text("carol:carol-startup-secret\n")
+    with running_icegres(tmp_path / "data", args=("--password-file", str(pwfile), "--log-min-duration-statement", "0"),
+                         user="carol", password="carol-startup-secret") as srv:
+        with psycopg.connect(srv.dsn(), autocommit=True) as c:
+            c.execute("select 1 as simple_one")
+            c.execute("select %s::int as extended_one", (2,))
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(srv.dsn(password="carol-wrong-secret"))
+        text = Path(srv.log_path).read_text(errors="replace")
+    assert "duration: " in text and " ms  statement: select 1 as simple_one" in text
+    assert " ms  execute <unnamed>: select $1::int as extended_one" in text
+    assert "carol-startup-secret" not in text and "carol-wrong-secret" not in text
