@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icegres.engine import activity, rewrite, view_defs, views
+from icegres.engine import activity, big_values, rewrite, view_defs, views
 from icegres.engine import errors as engine_errors
 from icegres.engine.column_names import PLAIN_NAME, postgres_names, select_list_names
 from icegres.engine.contexts import Made, SessionContexts
@@ -126,7 +126,7 @@ class QueryContext:
         self.engine.check_files(plans)
 
     def _plan(self, stmt: Statement, params: dict[str, Any] | None, made: Made) -> PlannedQuery:
-        pruned = self._plan_pruned(stmt, params, made)
+        pruned = None if big_values.has_big(params) else self._plan_pruned(stmt, params, made)
         if pruned is not None:
             return pruned
         # The same statement over the same snapshots plans to the same logical plan: reuse it
@@ -170,7 +170,7 @@ class QueryContext:
             if _READS_CATALOG.search(sql):
                 self._catalog_read(sql, ctx)
             try:
-                return ctx.sql(route, param_values=params)
+                return _sql(ctx, route, params)
             except Exception as exc:
                 raise engine_errors.from_datafusion(exc, sql, verbatim=route == sql) from None
         df, route = self._as_sent_or_rewritten(sql, lambda: stmt.tree, params, ctx)
@@ -209,7 +209,7 @@ class QueryContext:
         # qualification does that (DataFusion as sent looks in one default schema).
         if not rewrite.needs_rewrite(sql) and not self.env.temp:
             try:
-                return ctx.sql(sql, param_values=params), sql
+                return _sql(ctx, sql, params), sql
             except Exception as exc:
                 first_error = exc
         try:
@@ -221,7 +221,7 @@ class QueryContext:
                 raise engine_errors.from_datafusion(first_error, sql) from None
             raise
         try:
-            return ctx.sql(rewritten, param_values=params), rewritten
+            return _sql(ctx, rewritten, params), rewritten
         except Exception as exc:
             failed = first_error or exc
             err = engine_errors.from_datafusion(failed, sql, verbatim=first_error is not None)
@@ -559,7 +559,7 @@ class QueryContext:
         hold = self.engine.scan_sets.hold()
         made = self.made
         try:
-            df = made.ctx.sql(rewritten, param_values=params)
+            df = _sql(made.ctx, rewritten, params)
         except Exception:
             return None
         search_path = tuple(self.env.search_path)
@@ -576,8 +576,8 @@ class QueryContext:
         search_path, and the mounted snapshots of the tables it reads (None: not knowable — a
         transaction's or the write buffer's view, tables the statement text does not name, or a
         parameter value that cannot be compared)."""
-        if self.txn is not None or self.overlaid:
-            return None
+        if self.txn is not None or self.overlaid or big_values.has_big(params):
+            return None  # (a big value's plan reads a table made for this statement only)
         bound = tuple(sorted((params or {}).items()))
         try:
             hash(bound)
@@ -777,3 +777,10 @@ class _Prefetched:
         return next(self._rest)
 # A statement that may read catalog relations (a session's own catalog is registered for it).
 _READS_CATALOG = re.compile(r"pg_|information_schema|regclass|regtype|regnamespace", re.IGNORECASE)
+
+
+def _sql(ctx: SessionContext, text: str, params: dict[str, Any] | None) -> DataFrame:
+    """`ctx.sql` with the parameter values bound (a big Query's big literals read as tables)."""
+    if big_values.has_big(params):
+        return big_values.sql(ctx, text, params)  # type: ignore[arg-type]
+    return ctx.sql(text, param_values=params)

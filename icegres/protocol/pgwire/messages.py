@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from icegres.pg.errors import PROTOCOL_VIOLATION, PgError
 
@@ -46,6 +47,16 @@ class CancelRequest:
 @dataclass(frozen=True)
 class Query:
     sql: str
+    # A big Query's statements, split and compacted as it was decoded (statements.py); None: not yet.
+    split: Any = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class QueryPieces:
+    """A big Query message's body as the pieces it arrived in, not yet decoded (framing.py); the
+    list is emptied as it is read."""
+
+    pieces: list[bytes]
 
 
 @dataclass(frozen=True)

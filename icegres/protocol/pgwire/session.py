@@ -333,7 +333,7 @@ class Session:
 
     async def _dispatch(self, msg: m.FrontendMessage) -> None:
         if isinstance(msg, m.Query):
-            await self._simple_query(msg.sql)
+            await self._simple_query(msg.sql, msg.split)
         elif isinstance(msg, m.Parse):
             await self._parse(msg)
         elif isinstance(msg, m.Bind):
@@ -413,8 +413,9 @@ class Session:
 
     # --- simple query --------------------------------------------------------------------------
 
-    async def _simple_query(self, sql: str) -> None:
-        split = await statements.split(self.server, sql)  # a big message: in a thread
+    async def _simple_query(self, sql: str, split: statements.Split | None = None) -> None:
+        if split is None:  # (a big Query's was made as it was decoded, in a thread)
+            split = await statements.split(self.server, sql)  # a big message: in a thread
         classified, offsets = split.statements, split.offsets
         if not classified:
             self.send(m.EMPTY_QUERY)
@@ -429,7 +430,8 @@ class Session:
         # its worker thread may send the whole answer itself (direct.py).
         direct = len(classified) == 1 and classified[0].kind is Kind.QUERY and self.block.state.idle
         replied = False
-        for stmt, offset, params in zip(classified, offsets, split.params, strict=True):
+        big = any(split.params)
+        for stmt, offset, params in zip(classified, offsets, list(split.params), strict=True):
             try:
                 transaction.gate(self, stmt)
                 replied = await self._run_statement(self._run_simple, stmt, direct, params)
@@ -453,8 +455,11 @@ class Session:
         if not replied:
             self._ready_for_query()
         await self.flush()
+        if big:  # the message (its big values) is held until the next one: let them go now
+            split.params.clear()
+            await statements.release_memory(self.server)
 
-    async def _run_simple(self, stmt: Statement, direct: bool = False, params: dict[str, str] | None = None) -> bool:
+    async def _run_simple(self, stmt: Statement, direct: bool = False, params: dict[str, Any] | None = None) -> bool:
         """Run one statement of a Query message. True if its worker thread sent the whole answer,
         ReadyForQuery included (`direct`: the caller allows that; direct.py). `params`: the
         values of the big literals its compaction made parameters (statements.py)."""

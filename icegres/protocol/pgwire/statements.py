@@ -15,23 +15,33 @@ one call, which is the time every other session's statement then waits. So:
   never through a parser. A parameter is text, as an untyped literal resolves to in every
   context a query gives it in practice (a comparison, a function argument, a select list).
 
-The bystander's latency with a 50 MB literal or comment: tests/e2e/test_limits.py.
+A Query message over framing.PIECES_BYTES never becomes one bytes or str object: it is kept as
+the pieces it arrived in, decoded piece by piece and scanned by `sql/pieces.py` (no C call over
+more than a piece, so the thread hands the GIL over every few milliseconds at most), and a big
+literal's value stays UTF-8 pieces (`BigText`) that the engine reads as a one-row table, never
+as a literal in a plan (engine/big_values.py). The bystander's latency with a 50 MB literal or
+comment: tests/e2e/test_limits.py.
 """
 
 from __future__ import annotations
 
+import codecs
+import ctypes
+import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
+from icegres.pg.errors import PROTOCOL_VIOLATION, PgError
+from icegres.protocol.pgwire import messages as m
 from icegres.sql.lexer import Kind as Tok
-from icegres.sql.lexer import scan, split_statements, unquoted
+from icegres.sql.lexer import scan, split_statements, strip_leading_comments, unquoted
+from icegres.sql.pieces import GAP, Literal, RawStatement, Scanner
 from icegres.sql.statement import Kind, Statement, classify
 
 if TYPE_CHECKING:
     from icegres.protocol.pgwire.framing import FrameDecoder
-    from icegres.protocol.pgwire.messages import FrontendMessage
     from icegres.protocol.pgwire.port import ServerPort
 
 BIG_CHARS = 64 * 1024
@@ -42,17 +52,123 @@ LITERAL_CHARS = 4 * 1024
 class Split:
     statements: list[Statement]
     offsets: list[int]  # where each statement's text starts in the message (error positions)
-    # Per statement: the values of the parameters its compaction made ($1…), or None.
-    params: list[dict[str, str] | None] = field(default_factory=list)
+    # Per statement: the values of the parameters its compaction made ($1…), or None
+    # (a str, or a big Query's BigText).
+    params: list[dict[str, Any] | None] = field(default_factory=list)
 
 
-async def next_message(server: ServerPort, decoder: FrameDecoder) -> FrontendMessage | None:
+async def next_message(server: ServerPort, decoder: FrameDecoder) -> m.FrontendMessage | None:
     """The decoder's next message (None: more bytes needed), decoded in a worker thread when it
-    is over BIG_CHARS bytes and all there."""
-    length = decoder.next_length()
+    is over BIG_CHARS bytes and all there (a big Query: split and compacted there too)."""
+    length = 0 if decoder.in_pieces() or decoder.first_byte() == ord("Q") else decoder.next_length()
     if length <= BIG_CHARS or decoder.buffered() < length + 1:
-        return decoder.next_message()
-    return await trio.to_thread.run_sync(decoder.next_message, limiter=server.text_limiter)
+        msg = decoder.next_message()
+    else:
+        msg = await trio.to_thread.run_sync(decoder.next_message, limiter=server.text_limiter)
+    if isinstance(msg, m.QueryPieces):
+        return await trio.to_thread.run_sync(query_of_pieces, msg.pieces, limiter=server.text_limiter)
+    return msg
+
+
+_YIELD_BYTES = 1 << 20
+
+
+async def release_memory(server: ServerPort) -> None:
+    """After a big Query: give the freed heap back to the system. Its value passed through
+    tens of thousands of pieces of 64 kB in the worker threads' malloc arenas, which glibc keeps
+    (~100-150 MB of RSS for a 50 MB literal) until `malloc_trim` returns their free pages. Not
+    glibc: nothing to do."""
+    if _malloc_trim is not None:
+        await trio.to_thread.run_sync(_malloc_trim, 0, limiter=server.text_limiter)
+
+
+def _find_malloc_trim():  # noqa: ANN202
+    try:
+        return ctypes.CDLL(None).malloc_trim  # ctypes lets the GIL go during the call
+    except (OSError, AttributeError):
+        return None
+
+
+_malloc_trim = _find_malloc_trim()
+
+
+def query_of_pieces(pieces: list[bytes]) -> m.Query:
+    """A big Query message's body (its pieces, emptied as they are read) as a Query carrying its
+    Split: decoded, split and compacted a piece at a time. Between a megabyte's pieces the thread
+    sleeps for nothing, which hands the GIL to whoever waits for it (the loop, a bystander's
+    statement) at once rather than after the 5 ms switch interval."""
+    last = max((k for k, p in enumerate(pieces) if p), default=-1)
+    if last < 0 or pieces[last][-1] != 0:
+        raise PgError(PROTOCOL_VIOLATION, "invalid message format: unterminated string")
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    scanner = Scanner(LITERAL_CHARS)
+    since_yield = 0
+    for k in range(last + 1):
+        piece, pieces[k] = pieces[k], b""
+        if k == last:
+            piece = piece[:-1]
+        if b"\0" in piece:
+            raise PgError(PROTOCOL_VIOLATION, "invalid message format: a NUL inside the query string")
+        try:
+            scanner.feed(decoder.decode(piece))
+        except UnicodeDecodeError:
+            raise PgError("22021", 'invalid byte sequence for encoding "UTF8"') from None
+        since_yield += len(piece)
+        if since_yield >= _YIELD_BYTES:
+            since_yield = 0
+            time.sleep(0)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise PgError("22021", 'invalid byte sequence for encoding "UTF8"') from None
+    split = split_raw(scanner.finish())
+    return m.Query("; ".join(s.sql for s in split.statements), split)
+
+
+def split_raw(raw: list[RawStatement]) -> Split:
+    """`split_text` for statements the piece scanner found: a small one as written, a big one
+    compacted (its big literals parameters in a query, as `compact` does)."""
+    statements, offsets, params = [], [], []
+    for st in raw:
+        if st.chars <= BIG_CHARS:
+            text = "".join(_written(item) for item in st.items)
+            piece = text.strip()
+            if not strip_leading_comments(piece):
+                continue
+            stmt = classify(piece)
+            statements.append(stmt)
+            offsets.append(st.start + max(text.find(stmt.sql), 0))
+            params.append(None)
+            continue
+        literals: dict[str, Any] = {}
+        out = []
+        for item in st.items:
+            if isinstance(item, Literal):
+                literals[str(len(literals) + 1)] = item.value
+                out.append(f" ${len(literals)} ")
+            else:
+                out.append(" " if item is GAP else item)
+        joined = "".join(out)
+        text = joined.strip()
+        if not strip_leading_comments(text):
+            continue
+        stmt = classify(text)
+        own = sum(1 for kind, _, _ in scan(text) if kind is Tok.PARAM) > len(literals)
+        if literals and (own or stmt.kind is not Kind.QUERY):
+            # Not a query of its own (an INSERT's values, a statement with $n): as written.
+            written = "".join(_written(item) for item in st.items).strip()
+            stmt = classify(compact(written, literals=False)[0])
+            literals = {}
+        statements.append(stmt)
+        offsets.append(st.start + len(joined) - len(joined.lstrip()))
+        params.append(literals or None)
+    return Split(statements, offsets, params)
+
+
+def _written(item: str | object) -> str:
+    if isinstance(item, Literal):
+        return item.raw()
+    return " " if item is GAP else item  # type: ignore[return-value]
 
 
 async def split(server: ServerPort, sql: str, *, literals: bool = True) -> Split:

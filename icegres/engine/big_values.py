@@ -1,0 +1,84 @@
+"""A big Query's string literals planned as data, never as literals in a plan.
+
+The front end makes a string literal over a few kB of a big Query a parameter whose value is
+UTF-8 pieces (`sql.pieces.BigText`, protocol/pgwire/statements.py). Bound as a parameter value,
+DataFusion would copy it into the plan as a literal, and planning copies and folds literals while
+holding the GIL: ~0.5 s per 20 MB, during which every other session's statement waits. Here each
+such `$n` reads a one-row table of the session's private catalog instead,
+`(select v from "icegres_work"."w"."big_value_…")`: planning reads its schema, not its value
+(~2 ms for 50 MB), and the value is read where execution needs it, in DataFusion's threads.
+
+The table's string buffer is filled a piece at a time (no copy of the value's size in one call)
+and the table is dropped from the catalog once the statement is planned; the plan keeps it until
+the statement ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from icegres.engine.lake import PRIVATE_CATALOG, PRIVATE_SCHEMA
+from icegres.sql.lexer import Kind, scan
+from icegres.sql.pieces import BigText
+
+if TYPE_CHECKING:
+    from datafusion import DataFrame, SessionContext
+
+_names = itertools.count(1)
+
+
+def has_big(params: dict[str, Any] | None) -> bool:
+    """Whether any parameter value is a BigText."""
+    return bool(params) and any(isinstance(v, BigText) for v in params.values())  # type: ignore[union-attr]
+
+
+def array_of(value: BigText) -> pa.Array:
+    """A one-row string array of the value, its buffer filled a piece at a time."""
+    data = pa.allocate_buffer(value.size, memory_pool=pa.system_memory_pool())
+    view = memoryview(data).cast("B")  # type: ignore[arg-type]
+    at = 0
+    for piece in value.pieces:
+        view[at : at + len(piece)] = piece
+        at += len(piece)
+    offsets = pa.py_buffer(struct.pack("<ii", 0, value.size))
+    return pa.Array.from_buffers(pa.string(), 1, [None, offsets, data])
+
+
+def sql(ctx: SessionContext, text: str, params: dict[str, Any]) -> DataFrame:
+    """`ctx.sql(text, param_values=params)` with each BigText parameter read from a one-row table."""
+    from datafusion.catalog import Catalog, Schema
+
+    big = {name: value for name, value in params.items() if isinstance(value, BigText)}
+    rest = {name: value for name, value in params.items() if name not in big} or None
+    try:
+        ctx.catalog(PRIVATE_CATALOG)
+    except KeyError:
+        catalog = Catalog.memory_catalog()
+        catalog.register_schema(PRIVATE_SCHEMA, Schema.memory_schema())
+        ctx.register_catalog_provider(PRIVATE_CATALOG, catalog)
+    # Registered by name (not `from_arrow`, which leaves a table of its own in the context).
+    tables = {name: f"{PRIVATE_CATALOG}.{PRIVATE_SCHEMA}.big_value_{next(_names)}" for name in big}
+    try:
+        for name, table in tables.items():
+            ctx.register_record_batches(table, [[pa.record_batch([array_of(big[name])], names=["v"])]])
+        return ctx.sql(_reading(text, tables), param_values=rest)
+    finally:
+        for table in tables.values():
+            ctx.deregister_table(table)
+
+
+def _reading(text: str, tables: dict[str, str]) -> str:
+    """`text` with each `$n` named in `tables` a scalar subquery over its table."""
+    out, pos = [], 0
+    for kind, start, end in scan(text):
+        if kind is Kind.PARAM and text[start + 1 : end] in tables:
+            table = tables[text[start + 1 : end]]
+            quoted = ".".join(f'"{part}"' for part in table.split("."))
+            out.append(f"{text[pos:start]}(select v from {quoted})")
+            pos = end
+    out.append(text[pos:])
+    return "".join(out)
