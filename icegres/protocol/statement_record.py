@@ -21,8 +21,10 @@ others.
 
 Nothing secret is logged. A statement's text is the client's, and PostgreSQL logs it as written;
 icegres writes it with `PASSWORD '…'` clauses, anything shaped like a JWT (`eyJ….….…`), SCRAM
-verifiers and bearer strings replaced by `***`, and cuts it to TEXT_MAX characters. The error
-message (which can quote a literal of the statement) is redacted the same way.
+verifiers and bearer strings replaced by `***`, and cuts it to TEXT_MAX characters first (so a
+big statement is never scanned whole; a secret the cut leaves unterminated is still taken). The
+error message (which can quote a literal of the statement) and application_name are redacted the
+same way. Bind parameters are never logged.
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ SEVERITIES = ("debug5", "debug4", "debug3", "debug2", "debug1", "info", "notice"
               "fatal", "panic")
 
 # Redaction. A JWT's header and payload are base64url JSON objects: they start with `eyJ` (`{"`),
-# which keeps `schema.table.column` and other dotted names out of the pattern.
-_JWT = re.compile(r"eyJ[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*")
+# which keeps `schema.table.column` and other dotted names out of the pattern. One to three
+# segments: a token the cut at TEXT_MAX left without its signature goes too.
+_JWT = re.compile(r"eyJ[A-Za-z0-9_-]{2,}(?:\.[A-Za-z0-9_-]*){0,2}")
 _PASSWORD = re.compile(r"""(?i)(\bpassword\b\s*(?:=\s*)?)(E?'(?:[^']|'')*'?|\$([A-Za-z_]*)\$.*?(?:\$\3\$|$))""",
                        re.DOTALL)
 _VERIFIER = re.compile(r"SCRAM-SHA-256\$[^\s'\"]*")
@@ -145,16 +148,16 @@ def line(record: Record, duration_ms: float) -> str:
         pairs.append(("rpc", record.rpc))
     if record.pid is not None:
         pairs.append(("pid", record.pid))
-    pairs += [("user", record.user), ("db", record.database), ("app", record.application),
+    pairs += [("user", record.user), ("db", record.database), ("app", redact(record.application)),
               ("client", record.client)]
     if record.severity is not None:
         pairs += [("severity", record.severity), ("sqlstate", record.sqlstate),
-                  ("error", _cut(redact(record.error or ""), ERROR_MAX))]
+                  ("error", redact(_cut(record.error or "", ERROR_MAX)))]
     else:
         pairs.append(("tag", record.tag or ""))
         if record.rows is not None:
             pairs.append(("rows", record.rows))
-    pairs += [("duration_ms", f"{duration_ms:.3f}"), ("statement", _cut(redact(record.text), TEXT_MAX))]
+    pairs += [("duration_ms", f"{duration_ms:.3f}"), ("statement", redact(_cut(record.text, TEXT_MAX)))]
     return " ".join(f"{key}={_value(value)}" for key, value in pairs)
 
 

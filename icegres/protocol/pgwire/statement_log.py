@@ -6,9 +6,9 @@ A Query message that took at least the threshold is logged as PostgreSQL logs it
 `duration: 12.345 ms  statement: <its text>`, and an Execute as
 `duration: 0.123 ms  execute <portal name or unnamed>: <the statement's text>`, on the
 `icegres.statement` logger at INFO, with the session's pid and user as key=value fields after the
-text. -1 is off, 0 logs every statement. The text is the client's, as PostgreSQL logs it (a
-password in a literal would be there too, as in PostgreSQL's log); the startup packet's password
-never is. A text over TEXT_MAX characters is cut there.
+text. -1 is off, 0 logs every statement. The text is the client's, as PostgreSQL logs it, but
+with PASSWORD clauses, JWT-shaped strings and SCRAM verifiers redacted (statement_record.redact);
+the startup packet's password never is there. A text over TEXT_MAX characters is cut there.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from icegres.pg.errors import PgError
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.statement_metrics import STATEMENTS
-from icegres.protocol.statement_record import Policy, Record, finish
+from icegres.protocol.statement_record import Policy, Record, finish, redact
 
 if TYPE_CHECKING:
     from icegres.protocol.pgwire.port import ServerPort
@@ -53,7 +53,9 @@ def text_of(msg: m.FrontendMessage, portals: dict) -> str | None:
 
 
 def _cut(sql: str) -> str:
-    return sql if len(sql) <= TEXT_MAX else sql[:TEXT_MAX] + "…"
+    # Cut, then redact (a big statement's text is never scanned whole on the loop): redaction
+    # also takes a secret the cut left unterminated. Never a password or a token in a log.
+    return redact(sql if len(sql) <= TEXT_MAX else sql[:TEXT_MAX] + "…")
 
 
 def record(threshold_ms: int, elapsed_s: float, what: str | None, *, pid: int, user: str) -> None:
