@@ -22,9 +22,9 @@ _AUTH_KEYS = ("auth_method", "jwt_jwks", "jwt_issuer", "jwt_audience", "jwt_role
 SERVE_KEYS = ("data_dir", "host", "port", "flight_port", "ops_port", "ports_file", "standby", "result_compression",
               "tls_cert", "tls_key", "tls_required", "allow_plaintext", "database", "password_file", "max_connections",
               "superuser_reserved_connections", "superusers", "authentication_timeout", "auth_failure_delay_ms",
-              "auth_failure_delay_max_ms", "drain_timeout_s", "log_min_duration_statement", "query_threads",
-              "max_concurrent_queries", "query_memory", "log_level", "write_buffer_ms", "tail_dir", "tail_url",
-              "tail_quorum", "file_cache_mb", *_CATALOG_KEYS, *_AUTH_KEYS)
+              "auth_failure_delay_max_ms", "drain_timeout_s", "log_min_duration_statement", "log_statement",
+              "log_min_error_statement", "query_threads", "max_concurrent_queries", "query_memory", "log_level",
+              "write_buffer_ms", "tail_dir", "tail_url", "tail_quorum", "file_cache_mb", *_CATALOG_KEYS, *_AUTH_KEYS)
 
 # `serve --help` in groups, and in each group the flags most runs need first. Every key of
 # SERVE_KEYS is in exactly one group (tests/unit/test_cli.py); --config closes the last one.
@@ -47,7 +47,7 @@ SERVE_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
       "auth_failure_delay_ms", "auth_failure_delay_max_ms", "drain_timeout_s")),
     ("operations", "health, readiness, ports, threads, logs",
      ("ops_port", "ports_file", "standby", "query_threads", "max_concurrent_queries", "query_memory", "log_level",
-      "log_min_duration_statement")),
+      "log_min_duration_statement", "log_statement", "log_min_error_statement")),
 )
 _SERVE_USAGE = "icegres {command} [--data-dir DIR] [--host HOST] [--port PORT] [options]"
 _SERVE_EPILOG = ("Every flag has an ICEGRES_* environment twin and a key in the --config TOML file "

@@ -73,6 +73,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("auth_failure_delay_max_ms", 30000, "the cap of the failed-login back-off's delay", int),
     Option("drain_timeout_s", 30.0, "on SIGTERM/SIGINT: stop accepting, let running statements finish up to this many seconds, then end every session with FATAL 57P01 and exit", float),
     Option("log_min_duration_statement", -1, "log every statement that ran at least this many ms as `duration: … ms  statement: …` (PostgreSQL's name; -1 = off, 0 = every statement)", int),
+    Option("log_statement", "none", "log a structured line (correlation id, user, tag or SQLSTATE, duration, rows, redacted text) for each completed statement of a class (PostgreSQL's name): none, ddl, mod (ddl and writes) or all"),
+    Option("log_min_error_statement", "error", "log the structured line of each statement that failed with at least this severity (PostgreSQL's name and levels: debug5 … error, log, fatal, panic; panic = never)"),
     Option("query_threads", 4, "worker threads running DataFusion and catalog calls", int),
     Option("max_concurrent_queries", None, "heavy statements (joins, unnests, table functions, aggregates, sorts and windows over more than 4M rows) running at once, each in an execution process that a cancel kills; the rest queue, statement_timeout counting the wait; default: the number of CPUs", int),
     Option("query_memory", "25%", "memory of query execution: MiB (512), a size (256MB, 2GB) or a share of the machine's RAM (25%), split evenly between the server and its --max-concurrent-queries execution processes; sorts, aggregates and joins spill to <data-dir>/spill beyond their share, and a statement that still cannot fit fails with 53200 out of memory"),
@@ -133,6 +135,8 @@ class Settings:
     auth_failure_delay_max_ms: int = 30000
     drain_timeout_s: float = 30.0
     log_min_duration_statement: int = -1  # ms, PostgreSQL's name: -1 off, 0 every statement
+    log_statement: str = "none"  # PostgreSQL's name: none, ddl, mod, all
+    log_min_error_statement: str = "error"  # PostgreSQL's name: a severity
     query_threads: int = 4
     max_concurrent_queries: int | None = None  # None: os.cpu_count() (engine/executor.py)
     query_memory: str = "25%"  # memory.parse_size_bytes reads it; checked by resolve()
@@ -250,6 +254,8 @@ def resolve(args: Mapping[str, Any], environ: Mapping[str, str] | None = None) -
     values["auth_method"] = check_auth(values["auth_method"], values["jwt_jwks"], values["jwt_issuer"],
                                        values["jwt_audience"])
     values["data_dir"] = Path(values["data_dir"])
+    values["log_statement"] = str(values["log_statement"]).strip().lower()
+    values["log_min_error_statement"] = str(values["log_min_error_statement"]).strip().lower()
     check_limits(values)
     check_query_limits(values["query_memory"], values["max_concurrent_queries"])
     check_write_ladder(values["write_buffer_ms"], values["tail_dir"], values["tail_url"], values["tail_quorum"])
@@ -375,6 +381,12 @@ def check_limits(values: Mapping[str, Any]) -> None:
         raise ValueError("--drain-timeout-s must be >= 0")
     if values["log_min_duration_statement"] < -1:
         raise ValueError("--log-min-duration-statement must be -1 (off), 0 (every statement) or a number of ms")
+    if values["log_statement"] not in ("none", "ddl", "mod", "all"):
+        raise ValueError("--log-statement must be one of none, ddl, mod, all")
+    if values["log_min_error_statement"] not in ("debug5", "debug4", "debug3", "debug2", "debug1", "info", "notice",
+                                                 "warning", "error", "log", "fatal", "panic"):
+        raise ValueError("--log-min-error-statement must be a severity: debug5 … debug1, info, notice, warning, "
+                         "error, log, fatal or panic")
 
 
 def superusers(settings: Settings) -> frozenset[str] | None:

@@ -10,8 +10,10 @@ on trio inside the server process, on the same `--host` (loopback by default).
 - `GET /ready` -> 200 once the server accepts clients, 503 before (during replay) and after a
   shutdown began.
 - `GET /metrics` -> Prometheus text format 0.0.4 of `WriteLadder.stats()` (buffered rows, oldest
-  un-flushed age, flush and fsync latency, replayed records, the writer term), and
-  `icegres_tables_damaged`.
+  un-flushed age, flush and fsync latency, replayed records, the writer term),
+  `icegres_tables_damaged` and the statement-duration histogram (statement_metrics.py); the same
+  in OpenMetrics 1.0, with a correlation id as each bucket's exemplar, to a scraper whose Accept
+  asks for application/openmetrics-text.
 
 The reports are built from plain values (`health_report`, `metrics_text`) so unit tests drive them
 without sockets. Nothing secret is ever in a reply: the tail's own reason strings pass through
@@ -31,12 +33,15 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from icegres.protocol.statement_metrics import STATEMENTS, StatementHistogram
+
 if TYPE_CHECKING:
     from icegres.config import Settings
     from icegres.engine.lake import Engine
     from icegres.listeners import BoundPort
 
-__all__ = ["HealthReport", "OpsServer", "damage_metrics", "health_report", "metrics_text", "scrub", "with_damage"]
+__all__ = ["HealthReport", "OpsServer", "damage_metrics", "health_report", "metrics_text", "openmetrics", "scrub",
+           "wants_openmetrics", "with_damage"]
 
 log = logging.getLogger("icegres.ops")
 
@@ -201,6 +206,35 @@ def metrics_text(stats: Mapping[str, Any] | None, *, ready: bool, healthy: bool)
     return "\n".join(lines) + "\n"
 
 
+OPENMETRICS = b"application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+def wants_openmetrics(scope: Mapping[str, Any]) -> bool:
+    """The scraper accepts OpenMetrics (Prometheus asks for it first): a media range of
+    application/openmetrics-text in Accept whose q is not 0."""
+    for name, value in scope.get("headers", ()):
+        if name.lower() != b"accept":
+            continue
+        for item in value.decode("latin-1").split(","):
+            kind, *params = (part.strip().lower() for part in item.split(";"))
+            if kind == "application/openmetrics-text" and "q=0" not in params:
+                return True
+    return False
+
+
+def openmetrics(text: str) -> str:
+    """Prometheus text as OpenMetrics (without its `# EOF`): a counter's family is named without
+    the `_total` its sample keeps."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(("# TYPE ", "# HELP ")):
+            kind, name, rest = line[2:6], *line[7:].split(" ", 1)
+            if name.endswith("_total") and (kind == "HELP" or rest == "counter"):
+                line = f"# {kind} {name[: -len('_total')]} {rest}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
 def ladder_stats(engine: Engine) -> dict[str, Any] | None:
     """The ladder's stats, with its tail's phase and reason (None without a write buffer)."""
     ladder = engine.ladder
@@ -211,9 +245,11 @@ class OpsServer:
     """The endpoint of one server process. `serve` binds `--host:--ops-port`; `set_ready` once
     the server accepts clients, `set_stopping` when a shutdown begins."""
 
-    def __init__(self, settings: Settings, engine: Engine, *, bound: BoundPort | None = None) -> None:
+    def __init__(self, settings: Settings, engine: Engine, *, bound: BoundPort | None = None,
+                 statements: StatementHistogram = STATEMENTS) -> None:
         """`bound`: the listen sockets, bound at start-up (serve.py); without it `serve` binds
-        --host:--ops-port itself."""
+        --host:--ops-port itself. `statements`: the statement-duration histogram shown."""
+        self.statements = statements
         self.settings = settings
         self.engine = engine
         self.bound = bound
@@ -263,7 +299,12 @@ class OpsServer:
                 stats = ladder_stats(self.engine)
                 healthy = health_report(stats, ready=self.ready).ok
                 text = metrics_text(stats, ready=self.ready, healthy=healthy) + damage_metrics(len(self.engine.damage))
-                await _send(send, 200, text.encode(), b"text/plain; version=0.0.4; charset=utf-8")
+                if wants_openmetrics(scope):
+                    text = openmetrics(text) + self.statements.text(openmetrics=True) + "# EOF\n"
+                    await _send(send, 200, text.encode(), OPENMETRICS)
+                else:
+                    text += self.statements.text(openmetrics=False)
+                    await _send(send, 200, text.encode(), b"text/plain; version=0.0.4; charset=utf-8")
         except Exception as exc:  # noqa: BLE001 - an operations probe must get an answer
             log.exception("ops endpoint %s failed", path)
             await _reply(send, 500, {"status": "error", "reasons": [scrub(repr(exc), self.settings)]})

@@ -8,6 +8,7 @@ the server's trio.CapacityLimiter (the one pgwire uses), so the event loop only 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import itertools
 import logging
@@ -57,6 +58,8 @@ from icegres.protocol.flightsql.writes import (
     empty_put_message,
     not_a_write,
 )
+from icegres.protocol.statement_metrics import STATEMENTS
+from icegres.protocol.statement_record import Policy, Record, finish, statement_class
 from icegres.protocol.tokens import validator_for
 from icegres.sql.statement import Kind, Statement, query
 
@@ -155,21 +158,57 @@ def _grpc_error(exc: BaseException) -> GRPCError:
 
 
 def _rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Every failure of a handler leaves as a gRPC status; a bug costs one call, never the server."""
+    """Every failure of a handler leaves as a gRPC status; a bug costs one call, never the server.
+    Each call is a statement record (statement_record.py): its correlation id goes with its
+    error as trailing metadata `icegres-correlation-id`, to its log line and to /metrics."""
 
     async def wrapper(self: FlightSqlService, stream: Stream) -> None:
+        peer = stream.peer.addr() if stream.peer is not None else None
+        record = Record("flightsql", rpc=fn.__name__, database=self.database, client=str(peer[0]) if peer else "")
+        token = _RECORD.set(record)
         try:
             await fn(self, stream)
         except (GRPCError, PgError, M.BadCommand) as exc:
-            raise _grpc_error(exc) from None
+            await _fail(stream, record, _grpc_error(exc))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("internal error in %s", fn.__name__)
-            raise _grpc_error(exc) from None
+            await _fail(stream, record, _grpc_error(exc))
+        finally:
+            _RECORD.reset(token)
+            elapsed_s = finish(record, Policy(self.server.settings.log_statement,
+                                              self.server.settings.log_min_error_statement))
+            STATEMENTS.observe("flightsql", "ok" if record.severity is None else "error", elapsed_s, record.id)
 
     wrapper.__name__ = fn.__name__
     return wrapper
+
+
+_RECORD: contextvars.ContextVar[Record | None] = contextvars.ContextVar("flight_statement", default=None)
+_SQLSTATE = re.compile(r"\(SQLSTATE ([0-9A-Z]{5})\)")
+
+
+def _note(*, user: str | None = None, text: str | None = None) -> None:
+    """What the running call's record learns on the way: who called, the statement it runs."""
+    record = _RECORD.get()
+    if record is not None:
+        if user is not None:
+            record.user = user
+        if text is not None:
+            record.text, record.cls = text, statement_class(text.lstrip())
+
+
+async def _fail(stream: Stream, record: Record, err: GRPCError) -> None:
+    """Send `err` with the record's correlation id in the trailers (raise it if that fails)."""
+    found = _SQLSTATE.search(err.message or "")
+    record.failed(found.group(1) if found else "XX000", err.message or "")
+    try:
+        await stream.send_trailing_metadata(status=err.status, status_message=err.message,
+                                            status_details=err.details,
+                                            metadata={"icegres-correlation-id": record.id})
+    except Exception:  # the stream is past trailers (or gone): grpclib reports the status itself
+        raise err from None
 
 
 def unimplemented(what: str) -> GRPCError:
@@ -262,6 +301,7 @@ class FlightSqlService:
 
     async def session(self, stream: Stream) -> Session:
         who = await self.authenticate(stream)
+        _note(user=who.user)
         session = self._sessions.get(who.key)
         if session is None or session.user != who.user:
             from icegres.engine.lake import SERVER_VERSION, SessionEnv
@@ -308,11 +348,13 @@ class FlightSqlService:
         command = self._command(descriptor)
         if isinstance(command, sql.CommandStatementQuery):
             txn_id = command.transaction_id if command.HasField("transaction_id") else None
+            _note(text=command.query)
             stmt = self.writes.statement(session, command.query, txn_id)
             result = await self.writes.start(session, stmt, None, txn_id)
             info = self._result_info(descriptor, result)
         elif isinstance(command, sql.CommandPreparedStatementQuery):
             prepared = self.prepared(session, command.prepared_statement_handle)
+            _note(text=prepared.stmt.sql)
             result = await self._take_speculation(session, prepared)
             if result is None:
                 result = await self.writes.start(session, prepared.stmt, prepared.params, prepared.transaction_id)
@@ -334,6 +376,7 @@ class FlightSqlService:
         command = self._command(descriptor)
         if isinstance(command, sql.CommandStatementQuery):
             txn_id = command.transaction_id if command.HasField("transaction_id") else None
+            _note(text=command.query)
             stmt = self.writes.statement(session, command.query, txn_id)
             schema = (await self.writes.describe(session, stmt, txn_id))[0]
         elif isinstance(command, sql.CommandPreparedStatementQuery):
@@ -831,6 +874,7 @@ class FlightSqlService:
                 raise M.BadCommand("CreatePreparedStatement needs an ActionCreatePreparedStatementRequest")
             txn_id = request.transaction_id if request.HasField("transaction_id") else None
             # The text is read here, once: its `?` placeholders numbered, kept on the statement.
+            _note(text=request.query)
             stmt = self.writes.statement(session, request.query, txn_id)
             speculation = await self._speculate(session, stmt, self.writes.transaction(session, txn_id))
             if speculation is not None:

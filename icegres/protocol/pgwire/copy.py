@@ -48,7 +48,7 @@ async def copy_out_rows(session: SessionPort, source: RowSource, options: dict[s
         if chunk.exhausted:
             break
     session.send(m.COPY_DONE)
-    session.send(m.command_complete(f"COPY {total}"))
+    session.send(session.trace.completed(f"COPY {total}"))
 
 
 def copy_data_messages(rows: CopyRows, size: int = COPY_DATA_BYTES) -> bytes:

@@ -396,8 +396,18 @@ def row_description(fields: Sequence[FieldDescription]) -> bytes:
     return _frame(b"T", b"".join(parts))
 
 
-def error_response(err: PgError) -> bytes:
-    return _frame(b"E", _notice_fields(err))
+# The ErrorResponse field carrying a statement's correlation id (statement_record.py). PostgreSQL
+# uses S V C M D H P p q W s t c d n F L R and tells frontends to ignore a field type they do not
+# know: libpq keeps it (PQresultErrorField(res, 'i')), psql, psycopg, asyncpg and pgjdbc show
+# nothing more by default.
+CORRELATION_FIELD = b"i"
+
+
+def error_response(err: PgError, correlation_id: str | None = None) -> bytes:
+    fields = _notice_fields(err)
+    if correlation_id:
+        fields = fields[:-1] + CORRELATION_FIELD + _cstr(correlation_id) + b"\0"
+    return _frame(b"E", fields)
 
 
 def notice_response(err: PgError) -> bytes:

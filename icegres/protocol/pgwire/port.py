@@ -75,6 +75,14 @@ class ConnectionPort(Protocol):
         ...
 
 
+class TracePort(Protocol):
+    """A session's statement records, as its helpers see them."""
+
+    def completed(self, tag: str) -> bytes:
+        """The CommandComplete for `tag`, noted as the running statement's outcome."""
+        ...
+
+
 class SessionPort(Protocol):
     """A session as the write path and COPY see it: its engine context, settings and
     transaction block, the messages it sends and receives, and its worker threads."""
@@ -86,6 +94,7 @@ class SessionPort(Protocol):
     block: TxBlock  # the session's transaction block (machines/txblock.py, driven here)
     portals: dict[str, Any]  # the block ends them
     cursors: dict[str, Any]  # the block ends those without HOLD
+    trace: TracePort  # the running statement's record (statement_log.Trace)
 
     def send(self, data: bytes) -> None: ...
 

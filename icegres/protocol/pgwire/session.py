@@ -84,6 +84,7 @@ class Session:
         self.client_addr = peer  # the server sets the address and port of a TCP client
         self.client_port: int | None = None
         self.activity = Activity()  # what pg_stat_activity shows of this session
+        self.trace = statement_log.Trace(self)  # each statement's correlation id, log line, exemplar
         self.decoder = FrameDecoder()
         self.out = bytearray()
         self.pid = server.next_pid()
@@ -180,8 +181,9 @@ class Session:
             pass
         except PgError as err:
             # Protocol violations end the connection after telling the client why.
-            self.send(m.error_response(PgError(err.sqlstate, err.message, severity="FATAL", detail=err.detail,
-                                               hint=err.hint)))
+            fatal = PgError(err.sqlstate, err.message, severity="FATAL", detail=err.detail, hint=err.hint)
+            self.send(m.error_response(fatal, self.trace.failed(fatal)))
+            self.trace.end()
             try:
                 await self.flush()
             except ConnectionClosed:
@@ -288,7 +290,9 @@ class Session:
                 self.activity.running(self.portals[msg.portal].prepared.sql)
             logged = statement_log.text_of(msg, self.portals) if threshold_ms >= 0 else None
             started = time.perf_counter()
+            self.trace.message(msg)
             await self._handle(msg)
+            self.trace.end()
             statement_log.record(threshold_ms, time.perf_counter() - started, logged, pid=self.pid, user=self.user)
             if isinstance(msg, m.Query | m.Sync):
                 self.activity.ready(self.block.status)
@@ -362,7 +366,7 @@ class Session:
             raise PgError(E.PROTOCOL_VIOLATION, "unexpected password message")
 
     def _report(self, err: PgError) -> None:
-        self.send(m.error_response(err))
+        self.send(m.error_response(err, self.trace.failed(err)))
         self.block.feed(txblock.StatementFailed())
 
     # --- cancellation --------------------------------------------------------------------------
@@ -432,6 +436,7 @@ class Session:
         replied = False
         big = any(split.params)
         for stmt, offset, params in zip(classified, offsets, list(split.params), strict=True):
+            self.trace.statement(stmt.sql)
             try:
                 transaction.gate(self, stmt)
                 replied = await self._run_statement(self._run_simple, stmt, direct, params)
@@ -446,6 +451,8 @@ class Session:
                 log.exception("internal error in session %s", self.pid)
                 self._report(PgError(E.INTERNAL_ERROR, f"internal error: {exc}"))
                 break
+            finally:
+                self.trace.end()
             await self.maybe_flush()
         if batch:
             try:
@@ -490,7 +497,7 @@ class Session:
         description, source, first, _ = done
         self.send(description)
         rows = await self._send_chunks(source, encode, 0, first)
-        self.send(m.command_complete(f"SELECT {rows}"))
+        self.send(self.trace.completed(f"SELECT {rows}"))
         return False
 
     def _answer_from_thread(self, reply: DirectReply | None, chunk: Chunk, before: bytes) -> bool:
@@ -500,7 +507,7 @@ class Session:
         # set_config() on a reported setting owes the client a ParameterStatus: the loop's job.
         if reply is None or not chunk.exhausted or self._reported_settings() != self._told:
             return False
-        return reply.send(b"".join((before, chunk.data, m.command_complete(f"SELECT {chunk.rows}"),
+        return reply.send(b"".join((before, chunk.data, self.trace.completed(f"SELECT {chunk.rows}"),
                                     m.ready_for_query("I"))))
 
     async def _in_thread_answering(self, reply: DirectReply | None, job: Callable[[], tuple]) -> tuple | None:
@@ -772,14 +779,14 @@ class Session:
             self.send(m.EMPTY_QUERY)
         elif stmt.kind is Kind.WRITE:
             if portal.finished:
-                self.send(m.command_complete(stmt.tag))
+                self.send(self.trace.completed(stmt.tag))
                 return
             portal.finished = True
             self.send(await self._run_statement(writes.run_write, self, stmt, portal.params, False,
                                                 self.text_settings(), portal.formats))
         else:
             if portal.finished:
-                self.send(m.command_complete(stmt.tag))
+                self.send(self.trace.completed(stmt.tag))
                 return
             await self._run_statement(self._command, stmt, False)
             portal.finished = True
@@ -788,7 +795,7 @@ class Session:
         """Execute a query's portal. True, having done nothing, if `provisional` (the Parse that
         made it, answered from memory) no longer holds."""
         if portal.finished:
-            self.send(m.command_complete(f"SELECT {portal.tag_rows}"))
+            self.send(self.trace.completed(f"SELECT {portal.tag_rows}"))
             return False
         limit = max_rows if max_rows > 0 else 0
         first: Chunk | None = None
@@ -834,7 +841,7 @@ class Session:
             self.send(m.PORTAL_SUSPENDED)
             return False
         portal.finished = True
-        self.send(m.command_complete(f"SELECT {portal.tag_rows}"))
+        self.send(self.trace.completed(f"SELECT {portal.tag_rows}"))
         return False
 
     def _close(self, msg: m.Close) -> None:
@@ -869,7 +876,7 @@ class Session:
                     m.FieldDescription("description", 25, -1)]))
             for k, v in rows:
                 self.send(text_row([k, v, ""]))
-            self.send(m.command_complete(f"SHOW {len(rows)}"))
+            self.send(self.trace.completed(f"SHOW {len(rows)}"))
             return
         key = stmt.name or ""
         if key not in self.settings:
@@ -877,7 +884,7 @@ class Session:
         if describe:
             self.send(show_description(stmt))
         self.send(text_row([self._shown(key)]))
-        self.send(m.command_complete("SHOW"))
+        self.send(self.trace.completed("SHOW"))
 
     def _shown(self, key: str) -> str:
         """A setting as SHOW prints it; transaction_isolation is the level of the transaction in
@@ -899,7 +906,7 @@ class Session:
 
         source = RowSource(*await self.in_thread(self.qctx.start, query(text), None))
         self.cursors[name] = Cursor(source, stmt.flag, hold)
-        self.send(m.command_complete("DECLARE CURSOR"))
+        self.send(self.trace.completed("DECLARE CURSOR"))
 
     async def _cmd_fetch(self, stmt: Statement, describe: bool) -> None:
         cursor = self.cursors.get(stmt.name or "")
@@ -915,21 +922,21 @@ class Session:
         else:
             sent = await self.in_thread(skip_rows, cursor.source, count)
         cursor.position += sent
-        self.send(m.command_complete(f"{stmt.kind.name} {sent}"))
+        self.send(self.trace.completed(f"{stmt.kind.name} {sent}"))
 
     async def _cmd_close(self, stmt: Statement, describe: bool) -> None:
         if stmt.name is None:
             self.cursors.clear()
         elif self.cursors.pop(stmt.name, None) is None:
             raise PgError(E.INVALID_CURSOR_NAME, f'cursor "{stmt.name}" does not exist')
-        self.send(m.command_complete(stmt.tag))
+        self.send(self.trace.completed(stmt.tag))
 
     async def _cmd_deallocate(self, stmt: Statement, describe: bool) -> None:
         if stmt.name is None:
             self.prepared = {k: v for k, v in self.prepared.items() if k == ""}
         elif self.prepared.pop(stmt.name, None) is None:
             raise PgError(E.INVALID_SQL_STATEMENT_NAME, f'prepared statement "{stmt.name}" does not exist')
-        self.send(m.command_complete(stmt.tag))
+        self.send(self.trace.completed(stmt.tag))
 
     async def _cmd_discard(self, stmt: Statement, describe: bool) -> None:
         if stmt.value == "ALL":
@@ -939,10 +946,10 @@ class Session:
             for key, value in self.initial_settings.items():
                 if self.settings.get(key) != value and key not in guc.READ_ONLY:
                     self.set_setting(key, value)
-        self.send(m.command_complete(stmt.tag))
+        self.send(self.trace.completed(stmt.tag))
 
     async def _cmd_listen(self, stmt: Statement, describe: bool) -> None:
-        self.send(m.command_complete(stmt.tag))
+        self.send(self.trace.completed(stmt.tag))
 
     async def _cmd_copy_to(self, stmt: Statement, describe: bool) -> None:
         source_sql = stmt.value or ""

@@ -94,10 +94,10 @@ async def _set(session: SessionPort, stmt: Statement, describe: bool) -> None:
         else:
             set_in_block(session, key, value, stmt.flag)
     if stmt.name == "transaction_isolation" and stmt.value is None:
-        session.send(m.command_complete("SET"))
+        session.send(session.trace.completed("SET"))
         return
     set_in_block(session, stmt.name or "", stmt.value, stmt.flag)
-    session.send(m.command_complete("SET"))
+    session.send(session.trace.completed("SET"))
 
 
 async def _reset(session: SessionPort, stmt: Statement, describe: bool) -> None:
@@ -108,14 +108,14 @@ async def _reset(session: SessionPort, stmt: Statement, describe: bool) -> None:
                 set_in_block(session, key, value, local=False)
     else:
         set_in_block(session, stmt.name, None, local=False)
-    session.send(m.command_complete("RESET"))
+    session.send(session.trace.completed("RESET"))
 
 
 async def _begin(session: SessionPort, stmt: Statement, describe: bool) -> None:
     read_only = dict(stmt.options).get("transaction_read_only")
     asked = default_read_only(session) if read_only is None else read_only == "on"
     session.block.feed(txblock.BeginRequested(stmt.value, asked))
-    session.send(m.command_complete(stmt.tag))
+    session.send(session.trace.completed(stmt.tag))
 
 
 async def _commit(session: SessionPort, stmt: Statement, describe: bool) -> None:
@@ -123,27 +123,27 @@ async def _commit(session: SessionPort, stmt: Statement, describe: bool) -> None
     ending = session.block.feed(txblock.CommitRequested())
     await finish(writes.host(session), ending)
     rolled_back = ending is not None and ending.rolled_back
-    session.send(m.command_complete("ROLLBACK" if rolled_back else "COMMIT"))
+    session.send(session.trace.completed("ROLLBACK" if rolled_back else "COMMIT"))
 
 
 async def _rollback(session: SessionPort, stmt: Statement, describe: bool) -> None:
     await finish(writes.host(session), session.block.feed(txblock.RollbackRequested()))
-    session.send(m.command_complete("ROLLBACK"))
+    session.send(session.trace.completed("ROLLBACK"))
 
 
 async def _savepoint(session: SessionPort, stmt: Statement, describe: bool) -> None:
     session.block.feed(txblock.SavepointDeclared(stmt.name or ""))
-    session.send(m.command_complete("SAVEPOINT"))
+    session.send(session.trace.completed("SAVEPOINT"))
 
 
 async def _release(session: SessionPort, stmt: Statement, describe: bool) -> None:
     session.block.feed(txblock.SavepointReleased(stmt.name or ""))
-    session.send(m.command_complete("RELEASE"))
+    session.send(session.trace.completed("RELEASE"))
 
 
 async def _rollback_to(session: SessionPort, stmt: Statement, describe: bool) -> None:
     session.block.feed(txblock.RolledBackTo(stmt.name or ""))
-    session.send(m.command_complete("ROLLBACK"))
+    session.send(session.trace.completed("ROLLBACK"))
 
 
 async def _lock(session: SessionPort, stmt: Statement, describe: bool) -> None:
@@ -159,7 +159,7 @@ async def _lock(session: SessionPort, stmt: Statement, describe: bool) -> None:
         raise PgError(FEATURE_NOT_SUPPORTED, f"LOCK TABLE IN {stmt.value} MODE is not supported",
                       hint="Writers never block each other: conflicting commits fail with 40001 "
                            "(docs/limitations.md).")
-    session.send(m.command_complete(stmt.tag))
+    session.send(session.trace.completed(stmt.tag))
 
 
 COMMANDS: dict[Kind, Callable[[SessionPort, Statement, bool], Awaitable[None]]] = {

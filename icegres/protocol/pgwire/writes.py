@@ -57,13 +57,13 @@ async def run_write(session: SessionPort, stmt: Statement, params: list[Any] | N
     if is_ddl(stmt):
         result = await core.run_ddl(host(session), stmt)
         notices = b"".join(m.notice_response(PgError("00000", notice, severity="NOTICE")) for notice in result.notices)
-        return notices + m.command_complete(result.tag)
+        return notices + session.trace.completed(result.tag)
     if not is_dml(stmt):
         raise refusal(stmt)
     values = {str(i + 1): v for i, v in enumerate(params or [])} or None
     result = await core.execute_dml(host(session), stmt, values)
     rows = b"" if result.returning is None else _table_rows(result.returning, describe, formats, text)
-    return rows + m.command_complete(result.tag)
+    return rows + session.trace.completed(result.tag)
 
 
 async def publish(session: SessionPort, txn: TxnState) -> None:
@@ -126,4 +126,4 @@ async def copy_from(session: SessionPort, stmt: Statement) -> None:
         else:
             raise PgError(E.PROTOCOL_VIOLATION, f"unexpected message type during COPY from stdin: {type(msg).__name__}")
     result = await core.copy_in(host(session), table_name, columns, fmt, b"".join(chunks))
-    session.send(m.command_complete(result.tag))
+    session.send(session.trace.completed(result.tag))
