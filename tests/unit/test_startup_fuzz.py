@@ -29,6 +29,7 @@ import trio.testing
 from icegres.config import Settings
 from icegres.engine.catalog import Lakehouse
 from icegres.engine.lake import Engine
+from icegres.pg import scram
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire.server import PgServer
 from icegres.protocol.pgwire.session import Session
@@ -47,7 +48,8 @@ def server(tmp_path_factory) -> PgServer:
     engine = Engine(Lakehouse.embedded(data_dir))
     engine.refresh()
     # No back-off (inputs would wait on each other's failures) and a short authentication timeout.
-    settings = Settings(data_dir=data_dir, users=dict(USERS), auth_failure_delay_ms=0, authentication_timeout=2.0,
+    users = {user: scram.make_verifier(password) for user, password in USERS.items()}
+    settings = Settings(data_dir=data_dir, users=users, auth_failure_delay_ms=0, authentication_timeout=2.0,
                         max_connections=5, superuser_reserved_connections=1)
     return PgServer(settings, engine)
 
