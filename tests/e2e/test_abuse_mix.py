@@ -17,10 +17,10 @@ import threading
 import time
 from collections.abc import Iterator
 
-import psutil
 import psycopg
 import pytest
 
+from tests.e2e.test_query_memory import tree_rss_mb
 from tests.support.icegres_server import IcegresServer, running_icegres
 
 pytestmark = pytest.mark.e2e
@@ -46,17 +46,6 @@ def server(seeded_dir, tmp_path_factory) -> Iterator[IcegresServer]:
             "--authentication-timeout", "300")
     with running_icegres(seeded_dir, args=args, user=USER, password=PASSWORD) as srv:
         yield srv
-
-
-def tree_rss_mb(pid: int) -> float:
-    root = psutil.Process(pid)
-    total = 0
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            total += proc.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total / 2**20
 
 
 def lookups(conn: psycopg.Connection, n: int, offset: int) -> list[float]:
@@ -168,6 +157,7 @@ def test_a_well_behaved_client_is_not_hurt_by_the_abuse_mix(server):
     assert abusers[1].result == ["28P01"] * FAILED_LOGINS
     assert abusers[2].result >= 1
     assert abusers[3].result == sum(v * ((v * 7919) % SORT_ROWS + 1) for v in range(SORT_ROWS))
+    print(f"\nabuse mix: idle p99 {p99(idle)*1000:.1f} ms, busy p99 {p99(busy)*1000:.1f} ms over {len(busy)}, runaways {abusers[2].result}, rss {idle_rss:.0f}->{peak[0]:.0f} MB")
     assert p99(busy) < 10 * p99(idle), (f"p99 idle {p99(idle) * 1000:.1f} ms, "
                                         f"under abuse {p99(busy) * 1000:.1f} ms over {len(busy)} lookups")
     assert peak[0] - idle_rss < RSS_GROWTH_MAX_MB, (idle_rss, peak[0])
