@@ -123,12 +123,12 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
     from icegres.engine.memory import runtime_env, spill_dir
 
     # --query-memory in equal shares: the server's own pool (light statements, and heavy ones
-    # that run here: over object stores) and each execution process's (executor.py).
+    # that run here) and each execution process's (executor.py).
     slots = settings.max_concurrent_queries or default_slots()
     share_bytes = settings.query_memory_bytes // (slots + 1)
     runtime = runtime_env(share_bytes, spill_dir(settings.data_dir))
     engine = Engine(lakehouse, database=settings.database, file_cache=file_cache, runtime=runtime)
-    engine.executors = Executors(slots, share_bytes, spill_dir(settings.data_dir))
+    engine.executors = Executors(slots, share_bytes, spill_dir(settings.data_dir), stores=engine.stores.configs)
     engine.executors.prestart()
     try:
         recover_last_run(engine, settings)

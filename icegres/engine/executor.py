@@ -22,8 +22,11 @@ with the slot reserved for it. Light statements (streaming plans, small aggregat
 server process as before: their work is bounded, and queueing a point lookup behind a runaway is
 what admission control is for avoiding.
 
-Some plans run in the server process as before: those that name object-store files (s3://: the
-stores' credentials live in its runtime), those DataFusion cannot serialise (a recursive CTE),
+A plan that names object-store files (s3://) is preceded by the server's object-store settings
+(`mounts.ObjectStores.configs`: endpoint, region, credentials, vended ones included), from which
+the process registers the same stores; they go over the process's private socket, never to a log.
+
+Some plans run in the server process as before: those DataFusion cannot serialise (a recursive CTE),
 those over PLAN_BYTES_MAX, and catalog queries (pg_catalog, information_schema: small in-memory
 tables, and clients send many; query.py decides). docs/limitations.md lists them.
 """
@@ -31,6 +34,7 @@ tables, and clients send many; query.py decides). docs/limitations.md lists them
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import os
 import socket
@@ -38,12 +42,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from icegres.engine.batches import PullCancelled, current_scope
-from icegres.engine.executor_main import BATCH, DONE, ERROR, SCHEMA
+from icegres.engine.executor_main import BATCH, DONE, ERROR, PLAN, SCHEMA, STORES
 
 log = logging.getLogger("icegres.engine")
 
@@ -103,9 +108,12 @@ class _Worker:
 class Executors:
     """The pool of execution processes and its admission slots (module doc)."""
 
-    def __init__(self, slots: int, pool_bytes: int, spill: Path) -> None:
-        """`slots` processes, each with a memory pool of `pool_bytes`, spilling under `spill`."""
+    def __init__(self, slots: int, pool_bytes: int, spill: Path,
+                 stores: Callable[[], dict[str, dict[str, Any]]] | None = None) -> None:
+        """`slots` processes, each with a memory pool of `pool_bytes`, spilling under `spill`;
+        `stores()`: the object stores a plan over s3:// files needs (None: such plans run here)."""
         self.slots = slots
+        self._stores = stores
         self._pool_bytes = pool_bytes
         self._spill = spill
         self._lock = threading.Lock()
@@ -154,8 +162,10 @@ class Executors:
             plan = df.execution_plan().to_bytes()
         except Exception:  # noqa: BLE001 - a node DataFusion cannot serialise (a recursive CTE's)
             return None
-        if b"s3://" in plan or len(plan) > PLAN_BYTES_MAX:
+        remote_files = b"s3://" in plan
+        if len(plan) > PLAN_BYTES_MAX or (remote_files and self._stores is None):
             return None
+        stores = json.dumps(self._stores(), sort_keys=True).encode() if remote_files and self._stores else None
         scope = current_scope()
         slot = getattr(scope, "slot", None)
         with self._lock:
@@ -169,7 +179,9 @@ class Executors:
         try:
             if worker is None:
                 worker = self._spawn()
-            worker.conn.send_bytes(plan)
+            if stores is not None:
+                worker.conn.send_bytes(STORES + stores)
+            worker.conn.send_bytes(PLAN + plan)
         except BaseException:
             if worker is not None:
                 worker.kill()

@@ -14,6 +14,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 SCHEMA, BATCH, DONE, ERROR = b"S", b"B", b"D", b"E"
+# From the server: a plan to run (answered), or the object stores its plans read (not answered):
+# JSON, bucket -> AmazonS3's keyword arguments, sent before a plan that names s3:// files.
+PLAN, STORES = b"P", b"O"
 # The execution processes' niceness: under CPU contention the kernel gives the server's threads
 # (light statements, encoding, the event loop) about 10x their weight, so a runaway join slows a
 # point lookup less; alone, a heavy statement still gets every core.
@@ -26,19 +29,35 @@ def serve(conn: Connection, pool_bytes: int, spill: str) -> None:
     runtime = RuntimeEnvBuilder().with_fair_spill_pool(pool_bytes).with_temp_file_path(spill)
     ctx = SessionContext(SessionConfig(), runtime)
     conn.send_bytes(DONE)  # ready
+    stores = b""
     while True:
         try:
-            plan_bytes = conn.recv_bytes()
+            message = conn.recv_bytes()
         except EOFError:
             return
+        if message[:1] == STORES:
+            if message != stores:  # the same stores as last time are registered already
+                register_stores(ctx, message[1:])
+                stores = message
+            continue
         try:
-            run(ctx, conn, plan_bytes)
+            run(ctx, conn, message[1:])
         except BrokenPipeError:
             return
         except BaseException as exc:  # noqa: BLE001 - every failure is the statement's, sent back as text
             conn.send_bytes(ERROR + str(exc).encode("utf-8", "replace"))
         else:
             conn.send_bytes(DONE)
+
+
+def register_stores(ctx: Any, config: bytes) -> None:
+    """The server's object stores, built again here (mounts.ObjectStores.configs)."""
+    import json
+
+    from datafusion.object_store import AmazonS3
+
+    for bucket, kwargs in json.loads(config).items():
+        ctx.register_object_store("s3://", AmazonS3(**kwargs), bucket)
 
 
 def run(ctx: Any, conn: Connection, plan_bytes: bytes) -> None:

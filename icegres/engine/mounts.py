@@ -274,6 +274,9 @@ class ObjectStores:
         self.cache = cache  # local copies of remote data files (file_cache.py), if kept
         self._registered: dict[str, tuple[str | None, ...]] = {}  # bucket -> its credentials' identity
         self._stores: list[tuple[str, object]] = []  # (bucket, store), in registration order
+        # bucket -> the AmazonS3 arguments of its current store: an execution process builds the
+        # same stores from them (executor.py). Secrets, like the stores themselves: never logged.
+        self._configs: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
     @property
@@ -290,6 +293,11 @@ class ObjectStores:
         for bucket, store in stores:
             ctx.register_object_store("s3://", store, bucket)
         return generation
+
+    def configs(self) -> dict[str, dict[str, Any]]:
+        """bucket -> the keyword arguments of its store's AmazonS3, as registered last."""
+        with self._lock:
+            return {bucket: dict(kwargs) for bucket, kwargs in self._configs.items()}
 
     def read_path(self, path: str) -> str:
         """Where a scan reads the data file `path`: its local copy if there is one."""
@@ -319,7 +327,7 @@ class ObjectStores:
             from datafusion.object_store import AmazonS3
 
             endpoint = props.get("s3.endpoint")
-            store = AmazonS3(
+            kwargs = dict(
                 bucket_name=bucket,
                 region=props.get("s3.region") or "us-east-1",
                 access_key_id=props.get("s3.access-key-id"),
@@ -328,9 +336,11 @@ class ObjectStores:
                 endpoint=endpoint,
                 allow_http=bool(endpoint and endpoint.startswith("http://")),
             )
+            store = AmazonS3(**kwargs)
             ctx.register_object_store("s3://", store, bucket)
             self._registered[bucket] = identity
             self._stores.append((bucket, store))
+            self._configs[bucket] = kwargs
 
 
 def _digest(secret: str | None) -> str | None:

@@ -35,7 +35,7 @@ NEXT_TIMEOUT_MS = 15_000
 
 
 @pytest.fixture(scope="module")
-def server(seeded_dir) -> Iterator[IcegresServer]:
+def one_thread(seeded_dir) -> Iterator[IcegresServer]:
     with running_icegres(seeded_dir, args=("--query-threads", "1")) as srv:
         yield srv
 
@@ -74,20 +74,20 @@ def _assert_freed_and_quiet(server: IcegresServer) -> None:
         assert time.monotonic() < deadline, f"server still busy after the cancel: {rate:.2f} cores"
 
 
-def test_statement_timeout_frees_the_thread_and_stops_the_runaway(server):
-    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+def test_statement_timeout_frees_the_thread_and_stops_the_runaway(one_thread):
+    with psycopg.connect(one_thread.dsn(), autocommit=True) as conn:
         conn.execute("set statement_timeout = 500")
         started = time.monotonic()
         with pytest.raises(psycopg.errors.QueryCanceled):
             conn.execute(RUNAWAY)
         assert time.monotonic() - started < 10
-        _assert_freed_and_quiet(server)
+        _assert_freed_and_quiet(one_thread)
         conn.execute("reset statement_timeout")
         assert conn.execute("select 1").fetchone() == (1,)
 
 
-def test_cancel_request_frees_the_thread_and_stops_the_runaway(server):
-    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+def test_cancel_request_frees_the_thread_and_stops_the_runaway(one_thread):
+    with psycopg.connect(one_thread.dsn(), autocommit=True) as conn:
         timer = threading.Timer(0.5, conn.cancel)
         timer.start()
         try:
@@ -95,16 +95,16 @@ def test_cancel_request_frees_the_thread_and_stops_the_runaway(server):
                 conn.execute(RUNAWAY)
         finally:
             timer.cancel()
-        _assert_freed_and_quiet(server)
+        _assert_freed_and_quiet(one_thread)
 
 
-def test_a_runaway_prepared_statement_is_cancelled_the_same_way(server):
+def test_a_runaway_prepared_statement_is_cancelled_the_same_way(one_thread):
     # The extended protocol pulls its first batch in the Execute's thread job.
-    with psycopg.connect(server.dsn(), autocommit=True, prepare_threshold=0) as conn:
+    with psycopg.connect(one_thread.dsn(), autocommit=True, prepare_threshold=0) as conn:
         conn.execute("set statement_timeout = 500")
         with pytest.raises(psycopg.errors.QueryCanceled):
             conn.execute(RUNAWAY + " where a.value > %s", (0,))
-        _assert_freed_and_quiet(server)
+        _assert_freed_and_quiet(one_thread)
 
 
 def test_a_flight_deadline_frees_the_thread_and_stops_the_runaway(seeded_dir):
@@ -130,11 +130,11 @@ def test_a_flight_deadline_frees_the_thread_and_stops_the_runaway(seeded_dir):
             assert time.monotonic() < deadline, f"server still busy after the deadline: {rate:.2f} cores"
 
 
-def test_a_client_that_disconnects_mid_query_frees_the_thread_and_stops_the_runaway(server):
+def test_a_client_that_disconnects_mid_query_frees_the_thread_and_stops_the_runaway(one_thread):
     # The client process dies with the runaway running; nobody sends a CancelRequest.
     client = subprocess.Popen(
         [sys.executable, "-c", "import psycopg, sys; psycopg.connect(sys.argv[1], autocommit=True).execute(sys.argv[2])",
-         server.dsn(), RUNAWAY],
+         one_thread.dsn(), RUNAWAY],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(1.5)
@@ -142,10 +142,21 @@ def test_a_client_that_disconnects_mid_query_frees_the_thread_and_stops_the_runa
     finally:
         client.kill()
         client.wait(timeout=10)
-    _assert_freed_and_quiet(server)
+    _assert_freed_and_quiet(one_thread)
 
 
-def test_a_cancelled_self_join_of_trips_leaves_the_engine_quiet_within_a_second(server):
+def test_a_cancelled_self_join_of_trips_leaves_the_engine_quiet_within_a_second(one_thread):
+    _self_join_cancelled_leaves_the_engine_quiet(one_thread)
+
+
+@pytest.mark.parametrize("server", ["seaweedfs"], indirect=True)
+def test_a_cancelled_self_join_of_trips_on_s3_leaves_the_engine_quiet_within_a_second(server):
+    """The same over SeaweedFS's REST catalog and S3: the execution process builds the server's
+    object stores (their credentials included) and is killed the same way."""
+    _self_join_cancelled_leaves_the_engine_quiet(server)
+
+
+def _self_join_cancelled_leaves_the_engine_quiet(server: IcegresServer) -> None:
     # Earlier tests' killed processes replaced first: a replacement starting (importing
     # DataFusion) in the measured second would be counted as the cancelled join's.
     time.sleep(REPLACE_DELAY_S)
