@@ -123,7 +123,10 @@ def main(argv: list[str]) -> None:
     # Heavy statements yield the CPU to the server's own threads (point lookups, the wire).
     os.nice(NICE)
     fd, pool_bytes, spill = int(argv[0]), int(argv[1]), argv[2]
-    serve(Connection(fd), pool_bytes, spill)
+    try:
+        serve(Connection(fd), pool_bytes, spill)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        pass  # the server went away (stopped, or refused its configuration while we started)
 
 
 if __name__ == "__main__":
