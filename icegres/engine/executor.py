@@ -37,6 +37,7 @@ import collections
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -59,6 +60,16 @@ PLAN_BYTES_MAX = 16 << 20
 # A killed process is replaced this long after: its replacement's start (importing DataFusion,
 # ~0.5 s of CPU) would otherwise land in the very second the cancel is to leave quiet.
 REPLACE_DELAY_S = 2.0
+
+
+# DataFusion 55's plan serialisation drops a table function's empty projection: `count(*)` over
+# range() or generate_series() arrives with a scan whose batches have a column its schema lacks
+# ("number of columns(1) must match number of fields(0) in schema"). Such plans run here.
+_EMPTY_TABLE_FUNCTION_SCAN = re.compile(r"TableScan: \w+\(\) projection=\[\]")
+
+
+def _loses_its_projection(df: Any) -> bool:
+    return bool(_EMPTY_TABLE_FUNCTION_SCAN.search(df.optimized_logical_plan().display_indent()))
 
 
 class Queued(BaseException):  # noqa: N818 - a signal to the job runner, not an error
@@ -158,6 +169,8 @@ class Executors:
         """In a worker thread: `df`'s plan running in an execution process, or None where it
         must run here (module doc). Raises Queued when no slot is free. `on_first` is told how
         many seconds the first pull took, if it completed."""
+        if _loses_its_projection(df):
+            return None
         try:
             plan = df.execution_plan().to_bytes()
         except Exception:  # noqa: BLE001 - a node DataFusion cannot serialise (a recursive CTE's)

@@ -285,10 +285,13 @@ class QueryContext:
 
     def resolve_table(self, schema: str | None, name: str) -> tuple[str, str] | None:
         """The (namespace, table) an optionally qualified name means under search_path."""
-        known = self.txn.pins if self.txn is not None else None
-        if known is None:
+        txn = self.txn
+        if txn is None:
             return self.resolve_mounted(schema, name)
-        return views.resolve(self.env.search_path, schema, name, known.__contains__)
+        # A block knows its pinned tables, and those of its listing not named yet (lazy
+        # mounting: they are pinned at their listed snapshot when a statement plans them).
+        return views.resolve(self.env.search_path, schema, name,
+                             lambda key: key in txn.pins or (key in txn.listed and key not in txn.hidden))
 
     def resolve_mounted(self, schema: str | None, name: str) -> tuple[str, str] | None:
         """`resolve_table` against the mounted tables, whatever transaction is bound: safe to
