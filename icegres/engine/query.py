@@ -290,8 +290,8 @@ class QueryContext:
             return self.resolve_mounted(schema, name)
         # A block knows its pinned tables, and those of its listing not named yet (lazy
         # mounting: they are pinned at their listed snapshot when a statement plans them).
-        return views.resolve(self.env.search_path, schema, name,
-                             lambda key: key in txn.pins or (key in txn.listed and key not in txn.hidden))
+        known = txn.pins.keys() | {key for key in txn.listed if key not in txn.hidden}
+        return views.resolve(self.env.search_path, schema, name, known.__contains__)
 
     def resolve_mounted(self, schema: str | None, name: str) -> tuple[str, str] | None:
         """`resolve_table` against the mounted tables, whatever transaction is bound: safe to
