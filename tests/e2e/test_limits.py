@@ -10,6 +10,7 @@ import base64
 import hashlib
 import hmac
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -315,9 +316,14 @@ def test_slow_statement_log_is_postgresql_shaped_and_carries_no_startup_password
         with psycopg.connect(srv.dsn(), autocommit=True) as c:
             c.execute("select 1 as simple_one")
             c.execute("select %s::int as extended_one", (2,))
+            with pytest.raises(psycopg.errors.DivisionByZero) as failed:
+                c.execute("select 1/0 as slow_failure")
+            correlation = failed.value.pgresult.error_field(ord("i")).decode()
         with pytest.raises(psycopg.OperationalError):
             psycopg.connect(srv.dsn(password="carol-wrong-secret"))
         text = Path(srv.log_path).read_text(errors="replace")
     assert "duration: " in text and " ms  statement: select 1 as simple_one" in text
     assert " ms  execute <unnamed>: select $1::int as extended_one" in text
+    # The slow line carries the statement's correlation id, as its error did.
+    assert re.search(r" ms  statement: select 1/0 as slow_failure  \[pid=\d+ user=carol id=" + correlation + r"\]", text)
     assert "carol-startup-secret" not in text and "carol-wrong-secret" not in text

@@ -291,9 +291,11 @@ class Session:
             logged = statement_log.text_of(msg, self.portals) if threshold_ms >= 0 else None
             started = time.perf_counter()
             self.trace.message(msg)
+            self.trace.last_id = None
             await self._handle(msg)
             self.trace.end()
-            statement_log.record(threshold_ms, time.perf_counter() - started, logged, pid=self.pid, user=self.user)
+            statement_log.record(threshold_ms, time.perf_counter() - started, logged, pid=self.pid, user=self.user,
+                                 correlation=self.trace.last_id)
             if isinstance(msg, m.Query | m.Sync):
                 self.activity.ready(self.block.status)
                 self._between = True

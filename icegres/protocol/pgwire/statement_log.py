@@ -58,10 +58,13 @@ def _cut(sql: str) -> str:
     return redact(sql if len(sql) <= TEXT_MAX else sql[:TEXT_MAX] + "…")
 
 
-def record(threshold_ms: int, elapsed_s: float, what: str | None, *, pid: int, user: str) -> None:
+def record(threshold_ms: int, elapsed_s: float, what: str | None, *, pid: int, user: str,
+           correlation: str | None = None) -> None:
+    """The slow-statement line of one message; `correlation`: the id of its (last) statement,
+    as in that statement's own line and its error."""
     if what is None or threshold_ms < 0 or elapsed_s * 1000 < threshold_ms:
         return
-    log.info("duration: %.3f ms  %s  [pid=%d user=%s]", elapsed_s * 1000, what, pid, user)
+    log.info("duration: %.3f ms  %s  [pid=%d user=%s id=%s]", elapsed_s * 1000, what, pid, user, correlation or "-")
 
 
 class Trace:
@@ -77,6 +80,7 @@ class Trace:
         self._msg: m.FrontendMessage | None = None
         self._msg_started_s = 0.0
         self._timed = False  # the record is a statement's (its duration goes to /metrics)
+        self.last_id: str | None = None  # the id of the record `end` closed last
 
     def message(self, msg: m.FrontendMessage) -> None:
         """A message from the client is about to be answered; an Execute starts a statement."""
@@ -112,6 +116,7 @@ class Trace:
         record, self.record = self.record, None
         if record is None:
             return
+        self.last_id = record.id
         settings = self.session.server.settings
         policy = Policy(settings.log_statement, settings.log_min_error_statement)
         elapsed_s = finish(record, policy)
