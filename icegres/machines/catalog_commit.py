@@ -249,8 +249,8 @@ class UndoFailed:
 
 
 Event = (
-    Requested | Recovered | PlanChecked | PlanRefused | PlanCheckFailed | IntentRecorded | IntentFailed | MoveApplied | MoveRefused | MoveFailed
-    | DataCommitted | DataAborted | DataUnknown | DecisionRecorded | DecisionFailed | Purged
+    Requested | Recovered | PlanChecked | PlanRefused | PlanCheckFailed | IntentRecorded | IntentFailed
+    | MoveApplied | MoveRefused | MoveFailed | DataCommitted | DataAborted | DataUnknown | DecisionRecorded | DecisionFailed | Purged
     | IntentForgotten | UndoApplied | UndoFailed
 )
 
@@ -326,8 +326,8 @@ class ReportStranded:
 
 
 Effect = (
-    CheckPlan | RecordIntent | ApplyMove | UndoMove | CommitData | RecordDecision | Purge | ForgetIntent
-    | Acknowledge | Abort | ReportStranded
+    CheckPlan | RecordIntent | ApplyMove | UndoMove | CommitData | RecordDecision | Purge
+    | ForgetIntent | Acknowledge | Abort | ReportStranded
 )
 
 
