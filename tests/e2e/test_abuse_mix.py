@@ -20,8 +20,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from tests.e2e.test_query_memory import tree_rss_mb
 from tests.support.icegres_server import IcegresServer, running_icegres
+from tests.support.processes import tree_rss_mb
 
 pytestmark = pytest.mark.e2e
 

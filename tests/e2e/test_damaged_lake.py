@@ -11,11 +11,8 @@ and S3 for a missing Parquet file and a missing manifest list.
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,11 +22,11 @@ import psycopg
 import pyarrow as pa
 import pytest
 
+from tests.e2e.test_ops import get, health
 from tests.support.icegres_server import running_icegres, seed_data_dir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-HTTP_TIMEOUT_S = 5
 NAMESPACE = "broken"
 HEAL_WAIT_S = 1.2  # a damaged table named by statements is tried again at most once a second
 
@@ -82,19 +79,6 @@ def _sqlstate(conn: psycopg.Connection, sql: str) -> tuple[str | None, str]:
     except psycopg.Error as err:
         return err.diag.sqlstate, err.diag.message_primary or ""
     return None, ""
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=HTTP_TIMEOUT_S) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-def health(port: int) -> tuple[int, dict]:
-    status, body = get(port, "/health")
-    return status, json.loads(body)
 
 
 def damaged_gauge(port: int) -> int:

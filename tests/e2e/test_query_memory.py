@@ -10,11 +10,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import psutil
 import psycopg
 import pytest
 
 from tests.support.icegres_server import IcegresServer, running_icegres
+from tests.support.processes import tree_rss_mb
 
 pytestmark = pytest.mark.e2e
 
@@ -29,18 +29,6 @@ RSS_GROWTH_MAX_MB = 2 * POOL_MB
 def server(seeded_dir) -> Iterator[IcegresServer]:
     with running_icegres(seeded_dir, args=("--query-memory", f"{POOL_MB}MB")) as srv:
         yield srv
-
-
-def tree_rss_mb(pid: int) -> float:
-    """RSS in MiB of `pid` and its child processes (the execution processes)."""
-    root = psutil.Process(pid)
-    total = 0
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            total += proc.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total / 2**20
 
 
 @contextmanager
