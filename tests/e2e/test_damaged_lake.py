@@ -22,8 +22,8 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from tests.e2e.test_ops import get, health
 from tests.support.icegres_server import running_icegres, seed_data_dir
+from tests.support.ops import get, health
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

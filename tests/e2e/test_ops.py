@@ -4,34 +4,16 @@ an embedded lake, then on a quorum tail (two keepers killed -> 503 after a write
 
 from __future__ import annotations
 
-import json
 import signal
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tests.support.keepers import start_keepers
 from tests.support.ladder import make_table, serve
+from tests.support.ops import get, health
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
-
-HTTP_TIMEOUT_S = 5
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=HTTP_TIMEOUT_S) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-def health(port: int) -> tuple[int, dict]:
-    status, body = get(port, "/health")
-    return status, json.loads(body)
-
 
 def test_health_ready_and_metrics_on_an_embedded_lake(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
