@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -204,10 +203,7 @@ def test_a_crash_during_commit_recovers_to_the_whole_old_or_new_state(
             conn.execute("create table dbt.other (x int)")
     with running_icegres(data_dir, env={"ICEGRES_FAULTS": f"{point}=crash"}) as srv:
         thread = _commit_in_background(srv.dsn(), rename_first)
-        deadline = time.monotonic() + 60
-        while srv.log_tail().find(f"reached {point}") < 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert f"reached {point}" in srv.log_tail(), srv.log_tail()
+        srv.wait_log(f"reached {point}", timeout_s=60)
         thread.join(timeout=30)
     with running_icegres(data_dir) as srv:
         assert _state(srv.dsn()) == expected

@@ -53,7 +53,7 @@ def query_ok(srv) -> None:
 def test_oauth2_client_credentials(stack, stack_lake):
     creds = f"{stack.env()['ICEGRES_S3_ACCESS_KEY']}:{stack.env()['ICEGRES_S3_SECRET_KEY']}"
     with running_icegres(stack_lake, env=env_with(stack, ICEGRES_CATALOG_CREDENTIAL=creds)) as srv:
-        assert "(oauth2 client-credentials)" in srv.log_tail()
+        srv.wait_log("(oauth2 client-credentials)")
         query_ok(srv)
     line = serve_fails(stack_lake, env_with(stack, ICEGRES_CATALOG_CREDENTIAL="icegresdev:wrong-secret"))
     assert "rest catalog at http://127.0.0.1" in line and "oauth2 client-credentials" in line
@@ -63,7 +63,7 @@ def test_oauth2_client_credentials(stack, stack_lake):
 def test_bearer_token(stack, stack_lake):
     token = stack.oauth2_token()
     with running_icegres(stack_lake, env=env_with(stack, ICEGRES_CATALOG_TOKEN=token)) as srv:
-        assert "(bearer token)" in srv.log_tail()
+        srv.wait_log("(bearer token)")
         query_ok(srv)
     line = serve_fails(stack_lake, env_with(stack, ICEGRES_CATALOG_TOKEN=token[:-6] + "AAAAAA"))
     assert "bearer token" in line and token[:20] not in line

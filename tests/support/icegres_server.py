@@ -64,6 +64,16 @@ class IcegresServer:
         except OSError:
             return ""
 
+    def wait_log(self, text: str, timeout_s: float = 30) -> str:
+        """The log once it holds `text`: a server listens (its port was bound) before it logs
+        that it serves, so a test reading the log right after start-up must wait for the line."""
+        deadline = time.monotonic() + timeout_s
+        while text not in (log := self.log_path.read_text(errors="replace")):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not in the log within {timeout_s}s:\n{log[-4000:]}")
+            time.sleep(0.05)
+        return log
+
 
 def _quote(value: str) -> str:
     """libpq conninfo quoting: values with spaces or quotes go in single quotes, escaped."""
