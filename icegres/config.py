@@ -79,7 +79,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_concurrent_queries", None, "heavy statements (joins, unnests, table functions, aggregates, sorts and windows over more than 4M rows) running at once, each in an execution process that a cancel kills; the rest queue, statement_timeout counting the wait; default: the number of CPUs", int),
     Option("query_memory", "25%", "memory of query execution: MiB (512), a size (256MB, 2GB) or a share of the machine's RAM (25%), split evenly between the server and its --max-concurrent-queries execution processes; sorts, aggregates and joins spill to <data-dir>/spill beyond their share, and a statement that still cannot fit fails with 53200 out of memory"),
     Option("log_level", "INFO", "Python logging level"),
-    Option("catalog_uri", None, "catalog: unset = embedded SQLite; http(s)://… = Iceberg REST catalog; postgresql://… = SQL catalog on PostgreSQL", secret=True),
+    Option("catalog_uri", None, "catalog: unset = embedded SQLite; http(s)://… = Iceberg REST catalog; postgresql://… = SQL catalog on PostgreSQL; sqlite:///path/catalog.db = another directory's embedded catalog", secret=True),
     Option("warehouse", None, "warehouse location or name the catalog expects (REST: e.g. s3://bucket; SQL: file:// or s3:// root)"),
     Option("catalog_name", "icegres", "catalog name (the SQL catalog's catalog_name column; REST: a label)"),
     Option("catalog_token", None, "REST: a pre-minted bearer token", secret=True),

@@ -54,7 +54,7 @@ def open_lakehouse(settings: Settings) -> Lakehouse | None:
 def _file_cache(settings: Settings) -> FileCache | None:
     """The local copies of remote data files (--file-cache-mb), for catalogs whose files may be
     remote: the embedded lake's files are local already."""
-    if settings.file_cache_mb <= 0 or not settings.catalog_uri:
+    if settings.file_cache_mb <= 0 or not settings.catalog_uri or settings.catalog_uri.startswith("sqlite:"):
         return None
     from icegres.engine.file_cache import FileCache as Cache
 

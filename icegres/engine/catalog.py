@@ -122,7 +122,26 @@ class Lakehouse:
             return cls._postgres(settings, uri)
         if uri.startswith(("http://", "https://")):
             return RestLakehouse.open(settings)
-        raise CatalogUnavailable(f"unsupported --catalog-uri scheme in {redact_uri(uri)}: use http(s):// (REST) or postgresql:// (SQL catalog)")
+        if uri.startswith("sqlite:///"):
+            return cls._sqlite(settings, Path(uri.removeprefix("sqlite:///")))
+        raise CatalogUnavailable(f"unsupported --catalog-uri scheme in {redact_uri(uri)}: use http(s):// (REST), "
+                                 "postgresql:// (SQL catalog) or sqlite:///path/catalog.db")
+
+    @classmethod
+    def _sqlite(cls, settings: Settings, db: Path) -> Lakehouse:
+        """Another directory's embedded catalog, without its data directory: a second server
+        (`icegres verify`'s scratch ones) shares the catalog and warehouse but keeps its own
+        intents, temporary tables and tail identity. The file must exist: a typo must not start
+        an empty lake."""
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        db = db.resolve()  # SQLAlchemy's spelling: sqlite:///relative, sqlite:////absolute
+        if not db.is_file():
+            raise CatalogUnavailable(f"cannot open the sqlite catalog at {db}: no such file")
+        warehouse = settings.warehouse or (db.parent / "warehouse").as_uri()
+        catalog = _first_open(lambda: SqlCatalog(CATALOG_NAME, uri=f"sqlite:///{db}", warehouse=warehouse,
+                                                 schema_version=SQL_SCHEMA_VERSION))
+        return cls(catalog, f"sqlite catalog at {db}", db)
 
     @classmethod
     def _postgres(cls, settings: Settings, uri: str) -> Lakehouse:

@@ -44,3 +44,28 @@ def test_the_open_is_retried_only_after_another_process_created_the_tables() -> 
 
     with pytest.raises(RuntimeError, match="unable to open"):
         catalog._first_open(broken)
+
+
+def test_a_sqlite_uri_opens_another_directorys_embedded_catalog(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from icegres.config import Settings
+
+    lake = catalog.Lakehouse.embedded(tmp_path / "lake")
+    lake.catalog.create_namespace("s")
+    lake.catalog.create_table(("s", "t"), schema=pa.schema([pa.field("x", pa.int64())])).append(pa.table({"x": [7]}))
+    shared = catalog.Lakehouse.from_settings(Settings(data_dir=tmp_path / "other",
+                                                      catalog_uri=f"sqlite:///{tmp_path / 'lake' / 'catalog.db'}"))
+    table = shared.catalog.load_table(("s", "t"))
+    assert table.scan().to_arrow().column("x").to_pylist() == [7]
+    assert shared.change_token() is not None  # exact freshness works through the shared file too
+    assert not (tmp_path / "other").exists()
+
+
+def test_a_sqlite_uri_naming_no_file_is_refused_not_created(tmp_path: Path) -> None:
+    from icegres.config import Settings
+
+    missing = tmp_path / "typo" / "catalog.db"
+    with pytest.raises(catalog.CatalogUnavailable, match="no such file"):
+        catalog.Lakehouse.from_settings(Settings(catalog_uri=f"sqlite:///{missing}"))
+    assert not missing.exists()
