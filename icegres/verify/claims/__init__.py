@@ -1,0 +1,21 @@
+"""The claims `icegres verify` proves, in the order it runs them. Each module holds one claim
+(`CLAIM`): the property, the docs section that makes it, and how it is re-proved."""
+
+from __future__ import annotations
+
+from icegres.verify.outcome import Claim
+
+__all__ = ["CLAIMS", "by_name"]
+
+
+def _claims() -> tuple[Claim, ...]:
+    from icegres.verify.claims import bank, commit_crash, freshness
+
+    return (commit_crash.CLAIM, freshness.CLAIM, bank.CLAIM)
+
+
+CLAIMS: tuple[Claim, ...] = _claims()
+
+
+def by_name() -> dict[str, Claim]:
+    return {claim.name: claim for claim in CLAIMS}
