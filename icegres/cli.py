@@ -1,4 +1,4 @@
-"""`icegres serve | flight-serve | seed | keeper | supervise`: the command line. It parses the options
+"""`icegres serve | flight-serve | seed | keeper | supervise | verify`: the command line. It parses the options
 and hands each command to its room (`icegres/serve.py`, `icegres/supervise.py`, `icegres/seed.py`);
 heavy imports happen there, inside each command."""
 
@@ -25,6 +25,10 @@ SERVE_KEYS = ("data_dir", "host", "port", "flight_port", "ops_port", "ports_file
               "auth_failure_delay_max_ms", "drain_timeout_s", "log_min_duration_statement", "log_statement",
               "log_min_error_statement", "query_threads", "max_concurrent_queries", "query_memory", "log_level",
               "write_buffer_ms", "tail_dir", "tail_url", "tail_quorum", "file_cache_mb", *_CATALOG_KEYS, *_AUTH_KEYS)
+
+# What `icegres verify` shares with serve: where the lake is, and the write path it proves.
+VERIFY_KEYS = ("data_dir", "write_buffer_ms", "tail_dir", "tail_url", "tail_quorum", "log_level", "file_cache_mb",
+               *_CATALOG_KEYS)
 
 # `serve --help` in groups, and in each group the flags most runs need first. Every key of
 # SERVE_KEYS is in exactly one group (tests/unit/test_cli.py); --config closes the last one.
@@ -111,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                             help="keep a second `serve --standby` child (started, lake open) and promote it with "
                                  "SIGUSR1 instead of starting a replacement cold")
     _add_serve_groups(supervise, SERVE_KEYS)
+    _add_verify(sub)
     keeper = sub.add_parser("keeper", help="run one acceptor of a quorum tail (docs/quorum-protocol.md)")
     keeper.add_argument("--port", type=int, default=None, metavar="PORT",
                         help="this keeper's listen port, required: the writers' --tail-quorum lists every "
@@ -131,6 +136,33 @@ def build_parser() -> argparse.ArgumentParser:
                         help="replace a keeper that lost its disk: catch up from these other keepers (for 3 "
                              "keepers, both others must be up) before answering anyone (docs/quorum-protocol.md)")
     return parser
+
+
+def _add_verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    verify = sub.add_parser("verify", help="re-prove the durability and isolation claims on this deployment, in a "
+                            "scratch namespace (docs/verify.md)",
+                            usage="icegres verify [serve's catalog and tail flags] [--only CLAIM,...] [--json] "
+                                  "[--rounds N] [--keep]", epilog=_SERVE_EPILOG,
+                            description="Start scratch servers on this deployment's catalog, storage and tails, "
+                                        "crash them, race them, and check what they promise; one line per claim, "
+                                        "then a table. Exit 0 iff every claim run passed, 1 if one failed, 2 on "
+                                        "bad configuration.")
+    _add_serve_groups(verify, VERIFY_KEYS)
+    group = verify.add_argument_group("verify", "what to prove, and how hard")
+    group.add_argument("--only", metavar="CLAIM,...", default=None,
+                       help="run only these claims (default: all; a claim named here that cannot run fails the run)")
+    group.add_argument("--json", action="store_true", help="print the results as one JSON document on stdout "
+                       "(progress goes to stderr)")
+    group.add_argument("--rounds", type=int, default=3, metavar="N",
+                       help="crashes, kills and workload size scale with N (default 3)")
+    group.add_argument("--keep", action="store_true",
+                       help="leave the scratch namespace and the scratch servers' logs for inspection")
+    group.add_argument("--scratch-namespace", default="icegres_verify", metavar="NAME",
+                       help="the namespace verify creates, works in and drops (default icegres_verify)")
+    group.add_argument("--local-keepers", action="store_true",
+                       help="prove the quorum claims on three keepers this run starts on loopback instead of the "
+                            "configured --tail-quorum")
+    group.add_argument("--seed", type=int, default=None, help="the random seed (printed by every run, to repeat one)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
         from icegres.serve import serve_keeper
 
         return serve_keeper(settings, init=args.init, rejoin=args.rejoin)
+    if args.command == "verify":
+        from icegres.verify.run import Options, verify
+
+        return verify(settings, Options(only=args.only, json=args.json, rounds=args.rounds, keep=args.keep,
+                                        namespace=args.scratch_namespace, local_keepers=args.local_keepers,
+                                        seed=args.seed))
     if args.command == "supervise":
         if settings.ops_port is None:
             print("icegres supervise: --ops-port is required (the supervisor probes /ready and /health)",

@@ -28,6 +28,15 @@ Points:
   after-catalog-purge   the block is decided and its hidden tables dropped; the intent
                   record not yet forgotten.
 
+Broken guarantees (`icegres verify`'s own tests): a few points name a guarantee instead of a place,
+and their only action is `break` — the code path that keeps the guarantee asks `broken(NAME)` and,
+when it is set, does the wrong thing on purpose. They exist so a test can prove that the verify
+claim covering the guarantee FAILs when it does not hold; nothing else sets them.
+
+Broken guarantees:
+  atomic-publish  SQL catalogs: a multi-table commit moves each table's pointer in a database
+                  transaction of its own, pausing 0.3 s after the first (`catalog.commit_tables`).
+
 The variable is read and parsed once, when this module is first imported (at server start-up,
 via the catalog module). A malformed value raises ValueError then — a typo must never silently
 disable a crash test. Unset, empty or all-blank means off, and `point` returns at once.
@@ -43,6 +52,7 @@ from dataclasses import dataclass
 ENV_VAR = "ICEGRES_FAULTS"
 POINTS = frozenset({"before-publish", "mid-publish", "after-flush-commit", "after-publish",
                     "after-catalog-intent", "after-catalog-move", "after-catalog-purge"})
+GUARANTEES = frozenset({"atomic-publish"})  # points whose only action is `break` (see above)
 SLEEP_S_MAX = 3600.0
 CRASH_EXIT_CODE = 137  # what a shell reports for SIGKILL (128 + 9)
 
@@ -61,7 +71,13 @@ class Crash:
         return "crash"
 
 
-Action = Sleep | Crash
+@dataclass(frozen=True)
+class Break:
+    def __str__(self) -> str:
+        return "break"
+
+
+Action = Sleep | Crash | Break
 
 
 def parse(spec: str) -> dict[str, Action]:
@@ -73,8 +89,9 @@ def parse(spec: str) -> dict[str, Action]:
         name, sep, action = (part.strip() for part in entry.partition("="))
         if not sep or not name or not action:
             raise ValueError(f"{ENV_VAR}: entry {entry.strip()!r} is not NAME=ACTION")
-        if name not in POINTS:
-            raise ValueError(f"{ENV_VAR}: unknown fault point {name!r} (known: {', '.join(sorted(POINTS))})")
+        if name not in POINTS | GUARANTEES:
+            known = ", ".join(sorted(POINTS | GUARANTEES))
+            raise ValueError(f"{ENV_VAR}: unknown fault point {name!r} (known: {known})")
         if name in actions:
             raise ValueError(f"{ENV_VAR}: fault point {name!r} is configured twice")
         actions[name] = _parse_action(name, action)
@@ -82,6 +99,10 @@ def parse(spec: str) -> dict[str, Action]:
 
 
 def _parse_action(name: str, action: str) -> Action:
+    if name in GUARANTEES:
+        if action != "break":
+            raise ValueError(f"{ENV_VAR}: {name} names a guarantee: its only action is 'break', not {action!r}")
+        return Break()
     if action == "crash":
         return Crash()
     kind, sep, value = action.partition(":")
@@ -116,4 +137,14 @@ def _fire(name: str) -> None:
     os.write(2, f"icegres-fault: reached {name} ({action})\n".encode())
     if isinstance(action, Crash):
         os._exit(CRASH_EXIT_CODE)
-    time.sleep(action.seconds)
+    if isinstance(action, Sleep):
+        time.sleep(action.seconds)
+
+
+def broken(name: str) -> bool:
+    """Whether ICEGRES_FAULTS breaks the guarantee `name` on purpose (see the module doc)."""
+    if not _ACTIVE:
+        return False
+    if name not in GUARANTEES:
+        raise ValueError(f"unknown guarantee {name!r}")
+    return isinstance(_ACTIVE.get(name), Break)

@@ -132,6 +132,13 @@ class Nodes:
             with contextlib.suppress(Exception):
                 node.kill()
 
+    def close_claim(self, prefix: str) -> None:
+        """End the processes a claim started (their names begin with `prefix`)."""
+        for name, node in self.by_name.items():
+            if name.startswith(prefix):
+                with contextlib.suppress(Exception):
+                    node.kill()
+
     def _old_port(self, name: str) -> int:
         old = self.by_name.get(name)
         return old.ports.get("port", 0) if old is not None else 0

@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("icegres.engine",),
     ("icegres.ladder",),
     ("icegres.protocol",),
-    ("icegres.seed", "icegres.supervise", "icegres.serve"),
+    ("icegres.seed", "icegres.supervise", "icegres.serve", "icegres.verify"),
     ("icegres.cli", "icegres.__main__"),
 )
 
