@@ -35,7 +35,7 @@ claim covering the guarantee FAILs when it does not hold; nothing else sets them
 
 Broken guarantees:
   atomic-publish  SQL catalogs: a multi-table commit moves each table's pointer in a database
-                  transaction of its own, pausing 0.3 s after the first (`catalog.commit_tables`).
+                  transaction of its own, pausing 1 s after the first (`catalog.commit_tables`).
 
 The variable is read and parsed once, when this module is first imported (at server start-up,
 via the catalog module). A malformed value raises ValueError then — a typo must never silently

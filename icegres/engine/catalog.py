@@ -661,7 +661,7 @@ def _commit_tables_sql(lakehouse: Lakehouse, changes: list[TableChange]) -> dict
             for index, (change, old, new, _) in enumerate(staged):
                 if index and faults.broken("atomic-publish"):
                     tx.commit()  # on purpose: the tables before this one are published alone
-                    time.sleep(0.3)
+                    time.sleep(1.0)
                     tx = conn.begin()
                 result = conn.execute(update, {"new": new, "old": old, "c": catalog.name,
                                                "ns": change.namespace, "t": change.name})

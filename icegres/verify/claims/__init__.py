@@ -9,7 +9,9 @@ __all__ = ["CLAIMS", "by_name"]
 
 
 def _claims() -> tuple[Claim, ...]:
-    return ()
+    from icegres.verify.claims import commit_crash
+
+    return (commit_crash.CLAIM,)
 
 
 CLAIMS: tuple[Claim, ...] = _claims()
