@@ -36,6 +36,8 @@ claim covering the guarantee FAILs when it does not hold; nothing else sets them
 Broken guarantees:
   atomic-publish  SQL catalogs: a multi-table commit moves each table's pointer in a database
                   transaction of its own, pausing 1 s after the first (`catalog.commit_tables`).
+  exact-freshness SQL catalogs: a statement naming only tables the server listed before does not look at the
+                  catalog again (`Engine.refresh`): other servers' commits stay invisible to it.
 
 The variable is read and parsed once, when this module is first imported (at server start-up,
 via the catalog module). A malformed value raises ValueError then — a typo must never silently
@@ -52,7 +54,7 @@ from dataclasses import dataclass
 ENV_VAR = "ICEGRES_FAULTS"
 POINTS = frozenset({"before-publish", "mid-publish", "after-flush-commit", "after-publish",
                     "after-catalog-intent", "after-catalog-move", "after-catalog-purge"})
-GUARANTEES = frozenset({"atomic-publish"})  # points whose only action is `break` (see above)
+GUARANTEES = frozenset({"atomic-publish", "exact-freshness"})  # points whose only action is `break` (see above)
 SLEEP_S_MAX = 3600.0
 CRASH_EXIT_CODE = 137  # what a shell reports for SIGKILL (128 + 9)
 
