@@ -9,9 +9,9 @@ __all__ = ["CLAIMS", "by_name"]
 
 
 def _claims() -> tuple[Claim, ...]:
-    from icegres.verify.claims import commit_crash, freshness
+    from icegres.verify.claims import bank, commit_crash, freshness
 
-    return (commit_crash.CLAIM, freshness.CLAIM)
+    return (commit_crash.CLAIM, freshness.CLAIM, bank.CLAIM)
 
 
 CLAIMS: tuple[Claim, ...] = _claims()
