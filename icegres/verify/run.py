@@ -148,6 +148,9 @@ def verify(settings: Settings, options: Options, *, out: IO[str] | None = None, 
                 "namespace": options.namespace, "rounds": options.rounds, "seed": seed,
                 "logs": str(run_dir) if options.keep or failed else None}), file=out, flush=True)
         return status
+    except KeyboardInterrupt:
+        print("icegres verify: interrupted; stopping every scratch process", file=talk, flush=True)
+        return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
         nodes.close()

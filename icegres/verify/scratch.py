@@ -69,8 +69,29 @@ def drop_namespace(catalog: Any, namespace: str) -> None:
         return
     for identifier in tables:
         with contextlib.suppress(NoSuchTableError):
+            table = catalog.load_table(identifier)
             catalog.purge_table(identifier)
+            _sweep(table, namespace)
     catalog.drop_namespace(namespace)
+
+
+def _sweep(table: Any, namespace: str) -> None:
+    """Delete what purging left under the table's location: its metadata files, manifests, and the
+    files of commits that lost a race (no snapshot references them, so purging does not see them).
+    Only a location inside the scratch namespace (as the catalog placed it) is swept."""
+    location = table.location().rstrip("/")
+    if f"/{namespace}/" not in location and f"/{namespace}.db/" not in location:
+        return
+    io = table.io
+    if not hasattr(io, "fs_by_scheme"):
+        return
+    scheme, netloc, path = io.parse_location(location)
+    fs = io.fs_by_scheme(scheme, netloc)
+    with contextlib.suppress(FileNotFoundError, OSError):
+        fs.delete_dir(path)
+    if scheme == "file":  # object stores have no directories to leave behind
+        with contextlib.suppress(OSError):
+            Path(path).parent.rmdir()  # the namespace's directory, once its last table is gone
 
 
 def _verify_alive(pid: int) -> bool:
