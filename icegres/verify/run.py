@@ -85,6 +85,12 @@ def preflight(settings: Settings, options: Options) -> tuple[Any, list[str]]:
     return catalog, problems
 
 
+def _first_line(exc: BaseException) -> str:
+    """The error as one line: drivers append the statement, its parameters and links below it."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
 def _tail_url_problems(url: str) -> list[str]:
     import psycopg
 
@@ -94,8 +100,7 @@ def _tail_url_problems(url: str) -> list[str]:
         with psycopg.connect(url, connect_timeout=5):
             return []
     except psycopg.Error as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return [f"--tail-url {redact_uri(url)}: cannot connect: {first}"]
+        return [f"--tail-url {redact_uri(url)}: cannot connect: {_first_line(exc)}"]
 
 
 def verify(settings: Settings, options: Options, *, out: IO[str] | None = None, err: IO[str] | None = None,
@@ -115,7 +120,7 @@ def verify(settings: Settings, options: Options, *, out: IO[str] | None = None, 
         except ScratchRefused as exc:
             problems.append(str(exc))
         except Exception as exc:  # the catalog refused: permissions, a read-only catalog
-            problems.append(f"cannot create the scratch namespace {options.namespace}: {type(exc).__name__}: {exc}")
+            problems.append(f"cannot create the scratch namespace {options.namespace}: {_first_line(exc)}")
     if problems:
         for problem in problems:
             print(f"icegres verify: {problem}", file=err)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,33 @@ def test_every_claim_passes_on_seaweedfs_with_a_postgres_tail_and_local_keepers(
     assert len(results) >= 3
     assert _tables(catalog) == before
     assert SCRATCH not in [ns[0] for ns in catalog.list_namespaces()]
+
+
+def test_a_catalog_that_refuses_the_scratch_namespace_is_one_line_and_exit_2(stack: Stack,  # noqa: F811
+                                                                            tmp_path: Path) -> None:
+    """A SQL catalog on PostgreSQL reached as a role that may read the catalog but not write it."""
+    import psycopg
+
+    db = f"icegres_verify_ro_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(stack.pg_url, autocommit=True, connect_timeout=10) as admin:
+        admin.execute(f"create database {db}")
+    try:
+        base = stack.pg_url.rsplit("/", 1)[0]
+        warehouse = (tmp_path / "warehouse").as_uri()
+        owner = {"ICEGRES_CATALOG_URI": f"{base}/{db}", "ICEGRES_WAREHOUSE": warehouse}
+        subprocess.run([sys.executable, "-m", "icegres", "seed", "--rows", "100", "--data-dir", str(tmp_path / "s")],
+                       check=True, timeout=300, capture_output=True, stdin=subprocess.DEVNULL, env=verify_env(owner))
+        with psycopg.connect(f"{base}/{db}", autocommit=True, connect_timeout=10) as conn:
+            conn.execute(f"create role {db} login password 'reader-pw'")
+            conn.execute(f"grant select on all tables in schema public to {db}")
+        host = base.split("@", 1)[1]
+        reader = {"ICEGRES_CATALOG_URI": f"postgresql://{db}:reader-pw@{host}/{db}", "ICEGRES_WAREHOUSE": warehouse}
+        proc = run_verify("--data-dir", str(tmp_path / "d"), env=reader, timeout_s=300)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert lines[0].startswith(f"icegres verify: cannot create the scratch namespace {SCRATCH}: "), lines
+        assert "reader-pw" not in proc.stderr and proc.stdout == ""
+    finally:
+        with psycopg.connect(stack.pg_url, autocommit=True, connect_timeout=10) as admin:
+            admin.execute(f"drop database if exists {db} with (force)")
+            admin.execute(f"drop role if exists {db}")
