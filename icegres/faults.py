@@ -38,6 +38,11 @@ Broken guarantees:
                   transaction of its own, pausing 1 s after the first (`catalog.commit_tables`).
   exact-freshness SQL catalogs: a statement naming only tables the server listed before does not look at the
                   catalog again (`Engine.refresh`): other servers' commits stay invisible to it.
+  durable-ack     the WAL and Postgres tails acknowledge an append as soon as it is queued, and
+                  hand each write (or COMMIT) to the disk (or database) a second late, so acked
+                  records sit in memory only (`drivers/tail.SteppedTail`).
+  replay-watermark  replay ignores the lake watermark: every record the tail still holds is
+                  replayed, those a flush already put in the lake too (`ladder.WriteLadder.replay`).
 
 The variable is read and parsed once, when this module is first imported (at server start-up,
 via the catalog module). A malformed value raises ValueError then — a typo must never silently
@@ -54,7 +59,7 @@ from dataclasses import dataclass
 ENV_VAR = "ICEGRES_FAULTS"
 POINTS = frozenset({"before-publish", "mid-publish", "after-flush-commit", "after-publish",
                     "after-catalog-intent", "after-catalog-move", "after-catalog-purge"})
-GUARANTEES = frozenset({"atomic-publish", "exact-freshness"})  # points whose only action is `break` (see above)
+GUARANTEES = frozenset({"atomic-publish", "exact-freshness", "durable-ack", "replay-watermark"})  # points whose only action is `break` (see above)
 SLEEP_S_MAX = 3600.0
 CRASH_EXIT_CODE = 137  # what a shell reports for SIGKILL (128 + 9)
 

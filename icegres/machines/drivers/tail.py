@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import trio
 
+from icegres import faults
 from icegres.machines.drivers.in_order import InOrder
 from icegres.machines.tail_events import (
     Acknowledge,
@@ -280,11 +281,15 @@ class SteppedTail:
         waiter = self._waiters.add(lsn)
         # A poisoned core answers with RefuseAppend, which fails this waiter before step returns.
         self._step(AppendRequested(payload))
+        if faults.broken("durable-ack"):
+            waiter.done.set()  # acknowledged before any byte of it is written (`_perform`)
         await self._waiters.wait(lsn, waiter)
         return lsn
 
     def advance_watermark(self, lsn: int) -> None:
         """The lake committed every record up to `lsn`: the tail may let them go."""
+        if faults.broken("durable-ack"):
+            lsn = min(lsn, self._state.durable_lsn)  # the lake may hold records the tail never wrote
         self._step(WatermarkAdvanced(lsn))
 
     async def wait_opened(self) -> None:
@@ -326,11 +331,18 @@ class SteppedTail:
                 self._waiters.fail(refused, partial(AppendFailed, reason, outcome_unknown=False))
             case StartTimer(timer=timer, seconds=seconds):
                 self._nursery.start_soon(self._timer, timer, seconds)
+            case _ if faults.broken("durable-ack"):
+                self._nursery.start_soon(self._perform_late, effect)
             case _:
                 self._perform_own(effect)
 
     def _perform_own(self, effect: Any) -> None:
         raise AssertionError(f"unknown effect {effect!r}")
+
+    async def _perform_late(self, effect: Any) -> None:
+        """The durable-ack break: the medium hears of each write a second after it was acked."""
+        await trio.sleep(1.0)
+        self._perform_own(effect)
 
     async def _timer(self, timer: int, seconds: float) -> None:
         await trio.sleep(seconds)
