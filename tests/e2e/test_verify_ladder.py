@@ -76,8 +76,12 @@ def test_buffered_acks_pass_on_a_postgres_tail(tmp_path: Path, real_postgres: Po
     assert outcome.figures["acked"] > 0 and "url tail" in outcome.figures
 
 
-def test_buffered_acks_fail_when_the_tail_acks_before_it_writes(tmp_path: Path) -> None:
-    outcome = run_claim(tmp_path, buffered_acks.run, "buffered-acks", faults="durable-ack=break", rounds=1)
+@pytest.mark.parametrize("tail", ["wal", "postgres"])
+def test_buffered_acks_fail_when_the_tail_acks_before_it_writes(tmp_path: Path, tail: str,
+                                                               request: pytest.FixtureRequest) -> None:
+    url = tail_url(request.getfixturevalue("real_postgres")) if tail == "postgres" else None
+    outcome = run_claim(tmp_path, buffered_acks.run, "buffered-acks", faults="durable-ack=break", rounds=1,
+                        tail_url=url)
     assert outcome.verdict is Verdict.FAIL, outcome
     assert outcome.figures["lost"] > 0
     assert "acknowledged id(s) lost (ids " in outcome.detail, outcome.detail

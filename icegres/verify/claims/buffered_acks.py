@@ -48,18 +48,13 @@ def run(lab: Lab) -> Outcome:
                 advance(1)
             tally.check(read_ids(lab, node, [table]))
             node.stop()
-            per_tail[f"{plan.kind} tail"] = (f"{len(tally.acked)} acked/{len(tally.lost)} lost/"
-                                             f"{len(tally.duplicated)} dup")
+            per_tail[f"{plan.kind} tail"] = tally.shown()
             if not tally.holds:
                 broken.append(tally.broken(plan.shown))
-            total.acked |= tally.acked
-            total.in_flight |= tally.in_flight
-            total.lost += tally.lost
-            total.duplicated += tally.duplicated
-            total.in_flight_found += tally.in_flight_found
+            total.merge(tally)
     figures = {"rounds": lab.rounds * len(tails), "acked": len(total.acked), "lost": len(total.lost),
                "duplicated": len(total.duplicated),
-               "in flight": f"{total.in_flight_found}/{len(total.in_flight)} kept", **per_tail}
+               "unacked in flight": f"{total.in_flight_found}/{len(total.in_flight)} present", **per_tail}
     if broken:
         return Outcome.failed("; ".join(broken), figures)
     return Outcome.passed(figures)

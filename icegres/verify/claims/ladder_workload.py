@@ -12,7 +12,6 @@ may not have been made durable.
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -21,7 +20,7 @@ from icegres.verify.lab import Lab, wait_until
 from icegres.verify.nodes import Node
 
 __all__ = ["NO_TAIL", "Tally", "Writers", "create_table", "log_since", "log_size", "read_ids", "ready",
-           "start_unready", "wait_exit"]
+           "start_unready", "wait_exit_or_ready"]
 
 NO_TAIL = ("no write tail configured: give --write-buffer-ms with --tail-dir DIR, --tail-url postgresql://… "
            "or --tail-quorum host:port,… (or --local-keepers)")
@@ -131,6 +130,17 @@ class Tally:
         self.duplicated = sorted(i for i, n in seen.items() if n > 1)
         self.in_flight_found = len(self.in_flight & seen.keys())
 
+    def merge(self, other: Tally) -> None:
+        """`other`'s findings (another tail's, checked) added to these."""
+        self.acked |= other.acked
+        self.in_flight |= other.in_flight
+        self.lost += other.lost
+        self.duplicated += other.duplicated
+        self.in_flight_found += other.in_flight_found
+
+    def shown(self) -> str:
+        return f"{len(self.acked)} acked/{len(self.lost)} lost/{len(self.duplicated)} dup"
+
     @property
     def holds(self) -> bool:
         return not self.lost and not self.duplicated
@@ -177,16 +187,12 @@ def log_size(node: Node) -> int:
         return 0
 
 
-def wait_exit(node: Node, timeout_s: float) -> int | None:
-    """The process's exit status once it ends, None if it still runs after `timeout_s`."""
+def wait_exit_or_ready(node: Node, timeout_s: float) -> int | None:
+    """The process's exit status once it ends; None once it serves (or still runs after
+    `timeout_s`)."""
     assert node.proc is not None
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        code = node.proc.poll()
-        if code is not None:
-            return code
-        time.sleep(0.02)
-    return None
+    wait_until(lambda: not node.running() or ready(node), timeout_s, interval_s=0.02)
+    return node.proc.poll()
 
 
 def ready(node: Node) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 
 from icegres.verify.claims.ladder_workload import (
     NO_TAIL,
@@ -28,7 +29,7 @@ from icegres.verify.claims.ladder_workload import (
     read_ids,
     ready,
     start_unready,
-    wait_exit,
+    wait_exit_or_ready,
 )
 from icegres.verify.deployment import TailPlan
 from icegres.verify.lab import Lab, wait_until
@@ -57,13 +58,10 @@ def run(lab: Lab) -> Outcome:
     with lab.step("kills during replay", len(tails) * lab.rounds) as advance:
         for plan in tails:
             tally = _prove_on(lab, plan, counts, advance)
-            per_tail[f"{plan.kind} tail"] = (f"{len(tally.acked)} acked/{len(tally.lost)} lost/"
-                                             f"{len(tally.duplicated)} dup")
+            per_tail[f"{plan.kind} tail"] = tally.shown()
             if not tally.holds:
                 broken.append(tally.broken(plan.shown))
-            total.acked |= tally.acked
-            total.lost += tally.lost
-            total.duplicated += tally.duplicated
+            total.merge(tally)
     figures = {"rounds": lab.rounds * len(tails), "acked": len(total.acked), "lost": len(total.lost),
                "duplicated": len(total.duplicated), "replayed records": counts["replayed"],
                "crashed after a flush commit": counts["crashed"],
@@ -73,7 +71,7 @@ def run(lab: Lab) -> Outcome:
     return Outcome.passed(figures)
 
 
-def _prove_on(lab: Lab, plan: TailPlan, counts: dict[str, int], advance: object) -> Tally:
+def _prove_on(lab: Lab, plan: TailPlan, counts: dict[str, int], advance: Callable[[int], None]) -> Tally:
     tally = Tally()
     node = lab.server(f"replay-{plan.kind}", tail=plan, write_buffer_ms=FILL_WINDOW_MS)
     tables = [lab.table(f"{plan.kind}_{n}") for n in range(TABLES)]
@@ -92,7 +90,7 @@ def _prove_on(lab: Lab, plan: TailPlan, counts: dict[str, int], advance: object)
         offset = log_size(node)
         node = lab.restart(node)
         counts["replayed"] += _replayed(log_since(node, offset))
-        advance(1)  # type: ignore[operator]
+        advance(1)
     tally.check(read_ids(lab, node, tables))
     node.stop()
     return tally
@@ -103,11 +101,11 @@ def _crash_after_first_flush(lab: Lab, node: Node, counts: dict[str, int]) -> fl
     offset = log_size(node)
     started = start_unready(lab, node, faults=CRASH_POINT)
     replay_began = _wait_tail_open(started, offset)
-    code = wait_exit(started, START_TIMEOUT_S)
+    code = wait_exit_or_ready(started, START_TIMEOUT_S)
     took_s = time.monotonic() - replay_began
     log = log_since(started, offset)
     if code is None:
-        started.kill()  # it replayed nothing (the tail held nothing above the lake) and serves
+        started.kill()  # it flushed nothing (the lake held every record already) and serves
         return took_s
     if code != CRASH_EXIT or "icegres-fault: reached after-flush-commit" not in log:
         raise RuntimeError(f"{started.name} exited with {code} during replay, not at the crash point: "
@@ -121,8 +119,11 @@ def _kill_during_replay(lab: Lab, node: Node, replay_s: float, counts: dict[str,
     started = start_unready(lab, node)
     _wait_tail_open(started, offset)
     time.sleep(lab.rng.uniform(0.0, replay_s))
+    if not started.running():
+        raise RuntimeError(f"{started.name} exited with {started.proc.returncode if started.proc else '?'} "
+                           f"during replay: {log_since(started, offset).strip().splitlines()[-3:]}")
     counts["kills"] += 1
-    if started.running() and not ready(started):
+    if not ready(started):
         counts["killed in replay"] += 1
     started.kill()
 
