@@ -22,6 +22,7 @@ from typing import IO, Any
 from icegres.config import Settings
 from icegres.verify import report
 from icegres.verify.claims import CLAIMS, by_name
+from icegres.verify.cleanup import remove_scratch_tails
 from icegres.verify.deployment import Deployment
 from icegres.verify.lab import Lab, Progress
 from icegres.verify.nodes import Nodes, child_base_env
@@ -162,6 +163,7 @@ def verify(settings: Settings, options: Options, *, out: IO[str] | None = None, 
         if not options.keep:
             with contextlib.suppress(Exception):
                 drop_namespace(catalog, options.namespace)
+            remove_scratch_tails(deployment, lab.tails(), [n.data_dir for n in nodes.by_name.values() if n.kind == "serve"])
         if options.keep or failed:
             print(f"icegres verify: logs kept in {run_dir}"
                   + (f", scratch namespace {options.namespace} kept" if options.keep else ""), file=talk)

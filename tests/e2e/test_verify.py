@@ -153,3 +153,14 @@ def test_a_claim_fails_when_its_guarantee_is_broken(lake: Path, claim: str, guar
     assert result["result"] == "FAIL" and says in result["detail"], result
     assert scratch_rows(lake) == []
 
+
+
+def test_with_a_tail_dir_the_ladder_claims_pass_and_leave_nothing_beside_it(lake: Path, tmp_path: Path) -> None:
+    wal = tmp_path / "wal"
+    proc = run_verify("--data-dir", str(lake), "--write-buffer-ms", "50", "--tail-dir", str(wal), "--rounds", "1",
+                      "--only", "buffered-acks,replay-once", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = verdicts(proc)
+    assert {c["result"] for c in results.values()} == {"PASS"}, results
+    assert results["buffered-acks"]["figures"]["lost"] == 0 and results["buffered-acks"]["figures"]["acked"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # the scratch logs beside wal/ are gone; wal/ never made

@@ -30,6 +30,17 @@ def _tables(catalog: RestCatalog) -> dict[str, str]:
     return out
 
 
+def _tail_rows(url: str) -> tuple[int, int]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        counts = []
+        for table in ("icegres_tail", "icegres_tail_owner"):
+            exists = conn.execute("select to_regclass(%s)", (table,)).fetchone()[0]
+            counts.append(conn.execute(f"select count(*) from {table}").fetchone()[0] if exists else 0)
+    return counts[0], counts[1]
+
+
 def test_every_claim_passes_on_seaweedfs_with_a_postgres_tail_and_local_keepers(stack: Stack,  # noqa: F811
                                                                                    tmp_path: Path) -> None:
     env = stack.env()
@@ -37,6 +48,7 @@ def test_every_claim_passes_on_seaweedfs_with_a_postgres_tail_and_local_keepers(
                    check=True, timeout=600, capture_output=True, stdin=subprocess.DEVNULL, env=verify_env(env))
     catalog = RestCatalog("verify-test", **stack.pyiceberg_properties())
     before = _tables(catalog)
+    tail_rows_before = _tail_rows(stack.pg_url)
     proc = run_verify("--data-dir", str(tmp_path / "d"), "--write-buffer-ms", "50", "--tail-url", stack.pg_url,
                       "--local-keepers", "--rounds", "1", "--json", env=env, timeout_s=1100)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -44,6 +56,7 @@ def test_every_claim_passes_on_seaweedfs_with_a_postgres_tail_and_local_keepers(
     assert {name: c["result"] for name, c in results.items()} == {name: "PASS" for name in results}, results
     assert len(results) >= 3
     assert _tables(catalog) == before
+    assert _tail_rows(stack.pg_url) == tail_rows_before  # the scratch servers' tail rows are gone
     assert SCRATCH not in [ns[0] for ns in catalog.list_namespaces()]
 
 

@@ -9,9 +9,9 @@ __all__ = ["CLAIMS", "by_name"]
 
 
 def _claims() -> tuple[Claim, ...]:
-    from icegres.verify.claims import bank, commit_crash, freshness
+    from icegres.verify.claims import bank, buffered_acks, commit_crash, freshness, replay_once
 
-    return (commit_crash.CLAIM, freshness.CLAIM, bank.CLAIM)
+    return (commit_crash.CLAIM, buffered_acks.CLAIM, replay_once.CLAIM, freshness.CLAIM, bank.CLAIM)
 
 
 CLAIMS: tuple[Claim, ...] = _claims()
