@@ -6,6 +6,7 @@ failed, 2 when the configuration is bad (one line per problem, before anything i
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import shutil
@@ -108,6 +109,9 @@ def verify(settings: Settings, options: Options, *, out: IO[str] | None = None, 
            environ: Mapping[str, str] | None = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
+    # A refused catalog write makes psycopg warn while SQLAlchemy drops the aborted connection:
+    # the problem is reported once, as verify's own line.
+    logging.getLogger("psycopg").setLevel(logging.ERROR)
     environ = os.environ if environ is None else environ
     claims, unknown = select(options.only)
     if unknown:
