@@ -36,6 +36,11 @@ claim covering the guarantee FAILs when it does not hold; nothing else sets them
 Broken guarantees:
   atomic-publish  SQL catalogs: a multi-table commit moves each table's pointer in a database
                   transaction of its own, pausing 0.3 s after the first (`catalog.commit_tables`).
+  lake-fencing    a quorum writer flushes as if it held its tail alone: no writer term asserted
+                  or checked at the lake, no drop of records another writer of its tail already
+                  flushed, rebased onto any head (`ladder.WriteLadder`).
+  quorum-majority a quorum writer counts one keeper's answer as a majority, for promises and
+                  for acknowledgements (`drivers/quorum.open_quorum_tail`).
 
 The variable is read and parsed once, when this module is first imported (at server start-up,
 via the catalog module). A malformed value raises ValueError then — a typo must never silently
@@ -52,7 +57,7 @@ from dataclasses import dataclass
 ENV_VAR = "ICEGRES_FAULTS"
 POINTS = frozenset({"before-publish", "mid-publish", "after-flush-commit", "after-publish",
                     "after-catalog-intent", "after-catalog-move", "after-catalog-purge"})
-GUARANTEES = frozenset({"atomic-publish"})  # points whose only action is `break` (see above)
+GUARANTEES = frozenset({"atomic-publish", "lake-fencing", "quorum-majority"})  # points whose only action is `break` (see above)
 SLEEP_S_MAX = 3600.0
 CRASH_EXIT_CODE = 137  # what a shell reports for SIGKILL (128 + 9)
 
