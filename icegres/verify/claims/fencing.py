@@ -181,7 +181,10 @@ def stale_commits(flushes: list[tuple[str, int, str]]) -> int:
     stale = 0
     highest: dict[str, tuple[int, Term | None]] = {}
     for tail_id, lsn, term_text in flushes:
-        term = Term.parse(term_text) if term_text else None
+        try:
+            term = Term.parse(term_text) if term_text else None
+        except ValueError:
+            term = None  # not a quorum term: the LSN alone tells
         seen = highest.get(tail_id)
         if seen is not None:
             lsn_back = lsn <= seen[0]
