@@ -209,9 +209,10 @@ def run(lab: Lab) -> Outcome:
     if not plans:
         if any(p.kind == "dir" for p in lab.tails()):
             return Outcome.skipped(
-                "--tail-dir is one server's local WAL directory: there is no second writer to fence "
-                "(a replacement writer is the same server restarted on it). Give --tail-quorum (scratch "
-                "keepers) or --local-keepers, or --tail-url, to prove a stale writer is fenced")
+                "--tail-dir has no writer fence to prove: it is one server's local WAL, taken over only by "
+                "that server restarted (a second server given the same directory is not refused: run exactly "
+                "one per directory). Give --tail-quorum (scratch keepers) or --local-keepers, or --tail-url, "
+                "to prove a stale writer is fenced")
         return Outcome.skipped("no shared tail configured: give --tail-quorum (scratch keepers) or "
                                "--local-keepers, or --tail-url (a Postgres tail), to prove a stale writer is fenced")
     figures: dict[str, Any] = {}
