@@ -94,8 +94,8 @@ def quorum_problems(addresses: str) -> list[str]:
                             "wait until it logs 'caught up and serving'")
         elif state.in_use:
             problems.append(f"--tail-quorum: keeper {host}:{port} is in use (writer term {state.promised or '-'}, "
-                            f"{state.records} records held above slot {state.trimmed}); a scratch writer would take "
-                            f"that writer's term: {STEAL_REFUSAL}")
+                            f"{state.records} records held above slot {state.trimmed}; a keeper cannot tell whether that "
+                            f"writer still runs), and a scratch writer would take its term: {STEAL_REFUSAL}")
     return problems
 
 
