@@ -43,6 +43,11 @@ Broken guarantees:
                   records sit in memory only (`drivers/tail.SteppedTail`).
   replay-watermark  replay ignores the lake watermark: every record the tail still holds is
                   replayed, those a flush already put in the lake too (`ladder.WriteLadder.replay`).
+  lake-fencing    a quorum writer flushes as if it held its tail alone: no writer term asserted
+                  or checked at the lake, no drop of records another writer of its tail already
+                  flushed, rebased onto any head (`ladder.WriteLadder`).
+  quorum-majority a quorum writer counts one keeper's answer as a majority, for promises and
+                  for acknowledgements (`drivers/quorum.open_quorum_tail`).
 
 The variable is read and parsed once, when this module is first imported (at server start-up,
 via the catalog module). A malformed value raises ValueError then — a typo must never silently
@@ -59,7 +64,8 @@ from dataclasses import dataclass
 ENV_VAR = "ICEGRES_FAULTS"
 POINTS = frozenset({"before-publish", "mid-publish", "after-flush-commit", "after-publish",
                     "after-catalog-intent", "after-catalog-move", "after-catalog-purge"})
-GUARANTEES = frozenset({"atomic-publish", "exact-freshness", "durable-ack", "replay-watermark"})  # points whose only action is `break` (see above)
+GUARANTEES = frozenset({  # points whose only action is `break` (see above)
+    "atomic-publish", "exact-freshness", "durable-ack", "replay-watermark", "lake-fencing", "quorum-majority"})
 SLEEP_S_MAX = 3600.0
 CRASH_EXIT_CODE = 137  # what a shell reports for SIGKILL (128 + 9)
 

@@ -205,6 +205,10 @@ class WriteLadder:
         # A tail that writers hold in turn (the quorum's): a stale writer is fenced at the lake, so
         # every flush asserts this writer's term there (`_lake_fence`).
         self._lake_fenced = tail if isinstance(tail, LakeFencedTail) else None
+        from icegres import faults
+
+        if faults.broken("lake-fencing"):
+            self._lake_fenced = None  # on purpose: flush as if this writer held its tail alone
         self.driver = BufferDriver(
             Config(window_ms=window_ms, ack=AckPolicy.TAIL if tail is not None else AckPolicy.MEMORY),
             self._flush,

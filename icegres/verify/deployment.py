@@ -9,7 +9,7 @@ A scratch server never takes a production server's data directory or tail identi
 - `--tail-url URL` is the same database, but the tail id derives from the data directory, so each
   scratch server has rows of its own (serve.pg_tail_id);
 - `--tail-quorum` keepers hold one log for whoever wins the term: a scratch writer would depose the
-  production one. They are used only when no writer holds them (`run.refuse_live_tails`), or
+  production one. They are used only when no writer holds them (`quorum_probe.quorum_problems`, called by `run.preflight`), or
   replaced by three local keepers (`--local-keepers`).
 """
 

@@ -20,12 +20,13 @@ import os
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any
 
 import trio
 
+from icegres import faults
 from icegres.machines.drivers.tail import AppendFailed, Waiters
 from icegres.machines.quorum import (
     Accepted,
@@ -389,6 +390,8 @@ async def open_quorum_tail(
         # depends on it (terms are unique by writer id; rejections tell the real promises).
         round = max(1, int(time.time()))
     config = config or Config(acceptors=len(parsed))
+    if faults.broken("quorum-majority"):
+        config = _OneIsAMajority(**{f.name: getattr(config, f.name) for f in fields(config)})
     if config.acceptors != len(parsed):
         raise ValueError(f"config.acceptors is {config.acceptors} but {len(parsed)} keepers given")
     failure: QuorumAppendFailed | None = None
@@ -406,6 +409,14 @@ async def open_quorum_tail(
         nursery.cancel_scope.cancel()
     if failure is not None:
         raise failure
+
+
+class _OneIsAMajority(Config):
+    """The `quorum-majority` guarantee broken on purpose (icegres.faults): one answer decides."""
+
+    @property
+    def majority(self) -> int:
+        return 1
 
 
 # --- the write ladder's view of a quorum tail -------------------------------------------------------

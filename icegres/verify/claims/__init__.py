@@ -9,9 +9,18 @@ __all__ = ["CLAIMS", "by_name"]
 
 
 def _claims() -> tuple[Claim, ...]:
-    from icegres.verify.claims import bank, buffered_acks, commit_crash, freshness, replay_once
+    from icegres.verify.claims import (
+        bank,
+        buffered_acks,
+        commit_crash,
+        fencing,
+        freshness,
+        quorum_failover,
+        replay_once,
+    )
 
-    return (commit_crash.CLAIM, buffered_acks.CLAIM, replay_once.CLAIM, freshness.CLAIM, bank.CLAIM)
+    return (commit_crash.CLAIM, buffered_acks.CLAIM, replay_once.CLAIM, fencing.CLAIM, quorum_failover.CLAIM,
+            freshness.CLAIM, bank.CLAIM)
 
 
 CLAIMS: tuple[Claim, ...] = _claims()
