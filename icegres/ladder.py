@@ -480,7 +480,11 @@ class WriteLadder:
         run = run_commit if effect.attempt == 1 else run_recovery
         # Fenced at the lake (quorum): no rebase. The publish asserts the head the fence was
         # checked on; a moved head aborts, and the retry checks the fence again on the new head.
-        config = CommitConfig(max_attempts=1, max_rebases=0) if fenced_at_lake else CommitConfig()
+        # A retry runs as a recovery, which charges the earlier attempt before it looks for the
+        # token: it needs a second attempt to publish at all (with one, every retry gave up after
+        # looking, and a flush that lost one race to another commit was dropped after its tries).
+        config = CommitConfig(max_attempts=1 if effect.attempt == 1 else 2, max_rebases=0) \
+            if fenced_at_lake else CommitConfig()
         outcome = await run(request, world, config)
         if not outcome.committed:
             message = outcome.message or "commit failed"
