@@ -57,6 +57,25 @@ def test_tail_dir_without_a_buffer_window_is_a_start_up_error(tmp_path: Path) ->
     assert "--tail-dir needs the write buffer" in proc.stderr
 
 
+def test_a_second_server_on_a_tail_dir_in_use_is_refused_until_the_first_dies(data_dir: Path) -> None:
+    """One writer per WAL directory: the second would write segments the first trims (found by
+    `icegres verify`: both started, and the second's acknowledged rows were lost)."""
+    wal = data_dir.parent / "wal"
+    args = ("--write-buffer-ms", str(WINDOW_MS), "--tail-dir", str(wal))
+    with serve(data_dir, *args) as first:
+        second = subprocess.run([sys.executable, "-m", "icegres", "serve", "--data-dir", str(data_dir.parent / "d2"),
+                                 "--port", "0", *args], capture_output=True, text=True, timeout=120,
+                                stdin=subprocess.DEVNULL)
+        assert second.returncode == 1, second.stderr[-2000:]
+        assert second.stderr.strip().splitlines()[-1] == (
+            f"icegres: the WAL directory {wal} is in use by pid {first.proc.pid}: one server per --tail-dir "
+            "(stop it first, or give this server a directory of its own)")
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(timeout=30)
+    with serve(data_dir, *args) as again:  # the kernel released the dead server's lock
+        assert again.proc.poll() is None
+
+
 @pytest.mark.parametrize("tail", [False, True], ids=["memory", "wal"])
 def test_insert_is_acked_before_the_flush_and_visible_at_once(data_dir: Path, tail: bool) -> None:
     args = ["--write-buffer-ms", str(WINDOW_MS)] + (["--tail-dir", str(data_dir.parent / "wal")] if tail else [])

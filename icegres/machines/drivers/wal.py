@@ -12,6 +12,7 @@ driver's own nursery.
 from __future__ import annotations
 
 import errno
+import fcntl
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
@@ -26,7 +27,7 @@ import trio
 from icegres.machines.drivers.serial_thread import SerialThread
 
 # AppendFailed is every tail's: re-exported here, where the WAL's callers have always found it.
-from icegres.machines.drivers.tail import AppendFailed, SteppedTail, drain
+from icegres.machines.drivers.tail import AppendFailed, SteppedTail, TailUnavailable, drain
 from icegres.machines.wal import (
     Config,
     CreateSegment,
@@ -101,10 +102,33 @@ class DirectoryStore:
     thread (`SerialThread`: one hop cheaper than a pooled worker thread); recovery's read and the
     deletion of trimmed segments run in worker threads, off that path."""
 
+    LOCK_NAME = "LOCK"  # not a segment name: recovery never reads it
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._fds: dict[str, int] = {}
+        self._lock_fd: int | None = None
         self._thread = SerialThread(f"wal-io {self.path.name}")
+
+    def claim(self) -> None:
+        """Hold the directory for this process (an exclusive flock, released by the kernel when
+        the process dies, SIGKILL included), or raise TailUnavailable naming the holder.
+
+        A WAL directory has exactly one writer: a second server appending to it would write
+        segments the first one trims, and its acknowledged records would be lost (found by
+        `icegres verify`: two servers on one --tail-dir both started and acknowledged writes)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / self.LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise TailUnavailable(f"the WAL directory {self.path} is in use by {holder}: one server per --tail-dir "
+                                  "(stop it first, or give this server a directory of its own)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
 
     async def read_all(self) -> dict[str, bytes]:
         return await trio.to_thread.run_sync(self._read_all)
@@ -210,6 +234,9 @@ class DirectoryStore:
         fds, self._fds = self._fds, {}
         for fd in fds.values():
             os.close(fd)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
 
 
 class WalTail(SteppedTail):
@@ -364,7 +391,13 @@ async def open_wal_tail(
     finished (their waiters answered) before the files are closed.
     """
     store: SegmentStore = path if hasattr(path, "read_all") else DirectoryStore(path)  # type: ignore[arg-type,assignment]
-    recovery = await read_tail(store, config, watermark_lsn=watermark_lsn, new_tail_id=new_tail_id)
+    if isinstance(store, DirectoryStore):
+        await trio.to_thread.run_sync(store.claim)
+    try:
+        recovery = await read_tail(store, config, watermark_lsn=watermark_lsn, new_tail_id=new_tail_id)
+    except BaseException:
+        store.close()
+        raise
     try:
         async with trio.open_nursery() as nursery:
             tail = WalTail(store, recovery, nursery)

@@ -209,10 +209,10 @@ def run(lab: Lab) -> Outcome:
     if not plans:
         if any(p.kind == "dir" for p in lab.tails()):
             return Outcome.skipped(
-                "--tail-dir has no writer fence to prove: it is one server's local WAL, taken over only by "
-                "that server restarted (a second server given the same directory is not refused: run exactly "
-                "one per directory). Give --tail-quorum (scratch keepers) or --local-keepers, or --tail-url, "
-                "to prove a stale writer is fenced")
+                "--tail-dir has no writer to depose: it is one server's local WAL, held with a lock a second "
+                "server is refused (tests/e2e/test_write_buffer.py) and taken over only by that server "
+                "restarted. Give --tail-quorum (scratch keepers) or --local-keepers, or --tail-url, to prove a "
+                "stale writer is fenced")
         return Outcome.skipped("no shared tail configured: give --tail-quorum (scratch keepers) or "
                                "--local-keepers, or --tail-url (a Postgres tail), to prove a stale writer is fenced")
     figures: dict[str, Any] = {}
