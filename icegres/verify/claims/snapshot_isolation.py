@@ -35,6 +35,7 @@ import itertools
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -56,6 +57,7 @@ ATTEMPTS_MAX = 3  # per transaction: the first and two retries after 40001
 WORKER_JOIN_S = 600.0
 PHASES = ("repeatable read", "serializable")  # the second is also checked for G2
 DETAIL_CHARS_MAX = 600
+SERIALIZATION_FAILURE = "40001"
 
 
 def run(lab: Lab) -> Outcome:
@@ -77,6 +79,7 @@ class Phase:
     report: Report
     check_s: float
     error: str | None
+    outcomes: Counter[str]  # attempts by how they ended
 
     @property
     def problem(self) -> str | None:
@@ -110,21 +113,26 @@ def run_phase(lab: Lab, level: str, servers: tuple[Node, ...]) -> Phase:
     started = time.monotonic()
     report = check(History(tuple(workload.txns)), serializable=level == "serializable")
     check_s = time.monotonic() - started
-    return Phase(level, report, check_s, next((w.error for w in workers if w.error is not None), None))
+    return Phase(level, report, check_s, next((w.error for w in workers if w.error is not None), None),
+                 workload.outcomes)
 
 
 def _figures(phases: list[Phase]) -> dict[str, object]:
     """Totals over the phases run."""
     reports = [p.report for p in phases]
-    return {
+    outcomes = sum((p.outcomes for p in phases), Counter())
+    figures: dict[str, object] = {
         "txns": sum(r.txns for r in reports),
         "ok": sum(r.ok for r in reports),
-        "aborted_40001": sum(r.failed for r in reports),
+        "aborted_40001": outcomes[SERIALIZATION_FAILURE],
         "in_doubt": sum(r.unknown for r in reports),
         "ops": sum(r.ops for r in reports),
         "anomalies": sum(sum(r.counts.values()) for r in reports),
         "check_s": round(sum(p.check_s for p in phases), 3),
     }
+    if outcomes["lost before COMMIT"]:
+        figures["lost_connections"] = outcomes["lost before COMMIT"]
+    return figures
 
 
 class ClaimBroken(Exception):
@@ -148,6 +156,7 @@ class _Workload:
     creator: Node
     tickets: Iterator[int]
     txns: list[Txn] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)  # "ok", "40001", "lost before COMMIT", ...
     _tables: dict[int, _Table] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _table_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -161,9 +170,10 @@ class _Workload:
         with self._lock:
             return next(self._values)
 
-    def record(self, process: int, ops: list[MicroOp], status: Status, start_s: float) -> None:
+    def record(self, process: int, ops: list[MicroOp], status: Status, start_s: float, outcome: str = "ok") -> None:
         with self._lock:
             self.txns.append(Txn(len(self.txns), process, tuple(ops), status, start_s, time.monotonic()))
+            self.outcomes[outcome] += 1
 
     def table(self, ticket: int) -> _Table:
         """The table of `ticket`'s generation, made (with its keys' rows) by the first to need it."""
@@ -227,27 +237,36 @@ class _Worker:
                     if len(rows) != 1:
                         raise ClaimBroken(f"key {key} of {table} has {len(rows)} rows, not 1")
                     ops.append(Read(key, tuple(int(v) for v in str(rows[0][0]).split(",") if v)))
-        except psycopg.errors.SerializationFailure:
-            conn.execute("rollback")
-            workload.record(self.process, ops, Status.FAIL, started)
-            return Status.FAIL
-        except psycopg.OperationalError:  # the connection is gone before COMMIT: nothing committed
-            workload.record(self.process, ops, Status.FAIL, started)
-            conn.close()
-            return Status.FAIL
+        except psycopg.Error as exc:
+            return self._ended(conn, ops, started, exc, committing=False)
         try:
             conn.execute("commit")
-        except psycopg.errors.SerializationFailure:
-            conn.execute("rollback")  # the block is over; PostgreSQL would only warn
-            workload.record(self.process, ops, Status.FAIL, started)
-            return Status.FAIL
-        except psycopg.OperationalError:  # lost during COMMIT: it may have landed
-            unobserved: list[MicroOp] = [Read(op.key, None) if isinstance(op, Read) else op for op in ops]
-            workload.record(self.process, unobserved, Status.INFO, started)
-            conn.close()
-            return Status.INFO
+        except psycopg.Error as exc:
+            return self._ended(conn, ops, started, exc, committing=True)
         workload.record(self.process, ops, Status.OK, started)
         return Status.OK
+
+    def _ended(self, conn: psycopg.Connection[tuple[object, ...]], ops: list[MicroOp], started: float,
+               exc: psycopg.Error, *, committing: bool) -> Status:
+        """Record an attempt that `exc` ended; its status. 40001 is an abort. A lost connection, or
+        class 08 with the connection alive (the server's own "outcome unknown"), is an abort
+        before COMMIT and an unknown outcome during it (then the reads are unobserved: the
+        transaction may not have committed). Any other error is none this workload can meet:
+        it ends the worker, and the claim reports it."""
+        sqlstate = exc.sqlstate or ""
+        if conn.broken or sqlstate.startswith("08"):
+            conn.close()
+            outcome = "lost during COMMIT" if committing else "lost before COMMIT"
+            status = Status.INFO if committing else Status.FAIL
+            if committing:
+                ops = [Read(op.key, None) if isinstance(op, Read) else op for op in ops]
+        elif sqlstate == SERIALIZATION_FAILURE:
+            conn.execute("rollback")  # after a COMMIT that failed the block is over: PostgreSQL only warns
+            outcome, status = SERIALIZATION_FAILURE, Status.FAIL
+        else:
+            raise exc
+        self.workload.record(self.process, ops, status, started, outcome)
+        return status
 
 
 CLAIM = Claim(
