@@ -31,7 +31,10 @@ SUITES = {
     "scram_connect": "connect + SCRAM-SHA-256 login + select 1 + close, icegres vs PostgreSQL 15 (scram in pg_hba)",
     "tls": "point lookup p50/p99 and connect time over TLS vs plaintext, icegres vs PostgreSQL (ssl=on)",
     "big_lake": "start to first answered query and RSS with 1,000 tables (100k data files) vs 2 tables",
+    "list_append_check": "bench/list_append_check.py (verify's Elle-style checker on 100k-transaction histories)",
 }
+# Suites whose module lives beside this file rather than in bench/suites/.
+MODULES = {"list_append_check": "bench.list_append_check"}
 DEFAULT = ("read", "concurrency", "startup", "scale", "flight", "pgbench", "pgwire_read", "pgwire_write")
 
 
@@ -84,7 +87,7 @@ def run_suite(name: str, opts: Options) -> None:
     if name in ("pgwire_read", "pgwire_write", "write_ladder"):
         _legacy(name, opts)
         return
-    module = __import__(f"bench.suites.{name}", fromlist=["run"])
+    module = __import__(MODULES.get(name, f"bench.suites.{name}"), fromlist=["run"])
     module.run(opts)
 
 

@@ -48,6 +48,11 @@ Broken guarantees:
                   flushed, rebased onto any head (`ladder.WriteLadder`).
   quorum-majority a quorum writer counts one keeper's answer as a majority, for promises and
                   for acknowledgements (`drivers/quorum.open_quorum_tail`).
+  first-committer-wins  a commit whose base is no longer the head is published anyway, as if
+                  nobody had committed since its base: the table becomes base - removed + added,
+                  undoing what the commits in between did (last committer wins: lost updates).
+                  The inspection reports the rows it rewrote as untouched, so the machine
+                  rebases instead of answering 40001 (`engine/lake_world.py`).
 
 The variable is read and parsed once, when this module is first imported (at server start-up,
 via the catalog module). A malformed value raises ValueError then — a typo must never silently
@@ -65,7 +70,8 @@ ENV_VAR = "ICEGRES_FAULTS"
 POINTS = frozenset({"before-publish", "mid-publish", "after-flush-commit", "after-publish",
                     "after-catalog-intent", "after-catalog-move", "after-catalog-purge"})
 GUARANTEES = frozenset({  # points whose only action is `break` (see above)
-    "atomic-publish", "exact-freshness", "durable-ack", "replay-watermark", "lake-fencing", "quorum-majority"})
+    "atomic-publish", "exact-freshness", "durable-ack", "replay-watermark", "lake-fencing", "quorum-majority",
+    "first-committer-wins"})
 SLEEP_S_MAX = 3600.0
 CRASH_EXIT_CODE = 137  # what a shell reports for SIGKILL (128 + 9)
 

@@ -165,7 +165,9 @@ class LakeWorld:
             meta = table.metadata
             write = self._writes.get(name)
             live: frozenset[str] = frozenset()
-            if write is not None and write.removed:
+            if write is not None and write.removed and faults.broken("first-committer-wins"):
+                live = frozenset(write.removed)  # on purpose: no write is ever in another's way
+            elif write is not None and write.removed:
                 paths = {t.file.file_path for t in table.scan().plan_files()} if meta.current_snapshot_id else set()
                 live = frozenset(p for p in write.removed if p in paths)
             has_token = carries_token(meta, request.token)
@@ -195,6 +197,8 @@ class LakeWorld:
                 raise CommitRejected(f"table {name} moved again while rebasing")
             if write.base.primary_key and write.added:
                 _recheck_primary_key(write, table)
+            if faults.broken("first-committer-wins"):
+                write = _as_if_alone(write, table)
         tx = lean_transaction.transaction(table)
         if write.metadata_change is not None:
             write.metadata_change(tx)
@@ -259,6 +263,20 @@ def commit_metadata_change(lakehouse: Lakehouse, key: tuple[str, str], table: An
     outcome = trio.run(run_commit, request, LakeWorld(lakehouse, txn), Config())
     if not outcome.committed:
         raise PgError(outcome.sqlstate or "XX000", outcome.message or "commit failed", detail=outcome.detail or None)
+
+
+def _as_if_alone(write: StagedWrite, head: Any) -> StagedWrite:
+    """ICEGRES_FAULTS=first-committer-wins=break: `write` rebased onto `head` so that the table
+    becomes what it would be had nobody committed since the write's base (base - removed +
+    added): the files others added since are removed and the files they removed come back."""
+    from dataclasses import replace
+    from types import MappingProxyType
+
+    live = {t.file.file_path: t.file for t in head.scan().plan_files()} if head.metadata.current_snapshot_id else {}
+    keep = {p: f for p, f in write.base.data_files.items() if p not in write.removed}
+    removed = {p: f for p, f in live.items() if p not in keep}
+    added = {**{p: f for p, f in keep.items() if p not in live}, **write.added}
+    return replace(write, removed=MappingProxyType(removed), added=MappingProxyType(added))
 
 
 def _recheck_primary_key(write: StagedWrite, head: Any) -> None:
