@@ -59,6 +59,7 @@ def commit_request(txn: TxnState, token: str | None = None) -> CommitRequest | N
             added_files=frozenset(w.added),
             reads_table=(w.read_rows or bool(w.base.primary_key)
                          or (txn.serializable and w.key in txn.read_keys)),
+            serializable_read=txn.serializable and w.key in txn.read_keys,
         )
         for w in sorted(txn.writes.values(), key=lambda w: w.key)
         if w.added or w.removed or w.metadata_change is not None

@@ -106,8 +106,14 @@ class TableWrite:
     # the table, a SERIALIZABLE read. A rebase changes what it read, so its rebases are charged
     # against max_attempts and the world reports keys others inserted since its base.
     reads_table: bool = False
+    # A SERIALIZABLE transaction read this table: it lands only on the snapshot it read. Any other
+    # commit to the table since may have changed what it read (write skew: two blocks that each
+    # read both rows and each update a different one), so a moved head is 40001, never a rebase.
+    serializable_read: bool = False
 
     def __post_init__(self) -> None:
+        if self.serializable_read and not self.reads_table:
+            raise ValueError(f"a SERIALIZABLE read of {self.table} is a read of the table")
         if self.kind is WriteKind.APPEND and self.removed_files:
             raise ValueError(f"an APPEND to {self.table} cannot remove files")
 
@@ -640,6 +646,8 @@ def _find_conflict(request: CommitRequest, heads: dict[str, TableHead]) -> tuple
             return write.table, "rows this statement changed were changed by another transaction"
         if write.reads_table and head.key_conflict:
             return write.table, "another transaction inserted a key this statement inserts"
+        if write.serializable_read and head.snapshot != write.base_snapshot:
+            return write.table, "a table this transaction read was changed by another transaction"
     for read in request.reads:
         head = heads[read.table]
         if not _same_incarnation(head, read.table_uuid) or head.snapshot != read.snapshot:

@@ -27,7 +27,7 @@ from tests.support.verify import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
-LOCAL_CLAIMS = {"commit-crash", "freshness", "bank"}
+LOCAL_CLAIMS = {"commit-crash", "freshness", "snapshot-isolation", "bank"}
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +143,7 @@ def test_keep_leaves_the_namespace_and_the_next_run_takes_it_back(lake: Path) ->
 @pytest.mark.parametrize(("claim", "guarantee", "rounds", "says"), [
     ("commit-crash", "atomic-publish", "4", "landed in one table only"),
     ("freshness", "exact-freshness", "1", "were not visible on server B at once"),
+    ("bank", "first-committer-wins", "1", "an update was lost"),
 ])
 def test_a_claim_fails_when_its_guarantee_is_broken(lake: Path, claim: str, guarantee: str, rounds: str,
                                                     says: str) -> None:

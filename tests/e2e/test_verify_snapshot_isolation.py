@@ -47,7 +47,14 @@ def lab(tmp_path: Path, faults: str | None = None) -> Iterator[Lab]:
         nodes.close()
 
 
-def test_snapshot_isolation_holds_under_repeatable_read(tmp_path: Path) -> None:
+def test_snapshot_isolation_and_serializability_hold(tmp_path: Path) -> None:
+    with lab(tmp_path) as it:
+        outcome = snapshot_isolation.run(it)
+    assert outcome.verdict is Verdict.PASS, outcome
+    assert outcome.figures["anomalies"] == 0
+
+
+def test_the_repeatable_read_workload_collides(tmp_path: Path) -> None:
     with lab(tmp_path) as it:
         phase = snapshot_isolation.run_phase(it, "repeatable read", (it.server("a"), it.server("b")))
     assert phase.problem is None, phase.problem
@@ -57,11 +64,9 @@ def test_snapshot_isolation_holds_under_repeatable_read(tmp_path: Path) -> None:
     assert report.ops > report.txns
 
 
-@pytest.mark.xfail(strict=True, reason="icegres bug: a SERIALIZABLE block that read a table and writes it rebases "
-                                       "its write onto a concurrent commit instead of failing 40001 "
-                                       "(lake_world.commit_request asserts only the read tables it does not write)")
 def test_write_skew_inside_one_table_is_refused_under_serializable(tmp_path: Path) -> None:
-    # The claim's SERIALIZABLE phase finds this as G2 most runs; here the interleaving is fixed.
+    # Before the fix both COMMITs landed (G2, write skew); the claim's SERIALIZABLE phase found it
+    # in most runs. Here the interleaving is fixed: the second COMMIT must be 40001.
     with lab(tmp_path) as it:
         node = it.server("a")
         table = it.table("skew")
@@ -87,6 +92,7 @@ def test_write_skew_inside_one_table_is_refused_under_serializable(tmp_path: Pat
         txn(2, ("r", 0, []), ("r", 1, []), ("append", 1, 2), status=second),
         txn(3, ("r", 0, final[0]), ("r", 1, final[1])),
     ))
+    assert second is Status.FAIL
     assert check(history).valid  # snapshot isolation allows write skew
     report = check(history, serializable=True)
     assert report.valid, report.summary()

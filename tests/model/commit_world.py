@@ -327,7 +327,8 @@ class CommitHarness:
                     kind,
                     removed,
                     added,
-                    reads_table=keyed,
+                    reads_table=keyed or bool(w.get("serializable")),
+                    serializable_read=bool(w.get("serializable")),
                 )
             )
         reads = tuple(
@@ -599,6 +600,20 @@ def check_keys_stay_unique(h: CommitHarness) -> None:
             live = (live - snap.removed) | snap.added
 
 
+def check_serializable_reads_current(h: CommitHarness) -> None:
+    read = {
+        token: {w.table_uuid: w for w in record.request.writes if w.serializable_read}
+        for token, record in h.commits.items()
+    }
+    for table in h.catalog.incarnations.values():
+        for snap in table.snapshots:
+            write = read.get(snap.token or "", {}).get(table.uuid)
+            if write is not None:
+                assert snap.parent == write.base_snapshot, (
+                    f"{snap.token} read {table.name} at {write.base_snapshot} SERIALIZABLE and landed on {snap.parent}"
+                )
+
+
 def check_retries_bounded(h: CommitHarness) -> None:
     publishes_max = h.config.max_attempts + h.config.max_rebases
     for token, record in h.commits.items():
@@ -628,6 +643,7 @@ STEP_CHECKERS: dict[str, Callable[[CommitHarness], None]] = {
     "snapshot_isolated_history": check_snapshot_isolated_history,
     "blind_appends_outlast_concurrency": check_blind_appends_outlast_concurrency,
     "keys_stay_unique": check_keys_stay_unique,
+    "serializable_reads_current": check_serializable_reads_current,
     "retries_bounded": check_retries_bounded,
     "spec_transitions_only": check_spec_transitions_only,
 }

@@ -86,6 +86,8 @@ def drive(rng: random.Random, harness: CommitHarness, steps: int) -> None:
             for w in writes:
                 if keyed and w["kind"] == "append" and rng.random() < 0.5:
                     w["keys"] = [rng.randrange(KEYS)]
+                if rng.random() < 0.2:
+                    w["serializable"] = True
             reads = rng.sample(TABLES, rng.randint(0, 2))
             harness.apply(_begin(rng.choice(idle), tables, writes, reads))
         elif op == "perform":
@@ -156,7 +158,7 @@ write_strategy = st.fixed_dictionaries(
         "remove_mask": st.integers(0, 255),
         "add": st.integers(1, 2),
     },
-    optional={"keys": st.lists(st.integers(0, KEYS - 1), max_size=2, unique=True)},
+    optional={"keys": st.lists(st.integers(0, KEYS - 1), max_size=2, unique=True), "serializable": st.booleans()},
 )
 
 

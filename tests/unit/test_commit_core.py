@@ -234,6 +234,21 @@ def test_moved_read_table_aborts_serializable() -> None:
     assert effects == [Publish(2, (("ns.a", 11),), request.reads)]
 
 
+def test_a_written_table_read_serializable_never_rebases() -> None:
+    """Write skew within one table: two SERIALIZABLE blocks each read both rows and update a
+    different one. The rewrites touch different files, so before this rule the second rebased
+    and landed; PostgreSQL refuses it (40001)."""
+    skew = replace(B, reads_table=True, serializable_read=True)
+    request = CommitRequest("tok", (skew,))
+    state, effects = go(inspecting(request), TablesInspected((head(skew, 21),)))
+    assert state.phase is Phase.ABORTED and state.sqlstate == "40001"
+    assert state.detail == "a table this transaction read was changed by another transaction"
+    state, effects = go(inspecting(request), TablesInspected((head(skew, 20),)))  # its base: not moved
+    assert effects == [Publish(2, (("ns.b", 20),))]
+    with pytest.raises(ValueError, match="is a read of the table"):
+        replace(B, serializable_read=True)
+
+
 def test_rebasing_is_bounded() -> None:
     state = inspecting()
     for attempt in range(2, CONFIG.max_attempts + 1):

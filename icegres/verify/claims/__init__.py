@@ -17,10 +17,11 @@ def _claims() -> tuple[Claim, ...]:
         freshness,
         quorum_failover,
         replay_once,
+        snapshot_isolation,
     )
 
     return (commit_crash.CLAIM, buffered_acks.CLAIM, replay_once.CLAIM, fencing.CLAIM, quorum_failover.CLAIM,
-            freshness.CLAIM, bank.CLAIM)
+            freshness.CLAIM, snapshot_isolation.CLAIM, bank.CLAIM)
 
 
 CLAIMS: tuple[Claim, ...] = _claims()
