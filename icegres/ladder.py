@@ -39,6 +39,9 @@ it, and why:
   (`drivers/pgtail.claim_pg_tail`): rows at or below it were deleted only once every record <= it
   was in the lake, which is the WAL's rule for deleting a segment; exactly-once is then decided per
   table by the lake watermark, as for the WAL.
+- Lake fencing: the quorum and the Postgres tail are held by writers in turn (`LakeFencedTail`),
+  so each of their flushes asserts the writer's term (the quorum term, the Postgres tail's claim
+  epoch) on the head it publishes on, and a higher term there refuses it (`_lake_fence`).
 
 All blocking work (Arrow, Parquet, pyiceberg) runs in worker threads behind a limiter of its own,
 so a flush never waits for the query threads that statements waiting on a flush may hold.
