@@ -43,9 +43,9 @@ Broken guarantees:
                   records sit in memory only (`drivers/tail.SteppedTail`).
   replay-watermark  replay ignores the lake watermark: every record the tail still holds is
                   replayed, those a flush already put in the lake too (`ladder.WriteLadder.replay`).
-  lake-fencing    a quorum writer flushes as if it held its tail alone: no writer term asserted
-                  or checked at the lake, no drop of records another writer of its tail already
-                  flushed, rebased onto any head (`ladder.WriteLadder`).
+  lake-fencing    a quorum or Postgres tail writer flushes as if it held its tail alone: no
+                  writer term (epoch) asserted or checked at the lake, no drop of records another
+                  writer of its tail already flushed, rebased onto any head (`ladder.WriteLadder`).
   quorum-majority a quorum writer counts one keeper's answer as a majority, for promises and
                   for acknowledgements (`drivers/quorum.open_quorum_tail`).
   first-committer-wins  a commit whose base is no longer the head is published anyway, as if

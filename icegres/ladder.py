@@ -39,6 +39,9 @@ it, and why:
   (`drivers/pgtail.claim_pg_tail`): rows at or below it were deleted only once every record <= it
   was in the lake, which is the WAL's rule for deleting a segment; exactly-once is then decided per
   table by the lake watermark, as for the WAL.
+- Lake fencing: the quorum and the Postgres tail are held by writers in turn (`LakeFencedTail`),
+  so each of their flushes asserts the writer's term (the quorum term, the Postgres tail's claim
+  epoch) on the head it publishes on, and a higher term there refuses it (`_lake_fence`).
 
 All blocking work (Arrow, Parquet, pyiceberg) runs in worker threads behind a limiter of its own,
 so a flush never waits for the query threads that statements waiting on a flush may hold.
@@ -68,7 +71,13 @@ from icegres.machines.drivers.buffer import (
     FlushError,
     FlushResult,
 )
-from icegres.machines.drivers.tail import AppendFailed, LakeFencedTail, Tail
+from icegres.machines.drivers.tail import (
+    PG_TAIL_EPOCH_PROPERTY,
+    QUORUM_TERM_PROPERTY,
+    AppendFailed,
+    LakeFencedTail,
+    Tail,
+)
 from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
@@ -76,6 +85,8 @@ if TYPE_CHECKING:
     from icegres.engine.mounts import ReadPlan
 
 __all__ = [
+    "PG_TAIL_EPOCH_PROPERTY",
+    "QUORUM_TERM_PROPERTY",
     "TAIL_ID_PROPERTY",
     "TAIL_LSN_PROPERTY",
     "WriteLadder",
@@ -91,8 +102,8 @@ Key = tuple[str, str]
 
 TAIL_ID_PROPERTY = "icegres.tail-id"
 TAIL_LSN_PROPERTY = "icegres.tail-lsn"
-# The quorum tail's writer term: every flush asserts it (docs/quorum-protocol.md, lake fencing).
-QUORUM_TERM_PROPERTY = "icegres.quorum-term"
+# A lake-fenced tail's writer term goes in its `term_property` (docs/quorum-protocol.md, lake
+# fencing): QUORUM_TERM_PROPERTY for the quorum tail, PG_TAIL_EPOCH_PROPERTY for the Postgres tail.
 # SQLSTATE of a flush the lake refused because a higher writer term published (never retried).
 FENCED_SQLSTATE = "25006"
 _TABLE_METADATA = b"icegres.table"
@@ -202,8 +213,8 @@ class WriteLadder:
     def __init__(self, engine: Engine, window_ms: int, tail: Tail | None = None) -> None:
         self.engine = engine
         self.tail = tail
-        # A tail that writers hold in turn (the quorum's): a stale writer is fenced at the lake, so
-        # every flush asserts this writer's term there (`_lake_fence`).
+        # A tail that writers hold in turn (the quorum's, the Postgres tail's): a stale writer is
+        # fenced at the lake, so every flush asserts this writer's term there (`_lake_fence`).
         self._lake_fenced = tail if isinstance(tail, LakeFencedTail) else None
         from icegres import faults
 
@@ -469,7 +480,7 @@ class WriteLadder:
                 log.debug("flush %s: staging failure", effect.flush_id, exc_info=True)
                 return FlushError("58030", _describe(exc), True)
             if staged is None:
-                # Fenced at the lake (quorum): another writer already put this whole batch there.
+                # Fenced at the lake: another writer of the tail already put this whole batch there.
                 for b in batch:
                     self._outstanding.discard(b.lsn)
                 self._advance_trim()
@@ -478,7 +489,7 @@ class WriteLadder:
         txn, request = staged
         world = LakeWorld(self.engine.lakehouse, txn)
         run = run_commit if effect.attempt == 1 else run_recovery
-        # Fenced at the lake (quorum): no rebase. The publish asserts the head the fence was
+        # Fenced at the lake: no rebase. The publish asserts the head the fence was
         # checked on; a moved head aborts, and the retry checks the fence again on the new head.
         # A retry runs as a recovery, which charges the earlier attempt before it looks for the
         # token: it needs a second attempt to publish at all (with one, every retry gave up after
@@ -530,7 +541,7 @@ class WriteLadder:
             batch = self._lake_fence(fenced, plan, batch, key)
             if not batch:
                 return None
-            properties[QUORUM_TERM_PROPERTY] = fenced.writer_term
+            properties[fenced.term_property] = fenced.writer_term
         # Conformed again to the table as it is now: a column added since reads as NULL.
         parts = [conform(b.rows, plan, key) for b in batch]
         rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
@@ -544,10 +555,11 @@ class WriteLadder:
 
     def _lake_fence(self, tail: LakeFencedTail, plan: ReadPlan, batch: list[Buffered],
                     key: Key) -> list[Buffered]:
-        """Lake-side fencing of a writer whose tail writers hold in turn (the quorum's), on the
-        head the flush will assert: refuse if a higher writer term published to this table
-        (PgError 25006, and the tail stops appending); drop the records another writer of the same
-        tail already put there (same slots, same chosen records). Blocking."""
+        """Lake-side fencing of a writer whose tail writers hold in turn (the quorum's, the
+        Postgres tail's), on the head the flush will assert: refuse if a higher writer term
+        published to this table (PgError 25006, and the tail stops appending); drop the records
+        another writer of the same tail already put there (an LSN names one record of a tail:
+        the quorum's chosen slot, the Postgres tail's committed row). Blocking."""
         from pyiceberg.table.snapshots import ancestors_of
 
         metadata = plan.table.metadata  # type: ignore[union-attr]
@@ -556,7 +568,7 @@ class WriteLadder:
             if summary is None or summary.get(TAIL_ID_PROPERTY) != self.tail_id:
                 continue
             # Terms only grow along a table's history: the newest flush of the tail has the highest.
-            published = summary.get(QUORUM_TERM_PROPERTY)
+            published = summary.get(tail.term_property)
             if published and tail.outranked_by(published):
                 reason = (f"writer term {published} published to {key[0]}.{key[1]}, above this writer's "
                           f"term {tail.writer_term}")

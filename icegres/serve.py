@@ -350,10 +350,10 @@ def _shown(settings: Settings, tail: Tail | None) -> str:
     """The tail in the "write buffer on" line (no secret)."""
     from icegres.machines.drivers.tail import LakeFencedTail
 
-    if isinstance(tail, LakeFencedTail):
+    if isinstance(tail, LakeFencedTail) and settings.tail_quorum:
         return f"quorum tail {tail.tail_id} on {settings.tail_quorum} (writer term {tail.writer_term})"
-    if tail is not None and settings.tail_url:
-        return f"Postgres tail {tail.tail_id} at {redact_uri(settings.tail_url)}"
+    if isinstance(tail, LakeFencedTail) and settings.tail_url:
+        return f"Postgres tail {tail.tail_id} at {redact_uri(settings.tail_url)} (epoch {tail.writer_term})"
     if tail is not None:
         return f"WAL tail {settings.tail_dir}"
     return "memory only"

@@ -27,8 +27,9 @@ Why it is shaped this way:
   the epoch moved (the safety signal). The row lock orders a takeover's epoch bump strictly after
   or strictly before any batch, so the LSNs of two writers can never interleave: a writer that lost
   its lock (its connection died) and was taken over finds out at its next batch (`Fenced`), and the
-  rows it did commit are read back by the new owner's recovery. Real fencing of a partitioned
-  writer is the quorum issue's job; this is the clear refusal.
+  rows it did commit are read back by the new owner's recovery. The epoch fences appends only: a
+  deposed writer's flushes of rows it acknowledged before are fenced at the lake, where each
+  asserts the epoch (`drivers/pgtail.PgTail`, a `LakeFencedTail`; docs/quorum-protocol.md).
 - Group commit: at most one batch transaction is in flight. Appends that arrive meanwhile are
   queued and go in the next one (one INSERT of many rows, bounded by `batch_records_max` and
   `batch_bytes_max`). Nothing is acknowledged before the COMMIT returned.

@@ -2,11 +2,12 @@
 on trio inside the server process, on the same `--host` (loopback by default).
 
 - `GET /health` -> 200 `{"status": "ok", ...}`, or 503 `{"status": "unhealthy", "reasons": [...]}`
-  when the write tail is poisoned (WAL or PostgreSQL tail), the quorum writer lost its term
-  (fenced, by the keepers or at the lake), or its last write found no majority. A process that is
-  still starting (replaying its tail) is alive: 200 with `"ready": false`. A server with damaged
-  tables (engine/damage.py: a file of theirs missing or corrupt) is alive and serves the others:
-  200 with `"status": "degraded"` and `damaged_tables` (table, SQLSTATE, error naming the file).
+  when the write tail is poisoned (WAL or PostgreSQL tail), the writer was fenced (a quorum
+  writer by the keepers or at the lake, a PostgreSQL tail writer at the lake), or a quorum
+  writer's last write found no majority. A process that is still starting (replaying its tail)
+  is alive: 200 with `"ready": false`. A server with damaged tables (engine/damage.py: a file
+  of theirs missing or corrupt) is alive and serves the others: 200 with `"status": "degraded"`
+  and `damaged_tables` (table, SQLSTATE, error naming the file).
 - `GET /ready` -> 200 once the server accepts clients, 503 before (during replay) and after a
   shutdown began.
 - `GET /metrics` -> Prometheus text format 0.0.4 of `WriteLadder.stats()` (buffered rows, oldest

@@ -156,6 +156,38 @@ async def test_second_writer_refused_then_fenced_after_takeover(
     ]
 
 
+async def test_a_deposed_writer_trims_nothing_and_a_lake_fenced_one_stops(
+    real_postgres: PostgresServer,
+) -> None:
+    """After a takeover the old writer's watermark is not the lake's word (the lake refused its
+    flushes, or it reported them lost): its trim must leave the rows its successor replays."""
+    dsn = real_postgres.dsn()
+    table = "tail_deposed_trim"
+    async with open_pg_tail(dsn, FAST, tail_id="d", table=table) as first:
+        assert [await first.append(b"one"), await first.append(b"two")] == [1, 2]
+        assert first.writer_term == "1" and first.outranked_by("10") and not first.outranked_by("1")
+        (pid,) = await wait_for(dsn, WRITER_PID, ("icegres-tail:d:writer",))
+        await admin(dsn, "SELECT pg_terminate_backend(%s)", (pid,))
+        await wait_for(dsn, "SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)", (pid,))
+        async with open_pg_tail(dsn, FAST, tail_id="d", table=table) as second:
+            assert [r.lsn for r in second.replay] == [1, 2] and second.writer_term == "2"
+            first.advance_watermark(2)  # deposed, not yet told: its trim transaction refuses
+            with trio.fail_after(10):
+                while first.state.trim_through:
+                    await trio.sleep(0.02)
+            assert first.state.trimmed_lsn == 0
+            first.fence("epoch 2 published to s.t, above this writer's epoch 1")
+            shown = first.health()
+            assert not shown.ok and shown.phase == "fenced" and "epoch 2" in (shown.reason or "")
+            with pytest.raises(AppendFailed, match="fenced") as failed:
+                await first.append(b"stale writer")
+            assert failed.value.outcome_unknown is False
+            first.advance_watermark(2)  # a fenced writer does not even try
+            assert first.state.trim_through == 0
+    rows = await admin(dsn, f"SELECT lsn FROM {table} ORDER BY lsn")
+    assert [r[0] for r in rows] == [1, 2]
+    assert await admin(dsn, f"SELECT trimmed_lsn FROM {table}_owner WHERE tail_id = 'd'") == [(0,)]
+
 async def test_connection_killed_in_the_batch_insert_is_read_back_and_retried(
     real_postgres: PostgresServer,
 ) -> None:

@@ -1,7 +1,8 @@
 """`icegres verify`'s quorum claims on an embedded scratch lake with three local keepers: `fencing`
-and `quorum-failover` PASS on a sound build and FAIL when their guarantee is broken on purpose
-(ICEGRES_FAULTS=lake-fencing=break, quorum-majority=break); the preflight refuses keepers whose
-log holds a live writer's term; a claim without the tail it needs SKIPs, naming what to configure.
+(on the quorum and on the Postgres tail) and `quorum-failover` PASS on a sound build and FAIL when
+their guarantee is broken on purpose (ICEGRES_FAULTS=lake-fencing=break, quorum-majority=break);
+the preflight refuses keepers whose log holds a live writer's term; a claim without the tail it
+needs SKIPs, naming what to configure.
 
 Each claim runs one round (`rounds=1`): the claims' own loops are what an operator scales with
 --rounds; one is enough to prove a claim can pass and can fail."""
@@ -137,10 +138,10 @@ def test_claims_skip_without_a_shared_tail_naming_what_to_configure(tmp_path: Pa
     assert on_a_dir.verdict is Verdict.SKIP and "--tail-dir" in on_a_dir.detail, on_a_dir
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="the Postgres tail fences a deposed writer's appends (advisory lock, "
-                   "epoch) but not its flushes: a paused writer resumed after its replacement replayed its "
-                   "acknowledged rows publishes them again (it is not a LakeFencedTail)")
 def test_fencing_passes_on_the_postgres_tail(tmp_path: Path) -> None:
+    """The Postgres tail fences a deposed writer's appends with its epoch in the owner row, and its
+    flushes at the lake: each asserts the epoch (`icegres.pg-tail-epoch`), and a paused writer
+    resumed after its replacement replayed its acknowledged rows publishes nothing."""
     from tests.support.postgres import running_postgres
 
     with running_postgres() as pg:
@@ -148,3 +149,20 @@ def test_fencing_passes_on_the_postgres_tail(tmp_path: Path) -> None:
         with lab_for(tmp_path, "fencing", keepers=False, settings={"tail_url": url}) as lab:
             outcome = fencing.run(lab)
     assert outcome.verdict is Verdict.PASS, outcome
+    figures = outcome.figures
+    assert figures["refused after takeover"] > 0 and figures["acked after takeover"] == 0
+    assert figures["stale rows in lake"] == figures["stale commits"] == figures["rows twice"] == 0
+    assert figures["acked lost"] == 0
+    assert figures["replayed by B"] > 0, "the paused writer held no unflushed rows: the lake fence went untested"
+
+
+def test_fencing_fails_when_a_postgres_tail_writer_skips_the_lake_fence(tmp_path: Path) -> None:
+    from tests.support.postgres import running_postgres
+
+    with running_postgres() as pg:
+        url = f"postgresql://{pg.user}@{pg.host}:{pg.port}/{pg.dbname}"
+        with lab_for(tmp_path, "fencing", faults="lake-fencing=break", keepers=False,
+                     settings={"tail_url": url}) as lab:
+            outcome = fencing.run(lab)
+    assert outcome.verdict is Verdict.FAIL, outcome
+    assert outcome.figures["rows twice"] > 0 and "twice" in outcome.detail

@@ -1,5 +1,6 @@
-"""Every tail the write ladder can hold offers every member of `Tail`, and only the quorum tail is
-fenced at the lake: the ladder never asks which tail it holds."""
+"""Every tail the write ladder can hold offers every member of `Tail`, and the tails writers hold in
+turn (the quorum and the Postgres tail) are fenced at the lake, each under its own summary
+property: the ladder never asks which tail it holds."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import pytest
 
 from icegres.machines.drivers.pgtail import PgTail
 from icegres.machines.drivers.quorum import QuorumLadderTail
-from icegres.machines.drivers.tail import LakeFencedTail, Tail
+from icegres.machines.drivers.tail import (
+    PG_TAIL_EPOCH_PROPERTY,
+    QUORUM_TERM_PROPERTY,
+    LakeFencedTail,
+    Tail,
+)
 from icegres.machines.drivers.wal import WalTail
 
 pytestmark = pytest.mark.unit
@@ -40,7 +46,12 @@ def test_every_tail_offers_every_member_of_the_protocol(cls: type) -> None:
 
 
 @pytest.mark.parametrize("cls", TAILS, ids=lambda c: c.__name__)
-def test_only_the_quorum_tail_is_fenced_at_the_lake(cls: type) -> None:
-    fenced = {name for name in vars(LakeFencedTail) if not name.startswith("_")} - _members(Tail)
-    assert fenced == {"writer_term", "outranked_by", "fence"}
-    assert all(hasattr(cls, name) for name in fenced) == (cls is QuorumLadderTail)
+def test_the_quorum_and_postgres_tails_are_fenced_at_the_lake(cls: type) -> None:
+    fenced = _members(LakeFencedTail) - _members(Tail)
+    assert fenced == {"term_property", "writer_term", "outranked_by", "fence"}
+    assert all(_offers(cls, name) for name in fenced) == (cls in (QuorumLadderTail, PgTail))
+
+
+def test_each_kind_of_writer_term_has_its_own_summary_property() -> None:
+    assert QuorumLadderTail.term_property == QUORUM_TERM_PROPERTY == "icegres.quorum-term"
+    assert PgTail.term_property == PG_TAIL_EPOCH_PROPERTY != QUORUM_TERM_PROPERTY

@@ -5,7 +5,8 @@ recovers it and yields a `PgTail`, a `Tail` as the WAL's is (`icegres.machines.d
 `replay`, `await append(payload) -> lsn` (returns once the COMMIT holding the record returned),
 `advance_watermark(lsn)`, `health()`, `durable_lsn`, and `AppendFailed` with `.outcome_unknown`.
 A server opens it with `claim_pg_tail`, which starts from the trim point the tail persisted and
-waits briefly for the session of a dead previous owner on this host.
+waits briefly for the session of a dead previous owner on this host. It is a `LakeFencedTail`: its
+epoch is the writer term each flush asserts at the lake (`PgTail`).
 
 psycopg 3 is used synchronously in worker threads, never on the trio loop: batches on the
 backend's own thread (`SerialThread`, submitted by the driver without a waiting task), the claim,
@@ -21,7 +22,8 @@ read-backs and trims in trio's pooled threads. Three kinds of work, two connecti
   as the server is configured to make it), `lock_timeout` and
   `idle_in_transaction_session_timeout`, so a transaction stranded by a dead client cannot hold
   the owner row for long.
-- the trim connection deletes rows at or below the watermark, in the background.
+- the trim connection deletes rows at or below the watermark, in the background, in a transaction
+  that first checks the owner row (FOR SHARE) still holds our epoch: a deposed writer trims nothing.
 
 Classification of a batch's failures (the core decides what to do with them): the INSERT
 answered with an error -> `BatchAborted` (the server rolled its implicit transaction back:
@@ -38,14 +40,20 @@ import os
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import outcome
 import trio
 
 from icegres.machines.drivers.serial_thread import SerialThread
-from icegres.machines.drivers.tail import AppendFailed, SteppedTail, TailUnavailable, drain
+from icegres.machines.drivers.tail import (
+    PG_TAIL_EPOCH_PROPERTY,
+    AppendFailed,
+    SteppedTail,
+    TailUnavailable,
+    drain,
+)
 from icegres.machines.pgtail import (
     BatchAborted,
     BatchCommitted,
@@ -222,6 +230,11 @@ class PsycopgBackend:
                 "SELECT lsn, checksum FROM {rows} WHERE tail_id = %(tail)s"
                 " AND lsn BETWEEN %(first)s AND %(last)s AND epoch = %(epoch)s ORDER BY lsn"
             ).format(rows=rows),
+            # A trim holds the owner row FOR SHARE as a batch does (trims and batches overlap), so
+            # a claim's epoch bump lands wholly before or after it: a deposed writer deletes nothing.
+            "trim_epoch": sql.SQL(
+                "SELECT epoch FROM {owner} WHERE tail_id = %(tail)s FOR SHARE"
+            ).format(owner=owner),
             "delete": sql.SQL(
                 "DELETE FROM {rows} WHERE tail_id = %(tail)s AND lsn > %(after)s"
                 " AND lsn <= %(through)s"
@@ -421,6 +434,12 @@ class PsycopgBackend:
             if self._trimmer is None or self._trimmer.closed or self._trimmer.broken:
                 self._trimmer = self._connect("trimmer")
             with self._trimmer.transaction():
+                row = self._trimmer.execute(self._sql["trim_epoch"], params).fetchone()
+                if row is None or row[0] != self.epoch:
+                    # Claimed by another writer: the rows are its now, and it may not have put
+                    # them in the lake yet (a deposed writer's watermark is not the lake's word).
+                    return TrimFailed(f"fenced: the owner row holds epoch {row[0] if row else '?'}, "
+                                      f"not ours ({self.epoch})")
                 self._trimmer.execute(self._sql["delete"], params)
                 self._trimmer.execute(self._sql["trimmed"], params)
         except psycopg.Error as exc:
@@ -448,10 +467,19 @@ def _reason(exc: BaseException) -> str:
 
 class PgTail(SteppedTail):
     """One open Postgres tail. Create it with `open_pg_tail`; use it only from that trio run.
-    Appends, the watermark and timers are `SteppedTail`'s; this class performs the database work."""
+    Appends, the watermark and timers are `SteppedTail`'s; this class performs the database work.
+
+    It is a `LakeFencedTail` whose writer term is its claim epoch. The epoch in the owner row
+    refuses a deposed writer's appends, but not its flushes: a writer paused while it held
+    acknowledged, unflushed rows, whose session was ended and whose tail was claimed by a
+    successor (which replays those rows into the lake), would publish them again once resumed.
+    So every flush asserts the epoch at the lake, and a higher epoch published there stops this
+    writer (`fence`): no more appends, and no more trims of rows its successor may still need.
+    """
 
     kind = "postgres"
     name = "Postgres"
+    term_property = PG_TAIL_EPOCH_PROPERTY
     _opening = frozenset({Phase.STARTING})
     _core_step = staticmethod(step)
     _state: State
@@ -463,14 +491,44 @@ class PgTail(SteppedTail):
         # A batch's COMMIT handed straight to the backend's thread, answered by a callback
         # that steps the core (as the WAL driver's writes: no task waits on it).
         self._submit_commit = getattr(backend, "submit_commit", None)
+        self._lake_fenced: str | None = None
         super().__init__(recovery, nursery)
 
     @property
     def epoch(self) -> int:
         return self._state.epoch
 
+    @property
+    def writer_term(self) -> str:
+        return str(self._state.epoch)
+
+    def outranked_by(self, published_term: str) -> bool:
+        """Epochs are compared as integers ("10" outranks "9"); every claim bumps the epoch, so a
+        successor's is higher. ValueError if `published_term` is not an epoch."""
+        return int(published_term) > self._state.epoch
+
+    def fence(self, reason: str) -> None:
+        """The lake refused a flush because a higher epoch published: stop appending and trimming."""
+        if self._lake_fenced is None:
+            log.error("Postgres tail %s (epoch %d) fenced at the lake: %s", self.tail_id, self.epoch, reason)
+        self._lake_fenced = reason
+
+    async def append(self, payload: bytes) -> int:
+        if self._lake_fenced is not None:
+            raise AppendFailed(f"this writer is fenced: {self._lake_fenced}", outcome_unknown=False)
+        return await super().append(payload)
+
+    def advance_watermark(self, lsn: int) -> None:
+        # A fenced writer's trim could delete rows its successor read at its claim and has not
+        # flushed yet (the ladder reports the refused batch as lost, which lets the trim pass it).
+        if self._lake_fenced is None:
+            super().advance_watermark(lsn)
+
     def health(self) -> Health:
-        return health(self._state)
+        shown = health(self._state)
+        if self._lake_fenced is not None:
+            return replace(shown, ok=False, phase="fenced", reason=self._lake_fenced)
+        return shown
 
     def stats(self) -> dict[str, Any]:
         shown = self.health()

@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from icegres import faults
-from icegres.machines.drivers.tail import AppendFailed, Waiters
+from icegres.machines.drivers.tail import QUORUM_TERM_PROPERTY, AppendFailed, Waiters
 from icegres.machines.quorum import (
     Accepted,
     Acknowledge,
@@ -450,6 +450,7 @@ class QuorumLadderTail:
     """
 
     kind = "quorum"
+    term_property = QUORUM_TERM_PROPERTY
     tail_id: str
     replay: tuple[ReplayRecord, ...]
 

@@ -4,8 +4,9 @@ The ladder (`icegres/ladder.py`) makes each acknowledged statement's rows durabl
 it acknowledges them, and tells the tail how far the lake has caught up. Three tails serve it: the
 local WAL (`drivers/wal.py`), the Postgres tail (`drivers/pgtail.py`) and the quorum tail
 (`drivers/quorum.py`, through `QuorumLadderTail`). `Tail` is everything the ladder may call on any
-of them; it never asks which one it holds. A tail that several writers use in turn, so that a
-writer is fenced at the lake rather than by the tail itself, is also a `LakeFencedTail`.
+of them; it never asks which one it holds. A tail that several writers hold in turn (the quorum
+and the Postgres tail) is also a `LakeFencedTail`: a deposed writer may still hold acknowledged
+rows it has not flushed, and only the lake can stop it publishing them after its successor did.
 
 The WAL and Postgres drivers step cores that share their append vocabulary
 (`machines/tail_events.py`), so what an appender sees of them is written once here, in
@@ -40,6 +41,8 @@ from icegres.machines.tail_events import (
 __all__ = [
     "AppendFailed",
     "LakeFencedTail",
+    "PG_TAIL_EPOCH_PROPERTY",
+    "QUORUM_TERM_PROPERTY",
     "SteppedTail",
     "Tail",
     "TailHealth",
@@ -134,14 +137,31 @@ class Tail(Protocol):
         ...
 
 
+# The snapshot-summary property each lake-fenced tail asserts its writer term in. One per kind of
+# term, not one shared: a quorum term is "round/writer", ordered by round then writer, and a
+# Postgres tail's term is its claim epoch, an integer. A property's name then fixes how its value
+# is read, whoever reads it (a fence, `icegres verify`, an operator), and the quorum's property
+# keeps meaning exactly what it meant before the Postgres tail was fenced too. Tail ids never
+# collide across kinds (`serve.quorum_tail_id` is "q…", `serve.pg_tail_id` "pg-…"), so a fence
+# never has to compare one kind of term with the other.
+QUORUM_TERM_PROPERTY = "icegres.quorum-term"
+PG_TAIL_EPOCH_PROPERTY = "icegres.pg-tail-epoch"
+
+
 @runtime_checkable
 class LakeFencedTail(Tail, Protocol):
-    """A tail that writers hold in turn (the quorum tail): a stale writer is stopped at the lake.
+    """A tail that writers hold in turn: a stale writer is stopped at the lake.
 
-    Every flush asserts `writer_term` in its snapshot summary; a flush that finds a higher term
-    published to its table must not commit, and the tail then acknowledges nothing more (`fence`).
-    The WAL is one server's local directory; the Postgres tail refuses a second writer itself (an
-    advisory lock and an epoch)."""
+    The tail itself refuses a deposed writer's appends (the keepers' promises; the Postgres tail's
+    advisory lock and epoch), but a writer that was paused may hold acknowledged rows it has not
+    flushed while its successor replays them from the tail; resumed, it would publish them again.
+    So every flush asserts `writer_term` in its snapshot summary (under `term_property`); a flush
+    that finds a higher term published to its table must not commit, and the tail then
+    acknowledges nothing more (`fence`). The WAL is one server's local directory (an flock): it has
+    no second writer to fence."""
+
+    # The snapshot-summary property `writer_term` goes in (QUORUM_TERM_PROPERTY, PG_TAIL_EPOCH_PROPERTY).
+    term_property: str
 
     @property
     def writer_term(self) -> str: ...
