@@ -231,10 +231,16 @@ async def test_driver_real_directory_concurrent_appends_survive_reopen(tmp_path:
         tail.advance_watermark(30)
         await trio.sleep(0.05)  # deletion runs in the background
     names = sorted(os.listdir(tmp_path))
-    assert len(names) > 1 and all(n.endswith(".t1.wal") for n in names)
+    assert names[-1] == "LOCK"  # the directory's writer lock (one server per --tail-dir)
+    assert len(names) > 2 and all(n.endswith(".t1.wal") for n in names[:-1])
     async with open_wal_tail(tmp_path, REAL, watermark_lsn=lambda tail_id: 30) as tail:
         assert [(r.lsn, r.payload) for r in tail.replay] == [(k, acked[k]) for k in range(31, 81)]
         assert await tail.append(b"more") == 81
+
+
+def _segments(path: Path) -> list[Path]:
+    """The directory's segment files, oldest first (its LOCK file aside)."""
+    return sorted(p for p in path.iterdir() if p.suffix == ".wal")
 
 
 async def test_driver_recovers_a_killed_writer_at_random_truncations(tmp_path: Path) -> None:
@@ -245,7 +251,7 @@ async def test_driver_recovers_a_killed_writer_at_random_truncations(tmp_path: P
             payloads = [bytes([round_]) * rng.randrange(1, 300) for _ in range(12)]
             for p in payloads:
                 await tail.append(p)
-        last = sorted(path.iterdir())[-1]
+        last = _segments(path)[-1]
         size = last.stat().st_size
         cut = rng.randrange(0, size)
         os.truncate(last, cut)  # what a kill mid-write leaves behind
@@ -262,7 +268,7 @@ async def test_driver_refuses_a_poisoned_directory(tmp_path: Path) -> None:
     async with open_wal_tail(tmp_path, REAL, new_tail_id="t1") as tail:
         for _ in range(3):
             await tail.append(b"x" * 50)
-    (segment,) = tmp_path.iterdir()
+    (segment,) = _segments(tmp_path)
     data = bytearray(segment.read_bytes())
     data[30] ^= 1  # inside the first record's body, two valid ones follow
     segment.write_bytes(bytes(data))
