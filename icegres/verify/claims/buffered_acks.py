@@ -52,9 +52,9 @@ def run(lab: Lab) -> Outcome:
             if not tally.holds:
                 broken.append(tally.broken(plan.shown))
             total.merge(tally)
-    figures = {"rounds": lab.rounds * len(tails), "acked": len(total.acked), "lost": len(total.lost),
+    figures = {"rounds": lab.rounds * len(tails), "acked": total.acked_count, "lost": len(total.lost),
                "duplicated": len(total.duplicated),
-               "unacked in flight": f"{total.in_flight_found}/{len(total.in_flight)} present", **per_tail}
+               "unacked in flight": f"{total.in_flight_found}/{total.in_flight_count} present", **per_tail}
     if broken:
         return Outcome.failed("; ".join(broken), figures)
     return Outcome.passed(figures)

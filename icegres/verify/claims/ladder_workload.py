@@ -120,6 +120,8 @@ class Tally:
     lost: list[int] = field(default_factory=list)
     duplicated: list[int] = field(default_factory=list)
     in_flight_found: int = 0
+    acked_count: int = 0  # merged tallies: how many ids each tail acknowledged, added up
+    in_flight_count: int = 0
 
     def add(self, writers: Writers) -> None:
         self.acked.update(writers.acked)
@@ -131,9 +133,10 @@ class Tally:
         self.in_flight_found = len(self.in_flight & seen.keys())
 
     def merge(self, other: Tally) -> None:
-        """`other`'s findings (another tail's, checked) added to these."""
-        self.acked |= other.acked
-        self.in_flight |= other.in_flight
+        """`other`'s findings (another tail's, checked) added to these. Tails reuse ids (each has
+        tables of its own), so the totals are counts, not unions of ids."""
+        self.acked_count += len(other.acked)
+        self.in_flight_count += len(other.in_flight)
         self.lost += other.lost
         self.duplicated += other.duplicated
         self.in_flight_found += other.in_flight_found

@@ -62,7 +62,7 @@ def run(lab: Lab) -> Outcome:
             if not tally.holds:
                 broken.append(tally.broken(plan.shown))
             total.merge(tally)
-    figures = {"rounds": lab.rounds * len(tails), "acked": len(total.acked), "lost": len(total.lost),
+    figures = {"rounds": lab.rounds * len(tails), "acked": total.acked_count, "lost": len(total.lost),
                "duplicated": len(total.duplicated), "replayed records": counts["replayed"],
                "crashed after a flush commit": counts["crashed"],
                "killed in replay": f"{counts['killed in replay']}/{counts['kills']}", **per_tail}
