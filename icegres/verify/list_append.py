@@ -558,15 +558,8 @@ def _cycles(graph: _Graph, facts: _Facts, found: _Findings, *, serializable: boo
 def _g1c(scc: list[int], graph: _Graph, wwwr: list[list[int]], comp_of: list[int], facts: _Facts,
          found: _Findings) -> None:
     """A cycle through a wr edge of the ww+wr component `scc` (one made of ww edges alone is G0)."""
-    c = comp_of[scc[0]]
-    for u in sorted(scc):
-        for v in graph.wr[u]:
-            if comp_of[v] == c:
-                path = _bfs_path(wwwr, v, u, lambda w: comp_of[w] == c)
-                assert path is not None
-                _report_cycle(G1C, [u, *path[:-1]], WR, graph, facts, found,
-                              "information flowed in a circle, each saw or followed the one before")
-                return
+    _first_cycle(scc, graph.wr, wwwr, comp_of, facts, found, graph, G1C, WR,
+                 "information flowed in a circle, each saw or followed the one before")
 
 
 def _g_single(scc: list[int], graph: _Graph, wwwr: list[list[int]], comp_of: list[int], facts: _Facts,
@@ -593,14 +586,21 @@ def _g2(scc: list[int], graph: _Graph, full: list[list[int]], full_of: list[int]
         found: _Findings) -> None:
     """The shortest cycle through the first rw edge of `scc` (which has no G-single, so every
     cycle through an rw edge has two or more)."""
-    c = full_of[scc[0]]
+    _first_cycle(scc, graph.rw, full, full_of, facts, found, graph, G2, RW,
+                 "write skew: a cycle with two or more anti-dependencies, which SERIALIZABLE forbids")
+
+
+def _first_cycle(scc: list[int], first_edges: list[list[int]], adjacency: list[list[int]], comp_of: list[int],
+                 facts: _Facts, found: _Findings, graph: _Graph, kind: str, edge: int, why: str) -> None:
+    """Report the shortest cycle of component `scc` that begins with its first `first_edges`
+    edge and returns over `adjacency` (inside one strongly connected component one always does)."""
+    c = comp_of[scc[0]]
     for u in sorted(scc):
-        for v in graph.rw[u]:
-            if full_of[v] == c:
-                path = _bfs_path(full, v, u, lambda w: full_of[w] == c)
+        for v in first_edges[u]:
+            if comp_of[v] == c:
+                path = _bfs_path(adjacency, v, u, lambda w: comp_of[w] == c)
                 assert path is not None
-                _report_cycle(G2, [u, *path[:-1]], RW, graph, facts, found,
-                              "write skew: a cycle with two or more anti-dependencies, which SERIALIZABLE forbids")
+                _report_cycle(kind, [u, *path[:-1]], edge, graph, facts, found, why)
                 return
 
 

@@ -24,7 +24,7 @@ from icegres.verify.claims import fencing, quorum_failover
 from icegres.verify.deployment import Deployment
 from icegres.verify.lab import Lab, Progress
 from icegres.verify.nodes import Nodes, child_base_env
-from icegres.verify.outcome import Verdict
+from icegres.verify.outcome import Outcome, Verdict
 from icegres.verify.quorum_probe import quorum_problems, start_local_keepers
 from icegres.verify.scratch import claim_namespace
 
@@ -55,15 +55,19 @@ def lab_for(tmp_path: Path, claim: str, *, faults: str | None = None, keepers: b
         nodes.close()
 
 
-def test_fencing_passes_a_paused_writer_is_refused_and_publishes_nothing(tmp_path: Path) -> None:
-    with lab_for(tmp_path, "fencing") as lab:
-        outcome = fencing.run(lab)
+def assert_fenced(outcome: Outcome) -> None:
     assert outcome.verdict is Verdict.PASS, outcome
     figures = outcome.figures
     assert figures["refused after takeover"] > 0 and figures["acked after takeover"] == 0
     assert figures["stale rows in lake"] == figures["stale commits"] == figures["rows twice"] == 0
     assert figures["acked lost"] == 0
     assert figures["replayed by B"] > 0, "the paused writer held no unflushed rows: the lake fence went untested"
+
+
+def test_fencing_passes_a_paused_writer_is_refused_and_publishes_nothing(tmp_path: Path) -> None:
+    with lab_for(tmp_path, "fencing") as lab:
+        outcome = fencing.run(lab)
+    assert_fenced(outcome)
 
 
 def test_fencing_fails_when_a_quorum_writer_skips_the_lake_fence(tmp_path: Path) -> None:
@@ -148,12 +152,7 @@ def test_fencing_passes_on_the_postgres_tail(tmp_path: Path) -> None:
         url = f"postgresql://{pg.user}@{pg.host}:{pg.port}/{pg.dbname}"
         with lab_for(tmp_path, "fencing", keepers=False, settings={"tail_url": url}) as lab:
             outcome = fencing.run(lab)
-    assert outcome.verdict is Verdict.PASS, outcome
-    figures = outcome.figures
-    assert figures["refused after takeover"] > 0 and figures["acked after takeover"] == 0
-    assert figures["stale rows in lake"] == figures["stale commits"] == figures["rows twice"] == 0
-    assert figures["acked lost"] == 0
-    assert figures["replayed by B"] > 0, "the paused writer held no unflushed rows: the lake fence went untested"
+    assert_fenced(outcome)
 
 
 def test_fencing_fails_when_a_postgres_tail_writer_skips_the_lake_fence(tmp_path: Path) -> None:
