@@ -1,9 +1,11 @@
 """PostgreSQL's lexical structure: a statement's text as tokens.
 
-The one scanner icegres has. Splitting a Query message into statements, stripping leading
-comments, a statement's literal shape (`shape.py`) and finding the token an error names
-(engine/errors.py) all read the text through it, so they agree on where a string, a quoted name,
-a dollar quote or a (nesting) block comment starts and ends. It follows PostgreSQL's scanner
+The one tokenizer icegres has, and the definitions of PostgreSQL's lexical classes (LETTER,
+NUMBER) that the one statement splitter, `pieces.py`, scans with. Stripping leading comments, a
+statement's literal shape (`shape.py`) and finding the token an error names (engine/errors.py)
+read the text through it; a property test (tests/unit/test_pieces.py) checks that the splitter
+cuts exactly at this tokenizer's top-level semicolons, so both agree on where a string, a quoted
+name, a dollar quote or a (nesting) block comment starts and ends. It follows PostgreSQL's scanner
 (scan.l) as far as those need: every non-ASCII character is a letter, `E'..'` takes backslash
 escapes, `U&'..'` and `U&".."` are strings and names, `$n` is a parameter and `$tag$` opens a
 dollar quote unless it is glued to a name.
@@ -43,7 +45,8 @@ class Token:
         return self.start + len(self.text)
 
 
-_LETTER = "A-Za-z_\x80-\U0010ffff"
+LETTER = "A-Za-z_\x80-\U0010ffff"  # a regex character class: what may start a name
+NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 # Leading whitespace is part of every match (one match a token); the most frequent kinds first,
 # each before the ones it must win against: a string prefix and U& before names, a number before
 # the `.` operator, comments, parameters and `::` before single-character operators.
@@ -51,13 +54,13 @@ _SCAN = re.compile(
     r"\s*(?:"
     rf"(?P<prefix>[eEbBxXnN])(?=')"
     r"|(?P<unicode>[uU]&)(?=['\"])"
-    rf"|(?P<name>[{_LETTER}][{_LETTER}0-9$]*)"
-    r"|(?P<number>(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+    rf"|(?P<name>[{LETTER}][{LETTER}0-9$]*)"
+    rf"|(?P<number>{NUMBER})"
     r"|(?P<quote>['\"])"
     r"|(?P<line>--[^\n]*\n?)"
     r"|(?P<block>/\*)"
     r"|(?P<param>\$[0-9]+)"
-    rf"|(?P<dollar>\$(?:[{_LETTER}][{_LETTER}0-9]*)?\$)"
+    rf"|(?P<dollar>\$(?:[{LETTER}][{LETTER}0-9]*)?\$)"
     r"|(?P<cast>::)"
     r"|(?P<op>\S))",
     re.S,
@@ -183,24 +186,6 @@ def block_comment_end(sql: str, start: int) -> int:
             depth, i = depth - 1, closing + 2
             if depth == 0:
                 return i
-
-
-def split_statements(sql: str) -> list[str]:
-    """The statements of a Query message: the text cut at top-level semicolons (not within
-    quotes, dollar quotes or comments), each stripped; empty ones and ones of comments only are
-    dropped (PostgreSQL answers `;;` with nothing, and an all-empty message with
-    EmptyQueryResponse, which the caller decides)."""
-    if ";" not in sql:
-        piece = sql.strip()
-        return [piece] if piece and strip_leading_comments(piece) else []
-    out: list[str] = []
-    start = 0
-    for token in tokenize(sql):
-        if token.kind is Kind.OP and token.text == ";":
-            out.append(sql[start : token.start])
-            start = token.end
-    out.append(sql[start:])
-    return [piece.strip() for piece in out if strip_leading_comments(piece)]
 
 
 def strip_leading_comments(sql: str) -> str:

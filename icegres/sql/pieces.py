@@ -20,6 +20,9 @@ import re
 from dataclasses import dataclass, field
 from enum import Enum
 
+from icegres.sql.lexer import LETTER as _LETTER
+from icegres.sql.lexer import NUMBER, strip_leading_comments
+
 
 @dataclass(frozen=True, eq=False)
 class BigText:
@@ -82,7 +85,6 @@ class _In(Enum):
 
 
 _SPECIAL = re.compile(r"[-/'\"$;]")
-_LETTER = "A-Za-z_\x80-\U0010ffff"
 _DOLLAR = re.compile(rf"\$(?:[0-9]+|(?:[{_LETTER}][{_LETTER}0-9]*)?\$)")
 _DOLLAR_OPEN = re.compile(rf"\$[{_LETTER}0-9]*")
 _BLOCK = re.compile(r"/\*|\*/")
@@ -90,7 +92,7 @@ _ESCAPED = re.compile(r"['\\]")
 
 
 _RUN = re.compile(rf"[{_LETTER}0-9$]*\Z")
-_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NUMBER = re.compile(NUMBER)
 
 
 def _ends_in_name(text: str) -> bool:
@@ -99,7 +101,7 @@ def _ends_in_name(text: str) -> bool:
     run = _RUN.search(text).group()  # type: ignore[union-attr]
     if not run or run[0] == "$":
         return False
-    if not run[0].isdigit():
+    if run[0] not in "0123456789":  # not isdigit(): '٣' is a letter to PostgreSQL
         return True
     rest = run[_NUMBER.match(run).end():]  # type: ignore[union-attr]
     return bool(rest) and rest[0] != "$"
@@ -341,6 +343,22 @@ class Scanner:
             self._emit(GAP, size)
         else:
             self._emit("".join(pieces), size)
+
+
+def split_statements(sql: str) -> list[str]:
+    """The statements of a Query message: the text cut at top-level semicolons (not within
+    quotes, dollar quotes or comments), each stripped; empty ones and ones of comments only are
+    dropped (PostgreSQL answers `;;` with nothing, and an all-empty message with
+    EmptyQueryResponse, which the caller decides)."""
+    if ";" not in sql:
+        piece = sql.strip()
+        return [piece] if piece and strip_leading_comments(piece) else []
+    out = []
+    for statement in scan_pieces([sql], len(sql)):
+        piece = "".join(statement.items).strip()  # type: ignore[arg-type]  # no GAP or Literal below the limit
+        if strip_leading_comments(piece):
+            out.append(piece)
+    return out
 
 
 def scan_pieces(pieces, literal_chars: int) -> list[RawStatement]:

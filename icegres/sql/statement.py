@@ -1,6 +1,6 @@
 """A statement, as every layer below the front end receives it.
 
-A front end cuts a Query message into statements (`lexer.split_statements`) and classifies each
+A front end cuts a Query message into statements (`pieces.split_statements`) and classifies each
 one here (`classify`), once: what it is (a query for DataFusion, a write, or one of the session
 commands the front end answers itself), its command tag and its command's details. What later
 stages need of its text is derived once and kept on the object: its literal shape (the key of

@@ -11,10 +11,10 @@ from icegres.sql.lexer import (
     Kind,
     scan,
     split_quoted,
-    split_statements,
     strip_leading_comments,
     tokenize,
 )
+from icegres.sql.pieces import split_statements
 from icegres.sql.shape import literal_shape
 
 pytestmark = pytest.mark.unit

@@ -21,8 +21,8 @@ import pytest
 
 from icegres.engine import pg_builtins, pg_catalog, pg_functions, pg_relations, rewrite
 from icegres.engine.rewrite.casts import array_literal
-from icegres.sql.lexer import split_statements
 from icegres.sql.parse import parse
+from icegres.sql.pieces import split_statements
 from icegres.sql.statement import Kind, classify
 
 pytestmark = pytest.mark.unit

@@ -1,6 +1,6 @@
 import pytest
 
-from icegres.sql.lexer import split_statements
+from icegres.sql.pieces import split_statements
 from icegres.sql.statement import Kind, classify
 
 pytestmark = pytest.mark.unit

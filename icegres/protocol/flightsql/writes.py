@@ -61,7 +61,7 @@ from icegres.protocol.flightsql.sessions import (
     new_handle,
     savepoint_name,
 )
-from icegres.sql.lexer import split_statements
+from icegres.sql.pieces import split_statements
 from icegres.sql.statement import Kind, Statement, classify
 
 if TYPE_CHECKING:

@@ -36,8 +36,8 @@ import trio
 from icegres.pg.errors import PROTOCOL_VIOLATION, PgError
 from icegres.protocol.pgwire import messages as m
 from icegres.sql.lexer import Kind as Tok
-from icegres.sql.lexer import scan, split_statements, strip_leading_comments, unquoted
-from icegres.sql.pieces import GAP, Literal, RawStatement, Scanner
+from icegres.sql.lexer import scan, strip_leading_comments, unquoted
+from icegres.sql.pieces import GAP, Literal, RawStatement, Scanner, split_statements
 from icegres.sql.statement import Kind, Statement, classify
 
 if TYPE_CHECKING:
