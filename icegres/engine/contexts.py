@@ -8,7 +8,7 @@ holds) is kept beside it in a `Made` record, never as attributes on the DataFusi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from icegres.engine.lake import (
@@ -50,6 +50,8 @@ class Made:
     # this context's pg_catalog and information_schema when a statement first reads them.
     own_catalog: Any = None
     own_catalog_registered: bool = False
+    # The time-travel relations registered on it (time_travel.attach), by name.
+    travelled: set[str] = field(default_factory=set)
 
 
 class SessionContexts:

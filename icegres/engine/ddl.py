@@ -19,7 +19,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from icegres.engine import ddl_views
+from icegres.engine import ddl_refs, ddl_views
 from icegres.engine.ddl_commands import (
     COMMENT_PROPERTY,
     AddColumn,
@@ -840,6 +840,8 @@ class _Parser:
             new = self.ident()
             self.expect_end()
             return AlterTable(schema, name, (RenameColumn(old, new),), if_exists)
+        if ddl_refs.starts_ref_change(self):
+            return AlterTable(schema, name, (ddl_refs.parse_ref_change(self),), if_exists)
         if self.peek("SET", "SCHEMA"):
             raise _unsupported("ALTER TABLE ... SET SCHEMA",
                                "Create the table in the other schema with CREATE TABLE ... AS "

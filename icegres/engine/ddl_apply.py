@@ -56,7 +56,7 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from icegres.engine import view_ddl
+from icegres.engine import ddl_refs, view_ddl
 from icegres.engine.catalog_views import NoSuchView, ViewExists
 from icegres.engine.ddl_commands import (
     PRIMARY_KEY_PROPERTY,
@@ -87,6 +87,7 @@ from icegres.engine.ddl_commands import (
     declared_char_types,
 )
 from icegres.engine.ddl_index import apply_create_index, apply_drop_index
+from icegres.engine.ddl_refs import RefChange
 from icegres.engine.pg_types import ColumnType, pg_name_of
 from icegres.pg import errors as e
 from icegres.pg.chars import BPCHAR_OID, VARCHAR_OID, CharType, described
@@ -573,6 +574,9 @@ def _alter_table(lakehouse: Lakehouse, cmd: AlterTable, search_path: list[str],
         table = lakehouse.load_table(namespace, cmd.name)
     except NoSuchTableError:
         raise PgError(e.UNDEFINED_TABLE, f'relation "{_display(cmd.schema, cmd.name)}" does not exist') from None
+    if len(cmd.actions) == 1 and isinstance(cmd.actions[0], RefChange):
+        ddl_refs.apply(table, cmd.actions[0], f"{namespace}.{cmd.name}", notices)
+        return
     Alteration(table, cmd.name, notices, lakehouse, namespace).run(cmd.actions)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from icegres.engine.ddl_refs import RefChange
 from icegres.engine.pg_types import ColumnType
 from icegres.pg.chars import CharType, parse_char_type
 
@@ -152,7 +153,7 @@ class CommentColumn:
 
 
 AlterAction = (AddColumn | DropColumn | RenameColumn | AlterColumnType | DropNotNull | SetProperties
-               | ResetProperties | RenameTable | CommentColumn)
+               | ResetProperties | RenameTable | CommentColumn | RefChange)
 
 # The table property Iceberg's engines (Spark, Trino) keep a table's comment in.
 COMMENT_PROPERTY = "comment"

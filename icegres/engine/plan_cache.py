@@ -73,6 +73,10 @@ class PlanCache:
     def __init__(self) -> None:
         # statement text and search_path -> the SQL DataFusion accepted for it (the text itself or
         # its rewrite)
+        # (table uuid, snapshot id) -> that snapshot's read plan (time_travel.py): never changes
+        self.snapshots: Bounded[tuple[str, int], Any] = Bounded(PLANNED_MAX)
+        # time-travel relation name -> what builds it on a context (time_travel.py)
+        self.travelled: Bounded[str, Callable[[Any], Any]] = Bounded(PLANNED_MAX)
         self.routes: Bounded[tuple[str, tuple[str, ...]], str] = Bounded(SHAPES_MAX)
         self.select_names: Bounded[str, list[str] | None] = Bounded(SHAPES_MAX)
         self.refs: Bounded[ShapeKey, set[tuple[str, str]] | None] = Bounded(SHAPES_MAX)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icegres.engine import activity, big_values, rewrite, view_defs, views
+from icegres.engine import activity, big_values, rewrite, time_travel, view_defs, views
 from icegres.engine import errors as engine_errors
 from icegres.engine.column_names import PLAIN_NAME, postgres_names, select_list_names
 from icegres.engine.contexts import Made, SessionContexts
@@ -94,6 +94,10 @@ class QueryContext:
         a query names it by."""
         return self.contexts.register_private(self.made, name, df)
 
+    def register_on(self, made: Made, name: str, df: DataFrame) -> None:
+        """`register_private` on a given context (time-travel relations, time_travel.attach)."""
+        self.contexts.register_private(made, name, df)
+
     # --- planning ------------------------------------------------------------------------------
 
     def plan(self, stmt: Statement, params: dict[str, Any] | None = None) -> PlannedQuery:
@@ -101,6 +105,7 @@ class QueryContext:
         hold = self.engine.scan_sets.hold()
         self._pin_listed(self._refs_of(stmt))
         made = self.made
+        time_travel.attach(self, made, stmt.sql)
         planned = self._plan(stmt, params, made)
         planned.hold = (hold, made.keep)
         self._check_files(self.table_refs(stmt))
@@ -187,7 +192,9 @@ class QueryContext:
         # Its literals as its place in the statement means them (an INSERT's source, an UPDATE's
         # value: exact numerics), before anything copies it away from that place.
         baked = rewrite.typed_literals(tree)
-        df, _ = self._as_sent_or_rewritten(rewrite.to_sql(baked), lambda: baked, params, made.ctx)
+        sql = rewrite.to_sql(baked)
+        time_travel.attach(self, made, sql)
+        df, _ = self._as_sent_or_rewritten(sql, lambda: baked, params, made.ctx)
         self._check_files(tree_table_refs(tree, self.env.search_path))
         return PlannedQuery(df, (hold, made.keep))
 
@@ -386,7 +393,10 @@ class QueryContext:
         """`stmt` with the catalog views it names replaced by their queries (view_defs.py), or
         `stmt` itself when it names none. When it names a view, or a name this server does not
         know (a view made elsewhere since the last listing), the view registry is read fresh
-        first. An INSERT, UPDATE or DELETE into a view is 0A000, TRUNCATE of one 42809."""
+        first. An INSERT, UPDATE or DELETE into a view is 0A000, TRUNCATE of one 42809.
+        References that read another point than a table's head (`AS OF`, `t@ref`, `t$snapshots`)
+        are read through relations of their own first (time_travel.py)."""
+        stmt = time_travel.expand(self, stmt)
         explained = _EXPLAIN.match(stmt.sql)
         if explained is not None:
             # sqlglot keeps EXPLAIN as an opaque command: expand the query it explains.

@@ -182,12 +182,14 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
 
 async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
     """`run_ddl` of a parsed command."""
-    from icegres.engine import ddl, ddl_apply, ddl_block
+    from icegres.engine import ddl, ddl_apply, ddl_block, ddl_refs
     from icegres.engine.ddl_commands import command_tag
 
     qctx = host.qctx
     txn = qctx.txn
     in_block = txn is not None and not txn.autocommit
+    if in_block and ddl_refs.changes_refs(cmd):
+        raise PgError("25001", "ALTER TABLE ... BRANCH or TAG cannot run inside a transaction block")
     temp = await _temp_ddl(host, cmd, txn if in_block else None)
     if temp is not None:
         return temp

@@ -19,10 +19,13 @@ from icegres.sql.lexer import split_quoted
 
 
 class IcegresPostgres(Postgres):
-    """sqlglot's postgres dialect, plus `::oid[]` (and the other reg* arrays).
+    """sqlglot's postgres dialect, plus `::oid[]` (and the other reg* arrays), plus the time-travel
+    spellings sqlglot does not know.
 
     sqlglot parses `x::oid` but stops at the `[]` after an OID-like type; asyncpg's type
-    introspection sends `ti.oid = any($1::oid[])`.
+    introspection sends `ti.oid = any($1::oid[])`. It reads `FOR SYSTEM_TIME AS OF`,
+    `FOR TIMESTAMP AS OF` and `FOR VERSION AS OF` after a table into its `version`; Spark's
+    `FOR SYSTEM_VERSION AS OF` and the short `AS OF <value>` become the same node here.
     """
 
     class Parser(Postgres.Parser):
@@ -34,6 +37,27 @@ class IcegresPostgres(Postgres):
                      "TO_TIMESTAMP": lambda args: (exp.Anonymous(this="to_timestamp", expressions=args)
                                                    if len(args) == 2 else exp.UnixToTime(this=args[0]))}
 
+        def _parse_version(self) -> exp.Version | None:
+            index = self._index
+            matched = next(((p, t) for p, t in _VERSION_PHRASES if self._match_text_seq(*p)), None)
+            if matched is None:
+                return None
+            phrase, this = matched
+            if phrase == ("AS", "OF"):
+                # Only before a value: `FROM t AS of` is a table aliased "of".
+                curr = self._curr
+                if curr is None or not (curr.token_type in _AS_OF_VALUES or curr.text.upper() == "TIMESTAMP"):
+                    self._retreat(index)
+                    return None
+            elif not self._match_text_seq("AS", "OF"):
+                self._retreat(index)
+                return None
+            value = self._parse_bitwise()  # Trino's `now() - interval '1' hour` as well as a literal
+            if phrase == ("AS", "OF"):
+                timestamp = isinstance(value, exp.Cast) and value.to.is_type(*exp.DataType.TEMPORAL_TYPES)
+                this = "TIMESTAMP" if timestamp else "VERSION"
+            return self.expression(exp.Version(this=this, expression=value, kind="AS OF"))
+
         def _parse_types(self, *args: Any, **kwargs: Any) -> exp.Expr | None:
             this = super()._parse_types(*args, **kwargs)
             if isinstance(this, exp.ObjectIdentifier) and self._match_pair(
@@ -44,6 +68,13 @@ class IcegresPostgres(Postgres):
 
 
 DIALECT = IcegresPostgres
+# (words, what they read); the short `AS OF` decides by its value: a timestamp, else a version.
+_VERSION_PHRASES = (
+    (("FOR", "SYSTEM_TIME"), "TIMESTAMP"), (("FOR", "SYSTEM", "TIME"), "TIMESTAMP"),
+    (("FOR", "TIMESTAMP"), "TIMESTAMP"), (("FOR", "SYSTEM_VERSION"), "VERSION"),
+    (("FOR", "VERSION"), "VERSION"), (("AS", "OF"), "VERSION"),
+)
+_AS_OF_VALUES = frozenset({TokenType.NUMBER, TokenType.STRING, TokenType.PLACEHOLDER, TokenType.PARAMETER})
 
 
 def parse(sql: str) -> exp.Expression:

@@ -26,6 +26,7 @@ from icegres.sql.lexer import Kind as TokenKind
 from icegres.sql.lexer import strip_leading_comments, tokenize
 from icegres.sql.placeholders import number_qmarks
 from icegres.sql.shape import literal_shape
+from icegres.sql.time_travel import travel_of
 
 if TYPE_CHECKING:
     from sqlglot import exp
@@ -127,12 +128,14 @@ def _tree_refs(tree: exp.Expression, search_path: list[str],
     from sqlglot import exp
 
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    travelled = any(t.args.get("version") is not None or "@" in t.name or "$" in t.name
+                    for t in tree.find_all(exp.Table))
     refs: set[tuple[str, str]] = set()
     catalog = False
     for table in tree.find_all(exp.Table):
         name = table.name
-        if not name:
-            continue
+        if not name or (travelled and travel_of(table) is not None):
+            continue  # a snapshot, ref or metadata table: not the table's head (time_travel.py)
         schema = table.db
         if schema:
             if schema.lower() in _CATALOG_SCHEMAS:

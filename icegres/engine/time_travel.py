@@ -1,0 +1,281 @@
+"""Reading a table as it was: a snapshot, a branch or tag, a time, or one of its metadata tables.
+
+A statement whose references ask for another point than a table's head (sql/time_travel.py)
+has each such reference replaced by a relation of the session's own (`register_private`) over
+exactly that snapshot's files, aliased as the reference was, so the rest of the statement reads
+on unchanged. The snapshot is read with the schema it was written with (Iceberg's rule, and
+Trino's and Spark's). Such a read is not a read of the table's head: it pins nothing and joins no
+SERIALIZABLE read set (a transaction reads that fixed snapshot). Nothing is copied: the relation
+scans the snapshot's own Parquet files.
+
+Errors, as PostgreSQL would name them: an unknown snapshot id, branch or tag is 42704
+(undefined_object); a time before the table's first snapshot is 22023 (invalid_parameter_value);
+an AS OF value that is a parameter is 0A000; writing through a time-travel reference is 0A000.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pyarrow as pa
+
+from icegres.engine import metadata_tables, view_defs
+from icegres.engine.lake import PRIVATE_CATALOG, PRIVATE_SCHEMA
+from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
+from icegres.sql import time_travel
+from icegres.sql.databases import DATABASE_ALIASES
+from icegres.sql.parse import DIALECT
+from icegres.sql.statement import Statement
+from icegres.sql.time_travel import Point, Travel
+
+if TYPE_CHECKING:
+    from datafusion import DataFrame, SessionContext
+    from pyiceberg.table import Table
+    from sqlglot import exp
+
+    from icegres.engine.contexts import Made
+    from icegres.engine.lake import Engine, SessionEnv
+    from icegres.engine.mounts import ReadPlan
+    from icegres.engine.plan_cache import PlanCache
+    from icegres.engine.planned import PlannedQuery
+    from icegres.engine.txn import TxnState
+
+Key = tuple[str, str]
+UNDEFINED_OBJECT = "42704"
+INVALID_PARAMETER_VALUE = "22023"
+
+
+class QueryContext(Protocol):
+    """What of a session's QueryContext (query.py, which calls in here) this reads."""
+
+    engine: Engine
+    env: SessionEnv
+    cache: PlanCache
+    txn: TxnState | None
+
+    @property
+    def ctx(self) -> SessionContext: ...
+    def zoned(self, df: DataFrame) -> DataFrame: ...
+    def register_on(self, made: Made, name: str, df: DataFrame) -> None: ...
+    def resolve_table(self, schema: str | None, name: str) -> Key | None: ...
+    def resolve_mounted(self, schema: str | None, name: str) -> Key | None: ...
+    def plan_tree(self, tree: exp.Expression, params: dict[str, Any] | None = None) -> PlannedQuery: ...
+
+
+def expand(qctx: QueryContext, stmt: Statement) -> Statement:
+    """`stmt` with every time-travel reference read through a relation of its own, or `stmt`."""
+    if not time_travel.mentions(stmt.sql):
+        return stmt
+    try:
+        tree = stmt.tree
+    except PgError:
+        return stmt
+    from sqlglot import exp
+
+    if not any(_asks(qctx, t) for t in tree.find_all(exp.Table)):
+        return stmt
+    tree = stmt.tree_copy()
+    target = view_defs.dml_target(tree)
+    for table in list(tree.find_all(exp.Table)):
+        travel = _asks(qctx, table)
+        if travel is None:
+            continue
+        if table is target:
+            raise PgError(FEATURE_NOT_SUPPORTED, f'cannot write to "{table.name}": writes go to a table\'s head',
+                          hint="Write to the table itself; branch writes are not supported yet.")
+        table.replace(_relation(qctx, table, travel))
+    return Statement(stmt.kind, tree.sql(dialect=DIALECT), stmt.tag, stmt.name, stmt.value, stmt.flag, stmt.options)
+
+
+def _asks(qctx: QueryContext, table: exp.Table) -> Travel | None:
+    """What `table` asks for, unless it names a real table (one may be called "a@b")."""
+    travel = time_travel.travel_of(table)
+    if travel is not None:
+        if travel.value is None and _resolve(qctx, table.db or None, table.name) is not None:
+            return None
+        return travel
+    spark = time_travel.spark_metadata(table)
+    if spark is not None:
+        schema, name, which = spark
+        if schema in (qctx.env.database, *DATABASE_ALIASES):
+            return None  # database.schema.table: PostgreSQL's three-part name
+        if _resolve(qctx, schema, name) is not None:
+            return Travel(Point.METADATA, name, metadata=which)
+    return None
+
+
+def _resolve(qctx: QueryContext, schema: str | None, name: str) -> Key | None:
+    """The table a name means: in a block, one it has not read yet too (a time-travel read
+    does not pin it)."""
+    return qctx.resolve_table(schema, name) or qctx.resolve_mounted(schema, name)
+
+
+def _relation(qctx: QueryContext, table: exp.Table, travel: Travel) -> exp.Expression:
+    from sqlglot import exp
+
+    spark = time_travel.spark_metadata(table) if travel.point is Point.METADATA else None
+    schema = spark[0] if spark is not None else (table.db or None)
+    key = _resolve(qctx, schema, travel.name)
+    if key is None:
+        shown = f"{schema}.{travel.name}" if schema else travel.name
+        raise PgError("42P01", f'relation "{shown}" does not exist')
+    head = _head(qctx, key)
+    iceberg = head.table
+    if travel.point is Point.METADATA:
+        assert travel.metadata is not None
+        which = travel.metadata
+        arrow = metadata_tables.build(iceberg, which)  # type: ignore[arg-type]
+        # Named for the metadata file it describes: a name's content never changes.
+        digest = hashlib.sha1(head.metadata_location.encode()).hexdigest()[:12]
+        name = f"meta_{key[0]}_{key[1]}_{which}_{digest}"
+        qctx.cache.travelled.put(name, lambda ctx: ctx.from_arrow(arrow))
+    else:
+        snapshot_id = _snapshot_id(qctx, key, iceberg, travel)  # type: ignore[arg-type]
+        plan = _snapshot_plan(qctx, key, iceberg, snapshot_id)  # type: ignore[arg-type]
+        name = f"snap_{key[0]}_{key[1]}_{snapshot_id}"
+        from icegres.engine.mounts import to_dataframe
+
+        stores = qctx.engine.stores
+        qctx.cache.travelled.put(name, lambda ctx: qctx.zoned(to_dataframe(ctx, plan, stores)))
+    alias = table.args.get("alias")
+    alias = alias.copy() if alias is not None else exp.TableAlias(
+        this=exp.to_identifier(spark[1] if spark else travel.name, quoted=True))
+    return exp.Table(this=exp.to_identifier(name, quoted=True), db=exp.to_identifier(PRIVATE_SCHEMA, quoted=True),
+                     catalog=exp.to_identifier(PRIVATE_CATALOG, quoted=True), alias=alias)
+
+
+def attach(qctx: QueryContext, made: Made, sql: str) -> None:
+    """Before planning `sql` on `made`: register the time-travel relations it names there (a
+    statement may plan on another context than the one current when it was expanded: a block's
+    pins make a context of their own)."""
+    travelled = qctx.cache.travelled
+    if not len(travelled) or PRIVATE_CATALOG not in sql:
+        return
+    for name in _NAMED.findall(sql):
+        if name in made.travelled:
+            continue
+        build = travelled.get(name)
+        if build is None:
+            continue  # a DML work table, or a relation this session no longer remembers
+        if len(made.travelled) >= _ATTACHED_MAX:
+            for old in made.travelled - set(_NAMED.findall(sql)):
+                made.ctx.catalog(PRIVATE_CATALOG).schema(PRIVATE_SCHEMA).deregister_table(old)
+            made.travelled.clear()
+        qctx.register_on(made, name, build(made.ctx))
+        made.travelled.add(name)
+
+
+_NAMED = re.compile(r'"((?:snap|meta)_[^"]+)"')
+_ATTACHED_MAX = 64
+
+
+def _head(qctx: QueryContext, key: Key) -> ReadPlan:
+    """The table as the statement sees its head: a transaction's pin, else the mounted one."""
+    txn = qctx.txn
+    plan = txn.pins.get(key) if txn is not None else None
+    if plan is None:
+        qctx.engine.refresh({key})
+        plan = qctx.engine.read_plan(*key)
+    if plan is None or plan.table is None:
+        refused = qctx.engine.refusal(key)
+        raise refused if refused is not None else PgError("42P01", f'relation "{key[0]}.{key[1]}" does not exist')
+    return plan
+
+
+def _snapshot_id(qctx: QueryContext, key: Key, table: Table, travel: Travel) -> int:
+    shown = f"{key[0]}.{key[1]}"
+    metadata = table.metadata
+    if travel.point is Point.TIMESTAMP:
+        at = _value(qctx, travel.value, timestamp=True)
+        ms = int(at.timestamp() * 1000)
+        for entry in reversed(metadata.snapshot_log):
+            if entry.timestamp_ms <= ms:
+                return entry.snapshot_id
+        raise PgError(INVALID_PARAMETER_VALUE, f'table "{shown}" has no snapshot as of {_shown_time(ms)}',
+                      detail=_first_snapshot(table))
+    value: Any = travel.ref if travel.ref is not None else _value(qctx, travel.value, timestamp=False)
+    if isinstance(value, str) and value in metadata.refs:
+        return metadata.refs[value].snapshot_id
+    if isinstance(value, int) or (isinstance(value, str) and value.lstrip("-").isdigit()):
+        snapshot = metadata.snapshot_by_id(int(value))
+        if snapshot is None:
+            raise PgError(UNDEFINED_OBJECT, f'snapshot {int(value)} of table "{shown}" does not exist')
+        return snapshot.snapshot_id
+    if isinstance(value, str):
+        known = ", ".join(sorted(metadata.refs)) or "none"
+        raise PgError(UNDEFINED_OBJECT, f'branch or tag "{value}" of table "{shown}" does not exist',
+                      detail=f"Its branches and tags: {known}.")
+    raise PgError("42804", f"AS OF VERSION takes a snapshot id or a branch or tag name, not {value!r}")
+
+
+def _first_snapshot(table: Table) -> str:
+    log = table.metadata.snapshot_log
+    if not log:
+        return "It has no snapshot yet."
+    return f"Its first snapshot was made at {_shown_time(log[0].timestamp_ms)}."
+
+
+def _shown_time(ms: int) -> str:
+    """A time as PostgreSQL prints a timestamptz in UTC: `2024-01-01 10:00:00.123+00`."""
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "+00"
+
+
+def _value(qctx: QueryContext, value: exp.Expression | None, *, timestamp: bool) -> Any:
+    """An AS OF value: a literal as written, anything else evaluated as a constant in the session
+    (its TimeZone for a time without one)."""
+    from sqlglot import exp
+
+    if value is None:
+        raise PgError("42601", "syntax error: AS OF needs a value")
+    if isinstance(value, exp.Placeholder | exp.Parameter):
+        raise PgError(FEATURE_NOT_SUPPORTED, "AS OF takes a constant, not a parameter",
+                      hint="Write the snapshot id, branch, tag or time in the statement.")
+    if not timestamp and isinstance(value, exp.Literal):
+        return value.this if value.is_string else int(value.this)
+    if not timestamp and isinstance(value, exp.Neg) and isinstance(value.this, exp.Literal):
+        return -int(value.this.this)
+    if timestamp:
+        value = exp.cast(value.copy(), exp.DataType.build("timestamptz"))
+    planned = qctx.plan_tree(exp.select(value.copy() if not timestamp else value))
+    column = planned.df.to_arrow_table().column(0)
+    if len(column) != 1 or column[0].as_py() is None:
+        raise PgError(INVALID_PARAMETER_VALUE, "AS OF value is NULL")
+    if timestamp:
+        unit = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[column.type.unit]
+        raw = column.cast(pa.int64())[0].as_py()  # since the epoch, in UTC (timestamptz)
+        return dt.datetime.fromtimestamp(raw // unit, dt.UTC) + dt.timedelta(microseconds=raw % unit * 1_000_000 // unit)
+    return column[0].as_py()
+
+
+def _snapshot_plan(qctx: QueryContext, key: Key, table: Table, snapshot_id: int) -> ReadPlan:
+    """The read plan of one snapshot (its files and its schema), remembered per session: a
+    snapshot never changes."""
+    cache = qctx.cache.snapshots
+    cache_key = (str(table.metadata.table_uuid), snapshot_id)
+    hit = cache.get(cache_key)
+    if hit is not None:
+        cache.touch(cache_key)
+        return hit
+    at = _as_current(table, snapshot_id)
+    plan = qctx.engine.plan_table(at)
+    # Its own identity: scan sets and per-file scans key on the metadata location.
+    plan = replace(plan, metadata_location=f"{table.metadata_location}#snapshot-{snapshot_id}")
+    return cache.put(cache_key, plan)
+
+
+def _as_current(table: Table, snapshot_id: int) -> Table:
+    """`table` with `snapshot_id` as its current snapshot and that snapshot's schema as its
+    current schema: what plan_read reads."""
+    from pyiceberg.table import Table as IcebergTable
+
+    metadata = table.metadata
+    snapshot = metadata.snapshot_by_id(snapshot_id)
+    assert snapshot is not None
+    schema_id = snapshot.schema_id if snapshot.schema_id is not None else metadata.current_schema_id
+    at = metadata.model_copy(update={"current_snapshot_id": snapshot_id, "current_schema_id": schema_id})
+    return IcebergTable(table.name(), metadata=at, metadata_location=table.metadata_location, io=table.io,
+                        catalog=table.catalog)

@@ -1,0 +1,78 @@
+"""Which tables of a statement are read at another point than their head, and how it says so.
+
+Every spelling users bring from other engines means one of three things for a table reference:
+
+- a version: `FOR VERSION AS OF x`, `FOR SYSTEM_VERSION AS OF x`, `AS OF x` (x a snapshot id or a
+  branch or tag name), or the name `"t@x"`;
+- a time: `FOR SYSTEM_TIME AS OF ts`, `FOR TIMESTAMP AS OF ts`, `AS OF TIMESTAMP '...'`;
+- a metadata table: `"t$snapshots"` (Trino) and the others of METADATA_TABLES.
+
+The parser (parse.py) puts the first two into the table's `version`; the names are read here.
+Pure: what a reference asks for, not what it resolves to (engine/time_travel.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlglot import exp
+
+METADATA_TABLES = ("snapshots", "history", "refs", "files", "manifests", "partitions",
+                   "metadata_log_entries", "properties")
+
+# A cheap test before any tree is walked: `AS OF`, a name holding `@` or `$name`, `.snapshots`.
+_MENTIONS = re.compile(r"\bas\s+of\b|\w@|@\w|[A-Za-z_0-9]\$[A-Za-z]|\.\"?(?:" + "|".join(METADATA_TABLES) + r")\b",
+                       re.IGNORECASE)
+
+
+class Point(Enum):
+    VERSION = "version"  # a snapshot id, or a branch or tag name
+    TIMESTAMP = "timestamp"  # the snapshot current at a time
+    METADATA = "metadata"  # one of METADATA_TABLES
+
+
+@dataclass(frozen=True)
+class Travel:
+    """Where one table reference reads: `name` is the table's own name (without `@x`/`$m`)."""
+
+    point: Point
+    name: str
+    value: exp.Expression | None = None  # VERSION/TIMESTAMP written as an expression
+    ref: str | None = None  # VERSION written in the name: `t@x` (an id or a ref name)
+    metadata: str | None = None  # METADATA: which one
+
+
+def mentions(sql: str) -> bool:
+    return _MENTIONS.search(sql) is not None
+
+
+def travel_of(table: exp.Table) -> Travel | None:
+    """What `table` (a reference in a FROM clause) asks for; None: its head, as usual."""
+    version = table.args.get("version")
+    name = table.name
+    if version is not None:
+        point = Point.TIMESTAMP if str(version.this).upper() == "TIMESTAMP" else Point.VERSION
+        return Travel(point, name, value=version.expression)
+    if "@" in name:
+        base, _, ref = name.rpartition("@")
+        if base and ref:
+            return Travel(Point.VERSION, base, ref=ref)
+    if "$" in name:
+        base, _, which = name.rpartition("$")
+        if base and which.lower() in METADATA_TABLES:
+            return Travel(Point.METADATA, base, metadata=which.lower())
+    return None
+
+
+def spark_metadata(table: exp.Table) -> tuple[str, str, str] | None:
+    """Spark's `schema.table.snapshots`: (schema, table, metadata table) where the three-part
+    name ends in a metadata table's name; the caller decides whether it clashes with a real
+    table (a database-qualified `db.schema.table` is PostgreSQL's meaning)."""
+    catalog, db, name = table.catalog, table.db, table.name
+    if catalog and db and name.lower() in METADATA_TABLES and table.args.get("version") is None:
+        return catalog, db, name.lower()
+    return None
