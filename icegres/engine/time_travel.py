@@ -136,6 +136,7 @@ def _relation(qctx: QueryContext, table: exp.Table, travel: Travel) -> exp.Expre
     else:
         snapshot_id = _snapshot_id(qctx, key, iceberg, travel)  # type: ignore[arg-type]
         plan = _snapshot_plan(qctx, key, iceberg, snapshot_id)  # type: ignore[arg-type]
+        qctx.engine.check_files([(key, plan)])  # 58P01 for a file it names that is gone, never "empty"
         name = f"snap_{key[0]}_{key[1]}_{snapshot_id}"
         from icegres.engine.mounts import to_dataframe
 

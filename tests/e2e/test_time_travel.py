@@ -154,6 +154,21 @@ def test_what_cannot_be_read_is_an_error_never_empty(conn, sql, sqlstate, messag
     assert message in str(failed.value)
 
 
+def test_a_snapshot_whose_file_is_gone_is_an_error(conn, server):
+    conn.execute("create table demo.gone (id bigint)")
+    conn.execute("insert into demo.gone values (1), (2)")
+    old = conn.execute('select snapshot_id from demo."gone$snapshots"').fetchone()[0]
+    old_files = {r[0] for r in conn.execute('select file_path from demo."gone$files"')}
+    conn.execute("delete from demo.gone where id = 1")  # copy-on-write: the old file leaves the head
+    assert rows(conn, "select id from demo.gone") == [(2,)]
+    (only_old,) = old_files - {r[0] for r in conn.execute('select file_path from demo."gone$files"')}
+    Path(only_old.removeprefix("file://")).unlink()
+    with pytest.raises(psycopg.Error) as failed:
+        conn.execute(f"select * from demo.gone for version as of {old}")
+    assert failed.value.sqlstate == "58P01"
+    assert rows(conn, "select id from demo.gone") == [(2,)]
+
+
 def test_a_parameter_as_the_version_is_refused(conn):
     with pytest.raises(psycopg.errors.FeatureNotSupported):
         conn.execute("select * from demo.t for version as of %s", (1,))
