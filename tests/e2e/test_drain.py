@@ -4,6 +4,7 @@ running statements get --drain-timeout-s before every session ends with FATAL 57
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 import time
 import urllib.error
@@ -50,7 +51,7 @@ def test_sigterm_drains_then_terminates_and_exits_0(tmp_path):
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.5)
-        assert _ready(ops) in (503, 0)  # 503 while draining (0: the endpoint already went)
+        assert _ready(ops) == 503  # draining: the endpoint stays up until the process exits
         with pytest.raises(psycopg.OperationalError):
             psycopg.connect(dsn, connect_timeout=3)  # no longer accepting
         with pytest.raises(psycopg.OperationalError, match="terminating connection due to administrator command"):
@@ -61,6 +62,58 @@ def test_sigterm_drains_then_terminates_and_exits_0(tmp_path):
         assert "terminating connection due to administrator command" in str(outcome[0])
         assert 2.5 <= ended < 15, ended  # after --drain-timeout-s, not before
         assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# ~2 s here (2 cores, shared): long enough to be running when SIGTERM arrives, far below the
+# drain timeout. icegres has no pg_sleep.
+COUNT = 600_000_000
+STATEMENT = f"select count(*), sum(x) from generate_series(1, {COUNT}) as t(x)"
+
+
+def test_a_running_statement_finishes_within_the_drain_timeout(tmp_path):
+    """The drain lets a running statement answer in full: meanwhile /ready is 503 and the pgwire
+    port refuses connections; the session then ends with 57P01, and the process exits 0 at once,
+    not at the end of --drain-timeout-s."""
+    started = start_icegres(["serve", "--data-dir", str(tmp_path / "data"), "--host", "127.0.0.1", "--port", "0",
+                             "--ops-port", "0", "--drain-timeout-s", "60"], log_dir=tmp_path)
+    proc, port, ops = started.proc, started.ports["port"], started.ports["ops_port"]
+    dsn = f"host=127.0.0.1 port={port} user=icegres dbname=icegres"
+    try:
+        busy = psycopg.connect(dsn, autocommit=True)
+        outcome: list[BaseException | object] = []
+
+        def statement() -> None:
+            try:
+                outcome.append(busy.execute(STATEMENT).fetchone())
+            except BaseException as exc:  # noqa: BLE001
+                outcome.append(exc)
+            outcome.append(time.monotonic())
+
+        runner = threading.Thread(target=statement)
+        runner.start()
+        time.sleep(0.3)
+        assert not outcome, "the statement ended before SIGTERM: make it longer"
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        while (status := _ready(ops)) == 200 and time.monotonic() - sent < 2:
+            time.sleep(0.01)  # the signal is handled on the server's next loop turn
+        assert status == 503 and not outcome, (status, outcome)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        assert _ready(ops) == 503 and not outcome  # the statement is still running
+
+        runner.join(60)
+        assert outcome[0] == (COUNT, COUNT * (COUNT + 1) // 2), outcome
+        answered = outcome[1]
+        with pytest.raises(psycopg.errors.AdminShutdown, match="terminating connection due to administrator command"):
+            busy.execute("select 1")
+        assert proc.wait(timeout=30) == 0
+        exited = time.monotonic()
+        assert exited - answered < 5, (exited - sent, answered - sent)
     finally:
         if proc.poll() is None:
             proc.kill()

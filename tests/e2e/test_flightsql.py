@@ -43,7 +43,7 @@ def flight_server(data_dir: Path, *args: str, env: dict[str, str] | None = None,
     Postgres wire port too); SIGTERM on exit."""
     port_args = ("--port", "0") if command == "flight-serve" else ("--port", "0", "--flight-port", "0")
     started = start_icegres([command, "--data-dir", str(data_dir), "--host", "127.0.0.1", *port_args, *args],
-                            log_dir=data_dir.parent, stem="flight", env=env, listen_on="flight_port")
+                            log_dir=data_dir.parent, stem="flight", env=env)
     try:
         yield FlightProcess(f"grpc://127.0.0.1:{started.ports['flight_port']}", started.proc.pid, started.log_path,
                             started.ports.get("port"))

@@ -1,5 +1,6 @@
 """JWT logins: a token in the password field (psycopg), PostgreSQL 18's OAUTHBEARER (libpq 18 with
-a custom flow through its auth-data hook, and the exchange byte by byte over a raw socket), and
+a custom flow through its auth-data hook, and the exchange byte by byte over a raw socket), a role
+from a configured claim (--jwt-role-claim) rather than `sub`, and
 Flight SQL bearer tokens (the ADBC driver's authorization header). Expired, wrong-audience,
 wrong-issuer, badly signed, unknown-kid, `alg: none` and HS256-with-the-public-key tokens are each
 refused; an identity provider that does not answer fails token logins with 28000 without holding
@@ -75,6 +76,16 @@ def oauth_server(seeded_dir, tmp_path_factory, pwfile):
     jwks_file = tmp_path_factory.mktemp("jwks") / "jwks.json"
     jwks_file.write_text(json.dumps(idp.jwks(RSA, EC)))
     with running_icegres(seeded_dir, args=("--password-file", str(pwfile), *jwt_args(str(jwks_file)))) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def claim_server(seeded_dir, provider, pwfile):
+    """--jwt-role-claim preferred_username: the role is that claim, `sub` plays no part. The
+    default method (OAUTHBEARER for users without a password); Flight SQL on too."""
+    args = ("--password-file", str(pwfile), "--flight-port", "0", "--jwt-role-claim", "preferred_username",
+            *jwt_args(provider.url))
+    with running_icegres(seeded_dir, args=args) as srv:
         yield srv
 
 
@@ -204,6 +215,44 @@ def test_oauthbearer_exchange_on_the_wire(oauth_server):
             assert error["C"] == code and text in error["M"], error
 
 
+def test_role_from_a_configured_claim(claim_server):
+    """The role is the configured claim's value: `sub` (an opaque id here, as most providers
+    issue) neither names the role nor stands in for a missing claim."""
+    subject = "0b6f4e2a-5c1d-4f7e-9a3b-2d8c7e1f6a90"
+    with bearer_tokens(token(sub=subject, preferred_username="frank")), \
+            psycopg.connect(oauth_dsn(claim_server, "frank")) as c:
+        assert c.execute("select current_user, session_user").fetchone() == ("frank", "frank")
+    for user, bad in (
+        ("frank", token(sub="frank")),  # no preferred_username: `sub` is not a fallback
+        ("frank", token(sub="frank", preferred_username="gina")),  # names another role
+        (subject, token(sub=subject, preferred_username="frank")),  # logging in as the `sub`
+        ("frank", token(sub=subject, preferred_username=["frank"])),  # not a string
+    ):
+        with bearer_tokens(bad), pytest.raises(psycopg.OperationalError) as exc:
+            psycopg.connect(oauth_dsn(claim_server, user))
+        assert f'OAuth bearer authentication failed for user "{user}"' in str(exc.value), exc.value
+    # A token without the claim, on the wire: PostgreSQL's 28000.
+    with RawConnection(claim_server.host, claim_server.port) as raw:
+        assert mechanisms(raw.startup("frank", claim_server.database)) == ["OAUTHBEARER"]
+        raw.sasl_initial("OAUTHBEARER", f"n,,\x01auth=Bearer {token(sub='frank')}\x01\x01".encode())
+        assert json.loads(raw.read().auth_data)["status"] == "invalid_token"
+        raw.sasl_response(b"\x01")
+        error = raw.read().error_fields()
+        assert (error["C"], error["M"]) == ("28000", 'OAuth bearer authentication failed for user "frank"'), error
+    # Flight SQL has no login user: the claim is the user.
+    uri = f"grpc://127.0.0.1:{claim_server.flight_port}"
+    header = "adbc.flight.sql.authorization_header"
+    with adbc.connect(uri, db_kwargs={header: f"Bearer {token(EC, sub=subject, preferred_username='gina')}"},
+                      autocommit=True) as c, c.cursor() as cur:
+        cur.execute("select current_user")
+        assert cur.fetchone() == ("gina",)
+    with pytest.raises(adbc.Error, match="UNAUTHENTICATED|invalid or expired bearer token"):
+        with adbc.connect(uri, db_kwargs={header: f"Bearer {token(EC, sub='gina')}"}, autocommit=True) as c, \
+                c.cursor() as cur:
+            cur.execute("select 1")
+            cur.fetchone()
+
+
 # --- a provider that cannot be reached -------------------------------------------------------------
 
 
@@ -236,9 +285,9 @@ def test_unreachable_provider_fails_token_logins_and_stalls_nobody(seeded_dir, p
                 assert outcome["seconds"] < 15, outcome
 
 
-def test_logs_hold_no_token(token_server, oauth_server):
+def test_logs_hold_no_token(token_server, oauth_server, claim_server):
     """Runs last in this module: every token minted above stays out of the server logs."""
-    for srv in (token_server, oauth_server):
+    for srv in (token_server, oauth_server, claim_server):
         log = srv.log_path.read_text(errors="replace")
         assert "authentication failed" in log
         for minted in MINTED:

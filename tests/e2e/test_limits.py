@@ -24,6 +24,7 @@ import psycopg
 import pytest
 
 from tests.support.icegres_server import running_icegres
+from tests.support.pgwire_raw import RawConnection
 
 pytestmark = pytest.mark.e2e
 
@@ -227,13 +228,55 @@ def test_failed_logins_back_off_per_address_while_another_address_logs_in_at_onc
     assert time.monotonic() - t0 < 0.5
 
 
-def test_40000_parameters_bind(limited):
-    values = list(range(40_000))
+def test_65535_parameters_bind_and_65536_cannot_be_sent(limited):
+    """Parse and Bind count parameters in an unsigned 16-bit field: 65,535 is the most there can
+    be (once read as signed, 32,768 and more were 08P01). libpq itself refuses a 65,536th."""
+    values = list(range(65_535))
     placeholders = ", ".join(["%s"] * len(values))
     with psycopg.connect(limited.dsn(), autocommit=True) as c:
-        row = c.execute(f"select 39999 in ({placeholders})", values).fetchone()
-        assert row == (True,)
-        assert c.execute(f"select 40000 in ({placeholders})", values).fetchone() == (False,)
+        assert c.execute(f"select 65534 in ({placeholders})", values).fetchone() == (True,)
+        assert c.execute(f"select 65535 in ({placeholders})", values).fetchone() == (False,)
+        with pytest.raises(psycopg.OperationalError, match="number of parameters must be between 0 and 65535"):
+            c.execute(f"select 0 in ({placeholders}, %s)", [*values, 65_535])
+        assert c.execute("select 1").fetchone() == (1,)
+
+
+def _parse(sql: str, type_oids: list[int]) -> bytes:
+    return b"\0" + sql.encode() + b"\0" + struct.pack(f"!H{len(type_oids)}I", len(type_oids), *type_oids)
+
+
+def _bind(values: list[int]) -> bytes:
+    texts = [str(v).encode() for v in values]
+    return b"\0\0" + struct.pack("!HH", 0, len(texts)) + b"".join(struct.pack("!i", len(t)) + t for t in texts) \
+        + struct.pack("!H", 0)
+
+
+def test_65535_parameter_types_on_the_wire(trust_server):
+    """A Parse declaring 65,535 types, described (ParameterDescription counts 65,535) and bound;
+    a statement naming $65536 can never be bound (Bind counts in 16 bits) and is refused at Parse
+    with PostgreSQL's 42P02, the session unharmed. (PostgreSQL 15 accepts that Parse, describes it
+    with a count wrapped to 0 and refuses every Bind with 08P01.)"""
+    int4 = 23
+    with RawConnection(trust_server.host, trust_server.port, timeout_s=60) as raw:
+        raw.startup(trust_server.user, trust_server.database)
+        assert raw.read_until_ready()[-1].kind == b"Z"
+        raw.send(b"P", _parse("select $1 + $65535", [int4] * 65_535))
+        raw.send(b"D", b"S\0")
+        raw.send(b"B", _bind(list(range(1, 65_536))))
+        raw.send(b"E", b"\0" + struct.pack("!i", 0))
+        raw.send(b"S", b"")
+        replies = raw.read_until_ready()
+        assert [r.kind for r in replies] == [b"1", b"t", b"T", b"2", b"D", b"C", b"Z"], replies
+        assert struct.unpack("!H", replies[1].body[:2]) == (65_535,)
+        assert replies[4].body[6:] == b"65536"  # 1 + 65535, as text
+
+        raw.send(b"P", _parse("select $65536::int4", [int4] * 65_535))
+        raw.send(b"S", b"")
+        error = raw.read().error_fields()
+        assert (error["C"], error["M"]) == ("42P02", "there is no parameter $65536"), error
+        assert raw.read().kind == b"Z"
+        raw.send(b"Q", b"select 1\0")
+        assert [r.kind for r in raw.read_until_ready()] == [b"T", b"D", b"C", b"Z"]
 
 
 # --- nothing heavy on the event loop --------------------------------------------------------------

@@ -154,11 +154,11 @@ class Started:
 
 
 def start_icegres(argv: Sequence[str], *, log_dir: Path, stem: str = "icegres", env: dict[str, str] | None = None,
-                  timeout_s: float = 60, listen_on: str | None = "port") -> Started:
+                  timeout_s: float = 60, listening: bool = True) -> Started:
     """`python -m icegres <argv> --ports-file F` (its output appended to a log of its own in
-    `log_dir`), returned once it bound its ports and, unless `listen_on` is None, once
-    `ports[listen_on]` accepts connections. Give the ports in `argv` as 0. On failure the process
-    is killed and ServerExited / RuntimeError carries its log."""
+    `log_dir`), returned once it bound its ports and, if `listening`, once every one of them
+    accepts connections. Give the ports in `argv` as 0. On failure the process is killed and
+    ServerExited / RuntimeError carries its log."""
     log_path, ports_file = run_files(log_dir, stem)
     cmd = [sys.executable, "-m", "icegres", *argv, "--ports-file", str(ports_file)]
     with open(log_path, "ab") as log:
@@ -167,8 +167,11 @@ def start_icegres(argv: Sequence[str], *, log_dir: Path, stem: str = "icegres", 
     try:
         deadline = time.monotonic() + timeout_s
         ports = wait_ports(proc, ports_file, log_path, timeout_s)
-        if listen_on is not None:
-            wait_listening(proc, ports[listen_on], log_path, max(0.1, deadline - time.monotonic()))
+        # Every port, not only pgwire's: `serve` starts listening on them one after another
+        # (Flight SQL's some 50 ms after pgwire's), so a test that starts on the first one to
+        # answer finds the next refusing connections.
+        for port in ports.values() if listening else ():
+            wait_listening(proc, port, log_path, max(0.1, deadline - time.monotonic()))
     except BaseException:
         if proc.poll() is None:
             proc.kill()

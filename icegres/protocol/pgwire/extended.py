@@ -116,11 +116,20 @@ class Description:
         return self.schema.equals(other.schema, check_metadata=True)
 
 
+PARAMS_MAX = 65535  # Bind's and ParameterDescription's counts are unsigned 16-bit
+
+
 def param_oids(stmt: Statement, given: tuple[int, ...] | list[int], inferred: dict[int, pa.DataType]) -> tuple[int, ...]:
     """Each parameter's type as ParameterDescription gives it: the client's, else the type a
     `$n::type` cast names, else what the engine inferred, else text."""
     count = max([len(given), *inferred.keys()], default=0)
     count = max(count, stmt.max_param)
+    if count > PARAMS_MAX:
+        # Bind and ParameterDescription count in 16 bits, so no client could ever supply such a
+        # parameter. PostgreSQL 15 accepts the Parse, then wraps the count in ParameterDescription
+        # (65,536 is sent as 0) and refuses every Bind (08P01); its own word for a parameter that
+        # cannot exist, here and now, is clearer.
+        raise PgError(E.UNDEFINED_PARAMETER, f"there is no parameter ${count}")
     casts = cast_type_oids(stmt.sql)
     oids = []
     for i in range(count):
