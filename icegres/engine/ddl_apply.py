@@ -56,7 +56,7 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from icegres.engine import ddl_refs, view_ddl
+from icegres.engine import ddl_refs, procedures, view_ddl
 from icegres.engine.catalog_views import NoSuchView, ViewExists
 from icegres.engine.ddl_commands import (
     PRIMARY_KEY_PROPERTY,
@@ -89,6 +89,7 @@ from icegres.engine.ddl_commands import (
 from icegres.engine.ddl_index import apply_create_index, apply_drop_index
 from icegres.engine.ddl_refs import RefChange
 from icegres.engine.pg_types import ColumnType, pg_name_of
+from icegres.engine.procedures import Call
 from icegres.pg import errors as e
 from icegres.pg.chars import BPCHAR_OID, VARCHAR_OID, CharType, described
 from icegres.pg.errors import PgError
@@ -166,6 +167,11 @@ def apply_ddl(lakehouse: Lakehouse, cmd: DdlCommand, search_path: list[str]) -> 
             _drop_view(lakehouse, cmd, search_path, notices)
         elif isinstance(cmd, RenameView):
             _rename_view(lakehouse, cmd, search_path, notices)
+        elif isinstance(cmd, Call):
+            namespace = _find_table(lakehouse, cmd.schema, cmd.name, search_path)
+            if namespace is None:
+                raise PgError(e.UNDEFINED_TABLE, f'relation "{_display(cmd.schema, cmd.name)}" does not exist')
+            procedures.apply(lakehouse.load_table(namespace, cmd.name), cmd, f"{namespace}.{cmd.name}", notices)
         elif isinstance(cmd, CreateTableAs | CreateView):
             raise TypeError(f"{type(cmd).__name__} is executed by the query engine, not apply_ddl")
         else:

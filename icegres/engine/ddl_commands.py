@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from icegres.engine.ddl_refs import RefChange
 from icegres.engine.pg_types import ColumnType
+from icegres.engine.procedures import Call
 from icegres.pg.chars import CharType, parse_char_type
 
 # The table property an opt-in primary key is kept in (its columns, comma-separated).
@@ -216,11 +217,12 @@ class RenameView:
 
 
 DdlCommand = (CreateSchema | DropSchema | CreateTable | CreateTableAs | DropTable | AlterTable | CreateIndex
-              | DropIndex | CreateView | DropView | RenameView)
+              | DropIndex | CreateView | DropView | RenameView | Call)
 
 _TAGS = {CreateSchema: "CREATE SCHEMA", DropSchema: "DROP SCHEMA", CreateTable: "CREATE TABLE",
          DropTable: "DROP TABLE", AlterTable: "ALTER TABLE", CreateIndex: "CREATE INDEX",
-         DropIndex: "DROP INDEX", CreateView: "CREATE VIEW", DropView: "DROP VIEW", RenameView: "ALTER VIEW"}
+         DropIndex: "DROP INDEX", CreateView: "CREATE VIEW", DropView: "DROP VIEW", RenameView: "ALTER VIEW",
+         Call: "CALL"}
 
 
 def command_tag(cmd: DdlCommand, rows: int = 0) -> str:

@@ -71,7 +71,12 @@ class RefChange:
 
 
 def changes_refs(cmd: Any) -> bool:
-    """Whether a DDL command is a ref change (an ALTER TABLE whose action is one)."""
+    """Whether a DDL command moves a table's refs at once (an ALTER TABLE whose action is a ref
+    change, or a snapshot procedure's CALL)."""
+    from icegres.engine.procedures import Call
+
+    if isinstance(cmd, Call):
+        return True
     actions = getattr(cmd, "actions", ())
     return len(actions) == 1 and isinstance(actions[0], RefChange)
 

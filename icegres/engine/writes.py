@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 from icegres.engine.ddl_commands import CreateView
+from icegres.engine.procedures import Call
 from icegres.engine.txn import Key, TxnState
 from icegres.pg import errors as E
 from icegres.pg.errors import PgError
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("icegres.commit")
 
 DML_WORDS = ("INSERT", "UPDATE", "DELETE", "TRUNCATE")
-DDL_WORDS = ("CREATE", "DROP", "ALTER", "COMMENT")
+DDL_WORDS = ("CREATE", "DROP", "ALTER", "COMMENT", "CALL")  # CALL: the snapshot procedures (procedures.py)
 
 
 def is_dml(stmt: Statement) -> bool:
@@ -175,8 +176,10 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
     """CREATE/DROP/ALTER. Outside a block, applied to the catalog at once. Inside one, table DDL
     changes the block's view and is applied at COMMIT (ddl_block.py); views and schemas still
     apply at once, and the block re-pins the tables they changed. Temporary tables: ddl_temp.py."""
-    from icegres.engine import ddl
+    from icegres.engine import ddl, procedures
 
+    if stmt.tag == "CALL":
+        return await run_ddl_command(host, procedures.parse_call(stmt.sql, host.qctx.env.time_zone))
     return await run_ddl_command(host, ddl.parse_ddl(stmt.sql, host.qctx.env.database))
 
 
@@ -189,7 +192,8 @@ async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
     txn = qctx.txn
     in_block = txn is not None and not txn.autocommit
     if in_block and ddl_refs.changes_refs(cmd):
-        raise PgError("25001", "ALTER TABLE ... BRANCH or TAG cannot run inside a transaction block")
+        what = "CALL" if isinstance(cmd, Call) else "ALTER TABLE ... BRANCH or TAG"
+        raise PgError("25001", f"{what} cannot run inside a transaction block")
     temp = await _temp_ddl(host, cmd, txn if in_block else None)
     if temp is not None:
         return temp
@@ -290,7 +294,7 @@ def ddl_keys(cmd: Any, path: list[str], qctx: Any) -> set[Key]:
 
     if isinstance(cmd, ddl.DropTable):
         named = list(cmd.names)
-    elif isinstance(cmd, ddl.CreateTable | ddl.AlterTable):
+    elif isinstance(cmd, ddl.CreateTable | ddl.AlterTable | Call):
         named = [(cmd.schema, cmd.name)]
     else:
         named = []

@@ -376,3 +376,86 @@ def test_flight_sql_reads_snapshots_refs_and_metadata(server, history):
         assert cur.fetchall() == [(2,)]
         cur.execute('select snapshot_id from demo."t$history" order by made_current_at')
         assert [r[0] for r in cur.fetchall()][:3] == [history.first, history.second, history.third]
+
+
+# --- snapshot procedures -----------------------------------------------------------------------
+
+
+def _head(c: psycopg.Connection, table: str) -> int:
+    return c.execute(f'select snapshot_id from demo."{table}$refs" where name = \'main\'').fetchone()[0]
+
+
+def test_rollback_set_current_fast_forward_and_cherrypick(server):
+    notices: list[str] = []
+    with psycopg.connect(server.dsn, autocommit=True) as c:
+        c.add_notice_handler(lambda n: notices.append(n.message_primary))
+        c.execute("create table demo.proc (id bigint)")
+        c.execute("insert into demo.proc values (1)")
+        s1 = _head(c, "proc")
+        time.sleep(0.02)
+        between = c.execute("select now()").fetchone()[0].astimezone(dt.UTC)
+        time.sleep(0.02)
+        c.execute("insert into demo.proc values (2)")
+        s2 = _head(c, "proc")
+        c.execute("alter table demo.proc create branch dev")
+
+        assert c.execute(f"call system.rollback_to_snapshot('demo.proc', {s1})").statusmessage == "CALL"
+        assert notices[-1] == f'table "demo.proc": snapshot {s2} -> {s1}'
+        assert rows(c, "select id from demo.proc") == [(1,)]
+        c.execute("call iceberg.system.set_current_snapshot(table => 'demo.proc', ref => 'dev')")
+        assert rows(c, "select id from demo.proc order by id") == [(1,), (2,)]
+        c.execute("set timezone = 'America/Lima'")
+        local = between.astimezone(dt.timezone(dt.timedelta(hours=-5))).replace(tzinfo=None)
+        c.execute(f"call system.rollback_to_timestamp('demo.proc', TIMESTAMP '{local}')")
+        assert _head(c, "proc") == s1
+        c.execute("call system.fast_forward('demo.proc', 'main', 'dev')")
+        assert _head(c, "proc") == s2
+        c.execute(f"call system.set_current_snapshot('demo.proc', {s1})")
+        c.execute(f"call system.cherrypick_snapshot('demo.proc', {s2})")
+        assert rows(c, "select id from demo.proc order by id") == [(1,), (2,)]
+        picked = c.execute('select parent_id, summary from demo."proc$snapshots" order by committed_at desc '
+                           "limit 1").fetchone()
+        assert picked[0] == s1 and picked[1]["source-snapshot-id"] == str(s2)
+
+    # pyiceberg sees main where the procedures left it
+    table = _pyiceberg_table(server.data_dir, "proc")
+    assert table.metadata.current_snapshot().parent_snapshot_id == s1
+
+
+@pytest.mark.parametrize("sql, sqlstate", [
+    ("call system.nope('demo.t')", "42883"),
+    ("call sys.rollback_to_snapshot('demo.t', 1)", "42883"),
+    ("call system.rollback_to_snapshot('demo.t', 1)", "42704"),
+    ("call system.rollback_to_snapshot('demo.missing', 1)", "42P01"),
+    ("call system.rollback_to_snapshot(table => 'demo.t', snapshot_id => 1, x => 1)", "42883"),
+    ("call system.set_current_snapshot('demo.t')", "22023"),
+    ("call system.set_current_snapshot(table => 'demo.t', ref => 'nope')", "42704"),
+    ("call system.rollback_to_timestamp('demo.t', TIMESTAMP '2001-01-01 00:00')", "22023"),
+    ("call system.rollback_to_snapshot('demo.t', )", "42601"),
+])
+def test_procedure_errors(conn, sql, sqlstate):
+    before = _head(conn, "t")
+    with pytest.raises(psycopg.Error) as failed:
+        conn.execute(sql)
+    assert failed.value.sqlstate == sqlstate
+    assert _head(conn, "t") == before  # an error changes nothing
+
+
+def test_rollback_to_a_snapshot_that_is_no_ancestor_is_refused(conn, history):
+    conn.execute("create table demo.fork (id bigint)")
+    conn.execute("insert into demo.fork values (1)")
+    first = _head(conn, "fork")
+    conn.execute("insert into demo.fork values (2)")
+    second = _head(conn, "fork")
+    conn.execute(f"call system.set_current_snapshot('demo.fork', {first})")
+    with pytest.raises(psycopg.errors.InvalidParameterValue):
+        conn.execute(f"call system.rollback_to_snapshot('demo.fork', {second})")  # a child, not an ancestor
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+        conn.execute("alter table demo.fork create branch side as of version %s" % second)
+        conn.execute("call system.fast_forward('demo.fork', 'side', 'main')")  # side is ahead of main
+
+
+def test_procedures_are_refused_in_a_block(server, history):
+    with psycopg.connect(server.dsn) as c:
+        with pytest.raises(psycopg.errors.ActiveSqlTransaction):
+            c.execute("call system.fast_forward('demo.t', 'main', 'main')")

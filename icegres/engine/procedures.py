@@ -1,0 +1,306 @@
+"""Iceberg's snapshot procedures, with Spark's names and argument order.
+
+    CALL system.rollback_to_snapshot('demo.trips', 8744241337125164453)
+    CALL system.rollback_to_timestamp('demo.trips', TIMESTAMP '2026-12-01 10:00')
+    CALL system.set_current_snapshot('demo.trips', 8744241337125164453)
+    CALL system.set_current_snapshot(table => 'demo.trips', ref => 'dev')
+    CALL system.fast_forward('demo.trips', 'main', 'dev')
+    CALL system.cherrypick_snapshot('demo.trips', 8744241337125164453)
+
+Any catalog prefix (`iceberg.system`, `icegres.system`) is accepted; arguments by position or by
+name (`name => value`). Each is one Iceberg commit to a ref of one table, asserting the ref's
+snapshot as read (a race is 40001); no data file is written, except by cherrypick, whose new
+snapshot lists the picked snapshot's files again. A NOTICE reports the ref's snapshot before and
+after, as Spark's result row does. Not in a transaction block (25001), like the ref DDL.
+
+Rolling main back does not undo what the write ladder acknowledged and has not yet published:
+its rows are settled into the lake first, and the rollback then removes them from main's
+history like any other commit's (docs/time-travel.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from icegres.pg.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, UNDEFINED_FUNCTION, PgError
+from icegres.sql.lexer import Kind, tokenize
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+UNDEFINED_OBJECT = "42704"
+INVALID_PARAMETER_VALUE = "22023"
+OBJECT_NOT_IN_PREREQUISITE_STATE = "55000"
+
+# name -> its parameters in Spark's order (the first is always the table)
+PROCEDURES: dict[str, tuple[str, ...]] = {
+    "rollback_to_snapshot": ("table", "snapshot_id"),
+    "rollback_to_timestamp": ("table", "timestamp"),
+    "set_current_snapshot": ("table", "snapshot_id", "ref"),
+    "fast_forward": ("table", "branch", "to"),
+    "cherrypick_snapshot": ("table", "snapshot_id"),
+}
+
+
+@dataclass(frozen=True)
+class Timestamp:
+    text: str  # a TIMESTAMP '...' argument, as written: read in the session's TimeZone
+
+
+@dataclass(frozen=True)
+class Call:
+    procedure: str
+    args: tuple[tuple[str, Any], ...]  # (parameter, value) in Spark's order, the given ones
+    time_zone: str = "UTC"
+
+    @property
+    def table(self) -> str:
+        return dict(self.args)["table"]
+
+    @property
+    def schema(self) -> str | None:
+        """The table argument's schema (None: unqualified, found on search_path)."""
+        parts = _name_parts(self.table)
+        return parts[-2] if len(parts) > 1 else None
+
+    @property
+    def name(self) -> str:
+        return _name_parts(self.table)[-1]
+
+
+def parse_call(sql: str, time_zone: str = "UTC") -> Call:
+    """`CALL [catalog.]system.<procedure>(args)`; 42601 for what does not parse, 42883 for an
+    unknown procedure."""
+    tokens = tokenize(sql)
+    if not tokens or tokens[0].value != "call":
+        raise PgError(SYNTAX_ERROR, "syntax error at or near \"CALL\"")
+    i, parts = 1, []
+    while i < len(tokens) and tokens[i].kind in (Kind.NAME, Kind.QUOTED_NAME):
+        parts.append(tokens[i].value)
+        i += 1
+        if i < len(tokens) and tokens[i].text == ".":
+            i += 1
+            continue
+        break
+    name = parts[-1] if parts else ""
+    if len(parts) < 2 or parts[-2] != "system" or name not in PROCEDURES:
+        shown = ".".join(parts) or "?"
+        raise PgError(UNDEFINED_FUNCTION, f"procedure {shown} does not exist",
+                      hint="icegres's procedures: " + ", ".join(f"system.{p}" for p in PROCEDURES) + ".")
+    if i >= len(tokens) or tokens[i].text != "(":
+        raise _syntax(tokens, i)
+    i += 1
+    positional: list[Any] = []
+    named: dict[str, Any] = {}
+    while i < len(tokens) and tokens[i].text != ")":
+        if (i + 2 < len(tokens) and tokens[i].kind is Kind.NAME and tokens[i + 1].text == "="
+                and tokens[i + 2].text == ">"):
+            key, i = tokens[i].value, i + 3
+        else:
+            key = None
+        value, i = _value(tokens, i)
+        if key is None:
+            if named:
+                raise PgError(SYNTAX_ERROR, "positional argument cannot follow named argument")
+            positional.append(value)
+        else:
+            named[key] = value
+        if i < len(tokens) and tokens[i].text == ",":
+            i += 1
+            if i < len(tokens) and tokens[i].text == ")":
+                raise _syntax(tokens, i)
+        elif i >= len(tokens) or tokens[i].text != ")":
+            raise _syntax(tokens, i)
+    if i != len(tokens) - 1:
+        raise _syntax(tokens, min(i + 1, len(tokens)))
+    params = PROCEDURES[name]
+    if len(positional) > len(params):
+        raise PgError(UNDEFINED_FUNCTION, f"procedure system.{name} takes at most {len(params)} arguments")
+    given = dict(zip(params, positional, strict=False))
+    for key, value in named.items():
+        if key not in params:
+            raise PgError(UNDEFINED_FUNCTION, f'procedure system.{name} has no argument "{key}"')
+        if key in given:
+            raise PgError(SYNTAX_ERROR, f'argument "{key}" is given twice')
+        given[key] = value
+    if "table" not in given:
+        raise PgError(UNDEFINED_FUNCTION, f'procedure system.{name} needs its "table" argument')
+    return Call(name, tuple((p, given[p]) for p in params if p in given), time_zone)
+
+
+def _syntax(tokens: list[Any], i: int) -> PgError:
+    if i >= len(tokens):
+        return PgError(SYNTAX_ERROR, "syntax error at end of input")
+    return PgError(SYNTAX_ERROR, f'syntax error at or near "{tokens[i].text}"', position=tokens[i].start + 1)
+
+
+def _value(tokens: list[Any], i: int) -> tuple[Any, int]:
+    """A literal argument: a string, an integer (maybe negative), or TIMESTAMP '...'."""
+    if i >= len(tokens):
+        raise _syntax(tokens, i)
+    tok = tokens[i]
+    if tok.kind is Kind.STRING:
+        return tok.value, i + 1
+    if tok.kind is Kind.NAME and tok.value in ("timestamp", "timestamptz") and i + 1 < len(tokens) \
+            and tokens[i + 1].kind is Kind.STRING:
+        return Timestamp(tokens[i + 1].value), i + 2
+    negative = tok.text == "-"
+    if negative:
+        i += 1
+        tok = tokens[i] if i < len(tokens) else tok
+    if tok.kind is Kind.NUMBER and tok.text.isdigit():
+        return (-1 if negative else 1) * int(tok.text), i + 1
+    raise _syntax(tokens, i)
+
+
+def _name_parts(name: str) -> list[str]:
+    return [t.value for t in tokenize(name) if t.kind in (Kind.NAME, Kind.QUOTED_NAME)]
+
+
+# --- applying ----------------------------------------------------------------------------------
+
+
+def apply(table: Table, call: Call, display: str, notices: list[str]) -> None:
+    """Run `call` on `table` (one Iceberg commit; CommitFailedException on a race)."""
+    args = dict(call.args)
+    metadata = table.metadata
+    if call.procedure == "fast_forward":
+        branch, to = _text(args, "branch"), _text(args, "to")
+        _fast_forward(table, branch, to, display, notices)
+        return
+    before = metadata.current_snapshot_id
+    manage = table.manage_snapshots()
+    if call.procedure == "rollback_to_snapshot":
+        snapshot_id = _snapshot(table, _int(args, "snapshot_id"), display)
+        if not _is_ancestor(table, snapshot_id, before):
+            raise PgError(INVALID_PARAMETER_VALUE, f'snapshot {snapshot_id} is not an ancestor of the current '
+                          f'snapshot of table "{display}"',
+                          hint="system.set_current_snapshot makes any snapshot current.")
+        manage.set_current_snapshot(snapshot_id=snapshot_id)
+    elif call.procedure == "rollback_to_timestamp":
+        at = args.get("timestamp")
+        if not isinstance(at, Timestamp):
+            raise PgError(INVALID_PARAMETER_VALUE, "rollback_to_timestamp takes TIMESTAMP '...' as its time")
+        ms = _epoch_ms(at, call.time_zone)
+        target = _ancestor_before(table, ms)
+        if target is None:
+            raise PgError(INVALID_PARAMETER_VALUE,
+                          f'table "{display}" has no snapshot older than {at.text} to roll back to')
+        manage.set_current_snapshot(snapshot_id=target)
+    elif call.procedure == "set_current_snapshot":
+        if ("snapshot_id" in args) == ("ref" in args):
+            raise PgError(INVALID_PARAMETER_VALUE, "set_current_snapshot takes either snapshot_id or ref")
+        if "ref" in args:
+            ref = _text(args, "ref")
+            if ref not in metadata.refs:
+                raise PgError(UNDEFINED_OBJECT, f'branch or tag "{ref}" of table "{display}" does not exist')
+            manage.set_current_snapshot(snapshot_id=metadata.refs[ref].snapshot_id)
+        else:
+            manage.set_current_snapshot(snapshot_id=_snapshot(table, _int(args, "snapshot_id"), display))
+    else:  # cherrypick_snapshot
+        _cherrypick(table, _snapshot(table, _int(args, "snapshot_id"), display), display)
+        notices.append(f'table "{display}": snapshot {before} -> {table.refresh().metadata.current_snapshot_id}')
+        return
+    manage.commit()
+    notices.append(f'table "{display}": snapshot {before} -> {table.metadata.current_snapshot_id}')
+
+
+def _fast_forward(table: Table, branch: str, to: str, display: str, notices: list[str]) -> None:
+    refs = table.metadata.refs
+    for name in (branch, to):
+        if name not in refs:
+            raise PgError(UNDEFINED_OBJECT, f'branch or tag "{name}" of table "{display}" does not exist')
+    if refs[branch].snapshot_ref_type.value != "branch":
+        raise PgError(INVALID_PARAMETER_VALUE, f'"{branch}" of table "{display}" is a tag; only a branch moves')
+    before, after = refs[branch].snapshot_id, refs[to].snapshot_id
+    if before == after:
+        notices.append(f'table "{display}": branch {branch} is already at {to} ({after})')
+        return
+    if not _is_ancestor(table, before, after):
+        raise PgError(OBJECT_NOT_IN_PREREQUISITE_STATE,
+                      f'cannot fast-forward branch "{branch}" of table "{display}" to "{to}": '
+                      f"{branch} is not an ancestor of {to}",
+                      detail=f"{branch} has commits that {to} does not: the two diverged.")
+    kept = refs[branch]
+    table.manage_snapshots().create_branch(after, branch, max_ref_age_ms=kept.max_ref_age_ms,
+                                           max_snapshot_age_ms=kept.max_snapshot_age_ms,
+                                           min_snapshots_to_keep=kept.min_snapshots_to_keep).commit()
+    notices.append(f'table "{display}": branch {branch} {before} -> {after}')
+
+
+def _cherrypick(table: Table, snapshot_id: int, display: str) -> None:
+    """A new snapshot on main adding the files an append snapshot added (Spark picks appends and
+    dynamic overwrites; icegres appends, the only kind it can apply without a conflict check)."""
+    snapshot = table.metadata.snapshot_by_id(snapshot_id)
+    assert snapshot is not None
+    operation = snapshot.summary.operation.value if snapshot.summary is not None else ""
+    if operation != "append":
+        raise PgError(FEATURE_NOT_SUPPORTED, f"cannot cherry-pick snapshot {snapshot_id}: it is an {operation}",
+                      detail="Only append snapshots can be cherry-picked.")
+    if _is_ancestor(table, snapshot_id, table.metadata.current_snapshot_id):
+        raise PgError(OBJECT_NOT_IN_PREREQUISITE_STATE,
+                      f'snapshot {snapshot_id} is already in the history of table "{display}"')
+    from pyiceberg.manifest import ManifestEntryStatus
+
+    added = [entry.data_file for manifest in snapshot.manifests(table.io)
+             if manifest.added_snapshot_id == snapshot_id
+             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+             if entry.status == ManifestEntryStatus.ADDED]
+    with table.transaction() as txn:
+        with txn.update_snapshot(snapshot_properties={"source-snapshot-id": str(snapshot_id)}).fast_append() as append:
+            for data_file in added:
+                append.append_data_file(data_file)
+
+
+def _is_ancestor(table: Table, ancestor: int | None, of: int | None) -> bool:
+    """Whether snapshot `ancestor` is `of` or one of its parents."""
+    metadata = table.metadata
+    current = metadata.snapshot_by_id(of) if of is not None else None
+    while current is not None:
+        if current.snapshot_id == ancestor:
+            return True
+        current = metadata.snapshot_by_id(current.parent_snapshot_id) if current.parent_snapshot_id else None
+    return False
+
+
+def _ancestor_before(table: Table, ms: int) -> int | None:
+    """The newest ancestor of main's head committed strictly before `ms` (Spark's rule)."""
+    metadata = table.metadata
+    current = metadata.current_snapshot()
+    while current is not None:
+        if current.timestamp_ms < ms:
+            return current.snapshot_id
+        current = metadata.snapshot_by_id(current.parent_snapshot_id) if current.parent_snapshot_id else None
+    return None
+
+
+def _snapshot(table: Table, snapshot_id: int, display: str) -> int:
+    if table.metadata.snapshot_by_id(snapshot_id) is None:
+        raise PgError(UNDEFINED_OBJECT, f'snapshot {snapshot_id} of table "{display}" does not exist')
+    return snapshot_id
+
+
+def _int(args: dict[str, Any], name: str) -> int:
+    value = args.get(name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        return int(value)
+    raise PgError(INVALID_PARAMETER_VALUE, f'argument "{name}" must be a snapshot id')
+
+
+def _text(args: dict[str, Any], name: str) -> str:
+    value = args.get(name)
+    if not isinstance(value, str):
+        raise PgError(INVALID_PARAMETER_VALUE, f'argument "{name}" must be a branch or tag name')
+    return value
+
+
+def _epoch_ms(at: Timestamp, zone: str) -> int:
+    from icegres.pg.clock import TextSettings
+    from icegres.pg.params import decode_param
+    from icegres.pg.types import TIMESTAMPTZ
+
+    value = decode_param(at.text.encode(), TIMESTAMPTZ.oid, 0, TextSettings(timezone=zone))
+    return int(value.timestamp() * 1000)  # type: ignore[union-attr]
