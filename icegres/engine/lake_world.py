@@ -243,6 +243,12 @@ def commit_metadata_change(lakehouse: Lakehouse, key: tuple[str, str], table: An
 
     `change(tx)` applies the change to a pyiceberg Transaction; it runs again on the new head if
     a concurrent data commit moved the table (a concurrent schema change is a 40001)."""
+    commit_metadata_changes(lakehouse, {key: (table, change)})
+
+
+def commit_metadata_changes(lakehouse: Lakehouse, changes: dict[tuple[str, str], tuple[Any, Any]]) -> None:
+    """`commit_metadata_change` of several tables (key -> (table, change)) in ONE atomic commit:
+    all land or none does (ref moves of many tables: lake_refs.py)."""
     import pyarrow as pa
     import trio
 
@@ -251,15 +257,18 @@ def commit_metadata_change(lakehouse: Lakehouse, key: tuple[str, str], table: An
     from icegres.machines.drivers.commit import run_commit
     from icegres.pg.errors import PgError
 
-    meta = table.metadata
-    base = ReadPlan(metadata_location=table.metadata_location, schema=pa.schema([]), field_ids=(), files=(),
-                    snapshot_id=meta.current_snapshot_id, table_uuid=str(meta.table_uuid),
-                    schema_id=meta.current_schema_id, table=table)
     txn = TxnState()
-    txn.writes[key] = StagedWrite(key, base, metadata_change=change)
-    request = CommitRequest(token=uuid.uuid4().hex, writes=(TableWrite(
-        table=f"{key[0]}.{key[1]}", table_uuid=base.table_uuid, base_snapshot=base.snapshot_id,
-        base_schema_id=base.schema_id, kind=WriteKind.APPEND),))
+    writes = []
+    for key, (table, change) in sorted(changes.items()):
+        meta = table.metadata
+        base = ReadPlan(metadata_location=table.metadata_location, schema=pa.schema([]), field_ids=(), files=(),
+                        snapshot_id=meta.current_snapshot_id, table_uuid=str(meta.table_uuid),
+                        schema_id=meta.current_schema_id, table=table)
+        txn.writes[key] = StagedWrite(key, base, metadata_change=change)
+        writes.append(TableWrite(table=f"{key[0]}.{key[1]}", table_uuid=base.table_uuid,
+                                 base_snapshot=base.snapshot_id, base_schema_id=base.schema_id,
+                                 kind=WriteKind.APPEND))
+    request = CommitRequest(token=uuid.uuid4().hex, writes=tuple(writes))
     # Called from a worker thread that runs no trio loop of its own: one short-lived loop drives it.
     outcome = trio.run(run_commit, request, LakeWorld(lakehouse, txn), Config())
     if not outcome.committed:

@@ -350,7 +350,7 @@ def test_writes_through_a_ref_are_refused_for_now(conn, history):
 
 
 def test_pyiceberg_reads_the_branch_icegres_created_and_duckdb_the_snapshot(conn, server, history):
-    conn.execute("alter table demo.t create or replace tag at_first as of version %s" % history.first)
+    conn.execute(f"alter table demo.t create or replace tag at_first as of version {history.first}")
     table = _pyiceberg_table(server.data_dir, "t")
     tagged = table.scan(snapshot_id=table.snapshot_by_name("at_first").snapshot_id).to_arrow()
     assert sorted(tagged.column("id").to_pylist()) == [1, 2]
@@ -450,8 +450,8 @@ def test_rollback_to_a_snapshot_that_is_no_ancestor_is_refused(conn, history):
     conn.execute(f"call system.set_current_snapshot('demo.fork', {first})")
     with pytest.raises(psycopg.errors.InvalidParameterValue):
         conn.execute(f"call system.rollback_to_snapshot('demo.fork', {second})")  # a child, not an ancestor
+    conn.execute(f"alter table demo.fork create branch side as of version {second}")
     with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
-        conn.execute("alter table demo.fork create branch side as of version %s" % second)
         conn.execute("call system.fast_forward('demo.fork', 'side', 'main')")  # side is ahead of main
 
 

@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("icegres.engine",),
     ("icegres.ladder",),
     ("icegres.protocol",),
-    ("icegres.seed", "icegres.supervise", "icegres.serve", "icegres.verify"),
+    ("icegres.seed", "icegres.supervise", "icegres.serve", "icegres.verify", "icegres.branches"),
     ("icegres.cli", "icegres.__main__"),
 )
 
