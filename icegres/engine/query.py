@@ -435,7 +435,9 @@ class QueryContext:
             assert expanded is not None
             text = expanded[0].sql(dialect=DIALECT)
             self.cache.expanded.put(key, text)
-        return Statement(stmt.kind, text, stmt.tag, stmt.name, stmt.value, stmt.flag, stmt.options)
+        # A view's query may read snapshots or metadata tables itself.
+        return time_travel.expand(self, Statement(stmt.kind, text, stmt.tag, stmt.name, stmt.value, stmt.flag,
+                                                  stmt.options))
 
     def expanded_refs(self, stmt: Statement) -> set[tuple[str, str]] | None:
         """`table_refs` of `stmt` with its views expanded: the tables it reads through them."""

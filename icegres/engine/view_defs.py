@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from icegres.pg import errors as e
 from icegres.pg.errors import PgError
+from icegres.sql.time_travel import travel_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -118,7 +119,12 @@ def named_tables(tree: exp.Expression, skip: exp.Expression | None = None) -> li
 def qualified_refs(tree: exp.Expression) -> list[tuple[Key | None, exp.Table]]:
     """Each named relation of a stored view query with its (schema, name); None for a name the
     query leaves unqualified (a catalog relation)."""
-    return [((t.db, t.name) if t.db else None, t) for t in named_tables(tree)]
+    out: list[tuple[Key | None, exp.Table]] = []
+    for t in named_tables(tree):
+        travel = travel_of(t)  # a snapshot or metadata table of t reads t
+        name = travel.name if travel is not None else t.name
+        out.append(((t.db, name) if t.db else None, t))
+    return out
 
 
 def dml_target(tree: exp.Expression) -> exp.Table | None:

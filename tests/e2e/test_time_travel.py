@@ -154,6 +154,14 @@ def test_what_cannot_be_read_is_an_error_never_empty(conn, sql, sqlstate, messag
     assert message in str(failed.value)
 
 
+def test_views_over_snapshots_and_metadata_tables(conn, history):
+    conn.execute(f"create view demo.t_then as select id, v from demo.t for version as of {history.first}")
+    conn.execute('create view demo.t_log as select snapshot_id, operation from demo."t$snapshots"')
+    assert rows(conn, "select * from demo.t_then order by id") == [(1, "a"), (2, "b")]
+    assert rows(conn, "select count(*) from demo.t_then o join demo.t n on o.id = n.id") == [(2,)]
+    assert (history.first, "append") in rows(conn, "select * from demo.t_log")
+
+
 def test_a_snapshot_whose_file_is_gone_is_an_error(conn, server):
     conn.execute("create table demo.gone (id bigint)")
     conn.execute("insert into demo.gone values (1), (2)")
