@@ -31,6 +31,7 @@ SUITES = {
     "scram_connect": "connect + SCRAM-SHA-256 login + select 1 + close, icegres vs PostgreSQL 15 (scram in pg_hba)",
     "tls": "point lookup p50/p99 and connect time over TLS vs plaintext, icegres vs PostgreSQL (ssl=on)",
     "big_lake": "start to first answered query and RSS with 1,000 tables (100k data files) vs 2 tables",
+    "time_travel": "point lookup as of an old snapshot vs the head (and DuckDB), $snapshots of 1,000, a 50-table branch",
     "list_append_check": "bench/list_append_check.py (verify's Elle-style checker on 100k-transaction histories)",
 }
 # Suites whose module lives beside this file rather than in bench/suites/.
