@@ -541,7 +541,9 @@ class QueryContext:
         executors = self.engine.executors
         if (executors is not None and self._pulls_long(stmt, planned, kinds)
                 and (planned.repeat is None or planned.repeat not in self.engine.quick_first_pulls)
-                and not self._reads_catalog(stmt)):
+                and ("TableFunction" in kinds or not self._reads_catalog(stmt))):
+            # A catalog query stays here (small in-memory tables, and clients send many) unless a
+            # table function can make it as big as any: then a cancel must be able to kill it.
             noted = None if planned.repeat is None else functools.partial(self.engine.note_first_pull, planned.repeat)
             remote = executors.start(planned.df, noted)
             if remote is not None:
