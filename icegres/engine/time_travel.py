@@ -76,11 +76,15 @@ def expand(qctx: QueryContext, stmt: Statement) -> Statement:
         return stmt
     from sqlglot import exp
 
-    if not any(_asks(qctx, t) for t in tree.find_all(exp.Table)):
+    if not any(_asks(qctx, t) or time_travel.table_function(t) for t in tree.find_all(exp.Table)):
         return stmt
     tree = stmt.tree_copy()
     target = view_defs.dml_target(tree)
     for table in list(tree.find_all(exp.Table)):
+        function = time_travel.table_function(table)
+        if function is not None:
+            table.replace(_branch_diff(qctx, table, function[1]))
+            continue
         travel = _asks(qctx, table)
         if travel is None:
             continue
@@ -125,28 +129,74 @@ def _relation(qctx: QueryContext, table: exp.Table, travel: Travel) -> exp.Expre
         raise PgError("42P01", f'relation "{shown}" does not exist')
     head = _head(qctx, key)
     iceberg = head.table
+    travelled = qctx.cache.travelled
     if travel.point is Point.METADATA:
         assert travel.metadata is not None
         which = travel.metadata
-        arrow = metadata_tables.build(iceberg, which)  # type: ignore[arg-type]
         # Named for the metadata file it describes: a name's content never changes.
-        digest = hashlib.sha1(head.metadata_location.encode()).hexdigest()[:12]
-        name = f"meta_{key[0]}_{key[1]}_{which}_{digest}"
-        qctx.cache.travelled.put(name, lambda ctx: ctx.from_arrow(arrow))
+        name = _name("meta", key, f"{which}_{hashlib.sha1(head.metadata_location.encode()).hexdigest()[:12]}")
+        if travelled.get(name) is None:
+            arrow = metadata_tables.build(iceberg, which)  # type: ignore[arg-type]
+            travelled.put(name, lambda ctx: ctx.from_arrow(arrow))
     else:
         snapshot_id = _snapshot_id(qctx, key, iceberg, travel)  # type: ignore[arg-type]
         plan = _snapshot_plan(qctx, key, iceberg, snapshot_id)  # type: ignore[arg-type]
         qctx.engine.check_files([(key, plan)])  # 58P01 for a file it names that is gone, never "empty"
-        name = f"snap_{key[0]}_{key[1]}_{snapshot_id}"
-        from icegres.engine.mounts import to_dataframe
+        name = _name("snap", key, str(snapshot_id))
+        if travelled.get(name) is None:
+            from icegres.engine.mounts import to_dataframe
 
-        stores = qctx.engine.stores
-        qctx.cache.travelled.put(name, lambda ctx: qctx.zoned(to_dataframe(ctx, plan, stores)))
+            stores = qctx.engine.stores
+            travelled.put(name, lambda ctx: qctx.zoned(to_dataframe(ctx, plan, stores)))
     alias = table.args.get("alias")
     alias = alias.copy() if alias is not None else exp.TableAlias(
         this=exp.to_identifier(spark[1] if spark else travel.name, quoted=True))
     return exp.Table(this=exp.to_identifier(name, quoted=True), db=exp.to_identifier(PRIVATE_SCHEMA, quoted=True),
                      catalog=exp.to_identifier(PRIVATE_CATALOG, quoted=True), alias=alias)
+
+
+def _branch_diff(qctx: QueryContext, table: exp.Table, args: list[exp.Expression]) -> exp.Expression:
+    """`branch_diff('a', 'b' [, 'namespace'])`: `icegres branch diff a b` as rows, over every
+    table of the lake or of the namespace, from their metadata only (engine/lake_refs.py)."""
+    from sqlglot import exp
+
+    from icegres.engine import lake_refs
+
+    values = [a.this if isinstance(a, exp.Literal) and a.is_string else None for a in args]
+    if len(values) not in (2, 3) or None in values:
+        raise PgError("42883", "function branch_diff takes two ref names and an optional namespace, as string literals",
+                      hint="select * from branch_diff('preview', 'main', 'demo')")
+    namespace = values[2] if len(values) == 3 else None
+    tables = lake_refs.cut(qctx.engine.lakehouse, namespace=namespace)
+    diffs = [lake_refs.diff(key, t, values[0], values[1]).as_json() for key, t in tables.items()]
+    arrow = pa.Table.from_pylist(diffs, schema=_DIFF_SCHEMA)
+    digest = hashlib.sha1(repr((values, [t.metadata_location for t in tables.values()])).encode()).hexdigest()[:16]
+    name = f"meta_branch_diff_{digest}"
+    if qctx.cache.travelled.get(name) is None:
+        qctx.cache.travelled.put(name, lambda ctx: ctx.from_arrow(arrow))
+    alias = table.args.get("alias")
+    return exp.Table(this=exp.to_identifier(name, quoted=True), db=exp.to_identifier(PRIVATE_SCHEMA, quoted=True),
+                     catalog=exp.to_identifier(PRIVATE_CATALOG, quoted=True),
+                     alias=alias.copy() if alias is not None else exp.TableAlias(this=exp.to_identifier("branch_diff")))
+
+
+_DIFF_SCHEMA = pa.schema([
+    ("table", pa.string()), ("state", pa.string()), ("a", pa.int64()), ("b", pa.int64()), ("fork", pa.int64()),
+    ("commits", pa.int64()), ("rows_added", pa.int64()), ("rows_deleted", pa.int64()), ("a_commits", pa.int64()),
+    ("a_rows_added", pa.int64()), ("a_rows_deleted", pa.int64()), ("columns_added", pa.list_(pa.string())),
+    ("columns_dropped", pa.list_(pa.string())),
+])
+
+
+def _name(kind: str, key: Key, suffix: str) -> str:
+    """A relation name for `key`'s snapshot or metadata table: readable where the table's names
+    are plain, unique by a digest of them either way (it is found in SQL text by `_NAMED`)."""
+    plain = _UNSAFE.sub("_", f"{key[0]}_{key[1]}")[:40]
+    digest = hashlib.sha1(f"{key[0]}\0{key[1]}".encode()).hexdigest()[:8]
+    return f"{kind}_{plain}_{digest}_{suffix}"
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
 def attach(qctx: QueryContext, made: Made, sql: str) -> None:
@@ -236,9 +286,9 @@ def _value(qctx: QueryContext, value: exp.Expression | None, *, timestamp: bool)
         raise PgError(FEATURE_NOT_SUPPORTED, "AS OF takes a constant, not a parameter",
                       hint="Write the snapshot id, branch, tag or time in the statement.")
     if not timestamp and isinstance(value, exp.Literal):
-        return value.this if value.is_string else int(value.this)
+        return value.this if value.is_string else _integer(value.this)
     if not timestamp and isinstance(value, exp.Neg) and isinstance(value.this, exp.Literal):
-        return -int(value.this.this)
+        return -_integer(value.this.this)
     if timestamp:
         value = exp.cast(value.copy(), exp.DataType.build("timestamptz"))
     planned = qctx.plan_tree(exp.select(value.copy() if not timestamp else value))
@@ -250,6 +300,13 @@ def _value(qctx: QueryContext, value: exp.Expression | None, *, timestamp: bool)
         raw = column.cast(pa.int64())[0].as_py()  # since the epoch, in UTC (timestamptz)
         return dt.datetime.fromtimestamp(raw // unit, dt.UTC) + dt.timedelta(microseconds=raw % unit * 1_000_000 // unit)
     return column[0].as_py()
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise PgError("42804", f"AS OF VERSION takes a snapshot id or a branch or tag name, not {text}") from None
 
 
 def _snapshot_plan(qctx: QueryContext, key: Key, table: Table, snapshot_id: int) -> ReadPlan:

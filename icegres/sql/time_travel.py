@@ -24,9 +24,13 @@ if TYPE_CHECKING:
 METADATA_TABLES = ("snapshots", "history", "refs", "files", "manifests", "partitions",
                    "metadata_log_entries", "properties")
 
-# A cheap test before any tree is walked: `AS OF`, a name holding `@` or `$name`, `.snapshots`.
-_MENTIONS = re.compile(r"\bas\s+of\b|\w@|@\w|[A-Za-z_0-9]\$[A-Za-z]|\.\"?(?:" + "|".join(METADATA_TABLES) + r")\b",
-                       re.IGNORECASE)
+# The table functions read here: `branch_diff('a', 'b' [, 'namespace'])`, `icegres branch diff`'s rows.
+TABLE_FUNCTIONS = ("branch_diff",)
+
+# A cheap test before any tree is walked: `AS OF`, a name holding `@` or `$name`, `.snapshots`,
+# a table function of TABLE_FUNCTIONS.
+_MENTIONS = re.compile(r"\bas\s+of\b|\w@|@\w|[A-Za-z_0-9]\$[A-Za-z]|\.\"?(?:" + "|".join(METADATA_TABLES) + r")\b"
+                       r"|\b(?:" + "|".join(TABLE_FUNCTIONS) + r")\s*\(", re.IGNORECASE)
 
 
 class Point(Enum):
@@ -65,6 +69,16 @@ def travel_of(table: exp.Table) -> Travel | None:
         base, _, which = name.rpartition("$")
         if base and which.lower() in METADATA_TABLES:
             return Travel(Point.METADATA, base, metadata=which.lower())
+    return None
+
+
+def table_function(table: exp.Table) -> tuple[str, list[exp.Expression]] | None:
+    """(name, arguments) where `table` is a call of one of TABLE_FUNCTIONS in a FROM clause."""
+    from sqlglot import exp
+
+    call = table.this
+    if isinstance(call, exp.Anonymous) and str(call.this).lower() in TABLE_FUNCTIONS:
+        return str(call.this).lower(), list(call.expressions)
     return None
 
 

@@ -4,6 +4,9 @@ Flight SQL (ADBC), checked against what pyiceberg and DuckDB read from the same 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -146,6 +149,7 @@ def test_one_query_reads_a_table_at_two_points(conn, history):
     ("select * from demo.t for system_time as of timestamptz '2001-01-01 00:00+00'", "22023",
      'table "demo.t" has no snapshot as of 2001-01-01 00:00:00.000+00'),
     ("select * from demo.t for system_time as of null::timestamptz", "22023", "AS OF value is NULL"),
+    ("select * from demo.t for version as of 1.5", "42804", "takes a snapshot id or a branch or tag name"),
 ])
 def test_what_cannot_be_read_is_an_error_never_empty(conn, sql, sqlstate, message):
     with pytest.raises(psycopg.Error) as failed:
@@ -467,3 +471,22 @@ def test_procedures_are_refused_in_a_block(server, history):
     with psycopg.connect(server.dsn) as c:
         with pytest.raises(psycopg.errors.ActiveSqlTransaction):
             c.execute("call system.fast_forward('demo.t', 'main', 'main')")
+
+
+def test_branch_diff_as_a_table_function(conn, server, history):
+    conn.execute("create table demo.bd (id bigint)")
+    conn.execute("insert into demo.bd values (1)")
+    conn.execute("alter table demo.bd create branch bd_dev")
+    conn.execute("insert into demo.bd values (2), (3)")
+    got = rows(conn, "select state, commits, rows_added from branch_diff('bd_dev', 'main', 'demo') d "
+                     "where d.\"table\" = 'demo.bd'")
+    assert got == [("advanced", 1, 2)]
+    cli = subprocess.run([sys.executable, "-m", "icegres", "branch", "diff", "bd_dev", "main", "--namespace", "demo",
+                          "--json", "--data-dir", str(server.data_dir), "--log-level", "warning"],
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    by_table = {d["table"]: d for d in json.loads(cli.stdout)}
+    sql = {r[0]: r[1:] for r in rows(conn, 'select "table", state, a, b, fork from branch_diff(\'bd_dev\', \'main\', \'demo\')')}
+    assert {t: (d["state"], d["a"], d["b"], d["fork"]) for t, d in by_table.items()} == sql
+    with pytest.raises(psycopg.errors.UndefinedFunction):
+        conn.execute("select * from branch_diff('a')")
