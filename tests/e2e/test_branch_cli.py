@@ -49,6 +49,19 @@ def append(data_dir: Path, name: str, ids: list[int]) -> None:
     _lake(data_dir).load_table("lake", name).append(pa.table({"id": pa.array(ids, pa.int64())}))
 
 
+def diverge(data_dir: Path, name: str, dev_rows: list[int], main_rows: list[int]) -> None:
+    """Make branch dev and main of lake.<name> diverge: main commits `dev_rows`, dev moves to that
+    commit, main goes back to its parent and commits `main_rows` instead."""
+    lh = _lake(data_dir)
+    append(data_dir, name, dev_rows)
+    ahead = lh.load_table("lake", name).metadata.current_snapshot_id
+    assert branch(data_dir, "reset", "dev", "--to", str(ahead), "--table", f"lake.{name}").returncode == 0
+    table = lh.load_table("lake", name)
+    parent = table.metadata.snapshot_by_id(ahead).parent_snapshot_id
+    table.manage_snapshots().set_current_snapshot(snapshot_id=parent).commit()
+    append(data_dir, name, main_rows)
+
+
 @pytest.fixture
 def lake(tmp_path: Path) -> Path:
     """Schema `lake` with tables t0..t4 of two rows each, and `empty` without a snapshot."""
@@ -111,14 +124,7 @@ def test_a_crash_mid_publish_leaves_no_table_branched(lake):
 def test_diff_reads_metadata_only_and_names_each_state(lake):
     assert branch(lake, "create", "dev", "--all").returncode == 0
     append(lake, "t1", [3, 4, 5])  # main advanced past dev
-    # t2 diverged: dev moves to a commit main then leaves behind
-    lh = _lake(lake)
-    append(lake, "t2", [9])
-    ahead = lh.load_table("lake", "t2").metadata.current_snapshot_id
-    assert branch(lake, "reset", "dev", "--to", str(ahead), "--table", "lake.t2").returncode == 0
-    t2 = lh.load_table("lake", "t2")
-    t2.manage_snapshots().set_current_snapshot(snapshot_id=t2.metadata.snapshot_by_id(ahead).parent_snapshot_id).commit()
-    append(lake, "t2", [7, 8])
+    diverge(lake, "t2", dev_rows=[9], main_rows=[7, 8])
     assert branch(lake, "drop", "dev", "--table", "lake.t3").returncode == 0  # dev gone in t3
     # Every data file is gone: a diff that opened one would fail.
     for path in (lake / "warehouse").rglob("*.parquet"):
@@ -147,14 +153,8 @@ def test_merge_fast_forwards_all_or_refuses_all(lake):
     assert done.returncode == 0, done.stderr
     assert refs(lake, "dev")["lake.t0"] == main_heads["lake.t0"]
     assert refs(lake, "dev")["lake.t1"] == main_heads["lake.t1"]
-    # Diverge t4 (dev moves to a commit main then abandons), advance t0: the merge is refused whole.
-    lh = _lake(lake)
-    append(lake, "t4", [5])
-    ahead = lh.load_table("lake", "t4").metadata.current_snapshot_id
-    assert branch(lake, "reset", "dev", "--to", str(ahead), "--table", "lake.t4").returncode == 0
-    t4 = lh.load_table("lake", "t4")
-    t4.manage_snapshots().set_current_snapshot(snapshot_id=t4.metadata.snapshot_by_id(ahead).parent_snapshot_id).commit()
-    append(lake, "t4", [6])
+    # Diverge t4, advance t0: the merge is refused whole.
+    diverge(lake, "t4", dev_rows=[5], main_rows=[6])
     append(lake, "t0", [11])
     dev_before = refs(lake, "dev")
     refused = branch(lake, "merge", "main", "dev", "--all", "--execute")
