@@ -50,8 +50,8 @@ class Made:
     # this context's pg_catalog and information_schema when a statement first reads them.
     own_catalog: Any = None
     own_catalog_registered: bool = False
-    # The time-travel relations registered on it (time_travel.attach), by name.
-    travelled: set[str] = field(default_factory=set)
+    # The time-travel relations registered on it (time_travel.attach): name -> the ScanSets it reads.
+    travelled: dict[str, list[Any]] = field(default_factory=dict)
 
 
 class SessionContexts:

@@ -76,7 +76,9 @@ class PlanCache:
         # (table uuid, snapshot id) -> that snapshot's read plan (time_travel.py): never changes
         self.snapshots: Bounded[tuple[str, int], Any] = Bounded(PLANNED_MAX)
         # time-travel relation name -> what builds it on a context (time_travel.py)
-        self.travelled: Bounded[str, Callable[[Any], Any]] = Bounded(PLANNED_MAX)
+        self.travelled: Bounded[str, Callable[[Any, list[Any]], Any]] = Bounded(PLANNED_MAX)
+        # (literal shape, search_path) -> a rewrite of snapshots named by id (time_travel._Template)
+        self.travel_templates: Bounded[ShapeKey, Any] = Bounded(PLANNED_MAX)
         self.routes: Bounded[tuple[str, tuple[str, ...]], str] = Bounded(SHAPES_MAX)
         self.select_names: Bounded[str, list[str] | None] = Bounded(SHAPES_MAX)
         self.refs: Bounded[ShapeKey, set[tuple[str, str]] | None] = Bounded(SHAPES_MAX)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
@@ -29,6 +29,7 @@ from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
 from icegres.sql import time_travel
 from icegres.sql.databases import DATABASE_ALIASES
 from icegres.sql.parse import DIALECT
+from icegres.sql.shape import fill_shape, literal_shape, masked_literals
 from icegres.sql.statement import Statement
 from icegres.sql.time_travel import Point, Travel
 
@@ -66,10 +67,24 @@ class QueryContext(Protocol):
     def plan_tree(self, tree: exp.Expression, params: dict[str, Any] | None = None) -> PlannedQuery: ...
 
 
+@dataclass(frozen=True)
+class _Template:
+    """A rewrite kept per literal shape: the rewritten text's shape, into which another statement
+    of the same shape puts its own literals, and the snapshots it reads. Only rewrites that name
+    snapshots by id are kept: what a ref, a time or a metadata table names changes over time."""
+
+    shape: str
+    plans: tuple[tuple[Key, ReadPlan], ...]
+    names: tuple[str, ...]
+
+
 def expand(qctx: QueryContext, stmt: Statement) -> Statement:
     """`stmt` with every time-travel reference read through a relation of its own, or `stmt`."""
     if not time_travel.mentions(stmt.sql):
         return stmt
+    quick = _from_template(qctx, stmt)
+    if quick is not None:
+        return quick
     try:
         tree = stmt.tree
     except PgError:
@@ -80,10 +95,13 @@ def expand(qctx: QueryContext, stmt: Statement) -> Statement:
         return stmt
     tree = stmt.tree_copy()
     target = view_defs.dml_target(tree)
+    read: list[tuple[Key, ReadPlan]] = []
+    fixed = True
     for table in list(tree.find_all(exp.Table)):
         function = time_travel.table_function(table)
         if function is not None:
             table.replace(_branch_diff(qctx, table, function[1]))
+            fixed = False
             continue
         travel = _asks(qctx, table)
         if travel is None:
@@ -91,8 +109,49 @@ def expand(qctx: QueryContext, stmt: Statement) -> Statement:
         if table is target:
             raise PgError(FEATURE_NOT_SUPPORTED, f'cannot write to "{table.name}": writes go to a table\'s head',
                           hint="Write to the table itself; branch writes are not supported yet.")
-        table.replace(_relation(qctx, table, travel))
-    return Statement(stmt.kind, tree.sql(dialect=DIALECT), stmt.tag, stmt.name, stmt.value, stmt.flag, stmt.options)
+        fixed = fixed and _by_id(travel)
+        table.replace(_relation(qctx, table, travel, read))
+    text = tree.sql(dialect=DIALECT)
+    if fixed and qctx.txn is None:
+        _keep_template(qctx, stmt, text, read)
+    return Statement(stmt.kind, text, stmt.tag, stmt.name, stmt.value, stmt.flag, stmt.options)
+
+
+def _by_id(travel: Travel) -> bool:
+    """A reference whose snapshot is its literal id: what it reads never changes."""
+    from sqlglot import exp
+
+    if travel.point is not Point.VERSION:
+        return False
+    if travel.ref is not None:
+        return travel.ref.isdigit()
+    value = travel.value
+    return isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit()
+
+
+def _from_template(qctx: QueryContext, stmt: Statement) -> Statement | None:
+    """The rewrite of `stmt` from a statement of its shape rewritten before, without a parse."""
+    if qctx.txn is not None:
+        return None
+    template = qctx.cache.travel_templates.get((stmt.shape, tuple(qctx.env.search_path)))
+    if template is None or any(qctx.cache.travelled.get(n) is None for n in template.names):
+        return None
+    literals = masked_literals(stmt.sql)
+    text = None if literals is None else fill_shape(template.shape, literals)
+    if text is None:
+        return None
+    qctx.engine.check_files(template.plans)  # 58P01 for a file a snapshot names that is gone
+    return Statement(stmt.kind, text, stmt.tag, stmt.name, stmt.value, stmt.flag, stmt.options)
+
+
+def _keep_template(qctx: QueryContext, stmt: Statement, text: str, read: list[tuple[Key, ReadPlan]]) -> None:
+    literals = masked_literals(stmt.sql)
+    shape = literal_shape(text)
+    # Kept only if the rewrite carries the statement's literals over, in order, as written.
+    if literals is None or fill_shape(shape, literals) != text or masked_literals(text) != literals:
+        return
+    names = tuple(_NAMED.findall(text))
+    qctx.cache.travel_templates.put((stmt.shape, tuple(qctx.env.search_path)), _Template(shape, tuple(read), names))
 
 
 def _asks(qctx: QueryContext, table: exp.Table) -> Travel | None:
@@ -118,7 +177,8 @@ def _resolve(qctx: QueryContext, schema: str | None, name: str) -> Key | None:
     return qctx.resolve_table(schema, name) or qctx.resolve_mounted(schema, name)
 
 
-def _relation(qctx: QueryContext, table: exp.Table, travel: Travel) -> exp.Expression:
+def _relation(qctx: QueryContext, table: exp.Table, travel: Travel,
+              read: list[tuple[Key, ReadPlan]]) -> exp.Expression:
     from sqlglot import exp
 
     spark = time_travel.spark_metadata(table) if travel.point is Point.METADATA else None
@@ -137,17 +197,20 @@ def _relation(qctx: QueryContext, table: exp.Table, travel: Travel) -> exp.Expre
         name = _name("meta", key, f"{which}_{hashlib.sha1(head.metadata_location.encode()).hexdigest()[:12]}")
         if travelled.get(name) is None:
             arrow = metadata_tables.build(iceberg, which)  # type: ignore[arg-type]
-            travelled.put(name, lambda ctx: ctx.from_arrow(arrow))
+            travelled.put(name, lambda ctx, keep: ctx.from_arrow(arrow))
     else:
         snapshot_id = _snapshot_id(qctx, key, iceberg, travel)  # type: ignore[arg-type]
         plan = _snapshot_plan(qctx, key, iceberg, snapshot_id)  # type: ignore[arg-type]
         qctx.engine.check_files([(key, plan)])  # 58P01 for a file it names that is gone, never "empty"
+        read.append((key, plan))
         name = _name("snap", key, str(snapshot_id))
         if travelled.get(name) is None:
             from icegres.engine.mounts import to_dataframe
 
-            stores = qctx.engine.stores
-            travelled.put(name, lambda ctx: qctx.zoned(to_dataframe(ctx, plan, stores)))
+            stores, sets = qctx.engine.stores, qctx.engine.scan_sets
+            # One scan over a directory of links to the snapshot's local files, as a mounted
+            # table has (scan_sets.py): a union of one scan per file costs a lookup ~0.5 ms.
+            travelled.put(name, lambda ctx, keep: qctx.zoned(to_dataframe(ctx, plan, stores, None, sets, keep)))
     alias = table.args.get("alias")
     alias = alias.copy() if alias is not None else exp.TableAlias(
         this=exp.to_identifier(spark[1] if spark else travel.name, quoted=True))
@@ -173,7 +236,7 @@ def _branch_diff(qctx: QueryContext, table: exp.Table, args: list[exp.Expression
     digest = hashlib.sha1(repr((values, [t.metadata_location for t in tables.values()])).encode()).hexdigest()[:16]
     name = f"meta_branch_diff_{digest}"
     if qctx.cache.travelled.get(name) is None:
-        qctx.cache.travelled.put(name, lambda ctx: ctx.from_arrow(arrow))
+        qctx.cache.travelled.put(name, lambda ctx, keep: ctx.from_arrow(arrow))
     alias = table.args.get("alias")
     return exp.Table(this=exp.to_identifier(name, quoted=True), db=exp.to_identifier(PRIVATE_SCHEMA, quoted=True),
                      catalog=exp.to_identifier(PRIVATE_CATALOG, quoted=True),
@@ -206,18 +269,22 @@ def attach(qctx: QueryContext, made: Made, sql: str) -> None:
     travelled = qctx.cache.travelled
     if not len(travelled) or PRIVATE_CATALOG not in sql:
         return
-    for name in _NAMED.findall(sql):
+    named = _NAMED.findall(sql)
+    for name in named:
         if name in made.travelled:
             continue
         build = travelled.get(name)
         if build is None:
             continue  # a DML work table, or a relation this session no longer remembers
         if len(made.travelled) >= _ATTACHED_MAX:
-            for old in made.travelled - set(_NAMED.findall(sql)):
-                made.ctx.catalog(PRIVATE_CATALOG).schema(PRIVATE_SCHEMA).deregister_table(old)
-            made.travelled.clear()
-        qctx.register_on(made, name, build(made.ctx))
-        made.travelled.add(name)
+            schema = made.ctx.catalog(PRIVATE_CATALOG).schema(PRIVATE_SCHEMA)
+            for old in set(made.travelled) - set(named):
+                schema.deregister_table(old)
+                for scan_set in made.travelled.pop(old):
+                    qctx.engine.scan_sets.retire(scan_set)  # kept until the statements using it end
+        keep: list[Any] = []  # the scan directories it reads: held for as long as it is registered
+        qctx.register_on(made, name, build(made.ctx, keep))
+        made.travelled[name] = keep
 
 
 _NAMED = re.compile(r'"((?:snap|meta)_[^"]+)"')

@@ -59,8 +59,49 @@ def literal_shape(sql: str) -> str:
         return _VERBATIM_TAG + sql
     if len(sql) > SHAPE_TEXT_MAX:
         return sql
+    spans = _mask_spans(sql)
+    if spans is None:
+        return sql
     out: list[str] = []
     pos = 0
+    for start, end, token in spans:
+        out.append(sql[pos:start])
+        out.append(token)
+        pos = end
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+def masked_literals(sql: str) -> list[str] | None:
+    """The literals `literal_shape` masks, as written, in order (None where it masks none because
+    it keys on the exact text): with the shape they give `sql` back (`fill_shape`)."""
+    if "\x00" in sql or len(sql) > SHAPE_TEXT_MAX:
+        return None
+    spans = _mask_spans(sql)
+    return None if spans is None else [sql[start:end] for start, end, _ in spans]
+
+
+def fill_shape(shape: str, literals: list[str]) -> str | None:
+    """The text of `shape` with its masks replaced by `literals` in order (None if they do not
+    match one to one)."""
+    if shape.startswith(_VERBATIM_TAG):
+        return None
+    parts = _MASKS.split(shape)
+    if len(parts) != len(literals) + 1:
+        return None
+    out = [parts[0]]
+    for literal, part in zip(literals, parts[1:], strict=True):
+        out.append(literal)
+        out.append(part)
+    return "".join(out)
+
+
+_MASKS = re.compile("\x00[ns]")
+
+
+def _mask_spans(sql: str) -> list[tuple[int, int, str]] | None:
+    """Where `literal_shape` masks a literal: (start, end, mask); None for a text it cannot scan."""
+    spans: list[tuple[int, int, str]] = []
     prev = ""  # the last significant token: a lower-cased word, a punctuation char, or "" (a literal)
     values = [False]  # per open parenthesis: whether `(` / `,` there are followed by values
     for kind, start, end in scan(sql):
@@ -82,27 +123,22 @@ def literal_shape(sql: str) -> str:
                 values[-1] = False
         elif kind is Kind.NUMBER:
             if _masked(prev, values) and not _glued(sql, start, end):
-                out.append(sql[pos:start])
-                out.append(_NUMBER_TOKEN)
-                pos = end
+                spans.append((start, end, _NUMBER_TOKEN))
             prev = ""
         elif kind is Kind.STRING:
             text = sql[start:end]
             quote = text.find("'")
             plain = quote >= 0 and text[:quote].lower() in ("", "e", "b", "x", "n")
             if plain and _masked(prev, values) and "\\" not in text and "$" not in text:
-                out.append(sql[pos : start + quote])
-                out.append(_STRING_TOKEN)
-                pos = end
+                spans.append((start + quote, end, _STRING_TOKEN))
             prev = ""
         elif kind is Kind.QUOTED_NAME:
             prev = '"'
         elif kind is Kind.PARAM:
             prev = "$"
         else:  # UNTERMINATED
-            return sql
-    out.append(sql[pos:])
-    return "".join(out)
+            return None
+    return spans
 
 
 def _masked(prev: str, values: list[bool]) -> bool:
