@@ -15,7 +15,7 @@ from icegres.sql.lexer import (
     tokenize,
 )
 from icegres.sql.pieces import split_statements
-from icegres.sql.shape import literal_shape
+from icegres.sql.shape import fill_shape, literal_shape, masked_literals
 
 pytestmark = pytest.mark.unit
 
@@ -73,6 +73,16 @@ def test_statements_differing_in_value_literals_share_a_shape(a: int, b: int, s:
     assert literal_shape(f"select * from t where a = {a} and s = {quoted}") == literal_shape(
         f"select * from t where a = {b} and s = 'other'")
     assert literal_shape(tail) == literal_shape(tail)  # never raises, a function of the text
+
+
+@given(SQLISH, st.integers(min_value=0), st.text(alphabet="ab '", max_size=6))
+@settings(max_examples=300, deadline=None)
+def test_a_shape_filled_with_its_masked_literals_is_the_text(tail: str, n: int, s: str) -> None:
+    quoted = "'" + s.replace("'", "''") + "'"
+    for sql in (tail, f"select {n}, {quoted} from t where a in ({n}, {quoted}) {tail}"):
+        literals = masked_literals(sql)
+        if literals is not None:
+            assert fill_shape(literal_shape(sql), literals) == sql
 
 
 def test_postgres_lexical_rules() -> None:
