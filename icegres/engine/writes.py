@@ -384,7 +384,7 @@ async def create_table_as(host: WriteHost, cmd: Any) -> WriteResult:
     path = list(qctx.env.search_path)
 
     def create() -> tuple[Key | None, pa.Table]:
-        source = query(cmd.query_sql)
+        source = qctx.with_views(query(cmd.query_sql))  # views, snapshots and metadata tables it reads
         with qctx.buffered_reads(qctx.buffered_entries(source)):
             data = dml.collect(qctx.plan(source, None))
         # columns read straight from a varchar(n) / char(n) column keep that type (pg_catalog)
@@ -415,7 +415,7 @@ async def create_table_as_in_block(host: WriteHost, cmd: Any) -> WriteResult:
 
     def create() -> tuple[Key | None, int]:
         qctx.pin_for(None)
-        data = dml.collect(qctx.plan(query(cmd.query_sql), None))
+        data = dml.collect(qctx.plan(qctx.with_views(query(cmd.query_sql)), None))
         key = ddl_block.create_table_as(qctx, txn, cmd, path, data)
         if key is None or not cmd.with_data:
             return key, 0

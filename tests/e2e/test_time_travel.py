@@ -158,6 +158,22 @@ def test_what_cannot_be_read_is_an_error_never_empty(conn, sql, sqlstate, messag
     assert message in str(failed.value)
 
 
+def test_writes_and_copy_read_snapshots_as_sources(conn, server, history):
+    then = f"demo.t for version as of {history.first}"
+    conn.execute(f"create table demo.copied as select * from {then}")
+    assert rows(conn, "select * from demo.copied order by id") == [(1, "a"), (2, "b")]
+    conn.execute("create table demo.filled (id bigint, v text)")
+    assert conn.execute(f"insert into demo.filled select * from {then}").statusmessage == "INSERT 0 2"
+    with conn.cursor().copy(f"copy (select id from {then} order by id) to stdout") as copy:
+        assert b"".join(bytes(chunk) for chunk in copy) == b"1\n2\n"
+    plan = "\n".join(r[1] for r in rows(conn, f"explain select * from {then}"))
+    assert "snap_demo_t" in plan
+    with psycopg.connect(server.dsn) as block:  # inside a block, CREATE TABLE AS is the block's
+        block.execute(f"create table demo.copied_in_block as select * from {then}")
+        block.commit()
+    assert rows(conn, "select count(*) from demo.copied_in_block") == [(2,)]
+
+
 def test_views_over_snapshots_and_metadata_tables(conn, history):
     conn.execute(f"create view demo.t_then as select id, v from demo.t for version as of {history.first}")
     conn.execute('create view demo.t_log as select snapshot_id, operation from demo."t$snapshots"')
