@@ -6,7 +6,12 @@ exactly that snapshot's files, aliased as the reference was, so the rest of the 
 on unchanged. The snapshot is read with the schema it was written with (Iceberg's rule, and
 Trino's and Spark's). Such a read is not a read of the table's head: it pins nothing and joins no
 SERIALIZABLE read set (a transaction reads that fixed snapshot). Nothing is copied: the relation
-scans the snapshot's own Parquet files.
+scans the snapshot's own Parquet files (one scan over a directory of links, as a mounted table).
+
+Cost: the first statement of a literal shape is parsed and written out by sqlglot (~1.9 ms); when
+it names snapshots by id only, the rewrite's shape is kept and the next statement of that shape
+is rewritten by putting its literals into it (`_Template`), with no parse. The table function
+`branch_diff('a', 'b' [, 'ns'])` is read here too: `icegres branch diff` as rows.
 
 Errors, as PostgreSQL would name them: an unknown snapshot id, branch or tag is 42704
 (undefined_object); a time before the table's first snapshot is 22023 (invalid_parameter_value);
