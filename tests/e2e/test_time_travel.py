@@ -415,6 +415,18 @@ def test_flight_sql_reads_snapshots_refs_and_metadata(server, history):
         assert cur.fetchall() == [(2,)]
         cur.execute('select snapshot_id from demo."t$history" order by made_current_at')
         assert [r[0] for r in cur.fetchall()][:3] == [history.first, history.second, history.third]
+        # Ref DDL and the snapshot procedures go through Flight SQL's write path too.
+        cur.execute(f"alter table demo.t create or replace tag flight_tag as of version {history.second}")
+        cur.execute("select count(*) from demo.t for version as of 'flight_tag'")
+        assert cur.fetchall() == [(3,)]
+        cur.execute("create table demo.flight_proc (id bigint)")
+        cur.execute("insert into demo.flight_proc values (1)")
+        cur.execute('select snapshot_id from demo."flight_proc$snapshots"')
+        (first,) = cur.fetchone()
+        cur.execute("insert into demo.flight_proc values (2)")
+        cur.execute(f"call system.rollback_to_snapshot('demo.flight_proc', {first})")
+        cur.execute("select count(*) from demo.flight_proc")
+        assert cur.fetchall() == [(1,)]
 
 
 # --- snapshot procedures -----------------------------------------------------------------------
