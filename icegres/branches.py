@@ -12,6 +12,7 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from icegres.pg import errors as E
 from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 def _key(text: str) -> tuple[str, str]:
     schema, dot, name = text.rpartition(".")
     if not dot or not schema or not name:
-        raise PgError("42601", f'"{text}" is not a schema-qualified table name (schema.table)')
+        raise PgError(E.SYNTAX_ERROR, f'"{text}" is not a schema-qualified table name (schema.table)')
     return schema, name
 
 
@@ -116,7 +117,7 @@ def _list(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) -> i
 
 def _create(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) -> int:
     from icegres.engine import lake_refs
-    from icegres.engine.lake_refs import Move, Plan, State  # noqa: F401
+    from icegres.engine.lake_refs import Move
     moves, skipped = [], []
     for key, table in tables.items():
         refs = table.metadata.refs
@@ -129,13 +130,13 @@ def _create(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) ->
             skipped.append(f"{key[0]}.{key[1]}: no snapshot yet")
             continue
         else:
-            raise PgError("42704", f'branch, tag or snapshot "{source}" of table "{key[0]}.{key[1]}" does not exist')
+            raise PgError(E.UNDEFINED_OBJECT, f'branch, tag or snapshot "{source}" of table "{key[0]}.{key[1]}" does not exist')
         existing = refs.get(args.name)
         if existing is not None and not args.replace:
-            raise PgError("42710", f'{"tag" if args.tag else "branch"} "{args.name}" of table '
+            raise PgError(E.DUPLICATE_OBJECT, f'{"tag" if args.tag else "branch"} "{args.name}" of table '
                           f'"{key[0]}.{key[1]}" already exists', )
         if args.name == MAIN and args.tag:
-            raise PgError("55000", '"main" is a table\'s main branch, not a tag')
+            raise PgError(E.OBJECT_NOT_IN_PREREQUISITE_STATE, '"main" is a table\'s main branch, not a tag')
         asserts = [(args.name, existing.snapshot_id if existing is not None else None)]
         if source in refs and source != args.name:
             asserts.append((source, target))
@@ -151,9 +152,9 @@ def _create(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) ->
 
 def _drop(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) -> int:
     from icegres.engine import lake_refs
-    from icegres.engine.lake_refs import Move, Plan, State  # noqa: F401
+    from icegres.engine.lake_refs import Move
     if args.name == MAIN:
-        raise PgError("55000", 'cannot drop branch "main"')
+        raise PgError(E.OBJECT_NOT_IN_PREREQUISITE_STATE, 'cannot drop branch "main"')
     moves, skipped = [], []
     want = "tag" if args.tag else "branch"
     for key, table in tables.items():
@@ -162,7 +163,7 @@ def _drop(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) -> i
             if args.if_exists or args.all or args.namespace:
                 skipped.append(f"{key[0]}.{key[1]}")
                 continue
-            raise PgError("42704", f'{want} "{args.name}" of table "{key[0]}.{key[1]}" does not exist')
+            raise PgError(E.UNDEFINED_OBJECT, f'{want} "{args.name}" of table "{key[0]}.{key[1]}" does not exist')
         moves.append(Move(key, args.name, None, asserts=((args.name, ref.snapshot_id),)))
     lake_refs.commit_moves(lakehouse, tables, moves)
     _show(args, {"dropped": [f"{m.key[0]}.{m.key[1]}" for m in moves], "skipped": skipped},
@@ -175,7 +176,6 @@ def _drop(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) -> i
 
 def _diff(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) -> int:
     from icegres.engine import lake_refs
-    from icegres.engine.lake_refs import Move, Plan, State  # noqa: F401
     diffs = [lake_refs.diff(key, table, args.a, args.b) for key, table in tables.items()]
     lines = [f"{'table':<32} {'state':<9} {'commits':>7} {'+rows':>9} {'-rows':>9}  columns"]
     for d in diffs:
@@ -187,7 +187,7 @@ def _diff(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) -> i
 
 def _merge(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) -> int:
     from icegres.engine import lake_refs
-    from icegres.engine.lake_refs import Move, Plan, State  # noqa: F401
+    from icegres.engine.lake_refs import Move, Plan, State
     plan = Plan()
     for key, table in tables.items():
         d = lake_refs.diff(key, table, args.target, args.source)
@@ -224,7 +224,7 @@ def _merge(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) -> 
 
 def _reset(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) -> int:
     from icegres.engine import lake_refs
-    from icegres.engine.lake_refs import Move, Plan, State  # noqa: F401
+    from icegres.engine.lake_refs import Move
     moves, skipped = [], []
     at_ms = _time_ms(args.to)
     for key, table in tables.items():
@@ -234,7 +234,7 @@ def _reset(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) -> 
             if args.all or args.namespace:
                 skipped.append(name)  # a lake-wide reset moves the branch where it exists
                 continue
-            raise PgError("42704", f'branch "{args.name}" of table "{name}" does not exist')
+            raise PgError(E.UNDEFINED_OBJECT, f'branch "{args.name}" of table "{name}" does not exist')
         refs = table.metadata.refs
         if args.to in refs:
             target = refs[args.to].snapshot_id
@@ -243,12 +243,12 @@ def _reset(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) -> 
             target = next((s for s in lake_refs.lineage(table, current)
                            if table.metadata.snapshot_by_id(s).timestamp_ms <= at_ms), None)  # type: ignore[union-attr]
             if target is None:
-                raise PgError("22023", f'branch "{args.name}" of table "{name}" has no snapshot as of {args.to}')
+                raise PgError(E.INVALID_PARAMETER_VALUE, f'branch "{args.name}" of table "{name}" has no snapshot as of {args.to}')
             asserts = ((args.name, current),)
         elif args.to.lstrip("-").isdigit() and table.metadata.snapshot_by_id(int(args.to)) is not None:
             target, asserts = int(args.to), ((args.name, current),)
         else:
-            raise PgError("42704", f'branch, tag or snapshot "{args.to}" of table "{name}" does not exist')
+            raise PgError(E.UNDEFINED_OBJECT, f'branch, tag or snapshot "{args.to}" of table "{name}" does not exist')
         if target != current:
             kept = refs[args.name]
             moves.append(Move(key, args.name, target, asserts=asserts, retain_ms=kept.max_ref_age_ms,

@@ -144,7 +144,6 @@ class SessionContexts:
         the table a query names it by. It lives in a catalog of that context, never in the
         catalog every session shares."""
         from datafusion.catalog import Catalog, Schema
-        from sqlglot import exp
 
         ctx = made.ctx
         try:
@@ -157,8 +156,7 @@ class SessionContexts:
         if name in schema.names():
             schema.deregister_table(name)
         schema.register_table(name, df.into_view())
-        return exp.Table(this=exp.to_identifier(name, quoted=True), db=exp.to_identifier(PRIVATE_SCHEMA, quoted=True),
-                         catalog=exp.to_identifier(PRIVATE_CATALOG, quoted=True))
+        return private_table(name)
 
     def _private_for(self, txn: TxnState) -> Made:
         """A context whose catalog is a private copy of the shared one with this transaction's
@@ -259,3 +257,11 @@ class SessionContexts:
                         schema.register_table(table_name, self.zoned(ctx.read_table(table)).into_view())
         pg_functions.register_functions(ctx, self.env)
         return Made(ctx, keep=keep)
+
+
+def private_table(name: str, alias: exp.TableAlias | None = None) -> exp.Table:
+    """How a statement names a relation of the session's own (`register_private`)."""
+    from sqlglot import exp
+
+    return exp.Table(this=exp.to_identifier(name, quoted=True), db=exp.to_identifier(PRIVATE_SCHEMA, quoted=True),
+                     catalog=exp.to_identifier(PRIVATE_CATALOG, quoted=True), alias=alias)

@@ -29,14 +29,16 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot.tokens import TokenType
 
-from icegres.pg.errors import PgError
+from icegres.pg.errors import (
+    DUPLICATE_OBJECT,
+    OBJECT_NOT_IN_PREREQUISITE_STATE,
+    UNDEFINED_OBJECT,
+    PgError,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
-DUPLICATE_OBJECT = "42710"
-UNDEFINED_OBJECT = "42704"
-OBJECT_NOT_IN_PREREQUISITE_STATE = "55000"
 MAIN = "main"
 _DAY_MS = 86_400_000
 _UNIT_MS = {"DAYS": _DAY_MS, "DAY": _DAY_MS, "HOURS": 3_600_000, "HOUR": 3_600_000,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from icegres.engine.catalog import Lakehouse
 from icegres.engine.mounts import table_at
-from icegres.pg.errors import PgError
+from icegres.pg.errors import INVALID_SCHEMA_NAME, UNDEFINED_TABLE, PgError
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -41,11 +41,11 @@ def cut(lakehouse: Lakehouse, *, keys: list[Key] | None = None, namespace: str |
     if keys is not None:
         missing = [k for k in keys if k not in listed]
         if missing:
-            raise PgError("42P01", f'relation "{missing[0][0]}.{missing[0][1]}" does not exist')
+            raise PgError(UNDEFINED_TABLE, f'relation "{missing[0][0]}.{missing[0][1]}" does not exist')
         chosen = keys
     elif namespace is not None:
         if namespace not in listing.namespaces:
-            raise PgError("3F000", f'schema "{namespace}" does not exist')
+            raise PgError(INVALID_SCHEMA_NAME, f'schema "{namespace}" does not exist')
         chosen = sorted(k for k in listed if k[0] == namespace)
     else:
         chosen = sorted(listed)
@@ -166,13 +166,11 @@ def ref_snapshot(table: Table, ref: str) -> int | None:
 
 def lineage(table: Table, snapshot_id: int | None) -> list[int]:
     """`snapshot_id` and its ancestors, newest first."""
-    out: list[int] = []
+    from pyiceberg.table.snapshots import ancestors_of
+
     meta = table.metadata
-    current = meta.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
-    while current is not None:
-        out.append(current.snapshot_id)
-        current = meta.snapshot_by_id(current.parent_snapshot_id) if current.parent_snapshot_id else None
-    return out
+    start = meta.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+    return [s.snapshot_id for s in ancestors_of(start, meta)]
 
 
 def diff(key: Key, table: Table, a: str, b: str) -> TableDiff:
@@ -233,4 +231,3 @@ class Plan:
     moves: list[Move] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     conflicts: list[TableDiff] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)

@@ -23,15 +23,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from icegres.pg.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, UNDEFINED_FUNCTION, PgError
+from icegres.pg.errors import (
+    FEATURE_NOT_SUPPORTED,
+    INVALID_PARAMETER_VALUE,
+    OBJECT_NOT_IN_PREREQUISITE_STATE,
+    SYNTAX_ERROR,
+    UNDEFINED_FUNCTION,
+    UNDEFINED_OBJECT,
+    PgError,
+)
 from icegres.sql.lexer import Kind, tokenize
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
-UNDEFINED_OBJECT = "42704"
-INVALID_PARAMETER_VALUE = "22023"
-OBJECT_NOT_IN_PREREQUISITE_STATE = "55000"
 
 # name -> its parameters in Spark's order (the first is always the table)
 PROCEDURES: dict[str, tuple[str, ...]] = {
@@ -183,7 +188,10 @@ def apply(table: Table, call: Call, display: str, notices: list[str]) -> None:
         if not isinstance(at, Timestamp):
             raise PgError(INVALID_PARAMETER_VALUE, "rollback_to_timestamp takes TIMESTAMP '...' as its time")
         ms = _epoch_ms(at, call.time_zone)
-        target = _ancestor_before(table, ms)
+        from pyiceberg.table.snapshots import latest_ancestor_before_timestamp
+
+        found = latest_ancestor_before_timestamp(metadata, ms)  # strictly older, as Spark's
+        target = None if found is None else found.snapshot_id
         if target is None:
             raise PgError(INVALID_PARAMETER_VALUE,
                           f'table "{display}" has no snapshot older than {at.text} to roll back to')
@@ -255,24 +263,10 @@ def _cherrypick(table: Table, snapshot_id: int, display: str) -> None:
 
 def _is_ancestor(table: Table, ancestor: int | None, of: int | None) -> bool:
     """Whether snapshot `ancestor` is `of` or one of its parents."""
-    metadata = table.metadata
-    current = metadata.snapshot_by_id(of) if of is not None else None
-    while current is not None:
-        if current.snapshot_id == ancestor:
-            return True
-        current = metadata.snapshot_by_id(current.parent_snapshot_id) if current.parent_snapshot_id else None
-    return False
+    from pyiceberg.table.snapshots import ancestors_of
 
-
-def _ancestor_before(table: Table, ms: int) -> int | None:
-    """The newest ancestor of main's head committed strictly before `ms` (Spark's rule)."""
-    metadata = table.metadata
-    current = metadata.current_snapshot()
-    while current is not None:
-        if current.timestamp_ms < ms:
-            return current.snapshot_id
-        current = metadata.snapshot_by_id(current.parent_snapshot_id) if current.parent_snapshot_id else None
-    return None
+    start = table.metadata.snapshot_by_id(of) if of is not None else None
+    return any(s.snapshot_id == ancestor for s in ancestors_of(start, table.metadata))
 
 
 def _snapshot(table: Table, snapshot_id: int, display: str) -> int:

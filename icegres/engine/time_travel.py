@@ -29,8 +29,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 from icegres.engine import metadata_tables, view_defs
+from icegres.engine.contexts import private_table
 from icegres.engine.lake import PRIVATE_CATALOG, PRIVATE_SCHEMA
-from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
+from icegres.pg.errors import (
+    DATATYPE_MISMATCH,
+    FEATURE_NOT_SUPPORTED,
+    INVALID_PARAMETER_VALUE,
+    SYNTAX_ERROR,
+    UNDEFINED_FUNCTION,
+    UNDEFINED_OBJECT,
+    UNDEFINED_TABLE,
+    PgError,
+)
 from icegres.sql import time_travel
 from icegres.sql.databases import DATABASE_ALIASES
 from icegres.sql.parse import DIALECT
@@ -51,8 +61,6 @@ if TYPE_CHECKING:
     from icegres.engine.txn import TxnState
 
 Key = tuple[str, str]
-UNDEFINED_OBJECT = "42704"
-INVALID_PARAMETER_VALUE = "22023"
 
 
 class QueryContext(Protocol):
@@ -191,7 +199,7 @@ def _relation(qctx: QueryContext, table: exp.Table, travel: Travel,
     key = _resolve(qctx, schema, travel.name)
     if key is None:
         shown = f"{schema}.{travel.name}" if schema else travel.name
-        raise PgError("42P01", f'relation "{shown}" does not exist')
+        raise PgError(UNDEFINED_TABLE, f'relation "{shown}" does not exist')
     head = _head(qctx, key)
     iceberg = head.table
     travelled = qctx.cache.travelled
@@ -219,8 +227,7 @@ def _relation(qctx: QueryContext, table: exp.Table, travel: Travel,
     alias = table.args.get("alias")
     alias = alias.copy() if alias is not None else exp.TableAlias(
         this=exp.to_identifier(spark[1] if spark else travel.name, quoted=True))
-    return exp.Table(this=exp.to_identifier(name, quoted=True), db=exp.to_identifier(PRIVATE_SCHEMA, quoted=True),
-                     catalog=exp.to_identifier(PRIVATE_CATALOG, quoted=True), alias=alias)
+    return private_table(name, alias)
 
 
 def _branch_diff(qctx: QueryContext, table: exp.Table, args: list[exp.Expression]) -> exp.Expression:
@@ -232,7 +239,7 @@ def _branch_diff(qctx: QueryContext, table: exp.Table, args: list[exp.Expression
 
     values = [a.this if isinstance(a, exp.Literal) and a.is_string else None for a in args]
     if len(values) not in (2, 3) or None in values:
-        raise PgError("42883", "function branch_diff takes two ref names and an optional namespace, as string literals",
+        raise PgError(UNDEFINED_FUNCTION, "function branch_diff takes two ref names and an optional namespace, as string literals",
                       hint="select * from branch_diff('preview', 'main', 'demo')")
     namespace = values[2] if len(values) == 3 else None
     tables = lake_refs.cut(qctx.engine.lakehouse, namespace=namespace)
@@ -243,9 +250,7 @@ def _branch_diff(qctx: QueryContext, table: exp.Table, args: list[exp.Expression
     if qctx.cache.travelled.get(name) is None:
         qctx.cache.travelled.put(name, lambda ctx, keep: ctx.from_arrow(arrow))
     alias = table.args.get("alias")
-    return exp.Table(this=exp.to_identifier(name, quoted=True), db=exp.to_identifier(PRIVATE_SCHEMA, quoted=True),
-                     catalog=exp.to_identifier(PRIVATE_CATALOG, quoted=True),
-                     alias=alias.copy() if alias is not None else exp.TableAlias(this=exp.to_identifier("branch_diff")))
+    return private_table(name, alias.copy() if alias is not None else exp.TableAlias(this=exp.to_identifier("branch_diff")))
 
 
 _DIFF_SCHEMA = pa.schema([
@@ -305,7 +310,7 @@ def _head(qctx: QueryContext, key: Key) -> ReadPlan:
         plan = qctx.engine.read_plan(*key)
     if plan is None or plan.table is None:
         refused = qctx.engine.refusal(key)
-        raise refused if refused is not None else PgError("42P01", f'relation "{key[0]}.{key[1]}" does not exist')
+        raise refused if refused is not None else PgError(UNDEFINED_TABLE, f'relation "{key[0]}.{key[1]}" does not exist')
     return plan
 
 
@@ -315,9 +320,9 @@ def _snapshot_id(qctx: QueryContext, key: Key, table: Table, travel: Travel) -> 
     if travel.point is Point.TIMESTAMP:
         at = _value(qctx, travel.value, timestamp=True)
         ms = int(at.timestamp() * 1000)
-        for entry in reversed(metadata.snapshot_log):
-            if entry.timestamp_ms <= ms:
-                return entry.snapshot_id
+        snapshot = table.snapshot_as_of_timestamp(ms)  # main's snapshot log, as Trino and Spark read it
+        if snapshot is not None:
+            return snapshot.snapshot_id
         raise PgError(INVALID_PARAMETER_VALUE, f'table "{shown}" has no snapshot as of {_shown_time(ms)}',
                       detail=_first_snapshot(table))
     value: Any = travel.ref if travel.ref is not None else _value(qctx, travel.value, timestamp=False)
@@ -332,7 +337,7 @@ def _snapshot_id(qctx: QueryContext, key: Key, table: Table, travel: Travel) -> 
         known = ", ".join(sorted(metadata.refs)) or "none"
         raise PgError(UNDEFINED_OBJECT, f'branch or tag "{value}" of table "{shown}" does not exist',
                       detail=f"Its branches and tags: {known}.")
-    raise PgError("42804", f"AS OF VERSION takes a snapshot id or a branch or tag name, not {value!r}")
+    raise PgError(DATATYPE_MISMATCH, f"AS OF VERSION takes a snapshot id or a branch or tag name, not {value!r}")
 
 
 def _first_snapshot(table: Table) -> str:
@@ -353,7 +358,7 @@ def _value(qctx: QueryContext, value: exp.Expression | None, *, timestamp: bool)
     from sqlglot import exp
 
     if value is None:
-        raise PgError("42601", "syntax error: AS OF needs a value")
+        raise PgError(SYNTAX_ERROR, "syntax error: AS OF needs a value")
     if isinstance(value, exp.Placeholder | exp.Parameter):
         raise PgError(FEATURE_NOT_SUPPORTED, "AS OF takes a constant, not a parameter",
                       hint="Write the snapshot id, branch, tag or time in the statement.")
@@ -378,7 +383,7 @@ def _integer(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise PgError("42804", f"AS OF VERSION takes a snapshot id or a branch or tag name, not {text}") from None
+        raise PgError(DATATYPE_MISMATCH, f"AS OF VERSION takes a snapshot id or a branch or tag name, not {text}") from None
 
 
 def _snapshot_plan(qctx: QueryContext, key: Key, table: Table, snapshot_id: int) -> ReadPlan:

@@ -193,7 +193,7 @@ async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
     in_block = txn is not None and not txn.autocommit
     if in_block and ddl_refs.changes_refs(cmd):
         what = "CALL" if isinstance(cmd, Call) else "ALTER TABLE ... BRANCH or TAG"
-        raise PgError("25001", f"{what} cannot run inside a transaction block")
+        raise PgError(E.ACTIVE_SQL_TRANSACTION, f"{what} cannot run inside a transaction block")
     temp = await _temp_ddl(host, cmd, txn if in_block else None)
     if temp is not None:
         return temp
