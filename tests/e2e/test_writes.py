@@ -427,6 +427,7 @@ def test_concurrent_blind_appends_both_commit(any_lake: Lake) -> None:
 APPEND_WRITERS = 6
 APPEND_SECONDS = 4.0  # a bound on the run, not a timing assertion
 APPEND_SECONDS_MAX = 60.0
+APPEND_GAP_S = 0.2
 
 FOREIGN_APPENDER = """
 import json, os, sys, time
@@ -459,14 +460,19 @@ def _append_for(lake: Lake, ns: str, writer: int, seconds: float, acked: list[in
         with lake.connect() as conn:
             start = time.monotonic()
             i = 0
-            # At least `seconds`, and on until the foreign writer landed a commit among ours (on a
-            # loaded machine it can lose every race for a while), at most APPEND_SECONDS_MAX.
+            # At least `seconds`, and on until the foreign writer landed a commit among ours, at most
+            # APPEND_SECONDS_MAX. Its load-write-commit cycle is far slower than one of our INSERTs, so
+            # on a loaded machine six writers can win every race (CI saw it lose for the full 60 s on
+            # the Postgres catalog): past `seconds` our writers leave gaps, still committing
+            # concurrently with it, so that it lands and ours must rebase onto it.
             while (time.monotonic() - start < seconds or (landed is not None and not landed.exists())) \
                     and time.monotonic() - start < APPEND_SECONDS_MAX:
                 row_id = writer * 1_000_000 + i
                 conn.execute(f"insert into {ns}.t values (%s, %s)", (row_id, f"w{writer}"))
                 acked.append(row_id)  # only once the server acknowledged it
                 i += 1
+                if time.monotonic() - start >= seconds:
+                    time.sleep(APPEND_GAP_S)
     except BaseException as exc:  # noqa: BLE001 - reported by the test
         errors.append(exc)
 
