@@ -54,10 +54,14 @@ def add_parser(sub: Any, catalog_keys: tuple[str, ...]) -> None:
     diff.add_argument("a")
     diff.add_argument("b")
     merge = scoped("merge", "fast-forward TO to FROM in every table where TO has not moved since the fork "
-                   "(dry run unless --execute; refused if a table diverged)")
+                   "(dry run unless --execute; refused if a table diverged, unless --rebase can re-apply "
+                   "FROM's appends)")
     merge.add_argument("source", metavar="FROM")
     merge.add_argument("target", metavar="TO")
     merge.add_argument("--execute", action="store_true", help="commit it (default: print what it would do)")
+    merge.add_argument("--rebase", action="store_true",
+                       help="where both sides only appended since the fork, commit FROM's appended files on top "
+                            "of TO (one append snapshot per table) instead of refusing")
     reset = scoped("reset", "move a branch to a ref, a snapshot id or a time")
     reset.add_argument("name")
     reset.add_argument("--to", required=True, metavar="REF|SNAPSHOT|TIMESTAMP",
@@ -194,22 +198,29 @@ def _merge(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) -> 
         if d.state is State.ADVANCED or (d.state is State.CREATED and d.b is not None):
             asserts = ((args.target, d.a), (args.source, d.b))
             plan.moves.append(Move(key, args.target, d.b, asserts=asserts))
+        elif d.state is State.DIVERGED and args.rebase and (rebase := _rebasable(table, d)) is not None:
+            asserts = ((args.target, d.a), (args.source, d.b))
+            plan.moves.append(Move(key, args.target, d.a, asserts=asserts, rebase=rebase))
         elif d.state is State.DIVERGED:
             plan.conflicts.append(d)
         else:
             plan.unchanged.append(f"{d.table} ({d.state.value})")
     lines = [f"fast-forward {args.target} to {args.source}: {m.key[0]}.{m.key[1]} -> {m.snapshot_id}"
+             if not m.rebase else
+             f"rebase {args.target} onto {args.source}'s appends: {m.key[0]}.{m.key[1]} +{len(m.rebase)} snapshot(s)"
              for m in plan.moves]
     lines += [f"unchanged: {u}" for u in plan.unchanged]
     for c in plan.conflicts:
         lines.append(f"CONFLICT {c.table}: {args.target} has {c.a_commits} commit(s) "
                      f"(+{c.a_rows_added}/-{c.a_rows_deleted} rows) and {args.source} {c.commits} "
                      f"(+{c.rows_added}/-{c.rows_deleted}) since their fork at {c.fork}")
-    document = {"moves": {f"{m.key[0]}.{m.key[1]}": m.snapshot_id for m in plan.moves},
+    document = {"moves": {f"{m.key[0]}.{m.key[1]}": m.snapshot_id for m in plan.moves if not m.rebase},
+                "rebased": {f"{m.key[0]}.{m.key[1]}": list(m.rebase) for m in plan.moves if m.rebase},
                 "unchanged": plan.unchanged, "conflicts": [c.as_json() for c in plan.conflicts],
                 "executed": False}
     if plan.conflicts:
-        lines.append(f"refused: {len(plan.conflicts)} table(s) diverged; nothing was merged")
+        hint = "" if args.rebase else " (--rebase re-applies FROM's appends where both sides only appended)"
+        lines.append(f"refused: {len(plan.conflicts)} table(s) diverged; nothing was merged{hint}")
         _show(args, document, lines)
         return 1
     if args.execute:
@@ -220,6 +231,16 @@ def _merge(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) -> 
         lines.append("dry run: nothing changed (--execute to merge)")
     _show(args, document, lines)
     return 0
+
+
+def _rebasable(table: Any, d: Any) -> tuple[int, ...] | None:
+    """FROM's snapshots since the fork, if both sides only appended since it (a union of rows
+    then is what either side meant); None otherwise."""
+    from icegres.engine import lake_refs
+
+    if lake_refs.appends_since(table, d.a, d.fork) is None:
+        return None
+    return lake_refs.appends_since(table, d.b, d.fork)
 
 
 def _reset(lakehouse: Any, tables: dict[Any, Any], args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ _AUTH_KEYS = ("auth_method", "jwt_jwks", "jwt_issuer", "jwt_audience", "jwt_role
               "oauth_scope")
 
 SERVE_KEYS = ("data_dir", "host", "port", "flight_port", "ops_port", "ports_file", "standby", "result_compression",
-              "tls_cert", "tls_key", "tls_required", "allow_plaintext", "database", "password_file", "max_connections",
+              "tls_cert", "tls_key", "tls_required", "allow_plaintext", "database", "branch", "password_file", "max_connections",
               "superuser_reserved_connections", "superusers", "authentication_timeout", "auth_failure_delay_ms",
               "auth_failure_delay_max_ms", "drain_timeout_s", "log_min_duration_statement", "log_statement",
               "log_min_error_statement", "query_threads", "max_concurrent_queries", "query_memory", "log_level",
@@ -35,7 +35,7 @@ VERIFY_KEYS = ("data_dir", "write_buffer_ms", "tail_dir", "tail_url", "tail_quor
 # SERVE_KEYS is in exactly one group (tests/unit/test_cli.py); --config closes the last one.
 SERVE_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("connection", "where clients connect, and who may",
-     ("port", "host", "database", "password_file", "flight_port", "tls_cert", "tls_key", "tls_required",
+     ("port", "host", "database", "branch", "password_file", "flight_port", "tls_cert", "tls_key", "tls_required",
       "allow_plaintext", "result_compression")),
     ("authentication", "passwords (SCRAM-SHA-256 by default) and JWT bearer tokens (docs/security.md)",
      _AUTH_KEYS),

@@ -56,6 +56,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("tls_required", False, "refuse pgwire clients that do not use TLS (28000, as a hostssl-only pg_hba.conf does; requires --tls-cert)", bool),
     Option("allow_plaintext", False, "serve a non-loopback --host without TLS (passwords and queries cross the network in the clear)", bool),
     Option("database", DEFAULT_DATABASE, "the database name clients connect to"),
+    Option("branch", None, "serve a branch: every session starts with icegres.branch set to it, so unqualified reads and writes of each table that has that branch go to it (a preview environment; docs/time-travel.md)"),
     Option("password_file", None, "file of user:password or user:SCRAM-SHA-256$<iter>:<salt>$<StoredKey>:<ServerKey> lines (PostgreSQL's verifier format; plain passwords are hashed at load and not kept); with it (or ICEGRES_USERS, or --jwt-jwks) clients must log in"),
     Option("users", None, "user:password[,user:password] (a password may be a SCRAM-SHA-256$... verifier); switches to password authentication", secret=True),
     Option("auth_method", "scram-sha-256", "how pgwire clients prove a password, named as pg_hba.conf's methods: scram-sha-256 (SASL, with SCRAM-SHA-256-PLUS channel binding on TLS) or password (cleartext over the connection: use only with TLS)"),
@@ -117,6 +118,7 @@ class Settings:
     tls_required: bool = False  # pgwire: a StartupMessage outside TLS is refused (28000)
     allow_plaintext: bool = False  # a non-loopback --host may serve without TLS
     database: str = DEFAULT_DATABASE
+    branch: str | None = None  # every session's icegres.branch (a preview environment)
     # user -> SCRAM verifier (never a password); with no users and no --jwt-jwks, trust (only
     # allowed on loopback, see refuse_open_trust).
     users: dict[str, Verifier] = field(default_factory=dict, repr=False)

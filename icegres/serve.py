@@ -128,6 +128,9 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
     share_bytes = settings.query_memory_bytes // (slots + 1)
     runtime = runtime_env(share_bytes, spill_dir(settings.data_dir))
     engine = Engine(lakehouse, database=settings.database, file_cache=file_cache, runtime=runtime)
+    if settings.branch:
+        engine.session_defaults["icegres.branch"] = settings.branch
+        log.info("every session starts on branch %s (icegres.branch)", settings.branch)
     engine.executors = Executors(slots, share_bytes, spill_dir(settings.data_dir), stores=engine.stores.configs)
     engine.executors.prestart()
     try:

@@ -84,7 +84,7 @@ class SessionContexts:
         self.env.catalog_snapshot = None  # the engine's, unless a block's own DDL is in force
         if overlay is not None:
             made = overlay
-        elif txn is not None and not txn.autocommit:
+        elif txn is not None and (not txn.autocommit or txn.writes_refs):
             made = self._private_for(txn)
         elif self.env.temp:
             made = self._with_temp_tables()

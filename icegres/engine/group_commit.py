@@ -145,7 +145,7 @@ def lane_of(txn: TxnState) -> tuple[Any, ...] | None:
     if len(writes) != 1 or txn.snapshot_properties or txn.serializable:
         return None
     write = writes[0]
-    if not write.is_blind_append or write.base.table is None:
+    if not write.is_blind_append or write.base.table is None or write.base.ref is not None:
         return None
     return (write.key, write.base.table_uuid, write.base.schema_id, _spec_id(write.base))
 

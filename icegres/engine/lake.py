@@ -152,6 +152,9 @@ class Engine:
 
         self.lakehouse = lakehouse
         self.database = database
+        # Settings every session of this server starts with, over PostgreSQL's defaults
+        # (`serve --branch`: icegres.branch).
+        self.session_defaults: dict[str, str] = {}
         self.runtime = runtime
         # Where heavy statements run (executor.py: execution processes, admission); None: here.
         self.executors: Any = None

@@ -69,6 +69,9 @@ class Move:
     retain_ms: int | None = None
     min_snapshots: int | None = None
     max_snapshot_age_ms: int | None = None
+    # A rebase (`merge --rebase`): instead of pointing `ref` at a snapshot, commit on top of it
+    # one append of the data files these snapshots (another branch's appends) added.
+    rebase: tuple[int, ...] = ()
 
 
 def commit_moves(lakehouse: Lakehouse, tables: dict[Key, Table], moves: list[Move]) -> None:
@@ -102,6 +105,9 @@ def _changer(key: Key, moves: list[Move]) -> Any:
                 asserted[ref] = expected
         updates: list[Any] = []
         for move in moves:
+            if move.rebase:
+                _append_files_of(tx, move)
+                continue
             if move.snapshot_id is None:
                 updates.append(RemoveSnapshotRefUpdate(ref_name=move.ref))
                 continue
@@ -116,6 +122,55 @@ def _changer(key: Key, moves: list[Move]) -> Any:
         tx._requirements += tuple(AssertRefSnapshotId(ref=ref, snapshot_id=sid) for ref, sid in asserted.items())
 
     return change
+
+
+def _append_files_of(tx: Any, move: Move) -> None:
+    """One snapshot on `move.ref` appending the data files `move.rebase`'s snapshots added (read
+    from their manifests: metadata, no data file is opened or copied)."""
+    table = tx._table
+    files = added_files(table, move.rebase)
+    properties = {REBASED_FROM: ",".join(str(s) for s in move.rebase)}
+    with tx.update_snapshot(snapshot_properties=properties, branch=move.ref).fast_append() as append:
+        for data_file in files:
+            append.append_data_file(data_file)
+
+
+REBASED_FROM = "icegres.rebased-from"
+
+
+def added_files(table: Table, snapshot_ids: tuple[int, ...]) -> list[Any]:
+    """The data files each of `snapshot_ids` added, in order."""
+    from pyiceberg.manifest import ManifestEntryStatus
+
+    io = table.io
+    out = []
+    for sid in snapshot_ids:
+        snapshot = table.metadata.snapshot_by_id(sid)
+        assert snapshot is not None
+        for manifest in snapshot.manifests(io):
+            if manifest.added_snapshot_id != sid:
+                continue
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                if entry.snapshot_id == sid and entry.status == ManifestEntryStatus.ADDED:
+                    entry.data_file.spec_id = manifest.partition_spec_id
+                    out.append(entry.data_file)
+    return out
+
+
+def appends_since(table: Table, snapshot_id: int | None, fork: int | None) -> tuple[int, ...] | None:
+    """The snapshots after `fork` up to `snapshot_id`, oldest first, if every one is an append
+    (a rebase re-applies them); None if any is not, or `fork` is no ancestor."""
+    from pyiceberg.table.snapshots import Operation
+
+    chain = lineage(table, snapshot_id)
+    if fork not in chain:
+        return None
+    since = chain[: chain.index(fork)]
+    for sid in since:
+        snapshot = table.metadata.snapshot_by_id(sid)
+        if snapshot is None or snapshot.summary is None or snapshot.summary.operation != Operation.APPEND:
+            return None
+    return tuple(reversed(since))
 
 
 def _now(refs: Any, ref: str) -> int | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from icegres import faults
 from icegres.engine import lean_transaction
+from icegres.engine.branch_writes import at_head, head_of
 from icegres.engine.catalog import (
     CommitNotApplied,
     CommitRejected,
@@ -23,7 +24,7 @@ from icegres.engine.catalog import (
     TableChange,
     commit_tables,
 )
-from icegres.engine.txn import StagedWrite, TxnState
+from icegres.engine.txn import StagedWrite, TxnState, table_key
 from icegres.machines.commit import (
     CommitRequest,
     Publish,
@@ -68,11 +69,12 @@ def commit_request(txn: TxnState, token: str | None = None) -> CommitRequest | N
         return None
     reads: tuple[ReadAssertion, ...] = ()
     if txn.serializable:
-        written = {w.table for w in writes}
+        # (one metadata update per table: a table written on one ref is not asserted on another)
+        written = {table_key(w.key, w.base) for w in txn.writes.values()}
         reads = tuple(
             ReadAssertion(f"{k[0]}.{k[1]}", txn.pins[k].table_uuid, txn.pins[k].snapshot_id)
             for k in sorted(txn.read_keys)
-            if f"{k[0]}.{k[1]}" not in written and k in txn.pins
+            if k in txn.pins and table_key(k, txn.pins[k]) not in written
         )
     return CommitRequest(token=token or uuid.uuid4().hex, writes=writes, reads=reads)
 
@@ -81,10 +83,15 @@ class LakeWorld:
     def __init__(self, lakehouse: Lakehouse, txn: TxnState) -> None:
         self.lakehouse = lakehouse
         self._writes: dict[str, StagedWrite] = {w.table_name: w for w in txn.writes.values()}
+        # The machine's table names that are a branch of a table (branch_writes.py): the lake
+        # table and the ref. Every other name is a table's main.
+        self._refs: dict[str, tuple[tuple[str, str], str]] = {
+            f"{k[0]}.{k[1]}": (table_key(k, p), p.ref) for k, p in txn.views().items() if p.ref is not None}
         self._properties = dict(txn.snapshot_properties)
         self._landed: dict[tuple[str, str], tuple[str, Any]] = {}
         self._exact = False  # the commit landed on exactly the bases the writes were built on
         self._token = ""
+        self._attempts = 0
 
     def adopt(self, engine: Any) -> None:
         """Hand the engine the snapshots this commit produced, so the next statement needs no
@@ -94,8 +101,10 @@ class LakeWorld:
         from pyiceberg.table import Table
 
         for write in self._writes.values():
-            if write.metadata_change is not None:
-                continue  # a new schema or properties: the next statement re-plans the table
+            if write.metadata_change is not None or write.base.ref is not None:
+                # A new schema or properties, or a branch's snapshot (never mounted): the next
+                # statement plans the table afresh.
+                continue
             landed = self._landed.get(write.key)
             base: Any = write.base.table
             if landed is None and self._exact and self.lakehouse.kind == "rest":
@@ -128,6 +137,7 @@ class LakeWorld:
     # --- CommitWorld ------------------------------------------------------------------------
 
     def publish(self, request: CommitRequest, publish: Publish) -> Any:
+        self._attempts += 1
         try:
             changes = [self._change(request.token, table, base) for table, base in publish.bases]
             changes += [self._guard(g) for g in publish.guards]
@@ -157,29 +167,41 @@ class LakeWorld:
 
         heads = []
         for name in tables:
-            ns, _, table_name = name.rpartition(".")
+            (ns, table_name), ref = self._table_of(name)
             try:
                 table = self.lakehouse.load_table(ns, table_name)
             except NoSuchTableError:
                 heads.append(TableHead(name, False, None, None, None))
                 continue
             meta = table.metadata
+            head = head_of(meta, ref)
+            if ref is not None and head is None:  # the branch was dropped
+                heads.append(TableHead(name, False, None, None, None))
+                continue
+            table = at_head(table, ref)
             write = self._writes.get(name)
             live: frozenset[str] = frozenset()
             if write is not None and write.removed and faults.broken("first-committer-wins"):
                 live = frozenset(write.removed)  # on purpose: no write is ever in another's way
             elif write is not None and write.removed:
-                paths = {t.file.file_path for t in table.scan().plan_files()} if meta.current_snapshot_id else set()
+                paths = {t.file.file_path for t in table.scan().plan_files()} if head is not None else set()
                 live = frozenset(p for p in write.removed if p in paths)
             has_token = carries_token(meta, request.token)
             key_conflict = False
             if (write is not None and write.base.primary_key and write.added and not has_token
                     and str(meta.table_uuid) == write.base.table_uuid
-                    and meta.current_snapshot_id != write.base.snapshot_id):
+                    and head != write.base.snapshot_id):
                 key_conflict = _key_clash(write, table) is not None
-            heads.append(TableHead(name, True, str(meta.table_uuid), meta.current_snapshot_id,
+            heads.append(TableHead(name, True, str(meta.table_uuid), head,
                                    meta.current_schema_id, live, has_token, key_conflict))
         return tuple(heads)
+
+    def _table_of(self, name: str) -> tuple[tuple[str, str], str | None]:
+        """The lake table (namespace, name) a machine's table name is, and its ref (None: main)."""
+        if name in self._refs:
+            return self._refs[name]
+        ns, _, table_name = name.rpartition(".")
+        return (ns, table_name), None
 
     def delete_files(self, files: frozenset[str]) -> None:
         delete_files(self._writes.values(), files)
@@ -190,16 +212,18 @@ class LakeWorld:
         from pyiceberg.table.update import AssertCurrentSchemaId, AssertTableUUID
 
         write = self._writes[name]
+        lake_key, ref = self._table_of(name)
         table: Any = write.base.table
-        if table.metadata.current_snapshot_id != base:
-            # A rebase: build on the table as the catalog has it now.
-            table = self.lakehouse.load_table(*write.key)
-            if table.metadata.current_snapshot_id != base:
+        if head_of(table.metadata, ref) != base or self._attempts > 1:
+            # A rebase, or a retry: build on the table as the catalog has it now (a commit to
+            # another ref, or of properties, moves its metadata without moving this head).
+            table = self.lakehouse.load_table(*lake_key)
+            if head_of(table.metadata, ref) != base:
                 raise CommitRejected(f"table {name} moved again while rebasing")
             if write.base.primary_key and write.added:
-                _recheck_primary_key(write, table)
+                _recheck_primary_key(write, at_head(table, ref))
             if faults.broken("first-committer-wins"):
-                write = _as_if_alone(write, table)
+                write = _as_if_alone(write, at_head(table, ref))
         tx = lean_transaction.transaction(table)
         if write.metadata_change is not None:
             write.metadata_change(tx)
@@ -208,14 +232,14 @@ class LakeWorld:
                 tx.set_properties({TOKEN_PROPERTY: token})
                 requirements = (AssertTableUUID(uuid=table.metadata.table_uuid),
                                 AssertCurrentSchemaId(current_schema_id=write.base.schema_id), *tx._requirements)
-                return TableChange(write.key[0], write.key[1], requirements, tx._updates, base=table)
-        lean_transaction.add_snapshot(tx, write, {**self._properties, TOKEN_PROPERTY: token})
+                return TableChange(*lake_key, requirements, tx._updates, base=table)
+        lean_transaction.add_snapshot(tx, write, {**self._properties, TOKEN_PROPERTY: token}, branch=ref)
         requirements = (
             AssertTableUUID(uuid=table.metadata.table_uuid),
             AssertCurrentSchemaId(current_schema_id=write.base.schema_id),
-            *tx._requirements,  # assert-ref-snapshot-id(main) = base, from the snapshot producer
+            *tx._requirements,  # assert-ref-snapshot-id(main, or the branch) = base, from the snapshot producer
         )
-        return TableChange(write.key[0], write.key[1], requirements, tx._updates, base=table)
+        return TableChange(*lake_key, requirements, tx._updates, base=table)
 
     def _guard(self, read: ReadAssertion) -> TableChange:
         """SERIALIZABLE: a read table joins the commit with requirements and no updates."""
@@ -223,10 +247,10 @@ class LakeWorld:
 
         from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID
 
-        ns, _, name = read.table.rpartition(".")
+        (ns, name), ref = self._table_of(read.table)
         requirements = (
             AssertTableUUID(uuid=UUID(read.table_uuid)),
-            AssertRefSnapshotId(ref="main", snapshot_id=read.snapshot),
+            AssertRefSnapshotId(ref=ref or "main", snapshot_id=read.snapshot),
         )
         return TableChange(ns, name, requirements, ())
 

@@ -82,10 +82,11 @@ def stage_update(catalog: Any, current: Any, identifier: tuple[str, ...], requir
                        io=catalog._load_file_io(properties=metadata.properties, location=location), catalog=catalog)
 
 
-def add_snapshot(tx: LeanTransaction, write: Any, properties: dict[str, str] | None = None) -> None:
-    """The snapshot of a staged write (txn.StagedWrite) on `tx`: a fast append of its files, or
-    an overwrite that removes its removed files and adds its added ones."""
-    producer = tx.update_snapshot(snapshot_properties=properties or {})
+def add_snapshot(tx: LeanTransaction, write: Any, properties: dict[str, str] | None = None,
+                 branch: str | None = None) -> None:
+    """The snapshot of a staged write (txn.StagedWrite) on `tx`, on `branch` (None: main): a fast
+    append of its files, or an overwrite that removes its removed files and adds its added ones."""
+    producer = tx.update_snapshot(snapshot_properties=properties or {}, branch=branch or "main")
     if write.is_append:
         with producer.fast_append() as append:
             for data_file in write.added.values():

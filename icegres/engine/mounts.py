@@ -70,6 +70,9 @@ class ReadPlan:
     # per column: its varchar(n) / char(n) / bpchar type (None: as Iceberg's type says), which
     # writes enforce (assign.py) and pg_catalog reports
     char_types: tuple[CharType | None, ...] = ()
+    # A branch's head, pinned to be written (engine/branch_writes.py): the branch's name. None:
+    # the table's main head, as mounted.
+    ref: str | None = None
 
     @functools.cached_property
     def column_bounds(self) -> dict[int, Any]:

@@ -267,7 +267,7 @@ class QueryContext:
         if schema == "pg_temp":
             return bool(self.env.temp) and self.env.temp.has(name)
         txn = self.txn
-        if txn is not None and not txn.autocommit:
+        if txn is not None and (not txn.autocommit or txn.writes_refs):
             if (schema, name) in txn.pins:
                 return True
             if (schema, name) in txn.hidden:
@@ -467,7 +467,9 @@ class QueryContext:
             return view_defs.Resolver(self.env.search_path, self.has_table,
                                       lambda key: txn.view(key, engine.view(key)),
                                       CATALOG_RELATION_NAMES, self.env.database)
-        return view_defs.Resolver(self.env.search_path, engine.has_table, engine.view,
+        # A branch a statement writes is a table of its transaction's (branch_writes.py).
+        has_table = self.has_table if txn is not None and txn.writes_refs else engine.has_table
+        return view_defs.Resolver(self.env.search_path, has_table, engine.view,
                                   CATALOG_RELATION_NAMES, self.env.database)
 
     def _view_candidates(self, resolved: tuple[Any, ...], names: tuple[Any, ...]) -> set[tuple[str, str]]:

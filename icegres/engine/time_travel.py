@@ -15,7 +15,8 @@ is rewritten by putting its literals into it (`_Template`), with no parse. The t
 
 Errors, as PostgreSQL would name them: an unknown snapshot id, branch or tag is 42704
 (undefined_object); a time before the table's first snapshot is 22023 (invalid_parameter_value);
-an AS OF value that is a parameter is 0A000; writing through a time-travel reference is 0A000.
+an AS OF value that is a parameter is 0A000; writing through a time-travel reference is 0A000,
+except to a branch (`INSERT INTO "t@b"`: branch_writes.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from icegres.engine import metadata_tables, view_defs
+from icegres.engine import branch_writes, metadata_tables, view_defs
 from icegres.engine.contexts import private_table
 from icegres.engine.lake import PRIVATE_CATALOG, PRIVATE_SCHEMA
 from icegres.pg.errors import (
@@ -93,9 +94,10 @@ class _Template:
 
 def expand(qctx: QueryContext, stmt: Statement) -> Statement:
     """`stmt` with every time-travel reference read through a relation of its own, or `stmt`."""
-    if not time_travel.mentions(stmt.sql):
+    branch = session_branch(qctx)
+    if branch is None and not time_travel.mentions(stmt.sql):
         return stmt
-    quick = _from_template(qctx, stmt)
+    quick = _from_template(qctx, stmt) if branch is None else None
     if quick is not None:
         return quick
     try:
@@ -104,12 +106,21 @@ def expand(qctx: QueryContext, stmt: Statement) -> Statement:
         return stmt
     from sqlglot import exp
 
-    if not any(_asks(qctx, t) or time_travel.table_function(t) for t in tree.find_all(exp.Table)):
-        return stmt
-    tree = stmt.tree_copy()
     target = view_defs.dml_target(tree)
+    if branch is not None:
+        tree = stmt.tree_copy()
+        target = view_defs.dml_target(tree)
+        if not _to_session_branch(qctx, tree, target, branch):
+            return stmt
+    elif not any(_asks(qctx, t) or time_travel.table_function(t) for t in tree.find_all(exp.Table)):
+        return stmt
+    else:
+        tree = stmt.tree_copy()
+        target = view_defs.dml_target(tree)
+    if target is not None:
+        _write_to_branch(qctx, target)
     read: list[tuple[Key, ReadPlan]] = []
-    fixed = True
+    fixed = branch is None
     for table in list(tree.find_all(exp.Table)):
         function = time_travel.table_function(table)
         if function is not None:
@@ -120,14 +131,89 @@ def expand(qctx: QueryContext, stmt: Statement) -> Statement:
         if travel is None:
             continue
         if table is target:
-            raise PgError(FEATURE_NOT_SUPPORTED, f'cannot write to "{table.name}": writes go to a table\'s head',
-                          hint="Write to the table itself; branch writes are not supported yet.")
+            raise PgError(FEATURE_NOT_SUPPORTED, f'cannot write to "{table.name}": only a branch can be written',
+                          hint=f'Write to the table itself, or to a branch of it: "{travel.name}@branch".')
         fixed = fixed and _by_id(travel)
         table.replace(_relation(qctx, table, travel, read))
     text = tree.sql(dialect=DIALECT)
     if fixed and qctx.txn is None:
         _keep_template(qctx, stmt, text, read)
     return Statement(stmt.kind, text, stmt.tag, stmt.name, stmt.value, stmt.flag, stmt.options)
+
+
+def session_branch(qctx: QueryContext) -> str | None:
+    """The session's `icegres.branch` (`SET icegres.branch = 'b'`, `serve --branch b`), or None
+    for main."""
+    branch = qctx.env.settings.get("icegres.branch", "").strip()
+    return branch if branch and branch != branch_writes.MAIN else None
+
+
+def _to_session_branch(qctx: QueryContext, tree: exp.Expression, target: exp.Table | None, branch: str) -> bool:
+    """Under `icegres.branch = b`: every reference of `tree` to a lake table by its plain name,
+    whose table has branch b, renamed `"t@b"` (aliased as it was, so the statement reads on
+    unchanged); the DML target must have it (42704). Whether it names anything to expand."""
+    from sqlglot import exp
+
+    ctes = {cte.alias_or_name for cte in tree.find_all(exp.CTE)}
+    any_travel = False
+    for table in list(tree.find_all(exp.Table)):
+        if time_travel.table_function(table) is not None:
+            any_travel = True
+            continue
+        if not isinstance(table.this, exp.Identifier) or table.text("catalog") == PRIVATE_CATALOG:
+            continue
+        if _asks(qctx, table) is not None:
+            any_travel = True  # it names its own point
+            continue
+        if not table.db and table.name in ctes:
+            continue
+        key = _resolve(qctx, table.db or None, table.name)
+        if key is None or key[0] == "pg_temp":
+            continue
+        refs = _head(qctx, key).table.metadata.refs  # type: ignore[union-attr]
+        if branch not in refs:
+            if table is target:
+                raise PgError(UNDEFINED_OBJECT, f'table "{key[0]}.{key[1]}" has no branch "{branch}" to write to',
+                              detail="The session writes to the branch icegres.branch names.",
+                              hint=f"ALTER TABLE {key[0]}.{key[1]} CREATE BRANCH {branch}, or RESET icegres.branch")
+            continue  # read at its main head, as the branch would have it
+        if table.args.get("alias") is None:
+            table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name, quoted=True)))
+        table.set("this", exp.to_identifier(f"{table.name}@{branch}", quoted=True))
+        any_travel = True
+    return any_travel
+
+
+def write_target(qctx: QueryContext, target: exp.Table) -> None:
+    """A table a statement writes without being parsed as DML here (COPY ... FROM): `"t@b"`, or
+    a plain name under `icegres.branch`, made the transaction's pin of that branch, in place."""
+    branch = session_branch(qctx)
+    if branch is not None:
+        _to_session_branch(qctx, target, target, branch)
+    _write_to_branch(qctx, target)
+
+
+def _write_to_branch(qctx: QueryContext, target: exp.Table) -> None:
+    """A DML statement's target `"t@b"`, b a branch: the transaction's pin of that branch
+    (branch_writes.py), which the statement then names as the table `"schema"."t@b"`; `"t@main"`
+    is t. Any other point (a snapshot id, a time) is left to be refused as a target."""
+    from sqlglot import exp
+
+    travel = _asks(qctx, target)
+    txn = qctx.txn
+    if (travel is None or travel.point is not Point.VERSION or travel.ref is None or travel.ref.isdigit()
+            or txn is None):
+        return
+    key = _resolve(qctx, target.db or None, travel.name)
+    if key is None:
+        shown = f"{target.db}.{travel.name}" if target.db else travel.name
+        raise PgError(UNDEFINED_TABLE, f'relation "{shown}" does not exist')
+    if travel.ref != branch_writes.MAIN:
+        key = branch_writes.pin(qctx.engine, txn, key, travel.ref)
+    if target.args.get("alias") is None:  # its columns are still named by the name it was given
+        target.set("alias", exp.TableAlias(this=exp.to_identifier(target.name, quoted=True)))
+    target.set("this", exp.to_identifier(key[1], quoted=True))
+    target.set("db", exp.to_identifier(key[0], quoted=True))
 
 
 def _by_id(travel: Travel) -> bool:

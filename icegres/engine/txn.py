@@ -15,10 +15,19 @@ from typing import Any
 
 from icegres.engine.mounts import FileRead, ReadPlan
 from icegres.machines.catalog_commit import Move
+from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
 
 Key = tuple[str, str]
 
 _EMPTY: MappingProxyType[str, Any] = MappingProxyType({})
+
+
+def table_key(key: Key, plan: ReadPlan) -> Key:
+    """The lake table a pinned key is: itself, or the table a branch key (schema, "t@b") is a
+    branch of (`ReadPlan.ref`, branch_writes.py)."""
+    if plan.ref is None:
+        return key
+    return key[0], key[1][: -len(plan.ref) - 1]
 
 
 @dataclass(frozen=True)
@@ -205,7 +214,26 @@ class TxnState:
         if write is not None:
             return write
         base = self.pins[key]
+        self._check_one_ref(key, base)
         return StagedWrite(key, base)
+
+    def _check_one_ref(self, key: Key, plan: ReadPlan) -> None:
+        """0A000 if this transaction already writes another ref of the table `key` is a ref of:
+        one commit makes one metadata update per table (branch_writes.py)."""
+        table = table_key(key, plan)
+        for other in self.writes.values():
+            if other.key != key and table_key(other.key, other.base) == table:
+                theirs, ours = other.base.ref or "main", plan.ref or "main"
+                raise PgError(FEATURE_NOT_SUPPORTED,
+                              f'a transaction cannot write both branch "{theirs}" and branch "{ours}" '
+                              f'of table "{table[0]}.{table[1]}"',
+                              hint="Write each branch in a transaction of its own.")
+
+    @property
+    def writes_refs(self) -> bool:
+        """It has pinned a branch to write (`branch_writes.py`): its statements plan on its own
+        view of the tables, as a block's do, even in autocommit."""
+        return any(p.ref is not None for p in self.pins.values())
 
     @property
     def has_writes(self) -> bool:

@@ -22,7 +22,7 @@ from icegres.pg.errors import PgError
 if TYPE_CHECKING:
     from icegres.engine.catalog import Lakehouse
 
-WRONG_OBJECT_TYPE = "42809"
+WRONG_OBJECT_TYPE = e.WRONG_OBJECT_TYPE
 DEPENDENT_OBJECTS_STILL_EXIST = "2BP01"
 INVALID_TABLE_DEFINITION = "42P16"
 DUPLICATE_TABLE = "42P07"

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
+from icegres.engine import time_travel
 from icegres.engine.ddl_commands import CreateView
 from icegres.engine.procedures import Call
 from icegres.engine.txn import Key, TxnState
@@ -450,13 +451,16 @@ async def copy_in(host: WriteHost, table_name: str, columns: list[str] | None, f
     qctx = host.qctx
 
     def rows_of(txn: TxnState) -> tuple[Key, pa.Table, bool]:
+        time_travel.write_target(qctx, table)  # COPY "t@b" FROM, or under icegres.branch
         qctx.pin_tree(table)
         key = dml.target_key(qctx, txn, table)
         plan = dml.target_plan(txn, key)
         names = dml.insert_columns(target, plan)
         zone = qctx.env.time_zone
         rows = parse_copy(data, fmt, names, assign.write_schema(plan), zone)
-        return key, assign.conform(rows, plan, key, zone), bool(plan.primary_key)
+        # A primary-key table's check needs the lake, and the buffer takes main's rows only.
+        synchronous = bool(plan.primary_key) or plan.ref is not None
+        return key, assign.conform(rows, plan, key, zone), synchronous
 
     def load(txn: TxnState) -> int:
         key, rows, _ = rows_of(txn)
@@ -468,10 +472,10 @@ async def copy_in(host: WriteHost, table_name: str, columns: list[str] | None, f
         txn = host.new_txn(autocommit=True)
         host.bind(txn)
         try:
-            key, rows, has_pk = await host.run(rows_of, txn)
+            key, rows, synchronous = await host.run(rows_of, txn)
         finally:
             host.bind(None)
-        if not has_pk:
+        if not synchronous:
             await ladder.append(key, rows)
             return WriteResult(f"COPY {rows.num_rows}")
     count = await in_transaction(host, load)
@@ -499,20 +503,24 @@ def parse_copy(data: bytes, fmt: Any, names: list[str], schema: pa.Schema, zone:
 
 
 
-async def append_rows(host: WriteHost, key: Key, data: pa.Table) -> int:
-    """Append `data` (columns in the table's order, any names) to table `key`: one commit through
-    the machine, or staged into the open block. Values are assigned to the column types as
-    INSERT assigns them."""
-    from icegres.engine import assign, dml
+async def append_rows(host: WriteHost, key: Key, data: pa.Table, ref: str | None = None) -> int:
+    """Append `data` (columns in the table's order, any names) to table `key` (to its branch
+    `ref`, if given): one commit through the machine, or staged into the open block. Values are
+    assigned to the column types as INSERT assigns them."""
+    from icegres.engine import assign, branch_writes, dml
 
     qctx = host.qctx
 
     def append(txn: TxnState) -> int:
         qctx.pin_for(None)
-        txn.pin(key, qctx.engine.read_plan(*key))
-        plan = txn.plan(key)
-        rows = assign.conform(data.rename_columns(plan.schema.names), plan, key)
-        dml.append(txn, key, rows)
+        if ref is None or ref == branch_writes.MAIN:
+            target = key
+            txn.pin(key, qctx.engine.read_plan(*key))
+        else:
+            target = branch_writes.pin(qctx.engine, txn, key, ref)
+        plan = txn.plan(target)
+        rows = assign.conform(data.rename_columns(plan.schema.names), plan, target)
+        dml.append(txn, target, rows)
         return rows.num_rows
 
     return await in_transaction(host, append)

@@ -163,6 +163,37 @@ def test_merge_fast_forwards_all_or_refuses_all(lake):
     assert refs(lake, "dev") == dev_before
 
 
+def test_merge_rebase_reapplies_appends_where_both_sides_only_appended(lake):
+    assert branch(lake, "create", "dev", "--all").returncode == 0
+    lh = _lake(lake)
+    rows = lambda ids: pa.table({"id": pa.array(ids, pa.int64())})  # noqa: E731
+    append(lake, "t0", [10])  # main moves on ...
+    lh.load_table("lake", "t0").append(rows([20]), branch="dev")  # ... and so does dev: diverged
+    lh.load_table("lake", "t1").append(rows([30]), branch="dev")  # dev only: a fast-forward
+    lh.load_table("lake", "t2").delete("id == 1", branch="dev")  # not an append: no rebase
+    append(lake, "t2", [40])
+    before = heads(lake)
+    refused = branch(lake, "merge", "dev", "main", "--all", "--rebase", "--execute")
+    assert refused.returncode == 1 and "CONFLICT lake.t2" in refused.stdout
+    assert heads(lake) == before  # one table refused: nothing of the set landed
+    assert branch(lake, "reset", "dev", "--to", "main", "--table", "lake.t2").returncode == 0
+    dry = branch(lake, "merge", "dev", "main", "--all", "--rebase", "--json")
+    plan = json.loads(dry.stdout)
+    assert dry.returncode == 0 and plan["executed"] is False
+    assert list(plan["rebased"]) == ["lake.t0"] and list(plan["moves"]) == ["lake.t1"]
+    assert heads(lake) == before
+    done = branch(lake, "merge", "dev", "main", "--all", "--rebase", "--execute")
+    assert done.returncode == 0, done.stdout + done.stderr
+    t0 = lh.load_table("lake", "t0")
+    assert sorted(t0.scan().to_arrow().column("id").to_pylist()) == [1, 2, 10, 20]
+    head = t0.metadata.snapshot_by_id(t0.metadata.current_snapshot_id)
+    assert head.parent_snapshot_id == before["lake.t0"]  # on top of main: main's history kept
+    assert head.summary["icegres.rebased-from"] == str(plan["rebased"]["lake.t0"][0])
+    t1 = lh.load_table("lake", "t1")
+    assert t1.metadata.current_snapshot_id == t1.metadata.refs["dev"].snapshot_id
+    assert sorted(t1.scan().to_arrow().column("id").to_pylist()) == [1, 2, 30]
+
+
 def test_reset_to_a_ref_a_snapshot_and_a_time(lake):
     assert branch(lake, "create", "dev", "--all").returncode == 0
     first = heads(lake)

@@ -377,14 +377,6 @@ def test_racing_creations_of_one_branch_one_wins(server, history):
     assert set(errors) - {None} <= {"42710", "40001"}
 
 
-def test_writes_through_a_ref_are_refused_for_now(conn, history):
-    conn.execute("alter table demo.t create branch if not exists w")
-    for sql in ('insert into demo."t@w" values (9, \'z\', 1)', 'update demo."t@w" set v = \'x\'',
-                'delete from demo."t@w"'):
-        with pytest.raises(psycopg.errors.FeatureNotSupported):
-            conn.execute(sql)
-
-
 # --- other engines and Flight SQL -----------------------------------------------------------
 
 

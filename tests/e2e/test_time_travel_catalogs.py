@@ -108,3 +108,31 @@ def test_branch_a_namespace_in_one_commit_diff_and_merge(server):
     with psycopg.connect(dsn, autocommit=True) as c:
         assert c.execute(f'select count(*) from {ns}."b@preview"').fetchone() == (3,)
     assert icegres_branch(catalog, "drop", "preview", "--namespace", ns).returncode == 0
+
+
+def test_branch_writes_and_write_audit_publish(server):
+    """Writes to a branch (by name and by the session's icegres.branch), their 40001 per ref, and
+    publishing by fast-forward, on S3 + REST and on the PostgreSQL catalog."""
+    catalog, dsn = server
+    ns = f"bw_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(f"create schema {ns}")
+        c.execute(f"create table {ns}.t (id bigint, v text)")
+        c.execute(f"insert into {ns}.t values (1, 'a'), (2, 'b')")
+        c.execute(f"alter table {ns}.t create branch audit")
+        c.execute(f'insert into {ns}."t@audit" values (3, \'c\')')
+        c.execute(f"update {ns}.\"t@audit\" set v = 'B' where id = 2")
+        c.execute("set icegres.branch = 'audit'")
+        c.execute(f"delete from {ns}.t where id = 1")
+        assert c.execute(f"select * from {ns}.t order by id").fetchall() == [(2, "B"), (3, "c")]
+        c.execute("reset icegres.branch")
+        assert c.execute(f"select * from {ns}.t order by id").fetchall() == [(1, "a"), (2, "b")]
+    with psycopg.connect(dsn) as a, psycopg.connect(dsn) as b:
+        a.execute(f"update {ns}.\"t@audit\" set v = 'x' where id = 3")
+        b.execute(f"update {ns}.\"t@audit\" set v = 'y' where id = 3")
+        a.commit()
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            b.commit()
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(f"call system.fast_forward('{ns}.t', 'main', 'audit')")
+        assert c.execute(f"select * from {ns}.t order by id").fetchall() == [(2, "B"), (3, "x")]

@@ -94,6 +94,8 @@ def pin(qctx: QueryContext, txn: TxnState | None, stmt: Statement) -> None:
     target = target_table(tree)
     key = qctx.resolve_table(target.db or None, target.name)
     plan = txn.pins.get(key) if key is not None else None
+    if plan is not None and plan.ref is not None:
+        return  # a branch, pinned by name (branch_writes.py)
     if plan is None or plan.primary_key:
         if key is not None:
             txn.pins.pop(key, None)
@@ -172,8 +174,9 @@ def insert_rows(qctx: QueryContext, txn: TxnState, stmt: Statement, params: dict
     pin(qctx, qctx.txn, stmt)
     table = target_table(tree)
     key = target_key(qctx, txn, table)
-    if target_plan(txn, key).primary_key:
-        return None
+    plan = target_plan(txn, key)
+    if plan.primary_key or plan.ref is not None:
+        return None  # (a branch write commits at once: the buffer and its tails keep main's rows)
     key, rows, shape = rows_of_insert(qctx, txn, tree, params)
     returning = None
     if tree.args.get("returning") is not None:

@@ -308,7 +308,7 @@ class FlightSqlService:
             from icegres.pg import settings as guc
 
             env = SessionEnv(database=self.database, user=who.user, backend_pid=next(self._pids),
-                             settings=guc.defaults(SERVER_VERSION, who.user))
+                             settings=guc.defaults(SERVER_VERSION, who.user) | self.server.engine.session_defaults)
             session = Session(who.key, who.user, open_session(self.server.engine, env), self.database)
             self._sessions.put(who.key, session)
         return session

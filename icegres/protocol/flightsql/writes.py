@@ -42,6 +42,7 @@ import trio
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from icegres.engine import time_travel
 from icegres.engine import writes as core
 from icegres.engine.txblock_driver import TxBlock, finish
 from icegres.engine.txn import TxnState, new_transaction
@@ -492,6 +493,7 @@ def _insert_columns_from(qctx: Any, txn: TxnState, stmt: Statement, batches: lis
 
     from icegres.engine import assign, dml
 
+    stmt = qctx.with_views(stmt)  # (`INSERT INTO "t@b"`: the transaction's pin of the branch)
     tree = stmt.tree
     if not isinstance(tree, exp.Insert) or tree.args.get("returning") is not None or tree.args.get("conflict"):
         return None
@@ -565,11 +567,24 @@ async def _ingest(host: LockedHost, schema_name: str | None, table: str, if_not_
     lakehouse = qctx.engine.lakehouse
     path = list(qctx.env.search_path)
 
-    def locate() -> tuple[str, bool]:
+    def locate() -> tuple[str, str, bool, str | None]:
+        """The namespace, the table, whether it exists, and the branch appended to: `t@b`
+        names branch b of t, and under icegres.branch a table that has that branch is read as it."""
         namespace = ddl_apply.creation_schema(lakehouse, schema_name, path)
-        return namespace, lakehouse.table_exists(namespace, table)
+        if lakehouse.table_exists(namespace, table):
+            branch = time_travel.session_branch(qctx)
+            if branch is not None and branch in lakehouse.load_table(namespace, table).metadata.refs:
+                return namespace, table, True, branch
+            return namespace, table, True, None
+        base, _, ref = table.rpartition("@")
+        if base and ref and lakehouse.table_exists(namespace, base):
+            return namespace, base, True, ref
+        return namespace, table, False, None
 
-    namespace, exists = await host.run(locate)
+    namespace, table, exists, ref = await host.run(locate)
+    if ref is not None and if_exists == _Options.TABLE_EXISTS_OPTION_REPLACE:
+        raise PgError("0A000", f'bulk ingest cannot replace branch "{ref}" of table "{namespace}.{table}"',
+                      hint='Ingest in "append" mode to add to the branch.')
     key = (namespace, table)
     shown = f"{namespace}.{table}"
     if exists and if_exists == _Options.TABLE_EXISTS_OPTION_FAIL:
@@ -600,7 +615,7 @@ async def _ingest(host: LockedHost, schema_name: str | None, table: str, if_not_
         return 0
     if exists and not replace:
         data = await host.run(_match_columns, qctx, key, data)
-    return await core.append_rows(host, key, data)
+    return await core.append_rows(host, key, data, ref)
 
 
 def _match_columns(qctx: Any, key: tuple[str, str], data: pa.Table) -> pa.Table:

@@ -233,6 +233,7 @@ class Session:
         self.decoder.in_startup = False
         version = self.server.server_version
         self.initial_settings = guc.defaults(version, self.user, ssl=self.server.tls is not None)
+        self.initial_settings.update(self.server.engine.session_defaults)
         try:
             # Command-line options first, then the packet's own settings, as PostgreSQL applies them.
             for k, value in guc.startup_options(params.get("options", "")):

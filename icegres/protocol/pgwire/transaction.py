@@ -82,8 +82,10 @@ def set_in_block(session: SessionPort, key: str, value: str | None, local: bool)
     assigned = session.set_setting(key, value)
     # The assigned setting even if its value did not change: a plain SET to the value a SET LOCAL
     # gave still outlasts the block, as in PostgreSQL.
-    changes = tuple((name, old, session.settings[name]) for name, old in before.items()
-                    if session.settings.get(name) != old or name == assigned)
+    # A custom setting (`icegres.branch`, `myapp.x`) the session had not set before was "" then,
+    # as PostgreSQL shows a placeholder once a SET LOCAL of it lapsed.
+    changes = tuple((name, before.get(name, ""), session.settings[name]) for name in session.settings
+                    if session.settings[name] != before.get(name, "") or name == assigned)
     session.block.feed(txblock.SettingChanged(local, changes))
 
 
