@@ -174,11 +174,28 @@ def lake_watermark(plan: ReadPlan | None, tail_id: str) -> int:
     from pyiceberg.table.snapshots import ancestors_of
 
     metadata = table.metadata
-    for snapshot in ancestors_of(metadata.current_snapshot(), metadata):
+    for snapshot in ancestors_of(_head_snapshot(plan), metadata):  # type: ignore[arg-type]
         summary = snapshot.summary
         if summary is not None and summary.get(TAIL_ID_PROPERTY) == tail_id:
             return int(summary.get(TAIL_LSN_PROPERTY) or 0)
     return 0
+
+
+def _head_snapshot(plan: ReadPlan) -> Any:
+    """The snapshot a plan's rows go on top of: main's head, or its branch's (a branch's rows
+    are buffered under (schema, "t@b") and flushed to that branch: the watermark is per ref)."""
+    from icegres.engine.branch_writes import head_of
+
+    metadata = plan.table.metadata  # type: ignore[attr-defined]
+    head = head_of(metadata, plan.ref)
+    return metadata.snapshot_by_id(head) if head is not None else None
+
+
+def branch_of(key: Key) -> Key | None:
+    """The table a buffered key (schema, "t@b") is a branch of, by its name; None for a table's
+    main. (A table really named "a@b" is main of itself: `_plan` finds it mounted first.)"""
+    base, _, ref = key[1].rpartition("@")
+    return (key[0], base) if base and ref else None
 
 
 # --- the ladder -----------------------------------------------------------------------------------
@@ -265,7 +282,8 @@ class WriteLadder:
         decoded = await trio.to_thread.run_sync(lambda: [(r.lsn, *decode_payload(r.payload)) for r in records])
         keys = {key for _, key, _ in decoded}
         await trio.to_thread.run_sync(self.engine.refresh, None)
-        marks = {key: self.watermark(self.engine.read_plan(*key)) for key in keys}
+        plans = await trio.to_thread.run_sync(lambda: {key: self._plan(key) for key in keys})
+        marks = await trio.to_thread.run_sync(lambda: {key: self.watermark(plans[key]) for key in keys})
         from icegres import faults
 
         ignore_marks = faults.broken("replay-watermark")
@@ -273,7 +291,7 @@ class WriteLadder:
         for lsn, key, rows in decoded:
             if lsn <= marks[key] and not ignore_marks:
                 continue  # its flush committed before the crash: in the lake already
-            if self.engine.read_plan(*key) is None:
+            if plans[key] is None:
                 log.error("tail record %d names %s.%s, which no longer exists: not replayed", lsn, *key)
                 continue
             table = self._table(key)
@@ -438,19 +456,27 @@ class WriteLadder:
         ids = {
             e.entry_id
             for lane in state.lanes
-            if refs is None or self._keys.get(lane.table) in refs
+            if self._settles(lane.table, refs)
             for e in visible_entries(state, lane.table)
         }
         if not ids:
             return
         for lane in state.lanes:
-            if lane.pending and (refs is None or self._keys.get(lane.table) in refs):
+            if lane.pending and self._settles(lane.table, refs):
                 self.driver.request_flush(lane.table)
 
         def settled(s: Any) -> bool:
             return not any(e.entry_id in ids for lane in s.lanes for e in visible_entries(s, lane.table))
 
         await self.driver.wait_until(settled)
+
+    def _settles(self, table: str, refs: set[Key] | None) -> bool:
+        """Does settling `refs` take lane `table`: one of them, or a branch of one (a table's
+        DDL, procedures and rewrites settle its branches' rows too)."""
+        if refs is None:
+            return True
+        key = self._keys.get(table)
+        return key is not None and (key in refs or branch_of(key) in refs)
 
     # --- the flush (injected into the BufferDriver) ---------------------------------------------
 
@@ -530,9 +556,11 @@ class WriteLadder:
         from icegres.engine.txn import TxnState
 
         plan = self.engine.read_plan(*key)
-        if plan is None:
+        if plan is None and branch_of(key) is None:
             self.engine.refresh({key})
             plan = self.engine.read_plan(*key)
+        if plan is None:
+            plan = self._plan(key, errors=True)
         if plan is None or plan.table is None:
             raise PgError("42P01", f'relation "{key[0]}.{key[1]}" does not exist')
         properties = {TAIL_ID_PROPERTY: self.tail_id, TAIL_LSN_PROPERTY: str(watermark)}
@@ -563,7 +591,7 @@ class WriteLadder:
         from pyiceberg.table.snapshots import ancestors_of
 
         metadata = plan.table.metadata  # type: ignore[union-attr]
-        for snapshot in ancestors_of(metadata.current_snapshot(), metadata):
+        for snapshot in ancestors_of(_head_snapshot(plan), metadata):
             summary = snapshot.summary
             if summary is None or summary.get(TAIL_ID_PROPERTY) != self.tail_id:
                 continue
@@ -581,10 +609,10 @@ class WriteLadder:
     def _mount(self, world: Any, key: Key, watermark: int) -> None:
         """Make the engine read a snapshot that holds the batch before the flush reports done."""
         world.adopt(self.engine)  # mounts at once when the commit landed on the mounted head
-        if self.watermark(self.engine.read_plan(*key)) >= watermark:
+        if self.watermark(self._plan(key)) >= watermark:
             return
-        self.engine.refresh({key})  # rebased, or another process moved the table: load it
-        if self.watermark(self.engine.read_plan(*key)) < watermark:
+        self.engine.refresh({key} if branch_of(key) is None else set())  # rebased, or moved: load it
+        if self.watermark(self._plan(key)) < watermark:
             raise RuntimeError(f"the mounted snapshot of {key[0]}.{key[1]} does not hold LSN {watermark}")
 
     def _on_lost(self, report: ReportLost) -> None:
@@ -600,6 +628,23 @@ class WriteLadder:
         self._advance_trim()
 
     # --- helpers --------------------------------------------------------------------------------
+
+    def _plan(self, key: Key, *, errors: bool = False) -> ReadPlan | None:
+        """The head `key`'s rows go to: the mounted table, else for (schema, "t@b") branch b of t
+        as the catalog has it now (branch_writes.py). None if neither exists (`errors`: the
+        PgError saying why, for a flush to report). Blocking."""
+        plan = self.engine.read_plan(*key)
+        base = branch_of(key)
+        if plan is not None or base is None:
+            return plan
+        from icegres.engine.branch_writes import branch_plan
+
+        try:
+            return branch_plan(self.engine, base, key[1][len(base[1]) + 1:])
+        except PgError:
+            if errors:
+                raise
+            return None
 
     def _table(self, key: Key) -> str:
         table = f"{key[0]}.{key[1]}"

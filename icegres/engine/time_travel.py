@@ -118,7 +118,10 @@ def expand(qctx: QueryContext, stmt: Statement) -> Statement:
         tree = stmt.tree_copy()
         target = view_defs.dml_target(tree)
     if target is not None:
-        _write_to_branch(qctx, target)
+        # A blind INSERT (VALUES, no query) reads nothing of the branch: it need not wait for the
+        # branch's buffered rows; every other write reads them.
+        blind = isinstance(tree, exp.Insert) and isinstance(tree.expression, exp.Values) and tree.find(exp.Select) is None
+        _write_to_branch(qctx, target, settle=not blind)
     read: list[tuple[Key, ReadPlan]] = []
     fixed = branch is None
     for table in list(tree.find_all(exp.Table)):
@@ -130,6 +133,8 @@ def expand(qctx: QueryContext, stmt: Statement) -> Statement:
         travel = _asks(qctx, table)
         if travel is None:
             continue
+        if table is target and _is_branch(travel) and qctx.txn is None:
+            continue  # a branch write looked at outside its transaction (the tables it reads)
         if table is target:
             raise PgError(FEATURE_NOT_SUPPORTED, f'cannot write to "{table.name}": only a branch can be written',
                           hint=f'Write to the table itself, or to a branch of it: "{travel.name}@branch".')
@@ -190,10 +195,10 @@ def write_target(qctx: QueryContext, target: exp.Table) -> None:
     branch = session_branch(qctx)
     if branch is not None:
         _to_session_branch(qctx, target, target, branch)
-    _write_to_branch(qctx, target)
+    _write_to_branch(qctx, target, settle=False)
 
 
-def _write_to_branch(qctx: QueryContext, target: exp.Table) -> None:
+def _write_to_branch(qctx: QueryContext, target: exp.Table, *, settle: bool) -> None:
     """A DML statement's target `"t@b"`, b a branch: the transaction's pin of that branch
     (branch_writes.py), which the statement then names as the table `"schema"."t@b"`; `"t@main"`
     is t. Any other point (a snapshot id, a time) is left to be refused as a target."""
@@ -201,19 +206,37 @@ def _write_to_branch(qctx: QueryContext, target: exp.Table) -> None:
 
     travel = _asks(qctx, target)
     txn = qctx.txn
-    if (travel is None or travel.point is not Point.VERSION or travel.ref is None or travel.ref.isdigit()
-            or txn is None):
+    if travel is None or not _is_branch(travel) or txn is None:
         return
     key = _resolve(qctx, target.db or None, travel.name)
     if key is None:
         shown = f"{target.db}.{travel.name}" if target.db else travel.name
         raise PgError(UNDEFINED_TABLE, f'relation "{shown}" does not exist')
     if travel.ref != branch_writes.MAIN:
+        if settle:
+            _settle_branch(qctx, key, travel.ref)
         key = branch_writes.pin(qctx.engine, txn, key, travel.ref)
     if target.args.get("alias") is None:  # its columns are still named by the name it was given
         target.set("alias", exp.TableAlias(this=exp.to_identifier(target.name, quoted=True)))
     target.set("this", exp.to_identifier(key[1], quoted=True))
     target.set("db", exp.to_identifier(key[0], quoted=True))
+
+
+def _is_branch(travel: Travel) -> bool:
+    """A reference `"t@name"` (a branch, a tag, or main: not a snapshot id, a time or AS OF)."""
+    return travel.point is Point.VERSION and travel.ref is not None and not travel.ref.isdigit()
+
+
+def _settle_branch(qctx: QueryContext, key: Key, ref: str) -> bool:
+    """Before a statement reads branch `ref` of `key`: the rows the write buffer acked for that
+    branch go to the lake first (reads of a branch are not unioned with the buffer, as main's
+    are). Whether there were any."""
+    ladder = qctx.engine.ladder
+    branch = {branch_writes.ref_key(key, ref)}
+    if ladder is None or not ladder.has_entries() or ref.isdigit() or not ladder.visible(branch):
+        return False
+    ladder.settle_blocking(branch)
+    return True
 
 
 def _by_id(travel: Travel) -> bool:
@@ -298,6 +321,8 @@ def _relation(qctx: QueryContext, table: exp.Table, travel: Travel,
             arrow = metadata_tables.build(iceberg, which)  # type: ignore[arg-type]
             travelled.put(name, lambda ctx, keep: ctx.from_arrow(arrow))
     else:
+        if travel.ref is not None and (qctx.txn is None or qctx.txn.autocommit) and _settle_branch(qctx, key, travel.ref):
+            iceberg = _head(qctx, key).table  # (its flush moved the branch)
         snapshot_id = _snapshot_id(qctx, key, iceberg, travel)  # type: ignore[arg-type]
         plan = _snapshot_plan(qctx, key, iceberg, snapshot_id)  # type: ignore[arg-type]
         qctx.engine.check_files([(key, plan)])  # 58P01 for a file it names that is gone, never "empty"

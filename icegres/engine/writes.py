@@ -121,8 +121,9 @@ async def buffered_insert(host: WriteHost, ladder: WriteLadderPort, stmt: Statem
     qctx = host.qctx
     # A prepared INSERT executed before builds its rows here, on the loop, from its recipe
     # (insert_shape.py: no I/O, and no thread hop, which was a fifth of a tail-dir ack).
-    made = qctx.insert_shapes.rows_now(stmt.sql, qctx.env.search_path, values, qctx.resolve_mounted,
-                                       qctx.engine.read_plan)
+    # (Not under icegres.branch: a recipe names main's table, the statement the branch's.)
+    made = None if time_travel.session_branch(qctx) is not None else qctx.insert_shapes.rows_now(
+        stmt.sql, qctx.env.search_path, values, qctx.resolve_mounted, qctx.engine.read_plan)
     if made is not None:
         result = dml.InsertRows(made[0], made[1], None)
     else:
@@ -458,9 +459,7 @@ async def copy_in(host: WriteHost, table_name: str, columns: list[str] | None, f
         names = dml.insert_columns(target, plan)
         zone = qctx.env.time_zone
         rows = parse_copy(data, fmt, names, assign.write_schema(plan), zone)
-        # A primary-key table's check needs the lake, and the buffer takes main's rows only.
-        synchronous = bool(plan.primary_key) or plan.ref is not None
-        return key, assign.conform(rows, plan, key, zone), synchronous
+        return key, assign.conform(rows, plan, key, zone), bool(plan.primary_key)
 
     def load(txn: TxnState) -> int:
         key, rows, _ = rows_of(txn)
@@ -472,10 +471,10 @@ async def copy_in(host: WriteHost, table_name: str, columns: list[str] | None, f
         txn = host.new_txn(autocommit=True)
         host.bind(txn)
         try:
-            key, rows, synchronous = await host.run(rows_of, txn)
+            key, rows, has_pk = await host.run(rows_of, txn)
         finally:
             host.bind(None)
-        if not synchronous:
+        if not has_pk:
             await ladder.append(key, rows)
             return WriteResult(f"COPY {rows.num_rows}")
     count = await in_transaction(host, load)

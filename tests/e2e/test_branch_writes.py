@@ -364,32 +364,44 @@ def test_write_audit_publish_recipe(conn, server):
 # --- the write ladder ----------------------------------------------------------------------------
 
 
-def test_with_the_write_buffer_branch_rows_commit_and_mains_replay_once(tmp_path):
-    """Under --write-buffer-ms with a WAL tail, main's INSERTs are acked from the buffer and a
-    branch's commit before their ack; a SIGKILL then replays main's rows exactly once and leaves
-    the branch's as they were (they were never in the tail)."""
+def test_the_write_buffer_takes_branch_rows_and_replays_them_per_ref(tmp_path):
+    """Under --write-buffer-ms with a WAL tail, an INSERT into "t@dev" is acked from the buffer
+    like main's, and flushed to the branch (its watermark on the branch's snapshots). Reading or
+    updating the branch settles its rows first. After a SIGKILL, each ref replays exactly the
+    records its own snapshots lack: none twice, none lost."""
     import signal
 
     from tests.support.ladder import serve
 
     data_dir = tmp_path / "data"
     args = ("--write-buffer-ms", "60000", "--tail-dir", str(tmp_path / "wal"))
+    lake = Server("", "", data_dir)
     with serve(data_dir, *args) as srv, srv.connect() as c:
         c.execute("create schema demo")
         c.execute("create table demo.t (id bigint, v text)")
         c.execute("insert into demo.t values (0, 'seed')")
-        c.execute("select count(*) from demo.t").fetchall()  # settles the seed into the lake
-        c.execute("alter table demo.t create branch dev")
+        c.execute("select count(*) from demo.t").fetchall()
+        c.execute("alter table demo.t create branch dev")  # (settles the seed into the lake first)
+        for i in (101, 102, 103):
+            assert c.execute("insert into demo.\"t@dev\" values (%s, 'dev')", (i,)).statusmessage == "INSERT 0 1"
+        assert _branch_rows(lake, "t") == [(0, "seed")]  # acked from the buffer, not in the lake yet
+        # A read of the branch settles its rows into the lake (on the branch only).
+        assert rows(c, 'select count(*) from demo."t@dev"') == [(4,)]
+        assert _branch_rows(lake, "t") == [(0, "seed"), (101, "dev"), (102, "dev"), (103, "dev")]
+        assert _branch_rows(lake, "t", "main") == [(0, "seed")]
+        c.execute('insert into demo."t@dev" values (104, \'dev\')')
+        assert c.execute("update demo.\"t@dev\" set v = 'upd' where id = 104").statusmessage == "UPDATE 1"
+        c.execute('insert into demo."t@dev" values (105, \'dev\')')
+        c.execute("set icegres.branch = 'dev'")
+        c.execute("insert into demo.t values (106, 'session')")
+        c.execute("reset icegres.branch")
         for i in range(1, 6):
             c.execute("insert into demo.t values (%s, 'main')", (i,))
-            c.execute('insert into demo."t@dev" values (%s, \'dev\')', (100 + i,))
-        # The branch's rows are in the lake before the kill; main's wait in the buffer (60 s).
-        lake = Server("", "", data_dir)
-        assert _branch_rows(lake, "t") == [(0, "seed"), *((100 + i, "dev") for i in range(1, 6))]
-        assert _branch_rows(lake, "t", "main") == [(0, "seed")]
+        assert _branch_rows(lake, "t", "main") == [(0, "seed")]  # main's rows wait in the buffer
         srv.stop(signal.SIGKILL)
     with serve(data_dir, *args) as srv, srv.connect() as c:
         assert rows(c, "select id from demo.t order by id") == [(i,) for i in range(6)]
-        assert rows(c, 'select count(*) from demo."t@dev"') == [(6,)]
-        c.execute('insert into demo."t@dev" values (200, \'after\')')
-        assert rows(c, 'select count(*) from demo."t@dev"') == [(7,)]
+        got = rows(c, 'select id, v from demo."t@dev" order by id')
+        assert got == [(0, "seed"), (101, "dev"), (102, "dev"), (103, "dev"), (104, "upd"), (105, "dev"),
+                       (106, "session")]
+    assert _branch_rows(lake, "t") == got

@@ -175,13 +175,13 @@ def insert_rows(qctx: QueryContext, txn: TxnState, stmt: Statement, params: dict
     table = target_table(tree)
     key = target_key(qctx, txn, table)
     plan = target_plan(txn, key)
-    if plan.primary_key or plan.ref is not None:
-        return None  # (a branch write commits at once: the buffer and its tails keep main's rows)
+    if plan.primary_key:
+        return None
     key, rows, shape = rows_of_insert(qctx, txn, tree, params)
     returning = None
     if tree.args.get("returning") is not None:
         returning = returning_rows(qctx, tree.args["returning"], rows, table, key)
-    elif shape is not None:
+    elif shape is not None and plan.ref is None:  # (a branch's rows are keyed "t@b": no recipe)
         qctx.insert_shapes.keep(stmt.sql, qctx.env.search_path, shape)
     return InsertRows(key, rows, returning)
 
