@@ -738,7 +738,8 @@ class Engine:
         """The catalog snapshot a transaction block with DDL of its own sees: the mounted tables
         and views, with the block's pins, new shapes, new names and drops over them."""
         plans, views, namespaces = self._catalog_parts()
-        plans.update(txn.views())  # (the session's temporary tables among them, in pg_temp)
+        # (the session's temporary tables among them, in pg_temp; a branch it writes is no table)
+        plans.update((k, p) for k, p in txn.views().items() if p.ref is None)
         for key, view in txn.view_overlay.items():
             if view is None:
                 views.pop(key, None)

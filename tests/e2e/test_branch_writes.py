@@ -405,3 +405,16 @@ def test_the_write_buffer_takes_branch_rows_and_replays_them_per_ref(tmp_path):
         assert got == [(0, "seed"), (101, "dev"), (102, "dev"), (103, "dev"), (104, "upd"), (105, "dev"),
                        (106, "session")]
     assert _branch_rows(lake, "t") == got
+
+
+def test_a_written_branch_is_no_table_in_the_catalog(server, table):
+    """pg_catalog and information_schema list tables, never a branch a block writes (a block with
+    DDL of its own sees its own catalog)."""
+    with psycopg.connect(server.dsn) as c:
+        c.execute(f'insert into demo."{table}@dev" values (3, \'c\')')
+        c.execute(f"create table demo.{table}_ddl (id int)")  # the block's own catalog now
+        listed = {r[0] for r in c.execute("select relname from pg_class where relname like %s", (f"{table}%",))}
+        assert listed == {table, f"{table}_ddl"}
+        names = {r[0] for r in c.execute("select table_name from information_schema.tables where table_schema = 'demo'")}
+        assert f"{table}@dev" not in names and table in names
+        c.rollback()
