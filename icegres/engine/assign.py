@@ -132,6 +132,24 @@ def _float_to_decimal(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArr
         raise pa.ArrowInvalid(f"value out of range: {exc}") from None
 
 
+def check_assignable(column: str, src: pa.DataType, to: pa.DataType) -> None:
+    """42804 where PostgreSQL has no assignment cast from an expression's type to its column's:
+    text into a non-text column (an untyped literal is not an expression of type text: the caller
+    leaves those out), or across kinds (a date into a number, a boolean into a date)."""
+    from icegres.pg.types import pg_type_for_arrow
+
+    def is_text(t: pa.DataType) -> bool:
+        return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+    kinds = _assign_kind(src), _assign_kind(to)
+    # (not into a uuid: the engine's uuid functions give text where PostgreSQL's give uuid)
+    text_into_typed = is_text(src) and kinds[1] is not None and not pa.types.is_fixed_size_binary(to)
+    if text_into_typed or (None not in kinds and kinds[0] != kinds[1]):
+        raise PgError("42804", f'column "{column}" is of type {pg_type_for_arrow(to).name} but expression is of '
+                               f"type {pg_type_for_arrow(src).name}",
+                      hint="You will need to rewrite or cast the expression.")
+
+
 def _assign_kind(t: pa.DataType) -> str | None:
     """PostgreSQL's assignment casts stay within these kinds (nested and other types: Arrow decides)."""
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):

@@ -25,6 +25,7 @@ from icegres.engine.dml.copy_on_write import (
     unique_violation,
 )
 from icegres.engine.dml.inserts import rows_of_insert
+from icegres.engine.dml.joined import frame_of, rewrite_joined
 from icegres.engine.dml.target import (
     FILE_COLUMN,
     alias_of,
@@ -135,9 +136,11 @@ def describe(qctx: QueryContext, stmt: Statement) -> tuple[pa.Schema | None, dic
                 types[int(set_item.expression.this.this)] = by_name[name]
     where = tree.args.get("where")
     alias = alias_of(tree.this, key)
-    if where is not None and not isinstance(tree, exp.Insert):
-        probe = exp.select(exp.Literal.number(1)).from_(source(lake_table(key), alias)).where(where.this.copy())
-        for index, dtype in placeholder_types(qctx.plan_tree(probe).df).items():
+    sources = _sources(tree) if not isinstance(tree, exp.Insert) else []
+    if (where is not None or sources) and not isinstance(tree, exp.Insert):
+        # (UPDATE … FROM, DELETE … USING: over the join, whose columns the WHERE names)
+        frame = frame_of(lake_table(key), alias, sources, where.this if where is not None else None)
+        for index, dtype in placeholder_types(qctx.plan_tree(frame(exp.select(exp.Literal.number(1)))).df).items():
             types.setdefault(index, dtype)
     returning = tree.args.get("returning")
     schema = None
@@ -217,8 +220,6 @@ def _reads_target(qctx: QueryContext, tree: exp.Insert, key: Key) -> bool:
 
 
 def _update(qctx: QueryContext, txn: TxnState, tree: exp.Update, params: dict[str, Any] | None) -> DmlResult:
-    if tree.args.get("from") or tree.args.get("from_"):
-        raise PgError("0A000", "UPDATE ... FROM is not supported; use a subquery in WHERE")
     key = target_key(qctx, txn, tree.this)
     plan = target_plan(txn, key)
     names = {f.name for f in plan.schema}
@@ -235,9 +236,15 @@ def _update(qctx: QueryContext, txn: TxnState, tree: exp.Update, params: dict[st
 
 
 def _delete(qctx: QueryContext, txn: TxnState, tree: exp.Delete, params: dict[str, Any] | None) -> DmlResult:
-    if tree.args.get("using"):
-        raise PgError("0A000", "DELETE ... USING is not supported; use a subquery in WHERE")
     return _rewrite_rows(qctx, txn, tree, target_key(qctx, txn, tree.this), None, params)
+
+
+def _sources(tree: exp.Expression) -> list[exp.Expression]:
+    """An UPDATE's FROM or a DELETE's USING list (each item with the joins it carries)."""
+    from_ = tree.args.get("from_") or tree.args.get("from")
+    if isinstance(tree, exp.Update):
+        return [from_.this] if from_ is not None else []
+    return list(tree.args.get("using") or [])
 
 
 def _rewrite_rows(qctx: QueryContext, txn: TxnState, tree: exp.Expression, key: Key,
@@ -245,9 +252,14 @@ def _rewrite_rows(qctx: QueryContext, txn: TxnState, tree: exp.Expression, key: 
     """An UPDATE (`sets`) or DELETE (None) of the rows its WHERE selects; its tag and RETURNING."""
     where = tree.args.get("where")
     returning = tree.args.get("returning")
-    count, rows = rewrite_matching(qctx, txn, key, where.this if where is not None else None, sets, params,
-                                   delete=sets is None, alias=alias_of(tree.this, key),
-                                   returned=returning is not None)
+    cond = where.this if where is not None else None
+    sources = _sources(tree)
+    if sources:
+        count, rows = rewrite_joined(qctx, txn, key, sources, cond, sets, params, alias=alias_of(tree.this, key),
+                                     returned=returning is not None)
+    else:
+        count, rows = rewrite_matching(qctx, txn, key, cond, sets, params, delete=sets is None,
+                                       alias=alias_of(tree.this, key), returned=returning is not None)
     tag = f"{'DELETE' if sets is None else 'UPDATE'} {count}"
     if returning is None:
         return DmlResult(tag)

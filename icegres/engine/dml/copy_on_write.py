@@ -9,13 +9,14 @@ once, in autocommit).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 from sqlglot import exp
 
-from icegres.engine.assign import assignment, conform, write_schema
+from icegres.engine.assign import assignment, check_assignable, conform, write_schema
 from icegres.engine.dml.target import (
     FILE_COLUMN,
     HIT_COLUMN,
@@ -57,13 +58,7 @@ def rewrite_matching(qctx: QueryContext, txn: TxnState, key: Key, cond: exp.Expr
         checked = source(qctx.register_private("target", qctx.zoned(to_dataframe(qctx.ctx, replace(plan, files=())))),
                          alias)
         if assigned:
-            sets = _bounded(qctx, checked, assigned, params)
-            # Assignments take the column's type, as PostgreSQL's assignment casts do: a literal
-            # is read as that type (exact decimals; 'abc' into an int column is an error even if
-            # no row matches), and a CASE over a double column is not widened to the literal's.
-            types = {f.name: f.type for f in plan.schema}
-            sets = _rounded_into_integers(qctx, checked, sets, types, params)
-            sets = {c: assignment(e, types[c]) for c, e in sets.items()}
+            sets = assigned_values(qctx, plan, lambda q: q.from_(checked.copy()), assigned, params)
         items = [e.copy() for e in sets.values()] if sets else [exp.Literal.number(1)]
         probe = exp.select(*items).from_(checked)
         if cond is not None:
@@ -120,11 +115,34 @@ def rewrite_matching(qctx: QueryContext, txn: TxnState, key: Key, cond: exp.Expr
     return count, returning_rows
 
 
-def _bounded(qctx: QueryContext, target: exp.Table, assigned: dict[str, exp.Expression],
+def assigned_values(qctx: QueryContext, plan: ReadPlan, frame: Frame, assigned: dict[str, exp.Expression],
+                    params: dict[str, Any] | None) -> dict[str, exp.Expression]:
+    """An UPDATE's SET values as they are written: overflow-checked, rounded into integer
+    columns as PostgreSQL rounds, and cast to their columns' types. `frame(select)` gives a
+    probe the FROM clause the values are computed over (the target, and an UPDATE … FROM's
+    sources), for their types."""
+    sets = _bounded(qctx, frame, assigned, params)
+    # Assignments take the column's type, as PostgreSQL's assignment casts do: a literal is read
+    # as that type (exact decimals; 'abc' into an int column is an error even if no row matches),
+    # and a CASE over a double column is not widened to the literal's.
+    types = {f.name: f.type for f in plan.schema}
+    typed = {c: e for c, e in sets.items() if not isinstance(e, exp.Literal | exp.Null | exp.Parameter | exp.Placeholder)}
+    if typed:  # an expression of a type with no assignment cast to its column's: 42804
+        probe = exp.select(*(exp.alias_(e.copy(), f"_{i}", quoted=True) for i, e in enumerate(typed.values())))
+        for c, field in zip(typed, qctx.plan_tree(frame(probe), params).df.schema(), strict=True):
+            check_assignable(c, field.type, types[c])
+    sets = _rounded_into_integers(qctx, frame, sets, types, params)
+    return {c: assignment(e, types[c]) for c, e in sets.items()}
+
+
+Frame = Callable[[exp.Select], exp.Select]
+
+
+def _bounded(qctx: QueryContext, frame: Frame, assigned: dict[str, exp.Expression],
              params: dict[str, Any] | None) -> dict[str, exp.Expression]:
     """The SET values, their integer `+ - *` computed so that overflow is 22003 rather than a
-    wrapped value (checked_arith.py); `target` is the table, for their types. The values are
-    changed in place (they are the caller's own copy of the statement) and come back detached."""
+    wrapped value (checked_arith.py); `frame` gives the FROM clause, for their types. The values
+    are changed in place (they are the caller's own copy of the statement) and come back detached."""
     from icegres.engine.checked_arith import arithmetic_nodes, check_overflow
 
     nodes = [node for value in assigned.values() for node in arithmetic_nodes(value)]
@@ -132,7 +150,7 @@ def _bounded(qctx: QueryContext, target: exp.Table, assigned: dict[str, exp.Expr
         # A value that is itself a `+ - *` is replaced in its SET item: read each back from there.
         holders = {c: (value.parent, value.arg_key) for c, value in assigned.items()}
         probe = exp.select(*(exp.alias_(node.copy(), f"_{i}", quoted=True) for i, node in enumerate(nodes)))
-        types = [f.type for f in qctx.plan_tree(probe.from_(target.copy()), params).df.schema()]
+        types = [f.type for f in qctx.plan_tree(frame(probe), params).df.schema()]
         check_overflow(nodes, types)
         assigned = {c: parent.args[key] for c, (parent, key) in holders.items()}
     # Each value read as its place in the UPDATE means it (numeric literals exact) while it is
@@ -140,7 +158,7 @@ def _bounded(qctx: QueryContext, target: exp.Table, assigned: dict[str, exp.Expr
     return {c: typed_literals(value) for c, value in assigned.items()}
 
 
-def _rounded_into_integers(qctx: QueryContext, target: exp.Table, sets: dict[str, exp.Expression],
+def _rounded_into_integers(qctx: QueryContext, frame: Frame, sets: dict[str, exp.Expression],
                            types: dict[str, pa.DataType], params: dict[str, Any] | None) -> dict[str, exp.Expression]:
     """SET values of integer columns whose type is fractional, rounded as PostgreSQL rounds them
     into an integer (DataFusion's cast truncates: `SET n = n * 1.5` stored 22 for 15, not 23).
@@ -154,7 +172,7 @@ def _rounded_into_integers(qctx: QueryContext, target: exp.Table, sets: dict[str
         return sets
     # The names must differ: two values that spell alike are two items.
     probe = exp.select(*(exp.alias_(sets[c].copy(), f"_{i}", quoted=True) for i, c in enumerate(integer)))
-    planned = qctx.plan_tree(probe.from_(target.copy()), params).df.schema()
+    planned = qctx.plan_tree(frame(probe), params).df.schema()
     floats = {name for name, t in types.items() if pa.types.is_floating(t)}
     out = dict(sets)
     for c, field in zip(integer, planned, strict=True):

@@ -1,0 +1,141 @@
+"""UPDATE … FROM and DELETE … USING: target rows joined to other relations, rewritten copy-on-write.
+
+PostgreSQL's meaning: the FROM (USING) list is joined to the target under WHERE; each target row
+that joins is updated (deleted) once, however many source rows it joins, and an UPDATE takes its
+values from one of them — PostgreSQL leaves which unspecified; here it is the first the join
+produces. The data files holding joined rows are found first (a join over the table with each
+row's file as a column, so Parquet statistics still prune the target), then only those files'
+rows are read, numbered, joined again for the new values, and written back whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+from icegres.engine.assign import conform, write_schema
+from icegres.engine.dml.copy_on_write import assigned_values, check_unique, write_files
+from icegres.engine.dml.target import (
+    FILE_COLUMN,
+    collect,
+    column,
+    in_files,
+    scan_typed,
+    source,
+    target_plan,
+    with_file_column,
+)
+
+if TYPE_CHECKING:
+    from icegres.engine.dml.copy_on_write import Frame
+    from icegres.engine.query import QueryContext
+    from icegres.engine.txn import Key, TxnState
+
+ROW_COLUMN = "__icegres_row"
+
+
+def rewrite_joined(qctx: QueryContext, txn: TxnState, key: Key, sources: list[exp.Expression],
+                   cond: exp.Expression | None, assigned: dict[str, exp.Expression] | None,
+                   params: dict[str, Any] | None, *, alias: exp.Identifier,
+                   returned: bool = False) -> tuple[int, pa.Table | None]:
+    """UPDATE (`assigned`) or DELETE (None) of the target rows that join `sources` under `cond`;
+    the count and, if `returned`, the rows updated (as written) or deleted."""
+    from icegres.engine.mounts import to_dataframe
+
+    _refuse_repeated_names(alias, sources)
+    plan = target_plan(txn, key)
+    empty = write_schema(plan).empty_table() if returned else None
+
+    def framed(target: exp.Table) -> Frame:
+        return frame_of(target, alias, sources, cond)
+
+    # Names and types first, over no target rows: an unknown column is an error even when
+    # nothing joins, as in PostgreSQL.
+    checked = qctx.register_private("target", qctx.zoned(to_dataframe(qctx.ctx, replace(plan, files=()))))
+    sets = assigned_values(qctx, plan, framed(checked), assigned, params) if assigned else None
+    items = [e.copy() for e in sets.values()] if sets else [exp.Literal.number(1)]
+    collect(qctx.plan_tree(framed(checked)(exp.select(*items)), params))
+    if not plan.files:
+        return 0, empty
+
+    view = qctx.register_private("target", with_file_column(qctx, key, plan))
+    files = collect(qctx.plan_tree(framed(view)(exp.select(column(FILE_COLUMN, alias)).distinct()), params))
+    matched = {p for p in files.column(0).to_pylist() if p is not None}
+    if not matched:
+        return 0, empty
+    columns = [f.name for f in plan.schema]
+    base = conform(collect(qctx.plan_tree(
+        exp.select(*(column(c, alias) for c in columns)).from_(source(view, alias)).where(in_files(matched, alias)))),
+        plan, key, qctx.env.time_zone)
+    n = base.num_rows
+    numbered = scan_typed(base).append_column(ROW_COLUMN, pa.array(np.arange(n, dtype=np.int64)))
+    rows_view = qctx.register_private("target_rows", qctx.ctx.from_arrow(numbered))
+    values = [exp.alias_(e.copy(), f"_{i}", quoted=True) for i, e in enumerate((sets or {}).values())]
+    joined = _without_views(collect(qctx.plan_tree(framed(rows_view)(exp.select(column(ROW_COLUMN, alias), *values)),
+                                                   params)))
+    ids, first = np.unique(joined.column(0).to_numpy(), return_index=True)
+    count = len(ids)
+    if sets is None:
+        keep = np.ones(n, dtype=bool)
+        keep[ids] = False
+        gone = base.take(pa.array(ids))
+        rows = base.filter(pa.array(keep))
+        returning = gone if returned else None
+    else:
+        # Each updated row's new value sits after the n old ones: one `take` per column.
+        positions = np.arange(n, dtype=np.int64)
+        positions[ids] = n + np.arange(count, dtype=np.int64)
+        picked = joined.take(pa.array(first))
+        new = base
+        for i, name in enumerate(sets):
+            old = base.column(name)
+            value = picked.column(i + 1).cast(old.type)
+            merged = pa.concat_arrays([old.combine_chunks(), value.combine_chunks()])
+            new = new.set_column(new.schema.get_field_index(name), name, merged.take(pa.array(positions)))
+        rows = conform(new, plan, key, qctx.env.time_zone)  # (the new values' NOT NULL, lengths)
+        returning = rows.take(pa.array(ids)) if returned else None
+        if any(c in sets for c in plan.primary_key):
+            check_unique(qctx, plan, key, rows, exclude_files=tuple(matched))
+    write = txn.write_for(key)
+    write, orphans = write.rewrite(matched, write_files(write.target, rows), rows.num_rows, read=True)
+    txn.stage(write, orphans)
+    return count, returning
+
+
+def _without_views(table: pa.Table) -> pa.Table:
+    """`table` with DataFusion's string and binary views as plain strings and binaries, which
+    `take` and `concat_arrays` handle."""
+    fields = [f.with_type(pa.string()) if pa.types.is_string_view(f.type)
+              else f.with_type(pa.binary()) if pa.types.is_binary_view(f.type) else f for f in table.schema]
+    return table.cast(pa.schema(fields))
+
+
+def frame_of(target: exp.Table, alias: exp.Identifier, sources: list[exp.Expression],
+             cond: exp.Expression | None) -> Frame:
+    """`frame(select)`: `select … FROM target AS alias, <sources> WHERE cond`."""
+    def frame(select: exp.Select) -> exp.Select:
+        select = select.from_(source(target, alias))
+        for item in sources:  # `FROM s JOIN u ON …, q`: each item with the joins it carries
+            item = item.copy()
+            joins = item.args.pop("joins", None) or []
+            select = select.join(item)
+            for join in joins:
+                select.append("joins", join)
+        return select.where(cond.copy()) if cond is not None else select
+    return frame
+
+
+def _refuse_repeated_names(alias: exp.Identifier, sources: list[exp.Expression]) -> None:
+    """42712, as PostgreSQL: the target's name (or alias) given again in the FROM/USING list
+    (`UPDATE t … FROM t`), which would make every reference to it ambiguous."""
+    from icegres.pg.errors import PgError
+
+    items = [node for item in sources for node in (item, *(j.this for j in item.args.get("joins") or []))]
+    for node in items:
+        given = node.alias_or_name if isinstance(node, exp.Table | exp.Subquery) else ""
+        if given and given == alias.name:
+            raise PgError("42712", f'table name "{given}" specified more than once')
