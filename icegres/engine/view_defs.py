@@ -134,7 +134,7 @@ def dml_target(tree: exp.Expression) -> exp.Table | None:
     if isinstance(tree, exp.Insert):
         target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
         return target if isinstance(target, exp.Table) else None
-    if isinstance(tree, exp.Update | exp.Delete):
+    if isinstance(tree, exp.Update | exp.Delete | exp.Merge):
         return tree.this if isinstance(tree.this, exp.Table) else None
     return None
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("icegres.commit")
 
-DML_WORDS = ("INSERT", "UPDATE", "DELETE", "TRUNCATE")
+DML_WORDS = ("INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE")
 DDL_WORDS = ("CREATE", "DROP", "ALTER", "COMMENT", "CALL")  # CALL: the snapshot procedures (procedures.py)
 
 

@@ -26,6 +26,7 @@ from icegres.engine.dml.copy_on_write import (
 )
 from icegres.engine.dml.inserts import rows_of_insert
 from icegres.engine.dml.joined import frame_of, rewrite_joined
+from icegres.engine.dml.merge import merge, merge_parameter_types
 from icegres.engine.dml.target import (
     FILE_COLUMN,
     alias_of,
@@ -33,6 +34,7 @@ from icegres.engine.dml.target import (
     insert_columns,
     lake_table,
     returning_rows,
+    set_items,
     source,
     target_key,
     target_plan,
@@ -69,6 +71,8 @@ def execute(qctx: QueryContext, txn: TxnState, stmt: Statement, params: dict[str
         return _update(qctx, txn, tree, params)
     if isinstance(tree, exp.Delete):
         return _delete(qctx, txn, tree, params)
+    if isinstance(tree, exp.Merge):
+        return DmlResult(merge(qctx, txn, tree, params))
     if isinstance(tree, exp.TruncateTable):
         for table in tree.expressions:
             key = target_key(qctx, txn, table)
@@ -134,12 +138,15 @@ def describe(qctx: QueryContext, stmt: Statement) -> tuple[pa.Schema | None, dic
             name = set_item.this.name
             if isinstance(set_item.expression, exp.Parameter) and name in by_name:
                 types[int(set_item.expression.this.this)] = by_name[name]
+    elif isinstance(tree, exp.Merge):
+        types.update(merge_parameter_types(tree, plan))
     where = tree.args.get("where")
+    cond = tree.args["on"] if isinstance(tree, exp.Merge) else where.this if where is not None else None
     alias = alias_of(tree.this, key)
     sources = _sources(tree) if not isinstance(tree, exp.Insert) else []
-    if (where is not None or sources) and not isinstance(tree, exp.Insert):
-        # (UPDATE … FROM, DELETE … USING: over the join, whose columns the WHERE names)
-        frame = frame_of(lake_table(key), alias, sources, where.this if where is not None else None)
+    if (cond is not None or sources) and not isinstance(tree, exp.Insert):
+        # (UPDATE … FROM, DELETE … USING, MERGE: over the join, whose columns the WHERE names)
+        frame = frame_of(lake_table(key), alias, sources, cond)
         for index, dtype in placeholder_types(qctx.plan_tree(frame(exp.select(exp.Literal.number(1)))).df).items():
             types.setdefault(index, dtype)
     returning = tree.args.get("returning")
@@ -221,17 +228,8 @@ def _reads_target(qctx: QueryContext, tree: exp.Insert, key: Key) -> bool:
 
 def _update(qctx: QueryContext, txn: TxnState, tree: exp.Update, params: dict[str, Any] | None) -> DmlResult:
     key = target_key(qctx, txn, tree.this)
-    plan = target_plan(txn, key)
-    names = {f.name for f in plan.schema}
     tree = tree.copy()  # the parse is shared (`Statement.tree`); its SET values are bounded in place
-    sets: dict[str, exp.Expression] = {}
-    for set_item in tree.expressions:
-        name = set_item.this.name
-        if name not in names:
-            raise PgError("42703", f'column "{name}" of relation "{key[1]}" does not exist')
-        if name in sets:
-            raise PgError("42601", f'multiple assignments to same column "{name}"')
-        sets[name] = set_item.expression
+    sets = set_items(tree.expressions, target_plan(txn, key), key)
     return _rewrite_rows(qctx, txn, tree, key, sets, params)
 
 
@@ -244,6 +242,8 @@ def _sources(tree: exp.Expression) -> list[exp.Expression]:
     from_ = tree.args.get("from_") or tree.args.get("from")
     if isinstance(tree, exp.Update):
         return [from_.this] if from_ is not None else []
+    if isinstance(tree, exp.Merge):
+        return [tree.args["using"]]
     return list(tree.args.get("using") or [])
 
 

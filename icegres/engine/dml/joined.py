@@ -32,6 +32,7 @@ from icegres.engine.dml.target import (
 
 if TYPE_CHECKING:
     from icegres.engine.dml.copy_on_write import Frame
+    from icegres.engine.mounts import ReadPlan
     from icegres.engine.query import QueryContext
     from icegres.engine.txn import Key, TxnState
 
@@ -63,19 +64,13 @@ def rewrite_joined(qctx: QueryContext, txn: TxnState, key: Key, sources: list[ex
         return 0, empty
 
     view = qctx.register_private("target", with_file_column(qctx, key, plan))
-    files = collect(qctx.plan_tree(framed(view)(exp.select(column(FILE_COLUMN, alias)).distinct()), params))
-    matched = {p for p in files.column(0).to_pylist() if p is not None}
+    matched = joined_files(qctx, framed(view), alias, params)
     if not matched:
         return 0, empty
-    columns = [f.name for f in plan.schema]
-    base = conform(collect(qctx.plan_tree(
-        exp.select(*(column(c, alias) for c in columns)).from_(source(view, alias)).where(in_files(matched, alias)))),
-        plan, key, qctx.env.time_zone)
+    base, rows_view = numbered_rows(qctx, plan, key, view, alias, matched)
     n = base.num_rows
-    numbered = scan_typed(base).append_column(ROW_COLUMN, pa.array(np.arange(n, dtype=np.int64)))
-    rows_view = qctx.register_private("target_rows", qctx.ctx.from_arrow(numbered))
     values = [exp.alias_(e.copy(), f"_{i}", quoted=True) for i, e in enumerate((sets or {}).values())]
-    joined = _without_views(collect(qctx.plan_tree(framed(rows_view)(exp.select(column(ROW_COLUMN, alias), *values)),
+    joined = without_views(collect(qctx.plan_tree(framed(rows_view)(exp.select(column(ROW_COLUMN, alias), *values)),
                                                    params)))
     ids, first = np.unique(joined.column(0).to_numpy(), return_index=True)
     count = len(ids)
@@ -106,12 +101,30 @@ def rewrite_joined(qctx: QueryContext, txn: TxnState, key: Key, sources: list[ex
     return count, returning
 
 
-def _without_views(table: pa.Table) -> pa.Table:
+def without_views(table: pa.Table) -> pa.Table:
     """`table` with DataFusion's string and binary views as plain strings and binaries, which
     `take` and `concat_arrays` handle."""
     fields = [f.with_type(pa.string()) if pa.types.is_string_view(f.type)
               else f.with_type(pa.binary()) if pa.types.is_binary_view(f.type) else f for f in table.schema]
     return table.cast(pa.schema(fields))
+
+
+def joined_files(qctx: QueryContext, frame: Frame, alias: exp.Identifier, params: dict[str, Any] | None) -> set[str]:
+    """The target's data files holding a row the join of `frame` keeps (over the file-column view)."""
+    found = collect(qctx.plan_tree(frame(exp.select(column(FILE_COLUMN, alias)).distinct()), params))
+    return {p for p in found.column(0).to_pylist() if p is not None}
+
+
+def numbered_rows(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, alias: exp.Identifier,
+                  files: set[str]) -> tuple[pa.Table, exp.Table]:
+    """Every row of `files`, conformed to the table, and a relation of them with each row's
+    number (ROW_COLUMN) to join again: the rows a rewrite writes back, and where each is."""
+    columns = [f.name for f in plan.schema]
+    base = conform(collect(qctx.plan_tree(
+        exp.select(*(column(c, alias) for c in columns)).from_(source(view, alias)).where(in_files(files, alias)))),
+        plan, key, qctx.env.time_zone)
+    numbered = scan_typed(base).append_column(ROW_COLUMN, pa.array(np.arange(base.num_rows, dtype=np.int64)))
+    return base, qctx.register_private("target_rows", qctx.ctx.from_arrow(numbered))
 
 
 def frame_of(target: exp.Table, alias: exp.Identifier, sources: list[exp.Expression],

@@ -61,6 +61,21 @@ def target_plan(txn: TxnState | None, key: Key) -> ReadPlan:
     return plan
 
 
+def set_items(items: list[exp.Expression], plan: ReadPlan, key: Key) -> dict[str, exp.Expression]:
+    """An UPDATE SET list (UPDATE, MERGE's WHEN MATCHED) as column -> value, the values the
+    tree's own (42703 for an unknown column, 42601 for one assigned twice)."""
+    names = {f.name for f in plan.schema}
+    sets: dict[str, exp.Expression] = {}
+    for item in items:
+        name = item.this.name
+        if name not in names:
+            raise PgError("42703", f'column "{name}" of relation "{key[1]}" does not exist')
+        if name in sets:
+            raise PgError("42601", f'multiple assignments to same column "{name}"')
+        sets[name] = item.expression
+    return sets
+
+
 def insert_columns(tree: exp.Insert, plan: ReadPlan) -> list[str]:
     """The columns an INSERT fills, in order (42703 / 42701 for a bad column list)."""
     names = [f.name for f in plan.schema]

@@ -1,0 +1,269 @@
+"""MERGE, as PostgreSQL 15 runs it, copy-on-write: one staged write (one snapshot at commit).
+
+`MERGE INTO target [AS t] USING source [AS s] ON cond` with WHEN MATCHED [AND c] THEN UPDATE SET
+… | DELETE | DO NOTHING and WHEN NOT MATCHED [AND c] THEN INSERT … | DO NOTHING, the clauses of
+each kind tried in order, the first whose condition holds acting. The target's files holding rows
+that join the source are found first (joined.py's way: one join over the table and its file
+column), then only those files' rows are read, numbered, and joined again: each pair gets the
+number of the clause that acts on it and that clause's new values. A target row that two source
+rows would change is PostgreSQL's 21000. Source rows that join no target row (an anti-join over
+the whole table) give the inserted rows. The command tag counts rows updated, deleted and
+inserted: `MERGE n`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+from icegres.engine.assign import conform
+from icegres.engine.dml.copy_on_write import assigned_values, check_unique, write_files
+from icegres.engine.dml.joined import (
+    ROW_COLUMN,
+    frame_of,
+    joined_files,
+    numbered_rows,
+    without_views,
+)
+from icegres.engine.dml.target import (
+    FILE_COLUMN,
+    alias_of,
+    collect,
+    column,
+    set_items,
+    source,
+    target_key,
+    target_plan,
+    with_file_column,
+)
+from icegres.pg.errors import CARDINALITY_VIOLATION, SYNTAX_ERROR, PgError
+
+if TYPE_CHECKING:
+    from icegres.engine.mounts import ReadPlan
+    from icegres.engine.query import QueryContext
+    from icegres.engine.txn import Key, TxnState
+
+CLAUSE_COLUMN = "__icegres_clause"
+
+
+def merge(qctx: QueryContext, txn: TxnState, tree: exp.Merge, params: dict[str, Any] | None) -> str:
+    """Stage a MERGE into `txn`; its command tag."""
+    from icegres.engine.mounts import to_dataframe
+
+    if tree.args.get("returning") is not None:
+        raise PgError(SYNTAX_ERROR, 'syntax error at or near "RETURNING"')
+    tree = tree.copy()  # the parse is shared (`Statement.tree`); its SET values are bounded in place
+    key = target_key(qctx, txn, tree.this)
+    plan = target_plan(txn, key)
+    alias = alias_of(tree.this, key)
+    using, on = tree.args["using"], tree.args["on"]
+    whens = list(tree.args["whens"].expressions)
+    _check_clauses(whens)
+    matched = [w for w in whens if w.args.get("matched")]
+    unmatched = [w for w in whens if not w.args.get("matched")]
+
+    checked = qctx.register_private("target", qctx.zoned(to_dataframe(qctx.ctx, replace(plan, files=()))))
+    sets = [_sets(qctx, plan, key, checked, alias, using, on, w, params) for w in matched]
+    # Names first, over no target rows (42703 even when nothing matches, as in PostgreSQL).
+    probe = [w.args["condition"].copy() for w in matched if w.args.get("condition") is not None]
+    probe += [e.copy() for s in sets if s for e in s.values()]
+    collect(qctx.plan_tree(frame_of(checked, alias, [using], on)(exp.select(*probe or [exp.Literal.number(1)])), params))
+    inserts = [_insert(w, plan, key) for w in unmatched]
+    for w, (_, values) in zip(unmatched, inserts, strict=True):
+        for node in (*values, *_condition(w)):
+            for col in node.find_all(exp.Column):
+                if col.table == alias.name:  # a source row that matched nothing has no target row
+                    raise PgError("42P01", f'invalid reference to FROM-clause entry for table "{alias.name}"',
+                                  hint="There is an entry for table but it cannot be referenced from this part of the query.")
+    source_only = exp.select(*[c.copy() for w, (_, values) in zip(unmatched, inserts, strict=True)
+                               for c in (*values, *_condition(w))] or [exp.Literal.number(1)]).from_(using.copy())
+    collect(qctx.plan_tree(source_only.limit(0), params))
+
+    view = qctx.register_private("target", with_file_column(qctx, key, plan)) if plan.files else None
+    changed, files, rows = 0, set(), None
+    if matched and view is not None:
+        changed, files, rows = _matched(qctx, plan, key, view, alias, using, on, matched, sets, params)
+    added = _not_matched(qctx, plan, key, view, alias, using, on, unmatched, inserts, params) if unmatched else None
+    inserted = added.num_rows if added is not None else 0
+    if plan.primary_key and (rows is not None or inserted):
+        new = pa.concat_tables([t for t in (rows, added) if t is not None])
+        check_unique(qctx, plan, key, new, exclude_files=tuple(files))
+    write = txn.write_for(key)
+    if files:
+        assert rows is not None
+        write, orphans = write.rewrite(files, write_files(write.target, rows), rows.num_rows, read=True)
+        txn.stage(write, orphans)
+    if inserted:
+        assert added is not None
+        write, orphans = txn.write_for(key).rewrite(set(), write_files(write.target, added), inserted, read=True)
+        txn.stage(write, orphans)
+    return f"MERGE {changed + inserted}"
+
+
+def _check_clauses(whens: list[exp.When]) -> None:
+    """PostgreSQL's grammar: a MATCHED clause updates, deletes or does nothing; a NOT MATCHED
+    one inserts or does nothing; NOT MATCHED BY SOURCE is PostgreSQL 17's."""
+    for when in whens:
+        then = when.args.get("then")
+        if when.args.get("source"):
+            raise PgError(SYNTAX_ERROR, 'syntax error at or near "BY"')
+        if when.args.get("matched") and isinstance(then, exp.Insert):
+            raise PgError(SYNTAX_ERROR, 'syntax error at or near "INSERT"')
+        if not when.args.get("matched") and (isinstance(then, exp.Update) or _is(then, "DELETE")):
+            raise PgError(SYNTAX_ERROR, f'syntax error at or near "{"UPDATE" if isinstance(then, exp.Update) else "DELETE"}"')
+
+
+def _is(then: Any, word: str) -> bool:
+    return isinstance(then, exp.Var) and str(then.this).upper() == word
+
+
+def _condition(when: exp.When) -> tuple[exp.Expression, ...]:
+    cond = when.args.get("condition")
+    return (cond.copy(),) if cond is not None else ()
+
+
+def _sets(qctx: QueryContext, plan: ReadPlan, key: Key, checked: exp.Table, alias: exp.Identifier,
+          using: exp.Expression, on: exp.Expression, when: exp.When,
+          params: dict[str, Any] | None) -> dict[str, exp.Expression] | None:
+    """A WHEN MATCHED … UPDATE SET clause's values, typed for their columns (None: not an UPDATE)."""
+    then = when.args.get("then")
+    if not isinstance(then, exp.Update):
+        return None
+    assigned = set_items(then.expressions, plan, key)
+    return assigned_values(qctx, plan, frame_of(checked, alias, [using], on), assigned, params)
+
+
+def _clause_number(whens: list[exp.When]) -> exp.Expression:
+    """`CASE WHEN c1 THEN 1 WHEN c2 THEN 2 … ELSE 0 END`: which clause acts on a row."""
+    ifs = [exp.If(this=exp.Is(this=exp.Paren(this=cond[0]), expression=exp.true()) if (cond := _condition(w))
+                  else exp.true(), true=exp.Literal.number(i + 1))
+           for i, w in enumerate(whens)]
+    return exp.Case(ifs=ifs, default=exp.Literal.number(0))
+
+
+def _matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, alias: exp.Identifier,
+             using: exp.Expression, on: exp.Expression, whens: list[exp.When],
+             sets: list[dict[str, exp.Expression] | None],
+             params: dict[str, Any] | None) -> tuple[int, set[str], pa.Table | None]:
+    """The WHEN MATCHED clauses: rows changed, the files rewritten, and those files' new rows."""
+    files = joined_files(qctx, frame_of(view, alias, [using], on), alias, params)
+    if not files:
+        return 0, set(), None
+    columns = [f.name for f in plan.schema]
+    base, rows_view = numbered_rows(qctx, plan, key, view, alias, files)
+    n = base.num_rows
+    values = [exp.alias_(e.copy(), f"_{k}_{i}", quoted=True)
+              for k, s in enumerate(sets) if s for i, e in enumerate(s.values())]
+    pairs = without_views(collect(qctx.plan_tree(frame_of(rows_view, alias, [using], on)(
+        exp.select(column(ROW_COLUMN, alias), exp.alias_(_clause_number(whens), CLAUSE_COLUMN, quoted=True), *values)),
+        params)))
+    clause = pairs.column(CLAUSE_COLUMN).to_numpy(zero_copy_only=False)
+    ids = pairs.column(ROW_COLUMN).to_numpy()
+    acting = np.array([clause_i > 0 and not _is(whens[clause_i - 1].args.get("then"), "DO NOTHING")
+                       for clause_i in clause], dtype=bool) if len(clause) else np.zeros(0, dtype=bool)
+    acted = ids[acting]
+    if len(np.unique(acted)) != len(acted):
+        raise PgError(CARDINALITY_VIOLATION, "MERGE command cannot affect row a second time",
+                      hint="Ensure that not more than one source row matches any one target row.")
+    if not len(acted):
+        return 0, set(), None
+    # Each updated value sits after the n old ones and the values before it: one take per column.
+    new = base
+    for name in columns:
+        parts, positions, offset = [base.column(name).combine_chunks()], np.arange(n, dtype=np.int64), n
+        for k, s in enumerate(sets):
+            if not s or name not in s:
+                continue
+            mask = acting & (clause == k + 1)
+            picked = pairs.filter(pa.array(mask)).column(f"_{k}_{list(s).index(name)}")
+            parts.append(picked.cast(base.column(name).type).combine_chunks())
+            positions[ids[mask]] = offset + np.arange(len(picked), dtype=np.int64)
+            offset += len(picked)
+        if len(parts) > 1:
+            new = new.set_column(new.schema.get_field_index(name), name, pa.concat_arrays(parts).take(pa.array(positions)))
+    deleted = np.zeros(n, dtype=bool)
+    for k, when in enumerate(whens):
+        if _is(when.args.get("then"), "DELETE"):
+            deleted[ids[acting & (clause == k + 1)]] = True
+    rows = conform(new.filter(pa.array(~deleted)), plan, key, qctx.env.time_zone)
+    return len(acted), files, rows
+
+
+def _insert(when: exp.When, plan: ReadPlan, key: Key) -> tuple[list[str], list[exp.Expression]]:
+    """A WHEN NOT MATCHED clause's columns and values (none: DO NOTHING; DEFAULT VALUES: NULLs)."""
+    then = when.args.get("then")
+    if not isinstance(then, exp.Insert):
+        return [], []
+    names = [f.name for f in plan.schema]
+    value = then.expression
+    if value is None:  # INSERT DEFAULT VALUES (whose DEFAULT sqlglot reads as a column list)
+        return [], []
+    listed = [c.name for c in then.this.expressions] if isinstance(then.this, exp.Tuple) else []
+    for name in listed:
+        if name not in names:
+            raise PgError("42703", f'column "{name}" of relation "{key[1]}" does not exist')
+    if len(set(listed)) != len(listed):
+        raise PgError("42701", "column specified more than once")
+    values = list(value.expressions) if isinstance(value, exp.Tuple) else [value]
+    columns = listed or names[:len(values)]
+    if len(values) > len(columns):
+        raise PgError("42601", "INSERT has more expressions than target columns")
+    if len(values) < len(columns):
+        raise PgError("42601", "INSERT has more target columns than expressions")
+    return columns, [v.copy() for v in values]
+
+
+def _not_matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table | None, alias: exp.Identifier,
+                 using: exp.Expression, on: exp.Expression, whens: list[exp.When],
+                 inserts: list[tuple[list[str], list[exp.Expression]]],
+                 params: dict[str, Any] | None) -> pa.Table | None:
+    """The rows the WHEN NOT MATCHED clauses insert, from the source rows that join no target
+    row (the target read whole: an anti-join)."""
+    values = [exp.alias_(e.copy(), f"_{k}_{i}", quoted=True)
+              for k, (_, vs) in enumerate(inserts) for i, e in enumerate(vs)]
+    query = exp.select(exp.alias_(_clause_number(whens), CLAUSE_COLUMN, quoted=True), *values).from_(using.copy())
+    if view is not None:
+        query = query.join(source(view, alias), on=on.copy(), join_type="left").where(
+            exp.Is(this=column(FILE_COLUMN, alias), expression=exp.Null()))
+    found = without_views(collect(qctx.plan_tree(query, params)))
+    clause = found.column(CLAUSE_COLUMN).to_numpy(zero_copy_only=False)
+    parts = []
+    for k, (when, (columns, _)) in enumerate(zip(whens, inserts, strict=True)):
+        if not isinstance(when.args.get("then"), exp.Insert):
+            continue
+        mask = clause == k + 1
+        if not mask.any():
+            continue
+        chosen = found.filter(pa.array(mask))
+        if columns:
+            data = pa.table({c: chosen.column(f"_{k}_{i}") for i, c in enumerate(columns)})
+        else:  # DEFAULT VALUES: every column its default, NULL
+            data = pa.table({f.name: pa.nulls(int(mask.sum()), f.type) for f in plan.schema})
+        parts.append(conform(data, plan, key, qctx.env.time_zone))
+    return pa.concat_tables(parts) if parts else None
+
+
+def merge_parameter_types(tree: exp.Merge, plan: ReadPlan) -> dict[int, pa.DataType]:
+    """Parse-time types of the parameters a MERGE assigns as they are (`SET v = $1`, `VALUES ($1,
+    $2)`): their columns' types, as for INSERT and UPDATE."""
+    by_name = {f.name: f.type for f in plan.schema}
+    types: dict[int, pa.DataType] = {}
+
+    def note(value: exp.Expression, name: str) -> None:
+        if isinstance(value, exp.Parameter) and name in by_name:
+            types[int(value.this.this)] = by_name[name]
+
+    for when in tree.args["whens"].expressions:
+        then = when.args.get("then")
+        if isinstance(then, exp.Update):
+            for item in then.expressions:
+                note(item.expression, item.this.name)
+        elif isinstance(then, exp.Insert) and isinstance(then.expression, exp.Tuple):
+            listed = [c.name for c in then.this.expressions] if isinstance(then.this, exp.Tuple) else list(by_name)
+            for value, name in zip(then.expression.expressions, listed, strict=False):
+                note(value, name)
+    return types
