@@ -32,6 +32,7 @@ SUITES = {
     "tls": "point lookup p50/p99 and connect time over TLS vs plaintext, icegres vs PostgreSQL (ssl=on)",
     "big_lake": "start to first answered query and RSS with 1,000 tables (100k data files) vs 2 tables",
     "time_travel": "point lookup as of an old snapshot vs the head (and DuckDB), $snapshots of 1,000, a 50-table branch",
+    "merge": "MERGE of 1,000 changed rows into 1M rows, and UPDATE … FROM + INSERT, icegres vs PostgreSQL 15 and DuckDB",
     "list_append_check": "bench/list_append_check.py (verify's Elle-style checker on 100k-transaction histories)",
 }
 # Suites whose module lives beside this file rather than in bench/suites/.

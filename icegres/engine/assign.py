@@ -105,7 +105,15 @@ def cast(column: pa.ChunkedArray, to: pa.DataType, zone: str = "UTC") -> pa.Chun
     elif pa.types.is_decimal(to) and pa.types.is_decimal(src) and src.scale > to.scale:
         # numeric(p,s) input rounds half away from zero to the column's scale.
         column = pc.round(column, to.scale, round_mode="half_towards_infinity")
+    elif (pa.types.is_timestamp(to) and pa.types.is_timestamp(src) and src.unit == "ns"
+          and to.unit in _TEMPORAL_UNITS):
+        # DataFusion's now() and timestamp arithmetic are nanoseconds; PostgreSQL keeps
+        # microseconds, rounding to them as timestamp input does.
+        column = pc.round_temporal(column, multiple=1, unit=_TEMPORAL_UNITS[to.unit])
     return pc.cast(column, to, safe=True)
+
+
+_TEMPORAL_UNITS = {"us": "microsecond", "ms": "millisecond", "s": "second"}
 
 
 def _float_to_decimal(column: pa.ChunkedArray, to: pa.DataType) -> pa.ChunkedArray:

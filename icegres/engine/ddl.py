@@ -40,6 +40,7 @@ from icegres.engine.ddl_commands import (
     RenameColumn,
     RenameTable,
     ResetProperties,
+    SetDefault,
     SetProperties,
 )
 from icegres.engine.ddl_index import parse_create_index, parse_drop_index
@@ -222,6 +223,20 @@ _CONSTRAINT_KINDS = {"UNIQUE": "UNIQUE", "CHECK": "CHECK", "FOREIGN": "FOREIGN K
                      "EXCLUDE": "EXCLUDE"}
 _NO_INDEXES_HINT = ("Iceberg tables have no indexes or constraint checks; icegres refuses "
                     "constraints it cannot enforce rather than ignore them.")
+
+
+def default_text(value: exp.Expression, position: int | None = None) -> str | None:
+    """A DEFAULT expression as the SQL text kept for it (None for NULL), refused where PostgreSQL
+    refuses it: a column reference or a subquery (0A000), an aggregate or window (42803)."""
+    if isinstance(value, exp.Null):
+        return None
+    if value.find(exp.Column) is not None:
+        raise PgError(e.FEATURE_NOT_SUPPORTED, "cannot use column reference in DEFAULT expression", position=position)
+    if value.find(exp.Subquery, exp.Select) is not None:
+        raise PgError(e.FEATURE_NOT_SUPPORTED, "cannot use subquery in DEFAULT expression", position=position)
+    if value.find(exp.AggFunc, exp.Window) is not None:
+        raise PgError("42803", "aggregate functions are not allowed in DEFAULT expressions", position=position)
+    return value.sql(dialect="postgres", normalize_functions=False)
 
 
 def _unsupported(what: str, hint: str | None = None, position: int | None = None,
@@ -662,6 +677,7 @@ class _Parser:
             err.position = err.position or self.position(type_start)
             raise
         not_null = null = is_key = False
+        default: str | None = None
         for constraint in parsed.args.get("constraints") or []:
             c = constraint.args.get("kind") if isinstance(constraint, exp.ColumnConstraint) else constraint
             if isinstance(c, exp.NotNullColumnConstraint):
@@ -677,10 +693,7 @@ class _Parser:
                     raise _unsupported("PRIMARY KEY options", _NO_INDEXES_HINT, self.position(type_start))
                 is_key = True
             elif isinstance(c, exp.DefaultColumnConstraint):
-                if not isinstance(c.this, exp.Null):
-                    raise _unsupported("DEFAULT", "Iceberg column defaults are not applied by icegres: "
-                                       "give the value in INSERT (DEFAULT NULL is accepted).",
-                                       self.position(type_start))
+                default = default_text(c.this, self.position(type_start))
             elif isinstance(c, exp.UniqueColumnConstraint):
                 raise _constraint_error("UNIQUE", self.position(type_start))
             elif isinstance(c, exp.CheckColumnConstraint):
@@ -702,7 +715,7 @@ class _Parser:
                 raise _unsupported(f'column constraint "{constraint.sql(dialect="postgres")}"',
                                    position=self.position(type_start))
         self.i = end
-        return ColumnDef(name, ctype, not_null or is_key), is_key
+        return ColumnDef(name, ctype, not_null or is_key, default), is_key
 
     def parse_column_body(self, end: int) -> exp.ColumnDef:
         """sqlglot's parse of the type and constraints from the current token up to `end`."""
@@ -909,9 +922,20 @@ class _Parser:
                                    "reverse: existing rows may hold nulls.", self.position())
             if self.accept("DROP", "NOT", "NULL"):
                 return DropNotNull(column_name)
-            if self.peek("SET", "DEFAULT") or self.peek("DROP", "DEFAULT"):
-                raise _unsupported("column defaults", "Give the value in INSERT.",
-                                   self.position(), plural=True)
+            if self.accept("DROP", "DEFAULT"):
+                return SetDefault(column_name, None)
+            if self.accept("SET", "DEFAULT"):
+                end = self.item_end(self.i)
+                if self.i >= end:
+                    raise self.error()
+                start = self.i
+                body = self.sql[self.toks[start].start:self.toks[end - 1].end + 1]
+                try:
+                    value = sqlglot.parse_one("SELECT " + body, read="postgres").expressions[0]
+                except (ParseError, IndexError, AttributeError):
+                    raise self.error(start) from None
+                self.i = end
+                return SetDefault(column_name, default_text(value, self.position(start)))
             words = self._words(self.i)
             if words:
                 raise _unsupported(f"ALTER COLUMN ... {' '.join(words)}", position=self.position())

@@ -82,9 +82,12 @@ from icegres.engine.ddl_commands import (
     RenameTable,
     RenameView,
     ResetProperties,
+    SetDefault,
     SetProperties,
+    column_default_property,
     column_type_property,
     declared_char_types,
+    declared_defaults,
 )
 from icegres.engine.ddl_index import apply_create_index, apply_drop_index
 from icegres.engine.ddl_refs import RefChange
@@ -223,6 +226,18 @@ def char_type_properties(schema: Schema, columns: Iterable[tuple[str, CharType |
         return {}
     fresh = assign_fresh_schema_ids(schema)  # what create_table does with the schema it is given
     return {column_type_property(fresh.find_field(name).field_id): char.name for name, char in declared}
+
+
+def default_properties(schema: Schema, columns: Iterable[tuple[str, str | None]]) -> dict[str, str]:
+    """The table properties that keep a new table's DEFAULT expressions (by column name), under
+    the field ids the catalog gives `schema`'s columns when it creates the table."""
+    from pyiceberg.schema import assign_fresh_schema_ids
+
+    declared = [(name, text) for name, text in columns if text is not None]
+    if not declared:
+        return {}
+    fresh = assign_fresh_schema_ids(schema)
+    return {column_default_property(fresh.find_field(name).field_id): text for name, text in declared}
 
 
 def partition_spec_for(schema: Schema, partitioning: Iterable[PartitionField]) -> PartitionSpec:
@@ -392,6 +407,7 @@ def table_definition(cmd: CreateTable) -> tuple[Schema, PartitionSpec, dict[str,
     if cmd.primary_key:
         properties[PRIMARY_KEY_PROPERTY] = ",".join(cmd.primary_key)
     properties.update(char_type_properties(schema, [(c.name, c.type.char) for c in cmd.columns]))
+    properties.update(default_properties(schema, [(c.name, c.default) for c in cmd.columns]))
     return schema, spec, properties
 
 
@@ -548,6 +564,8 @@ class _Column:
     required: bool
     char: CharType | None = None  # varchar(n) / char(n) / bpchar kept as a table property
     char_changed: bool = False  # this ALTER declared it (its property is written at commit)
+    default: str | None = None  # its DEFAULT expression, kept as a table property
+    default_changed: bool = False
 
 
 def _alter_table(lakehouse: Lakehouse, cmd: AlterTable, search_path: list[str],
@@ -599,7 +617,9 @@ class Alteration:
         self.notices = notices
         schema = table.schema()
         chars = declared_char_types(table.properties)
-        self.columns = {f.name: _Column(f.field_id, f.field_type, f.required, chars.get(f.field_id))
+        defaults = declared_defaults(table.properties)
+        self.columns = {f.name: _Column(f.field_id, f.field_type, f.required, chars.get(f.field_id),
+                                        default=defaults.get(f.field_id))
                         for f in schema.fields}
         self.dropped_ids: list[int] = []  # columns dropped: their type properties go too
         self.partition_sources = {pf.source_id for spec in table.metadata.partition_specs
@@ -634,10 +654,12 @@ class Alteration:
                 self.remove_props.append(PRIMARY_KEY_PROPERTY)
                 self.set_props.pop(PRIMARY_KEY_PROPERTY, None)
         self.remove_props += [column_type_property(fid) for fid in self.dropped_ids]
+        self.remove_props += [column_default_property(fid) for fid in self.dropped_ids]
         # pyiceberg refuses to remove a property the table does not have; PostgreSQL's RESET doesn't.
         self.remove_props = [k for k in self.remove_props if k in self.table.properties]
         typed = [(name, c) for name, c in self.columns.items() if c.char_changed]
-        if not (self.schema_ops or self.set_props or self.remove_props or typed):
+        defaulted = [(name, c) for name, c in self.columns.items() if c.default_changed]
+        if not (self.schema_ops or self.set_props or self.remove_props or typed or defaulted):
             return None
 
         def change(txn: Any) -> None:
@@ -655,6 +677,14 @@ class Alteration:
                     key = column_type_property(schema.find_field(name).field_id)
                     if c.char is not None:
                         set_props[key] = c.char.name
+                    elif key in self.table.properties and key not in remove_props:
+                        remove_props.append(key)
+            if defaulted:
+                schema = txn.table_metadata.schema()
+                for name, c in defaulted:
+                    key = column_default_property(schema.find_field(name).field_id)
+                    if c.default is not None:
+                        set_props[key] = c.default
                     elif key in self.table.properties and key not in remove_props:
                         remove_props.append(key)
             if set_props:
@@ -684,6 +714,9 @@ class Alteration:
             self.rename_column(action)
         elif isinstance(action, AlterColumnType):
             self.alter_type(action)
+        elif isinstance(action, SetDefault):
+            column = self.column(action.name)
+            column.default, column.default_changed = action.default, True
         elif isinstance(action, DropNotNull):
             column = self.column(action.name)
             if action.name in self.primary_key:
@@ -725,8 +758,14 @@ class Alteration:
                                    "for the existing rows.")
             # An empty table has no rows to violate a required column.
             self.allow_incompatible = True
+        if c.default is not None and _has_rows(self.table):
+            raise PgError(e.FEATURE_NOT_SUPPORTED,
+                          f'cannot add column "{c.name}" with a DEFAULT to table "{self.name}", which has rows',
+                          hint="Iceberg v2 cannot give the existing rows the value: add the column, then "
+                               "SET DEFAULT and UPDATE the existing rows.")
         field_type = iceberg_type(c.type, itertools.count(1).__next__)  # pyiceberg renumbers
-        self.columns[c.name] = _Column(None, field_type, c.not_null, c.type.char, c.type.char is not None)
+        self.columns[c.name] = _Column(None, field_type, c.not_null, c.type.char, c.type.char is not None,
+                                       c.default, c.default is not None)
         self.schema_ops.append(
             lambda u, n=c.name, t=field_type, r=c.not_null: u.add_column((n,), t, required=r))
 

@@ -22,6 +22,21 @@ def column_type_property(field_id: int) -> str:
     return f"{COLUMN_TYPE_PREFIX}{field_id}"
 
 
+# The table properties a column's DEFAULT expression is kept in (PostgreSQL's SQL text), by field
+# id as the character types are: every icegres server reading the catalog applies it.
+COLUMN_DEFAULT_PREFIX = "icegres.column-default."
+
+
+def column_default_property(field_id: int) -> str:
+    return f"{COLUMN_DEFAULT_PREFIX}{field_id}"
+
+
+def declared_defaults(properties: dict[str, str]) -> dict[int, str]:
+    """The DEFAULT expressions a table's properties declare, by field id."""
+    return {int(key[len(COLUMN_DEFAULT_PREFIX):]): value for key, value in properties.items()
+            if key.startswith(COLUMN_DEFAULT_PREFIX) and key[len(COLUMN_DEFAULT_PREFIX):].isdigit()}
+
+
 def declared_char_types(properties: dict[str, str]) -> dict[int, CharType]:
     """The character types a table's properties declare, by field id (an unreadable value is
     ignored: the column is then plain text, as it was before icegres kept the type)."""
@@ -39,6 +54,7 @@ class ColumnDef:
     name: str
     type: ColumnType
     not_null: bool = False
+    default: str | None = None  # its DEFAULT expression as SQL text (None: NULL)
 
 
 @dataclass(frozen=True)
@@ -131,6 +147,14 @@ class DropNotNull:
 
 
 @dataclass(frozen=True)
+class SetDefault:
+    """ALTER COLUMN … SET DEFAULT expr (SQL text) / DROP DEFAULT (None)."""
+
+    name: str
+    default: str | None
+
+
+@dataclass(frozen=True)
 class SetProperties:
     properties: dict[str, str]
 
@@ -153,7 +177,7 @@ class CommentColumn:
     text: str
 
 
-AlterAction = (AddColumn | DropColumn | RenameColumn | AlterColumnType | DropNotNull | SetProperties
+AlterAction = (AddColumn | DropColumn | RenameColumn | AlterColumnType | DropNotNull | SetDefault | SetProperties
                | ResetProperties | RenameTable | CommentColumn | RefChange)
 
 # The table property Iceberg's engines (Spark, Trino) keep a table's comment in.

@@ -93,7 +93,8 @@ class InsertShape:
         """Whether the recipe still holds for `plan`, the table's mounted snapshot."""
         return (plan is not None and plan.table is not None and not plan.primary_key
                 and plan.table_uuid == self.table_uuid and plan.schema_id == self.schema_id
-                and plan.char_types == self.char_types)  # ALTER TYPE varchar(n): a property only
+                and plan.char_types == self.char_types  # ALTER TYPE varchar(n): a property only
+                and not any(d is not None and i is None for d, i in zip(plan.defaults, self.positions, strict=False)))
 
 
 def compile_shape(tree: exp.Insert, key: Key, plan: ReadPlan, columns: list[str]) -> InsertShape | None:
@@ -105,6 +106,8 @@ def compile_shape(tree: exp.Insert, key: Key, plan: ReadPlan, columns: list[str]
     source = tree.expression
     if not isinstance(source, exp.Values):
         return None
+    if any(d is not None and f.name not in columns for d, f in zip(plan.defaults, plan.schema, strict=False)):
+        return None  # a column it leaves out takes a DEFAULT: the planned path computes it
     target = plan.write_schema
     types = {f.name: f.type for f in target}
     rows = []

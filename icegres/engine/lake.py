@@ -700,9 +700,10 @@ class Engine:
             not_null = {f.name for f in plan.schema if not f.nullable}
             docs = plan.column_comments or ("",) * len(plan.field_ids)
             chars = plan.char_types or (None,) * len(plan.field_ids)
+            defaults = plan.defaults or (None,) * len(plan.field_ids)
             columns = tuple(
-                pg_catalog.ColumnInfo(f.name, f.type, f.name not in not_null, fid, doc, char)
-                for f, fid, doc, char in zip(plan.schema, plan.field_ids, docs, chars, strict=True)
+                pg_catalog.ColumnInfo(f.name, f.type, f.name not in not_null, fid, doc, char, default)
+                for f, fid, doc, char, default in zip(plan.schema, plan.field_ids, docs, chars, defaults, strict=True)
             )
             tables.append(pg_catalog.TableInfo(ns, name, columns, plan.primary_key, plan.comment, plan.indexes))
         infos = tuple(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from icegres.engine import damage
-from icegres.engine.ddl_commands import declared_char_types
+from icegres.engine.ddl_commands import declared_char_types, declared_defaults
 from icegres.engine.ddl_index import table_indexes
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
 
@@ -70,6 +70,8 @@ class ReadPlan:
     # per column: its varchar(n) / char(n) / bpchar type (None: as Iceberg's type says), which
     # writes enforce (assign.py) and pg_catalog reports
     char_types: tuple[CharType | None, ...] = ()
+    # per column: its DEFAULT expression as SQL text (None: NULL), which writes apply (dml/defaults.py)
+    defaults: tuple[str | None, ...] = ()
     # A branch's head, pinned to be written (engine/branch_writes.py): the branch's name. None:
     # the table's main head, as mounted.
     ref: str | None = None
@@ -180,6 +182,7 @@ def plan_shape(table: Table) -> ReadPlan:
     field_ids = tuple(f.field_id for f in iceberg_schema.fields)
     pk = table.properties.get("icegres.primary-key", "")
     chars = declared_char_types(table.properties)
+    defaults = declared_defaults(table.properties)
     return ReadPlan(
         metadata_location=table.metadata_location,
         schema=schema,
@@ -195,6 +198,7 @@ def plan_shape(table: Table) -> ReadPlan:
         column_comments=tuple(f.doc or "" for f in iceberg_schema.fields),
         indexes=table_indexes(table.properties),
         char_types=tuple(chars.get(fid) for fid in field_ids),
+        defaults=tuple(defaults.get(fid) for fid in field_ids) if defaults else (),
     )
 
 

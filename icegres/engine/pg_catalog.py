@@ -53,6 +53,7 @@ class ColumnInfo:
     field_id: int
     comment: str = ""  # COMMENT ON COLUMN: the Iceberg field's doc
     char_type: CharType | None = None  # varchar(n) / char(n) / bpchar kept beside Iceberg's string
+    default: str | None = None  # its DEFAULT expression (SQL text), as pg_attrdef holds it
 
 
 @dataclass(frozen=True)
@@ -213,6 +214,7 @@ class CatalogIndex:
                 keys.append(f"relation:{t.schema}.{_pkey_name(t)}")
                 keys.append(f"constraint:{t.schema}.{_pkey_name(t)}")
             keys += [f"relation:{t.schema}.{name}" for name, _ in t.indexes]
+            keys += [f"attrdef:{t.schema}.{t.name}.{c.name}" for c in t.columns if c.default is not None]
         keys += [f"relation:{v.schema}.{v.name}" for v in snap.views]
         keys += [f"rule:{v.schema}.{v.name}" for v in snap.views]  # its _RETURN rule (pg_rewrite)
         oids = _allocate(keys, taken=set(_SYSTEM_RELATION_OIDS.values()))
@@ -239,6 +241,10 @@ class CatalogIndex:
             self._add(RelationEntry(oids[f"relation:{v.schema}.{v.name}"], v.schema, v.name, "v",
                                     columns, view=v))
         self.by_oid: dict[int, RelationEntry] = {e.oid: e for e in self.relations.values()}
+        # DEFAULT expressions: (pg_attrdef OID, relation OID, attnum, SQL text).
+        self.defaults: list[tuple[int, int, int, str]] = [
+            (oids[f"attrdef:{t.schema}.{t.name}.{c.name}"], self.relations[(t.schema, t.name)].oid, attnum, c.default)
+            for t in snap.tables for attnum, c in enumerate(t.columns, start=1) if c.default is not None]
         # A view's _RETURN rule: view OID -> rule OID.
         self.rules: dict[int, int] = {oids[f"relation:{v.schema}.{v.name}"]: oids[f"rule:{v.schema}.{v.name}"]
                                       for v in snap.views}
@@ -427,6 +433,7 @@ def _rows_pg_class(ix: CatalogIndex) -> Rows:
 
 
 def _rows_pg_attribute(ix: CatalogIndex) -> Rows:
+    ix_defaults = {(rel, attnum) for _, rel, attnum, _ in ix.defaults}
     rows = []
     for e in ix.relations.values():
         for position, c in enumerate(e.columns, start=1):
@@ -444,6 +451,7 @@ def _rows_pg_attribute(ix: CatalogIndex) -> Rows:
                                              and t.typlen > 0),
                 "attislocal": True,
                 "attcollation": t.typcollation if t else 0,
+                "atthasdef": (e.oid, c.attnum) in ix_defaults,
             })
     return rows
 
@@ -807,6 +815,7 @@ def _octet_length(c: ColumnEntry, t: BuiltinType | None) -> int | None:
 
 
 def _rows_columns(ix: CatalogIndex) -> Rows:
+    defaults = {(rel, attnum): text for _, rel, attnum, text in ix.defaults}
     rows = []
     for e in ix.relations.values():
         if e.relkind == "i":
@@ -819,6 +828,7 @@ def _rows_columns(ix: CatalogIndex) -> Rows:
             rows.append({
                 "table_catalog": ix.snapshot.database, "table_schema": e.schema,
                 "table_name": e.name, "column_name": c.name, "ordinal_position": c.attnum,
+                "column_default": defaults.get((e.oid, c.attnum)),
                 "is_nullable": "NO" if c.not_null else "YES", "data_type": _data_type(c.type_oid),
                 "character_maximum_length": _char_length(c),
                 "character_octet_length": _octet_length(c, t),
@@ -864,6 +874,8 @@ _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "pg_catalog.pg_namespace": _rows_pg_namespace,
     "pg_catalog.pg_class": _rows_pg_class,
     "pg_catalog.pg_attribute": _rows_pg_attribute,
+    "pg_catalog.pg_attrdef": lambda ix: [{"oid": oid, "adrelid": rel, "adnum": attnum, "adbin": text}
+                                         for oid, rel, attnum, text in ix.defaults],
     "pg_catalog.pg_type": _rows_pg_type,
     "pg_catalog.pg_description": _rows_pg_description,
     "pg_catalog.pg_init_privs": _rows_pg_init_privs,

@@ -13,6 +13,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from icegres.engine.assign import conform
+from icegres.engine.dml import defaults
 from icegres.engine.dml.target import collect, insert_columns, target_key, target_plan, target_table
 from icegres.engine.insert_shape import InsertShape, compile_shape
 from icegres.pg.errors import PgError
@@ -30,9 +31,10 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
     key = target_key(qctx, txn, target_table(tree))
     plan = target_plan(txn, key)
     columns = insert_columns(tree, plan)
+    tree = defaults.in_values(tree, plan, columns)
     source = tree.expression
-    if source is None:  # INSERT ... DEFAULT VALUES
-        data = pa.table({c: pa.nulls(1) for c in columns})
+    if source is None:  # INSERT ... DEFAULT VALUES: every column its default
+        return key, conform(defaults.fill(qctx, plan, pa.table({}), rows=1), plan, key, qctx.env.time_zone), None
     elif (shape := compile_shape(tree, key, plan, columns)) is not None and (rows := shape.rows(params)) is not None:
         # `VALUES ($1, $2), ($3, $4) …` built straight into Arrow, without planning SQL: drivers
         # send multi-row inserts exactly so (executemany, ORMs' bulk inserts), and planning
@@ -53,7 +55,7 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
                 return key, _rows_one_by_one(qctx, source, columns, explicit, plan, key, params), None
             columns = _targets(columns, isinstance(tree.this, exp.Schema), len(planned.df.schema()))
             data = collect(planned)
-        data = data.rename_columns(columns)
+        data = defaults.fill(qctx, plan, data.rename_columns(columns))
     return key, conform(data, plan, key, qctx.env.time_zone), None
 
 

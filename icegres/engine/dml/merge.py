@@ -21,6 +21,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from icegres.engine.assign import conform
+from icegres.engine.dml import defaults
 from icegres.engine.dml.copy_on_write import assigned_values, check_unique, write_files
 from icegres.engine.dml.joined import (
     ROW_COLUMN,
@@ -239,10 +240,8 @@ def _not_matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table |
         if not mask.any():
             continue
         chosen = found.filter(pa.array(mask))
-        if columns:
-            data = pa.table({c: chosen.column(f"_{k}_{i}") for i, c in enumerate(columns)})
-        else:  # DEFAULT VALUES: every column its default, NULL
-            data = pa.table({f.name: pa.nulls(int(mask.sum()), f.type) for f in plan.schema})
+        data = pa.table({c: chosen.column(f"_{k}_{i}") for i, c in enumerate(columns)})  # none: DEFAULT VALUES
+        data = defaults.fill(qctx, plan, data, rows=int(mask.sum()))
         parts.append(conform(data, plan, key, qctx.env.time_zone))
     return pa.concat_tables(parts) if parts else None
 

@@ -167,7 +167,8 @@ def postgres_semantics(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
     - x SIMILAR TO 'a%' is SQL's regular expression, anchored (DataFusion matched it as a regex
       as written: 'abc' SIMILAR TO 'a%' was false);
     - array_remove removes every match (DataFusion's removes the first);
-    - FETCH FIRST n ROWS ONLY is LIMIT n (DataFusion refused it)."""
+    - FETCH FIRST n ROWS ONLY is LIMIT n (DataFusion refused it);
+    - gen_random_uuid() is DataFusion's uuid() (a version 4 UUID, as text)."""
 
     def fn(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Extract) and node.this.name.lower() in ("second", "seconds"):
@@ -179,6 +180,8 @@ def postgres_semantics(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
             return _similar(node, None)
         if isinstance(node, exp.ArrayRemove):
             return _call("array_remove_all", node.this, node.expression)
+        if isinstance(node, exp.Uuid) or (_func_name(node) == "gen_random_uuid" and not node.expressions):
+            return _call("uuid")
         if isinstance(node, exp.Fetch):
             options = node.args.get("limit_options")
             if options is not None and (options.args.get("with_ties") or options.args.get("percent")):

@@ -620,7 +620,9 @@ async def _ingest(host: LockedHost, schema_name: str | None, table: str, if_not_
 
 def _match_columns(qctx: Any, key: tuple[str, str], data: pa.Table) -> pa.Table:
     """Appending: the stream's columns by name, in the table's order; the table's other columns
-    are NULL. A column the table does not have is a schema mismatch (42804)."""
+    take their DEFAULTs, else NULL. A column the table does not have is a schema mismatch (42804)."""
+    from icegres.engine.dml import defaults
+
     qctx.engine.refresh({key})
     plan = qctx.engine.read_plan(*key)
     if plan is None:
@@ -630,6 +632,7 @@ def _match_columns(qctx: Any, key: tuple[str, str], data: pa.Table) -> pa.Table:
     if extra or len(set(data.column_names)) != len(data.column_names):
         raise PgError("42804", f'ingest schema does not match table "{key[0]}.{key[1]}": stream columns '
                                f'({", ".join(data.column_names)}), table columns ({", ".join(names)})')
+    data = defaults.fill(qctx, plan, data)
     columns = [data.column(n) if n in data.column_names else pa.nulls(data.num_rows) for n in names]
     return pa.Table.from_arrays(columns, names=names)
 
