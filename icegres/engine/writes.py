@@ -419,6 +419,7 @@ async def create_table_as(host: WriteHost, cmd: Any) -> WriteResult:
 
     def create() -> tuple[Key | None, pa.Table]:
         source = qctx.with_views(query(cmd.query_sql))  # views, snapshots and metadata tables it reads
+        qctx.refresh_for(source)  # the tables it reads, at the catalog's head and mounted (lazy mounting)
         with qctx.buffered_reads(qctx.buffered_entries(source)):
             data = dml.collect(qctx.plan(source, None))
         # columns read straight from a varchar(n) / char(n) column keep that type (pg_catalog)

@@ -889,3 +889,18 @@ def test_psql_insert_then_select_in_one_command(embedded_lake: Lake) -> None:
         capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, stdin=subprocess.DEVNULL, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:3] == ["INSERT 0 1", "UPDATE 2", "DELETE 1"]
+
+
+def test_create_table_as_first_statement_mounts_what_it_reads(tmp_path: Path) -> None:
+    """CREATE TABLE AS as a server's first statement over a table it has not mounted yet (lazy
+    mounting): it read no table and answered 42P01 before its source was refreshed for."""
+    from icegres.engine.catalog import Lakehouse
+
+    data_dir = tmp_path / "lake"
+    lake = Lakehouse.embedded(data_dir)
+    lake.create_namespace_if_missing("demo")
+    lake.create_table("demo", "src", pa.schema([("id", pa.int64())])).append(
+        pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
+    with running_icegres(data_dir) as srv, psycopg.connect(srv.dsn(), autocommit=True) as c:
+        assert c.execute("create table demo.copy as select id from demo.src where id > 1").statusmessage == "SELECT 2"
+        assert c.execute("select id from demo.copy order by id").fetchall() == [(2,), (3,)]
