@@ -106,17 +106,12 @@ def expand(qctx: QueryContext, stmt: Statement) -> Statement:
         return stmt
     from sqlglot import exp
 
-    target = view_defs.dml_target(tree)
-    if branch is not None:
-        tree = stmt.tree_copy()
-        target = view_defs.dml_target(tree)
-        if not _to_session_branch(qctx, tree, target, branch):
-            return stmt
-    elif not any(_asks(qctx, t) or time_travel.table_function(t) for t in tree.find_all(exp.Table)):
+    if branch is None and not any(_asks(qctx, t) or time_travel.table_function(t) for t in tree.find_all(exp.Table)):
         return stmt
-    else:
-        tree = stmt.tree_copy()
-        target = view_defs.dml_target(tree)
+    tree = stmt.tree_copy()
+    target = view_defs.dml_target(tree)
+    if branch is not None and not _to_session_branch(qctx, tree, target, branch):
+        return stmt
     if target is not None:
         # A blind INSERT (VALUES, no query) reads nothing of the branch: it need not wait for the
         # branch's buffered rows; every other write reads them.
