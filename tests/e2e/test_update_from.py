@@ -125,3 +125,26 @@ def test_prepared_with_parameters_over_pgwire(icegres: IcegresServer) -> None:
         assert c.execute("delete from pp.t using pp.s where t.id = s.id and s.y = %s returning t.id",
                          ("two",), prepare=True).fetchall() == [(2,)]
         assert c.execute("select id, x from pp.t").fetchall() == [(1, "one!")]
+
+
+def test_assigned_values_are_conformed_as_postgresql_assigns(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    _play(icegres, real_postgres, """
+        create table dd.v (id int, v varchar(3))
+        create table dd.w (id int, w text)
+        insert into dd.v values (1, 'a')
+        insert into dd.w values (1, 'abcdef'), (2, 'xy')
+        update dd.v set v = w.w from dd.w where v.id = w.id
+        update dd.v set v = w.w from dd.w where w.id = 2 and v.id = 1
+        merge into dd.v using dd.w on v.id = w.id when matched then update set v = w.w || 'z'
+        merge into dd.v using dd.w on v.id = w.id when matched then update set v = 'q'
+    """, ("dd.v", "dd.w"))
+
+
+def test_now_in_a_joined_update_and_a_merge(icegres: IcegresServer) -> None:
+    """DataFusion's now() is nanoseconds; the column keeps microseconds (it failed XX000)."""
+    _seed(icegres.dsn(), "nw")
+    with psycopg.connect(icegres.dsn(), autocommit=True) as c:
+        c.execute("alter table nw.t add column at timestamptz")
+        assert c.execute("update nw.t set at = now() from nw.s where t.id = s.id").statusmessage == "UPDATE 2"
+        c.execute("merge into nw.t using nw.s on t.id = s.id when matched then update set at = now() - interval '1 day'")
+        assert c.execute("select count(*) from nw.t where at < now() - interval '23 hours'").fetchone() == (2,)

@@ -88,8 +88,8 @@ def rewrite_joined(qctx: QueryContext, txn: TxnState, key: Key, sources: list[ex
         new = base
         for i, name in enumerate(sets):
             old = base.column(name)
-            value = picked.column(i + 1).cast(old.type)
-            merged = pa.concat_arrays([old.combine_chunks(), value.combine_chunks()])
+            value = assigned_to(picked.column(i + 1), base.schema.field(name), key, qctx.env.time_zone)
+            merged = pa.concat_arrays([old.combine_chunks(), value])
             new = new.set_column(new.schema.get_field_index(name), name, merged.take(pa.array(positions)))
         rows = conform(new, plan, key, qctx.env.time_zone)  # (the new values' NOT NULL, lengths)
         returning = rows.take(pa.array(ids)) if returned else None
@@ -99,6 +99,15 @@ def rewrite_joined(qctx: QueryContext, txn: TxnState, key: Key, sources: list[ex
     write, orphans = write.rewrite(matched, write_files(write.target, rows), rows.num_rows, read=True)
     txn.stage(write, orphans)
     return count, returning
+
+
+def assigned_to(values: pa.ChunkedArray, field: pa.Field, key: Key, zone: str) -> pa.Array:
+    """New values of a column as the column holds them, assigned as PostgreSQL assigns (a
+    nanosecond now() rounds to microseconds); NOT NULL and lengths are the caller's conform's."""
+    from icegres.engine.assign import conform_to
+
+    one = pa.table({field.name: values})
+    return conform_to(one, pa.schema([field.with_nullable(True)]), key, zone).column(0).combine_chunks()
 
 
 def without_views(table: pa.Table) -> pa.Table:

@@ -25,6 +25,7 @@ from icegres.engine.dml import defaults
 from icegres.engine.dml.copy_on_write import assigned_values, check_unique, write_files
 from icegres.engine.dml.joined import (
     ROW_COLUMN,
+    assigned_to,
     frame_of,
     joined_files,
     numbered_rows,
@@ -181,7 +182,7 @@ def _matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, alia
                 continue
             mask = acting & (clause == k + 1)
             picked = pairs.filter(pa.array(mask)).column(f"_{k}_{list(s).index(name)}")
-            parts.append(picked.cast(base.column(name).type).combine_chunks())
+            parts.append(assigned_to(picked, base.schema.field(name), key, qctx.env.time_zone))
             positions[ids[mask]] = offset + np.arange(len(picked), dtype=np.int64)
             offset += len(picked)
         if len(parts) > 1:
