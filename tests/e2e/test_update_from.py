@@ -137,7 +137,12 @@ def test_assigned_values_are_conformed_as_postgresql_assigns(icegres: IcegresSer
         update dd.v set v = w.w from dd.w where w.id = 2 and v.id = 1
         merge into dd.v using dd.w on v.id = w.id when matched then update set v = w.w || 'z'
         merge into dd.v using dd.w on v.id = w.id when matched then update set v = 'q'
-    """, ("dd.v", "dd.w"))
+        create table dd.n (id int, d numeric(6,2))
+        insert into dd.n values (1, 0), (2, 0)
+        update dd.n set d = 1.005 where id = 1
+        update dd.n set d = -2.675 from dd.w where n.id = w.id and w.id = 2
+        merge into dd.n using dd.w on n.id = w.id when matched then update set d = 3.335
+    """, ("dd.v", "dd.w", "dd.n"))
 
 
 def test_now_in_a_joined_update_and_a_merge(icegres: IcegresServer) -> None:

@@ -30,7 +30,7 @@ from icegres.engine.dml.target import (
     target_plan,
     with_file_column,
 )
-from icegres.engine.rewrite.literals import typed_literals
+from icegres.engine.rewrite.literals import exact_number, typed_literals
 from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
@@ -132,6 +132,10 @@ def assigned_values(qctx: QueryContext, plan: ReadPlan, frame: Frame, assigned: 
         for c, field in zip(typed, qctx.plan_tree(frame(probe), params).df.schema(), strict=True):
             check_assignable(c, field.type, types[c])
     sets = _rounded_into_integers(qctx, frame, sets, types, params)
+    # A numeric literal into a numeric column: exact (DataFusion's float64 reading of `1.005` cast
+    # to numeric(6,2) gave 1.00; PostgreSQL's numeric gives 1.01). typed_literals leaves UPDATE
+    # literals float64, not knowing the column (a decimal would damage a double column).
+    sets = {c: (exact_number(e, room=False) or e) if pa.types.is_decimal(types[c]) else e for c, e in sets.items()}
     return {c: assignment(e, types[c]) for c, e in sets.items()}
 
 
