@@ -129,3 +129,58 @@ def test_merge_over_flight_sql_and_into_a_branch(icegres: IcegresServer) -> None
         cur.execute(UPSERT.format(ns="fm", who="-flight"))
         cur.execute("select id, v from fm.t order by id")
         assert cur.fetchall() == [(1, "one-flight"), (2, "b"), (3, "three-flight")]
+
+
+# NULL keys and conditions, a partitioned target (icegres's own partitioning: PostgreSQL gets a
+# plain table of the same columns), every column type a change assigns, and a table joined to
+# itself — MERGE, UPDATE … FROM and DELETE … USING each, differential against PostgreSQL 15.
+EDGE_SCRIPTS = {
+"nulls": """
+    create table dd.t (id int, v text, n int)
+    create table dd.s (id int, v text)
+    insert into dd.t values (1, 'a', 1), (null, 'n', 2), (3, null, 3)
+    insert into dd.s values (1, 'A'), (null, 'N'), (4, null)
+    merge into dd.t using dd.s on t.id = s.id when matched then update set v = s.v when not matched then insert values (s.id, s.v, 0)
+    merge into dd.t using dd.s on t.id = s.id and s.v is not null when matched and t.n > 0 then update set n = t.n * 10 when not matched and s.id is not null then insert (id) values (s.id)
+    update dd.t set n = coalesce(t.n, 0) + 1 from dd.s where t.id is not distinct from s.id
+    delete from dd.t using dd.s where t.v = s.v or (t.v is null and s.v is null)
+""",
+"partitioned": """
+    create table if not exists dd.p (id int, day date, v int)
+    create table dd.q (id int, v int)
+    insert into dd.p values (1, '2024-01-01', 1), (2, '2024-01-02', 2), (3, '2024-01-03', 3)
+    insert into dd.q values (2, 20), (3, 30), (4, 40)
+    merge into dd.p using dd.q on p.id = q.id when matched and q.v > 25 then delete when matched then update set v = q.v when not matched then insert values (q.id, '2024-01-09', q.v)
+    update dd.p set v = p.v + q.v from dd.q where p.id = q.id
+    delete from dd.p using dd.q where p.id = q.id
+""",
+"types": """
+    create table dd.ty (id int, b boolean, d date, ts timestamp, f double precision, x numeric(10,3), arr int[])
+    create table dd.src (id int, b boolean, d date, ts timestamp, f double precision, x numeric(10,3))
+    insert into dd.ty values (1, true, '2024-01-01', '2024-01-01 10:00', 1.5, 1.25, array[1,2])
+    insert into dd.src values (1, false, '2024-02-02', '2024-02-02 12:30:45', 2.25, 9.875), (2, null, null, null, null, null)
+    merge into dd.ty using dd.src on ty.id = src.id when matched then update set b = src.b, d = src.d, ts = src.ts, f = src.f, x = src.x when not matched then insert (id, b, d, ts, f, x) values (src.id, src.b, src.d, src.ts, src.f, src.x)
+    update dd.ty set x = src.x * 2, f = src.f / 2 from dd.src where ty.id = src.id and src.id = 1
+    update dd.ty set d = src.d + 1 from dd.src where ty.id = src.id
+    merge into dd.ty using (select 1 as id) q on ty.id = q.id when matched then update set x = 12345678.9999
+""",
+"self": """
+    create table dd.e (id int, boss int, name text)
+    insert into dd.e values (1, null, 'a'), (2, 1, 'b'), (3, 2, 'c')
+    update dd.e set name = e.name || '<' || b.name from dd.e b where e.boss = b.id
+    merge into dd.e using dd.e b on e.id = b.boss when matched then update set name = e.name || '^'
+    merge into dd.e as x using (select id + 10 as id, name from dd.e) y on x.id = y.id when not matched then insert values (y.id, null, y.name)
+    delete from dd.e as x using dd.e y where x.boss = y.id and y.name like 'a%'
+""",
+}
+
+EDGE_TABLES = {"nulls": ("t", "s"), "partitioned": ("p", "q"), "types": ("ty", "src"), "self": ("e",)}
+
+
+@pytest.mark.parametrize("name", sorted(EDGE_SCRIPTS))
+def test_edges_as_postgresql_runs_them(icegres: IcegresServer, real_postgres: Any, name: str) -> None:  # noqa: F811
+    with psycopg.connect(icegres.dsn(), autocommit=True) as c:
+        c.execute("create schema if not exists dd")
+        c.execute("drop table if exists dd.p")
+        c.execute("create table dd.p (id int, day date, v int) with (partitioning = 'day(day)')")
+    _play(icegres, real_postgres, EDGE_SCRIPTS[name], tuple(f"dd.{t}" for t in EDGE_TABLES[name]))
