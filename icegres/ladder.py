@@ -191,11 +191,12 @@ def _head_snapshot(plan: ReadPlan) -> Any:
     return metadata.snapshot_by_id(head) if head is not None else None
 
 
-def branch_of(key: Key) -> Key | None:
-    """The table a buffered key (schema, "t@b") is a branch of, by its name; None for a table's
-    main. (A table really named "a@b" is main of itself: `_plan` finds it mounted first.)"""
+def branch_of(key: Key) -> tuple[Key, str] | None:
+    """The table a buffered key (schema, "t@b") is a branch of, and the branch, by its name;
+    None for a table's main. (A table really named "a@b" is main of itself: `_plan` finds it
+    mounted first.)"""
     base, _, ref = key[1].rpartition("@")
-    return (key[0], base) if base and ref else None
+    return ((key[0], base), ref) if base and ref else None
 
 
 # --- the ladder -----------------------------------------------------------------------------------
@@ -476,7 +477,8 @@ class WriteLadder:
         if refs is None:
             return True
         key = self._keys.get(table)
-        return key is not None and (key in refs or branch_of(key) in refs)
+        branch = branch_of(key) if key is not None else None
+        return key is not None and (key in refs or (branch is not None and branch[0] in refs))
 
     # --- the flush (injected into the BufferDriver) ---------------------------------------------
 
@@ -634,13 +636,13 @@ class WriteLadder:
         as the catalog has it now (branch_writes.py). None if neither exists (`errors`: the
         PgError saying why, for a flush to report). Blocking."""
         plan = self.engine.read_plan(*key)
-        base = branch_of(key)
-        if plan is not None or base is None:
+        branch = branch_of(key)
+        if plan is not None or branch is None:
             return plan
         from icegres.engine.branch_writes import branch_plan
 
         try:
-            return branch_plan(self.engine, base, key[1][len(base[1]) + 1:])
+            return branch_plan(self.engine, *branch)
         except PgError:
             if errors:
                 raise

@@ -86,7 +86,7 @@ class LakeWorld:
         # The machine's table names that are a branch of a table (branch_writes.py): the lake
         # table and the ref. Every other name is a table's main.
         self._refs: dict[str, tuple[tuple[str, str], str]] = {
-            f"{k[0]}.{k[1]}": (table_key(k, p), p.ref) for k, p in txn.views().items() if p.ref is not None}
+            f"{k[0]}.{k[1]}": (table_key(k, p), p.ref) for k, p in txn.pins.items() if p.ref is not None}
         self._properties = dict(txn.snapshot_properties)
         self._landed: dict[tuple[str, str], tuple[str, Any]] = {}
         self._exact = False  # the commit landed on exactly the bases the writes were built on

@@ -189,6 +189,7 @@ async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
     """`run_ddl` of a parsed command."""
     from icegres.engine import ddl, ddl_apply, ddl_block, ddl_refs
     from icegres.engine.ddl_commands import command_tag
+    from icegres.engine.dml import defaults
 
     qctx = host.qctx
     txn = qctx.txn
@@ -196,7 +197,8 @@ async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
     if in_block and ddl_refs.changes_refs(cmd):
         what = "CALL" if isinstance(cmd, Call) else "ALTER TABLE ... BRANCH or TAG"
         raise PgError(E.ACTIVE_SQL_TRANSACTION, f"{what} cannot run inside a transaction block")
-    await host.run(_check_defaults, qctx, cmd)
+    if defaults.declared(cmd):
+        await host.run(defaults.check_declared, qctx, cmd)
     temp = await _temp_ddl(host, cmd, txn if in_block else None)
     if temp is not None:
         return temp
@@ -289,37 +291,6 @@ async def _temp_ddl(host: WriteHost, cmd: Any, block: TxnState | None) -> WriteR
         notices = (await run_ddl_command(host, replace(cmd, names=rest))).notices
     await host.run(ddl_temp.drop, qctx, block, names)
     return WriteResult(command_tag(cmd), None, notices)
-
-
-def _check_defaults(qctx: Any, cmd: Any) -> None:
-    """The DEFAULTs a CREATE TABLE or ALTER TABLE declares, evaluated and assigned to their
-    columns' types once (dml/defaults.check): PostgreSQL refuses a bad one at once."""
-    from pyiceberg.io.pyarrow import schema_to_pyarrow
-
-    from icegres.engine import ddl
-    from icegres.engine.ddl_apply import iceberg_schema_for
-    from icegres.engine.ddl_commands import AddColumn, SetDefault
-    from icegres.engine.dml import defaults
-
-    key = (cmd.schema or "", cmd.name) if isinstance(cmd, ddl.CreateTable | ddl.AlterTable) else ("", "")
-    if isinstance(cmd, ddl.CreateTable):
-        declared = [c for c in cmd.columns if c.default is not None]
-        if declared:
-            arrow = schema_to_pyarrow(iceberg_schema_for(cmd.columns, cmd.primary_key))
-            for c in declared:
-                defaults.check(qctx, c.default, arrow.field(c.name), key)
-        return
-    if not isinstance(cmd, ddl.AlterTable):
-        return
-    for action in cmd.actions:
-        if isinstance(action, AddColumn) and action.column.default is not None:
-            arrow = schema_to_pyarrow(iceberg_schema_for([action.column]))
-            defaults.check(qctx, action.column.default, arrow.field(action.column.name), key)
-        elif isinstance(action, SetDefault) and action.default is not None:
-            found = qctx.resolve_table(cmd.schema, cmd.name) or qctx.resolve_mounted(cmd.schema, cmd.name)
-            plan = qctx.engine.read_plan(*found) if found is not None else None
-            if plan is not None and action.name in plan.schema.names:  # (else the ALTER says what is missing)
-                defaults.check(qctx, action.default, plan.schema.field(action.name), found)
 
 
 def ddl_keys(cmd: Any, path: list[str], qctx: Any) -> set[Key]:

@@ -126,12 +126,19 @@ def assigned_values(qctx: QueryContext, plan: ReadPlan, frame: Frame, assigned: 
     # as that type (exact decimals; 'abc' into an int column is an error even if no row matches),
     # and a CASE over a double column is not widened to the literal's.
     types = {f.name: f.type for f in plan.schema}
-    typed = {c: e for c, e in sets.items() if not isinstance(e, exp.Literal | exp.Null | exp.Parameter | exp.Placeholder)}
-    if typed:  # an expression of a type with no assignment cast to its column's: 42804
-        probe = exp.select(*(exp.alias_(e.copy(), f"_{i}", quoted=True) for i, e in enumerate(typed.values())))
-        for c, field in zip(typed, qctx.plan_tree(frame(probe), params).df.schema(), strict=True):
-            check_assignable(c, field.type, types[c])
-    sets = _rounded_into_integers(qctx, frame, sets, types, params)
+    # One probe plans the values whose type matters: every expression (an untyped literal or a
+    # parameter takes its column's type) and every value into an integer column (rounding).
+    plain = exp.Literal | exp.Null | exp.Parameter | exp.Placeholder
+    probed = [c for c, e in sets.items() if pa.types.is_integer(types[c]) or not isinstance(e, plain)]
+    planned: dict[str, pa.DataType] = {}
+    if probed:
+        # The names must differ: two values that spell alike are two items.
+        probe = exp.select(*(exp.alias_(sets[c].copy(), f"_{i}", quoted=True) for i, c in enumerate(probed)))
+        planned = {c: f.type for c, f in zip(probed, qctx.plan_tree(frame(probe), params).df.schema(), strict=True)}
+    for c, value in sets.items():
+        if not isinstance(value, plain):  # an expression of a type with no assignment cast to its column's: 42804
+            check_assignable(c, planned[c], types[c])
+    sets = _rounded_into_integers(sets, types, planned)
     # A numeric literal into a numeric column: exact (DataFusion's float64 reading of `1.005` cast
     # to numeric(6,2) gave 1.00; PostgreSQL's numeric gives 1.01). typed_literals leaves UPDATE
     # literals float64, not knowing the column (a decimal would damage a double column).
@@ -162,10 +169,11 @@ def _bounded(qctx: QueryContext, frame: Frame, assigned: dict[str, exp.Expressio
     return {c: typed_literals(value) for c, value in assigned.items()}
 
 
-def _rounded_into_integers(qctx: QueryContext, frame: Frame, sets: dict[str, exp.Expression],
-                           types: dict[str, pa.DataType], params: dict[str, Any] | None) -> dict[str, exp.Expression]:
-    """SET values of integer columns whose type is fractional, rounded as PostgreSQL rounds them
-    into an integer (DataFusion's cast truncates: `SET n = n * 1.5` stored 22 for 15, not 23).
+def _rounded_into_integers(sets: dict[str, exp.Expression], types: dict[str, pa.DataType],
+                           planned: dict[str, pa.DataType]) -> dict[str, exp.Expression]:
+    """SET values of integer columns whose type (`planned`, from the probe) is fractional,
+    rounded as PostgreSQL rounds them into an integer (DataFusion's cast truncates: `SET n = n *
+    1.5` stored 22 for 15, not 23).
 
     PostgreSQL rounds numeric half away from zero and float8 half to even. DataFusion reads a
     decimal literal as a double, so a double value is taken for numeric, as PostgreSQL types
@@ -174,21 +182,18 @@ def _rounded_into_integers(qctx: QueryContext, frame: Frame, sets: dict[str, exp
     integer = [c for c in sets if pa.types.is_integer(types[c])]
     if not integer:
         return sets
-    # The names must differ: two values that spell alike are two items.
-    probe = exp.select(*(exp.alias_(sets[c].copy(), f"_{i}", quoted=True) for i, c in enumerate(integer)))
-    planned = qctx.plan_tree(frame(probe), params).df.schema()
     floats = {name for name, t in types.items() if pa.types.is_floating(t)}
     out = dict(sets)
-    for c, field in zip(integer, planned, strict=True):
-        value = sets[c]
-        if pa.types.is_floating(field.type) and floats and any(col.name in floats for col in value.find_all(exp.Column)):
+    for c in integer:
+        value, planned_type = sets[c], planned[c]
+        if pa.types.is_floating(planned_type) and floats and any(col.name in floats for col in value.find_all(exp.Column)):
             # Half to even: round(v / 2) * 2 where v is exactly half way.
             half = exp.EQ(this=exp.Abs(this=exp.Sub(this=exp.Paren(this=value.copy()), expression=_call("trunc", value))),
                           expression=exp.Literal.number("0.5"))
             even = exp.Mul(this=exp.Literal.number(2),
                            expression=_call("round", exp.Div(this=exp.Paren(this=value.copy()), expression=exp.Literal.number(2))))
             out[c] = exp.Case(ifs=[exp.If(this=half, true=even)], default=_call("round", value))
-        elif pa.types.is_floating(field.type) or pa.types.is_decimal(field.type):
+        elif pa.types.is_floating(planned_type) or pa.types.is_decimal(planned_type):
             out[c] = _call("round", value)
     return out
 

@@ -11,7 +11,7 @@ INSERT's value is.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -75,6 +75,44 @@ def fill(qctx: QueryContext, plan: ReadPlan, data: pa.Table, rows: int | None = 
     for f, _ in missing:
         data = data.append_column(f.name, values.column(f.name))
     return data
+
+
+def declared(cmd: Any) -> bool:
+    """Whether a DDL command declares a DEFAULT (CREATE TABLE, ADD COLUMN, SET DEFAULT): pure,
+    so every other DDL goes on without a hop to a worker thread."""
+    from icegres.engine.ddl_commands import AddColumn, AlterTable, CreateTable, SetDefault
+
+    if isinstance(cmd, CreateTable):
+        return any(c.default is not None for c in cmd.columns)
+    return isinstance(cmd, AlterTable) and any(
+        (isinstance(a, AddColumn) and a.column.default is not None) or (isinstance(a, SetDefault) and a.default is not None)
+        for a in cmd.actions)
+
+
+def check_declared(qctx: QueryContext, cmd: Any) -> None:
+    """The DEFAULTs a CREATE TABLE or ALTER TABLE declares (`declared`), each evaluated and
+    assigned to its column's type once (`check`): PostgreSQL refuses a bad one at once."""
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    from icegres.engine.ddl_apply import iceberg_schema_for
+    from icegres.engine.ddl_commands import AddColumn, CreateTable, SetDefault
+
+    key = (cmd.schema or "", cmd.name)
+    if isinstance(cmd, CreateTable):
+        arrow = schema_to_pyarrow(iceberg_schema_for(cmd.columns, cmd.primary_key))
+        for c in cmd.columns:
+            if c.default is not None:
+                check(qctx, c.default, arrow.field(c.name), key)
+        return
+    for action in cmd.actions:
+        if isinstance(action, AddColumn) and action.column.default is not None:
+            arrow = schema_to_pyarrow(iceberg_schema_for([action.column]))
+            check(qctx, action.column.default, arrow.field(action.column.name), key)
+        elif isinstance(action, SetDefault) and action.default is not None:
+            found = qctx.resolve_table(cmd.schema, cmd.name) or qctx.resolve_mounted(cmd.schema, cmd.name)
+            plan = qctx.engine.read_plan(*found) if found is not None else None
+            if plan is not None and action.name in plan.schema.names:  # (else the ALTER says what is missing)
+                check(qctx, action.default, plan.schema.field(action.name), found)
 
 
 def check(qctx: QueryContext, text: str, field: pa.Field, key: tuple[str, str]) -> None:
