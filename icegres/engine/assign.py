@@ -10,6 +10,7 @@ pg/chars.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ import pyarrow as pa
 
 from icegres.pg import chars
 from icegres.pg.errors import PgError
+from icegres.pg.row_text import failing_row
 
 if TYPE_CHECKING:
     from sqlglot import exp
@@ -30,17 +32,25 @@ def write_schema(plan: ReadPlan) -> pa.Schema:
     return plan.write_schema
 
 
-def conform(data: pa.Table, plan: ReadPlan, key: Key, zone: str = "UTC") -> pa.Table:
-    """Rows in the table's column order and types; NOT NULL checked (23502), casts checked (22xxx).
-    `zone` is the session's TimeZone, in which text without an offset names a timestamptz."""
-    return conform_to(data, write_schema(plan), key, zone, plan.char_types)
+# The table's CHECK constraints over the first `upto` of conformed rows: the violation of the
+# first row that breaks one (engine/checks.py), or None.
+CheckRows = Callable[[pa.Table, int], PgError | None]
+
+
+def conform(data: pa.Table, plan: ReadPlan, key: Key, zone: str = "UTC", checks: CheckRows | None = None) -> pa.Table:
+    """Rows in the table's column order and types; NOT NULL (23502) and `checks` (23514) enforced
+    row by row as PostgreSQL's ExecConstraints does, casts checked (22xxx). `zone` is the
+    session's TimeZone, in which text without an offset names a timestamptz."""
+    return conform_to(data, write_schema(plan), key, zone, plan.char_types, checks)
 
 
 def conform_to(data: pa.Table, target: pa.Schema, key: Key, zone: str = "UTC",
-               char_types: tuple[chars.CharType | None, ...] = ()) -> pa.Table:
+               char_types: tuple[chars.CharType | None, ...] = (), checks: CheckRows | None = None) -> pa.Table:
     """`conform` to the writer's schema `target` of table `key`, whose columns have the
     character types `char_types` (ReadPlan.char_types; () for none)."""
     arrays = []
+    null_row: int | None = None  # the first row with a NULL in a NOT NULL column, and that column
+    null_column = ""
     for i, f in enumerate(target):
         if f.name in data.column_names:
             column = data.column(f.name)
@@ -54,13 +64,31 @@ def conform_to(data: pa.Table, target: pa.Schema, key: Key, zone: str = "UTC",
         else:
             column = pa.nulls(data.num_rows, f.type)
         if not f.nullable and column.null_count:
-            raise not_null_violation(f.name, key)
+            first = first_null(column)
+            if null_row is None or first < null_row:
+                null_row, null_column = first, f.name
         arrays.append(column)
-    return pa.Table.from_arrays(arrays, schema=target)
+    rows = pa.Table.from_arrays(arrays, schema=target)
+    if checks is not None:
+        # A row before the first NULL that breaks a CHECK fails first; at that row NOT NULL does.
+        violation = checks(rows, rows.num_rows if null_row is None else null_row)
+        if violation is not None:
+            raise violation
+    if null_row is not None:
+        raise not_null_violation(null_column, key, failing_row(rows, null_row, zone))
+    return rows
 
 
-def not_null_violation(column: str, key: Key) -> PgError:
-    return PgError("23502", f'null value in column "{column}" of relation "{key[1]}" violates not-null constraint')
+def first_null(column: pa.ChunkedArray | pa.Array) -> int:
+    """The index of the first NULL of a column that has one."""
+    import pyarrow.compute as pc
+
+    return pc.index(column.is_null(), True).as_py()
+
+
+def not_null_violation(column: str, key: Key, detail: str | None = None) -> PgError:
+    return PgError("23502", f'null value in column "{column}" of relation "{key[1]}" violates not-null constraint',
+                   detail=detail)
 
 
 def cast(column: pa.ChunkedArray, to: pa.DataType, zone: str = "UTC") -> pa.ChunkedArray:

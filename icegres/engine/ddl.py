@@ -13,19 +13,23 @@ PostgreSQL that an Iceberg table cannot do, and PostgreSQL's own SQLSTATE where 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from icegres.engine import ddl_refs, ddl_views
+from icegres.engine import ddl_checks, ddl_refs, ddl_views
 from icegres.engine.ddl_commands import (
     COMMENT_PROPERTY,
+    AddCheck,
     AddColumn,
     AlterAction,
     AlterColumnType,
     AlterTable,
+    CheckDef,
     ColumnDef,
     CommentColumn,
     CreateSchema,
@@ -33,6 +37,7 @@ from icegres.engine.ddl_commands import (
     CreateTableAs,
     DdlCommand,
     DropColumn,
+    DropConstraint,
     DropNotNull,
     DropSchema,
     DropTable,
@@ -533,7 +538,7 @@ class _Parser:
         if self.peek("PARTITION", "OF") or self.peek("OF"):
             raise _unsupported("CREATE TABLE ... OF", position=self.position())
         if self.peek_type(TokenType.L_PAREN) and not self.column_list_then_as():
-            columns, primary_key = self.table_elements(name)
+            columns, primary_key, checks = self.table_elements(name)
             options = self.table_options(temporary)
             self.expect_end()
             partitioning, properties = self.split_options(options)
@@ -543,7 +548,7 @@ class _Parser:
                     raise PgError(e.UNDEFINED_COLUMN,
                                   f'column "{f.column}" named in partition key does not exist')
             return CreateTable(schema, name, columns, if_not_exists, partitioning, properties,
-                               primary_key, temporary)
+                               primary_key, temporary, checks)
         column_names: tuple[str, ...] = ()
         if self.accept_type(TokenType.L_PAREN):
             names = [self.ident()]
@@ -592,18 +597,21 @@ class _Parser:
             return f"SELECT * FROM {self.sql[name_start:last.end + 1]}", with_data
         return self.sql[first.start:last.end + 1], with_data
 
-    def table_elements(self, table: str) -> tuple[tuple[ColumnDef, ...], tuple[str, ...]]:
+    def table_elements(self, table: str) -> tuple[tuple[ColumnDef, ...], tuple[str, ...], tuple[CheckDef, ...]]:
         self.expect_type(TokenType.L_PAREN)
         columns: list[ColumnDef] = []
         primary_key: tuple[str, ...] = ()
+        checks: list[CheckDef] = []
         if self.accept_type(TokenType.R_PAREN):
-            return (), ()
+            return (), (), ()
         while True:
             start = self.i
             end = self.item_end(start)
             if end == start:
                 raise self.error()
-            if self.peek("CONSTRAINT") or self.peek("PRIMARY") or self.peek("PRIMARY", "KEY") \
+            if self.peek("CHECK") or (self.peek("CONSTRAINT") and self._match(("CHECK",), self.i + 2)):
+                checks.append(self.check_constraint(end))
+            elif self.peek("CONSTRAINT") or self.peek("PRIMARY") or self.peek("PRIMARY", "KEY") \
                     or self.peek("LIKE") or any(self.peek(*k.split()) for k in _CONSTRAINT_KINDS):
                 key = self.table_constraint(end)
                 if primary_key:
@@ -612,6 +620,7 @@ class _Parser:
                 primary_key = key
             else:
                 column, is_key = self.column_def(end, table)
+                checks.extend(column.checks)  # (PostgreSQL names them in the order written)
                 if is_key:
                     if primary_key:
                         raise PgError("42P16",
@@ -630,11 +639,11 @@ class _Parser:
         for key_column in primary_key:
             if key_column not in names:
                 raise PgError(e.UNDEFINED_COLUMN, f'column "{key_column}" named in key does not exist')
-        columns = [ColumnDef(c.name, c.type, True) if c.name in primary_key else c for c in columns]
+        columns = [replace(c, not_null=True) if c.name in primary_key else c for c in columns]
         for c in columns:
             if c.name in primary_key:
                 _check_key_type(c)
-        return tuple(columns), primary_key
+        return tuple(columns), primary_key, tuple(checks)
 
     def table_constraint(self, end: int) -> tuple[str, ...]:
         """A table constraint element; only PRIMARY KEY (a, b) is possible on Iceberg."""
@@ -661,6 +670,14 @@ class _Parser:
                 raise PgError("42701", f'column "{name}" appears twice in primary key constraint')
         return tuple(key)
 
+    def check_constraint(self, end: int, alter: bool = False) -> CheckDef:
+        """`[CONSTRAINT name] CHECK (expr) [NO INHERIT] [NOT VALID]` up to token `end`."""
+        name = self.ident() if self.accept("CONSTRAINT") else None
+        self.expect("CHECK")
+        check = ddl_checks.check_def(self.sql, self.toks[self.i:end], name, alter)
+        self.i = end
+        return check
+
     def column_def(self, end: int, table: str) -> tuple[ColumnDef, bool]:
         """`name type [constraints]` up to token `end`; True if it declares PRIMARY KEY."""
         name = self.ident()
@@ -678,6 +695,7 @@ class _Parser:
             raise
         not_null = null = is_key = False
         default: str | None = None
+        checks: list[CheckDef] = []
         for constraint in parsed.args.get("constraints") or []:
             c = constraint.args.get("kind") if isinstance(constraint, exp.ColumnConstraint) else constraint
             if isinstance(c, exp.NotNullColumnConstraint):
@@ -697,7 +715,7 @@ class _Parser:
             elif isinstance(c, exp.UniqueColumnConstraint):
                 raise _constraint_error("UNIQUE", self.position(type_start))
             elif isinstance(c, exp.CheckColumnConstraint):
-                raise _constraint_error("CHECK", self.position(type_start))
+                checks.append(ddl_checks.column_check(constraint, name))
             elif isinstance(c, exp.Reference):
                 raise _constraint_error("FOREIGN KEY", self.position(type_start))
             elif isinstance(c, exp.GeneratedAsIdentityColumnConstraint | exp.ComputedColumnConstraint):
@@ -715,7 +733,7 @@ class _Parser:
                 raise _unsupported(f'column constraint "{constraint.sql(dialect="postgres")}"',
                                    position=self.position(type_start))
         self.i = end
-        return ColumnDef(name, ctype, not_null or is_key, default), is_key
+        return ColumnDef(name, ctype, not_null or is_key, default, tuple(checks)), is_key
 
     def parse_column_body(self, end: int) -> exp.ColumnDef:
         """sqlglot's parse of the type and constraints from the current token up to `end`."""
@@ -868,6 +886,8 @@ class _Parser:
     def alter_action(self, table: str) -> AlterAction:
         start = self.i
         if self.accept("ADD"):
+            if self.peek("CHECK") or (self.peek("CONSTRAINT") and self._match(("CHECK",), self.i + 2)):
+                return AddCheck(self.check_constraint(self.item_end(self.i), alter=True))
             if self.accept("CONSTRAINT"):
                 self.ident()
             for words, kind in {**_CONSTRAINT_KINDS, "PRIMARY KEY": "PRIMARY KEY"}.items():
@@ -884,8 +904,11 @@ class _Parser:
                                    self.position(start))
             return AddColumn(column, if_not_exists)
         if self.accept("DROP"):
-            if self.peek("CONSTRAINT"):
-                raise _unsupported("ALTER TABLE ... DROP CONSTRAINT", _NO_INDEXES_HINT, self.position())
+            if self.accept("CONSTRAINT"):
+                if_exists = self.accept("IF", "EXISTS")
+                name = self.ident()
+                _ = self.accept("CASCADE") or self.accept("RESTRICT")
+                return DropConstraint(name, if_exists)
             self.accept("COLUMN")
             if_exists = self.accept("IF", "EXISTS")
             column_name = self.ident()

@@ -56,10 +56,11 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from icegres.engine import ddl_refs, procedures, view_ddl
+from icegres.engine import check_text, ddl_refs, procedures, view_ddl
 from icegres.engine.catalog_views import NoSuchView, ViewExists
 from icegres.engine.ddl_commands import (
     PRIMARY_KEY_PROPERTY,
+    AddCheck,
     AddColumn,
     AlterColumnType,
     AlterTable,
@@ -72,6 +73,7 @@ from icegres.engine.ddl_commands import (
     CreateView,
     DdlCommand,
     DropColumn,
+    DropConstraint,
     DropIndex,
     DropNotNull,
     DropSchema,
@@ -84,6 +86,7 @@ from icegres.engine.ddl_commands import (
     ResetProperties,
     SetDefault,
     SetProperties,
+    check_property,
     column_default_property,
     column_type_property,
     declared_char_types,
@@ -408,6 +411,8 @@ def table_definition(cmd: CreateTable) -> tuple[Schema, PartitionSpec, dict[str,
         properties[PRIMARY_KEY_PROPERTY] = ",".join(cmd.primary_key)
     properties.update(char_type_properties(schema, [(c.name, c.type.char) for c in cmd.columns]))
     properties.update(default_properties(schema, [(c.name, c.default) for c in cmd.columns]))
+    taken = [f"{cmd.name}_pkey"] if cmd.primary_key else []
+    properties.update({check_property(n): t for n, t in check_text.named(cmd.name, cmd.checks, taken)})
     return schema, spec, properties
 
 
@@ -632,6 +637,7 @@ class Alteration:
         self.allow_incompatible = False
         self.set_props: dict[str, str] = {}
         self.remove_props: list[str] = []
+        self.checks = check_text.CheckChanges(name, table.properties, self.primary_key)
 
     def run(self, actions: Iterable[Any]) -> None:
         change = self.checked(actions)
@@ -653,6 +659,8 @@ class Alteration:
             else:
                 self.remove_props.append(PRIMARY_KEY_PROPERTY)
                 self.set_props.pop(PRIMARY_KEY_PROPERTY, None)
+        self.set_props.update(self.checks.set)
+        self.remove_props += self.checks.removed
         self.remove_props += [column_type_property(fid) for fid in self.dropped_ids]
         self.remove_props += [column_default_property(fid) for fid in self.dropped_ids]
         # pyiceberg refuses to remove a property the table does not have; PostgreSQL's RESET doesn't.
@@ -737,6 +745,10 @@ class Alteration:
         elif isinstance(action, CommentColumn):
             self.column(action.name)
             self.schema_ops.append(lambda u, n=action.name, t=action.text: u.update_column((n,), doc=t))
+        elif isinstance(action, AddCheck):
+            self.checks.add([action.check])
+        elif isinstance(action, DropConstraint):
+            self.checks.drop(action.name, action.if_exists, self.notices)
         elif isinstance(action, RenameTable):
             raise PgError(e.SYNTAX_ERROR, "RENAME TO cannot be combined with other actions")
         else:
@@ -768,6 +780,7 @@ class Alteration:
                                        c.default, c.default is not None)
         self.schema_ops.append(
             lambda u, n=c.name, t=field_type, r=c.not_null: u.add_column((n,), t, required=r))
+        self.checks.add(c.checks)
 
     def drop_column(self, action: DropColumn) -> None:
         column = self.columns.get(action.name)
@@ -789,6 +802,7 @@ class Alteration:
             self.primary_key = []
             self.key_changed = True
         del self.columns[action.name]
+        self.checks.column_dropped(action.name)
         if column.field_id is not None:
             self.dropped_ids.append(column.field_id)
         self.schema_ops.append(lambda u, n=action.name: u.delete_column((n,)))
@@ -802,6 +816,7 @@ class Alteration:
         if action.old in self.primary_key:
             self.primary_key = [action.new if k == action.old else k for k in self.primary_key]
             self.key_changed = True
+        self.checks.column_renamed(action.old, action.new)
         self.schema_ops.append(lambda u, o=action.old, n=action.new: u.rename_column((o,), n))
 
     def alter_type(self, action: AlterColumnType) -> None:

@@ -37,6 +37,20 @@ def declared_defaults(properties: dict[str, str]) -> dict[int, str]:
             if key.startswith(COLUMN_DEFAULT_PREFIX) and key[len(COLUMN_DEFAULT_PREFIX):].isdigit()}
 
 
+# The table properties a CHECK constraint is kept in, by its name: its expression as SQL text.
+CHECK_PREFIX = "icegres.check."
+
+
+def check_property(name: str) -> str:
+    return f"{CHECK_PREFIX}{name}"
+
+
+def declared_checks(properties: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """A table's CHECK constraints as (name, SQL text), sorted by name as PostgreSQL tests them."""
+    return tuple(sorted((key[len(CHECK_PREFIX):], value) for key, value in properties.items()
+                        if key.startswith(CHECK_PREFIX) and len(key) > len(CHECK_PREFIX)))
+
+
 def declared_char_types(properties: dict[str, str]) -> dict[int, CharType]:
     """The character types a table's properties declare, by field id (an unreadable value is
     ignored: the column is then plain text, as it was before icegres kept the type)."""
@@ -50,11 +64,23 @@ def declared_char_types(properties: dict[str, str]) -> dict[int, CharType]:
 
 
 @dataclass(frozen=True)
+class CheckDef:
+    """A CHECK constraint as declared: `name` None takes PostgreSQL's generated name (checks.py);
+    `column` is the column it was written on (a column constraint), for that name."""
+
+    name: str | None
+    text: str  # the expression, as SQL text
+    column: str | None = None
+    not_valid: bool = False  # NOT VALID: the rows already there are not checked
+
+
+@dataclass(frozen=True)
 class ColumnDef:
     name: str
     type: ColumnType
     not_null: bool = False
     default: str | None = None  # its DEFAULT expression as SQL text (None: NULL)
+    checks: tuple[CheckDef, ...] = ()  # its column CHECK constraints
 
 
 @dataclass(frozen=True)
@@ -89,6 +115,7 @@ class CreateTable:
     properties: dict[str, str] = field(default_factory=dict)
     primary_key: tuple[str, ...] = ()
     temporary: bool = False  # CREATE TEMP TABLE: the session's, in pg_temp (temp_tables.py)
+    checks: tuple[CheckDef, ...] = ()  # table CHECK constraints (the columns' are on the columns)
 
 
 @dataclass(frozen=True)
@@ -155,6 +182,21 @@ class SetDefault:
 
 
 @dataclass(frozen=True)
+class AddCheck:
+    """ALTER TABLE … ADD [CONSTRAINT name] CHECK (…) [NOT VALID]."""
+
+    check: CheckDef
+
+
+@dataclass(frozen=True)
+class DropConstraint:
+    """ALTER TABLE … DROP CONSTRAINT [IF EXISTS] name."""
+
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
 class SetProperties:
     properties: dict[str, str]
 
@@ -178,7 +220,7 @@ class CommentColumn:
 
 
 AlterAction = (AddColumn | DropColumn | RenameColumn | AlterColumnType | DropNotNull | SetDefault | SetProperties
-               | ResetProperties | RenameTable | CommentColumn | RefChange)
+               | ResetProperties | RenameTable | CommentColumn | RefChange | AddCheck | DropConstraint)
 
 # The table property Iceberg's engines (Spark, Trino) keep a table's comment in.
 COMMENT_PROPERTY = "comment"

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icegres.engine.assign import not_null_violation
+from icegres.engine.assign import first_null, not_null_violation
 from icegres.pg import chars
+from icegres.pg.row_text import failing_row
 
 if TYPE_CHECKING:
     import sqlglot.expressions as exp
@@ -81,17 +82,21 @@ class InsertShape:
                                             for v in (row[i] for row in self.values)], type=f.type))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
             return None
-        for f, array in zip(self.target, arrays, strict=True):
-            if not f.nullable and array.null_count:
-                raise not_null_violation(f.name, self.key)
         for i, char in enumerate(self.char_types):
             if char is not None and self.positions[i] is not None:
                 arrays[i] = chars.assign(arrays[i], char)
-        return pa.Table.from_arrays(arrays, schema=self.target)
+        rows = pa.Table.from_arrays(arrays, schema=self.target)
+        nulls = [(first_null(a), f.name) for f, a in zip(self.target, arrays, strict=True)
+                 if not f.nullable and a.null_count]
+        if nulls:
+            row, column = min(nulls, key=lambda n: n[0])
+            raise not_null_violation(column, self.key, failing_row(rows, row))
+        return rows
 
     def describes(self, plan: ReadPlan | None) -> bool:
         """Whether the recipe still holds for `plan`, the table's mounted snapshot."""
         return (plan is not None and plan.table is not None and not plan.primary_key
+                and not plan.checks  # (CHECK constraints are evaluated by the planned path)
                 and plan.table_uuid == self.table_uuid and plan.schema_id == self.schema_id
                 and plan.char_types == self.char_types  # ALTER TYPE varchar(n): a property only
                 and not any(d is not None and i is None for d, i in zip(plan.defaults, self.positions, strict=False)))
@@ -108,6 +113,8 @@ def compile_shape(tree: exp.Insert, key: Key, plan: ReadPlan, columns: list[str]
         return None
     if any(d is not None and f.name not in columns for d, f in zip(plan.defaults, plan.schema, strict=False)):
         return None  # a column it leaves out takes a DEFAULT: the planned path computes it
+    if plan.checks:
+        return None  # the planned path evaluates the table's CHECK constraints
     target = plan.write_schema
     types = {f.name: f.type for f in target}
     rows = []

@@ -705,7 +705,8 @@ class Engine:
                 pg_catalog.ColumnInfo(f.name, f.type, f.name not in not_null, fid, doc, char, default)
                 for f, fid, doc, char, default in zip(plan.schema, plan.field_ids, docs, chars, defaults, strict=True)
             )
-            tables.append(pg_catalog.TableInfo(ns, name, columns, plan.primary_key, plan.comment, plan.indexes))
+            tables.append(pg_catalog.TableInfo(ns, name, columns, plan.primary_key, plan.comment, plan.indexes,
+                                                    plan.checks))
         infos = tuple(
             pg_catalog.ViewInfo(ns, name, tuple(
                 pg_catalog.ColumnInfo(n, t, True, i) for i, (n, t) in enumerate(v.columns, start=1)),

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from icegres.engine import damage
-from icegres.engine.ddl_commands import declared_char_types, declared_defaults
+from icegres.engine.ddl_commands import declared_char_types, declared_checks, declared_defaults
 from icegres.engine.ddl_index import table_indexes
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
 
@@ -72,6 +72,8 @@ class ReadPlan:
     char_types: tuple[CharType | None, ...] = ()
     # per column: its DEFAULT expression as SQL text (None: NULL), which writes apply (dml/defaults.py)
     defaults: tuple[str | None, ...] = ()
+    # CHECK constraints as (name, SQL text), by name: the order PostgreSQL tests them in (checks.py)
+    checks: tuple[tuple[str, str], ...] = ()
     # A branch's head, pinned to be written (engine/branch_writes.py): the branch's name. None:
     # the table's main head, as mounted.
     ref: str | None = None
@@ -199,6 +201,7 @@ def plan_shape(table: Table) -> ReadPlan:
         indexes=table_indexes(table.properties),
         char_types=tuple(chars.get(fid) for fid in field_ids),
         defaults=tuple(defaults.get(fid) for fid in field_ids) if defaults else (),
+        checks=declared_checks(table.properties),
     )
 
 

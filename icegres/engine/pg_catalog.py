@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from icegres.engine import pg_constraints
 from icegres.engine.pg_builtins import BUILTIN_FUNCTIONS, BUILTIN_TYPES, BuiltinType, arrow_typmod
 from icegres.engine.pg_relations import (
     _BTREE_OPCLASS,
@@ -36,7 +37,7 @@ from icegres.engine.pg_relations import (
     pg_type_oid,
 )
 from icegres.pg.chars import BPCHAR_OID, UTF8_BYTES_MAX, VARCHAR_OID, CharType
-from icegres.pg.keywords import keyword_rows
+from icegres.pg.keywords import keyword_rows, quote_ident
 from icegres.pg.types import pg_type_for_arrow
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ class TableInfo:
     primary_key: tuple[str, ...] = ()
     comment: str = ""  # COMMENT ON TABLE: the Iceberg table's `comment` property
     indexes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # CREATE INDEX (ddl_index.py): (name, columns)
+    checks: tuple[tuple[str, str], ...] = ()  # CHECK constraints: (name, SQL text)
 
 
 @dataclass(frozen=True)
@@ -185,18 +187,6 @@ class RelationEntry:
     primary: bool = False  # for an index: the primary key's (unique), not a CREATE INDEX
 
 
-@dataclass(frozen=True)
-class ConstraintEntry:
-    oid: int
-    name: str
-    schema: str
-    contype: str
-    table_oid: int
-    index_oid: int
-    key_attnums: tuple[int, ...]
-    key_names: tuple[str, ...]
-
-
 class CatalogIndex:
     """All objects of a snapshot, by name and by OID."""
 
@@ -215,6 +205,7 @@ class CatalogIndex:
                 keys.append(f"constraint:{t.schema}.{_pkey_name(t)}")
             keys += [f"relation:{t.schema}.{name}" for name, _ in t.indexes]
             keys += [f"attrdef:{t.schema}.{t.name}.{c.name}" for c in t.columns if c.default is not None]
+            keys += [pg_constraints.check_key(t.schema, t.name, name) for name, _ in t.checks]
         keys += [f"relation:{v.schema}.{v.name}" for v in snap.views]
         keys += [f"rule:{v.schema}.{v.name}" for v in snap.views]  # its _RETURN rule (pg_rewrite)
         oids = _allocate(keys, taken=set(_SYSTEM_RELATION_OIDS.values()))
@@ -228,7 +219,7 @@ class CatalogIndex:
         self.relations: dict[tuple[str, str], RelationEntry] = {}
         # result schemas annotated with their source tables (sourced_schema), by schema
         self.sourced: dict[pa.Schema, pa.Schema] = {}
-        self.constraints: dict[int, ConstraintEntry] = {}
+        self.constraints: dict[int, pg_constraints.ConstraintEntry] = {}
         for rel in RELATIONS:
             if rel.function:
                 continue
@@ -271,6 +262,9 @@ class CatalogIndex:
                               columns, table=t)
         self._add(table)
         by_name = {c.name: c for c in columns}
+        for check in pg_constraints.check_entries(oids, t.schema, t.name, table.oid,
+                                                  {c.name: c.attnum for c in columns}, t.checks):
+            self.constraints[check.oid] = check
         for index_name, index_columns in t.indexes:
             indexed = tuple(by_name[n] for n in index_columns if n in by_name)
             self._add(RelationEntry(oids[f"relation:{t.schema}.{index_name}"], t.schema, index_name, "i",
@@ -285,7 +279,7 @@ class CatalogIndex:
                               key_attnums=tuple(c.attnum for c in key_cols), primary=True)
         self._add(index)
         con_oid = oids[f"constraint:{t.schema}.{name}"]
-        self.constraints[con_oid] = ConstraintEntry(
+        self.constraints[con_oid] = pg_constraints.ConstraintEntry(
             con_oid, name, t.schema, "p", table.oid, index.oid,
             index.key_attnums, tuple(c.name for c in key_cols),
         )
@@ -377,15 +371,7 @@ def _split_qualified(name: str) -> list[str] | None:
     return parts[-2:]
 
 
-def _quote_ident(name: str) -> str:
-    if name and (name[0].isalpha() or name[0] == "_") and all(
-        ch.islower() or ch.isdigit() or ch == "_" for ch in name
-    ):
-        return name
-    return '"' + name.replace('"', '""') + '"'
-
-
-quote_ident = _quote_ident
+_quote_ident = quote_ident
 
 
 # --- building the relations ---------------------------------------------------------------------
@@ -546,15 +532,6 @@ def _rows_pg_type(ix: CatalogIndex) -> Rows:
 
 def _all_types() -> list[BuiltinType]:
     return sorted(BUILTIN_TYPES.values(), key=lambda t: t.oid)
-
-
-def _rows_pg_constraint(ix: CatalogIndex) -> Rows:
-    return [{
-        "oid": c.oid, "conname": c.name, "connamespace": ix.namespaces[c.schema],
-        "contype": c.contype, "convalidated": True, "conrelid": c.table_oid,
-        "conindid": c.index_oid, "conislocal": True, "connoinherit": True,
-        "conkey": list(c.key_attnums),
-    } for c in ix.constraints.values()]
 
 
 def _rows_pg_index(ix: CatalogIndex) -> Rows:
@@ -762,15 +739,6 @@ def index_definition(ix: CatalogIndex, oid: int, column: int = 0) -> str | None:
             f"USING btree ({', '.join(names)})")
 
 
-def constraint_definition(ix: CatalogIndex, oid: int) -> str | None:
-    """pg_get_constraintdef(oid)."""
-    c = ix.constraints.get(oid)
-    if c is None:
-        return None
-    kind = {"p": "PRIMARY KEY", "u": "UNIQUE"}[c.contype]
-    return f"{kind} ({', '.join(_quote_ident(n) for n in c.key_names)})"
-
-
 # information_schema ----------------------------------------------------------------------------
 
 
@@ -851,24 +819,6 @@ def _rows_views(ix: CatalogIndex) -> Rows:
             for e in _lakehouse_views(ix)]
 
 
-def _rows_table_constraints(ix: CatalogIndex) -> Rows:
-    db = ix.snapshot.database
-    return [{"constraint_catalog": db, "constraint_schema": c.schema, "constraint_name": c.name,
-             "table_catalog": db, "table_schema": c.schema,
-             "table_name": ix.by_oid[c.table_oid].name, "constraint_type": "PRIMARY KEY",
-             "is_deferrable": "NO", "initially_deferred": "NO", "enforced": "YES"}
-            for c in ix.constraints.values()]
-
-
-def _rows_key_column_usage(ix: CatalogIndex) -> Rows:
-    db = ix.snapshot.database
-    return [{"constraint_catalog": db, "constraint_schema": c.schema, "constraint_name": c.name,
-             "table_catalog": db, "table_schema": c.schema,
-             "table_name": ix.by_oid[c.table_oid].name, "column_name": name,
-             "ordinal_position": position}
-            for c in ix.constraints.values() for position, name in enumerate(c.key_names, 1)]
-
-
 # Relations not listed here are empty: a lakehouse has no triggers, policies, sequences, ...
 _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "pg_catalog.pg_namespace": _rows_pg_namespace,
@@ -880,7 +830,7 @@ _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "pg_catalog.pg_description": _rows_pg_description,
     "pg_catalog.pg_init_privs": _rows_pg_init_privs,
     "pg_catalog.pg_get_keywords": lambda _ix: keyword_rows(),
-    "pg_catalog.pg_constraint": _rows_pg_constraint,
+    "pg_catalog.pg_constraint": pg_constraints.rows_pg_constraint,
     "pg_catalog.pg_index": _rows_pg_index,
     "pg_catalog.pg_am": _rows_pg_am,
     "pg_catalog.pg_collation": lambda ix: _collation_defaults(_rows_pg_collation(ix)),
@@ -903,8 +853,10 @@ _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "information_schema.tables": _rows_tables,
     "information_schema.columns": _rows_columns,
     "information_schema.views": _rows_views,
-    "information_schema.table_constraints": _rows_table_constraints,
-    "information_schema.key_column_usage": _rows_key_column_usage,
+    "information_schema.table_constraints": pg_constraints.rows_table_constraints,
+    "information_schema.key_column_usage": pg_constraints.rows_key_column_usage,
+    "information_schema.check_constraints": pg_constraints.rows_check_constraints,
+    "information_schema.constraint_column_usage": pg_constraints.rows_constraint_column_usage,
 }
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from icegres.engine import pg_builtins, pg_catalog, pg_relations
+from icegres.engine import pg_builtins, pg_catalog, pg_constraints, pg_relations
 from icegres.pg.errors import (
     INVALID_PARAMETER_VALUE,
     INVALID_REGULAR_EXPRESSION,
@@ -37,6 +37,7 @@ from icegres.pg.errors import (
     UNDEFINED_OBJECT,
     PgError,
 )
+from icegres.pg.keywords import quote_ident
 
 if TYPE_CHECKING:
     import datafusion
@@ -321,7 +322,7 @@ def _view_def(env: SessionEnv, oid: int | None, pretty: bool | None) -> str | No
 
 def _constraint_def(env: SessionEnv, oid: int, pretty: bool | None) -> str | None:
     ix = pg_catalog.current_index(env)
-    return pg_catalog.constraint_definition(ix, oid) if ix is not None else None
+    return pg_constraints.constraint_definition(ix, oid) if ix is not None else None
 
 
 _PROCS = {p.oid: p for p in pg_builtins.BUILTIN_FUNCTIONS}
@@ -481,12 +482,7 @@ def options_clauses(options: list[str | None] | None) -> list[str]:
     """ARRAY(SELECT quote_ident(option_name) || ' ' || quote_literal(option_value) FROM
     pg_options_to_table(opts) ORDER BY option_name): pg_dump's OPTIONS (...) of a foreign object."""
     pairs = sorted(item.partition("=")[::2] for item in options or [] if item is not None)
-    return [f"{_quote_ident(name)} {_quote_literal(value)}" for name, value in pairs]
-
-
-def _quote_ident(name: str) -> str:
-    plain = name.isidentifier() and name == name.lower() and name.isascii()
-    return name if plain else '"' + name.replace('"', '""') + '"'
+    return [f"{quote_ident(name)} {_quote_literal(value)}" for name, value in pairs]
 
 
 def _quote_literal(value: str) -> str:
@@ -534,7 +530,7 @@ def helper_functions(env: SessionEnv) -> list[Fn]:
                lambda relid, attnums, sep: attnames(env, relid, attnums, sep)),
             Fn("pg_role_names", (pa.list_(pa.int64()),), pa.list_(TEXT), lambda oids: role_names(env, oids)),
             Fn("pg_role_idents", (pa.list_(pa.int64()),), pa.list_(TEXT),
-               lambda oids: [_quote_ident(n) for n in role_names(env, oids)])]
+               lambda oids: [quote_ident(n) for n in role_names(env, oids)])]
 
 
 # PostgreSQL's regex flags that Python's `re` has; a regex in PostgreSQL lets `.` match a
@@ -585,6 +581,6 @@ HELPER_FUNCTIONS: tuple[Fn, ...] = (
     Fn("pg_quote_literals", (pa.list_(TEXT),), pa.list_(TEXT),
        lambda values: [None if v is None else _quote_literal(v) for v in values or []],
        volatility=IMMUTABLE, strict=False),
-    Fn("quote_ident", (TEXT,), TEXT, lambda name: _quote_ident(name), volatility=IMMUTABLE),
+    Fn("quote_ident", (TEXT,), TEXT, lambda name: quote_ident(name), volatility=IMMUTABLE),
     Fn("quote_literal", (TEXT,), TEXT, lambda value: _quote_literal(value), volatility=IMMUTABLE),
 )

@@ -256,6 +256,10 @@ RELATIONS: tuple[RelationDef, ...] = (
           "constraint_name:name table_catalog:name table_schema:name table_name:name "
           "constraint_type:text is_deferrable:text initially_deferred:text enforced:text "
           "nulls_distinct:text"),
+    _info("check_constraints", "constraint_catalog:name constraint_schema:name "
+          "constraint_name:name check_clause:text"),
+    _info("constraint_column_usage", "table_catalog:name table_schema:name table_name:name "
+          "column_name:name constraint_catalog:name constraint_schema:name constraint_name:name"),
     _info("key_column_usage", "constraint_catalog:name constraint_schema:name "
           "constraint_name:name table_catalog:name table_schema:name table_name:name "
           "column_name:name ordinal_position:int4 position_in_unique_constraint:int4"),

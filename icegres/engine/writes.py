@@ -189,7 +189,7 @@ async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
     """`run_ddl` of a parsed command."""
     from icegres.engine import ddl, ddl_apply, ddl_block, ddl_refs
     from icegres.engine.ddl_commands import command_tag
-    from icegres.engine.dml import defaults
+    from icegres.engine.dml import checks, defaults
 
     qctx = host.qctx
     txn = qctx.txn
@@ -199,6 +199,8 @@ async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
         raise PgError(E.ACTIVE_SQL_TRANSACTION, f"{what} cannot run inside a transaction block")
     if defaults.declared(cmd):
         await host.run(defaults.check_declared, qctx, cmd)
+    if checks.declared(cmd):
+        await host.run(checks.check_declared, qctx, cmd)
     temp = await _temp_ddl(host, cmd, txn if in_block else None)
     if temp is not None:
         return temp
@@ -446,7 +448,7 @@ async def copy_in(host: WriteHost, table_name: str, columns: list[str] | None, f
     from sqlglot import exp
 
     from icegres.engine import assign, dml
-    from icegres.engine.dml import defaults
+    from icegres.engine.dml import checks, defaults
 
     try:
         table = exp.to_table(table_name, dialect="postgres")
@@ -464,7 +466,7 @@ async def copy_in(host: WriteHost, table_name: str, columns: list[str] | None, f
         names = dml.insert_columns(target, plan)
         zone = qctx.env.time_zone
         rows = defaults.fill(qctx, plan, parse_copy(data, fmt, names, assign.write_schema(plan), zone))
-        return key, assign.conform(rows, plan, key, zone), bool(plan.primary_key)
+        return key, checks.conform(qctx, rows, plan, key, zone), bool(plan.primary_key)
 
     def load(txn: TxnState) -> int:
         key, rows, _ = rows_of(txn)
@@ -511,7 +513,8 @@ async def append_rows(host: WriteHost, key: Key, data: pa.Table, ref: str | None
     """Append `data` (columns in the table's order, any names) to table `key` (to its branch
     `ref`, if given): one commit through the machine, or staged into the open block. Values are
     assigned to the column types as INSERT assigns them."""
-    from icegres.engine import assign, branch_writes, dml
+    from icegres.engine import branch_writes, dml
+    from icegres.engine.dml import checks
 
     qctx = host.qctx
 
@@ -523,7 +526,7 @@ async def append_rows(host: WriteHost, key: Key, data: pa.Table, ref: str | None
         else:
             target = branch_writes.pin(qctx.engine, txn, key, ref)
         plan = txn.plan(target)
-        rows = assign.conform(data.rename_columns(plan.schema.names), plan, target)
+        rows = checks.conform(qctx, data.rename_columns(plan.schema.names), plan, target, "UTC")
         dml.append(txn, target, rows)
         return rows.num_rows
 

@@ -82,3 +82,15 @@ def keyword_rows() -> list[dict[str, object]]:
              "baredesc": "can be bare label" if bare else "requires AS"}
             for (code, bare), words in _WORDS.items() for word in words.split()]
     return sorted(rows, key=lambda row: str(row["word"]))
+
+
+_NOT_PLAIN = frozenset(word for (code, _), words in _WORDS.items() if code != "U" for word in words.split())
+
+
+def quote_ident(name: str) -> str:
+    """An identifier as PostgreSQL's quote_ident writes it: bare where it is lower-case letters,
+    digits and underscores not starting with a digit and no keyword other than an unreserved
+    one, else double-quoted."""
+    plain = (name[:1].isascii() and (name[:1].isalpha() and name[:1].islower() or name[:1] == "_")
+             and all(ch.isascii() and (ch.islower() or ch.isdigit() or ch == "_") for ch in name))
+    return name if plain and name not in _NOT_PLAIN else '"' + name.replace('"', '""') + '"'

@@ -107,6 +107,16 @@ def _parse_cached(sql: str) -> exp.Expression:
     return tree
 
 
+def expression(text: str) -> exp.Expression:
+    """One value expression (a DEFAULT, a CHECK) read as a statement's would be (PgError 42601 if
+    it is not exactly one). Shared: never change it."""
+    tree = _parse_cached(f"SELECT {text}")
+    if not isinstance(tree, exp.Select) or len(tree.expressions) != 1 or any(
+            value for key, value in tree.args.items() if key != "expressions"):
+        raise PgError(SYNTAX_ERROR, "syntax error")
+    return tree.expressions[0]
+
+
 def _parse_one(sql: str) -> exp.Expression | None:
     import sqlglot
 

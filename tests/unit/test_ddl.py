@@ -23,7 +23,16 @@ from icegres.engine.ddl import (
     parse_ddl,
     parse_partitioning,
 )
-from icegres.engine.ddl_commands import CreateView, DropView, RenameView, SetDefault, command_tag
+from icegres.engine.ddl_commands import (
+    AddCheck,
+    CheckDef,
+    CreateView,
+    DropConstraint,
+    DropView,
+    RenameView,
+    SetDefault,
+    command_tag,
+)
 from icegres.engine.pg_types import ColumnType, pg_name_of
 from icegres.pg.errors import PgError
 
@@ -184,12 +193,26 @@ def test_primary_keys():
     assert parse_ddl('CREATE TABLE t ("A" int PRIMARY KEY)').primary_key == ("A",)
 
 
+def test_check_constraints_are_read_in_the_order_written():
+    cmd = parse_ddl("CREATE TABLE t (a int CHECK (a > 0), b text CONSTRAINT short CHECK (length(b) < 5), "
+                    "CHECK (a < b::int), CONSTRAINT named CHECK (a <> 3) NO INHERIT)")
+    assert cmd.checks == (CheckDef(None, "a > 0", "a"), CheckDef("short", "length(b) < 5", "b"),
+                          CheckDef(None, "a < CAST(b AS INT)"), CheckDef("named", "a <> 3"))
+    assert parse_ddl("ALTER TABLE t ADD CONSTRAINT c CHECK (a > 0) NOT VALID") == AlterTable(
+        None, "t", (AddCheck(CheckDef("c", "a > 0", not_valid=True)),))
+    assert parse_ddl("ALTER TABLE t ADD CHECK (a > 0)") == AlterTable(None, "t", (AddCheck(CheckDef(None, "a > 0")),))
+    assert parse_ddl("ALTER TABLE t DROP CONSTRAINT IF EXISTS c CASCADE") == AlterTable(
+        None, "t", (DropConstraint("c", True),))
+
+
 @pytest.mark.parametrize("sql,sqlstate,needle", [
+    ("CREATE TABLE t (a int CHECK (a > (SELECT 1)))", "0A000", "subquery"),
+    ("CREATE TABLE t (a int CHECK (count(*) > 0))", "42803", "aggregate"),
+    ("CREATE TABLE t (a int, CHECK (a > 0) NOT NULL)", "42601", '"NULL"'),
+    ("CREATE TABLE t (a int, CHECK ())", "42601", '")"'),
     ("CREATE TABLE t (a int UNIQUE)", "0A000", "UNIQUE"),
-    ("CREATE TABLE t (a int CHECK (a > 0))", "0A000", "CHECK"),
     ("CREATE TABLE t (a int REFERENCES u (id))", "0A000", "FOREIGN KEY"),
     ("CREATE TABLE t (a int, UNIQUE (a))", "0A000", "UNIQUE"),
-    ("CREATE TABLE t (a int, CONSTRAINT c CHECK (a > 0))", "0A000", "CHECK"),
     ("CREATE TABLE t (a int, FOREIGN KEY (a) REFERENCES u (id))", "0A000", "FOREIGN KEY"),
     ("CREATE TABLE t (a int, EXCLUDE USING gist (a WITH =))", "0A000", "EXCLUDE"),
     ("CREATE TABLE t (a int DEFAULT b)", "0A000", "column reference in DEFAULT"),
@@ -449,8 +472,6 @@ def test_alter_renames():
     ("ALTER TABLE t ADD a int PRIMARY KEY", "0A000", "PRIMARY KEY"),
     ("ALTER TABLE t ADD PRIMARY KEY (a)", "0A000", "PRIMARY KEY"),
     ("ALTER TABLE t ADD CONSTRAINT u UNIQUE (a)", "0A000", "UNIQUE"),
-    ("ALTER TABLE t ADD CHECK (a > 0)", "0A000", "CHECK"),
-    ("ALTER TABLE t DROP CONSTRAINT c", "0A000", "DROP CONSTRAINT"),
     ("ALTER TABLE t OWNER TO bob", "0A000", "OWNER"),
     ("ALTER TABLE t SET SCHEMA s", "0A000", "SET SCHEMA"),
     ("ALTER TABLE t SET LOGGED", "0A000", "SET LOGGED"),

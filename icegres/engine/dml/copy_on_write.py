@@ -17,6 +17,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 from sqlglot import exp
 
 from icegres.engine.assign import assignment, check_assignable, conform, write_schema
+from icegres.engine.dml import checks
 from icegres.engine.dml.target import (
     FILE_COLUMN,
     HIT_COLUMN,
@@ -103,7 +104,7 @@ def rewrite_matching(qctx: QueryContext, txn: TxnState, key: Key, cond: exp.Expr
     if not delete and returned:
         marks = data.column(HIT_COLUMN)
         data = data.drop_columns([HIT_COLUMN])
-    rows = conform(data, plan, key, qctx.env.time_zone)
+    rows = checks.conform(qctx, data, plan, key)
     if marks is not None:
         returning_rows = rows.filter(marks)
     if sets and any(c in sets for c in plan.primary_key):

@@ -10,7 +10,6 @@ INSERT's value is.
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,17 +17,11 @@ import pyarrow as pa
 from sqlglot import exp
 
 from icegres.engine.dml.target import collect
+from icegres.sql.parse import expression as _parsed
 
 if TYPE_CHECKING:
     from icegres.engine.mounts import ReadPlan
     from icegres.engine.query import QueryContext
-
-
-@functools.lru_cache(maxsize=1024)
-def _parsed(text: str) -> exp.Expression:
-    import sqlglot
-
-    return sqlglot.parse_one(f"SELECT {text}", read="postgres").expressions[0]
 
 
 def expression(plan: ReadPlan, name: str) -> exp.Expression:

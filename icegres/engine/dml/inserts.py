@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from sqlglot import exp
 
-from icegres.engine.assign import conform
-from icegres.engine.dml import defaults
+from icegres.engine.dml import checks, defaults
 from icegres.engine.dml.target import collect, insert_columns, target_key, target_plan, target_table
 from icegres.engine.insert_shape import InsertShape, compile_shape
 from icegres.pg.errors import PgError
@@ -34,7 +33,7 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
     tree = defaults.in_values(tree, plan, columns)
     source = tree.expression
     if source is None:  # INSERT ... DEFAULT VALUES: every column its default
-        return key, conform(defaults.fill(qctx, plan, pa.table({}), rows=1), plan, key, qctx.env.time_zone), None
+        return key, checks.conform(qctx, defaults.fill(qctx, plan, pa.table({}), rows=1), plan, key), None
     elif (shape := compile_shape(tree, key, plan, columns)) is not None and (rows := shape.rows(params)) is not None:
         # `VALUES ($1, $2), ($3, $4) …` built straight into Arrow, without planning SQL: drivers
         # send multi-row inserts exactly so (executemany, ORMs' bulk inserts), and planning
@@ -56,7 +55,7 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
             columns = _targets(columns, isinstance(tree.this, exp.Schema), len(planned.df.schema()))
             data = collect(planned)
         data = defaults.fill(qctx, plan, data.rename_columns(columns))
-    return key, conform(data, plan, key, qctx.env.time_zone), None
+    return key, checks.conform(qctx, data, plan, key), None
 
 
 def _rows_one_by_one(qctx: QueryContext, source: exp.Values, columns: list[str], explicit: bool, plan: ReadPlan,
@@ -69,7 +68,7 @@ def _rows_one_by_one(qctx: QueryContext, source: exp.Values, columns: list[str],
     for row in source.expressions:
         data = collect(qctx.plan_tree(_row_select(row), params))
         names = _targets(columns, explicit, data.num_columns)
-        tables.append(conform(data.rename_columns(names), plan, key, qctx.env.time_zone))
+        tables.append(checks.conform(qctx, data.rename_columns(names), plan, key))
     return pa.concat_tables(tables)
 
 

@@ -18,6 +18,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from icegres.engine.assign import conform, write_schema
+from icegres.engine.dml import checks
 from icegres.engine.dml.copy_on_write import assigned_values, check_unique, write_files
 from icegres.engine.dml.target import (
     FILE_COLUMN,
@@ -91,7 +92,7 @@ def rewrite_joined(qctx: QueryContext, txn: TxnState, key: Key, sources: list[ex
             value = assigned_to(picked.column(i + 1), base.schema.field(name), key, qctx.env.time_zone)
             merged = pa.concat_arrays([old.combine_chunks(), value])
             new = new.set_column(new.schema.get_field_index(name), name, merged.take(pa.array(positions)))
-        rows = conform(new, plan, key, qctx.env.time_zone)  # (the new values' NOT NULL, lengths)
+        rows = checks.conform(qctx, new, plan, key)  # (the new values' NOT NULL, CHECKs, lengths)
         returning = rows.take(pa.array(ids)) if returned else None
         if any(c in sets for c in plan.primary_key):
             check_unique(qctx, plan, key, rows, exclude_files=tuple(matched))

@@ -20,8 +20,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from icegres.engine.assign import conform
-from icegres.engine.dml import defaults
+from icegres.engine.dml import checks, defaults
 from icegres.engine.dml.copy_on_write import assigned_values, check_unique, write_files
 from icegres.engine.dml.joined import (
     ROW_COLUMN,
@@ -191,7 +190,7 @@ def _matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, alia
     for k, when in enumerate(whens):
         if _is(when.args.get("then"), "DELETE"):
             deleted[ids[acting & (clause == k + 1)]] = True
-    rows = conform(new.filter(pa.array(~deleted)), plan, key, qctx.env.time_zone)
+    rows = checks.conform(qctx, new.filter(pa.array(~deleted)), plan, key)
     return len(acted), files, rows
 
 
@@ -243,7 +242,7 @@ def _not_matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table |
         chosen = found.filter(pa.array(mask))
         data = pa.table({c: chosen.column(f"_{k}_{i}") for i, c in enumerate(columns)})  # none: DEFAULT VALUES
         data = defaults.fill(qctx, plan, data, rows=int(mask.sum()))
-        parts.append(conform(data, plan, key, qctx.env.time_zone))
+        parts.append(checks.conform(qctx, data, plan, key))
     return pa.concat_tables(parts) if parts else None
 
 

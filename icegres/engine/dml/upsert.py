@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from sqlglot import exp
 
-from icegres.engine.assign import assignment, conform
+from icegres.engine.assign import assignment
+from icegres.engine.dml import checks
 from icegres.engine.dml.copy_on_write import append, check_unique, write_files
 from icegres.engine.dml.inserts import rows_of_insert
 from icegres.engine.dml.target import (
@@ -144,7 +145,7 @@ def _update_conflicting(qctx: QueryContext, txn: TxnState, tree: exp.Insert, key
              .join(source(incoming, excluded), on=on, join_type="left").where(in_files(files, alias)))
     data = collect(qctx.plan_tree(query, params))
     marks = data.column(HIT_COLUMN)
-    rows = conform(data.drop_columns([HIT_COLUMN]), plan, key, qctx.env.time_zone)
+    rows = checks.conform(qctx, data.drop_columns([HIT_COLUMN]), plan, key)
     if any(c in sets for c in pk):
         check_unique(qctx, plan, key, rows, exclude_files=tuple(files))
     write = txn.write_for(key)

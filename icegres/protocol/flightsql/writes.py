@@ -491,7 +491,8 @@ async def _insert_parameter_batches(host: LockedHost, stmt: Statement, batches: 
 def _insert_columns_from(qctx: Any, txn: TxnState, stmt: Statement, batches: list[pa.RecordBatch]) -> int | None:
     import sqlglot.expressions as exp
 
-    from icegres.engine import assign, dml
+    from icegres.engine import dml
+    from icegres.engine.dml import checks
 
     stmt = qctx.with_views(stmt)  # (`INSERT INTO "t@b"`: the transaction's pin of the branch)
     tree = stmt.tree
@@ -520,7 +521,7 @@ def _insert_columns_from(qctx: Any, txn: TxnState, stmt: Statement, batches: lis
     params = pa.Table.from_batches(batches)
     data = pa.table({c: params.column(r) if r is not None else pa.nulls(params.num_rows)
                      for c, r in zip(columns, refs, strict=True)})
-    rows = assign.conform(data, plan, key)
+    rows = checks.conform(qctx, data, plan, key, "UTC")
     dml.check_unique(qctx, plan, key, rows, exclude_files=())
     dml.append(txn, key, rows)
     return rows.num_rows
