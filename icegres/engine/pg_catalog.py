@@ -413,7 +413,7 @@ def _rows_pg_class(ix: CatalogIndex) -> Rows:
             "relhasrules": e.view is not None,  # a view's _RETURN rule
             "relnatts": len(e.columns) if e.relkind != "i" else len(e.key_attnums),
             "relispopulated": True, "relreplident": "d" if e.relkind == "r" else "n",
-            "relfrozenxid": 0,
+            "relfrozenxid": 0, "relchecks": len(e.table.checks) if e.relkind == "r" and e.table else 0,
         })
     return rows
 

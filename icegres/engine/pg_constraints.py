@@ -71,12 +71,25 @@ def constraint_definition(ix: Any, oid: int) -> str | None:
 def rows_table_constraints(ix: Any) -> Rows:
     db = ix.snapshot.database
     kinds = {"p": "PRIMARY KEY", "c": "CHECK"}
-    return [{"constraint_catalog": db, "constraint_schema": c.schema, "constraint_name": c.name,
+    rows = [{"constraint_catalog": db, "constraint_schema": c.schema, "constraint_name": c.name,
              "table_catalog": db, "table_schema": c.schema,
              "table_name": ix.by_oid[c.table_oid].name, "constraint_type": kinds[c.contype],
-             "is_deferrable": "NO", "initially_deferred": "NO", "enforced": "YES",
              "nulls_distinct": "YES" if c.contype == "p" else None}
             for c in ix.constraints.values()]
+    rows += [{"constraint_catalog": db, "constraint_schema": t.schema, "constraint_name": name,
+              "table_catalog": db, "table_schema": t.schema, "table_name": t.name, "constraint_type": "CHECK"}
+             for t, name, _ in _not_nulls(ix)]
+    for row in rows:
+        row.update(is_deferrable="NO", initially_deferred="NO", enforced="YES")
+    return rows
+
+
+def _not_nulls(ix: Any) -> list[tuple[Any, str, str]]:
+    """(table, name, column) of each NOT NULL column of a lakehouse table, which
+    information_schema shows as a CHECK named `<schema oid>_<table oid>_<attnum>_not_null`."""
+    return [(t, f"{ix.namespaces[t.schema]}_{t.oid}_{c.attnum}_not_null", c.name)
+            for t in ix.relations.values() if t.relkind == "r" and t.table is not None
+            for c in t.columns if c.not_null]
 
 
 def rows_key_column_usage(ix: Any) -> Rows:
@@ -95,7 +108,9 @@ def rows_check_constraints(ix: Any) -> Rows:
     db = ix.snapshot.database
     return [{"constraint_catalog": db, "constraint_schema": c.schema, "constraint_name": c.name,
              "check_clause": check_text.definition(c.check)[len("CHECK "):]}
-            for c in ix.constraints.values() if c.contype == "c"]
+            for c in ix.constraints.values() if c.contype == "c"] + [
+            {"constraint_catalog": db, "constraint_schema": t.schema, "constraint_name": name,
+             "check_clause": f"{quote_ident(column)} IS NOT NULL"} for t, name, column in _not_nulls(ix)]
 
 
 def rows_constraint_column_usage(ix: Any) -> Rows:

@@ -41,7 +41,7 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
         # target columns' types (Parse inferred them from the columns), so they convert as they are.
         return key, rows, shape
     else:
-        source = _bounded_source(qctx, tree, params)
+        source = _distinct_names(_bounded_source(qctx, tree, params))
         query = _values_as_selects(source)
         # Outside a transaction block the source also sees the write buffer's acked rows.
         with qctx.buffered_reads(qctx.buffered_entries_of(query)):
@@ -101,6 +101,21 @@ def _values_as_selects(source: exp.Expression) -> exp.Expression:
     for row in rows[1:]:
         out = exp.union(out, row, distinct=False)
     return out
+
+
+def _distinct_names(source: exp.Expression) -> exp.Expression:
+    """A SELECT source whose items share an output name (`SELECT g, g FROM …`), each item named
+    by its place: an INSERT reads its source by position, and DataFusion refuses a projection
+    with two columns of one name."""
+    if not isinstance(source, exp.Select) or any(isinstance(e, exp.Star) or e.find(exp.Star) for e in source.expressions):
+        return source
+    names = [e.alias_or_name for e in source.expressions]
+    if len(set(names)) == len(names):
+        return source
+    source = source.copy()
+    source.set("expressions", [exp.alias_(e.unalias() if isinstance(e, exp.Alias) else e, f"_icegres_item_{i}", quoted=True)
+                               for i, e in enumerate(source.expressions)])
+    return source
 
 
 def _bounded_source(qctx: QueryContext, tree: exp.Insert, params: dict[str, Any] | None) -> exp.Expression:
