@@ -59,7 +59,10 @@ def trust(seeded_dir: Path) -> Iterator[FlightProcess]:
 
 @pytest.fixture(scope="module")
 def password(seeded_dir: Path) -> Iterator[str]:
-    with flight_server(seeded_dir, env={"ICEGRES_USERS": USERS}) as (uri, _, _, _):
+    # Logins are refused here on purpose: the failed-login back-off (test_flight_auth_backoff.py
+    # tests it) is kept to milliseconds so that it does not set the tests' pace.
+    env = {"ICEGRES_USERS": USERS, "ICEGRES_AUTH_FAILURE_DELAY_MS": "10", "ICEGRES_AUTH_FAILURE_DELAY_MAX_MS": "40"}
+    with flight_server(seeded_dir, env=env) as (uri, _, _, _):
         yield uri
 
 

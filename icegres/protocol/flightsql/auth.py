@@ -9,6 +9,15 @@ Basic auth may come on every call (clients that skip the Handshake): its PBKDF2 
 worker thread, and a success is remembered under an HMAC of the credentials with a key of this
 process, so that the next call with them costs a dictionary lookup and the password is kept
 nowhere. Failures log the user, the peer and a reason; never a password or token.
+
+Every check of credentials (Basic, remembered or not; a JWT; a bearer token we never issued) is
+answered in its client address's turn under the failed-login back-off (protocol/backoff.py), the
+table pgwire's logins use in the same process, and counts as a failure or a success there. A
+remembered Basic success waits its turn too: otherwise a guesser could tell a right password that
+another client logged in with by its quick answer, and give up on every slower one. A bearer token
+we issued is a login already made (a session, as an open pgwire connection is) and does not wait.
+Refusals without a secret in them (no or malformed credentials) are not counted, as pgwire counts
+no protocol violation.
 """
 
 from __future__ import annotations
@@ -20,9 +29,10 @@ import hashlib
 import hmac
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+import trio
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
@@ -32,6 +42,7 @@ from icegres.protocol.tokens import KeysUnavailable, TokenRejected, looks_like_j
 
 if TYPE_CHECKING:
     from icegres.config import Settings
+    from icegres.protocol.backoff import AuthBackoff
     from icegres.protocol.tokens import TokenValidator
 
 log = logging.getLogger("icegres.auth")
@@ -49,11 +60,15 @@ async def _in_thread(fn: Callable[[], object]) -> object:
 
 
 class FlightAuth:
-    """The service's authenticator: `required` unless the server runs trust (loopback only)."""
+    """The service's authenticator: `required` unless the server runs trust (loopback only).
 
-    def __init__(self, settings: Settings, tokens: TokenValidator | None) -> None:
+    `addr` is the client's IP address (what the back-off counts by), `peer` its address and port
+    as the log shows them."""
+
+    def __init__(self, settings: Settings, tokens: TokenValidator | None, backoff: AuthBackoff) -> None:
         self.users = settings.users
         self.tokens = tokens
+        self.backoff = backoff
         self.required = bool(self.users) or tokens is not None
         self._issued: Bounded[str, str] = Bounded(TOKENS_MAX)
         self._checked: Bounded[bytes, str] = Bounded(CHECKED_MAX)
@@ -68,8 +83,9 @@ class FlightAuth:
     def issued(self, token: str) -> str | None:
         return self._issued.get(token)
 
-    async def basic(self, value: str, peer: str) -> str:
-        """The user a `Basic <base64 user:password>` value names, if the password is right."""
+    async def basic(self, value: str, addr: str, peer: str) -> str:
+        """The user a `Basic <base64 user:password>` value names, if the password is right;
+        answered in `addr`'s turn under the back-off."""
         token = value.strip()
         try:
             # The Go client (ADBC) strips the base64 padding: put it back before decoding.
@@ -81,6 +97,9 @@ class FlightAuth:
             raise _unauthenticated("malformed Basic credentials", "28000")
         if not self.required:
             return user  # trust: only ever on loopback (checked at server start), as in pgwire
+        return await self._judged(addr, self._check_basic(user, password, peer))
+
+    async def _check_basic(self, user: str, password: str, peer: str) -> str:
         if self.tokens is not None and looks_like_jwt(password):
             role = await self._token_role(password, peer)
             if role != user:
@@ -97,17 +116,19 @@ class FlightAuth:
         self._checked.put(mark, user)
         return user
 
-    async def bearer(self, token: str, peer: str) -> tuple[str, str] | None:
+    async def bearer(self, token: str, addr: str, peer: str) -> tuple[str, str] | None:
         """(session key, user) of a bearer token: one we issued, or a valid JWT. None when it is
         neither and authentication is off (trust)."""
         user = self._issued.get(token)
         if user is not None:
             return "token:" + token, user
         if self.tokens is not None and looks_like_jwt(token):
-            role = await self._token_role(token, peer)
+            role = await self._judged(addr, self._token_role(token, peer))
             # The session is named by a digest: the token itself is no dictionary key of ours.
             return "jwt:" + hashlib.sha256(token.encode()).hexdigest()[:32], role
         if self.required:
+            log.warning("Flight SQL: bearer token from %s refused: not one this server issued (or forgotten)", peer)
+            await self._answer(addr, ok=False)
             raise _unauthenticated("invalid or expired bearer token", "28000")
         return None
 
@@ -121,3 +142,28 @@ class FlightAuth:
         except KeysUnavailable as err:
             log.warning("Flight SQL: bearer token from %s not checked: the JWKS could not be read (%s)", peer, err)
             raise _unauthenticated("the bearer token could not be checked", "28000") from None
+
+    # --- the failed-login back-off ---------------------------------------------------------------
+
+    async def _judged(self, addr: str, check: Awaitable[str]) -> str:
+        """`check`'s user, or its UNAUTHENTICATED, answered in `addr`'s turn and counted (an
+        unreadable JWKS too, as pgwire counts it)."""
+        try:
+            user = await check
+        except GRPCError:
+            await self._answer(addr, ok=False)
+            raise
+        await self._answer(addr, ok=True)
+        return user
+
+    async def _answer(self, addr: str, ok: bool) -> None:
+        """Wait for `addr`'s turn, then record the answer (no await in between: backoff.py).
+
+        The table is kept at trio's clock, as pgwire keeps it: trio-asyncio's loop runs inside
+        trio, so the clock is readable from this asyncio handler. The wait is an asyncio sleep in
+        the call's own task, never a thread's; the loop re-checks the clock because an asyncio
+        timer may fire a little before its time."""
+        at = self.backoff.book(addr, trio.current_time())
+        while (left_s := at - trio.current_time()) > 0:
+            await asyncio.sleep(left_s)
+        self.backoff.record(addr, ok, trio.current_time())

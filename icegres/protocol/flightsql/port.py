@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from icegres.config import Settings
     from icegres.engine.lake import Engine
     from icegres.engine.txn import TxnState
+    from icegres.protocol.backoff import AuthBackoff
     from icegres.protocol.flightsql.bindings import Params
     from icegres.protocol.flightsql.sessions import Bounded, Prepared, Result, Session
     from icegres.sql.statement import Statement
@@ -25,6 +26,7 @@ class ServerPort(Protocol):
     settings: Settings
     engine: Engine
     limiter: trio.CapacityLimiter
+    backoff: AuthBackoff  # failed-login back-off per client address, pgwire's in `icegres serve`
 
     async def run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
         """`fn(*args)` in a worker thread behind the query limiter; cancellable."""

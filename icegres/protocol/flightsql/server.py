@@ -16,6 +16,7 @@ import outcome
 import trio
 
 from icegres.config import Settings, refuse_open_trust, refuse_plaintext
+from icegres.protocol.backoff import AuthBackoff
 
 if TYPE_CHECKING:
     from icegres.engine.lake import Engine
@@ -28,9 +29,12 @@ DEFAULT_FLIGHT_PORT = 50051
 
 class FlightServer:
     def __init__(self, settings: Settings, engine: Engine, *, port: int | None = None,
-                 limiter: trio.CapacityLimiter | None = None, bound: BoundPort | None = None) -> None:
+                 limiter: trio.CapacityLimiter | None = None, bound: BoundPort | None = None,
+                 backoff: AuthBackoff | None = None) -> None:
         """`bound`: the listen sockets, bound at start-up (serve.py); without it `serve` binds
-        --host and `port` (else --flight-port, else 50051) itself."""
+        --host and `port` (else --flight-port, else 50051) itself. `limiter` and `backoff`:
+        pgwire's, when both front ends run in one process, so that queries share the threads
+        and failed logins over either protocol count against the same address."""
         refuse_open_trust(settings, "Flight SQL on ")
         refuse_plaintext(settings, "Flight SQL on ")
         self.settings = settings
@@ -42,6 +46,8 @@ class FlightServer:
             self.port = port if port is not None else (
                 settings.flight_port if settings.flight_port is not None else DEFAULT_FLIGHT_PORT)
         self.limiter = limiter or trio.CapacityLimiter(settings.query_threads)
+        # `is None`, not `or`: an AuthBackoff remembering no address is falsy (it has a length).
+        self.backoff = backoff if backoff is not None else AuthBackoff.for_settings(settings)
         self.ssl = None
         if settings.tls_cert and settings.tls_key:
             from icegres.protocol.flightsql.tls import TlsConfigError, server_context

@@ -246,7 +246,7 @@ class FlightSqlService:
 
     def __init__(self, server: ServerPort) -> None:
         self.server = server
-        self.auth = FlightAuth(server.settings, validator_for(server.settings))
+        self.auth = FlightAuth(server.settings, validator_for(server.settings), server.backoff)
         self.database = server.settings.database
         # IPC body compression of query results (None = off); metadata results stay uncompressed.
         codec = getattr(server.settings, "result_compression", "none")
@@ -284,15 +284,16 @@ class FlightSqlService:
         header = (stream.metadata or {}).get("authorization") if stream.metadata is not None else None
         peer = stream.peer.addr() if stream.peer is not None else None
         peer_key = f"peer:{peer[0]}:{peer[1]}" if peer else "peer:?"
+        addr = str(peer[0]) if peer else "?"  # what the failed-login back-off counts by
         if isinstance(header, str):
             scheme, _, value = header.partition(" ")
             if scheme.lower() == "bearer" and value:
-                found = await self.auth.bearer(value.strip(), peer_key)
+                found = await self.auth.bearer(value.strip(), addr, peer_key)
                 if found is not None:
                     return Identity(*found)
                 return Identity("token:" + value.strip(), ANONYMOUS_USER)
             if scheme.lower() == "basic":
-                return Identity(peer_key, await self.auth.basic(value, peer_key))
+                return Identity(peer_key, await self.auth.basic(value, addr, peer_key))
             if self.auth.required:
                 raise GRPCError(Status.UNAUTHENTICATED, "unsupported authorization scheme (SQLSTATE 28000)")
         elif self.auth.required:

@@ -50,7 +50,7 @@ async def authenticate(conn: ConnectionPort) -> None:
         return
     decoder = conn.decoder
     decoder.max_message_bytes, saved = AUTH_MESSAGE_BYTES_MAX, decoder.max_message_bytes
-    # Every answer waits for this address's turn under the failed-login back-off (backoff.py);
+    # Every answer waits for this address's turn under the failed-login back-off (protocol/backoff.py);
     # an OAuth discovery round (libpq's first connection, by design refused) is no failure.
     backoff = conn.server.backoff
     try:

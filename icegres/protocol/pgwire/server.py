@@ -15,8 +15,8 @@ from icegres.engine.activity import BackendActivity
 from icegres.engine.jobs import cancellable_job
 from icegres.engine.lake import SERVER_VERSION
 from icegres.protocol import tokens
+from icegres.protocol.backoff import AuthBackoff
 from icegres.protocol.pgwire import activity
-from icegres.protocol.pgwire.backoff import AuthBackoff
 from icegres.protocol.pgwire.limits import Slots
 from icegres.protocol.pgwire.session import Session
 from icegres.protocol.pgwire.tls import ServerTls
@@ -51,7 +51,7 @@ class PgServer:
         self._sessions: dict[int, Session] = {}  # ready sessions (startup done), by backend pid
         self.live: set[Session] = set()  # every connection, from accept to close
         self.slots = Slots(settings.max_connections, settings.superuser_reserved_connections, superusers(settings))
-        self.backoff = AuthBackoff(settings.auth_failure_delay_ms / 1000, settings.auth_failure_delay_max_ms / 1000)
+        self.backoff = AuthBackoff.for_settings(settings)  # shared with Flight SQL in one process (serve.py)
         # Text work proportional to a statement's size (splitting, compacting: statements.py)
         # runs in threads of its own, never behind (or holding) a query thread.
         self.text_limiter = trio.CapacityLimiter(2)

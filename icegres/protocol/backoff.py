@@ -1,11 +1,16 @@
 """Failed-login back-off per client address: password guessing from one address slows down
 exponentially, without slowing anyone else.
 
-What the authentication code calls, once it knows the result and before it answers (PostgreSQL's
+Both front ends answer logins through it, and `icegres serve` gives them one table: failures over
+pgwire and over Flight SQL count together, so a guesser gains nothing by switching ports. What the
+authentication code calls, once it knows the result and before it answers (PostgreSQL's
 auth_delay module sleeps at the same point, but a fixed time and only on failure):
 
     await backoff.before_answer(addr)      # waits for this address's turn
     backoff.failed(addr) | backoff.succeeded(addr)   # at once, with no await in between
+
+(Flight SQL's handlers are asyncio coroutines: they book and record with `book` and `record` at
+trio's clock, which trio-asyncio's loop runs on, and wait with an asyncio sleep: flightsql/auth.py.)
 
 The rules:
 
@@ -20,7 +25,7 @@ The rules:
 - Bounded: at most ADDRESSES_MAX addresses are remembered (the least recently failed goes
   first), and an address that has not failed for FORGET_AFTER_S is forgotten.
 
-The waiting happens in the connection's own task (a trio sleep), so the event loop and other
+The waiting happens in the connection's (or the call's) own task, so the event loop and other
 connections never wait. The table is plain Python driven by explicit times (`book`, `record`),
 so unit tests need no clock.
 """
@@ -30,8 +35,12 @@ from __future__ import annotations
 import ipaddress
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
+
+if TYPE_CHECKING:
+    from icegres.config import Settings
 
 ADDRESSES_MAX = 65_536
 FORGET_AFTER_S = 900.0
@@ -64,6 +73,11 @@ class AuthBackoff:
         self.addresses_max = addresses_max
         self.forget_after_s = forget_after_s
         self._table: OrderedDict[str, _Address] = OrderedDict()
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> AuthBackoff:
+        """The back-off --auth-failure-delay-ms and --auth-failure-delay-max-ms describe."""
+        return cls(settings.auth_failure_delay_ms / 1000, settings.auth_failure_delay_max_ms / 1000)
 
     @property
     def enabled(self) -> bool:
