@@ -17,10 +17,10 @@ from typing import Any
 
 from icegres.machines.sequence import (
     Advance,
+    Advanced,
     AdvanceFailed,
     AdvanceOutcomeUnknown,
     AdvanceRejected,
-    Advanced,
     Config,
     Definition,
     Effect,

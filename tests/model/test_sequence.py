@@ -13,7 +13,14 @@ from hypothesis.stateful import rule
 
 from icegres.machines import sequence
 from icegres.machines.sequence import Definition, Head, next_block
-from tests.model.scaffold import Binding, MachineModel, ModelMachine, ModelTests, register, type_names
+from tests.model.scaffold import (
+    Binding,
+    MachineModel,
+    ModelMachine,
+    ModelTests,
+    register,
+    type_names,
+)
 from tests.model.sequence_world import (
     DEFINITIONS,
     EXERCISED,
