@@ -109,12 +109,15 @@ def _distinct_names(source: exp.Expression) -> exp.Expression:
     with two columns of one name."""
     if not isinstance(source, exp.Select) or any(isinstance(e, exp.Star) or e.find(exp.Star) for e in source.expressions):
         return source
-    names = [e.alias_or_name for e in source.expressions]
-    if len(set(names)) == len(names):
+    # (a literal's or an expression's name is DataFusion's own spelling of it, which differs)
+    names = [e.alias_or_name if isinstance(e, exp.Column | exp.Alias) else "" for e in source.expressions]
+    repeated = {n for n in names if n and names.count(n) > 1}
+    if not repeated:
         return source
     source = source.copy()
+    # Only the items that share a name: a literal elsewhere keeps its place (and its exact type).
     source.set("expressions", [exp.alias_(e.unalias() if isinstance(e, exp.Alias) else e, f"_icegres_item_{i}", quoted=True)
-                               for i, e in enumerate(source.expressions)])
+                               if names[i] in repeated else e for i, e in enumerate(source.expressions)])
     return source
 
 
