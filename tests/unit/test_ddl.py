@@ -21,7 +21,6 @@ from icegres.engine.ddl import (
     ResetProperties,
     SetProperties,
     parse_ddl,
-    parse_partitioning,
 )
 from icegres.engine.ddl_commands import (
     AddCheck,
@@ -33,6 +32,7 @@ from icegres.engine.ddl_commands import (
     SetDefault,
     command_tag,
 )
+from icegres.engine.ddl_options import parse_partitioning
 from icegres.engine.pg_types import ColumnType, pg_name_of
 from icegres.pg.errors import PgError
 
