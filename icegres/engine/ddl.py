@@ -20,7 +20,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from icegres.engine import ddl_checks, ddl_refs, ddl_views
+from icegres.engine import ddl_checks, ddl_refs, ddl_sequences, ddl_views
 from icegres.engine.ddl_commands import (
     COMMENT_PROPERTY,
     AddCheck,
@@ -86,7 +86,7 @@ WINDOW WITH
 """.split())
 
 # Object kinds PostgreSQL can CREATE/DROP/ALTER that are not icegres DDL: named in the 0A000.
-_OTHER_OBJECTS = ("MATERIALIZED VIEW", "VIEW", "SEQUENCE", "FUNCTION",
+_OTHER_OBJECTS = ("MATERIALIZED VIEW", "VIEW", "FUNCTION",
                   "PROCEDURE", "TYPE", "DOMAIN", "EXTENSION", "DATABASE", "ROLE", "USER",
                   "TRIGGER", "RULE", "POLICY", "OR REPLACE", "FOREIGN TABLE", "SERVER",
                   "PUBLICATION", "SUBSCRIPTION", "COLLATION", "AGGREGATE", "OPERATOR",
@@ -339,6 +339,8 @@ class _Parser:
                                self.position())
         if self.accept("TABLE"):
             return self.create_table()
+        if self.accept("SEQUENCE"):
+            return ddl_sequences.parse_create(self)
         if self.accept("SCHEMA"):
             return self.create_schema()
         if self.accept("INDEX"):
@@ -385,6 +387,8 @@ class _Parser:
             return DropSchema(tuple(schemas), if_exists, cascade)
         if self.accept("INDEX"):
             return parse_drop_index(self)
+        if self.accept("SEQUENCE"):
+            return ddl_sequences.parse_drop(self)
         raise self.unsupported_object("DROP")
 
     def drop_behavior(self) -> bool:
@@ -721,6 +725,8 @@ class _Parser:
     def alter(self) -> DdlCommand:
         if self.accept("VIEW"):
             return ddl_views.alter_view(self)
+        if self.accept("SEQUENCE"):
+            return ddl_sequences.parse_alter(self)
         if not self.accept("TABLE"):
             raise self.unsupported_object("ALTER")
         if_exists = self.accept("IF", "EXISTS")

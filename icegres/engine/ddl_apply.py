@@ -56,18 +56,20 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from icegres.engine import check_text, ddl_refs, procedures, view_ddl
+from icegres.engine import check_text, ddl_refs, ddl_sequences, procedures, view_ddl
 from icegres.engine.catalog_views import NoSuchView, ViewExists
 from icegres.engine.ddl_commands import (
     PRIMARY_KEY_PROPERTY,
     AddCheck,
     AddColumn,
     AlterColumnType,
+    AlterSequence,
     AlterTable,
     ColumnDef,
     CommentColumn,
     CreateIndex,
     CreateSchema,
+    CreateSequence,
     CreateTable,
     CreateTableAs,
     CreateView,
@@ -77,6 +79,7 @@ from icegres.engine.ddl_commands import (
     DropIndex,
     DropNotNull,
     DropSchema,
+    DropSequence,
     DropTable,
     DropView,
     PartitionField,
@@ -178,6 +181,9 @@ def apply_ddl(lakehouse: Lakehouse, cmd: DdlCommand, search_path: list[str]) -> 
             if namespace is None:
                 raise PgError(e.UNDEFINED_TABLE, f'relation "{_display(cmd.schema, cmd.name)}" does not exist')
             procedures.apply(lakehouse.load_table(namespace, cmd.name), cmd, f"{namespace}.{cmd.name}", notices)
+        elif isinstance(cmd, CreateSequence | AlterSequence | DropSequence):
+            create_in = creation_schema(lakehouse, cmd.schema, search_path) if isinstance(cmd, CreateSequence) else None
+            ddl_sequences.apply(lakehouse, cmd, _lake_path(search_path), create_in, notices)
         elif isinstance(cmd, CreateTableAs | CreateView):
             raise TypeError(f"{type(cmd).__name__} is executed by the query engine, not apply_ddl")
         else:

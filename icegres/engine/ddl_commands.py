@@ -282,13 +282,52 @@ class RenameView:
     if_exists: bool = False
 
 
+@dataclass(frozen=True)
+class SequenceOptions:
+    """Options as written (None: not given; PostgreSQL's default then applies)."""
+
+    as_type: str | None = None
+    increment: int | None = None
+    min_value: int | None = None  # NO MINVALUE is None too
+    max_value: int | None = None
+    start: int | None = None
+    cache: int | None = None
+    cycle: bool | None = None
+    restart: int | bool | None = None  # ALTER: RESTART (True) or RESTART WITH n
+    owned_by: tuple[str, ...] | None = None  # OWNED BY [schema.]table.column, () for NONE
+
+
+@dataclass(frozen=True)
+class CreateSequence:
+    schema: str | None
+    name: str
+    options: SequenceOptions
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class AlterSequence:
+    schema: str | None
+    name: str
+    options: SequenceOptions
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropSequence:
+    names: tuple[tuple[str | None, str], ...]
+    if_exists: bool = False
+    cascade: bool = False
+
+
 DdlCommand = (CreateSchema | DropSchema | CreateTable | CreateTableAs | DropTable | AlterTable | CreateIndex
-              | DropIndex | CreateView | DropView | RenameView | Call)
+              | DropIndex | CreateView | DropView | RenameView | Call | CreateSequence | AlterSequence | DropSequence)
 
 _TAGS = {CreateSchema: "CREATE SCHEMA", DropSchema: "DROP SCHEMA", CreateTable: "CREATE TABLE",
          DropTable: "DROP TABLE", AlterTable: "ALTER TABLE", CreateIndex: "CREATE INDEX",
          DropIndex: "DROP INDEX", CreateView: "CREATE VIEW", DropView: "DROP VIEW", RenameView: "ALTER VIEW",
-         Call: "CALL"}
+         Call: "CALL", CreateSequence: "CREATE SEQUENCE", AlterSequence: "ALTER SEQUENCE",
+         DropSequence: "DROP SEQUENCE"}
 
 
 def command_tag(cmd: DdlCommand, rows: int = 0) -> str:

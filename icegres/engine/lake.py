@@ -116,6 +116,7 @@ class SessionEnv:
     # The front end's sessions as pg_stat_activity and the backend signals see them
     # (engine/activity.py: ActivityPort); None where the front end offers none.
     activity: Any = None
+    sequences: Any = None  # nextval / currval (sequences.SessionSequences), set by open_session
 
     @property
     def time_zone(self) -> str:
@@ -706,7 +707,7 @@ class Engine:
                 for f, fid, doc, char, default in zip(plan.schema, plan.field_ids, docs, chars, defaults, strict=True)
             )
             tables.append(pg_catalog.TableInfo(ns, name, columns, plan.primary_key, plan.comment, plan.indexes,
-                                                    plan.checks))
+                                                    plan.checks, plan.sequence))
         infos = tuple(
             pg_catalog.ViewInfo(ns, name, tuple(
                 pg_catalog.ColumnInfo(n, t, True, i) for i, (n, t) in enumerate(v.columns, start=1)),

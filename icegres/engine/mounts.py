@@ -22,6 +22,7 @@ import pyarrow as pa
 from icegres.engine import damage
 from icegres.engine.ddl_commands import declared_char_types, declared_checks, declared_defaults
 from icegres.engine.ddl_index import table_indexes
+from icegres.engine.sequence_store import definition_of, head_of
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
 
 if TYPE_CHECKING:
@@ -74,6 +75,10 @@ class ReadPlan:
     defaults: tuple[str | None, ...] = ()
     # CHECK constraints as (name, SQL text), by name: the order PostgreSQL tests them in (checks.py)
     checks: tuple[tuple[str, str], ...] = ()
+    # A sequence (sequence_store.py): its definition, and the one row its relation reads
+    # (last_value, log_cnt, is_called) in place of data files.
+    sequence: Any = None
+    sequence_row: pa.Table | None = field(default=None, compare=False, repr=False)
     # A branch's head, pinned to be written (engine/branch_writes.py): the branch's name. None:
     # the table's main head, as mounted.
     ref: str | None = None
@@ -202,6 +207,7 @@ def plan_shape(table: Table) -> ReadPlan:
         char_types=tuple(chars.get(fid) for fid in field_ids),
         defaults=tuple(defaults.get(fid) for fid in field_ids) if defaults else (),
         checks=declared_checks(table.properties),
+        sequence=definition_of(_table_name(table).rpartition(".")[2], table.properties),
     )
 
 
@@ -218,6 +224,11 @@ def plan_read(table: Table, footers: FooterCache) -> ReadPlan:
     PgError `damage.classify` gives it, naming the table and the file."""
     relation = _table_name(table)
     shape = plan_shape(table)
+    if shape.sequence is not None:
+        head = head_of(table, shape.sequence)
+        return replace(shape, sequence_row=pa.table({"last_value": pa.array([head.last_value], pa.int64()),
+                                             "log_cnt": pa.array([0], pa.int64()),
+                                             "is_called": pa.array([head.is_called])}, schema=shape.schema))
     names = tuple(f.name for f in shape.schema)
     field_ids = shape.field_ids
     files: list[FileRead] = []
@@ -424,6 +435,8 @@ def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | Non
     if scans is not None:
         scans.clear()
         scans.update(kept)
+    if plan.sequence_row is not None:
+        return ctx.from_arrow(plan.sequence_row)
     if not frames:
         return ctx.from_arrow(plan.schema.empty_table())
     df = frames[0]

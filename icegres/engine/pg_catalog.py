@@ -66,6 +66,7 @@ class TableInfo:
     comment: str = ""  # COMMENT ON TABLE: the Iceberg table's `comment` property
     indexes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # CREATE INDEX (ddl_index.py): (name, columns)
     checks: tuple[tuple[str, str], ...] = ()  # CHECK constraints: (name, SQL text)
+    sequence: Any = None  # a sequence's definition (machines.sequence.Definition): relkind 'S'
 
 
 @dataclass(frozen=True)
@@ -258,9 +259,11 @@ class CatalogIndex:
 
     def _add_table(self, t: TableInfo, oids: dict[str, int]) -> None:
         columns = tuple(_lakehouse_column(i, c) for i, c in enumerate(t.columns, start=1))
-        table = RelationEntry(oids[f"relation:{t.schema}.{t.name}"], t.schema, t.name, "r",
-                              columns, table=t)
+        table = RelationEntry(oids[f"relation:{t.schema}.{t.name}"], t.schema, t.name,
+                              "S" if t.sequence is not None else "r", columns, table=t)
         self._add(table)
+        if t.sequence is not None:
+            return
         by_name = {c.name: c for c in columns}
         for check in pg_constraints.check_entries(oids, t.schema, t.name, table.oid,
                                                   {c.name: c.attnum for c in columns}, t.checks):
@@ -786,7 +789,7 @@ def _rows_columns(ix: CatalogIndex) -> Rows:
     defaults = {(rel, attnum): text for _, rel, attnum, text in ix.defaults}
     rows = []
     for e in ix.relations.values():
-        if e.relkind == "i":
+        if e.relkind in ("i", "S"):
             continue
         for c in e.columns:
             t = BUILTIN_TYPES.get(c.type_oid)
@@ -823,6 +826,16 @@ def _rows_views(ix: CatalogIndex) -> Rows:
 _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "pg_catalog.pg_namespace": _rows_pg_namespace,
     "pg_catalog.pg_class": _rows_pg_class,
+    "pg_catalog.pg_sequence": lambda ix: [
+        {"seqrelid": e.oid, "seqtypid": 20, "seqstart": d.start, "seqincrement": d.increment, "seqmax": d.max_value,
+         "seqmin": d.min_value, "seqcache": d.cache, "seqcycle": d.cycle}
+        for e in ix.relations.values() if e.relkind == "S" and e.table is not None and (d := e.table.sequence)],
+    "information_schema.sequences": lambda ix: [
+        {"sequence_catalog": ix.snapshot.database, "sequence_schema": e.schema, "sequence_name": e.name,
+         "data_type": "bigint", "numeric_precision": 64, "numeric_precision_radix": 2, "numeric_scale": 0,
+         "start_value": str(d.start), "minimum_value": str(d.min_value), "maximum_value": str(d.max_value),
+         "increment": str(d.increment), "cycle_option": "YES" if d.cycle else "NO"}
+        for e in ix.relations.values() if e.relkind == "S" and e.table is not None and (d := e.table.sequence)],
     "pg_catalog.pg_attribute": _rows_pg_attribute,
     "pg_catalog.pg_attrdef": lambda ix: [{"oid": oid, "adrelid": rel, "adnum": attnum, "adbin": text}
                                          for oid, rel, attnum, text in ix.defaults],

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from icegres.engine import pg_builtins, pg_catalog, pg_constraints, pg_relations
+from icegres.engine import pg_builtins, pg_catalog, pg_constraints, pg_relations, sequences
 from icegres.pg.errors import (
     INVALID_PARAMETER_VALUE,
     INVALID_REGULAR_EXPRESSION,
@@ -124,6 +124,8 @@ def register_functions(ctx: datafusion.SessionContext, env: SessionEnv) -> None:
         ctx.register_udf(fn.udf())
     ctx.register_udf(_OID_ARRAY)
     ctx.register_udf(_text_length_limit_udf())
+    for sequence_udf in sequences.udfs(env):
+        ctx.register_udf(sequence_udf)
 
 
 # PostgreSQL's largest value (MaxAllocSize, 1 GB - 1) less its 4-byte header: repeat(), lpad()

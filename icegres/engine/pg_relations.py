@@ -256,6 +256,9 @@ RELATIONS: tuple[RelationDef, ...] = (
           "constraint_name:name table_catalog:name table_schema:name table_name:name "
           "constraint_type:text is_deferrable:text initially_deferred:text enforced:text "
           "nulls_distinct:text"),
+    _info("sequences", "sequence_catalog:name sequence_schema:name sequence_name:name data_type:text "
+          "numeric_precision:int4 numeric_precision_radix:int4 numeric_scale:int4 start_value:text "
+          "minimum_value:text maximum_value:text increment:text cycle_option:text"),
     _info("check_constraints", "constraint_catalog:name constraint_schema:name "
           "constraint_name:name check_clause:text"),
     _info("constraint_column_usage", "table_catalog:name table_schema:name table_name:name "

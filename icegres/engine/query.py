@@ -42,8 +42,10 @@ if TYPE_CHECKING:
 
 def open_session(engine: Engine, env: SessionEnv) -> QueryContext:
     from icegres.engine import pg_catalog
+    from icegres.engine.sequences import SessionSequences
 
     env.relation_oid = pg_catalog.relation_oid
+    env.sequences = SessionSequences(engine, env)
     return QueryContext(engine, env)
 
 

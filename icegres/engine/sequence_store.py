@@ -17,7 +17,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from icegres.machines.drivers.sequence import SequenceGone, SwapNotApplied, SwapRejected, SwapUnknown
+from icegres.machines.drivers.sequence import (
+    SequenceGone,
+    SwapNotApplied,
+    SwapRejected,
+    SwapUnknown,
+)
 from icegres.machines.sequence import Definition, Head
 
 if TYPE_CHECKING:
@@ -112,7 +117,13 @@ class IcebergSequence:
         from pyiceberg.table.update import AssertTableUUID, RemoveSnapshotsUpdate
 
         from icegres.engine import lean_transaction
-        from icegres.engine.catalog import CommitNotApplied, CommitRejected, CommitUnknown, TableChange, commit_tables
+        from icegres.engine.catalog import (
+            CommitNotApplied,
+            CommitRejected,
+            CommitUnknown,
+            TableChange,
+            commit_tables,
+        )
 
         table = self._table
         if table is None or _version(table) != expected:

@@ -193,3 +193,48 @@ def _split(name: str) -> list[str]:
             buf += ch
     parts.append(buf.strip())
     return parts
+
+
+def udfs(env: Any) -> list[Any]:
+    """nextval, currval, setval and lastval as DataFusion UDFs over the session's `env.sequences`
+    (volatile: one nextval per row, reserved in blocks; a batch's rows of one sequence at once)."""
+    import pyarrow as pa
+    from datafusion import udf
+
+    def session() -> SessionSequences:
+        found = getattr(env, "sequences", None)
+        if found is None:
+            raise PgError("0A000", "sequences are not available in this session")
+        return found
+
+    def nextval(names: pa.Array) -> pa.Array:
+        values: list[int | None] = [None] * len(names)
+        rows: dict[str, list[int]] = {}
+        for i, name in enumerate(names.to_pylist()):
+            if name is not None:
+                rows.setdefault(name, []).append(i)
+        for name, where in rows.items():  # (in the order each first appears)
+            for i, value in zip(where, session().nextval(name, len(where)), strict=True):
+                values[i] = value
+        return pa.array(values, pa.int64())
+
+    def currval(names: pa.Array) -> pa.Array:
+        return pa.array([None if n is None else session().currval(n) for n in names.to_pylist()], pa.int64())
+
+    def lastval() -> pa.Array:
+        return pa.array([session().lastval()], pa.int64())
+
+    def setval(names: pa.Array, values: pa.Array) -> pa.Array:
+        return pa.array([None if n is None or v is None else session().setval(n, int(v))
+                         for n, v in zip(names.to_pylist(), values.to_pylist(), strict=True)], pa.int64())
+
+    def setval3(names: pa.Array, values: pa.Array, called: pa.Array) -> pa.Array:
+        return pa.array([None if n is None or v is None else session().setval(n, int(v), bool(c))
+                         for n, v, c in zip(names.to_pylist(), values.to_pylist(), called.to_pylist(), strict=True)],
+                        pa.int64())
+
+    return [udf(nextval, [pa.string()], pa.int64(), "volatile", "nextval"),
+            udf(currval, [pa.string()], pa.int64(), "volatile", "currval"),
+            udf(lastval, [], pa.int64(), "volatile", "lastval"),
+            udf(setval, [pa.string(), pa.int64()], pa.int64(), "volatile", "setval"),
+            udf(setval3, [pa.string(), pa.int64(), pa.bool_()], pa.int64(), "volatile", "setval_called")]

@@ -188,7 +188,7 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
 async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
     """`run_ddl` of a parsed command."""
     from icegres.engine import ddl, ddl_apply, ddl_block, ddl_refs
-    from icegres.engine.ddl_commands import command_tag
+    from icegres.engine.ddl_commands import AlterSequence, DropSequence, command_tag
     from icegres.engine.dml import checks, defaults
 
     qctx = host.qctx
@@ -224,6 +224,11 @@ async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
     def apply() -> list[str]:
         notices = ddl_apply.apply_ddl(qctx.engine.lakehouse, cmd, path)
         keys = ddl_keys(cmd, path, qctx)
+        if isinstance(cmd, AlterSequence | DropSequence):
+            from icegres.engine.sequences import allocator_of
+
+            for key in keys:  # this server's block is void (RESTART), or of nothing (DROP)
+                allocator_of(qctx.engine).forget(key)
         if qctx.engine.lakehouse.kind == "rest":
             qctx.engine.refresh(keys)
             qctx.engine.refresh_views(keys | view_keys(cmd, path))
@@ -297,11 +302,11 @@ async def _temp_ddl(host: WriteHost, cmd: Any, block: TxnState | None) -> WriteR
 
 def ddl_keys(cmd: Any, path: list[str], qctx: Any) -> set[Key]:
     """The tables a DDL command may have created, changed or dropped (schema commands: none)."""
-    from icegres.engine import ddl
+    from icegres.engine import ddl, ddl_commands
 
-    if isinstance(cmd, ddl.DropTable):
+    if isinstance(cmd, ddl.DropTable | ddl_commands.DropSequence):
         named = list(cmd.names)
-    elif isinstance(cmd, ddl.CreateTable | ddl.AlterTable | Call):
+    elif isinstance(cmd, ddl.CreateTable | ddl.AlterTable | Call | ddl_commands.CreateSequence | ddl_commands.AlterSequence):
         named = [(cmd.schema, cmd.name)]
     else:
         named = []

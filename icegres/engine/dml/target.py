@@ -58,6 +58,8 @@ def target_plan(txn: TxnState | None, key: Key) -> ReadPlan:
         raise PgError("42P01", f'relation "{key[0]}.{key[1]}" does not exist')
     if plan.table is None:
         raise PgError("0A000", f"table {key[0]}.{key[1]} cannot be written")
+    if plan.sequence is not None:
+        raise PgError("42809", f'cannot change sequence "{key[1]}"')
     return plan
 
 

@@ -50,6 +50,7 @@ from icegres.engine.rewrite.functions import (
     lateral_derived_tables,
     pad_default_arguments,
     privilege_checks,
+    sequence_functions,
 )
 from icegres.engine.rewrite.literals import to_sql, typed_literals
 from icegres.engine.rewrite.names import (
@@ -108,6 +109,7 @@ _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
     explicit_operators,
     like_escape,
     boolean_literals,
+    sequence_functions,
     regclass_text,
     casts,
     array_comparisons,
@@ -160,7 +162,7 @@ _REWRITE_MARKERS = (
     "pg_", "information_schema", "regclass", "regtype", "regnamespace", "regproc", "::oid",
     "collate", "operator(", "array(", "current_user", "session_user", "current_schema",
     "current_catalog", "any(", "::name", '::"char"', "version(", "current_setting",
-    "set_config", "format_type", "current_database", "bytea",
+    "set_config", "format_type", "current_database", "bytea", "setval(",
     # DataFusion runs these, but not as PostgreSQL does: to_char reads chrono templates,
     # generate_series in a select list returns one list, not rows, and the others
     # (names.postgres_semantics).

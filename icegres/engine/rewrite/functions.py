@@ -348,3 +348,26 @@ def _replace_twins(cond: exp.Expression, twins: dict[str, exp.Expression]) -> ex
         return twin.copy() if twin is not None else node
 
     return cond.transform(fn)
+
+
+_SEQUENCE_FUNCTIONS = frozenset({"nextval", "currval", "setval"})
+
+
+def sequence_functions(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """nextval('s'::regclass) -> nextval('s'): the UDFs take the sequence's name (a serial
+    column's DEFAULT is written with the cast, as PostgreSQL shows it); the three-argument
+    setval(s, v, is_called) is its own UDF (one signature each). Runs before `casts`."""
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        name = _func_name(node)
+        if name not in _SEQUENCE_FUNCTIONS or not isinstance(node, exp.Anonymous) or not node.expressions:
+            return node
+        args = list(node.expressions)
+        first = args[0]
+        if isinstance(first, exp.Cast) and first.to.sql(dialect="postgres").lower() == "regclass":
+            args[0] = first.this
+        if name == "setval" and len(args) == 3:
+            return exp.Anonymous(this="setval_called", expressions=args)
+        return exp.Anonymous(this=name, expressions=args)
+
+    return _bottom_up(tree, fn)
