@@ -561,6 +561,10 @@ class _Parser:
         if kind is None:
             raise self.error()
         type_start = self.i
+        identity, sequence = ddl_sequences.serial_kind(kind), None
+        if identity:
+            kind = exp.DataType.build(identity)
+            identity = "s"
         try:
             ctype = column_type(kind)
         except PgError as err:
@@ -591,10 +595,14 @@ class _Parser:
                 checks.append(ddl_checks.column_check(constraint, name))
             elif isinstance(c, exp.Reference):
                 raise _constraint_error("FOREIGN KEY", self.position(type_start))
+            elif isinstance(c, exp.GeneratedAsIdentityColumnConstraint) and c.args.get("expression") is None:
+                if identity or default is not None:
+                    raise PgError(e.SYNTAX_ERROR, f'both default and identity specified for column "{name}" of '
+                                                  f'table "{table}"', position=self.position(type_start))
+                identity, sequence = ddl_sequences.identity_of(c, ctype.pg_name)
+                not_null = True
             elif isinstance(c, exp.GeneratedAsIdentityColumnConstraint | exp.ComputedColumnConstraint):
-                generated = "identity columns" if isinstance(c, exp.GeneratedAsIdentityColumnConstraint) \
-                    else "generated columns"
-                raise _unsupported(generated, "Iceberg has no sequences or computed columns: compute "
+                raise _unsupported("generated columns", "Iceberg has no computed columns: compute "
                                    "the value in INSERT.", self.position(type_start), plural=True)
             elif isinstance(c, exp.CollateColumnConstraint):
                 # Iceberg compares strings by their UTF-8 bytes, which is the C collation.
@@ -606,7 +614,11 @@ class _Parser:
                 raise _unsupported(f'column constraint "{constraint.sql(dialect="postgres")}"',
                                    position=self.position(type_start))
         self.i = end
-        return ColumnDef(name, ctype, not_null or is_key, default, tuple(checks)), is_key
+        if identity and default is not None:
+            raise PgError(e.SYNTAX_ERROR, f'multiple default values specified for column "{name}" of table "{table}"',
+                          position=self.position(type_start))
+        return ColumnDef(name, ctype, not_null or is_key or identity == "s", default, tuple(checks), identity,
+                         sequence), is_key
 
     def parse_column_body(self, end: int) -> exp.ColumnDef:
         """sqlglot's parse of the type and constraints from the current token up to `end`."""

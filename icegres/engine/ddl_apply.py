@@ -59,6 +59,7 @@ from pyiceberg.types import (
 from icegres.engine import check_text, ddl_refs, ddl_sequences, procedures, view_ddl
 from icegres.engine.catalog_views import NoSuchView, ViewExists
 from icegres.engine.ddl_commands import (
+    COLUMN_IDENTITY_PREFIX,
     PRIMARY_KEY_PROPERTY,
     AddCheck,
     AddColumn,
@@ -99,6 +100,7 @@ from icegres.engine.ddl_index import apply_create_index, apply_drop_index
 from icegres.engine.ddl_refs import RefChange
 from icegres.engine.pg_types import ColumnType, pg_name_of
 from icegres.engine.procedures import Call
+from icegres.engine.sequence_store import is_sequence
 from icegres.pg import errors as e
 from icegres.pg.chars import BPCHAR_OID, VARCHAR_OID, CharType, described
 from icegres.pg.errors import PgError
@@ -237,16 +239,18 @@ def char_type_properties(schema: Schema, columns: Iterable[tuple[str, CharType |
     return {column_type_property(fresh.find_field(name).field_id): char.name for name, char in declared}
 
 
-def default_properties(schema: Schema, columns: Iterable[tuple[str, str | None]]) -> dict[str, str]:
+def default_properties(schema: Schema, columns: Iterable[tuple[str, str | None]],
+                       key: Callable[[int], str] = column_default_property) -> dict[str, str]:
     """The table properties that keep a new table's DEFAULT expressions (by column name), under
-    the field ids the catalog gives `schema`'s columns when it creates the table."""
+    the field ids the catalog gives `schema`'s columns when it creates the table (`key`: the
+    property of a field id; the identity kinds use it too)."""
     from pyiceberg.schema import assign_fresh_schema_ids
 
     declared = [(name, text) for name, text in columns if text is not None]
     if not declared:
         return {}
     fresh = assign_fresh_schema_ids(schema)
-    return {column_default_property(fresh.find_field(name).field_id): text for name, text in declared}
+    return {key(fresh.find_field(name).field_id): text for name, text in declared}
 
 
 def partition_spec_for(schema: Schema, partitioning: Iterable[PartitionField]) -> PartitionSpec:
@@ -401,11 +405,20 @@ def _create_table(lakehouse: Lakehouse, cmd: CreateTable, search_path: list[str]
 
 
 def create_table_in(lakehouse: Lakehouse, namespace: str, name: str, cmd: CreateTable) -> Table:
-    """Create the table `cmd` defines as `namespace.name` (a block's hidden name, or its own)."""
-    schema, spec, properties = table_definition(cmd)
+    """Create the table `cmd` defines as `namespace.name` (a block's hidden name, or its own),
+    with a sequence for each serial or identity column (made first, dropped if the table is not)."""
     if namespace == PUBLIC:
         lakehouse.create_namespace_if_missing(PUBLIC)
-    return lakehouse.create_partitioned_table(namespace, name, schema, spec, properties)
+    cmd, sequences = ddl_sequences.with_sequences(lakehouse, namespace, cmd)
+    try:
+        schema, spec, properties = table_definition(cmd)
+        if sequences:
+            properties[ddl_sequences.OWNED_SEQUENCES_PROPERTY] = ",".join(n for _, n in sequences)
+        return lakehouse.create_partitioned_table(namespace, name, schema, spec, properties)
+    except BaseException:
+        for key in sequences:
+            ddl_sequences.drop(lakehouse, key)
+        raise
 
 
 def table_definition(cmd: CreateTable) -> tuple[Schema, PartitionSpec, dict[str, str]]:
@@ -417,6 +430,11 @@ def table_definition(cmd: CreateTable) -> tuple[Schema, PartitionSpec, dict[str,
         properties[PRIMARY_KEY_PROPERTY] = ",".join(cmd.primary_key)
     properties.update(char_type_properties(schema, [(c.name, c.type.char) for c in cmd.columns]))
     properties.update(default_properties(schema, [(c.name, c.default) for c in cmd.columns]))
+    if any(c.identity and c.default is None for c in cmd.columns):
+        raise PgError(e.FEATURE_NOT_SUPPORTED, "serial and identity columns of temporary tables are not supported",
+                      hint="Their sequences live in the lake's catalog; use an ordinary table.")
+    properties.update(default_properties(schema, [(c.name, c.identity) for c in cmd.columns if c.identity in ("a", "d")],
+                                         key=lambda fid: f"{COLUMN_IDENTITY_PREFIX}{fid}"))
     taken = [f"{cmd.name}_pkey"] if cmd.primary_key else []
     properties.update({check_property(n): t for n, t in check_text.named(cmd.name, cmd.checks, taken)})
     return schema, spec, properties
@@ -440,6 +458,8 @@ def _drop_table(lakehouse: Lakehouse, cmd: DropTable, search_path: list[str],
                 raise PgError(e.UNDEFINED_TABLE, f'table "{_display(schema, name)}" does not exist')
             notices.append(f'table "{_display(schema, name)}" does not exist, skipping')
             continue
+        if is_sequence(lakehouse.load_table(*relation[1]).properties):
+            raise PgError(e.WRONG_OBJECT_TYPE, f'"{name}" is not a table', hint="Use DROP SEQUENCE to remove a sequence.")
         found.append(relation[1])
     views = view_ddl.catalog_views_now(lakehouse) if found else {}
     if not cmd.cascade:
@@ -450,10 +470,15 @@ def _drop_table(lakehouse: Lakehouse, cmd: DropTable, search_path: list[str],
     notices += view_ddl.cascade_notice(doomed, search_path)
     for namespace, name in dict.fromkeys(found):
         try:
+            owned = lakehouse.load_table(namespace, name).properties.get(ddl_sequences.OWNED_SEQUENCES_PROPERTY, "")
             lakehouse.drop_table(namespace, name)
         except NoSuchTableError:
             if not cmd.if_exists:
                 raise PgError(e.UNDEFINED_TABLE, f'table "{name}" does not exist') from None
+            continue
+        for sequence in filter(None, owned.split(",")):  # a serial column's sequence goes with its table
+            if lakehouse.table_exists(namespace, sequence):
+                ddl_sequences.drop(lakehouse, (namespace, sequence))
 
 
 # --- views ----------------------------------------------------------------------------------
@@ -767,6 +792,9 @@ class Alteration:
                 self.notices.append(f'column "{c.name}" of relation "{self.name}" already exists, skipping')
                 return
             raise PgError(DUPLICATE_COLUMN, f'column "{c.name}" of relation "{self.name}" already exists')
+        if c.identity:
+            raise PgError(e.FEATURE_NOT_SUPPORTED, "ALTER TABLE ... ADD COLUMN of a serial or identity column is not "
+                          "supported", hint="Create a sequence and add the column with DEFAULT nextval('the_sequence').")
         if c.not_null:
             if _has_rows(self.table):
                 raise PgError(e.FEATURE_NOT_SUPPORTED,

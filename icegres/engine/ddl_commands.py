@@ -37,6 +37,17 @@ def declared_defaults(properties: dict[str, str]) -> dict[int, str]:
             if key.startswith(COLUMN_DEFAULT_PREFIX) and key[len(COLUMN_DEFAULT_PREFIX):].isdigit()}
 
 
+# The table properties an identity column's kind is kept in, by field id: 'a' (ALWAYS) or 'd'.
+COLUMN_IDENTITY_PREFIX = "icegres.column-identity."
+
+
+def declared_identities(properties: dict[str, str], field_ids: tuple[int, ...]) -> tuple[str, ...]:
+    """Per column of `field_ids`: its identity kind ('' for none); () for a table with none."""
+    if not any(k.startswith(COLUMN_IDENTITY_PREFIX) for k in properties):
+        return ()
+    return tuple(properties.get(f"{COLUMN_IDENTITY_PREFIX}{fid}", "") for fid in field_ids)
+
+
 # The table properties a CHECK constraint is kept in, by its name: its expression as SQL text.
 CHECK_PREFIX = "icegres.check."
 
@@ -81,6 +92,10 @@ class ColumnDef:
     not_null: bool = False
     default: str | None = None  # its DEFAULT expression as SQL text (None: NULL)
     checks: tuple[CheckDef, ...] = ()  # its column CHECK constraints
+    # serial ('s') or an identity column ('a' GENERATED ALWAYS, 'd' BY DEFAULT), with the options
+    # of its sequence (ddl_sequences.py): its DEFAULT is set to the sequence's nextval
+    identity: str = ""
+    sequence: SequenceOptions | None = None
 
 
 @dataclass(frozen=True)

@@ -331,3 +331,62 @@ def _refuse_owned(lakehouse: Lakehouse, key: tuple[str, str], cascade: bool, not
     assert field is not None
     commit_metadata_change(lakehouse, (schema, table_name), table,
                            lambda tx: tx.remove_properties(column_default_property(field.field_id)))
+
+
+# --- serial and identity columns -----------------------------------------------------------------
+
+_SERIALS = {"serial": "int", "serial4": "int", "bigserial": "bigint", "serial8": "bigint",
+            "smallserial": "smallint", "serial2": "smallint"}
+
+
+def serial_kind(kind: Any) -> str:
+    """The integer type a serial pseudo-type stands for ('' for any other type)."""
+    return _SERIALS.get(kind.sql(dialect="postgres").lower(), "")
+
+
+def identity_of(constraint: Any, pg_type: str) -> tuple[str, SequenceOptions]:
+    """GENERATED { ALWAYS | BY DEFAULT } AS IDENTITY [( options )] on a column of `pg_type`."""
+    if pg_type not in ("smallint", "integer", "bigint"):
+        raise PgError("22023", "identity column type must be smallint, integer, or bigint")
+
+    def number(key: str) -> int | None:
+        value = constraint.args.get(key)
+        return None if value is None else int(value.sql(dialect="postgres"))
+
+    options = SequenceOptions(as_type=pg_type, increment=number("increment"), min_value=number("minvalue"),
+                              max_value=number("maxvalue"), start=number("start"),
+                              cache=number("cache"), cycle=constraint.args.get("cycle"))
+    return ("a" if constraint.this else "d"), options
+
+
+def nextval_default(namespace: str, name: str) -> str:
+    """A serial column's DEFAULT, as PostgreSQL shows it (`nextval('s.t_id_seq'::regclass)`)."""
+    from icegres.pg.keywords import quote_ident
+
+    return f"nextval('{quote_ident(namespace)}.{quote_ident(name)}'::regclass)"
+
+
+def with_sequences(lakehouse: Lakehouse, namespace: str, cmd: Any) -> tuple[Any, list[tuple[str, str]]]:
+    """CREATE TABLE's serial and identity columns: a sequence made for each (owned by the column,
+    named as PostgreSQL names it) and the column's DEFAULT its nextval. The command as the table
+    is then created, and the sequences made (the caller drops them if the table is not)."""
+    from dataclasses import replace
+
+    made: list[tuple[str, str]] = []
+    columns = []
+    try:
+        for c in cmd.columns:
+            if not c.identity:
+                columns.append(c)
+                continue
+            name = choose_name(lakehouse, namespace, cmd.name, c.name)
+            pg_type = c.type.pg_name if c.type.pg_name in _TYPE_BOUNDS else "bigint"
+            d = definition(name, c.sequence or SequenceOptions(), as_type=pg_type)
+            create(lakehouse, namespace, name, d, [], owned_by=f"{namespace}.{cmd.name}.{c.name}")
+            made.append((namespace, name))
+            columns.append(replace(c, default=nextval_default(namespace, name)))
+    except BaseException:
+        for key in made:
+            drop(lakehouse, key)
+        raise
+    return replace(cmd, columns=tuple(columns)), made

@@ -696,18 +696,7 @@ class Engine:
                      namespaces: Iterable[str]) -> Any:
         from icegres.engine import pg_catalog
 
-        tables = []
-        for (ns, name), plan in sorted(plans.items()):
-            not_null = {f.name for f in plan.schema if not f.nullable}
-            docs = plan.column_comments or ("",) * len(plan.field_ids)
-            chars = plan.char_types or (None,) * len(plan.field_ids)
-            defaults = plan.defaults or (None,) * len(plan.field_ids)
-            columns = tuple(
-                pg_catalog.ColumnInfo(f.name, f.type, f.name not in not_null, fid, doc, char, default)
-                for f, fid, doc, char, default in zip(plan.schema, plan.field_ids, docs, chars, defaults, strict=True)
-            )
-            tables.append(pg_catalog.TableInfo(ns, name, columns, plan.primary_key, plan.comment, plan.indexes,
-                                                    plan.checks, plan.sequence))
+        tables = [pg_catalog.table_info(ns, name, plan) for (ns, name), plan in sorted(plans.items())]
         infos = tuple(
             pg_catalog.ViewInfo(ns, name, tuple(
                 pg_catalog.ColumnInfo(n, t, True, i) for i, (n, t) in enumerate(v.columns, start=1)),

@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from icegres.engine import damage
-from icegres.engine.ddl_commands import declared_char_types, declared_checks, declared_defaults
+from icegres.engine.ddl_commands import (
+    declared_char_types,
+    declared_checks,
+    declared_defaults,
+    declared_identities,
+)
 from icegres.engine.ddl_index import table_indexes
 from icegres.engine.sequence_store import definition_of, head_of
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
@@ -78,6 +83,8 @@ class ReadPlan:
     # A sequence (sequence_store.py): its definition, and the one row its relation reads
     # (last_value, log_cnt, is_called) in place of data files.
     sequence: Any = None
+    # per column: 'a' (GENERATED ALWAYS AS IDENTITY), 'd' (BY DEFAULT) or '' (ddl_sequences.py)
+    identities: tuple[str, ...] = ()
     sequence_row: pa.Table | None = field(default=None, compare=False, repr=False)
     # A branch's head, pinned to be written (engine/branch_writes.py): the branch's name. None:
     # the table's main head, as mounted.
@@ -208,6 +215,7 @@ def plan_shape(table: Table) -> ReadPlan:
         defaults=tuple(defaults.get(fid) for fid in field_ids) if defaults else (),
         checks=declared_checks(table.properties),
         sequence=definition_of(_table_name(table).rpartition(".")[2], table.properties),
+        identities=declared_identities(table.properties, field_ids),
     )
 
 

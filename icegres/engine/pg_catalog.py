@@ -43,6 +43,8 @@ from icegres.pg.types import pg_type_for_arrow
 if TYPE_CHECKING:
     import datafusion
 
+    from icegres.engine.mounts import ReadPlan
+
 # --- the snapshot the engine hands us -----------------------------------------------------------
 
 
@@ -55,6 +57,7 @@ class ColumnInfo:
     comment: str = ""  # COMMENT ON COLUMN: the Iceberg field's doc
     char_type: CharType | None = None  # varchar(n) / char(n) / bpchar kept beside Iceberg's string
     default: str | None = None  # its DEFAULT expression (SQL text), as pg_attrdef holds it
+    identity: str = ""  # pg_attribute.attidentity: 'a' GENERATED ALWAYS, 'd' BY DEFAULT (no pg_attrdef then)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,31 @@ class TableInfo:
     indexes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # CREATE INDEX (ddl_index.py): (name, columns)
     checks: tuple[tuple[str, str], ...] = ()  # CHECK constraints: (name, SQL text)
     sequence: Any = None  # a sequence's definition (machines.sequence.Definition): relkind 'S'
+
+
+def serial_sequence(ix: CatalogIndex, table: str, column: str, search_path: list[str]) -> str | None:
+    """pg_get_serial_sequence(table, column): the sequence a serial or identity column's default
+    draws from, schema-qualified."""
+    import re
+
+    oid = ix.resolve(table, search_path)
+    entry = ix.by_oid.get(oid) if oid is not None else None
+    info = next((c for c in entry.table.columns if c.name == column), None) if entry and entry.table else None
+    found = re.fullmatch(r"nextval\('(.+)'::regclass\)", info.default or "") if info is not None else None
+    return found.group(1) if found else None
+
+
+def table_info(schema: str, name: str, plan: ReadPlan) -> TableInfo:
+    """A mounted (or shaped) table as the catalog describes it."""
+    n = len(plan.field_ids)
+    not_null = {f.name for f in plan.schema if not f.nullable}
+    docs, chars = plan.column_comments or ("",) * n, plan.char_types or (None,) * n
+    defaults, identities = plan.defaults or (None,) * n, plan.identities or ("",) * n
+    columns = tuple(
+        ColumnInfo(f.name, f.type, f.name not in not_null, fid, doc, char, default, identity)
+        for f, fid, doc, char, default, identity in zip(plan.schema, plan.field_ids, docs, chars, defaults, identities,
+                                                        strict=True))
+    return TableInfo(schema, name, columns, plan.primary_key, plan.comment, plan.indexes, plan.checks, plan.sequence)
 
 
 @dataclass(frozen=True)
@@ -172,6 +200,7 @@ class ColumnEntry:
     typmod: int
     not_null: bool
     arrow_type: pa.DataType
+    identity: str = ""
 
 
 @dataclass(frozen=True)
@@ -205,7 +234,7 @@ class CatalogIndex:
                 keys.append(f"relation:{t.schema}.{_pkey_name(t)}")
                 keys.append(f"constraint:{t.schema}.{_pkey_name(t)}")
             keys += [f"relation:{t.schema}.{name}" for name, _ in t.indexes]
-            keys += [f"attrdef:{t.schema}.{t.name}.{c.name}" for c in t.columns if c.default is not None]
+            keys += [f"attrdef:{t.schema}.{t.name}.{c.name}" for c in t.columns if c.default is not None and not c.identity]
             keys += [pg_constraints.check_key(t.schema, t.name, name) for name, _ in t.checks]
         keys += [f"relation:{v.schema}.{v.name}" for v in snap.views]
         keys += [f"rule:{v.schema}.{v.name}" for v in snap.views]  # its _RETURN rule (pg_rewrite)
@@ -236,7 +265,7 @@ class CatalogIndex:
         # DEFAULT expressions: (pg_attrdef OID, relation OID, attnum, SQL text).
         self.defaults: list[tuple[int, int, int, str]] = [
             (oids[f"attrdef:{t.schema}.{t.name}.{c.name}"], self.relations[(t.schema, t.name)].oid, attnum, c.default)
-            for t in snap.tables for attnum, c in enumerate(t.columns, start=1) if c.default is not None]
+            for t in snap.tables for attnum, c in enumerate(t.columns, start=1) if c.default is not None and not c.identity]
         # A view's _RETURN rule: view OID -> rule OID.
         self.rules: dict[int, int] = {oids[f"relation:{v.schema}.{v.name}"]: oids[f"rule:{v.schema}.{v.name}"]
                                       for v in snap.views}
@@ -326,7 +355,7 @@ def _lakehouse_column(attnum: int, c: ColumnInfo) -> ColumnEntry:
     if c.char_type is not None:
         return ColumnEntry(attnum, c.name, c.char_type.oid, c.char_type.typmod, not c.nullable, c.arrow_type)
     return ColumnEntry(attnum, c.name, _type_oid(c.arrow_type), arrow_typmod(c.arrow_type),
-                       not c.nullable, c.arrow_type)
+                       not c.nullable, c.arrow_type, c.identity)
 
 
 @lru_cache(maxsize=1024)
@@ -440,7 +469,7 @@ def _rows_pg_attribute(ix: CatalogIndex) -> Rows:
                                              and t.typlen > 0),
                 "attislocal": True,
                 "attcollation": t.typcollation if t else 0,
-                "atthasdef": (e.oid, c.attnum) in ix_defaults,
+                "atthasdef": (e.oid, c.attnum) in ix_defaults, "attidentity": c.identity,
             })
     return rows
 
@@ -808,7 +837,8 @@ def _rows_columns(ix: CatalogIndex) -> Rows:
                 "datetime_precision": _DATETIME_PRECISION.get(c.type_oid),
                 "udt_catalog": ix.snapshot.database, "udt_schema": "pg_catalog",
                 "udt_name": t.typname if t else None, "dtd_identifier": str(c.attnum),
-                "is_self_referencing": "NO", "is_identity": "NO", "identity_cycle": "NO",
+                "is_self_referencing": "NO", "is_identity": "YES" if c.identity else "NO", "identity_cycle": "NO",
+                "identity_generation": {"a": "ALWAYS", "d": "BY DEFAULT"}.get(c.identity),
                 "is_generated": "NEVER", "is_updatable": "YES" if e.relkind == "r" else "NO",
             })
     return rows

@@ -373,6 +373,11 @@ def _half_rounded(half: int) -> int:
     return (half + (1 if half >= 0 else -1)) // 2
 
 
+def _serial_sequence(env: SessionEnv, table: str, column: str) -> str | None:
+    ix = pg_catalog.current_index(env)
+    return pg_catalog.serial_sequence(ix, table, column, env.search_path) if ix is not None else None
+
+
 def catalog_functions(env: SessionEnv) -> list[Fn]:
     def always(value: Any) -> Callable[..., Any]:
         return lambda *_args: value
@@ -401,7 +406,7 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
         Fn("acldefault", (TEXT, OID), pa.list_(TEXT), lambda objtype, owner: acldefault(env, objtype, owner)),
         Fn("pg_encoding_to_char", (INT,), TEXT, lambda enc: _ENCODINGS.get(enc, ""),
            volatility=IMMUTABLE),
-        Fn("pg_get_serial_sequence", (TEXT, TEXT), TEXT, always(None)),
+        Fn("pg_get_serial_sequence", (TEXT, TEXT), TEXT, lambda table, column: _serial_sequence(env, table, column)),
         Fn("pg_get_function_result", (OID,), TEXT, function_result),
         Fn("pg_get_function_arguments", (OID,), TEXT, function_arguments),
         Fn("pg_get_function_identity_arguments", (OID,), TEXT, lambda oid: function_arguments(oid, True)),

@@ -17,6 +17,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from icegres.engine.dml.target import collect
+from icegres.pg.errors import PgError
 from icegres.sql.parse import expression as _parsed
 
 if TYPE_CHECKING:
@@ -46,6 +47,35 @@ def in_values(tree: exp.Insert, plan: ReadPlan, columns: list[str]) -> exp.Inser
             if _is_default(value) and i < len(columns):
                 value.replace(expression(plan, columns[i]))
     return tree
+
+
+def check_always_identity(tree: exp.Insert, plan: ReadPlan, columns: list[str]) -> None:
+    """428C9 where an INSERT gives a GENERATED ALWAYS identity column a value of its own (only
+    `DEFAULT` in VALUES may name it; OVERRIDING SYSTEM VALUE is not read)."""
+    always = {f.name for f, kind in zip(plan.schema, plan.identities, strict=False) if kind == "a"}
+    if not always:
+        return
+    source = tree.expression
+    for i, name in enumerate(columns):
+        if name not in always:
+            continue
+        if isinstance(source, exp.Values) and all(
+                i >= len(row.expressions) or _is_default(row.expressions[i]) for row in source.expressions):
+            continue
+        if source is None or (not isinstance(tree.this, exp.Schema) and i >= _width(source)):
+            continue  # (without a column list, a source narrower than the table leaves it out)
+        raise PgError("428C9", f'cannot insert a non-DEFAULT value into column "{name}"',
+                      detail=f'Column "{name}" is an identity column defined as GENERATED ALWAYS.',
+                      hint="Use OVERRIDING SYSTEM VALUE to override.")
+
+
+def _width(source: exp.Expression) -> int:
+    """How many columns a VALUES list or a SELECT without `*` gives (a large number otherwise)."""
+    if isinstance(source, exp.Values):
+        return max((len(row.expressions) for row in source.expressions), default=0)
+    if isinstance(source, exp.Select) and not any(isinstance(e, exp.Star) or e.find(exp.Star) for e in source.expressions):
+        return len(source.expressions)
+    return 1 << 30
 
 
 def _is_default(value: exp.Expression) -> bool:

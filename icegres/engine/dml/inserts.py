@@ -30,6 +30,7 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
     key = target_key(qctx, txn, target_table(tree))
     plan = target_plan(txn, key)
     columns = insert_columns(tree, plan)
+    defaults.check_always_identity(tree, plan, columns)
     tree = defaults.in_values(tree, plan, columns)
     source = tree.expression
     if source is None:  # INSERT ... DEFAULT VALUES: every column its default
