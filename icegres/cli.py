@@ -25,7 +25,8 @@ SERVE_KEYS = ("data_dir", "host", "port", "flight_port", "ops_port", "ports_file
               "superuser_reserved_connections", "superusers", "authentication_timeout", "auth_failure_delay_ms",
               "auth_failure_delay_max_ms", "drain_timeout_s", "log_min_duration_statement", "log_statement",
               "log_min_error_statement", "query_threads", "max_concurrent_queries", "query_memory", "log_level",
-              "write_buffer_ms", "tail_dir", "tail_url", "tail_quorum", "file_cache_mb", *_CATALOG_KEYS, *_AUTH_KEYS)
+              "write_buffer_ms", "tail_dir", "tail_url", "tail_quorum", "file_cache_mb", "sequence_block", *_CATALOG_KEYS,
+              *_AUTH_KEYS)
 
 # What `icegres verify` shares with serve: where the lake is, and the write path it proves.
 VERIFY_KEYS = ("data_dir", "write_buffer_ms", "tail_dir", "tail_url", "tail_quorum", "log_level", "file_cache_mb",
@@ -43,7 +44,7 @@ SERVE_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      "--catalog-uri names another",
      ("data_dir", "catalog_uri", "warehouse", "catalog_name", "s3_endpoint", "s3_access_key", "s3_secret_key",
       "s3_region", "s3_path_style", "catalog_sigv4", "catalog_token", "catalog_credential", "catalog_oauth2_uri",
-      "catalog_scope", "catalog_timeout_s", "file_cache_mb")),
+      "catalog_scope", "catalog_timeout_s", "file_cache_mb", "sequence_block")),
     ("write ladder", "opt-in; without --write-buffer-ms every write is one Iceberg commit before its ack "
      "(docs/architecture.md, 'The write ladder')",
      ("write_buffer_ms", "tail_dir", "tail_url", "tail_quorum")),

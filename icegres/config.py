@@ -95,6 +95,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("s3_region", None, "S3 region"),
     Option("s3_path_style", False, "use path-style S3 addressing (MinIO, SeaweedFS)", bool),
     Option("file_cache_mb", 4096, "local copies of data files on object stores, under <data-dir>/file-cache, up to this many MiB: a table is read from them once all of its snapshot's files are copied (in the background); Iceberg data files never change, so copies need no invalidation (0 = off: every scan reads the store)", int),
+    Option("sequence_block", 32, "values of a sequence (serial, identity, nextval) this server reserves in the catalog at once, at least: one catalog commit per block; a server's unused values are lost when it stops (gaps, as in PostgreSQL); a sequence's CACHE asks for more", int),
     Option("write_buffer_ms", 0, "group-commit window: autocommit INSERT/COPY into tables without a primary key are acked from memory and committed to the lake per table at most this many ms later (0 = off: every write commits before its ack)", int),
     Option("tail_dir", None, "local write-ahead log directory: buffered writes are fsynced here before the ack and replayed at start-up (requires --write-buffer-ms > 0)"),
     Option("tail_url", None, "postgresql://… URL of a PostgreSQL database holding the write-ahead log instead of --tail-dir: buffered writes are committed there before the ack and replayed at start-up; the tail id derives from the catalog and the data dir (requires --write-buffer-ms > 0; exclusive with --tail-dir)", secret=True),
@@ -158,6 +159,7 @@ class Settings:
     s3_region: str | None = None
     s3_path_style: bool = False
     file_cache_mb: int = 4096
+    sequence_block: int = 32
     write_buffer_ms: int = 0
     tail_dir: str | None = None
     tail_url: str | None = field(default=None, repr=False)

@@ -128,6 +128,7 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
     share_bytes = settings.query_memory_bytes // (slots + 1)
     runtime = runtime_env(share_bytes, spill_dir(settings.data_dir))
     engine = Engine(lakehouse, database=settings.database, file_cache=file_cache, runtime=runtime)
+    engine.sequence_block = max(1, settings.sequence_block)  # (engine/sequences.py)
     if settings.branch:
         engine.session_defaults["icegres.branch"] = settings.branch
         log.info("every session starts on branch %s (icegres.branch)", settings.branch)

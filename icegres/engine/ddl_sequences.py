@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from icegres.engine.ddl_commands import AlterSequence, CreateSequence, DropSequence, SequenceOptions
 from icegres.engine.sequence_store import (
+    IDENTITY_PROPERTY,
     OWNED_BY_PROPERTY,
     definition_properties,
     is_sequence,
@@ -189,7 +190,7 @@ def definition(name: str, o: SequenceOptions, base: Definition | None = None, as
 
 
 def create(lakehouse: Lakehouse, namespace: str, name: str, d: Definition, notices: list[str],
-           if_not_exists: bool = False, owned_by: str | None = None) -> bool:
+           if_not_exists: bool = False, owned_by: str | None = None, identity: bool = False) -> bool:
     """A new sequence; False where the name was taken and IF NOT EXISTS said to skip."""
     if lakehouse.table_exists(namespace, name) or lakehouse.view_location(namespace, name):
         if if_not_exists:
@@ -199,6 +200,8 @@ def create(lakehouse: Lakehouse, namespace: str, name: str, d: Definition, notic
     properties = definition_properties(d)
     if owned_by:
         properties[OWNED_BY_PROPERTY] = owned_by
+    if identity:
+        properties[IDENTITY_PROPERTY] = "true"
     lakehouse.create_table(namespace, name, sequence_schema(), properties)
     return True
 
@@ -382,7 +385,8 @@ def with_sequences(lakehouse: Lakehouse, namespace: str, cmd: Any) -> tuple[Any,
             name = choose_name(lakehouse, namespace, cmd.name, c.name)
             pg_type = c.type.pg_name if c.type.pg_name in _TYPE_BOUNDS else "bigint"
             d = definition(name, c.sequence or SequenceOptions(), as_type=pg_type)
-            create(lakehouse, namespace, name, d, [], owned_by=f"{namespace}.{cmd.name}.{c.name}")
+            create(lakehouse, namespace, name, d, [], owned_by=f"{namespace}.{cmd.name}.{c.name}",
+                   identity=c.identity in ("a", "d"))
             made.append((namespace, name))
             columns.append(replace(c, default=nextval_default(namespace, name)))
     except BaseException:

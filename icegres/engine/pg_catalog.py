@@ -36,6 +36,7 @@ from icegres.engine.pg_relations import (
     RelationDef,
     pg_type_oid,
 )
+from icegres.engine.sequence_store import IDENTITY_PROPERTY
 from icegres.pg.chars import BPCHAR_OID, UTF8_BYTES_MAX, VARCHAR_OID, CharType
 from icegres.pg.keywords import keyword_rows, quote_ident
 from icegres.pg.types import pg_type_for_arrow
@@ -70,6 +71,7 @@ class TableInfo:
     indexes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # CREATE INDEX (ddl_index.py): (name, columns)
     checks: tuple[tuple[str, str], ...] = ()  # CHECK constraints: (name, SQL text)
     sequence: Any = None  # a sequence's definition (machines.sequence.Definition): relkind 'S'
+    identity_sequence: bool = False  # an identity column's: not in information_schema.sequences
 
 
 def serial_sequence(ix: CatalogIndex, table: str, column: str, search_path: list[str]) -> str | None:
@@ -94,7 +96,9 @@ def table_info(schema: str, name: str, plan: ReadPlan) -> TableInfo:
         ColumnInfo(f.name, f.type, f.name not in not_null, fid, doc, char, default, identity)
         for f, fid, doc, char, default, identity in zip(plan.schema, plan.field_ids, docs, chars, defaults, identities,
                                                         strict=True))
-    return TableInfo(schema, name, columns, plan.primary_key, plan.comment, plan.indexes, plan.checks, plan.sequence)
+    internal = plan.table is not None and plan.table.properties.get(IDENTITY_PROPERTY) == "true"
+    return TableInfo(schema, name, columns, plan.primary_key, plan.comment, plan.indexes, plan.checks, plan.sequence,
+                     internal)
 
 
 @dataclass(frozen=True)
@@ -865,7 +869,8 @@ _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
          "data_type": "bigint", "numeric_precision": 64, "numeric_precision_radix": 2, "numeric_scale": 0,
          "start_value": str(d.start), "minimum_value": str(d.min_value), "maximum_value": str(d.max_value),
          "increment": str(d.increment), "cycle_option": "YES" if d.cycle else "NO"}
-        for e in ix.relations.values() if e.relkind == "S" and e.table is not None and (d := e.table.sequence)],
+        for e in ix.relations.values() if e.relkind == "S" and e.table is not None and (d := e.table.sequence)
+        and not e.table.identity_sequence],
     "pg_catalog.pg_attribute": _rows_pg_attribute,
     "pg_catalog.pg_attrdef": lambda ix: [{"oid": oid, "adrelid": rel, "adnum": attnum, "adbin": text}
                                          for oid, rel, attnum, text in ix.defaults],

@@ -39,6 +39,7 @@ _PREFIX = "icegres.sequence."
 _LAST, _CALLED, _FIRST, _TOKEN = (f"{_PREFIX}last-value", f"{_PREFIX}is-called", f"{_PREFIX}first",
                                   f"{_PREFIX}token")
 OWNED_BY_PROPERTY = f"{_PREFIX}owned-by"  # "schema.table.column" of a serial or identity column
+IDENTITY_PROPERTY = f"{_PREFIX}identity"  # "true": an identity column's (PostgreSQL's internal dependency)
 _KEPT_SNAPSHOTS = 4
 NO_SNAPSHOT = -1  # the version of a sequence never advanced
 
