@@ -65,8 +65,13 @@ def target_plan(txn: TxnState | None, key: Key) -> ReadPlan:
 
 def set_items(items: list[exp.Expression], plan: ReadPlan, key: Key) -> dict[str, exp.Expression]:
     """An UPDATE SET list (UPDATE, MERGE's WHEN MATCHED) as column -> value, the values the
-    tree's own (42703 for an unknown column, 42601 for one assigned twice)."""
+    tree's own (42703 for an unknown column, 42601 for one assigned twice); `SET c = DEFAULT` is
+    the column's default, the only value a GENERATED ALWAYS identity column takes (428C9)."""
+    from icegres.sql.parse import expression
+
     names = {f.name for f in plan.schema}
+    defaults = dict(zip(names and [f.name for f in plan.schema], plan.defaults, strict=False))
+    always = {f.name for f, kind in zip(plan.schema, plan.identities, strict=False) if kind == "a"}
     sets: dict[str, exp.Expression] = {}
     for item in items:
         name = item.this.name
@@ -74,7 +79,15 @@ def set_items(items: list[exp.Expression], plan: ReadPlan, key: Key) -> dict[str
             raise PgError("42703", f'column "{name}" of relation "{key[1]}" does not exist')
         if name in sets:
             raise PgError("42601", f'multiple assignments to same column "{name}"')
-        sets[name] = item.expression
+        value = item.expression
+        is_default = isinstance(value, exp.Var) and str(value.this).upper() == "DEFAULT"
+        if name in always and not is_default:
+            raise PgError("428C9", f'column "{name}" can only be updated to DEFAULT',
+                          detail=f'Column "{name}" is an identity column defined as GENERATED ALWAYS.')
+        if is_default:
+            text = defaults.get(name)
+            value = expression(text).copy() if text is not None else exp.Null()
+        sets[name] = value
     return sets
 
 
