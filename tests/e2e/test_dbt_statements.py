@@ -1,0 +1,43 @@
+"""The statements dbt's incremental models and snapshots send that icegres answered wrongly, each
+against a real PostgreSQL 15 (the same command tags, SQLSTATEs and table contents after every
+statement; test_dbt_incremental.py runs dbt itself). Found by that test:
+
+- `merge into t as DBT_INTERNAL_DEST ... DBT_INTERNAL_DEST.id`: an unquoted name is folded to lower
+  case, in DML targets, aliases, SET and INSERT column lists and output names too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_dml_semantics import _play
+from tests.support.fixtures import real_postgres  # noqa: F401  (session fixture)
+from tests.support.icegres_server import IcegresServer, running_icegres
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+
+@pytest.fixture(scope="module")
+def icegres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IcegresServer]:
+    with running_icegres(tmp_path_factory.mktemp("dbt_statements") / "lake") as srv:
+        yield srv
+
+
+def test_unquoted_names_fold_to_lower_case_in_writes(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    _play(icegres, real_postgres, """
+        create table dd.f (id int, v text, "Q" int)
+        insert into dd.f (ID, V) values (1, 'a'), (2, 'b')
+        insert into DD.F values (3, 'c', 3)
+        update dd.f as D set V = D.v || '!' where D.ID = 1
+        update DD.f set "Q" = 7 where ID = 2 returning ID, "Q"
+        update dd.f set q = 1
+        merge into dd.f as DBT_INTERNAL_DEST using (select 2 as id, 'B' as v) as DBT_INTERNAL_SOURCE on DBT_INTERNAL_SOURCE.id = DBT_INTERNAL_DEST.id when matched then update set "v" = DBT_INTERNAL_SOURCE."v"
+        merge into dd.f as T using (select 4 as Id) as S on S.ID = t.id when not matched then insert (ID, V) values (s.id, 'd')
+        delete from dd.f as D using (select 3 as id) as S where S.id = d.ID
+        delete from dd.f as X where X.id = 4 returning X.V
+        select id as Total, v as "Value" from dd.f where id = 1
+        select D.id from dd.f as D where d.id = 1
+    """, ("dd.f",))
