@@ -3,7 +3,8 @@ against a real PostgreSQL 15 (the same command tags, SQLSTATEs and table content
 statement; test_dbt_incremental.py runs dbt itself). Found by that test:
 
 - `merge into t as DBT_INTERNAL_DEST ... DBT_INTERNAL_DEST.id`: an unquoted name is folded to lower
-  case, in DML targets, aliases, SET and INSERT column lists and output names too.
+  case, in DML targets, aliases, SET and INSERT column lists and output names too;
+- `when not matched then insert ("id") values ("id")`: a NOT MATCHED clause sees the source alone.
 """
 
 from __future__ import annotations
@@ -41,3 +42,20 @@ def test_unquoted_names_fold_to_lower_case_in_writes(icegres: IcegresServer, rea
         select id as Total, v as "Value" from dd.f where id = 1
         select D.id from dd.f as D where d.id = 1
     """, ("dd.f",))
+
+
+def test_a_merge_inserts_from_the_source_alone(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """dbt's merge: `when not matched then insert ("id", "v") values ("id", "v")`, names the
+    target has too; unqualified, they are the source's. The target is no FROM-clause entry there."""
+    _play(icegres, real_postgres, """
+        create table dd.m (id int, v text, n int)
+        create table dd.ms (id int, v text, n int)
+        insert into dd.m values (1, 'a', 1), (2, 'b', 2)
+        insert into dd.ms values (2, 'B', 20), (3, 'C', 30), (null, 'N', 0)
+        merge into dd.m as DBT_INTERNAL_DEST using dd.ms as DBT_INTERNAL_SOURCE on (DBT_INTERNAL_SOURCE.id = DBT_INTERNAL_DEST.id) when matched then update set "v" = DBT_INTERNAL_SOURCE."v","n" = DBT_INTERNAL_SOURCE."n" when not matched then insert ("id", "v", "n") values ("id", "v", "n")
+        merge into dd.m as t using (select 5 as id, 'e' as v) s on s.id = t.id when not matched and v = 'e' then insert (id, v, n) values (id + 1, upper(v), 0)
+        merge into dd.m t using dd.ms on ms.id = t.id when not matched and ms.id is null then insert values (ms.id, ms.v || '?', n)
+        merge into dd.m using (select 7 as id) s on s.id = m.id when not matched then insert (id, v) values (s.id, m.v)
+        merge into dd.m as t using (select 8 as id) s on s.id = t.id when not matched and t.id is null then insert (id) values (8)
+        merge into dd.m as t using (select 9 as k, 'x' as v) s on s.k = t.id when not matched then insert (id, v) values (k, v)
+    """, ("dd.m", "dd.ms"))
