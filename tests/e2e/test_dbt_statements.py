@@ -4,7 +4,8 @@ statement; test_dbt_incremental.py runs dbt itself). Found by that test:
 
 - `merge into t as DBT_INTERNAL_DEST ... DBT_INTERNAL_DEST.id`: an unquoted name is folded to lower
   case, in DML targets, aliases, SET and INSERT column lists and output names too;
-- `when not matched then insert ("id") values ("id")`: a NOT MATCHED clause sees the source alone.
+- `when not matched then insert ("id") values ("id")`: a NOT MATCHED clause sees the source alone;
+- `delete ... where (k1, k2) in (select distinct k1, k2 from tmp)`: an IN of a row of values.
 """
 
 from __future__ import annotations
@@ -59,3 +60,23 @@ def test_a_merge_inserts_from_the_source_alone(icegres: IcegresServer, real_post
         merge into dd.m as t using (select 8 as id) s on s.id = t.id when not matched and t.id is null then insert (id) values (8)
         merge into dd.m as t using (select 9 as k, 'x' as v) s on s.k = t.id when not matched then insert (id, v) values (k, v)
     """, ("dd.m", "dd.ms"))
+
+
+def test_a_row_of_values_in_a_subquery(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """dbt's delete+insert with a composite unique_key: `where (k1, k2) in (select distinct k1,
+    k2 from <new rows>)`; NULLs in the row or in the subquery's rows match nothing."""
+    _play(icegres, real_postgres, """
+        create table dd.r (a int, b int, v text)
+        create table dd.rs (a int, b int)
+        insert into dd.r values (1, 1, 'a'), (1, 2, 'b'), (2, 1, 'c'), (null, 1, 'n'), (3, 3, 'd')
+        insert into dd.rs values (1, 2), (2, 1), (null, 1), (3, null)
+        select v from dd.r where (a, b) in (select a, b from dd.rs) order by v
+        select v from dd.r where (a, b) in (select * from dd.rs) or v = 'n' order by v
+        select v from dd.r where (a, b) in (select a, b from dd.rs union select 1, 1) order by v
+        select v from dd.r r where (b, a) in (select b as k, max(a) from dd.rs group by k) order by v
+        select v from dd.r where ((a, b) in (select a, b from dd.rs)) is true order by v
+        select v from dd.r where (a, b) in (select 1, 1) order by v
+        update dd.r set v = v || '!' where (b, a) in (select 1, 1)
+        delete from dd.r as DBT_INTERNAL_DEST where (a, b) in (select distinct a, b from dd.rs as DBT_INTERNAL_SOURCE)
+        delete from dd.r where (a, b) in (select a, b from dd.rs where a > 5)
+    """, ("dd.r", "dd.rs"))
