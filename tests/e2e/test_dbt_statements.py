@@ -5,7 +5,8 @@ statement; test_dbt_incremental.py runs dbt itself). Found by that test:
 - `merge into t as DBT_INTERNAL_DEST ... DBT_INTERNAL_DEST.id`: an unquoted name is folded to lower
   case, in DML targets, aliases, SET and INSERT column lists and output names too;
 - `when not matched then insert ("id") values ("id")`: a NOT MATCHED clause sees the source alone;
-- `delete ... where (k1, k2) in (select distinct k1, k2 from tmp)`: an IN of a row of values.
+- `delete ... where (k1, k2) in (select distinct k1, k2 from tmp)`: an IN of a row of values;
+- `create temporary table ... as (select ... from <a view>)`: a temporary table's query reads views.
 """
 
 from __future__ import annotations
@@ -80,3 +81,21 @@ def test_a_row_of_values_in_a_subquery(icegres: IcegresServer, real_postgres: An
         delete from dd.r as DBT_INTERNAL_DEST where (a, b) in (select distinct a, b from dd.rs as DBT_INTERNAL_SOURCE)
         delete from dd.r where (a, b) in (select a, b from dd.rs where a > 5)
     """, ("dd.r", "dd.rs"))
+
+
+def test_a_temporary_table_as_the_rows_of_a_view(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """dbt's snapshot of a view model: `create temporary table "x__dbt_tmp..." as (with
+    snapshot_query as (select * from <the view>) ...)`, in a block and out of one."""
+    _play(icegres, real_postgres, """
+        create table dd.vt (a int, b text)
+        insert into dd.vt values (1, 'x'), (2, 'y')
+        create view dd.vw as select a * 10 as a10, b from dd.vt
+        create temporary table vw_rows as select * from dd.vw
+        select * from vw_rows order by a10
+        begin
+        create temporary table vw_more as (with q as (select * from "dd"."vw") select a10 + 1 as n from q)
+        select n from vw_more order by n
+        commit
+        create table dd.vt_copy as select * from vw_rows
+        drop view dd.vw
+    """, ("dd.vt", "dd.vt_copy"))
