@@ -6,7 +6,9 @@ statement; test_dbt_incremental.py runs dbt itself). Found by that test:
   case, in DML targets, aliases, SET and INSERT column lists and output names too;
 - `when not matched then insert ("id") values ("id")`: a NOT MATCHED clause sees the source alone;
 - `delete ... where (k1, k2) in (select distinct k1, k2 from tmp)`: an IN of a row of values;
-- `create temporary table ... as (select ... from <a view>)`: a temporary table's query reads views.
+- `create temporary table ... as (select ... from <a view>)`: a temporary table's query reads views;
+- `create table ... as select now()::timestamp ...`: a nanosecond column of DataFusion's is stored
+  as PostgreSQL's microsecond timestamp.
 """
 
 from __future__ import annotations
@@ -99,3 +101,17 @@ def test_a_temporary_table_as_the_rows_of_a_view(icegres: IcegresServer, real_po
         create table dd.vt_copy as select * from vw_rows
         drop view dd.vw
     """, ("dd.vt", "dd.vt_copy"))
+
+
+def test_a_table_made_from_now_holds_microsecond_timestamps(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """dbt's check-strategy snapshot: `create table ... as (select *, now()::timestamp without
+    time zone as dbt_valid_from, ...)`. DataFusion's now() is nanoseconds, which an Iceberg
+    timestamp (microseconds, as PostgreSQL's) could not hold."""
+    _play(icegres, real_postgres, """
+        create table dd.nt as select 1::int as id, now() as at, now()::timestamp without time zone as local_at, current_date as day
+        select id, at is not null, local_at is not null, day = current_date from dd.nt
+        select column_name, data_type from information_schema.columns where table_schema = 'dd' and table_name = 'nt' order by ordinal_position
+        insert into dd.nt select 2, now(), now()::timestamp, current_date
+        select count(*), count(distinct id) from dd.nt where at <= now() and local_at is not null
+    """, ())
+    # (its values are the time of the run, which no two servers share: compared by the queries above)
