@@ -983,6 +983,10 @@ def iceberg_schema_of_arrow(names: list[str], arrow_schema: pa.Schema, what: str
             t = pa.binary()
         elif pa.types.is_null(t):
             t = pa.string()  # PostgreSQL would make it "unknown"; text is what it reads back as
+        elif pa.types.is_timestamp(t) and t.unit == "ns":
+            # DataFusion's now() is nanoseconds; PostgreSQL's timestamps, and the rows as they
+            # are conformed to the table (assign.py), are microseconds.
+            t = pa.timestamp("us", t.tz)
         fields.append(pa.field(name, t, nullable=True))
     try:
         return assign_fresh_schema_ids(_schema_without_ids(pa.schema(fields)))

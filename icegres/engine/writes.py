@@ -263,7 +263,8 @@ async def _temp_ddl(host: WriteHost, cmd: Any, block: TxnState | None) -> WriteR
 
         def create_as(txn: TxnState) -> tuple[Key | None, int]:
             qctx.pin_for(None)  # (in a block: its snapshots, and the session's temporary tables)
-            data = dml.collect(qctx.plan(query(cmd.query_sql), None))
+            # the views it reads, as a lake table's CTAS reads them (dbt's snapshots of a view)
+            data = dml.collect(qctx.plan(qctx.with_views(query(cmd.query_sql)), None))
             key = ddl_temp.create_as(qctx, txn if block is not None else None, cmd, data)
             if key is not None:
                 made.append(key[1])

@@ -1,4 +1,5 @@
-"""Parsing a statement into a sqlglot tree: one dialect, one parse per statement text.
+"""Parsing a statement into a sqlglot tree: one dialect, one parse per statement text, unquoted
+names folded to lower case as PostgreSQL's lexer folds them.
 
 The tree is shared (by every Statement of the same text, and by the caches keyed on it): callers
 read it, and copy it before changing it.
@@ -104,6 +105,17 @@ def _parse_cached(sql: str) -> exp.Expression:
         ) from None
     if tree is None:
         raise PgError(SYNTAX_ERROR, "syntax error")
+    return _folded(tree)
+
+
+def _folded(tree: exp.Expression) -> exp.Expression:
+    """`tree` with PostgreSQL's names: its lexer folds an unquoted identifier to lower case
+    (`UPDATE t AS D SET V = 1 WHERE D.a = 0` names d and v), a quoted one is kept as written.
+    DataFusion folds the text it is sent the same way, but the engine reads names from the
+    tree (DML targets, aliases and column lists, output names, table references)."""
+    for node in tree.find_all(exp.Identifier):
+        if not node.quoted and isinstance(node.this, str) and not node.this.islower():
+            node.set("this", node.this.lower())
     return tree
 
 

@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import shutil
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -28,14 +25,13 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support.dbt import DbtProject, DbtTarget, dbt_executable
 from tests.support.icegres_server import IcegresServer, running_icegres
-from tests.support.tool_venv import tool_venv
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 PROJECT = Path(__file__).with_name("dbt_project")
 USER, PASSWORD = "dbt", "dbt-secret"
-_DBT_TIMEOUT_S = 180  # one dbt command; a run here takes a few seconds, most of it dbt starting
 
 CUSTOMERS = [
     (1, "Ada", dt.date(2024, 1, 15), True, Decimal("1500.50")),
@@ -78,7 +74,7 @@ OPEN_ORDERS_COLUMNS = [("order_id", "integer"), ("customer_name", "text"), ("amo
 
 @pytest.fixture(scope="module")
 def dbt_bin() -> Path:
-    return tool_venv("dbt") / "bin" / "dbt"
+    return dbt_executable()
 
 
 @pytest.fixture(scope="module")
@@ -89,56 +85,9 @@ def icegres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IcegresServer]
         yield srv
 
 
-@dataclass
-class Project:
-    """One copy of the dbt project, its profile pointing at `server` with `schema`."""
-
-    dbt: Path
-    root: Path
-    server: IcegresServer
-    schema: str
-
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """`dbt <args>` in the project, bounded; its output is in the failure message if it fails."""
-        env = {"PATH": f"{self.dbt.parent}:/usr/bin:/bin", "HOME": str(self.root), "LANG": "C.UTF-8",
-               "TZ": "Etc/UTC", "DBT_PROFILES_DIR": str(self.root), "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
-               "DBT_SCHEMA": self.schema}
-        return subprocess.run([str(self.dbt), *args], cwd=self.root, env=env, capture_output=True, text=True,
-                              timeout=_DBT_TIMEOUT_S, stdin=subprocess.DEVNULL)
-
-    def ok(self, *args: str) -> list[dict[str, Any]]:
-        """`dbt <args>`, which must exit 0 with every node it ran a success; the run's results."""
-        return self.succeeded(self.run(*args), *args)
-
-    def succeeded(self, done: subprocess.CompletedProcess[str], *args: str) -> list[dict[str, Any]]:
-        assert done.returncode == 0, f"dbt {' '.join(args)} exited {done.returncode}:\n{done.stdout[-6000:]}"
-        results = json.loads((self.root / "target" / "run_results.json").read_text())["results"]
-        assert results and all(r["status"] in ("success", "pass") for r in results), done.stdout[-6000:]
-        return results
-
-    def rows(self, sql: str) -> list[tuple[Any, ...]]:
-        with psycopg.connect(self.server.dsn(), autocommit=True) as conn:
-            return conn.execute(sql.format(schema=self.schema)).fetchall()
-
-
-def _project(dbt: Path, server: IcegresServer, tmp_path: Path, schema: str) -> Project:
-    root = tmp_path / "project"
-    shutil.copytree(PROJECT, root)
-    (root / "profiles.yml").write_text(
-        "icegres:\n"
-        "  target: dev\n"
-        "  outputs:\n"
-        "    dev:\n"
-        "      type: postgres\n"
-        f"      host: {server.host}\n"
-        f"      port: {server.port}\n"
-        f"      user: {USER}\n"
-        f"      password: {PASSWORD}\n"
-        f"      dbname: {server.database}\n"
-        "      schema: \"{{ env_var('DBT_SCHEMA') }}\"\n"
-        "      threads: 1\n"
-        "      connect_timeout: 10\n")
-    return Project(dbt, root, server, schema)
+def _project(dbt: Path, server: IcegresServer, tmp_path: Path, schema: str) -> DbtProject:
+    target = DbtTarget(server.host, server.port, USER, PASSWORD, server.database)
+    return DbtProject.copy(dbt, PROJECT, tmp_path / "project", target, schema)
 
 
 def _names(results: list[dict[str, Any]]) -> set[str]:
@@ -146,7 +95,7 @@ def _names(results: list[dict[str, Any]]) -> set[str]:
     return {r["unique_id"].split(".")[2] for r in results}
 
 
-def _relations(project: Project) -> list[tuple[str, str]]:
+def _relations(project: DbtProject) -> list[tuple[str, str]]:
     return project.rows("select table_name, table_type from information_schema.tables"
                         " where table_schema = '{schema}' order by 1")
 

@@ -223,13 +223,25 @@ def _not_matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table |
                  inserts: list[tuple[list[str], list[exp.Expression]]],
                  params: dict[str, Any] | None) -> pa.Table | None:
     """The rows the WHEN NOT MATCHED clauses insert, from the source rows that join no target
-    row (the target read whole: an anti-join)."""
+    row (the target read whole: an anti-join).
+
+    The clauses' conditions and values see the source alone, as in PostgreSQL (dbt's `insert
+    ("id") values ("id")` names the source's id, which the target has too): the unmatched source
+    rows are found first, then the clauses are evaluated over just them."""
     values = [exp.alias_(e.copy(), f"_{k}_{i}", quoted=True)
               for k, (_, vs) in enumerate(inserts) for i, e in enumerate(vs)]
-    query = exp.select(exp.alias_(_clause_number(whens), CLAUSE_COLUMN, quoted=True), *values).from_(using.copy())
+    rows: exp.Expression = using.copy()
     if view is not None:
-        query = query.join(source(view, alias), on=on.copy(), join_type="left").where(
+        name = _source_name(using)
+        # The source's columns by name, not `s.*`: DataFusion does not expand `src.*` over an
+        # unaliased `schema.src`.
+        names = collect(qctx.plan_tree(exp.select(exp.Star()).from_(using.copy()).limit(0), params)).schema.names
+        unmatched = exp.select(*(column(n, name) for n in names)).from_(using.copy()).join(
+            source(view, alias), on=on.copy(), join_type="left").where(
             exp.Is(this=column(FILE_COLUMN, alias), expression=exp.Null()))
+        found_rows = without_views(collect(qctx.plan_tree(unmatched, params)))
+        rows = source(qctx.register_private("merge_source", qctx.ctx.from_arrow(found_rows)), name)
+    query = exp.select(exp.alias_(_clause_number(whens), CLAUSE_COLUMN, quoted=True), *values).from_(rows)
     found = without_views(collect(qctx.plan_tree(query, params)))
     clause = found.column(CLAUSE_COLUMN).to_numpy(zero_copy_only=False)
     parts = []
@@ -244,6 +256,14 @@ def _not_matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table |
         data = defaults.fill(qctx, plan, data, rows=int(mask.sum()))
         parts.append(checks.conform(qctx, data, plan, key))
     return pa.concat_tables(parts) if parts else None
+
+
+def _source_name(using: exp.Expression) -> exp.Identifier:
+    """The name the source's columns go by: its alias, else the table's own name."""
+    alias = using.args.get("alias")
+    if alias is not None and alias.this is not None:
+        return alias.this
+    return using.this
 
 
 def merge_parameter_types(tree: exp.Merge, plan: ReadPlan) -> dict[int, pa.DataType]:

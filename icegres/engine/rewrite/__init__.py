@@ -77,6 +77,7 @@ from icegres.engine.rewrite.output_names import (
     pg_output_names,
     scope_output_names,
 )
+from icegres.engine.rewrite.row_values import row_in_subqueries
 from icegres.engine.rewrite.scopes import bind_columns
 from icegres.engine.rewrite.tree import _Rewriter
 
@@ -99,6 +100,7 @@ _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
     catalog_function_relations,
     qualify_catalog_tables,
     bind_columns,
+    row_in_subqueries,
     numeric_division,
     strip_function_schemas,
     set_returning_functions,
