@@ -80,7 +80,10 @@ def set_items(items: list[exp.Expression], plan: ReadPlan, key: Key) -> dict[str
         if name in sets:
             raise PgError("42601", f'multiple assignments to same column "{name}"')
         value = item.expression
-        is_default = isinstance(value, exp.Var) and str(value.this).upper() == "DEFAULT"
+        # (sqlglot reads the keyword as a column named default; a column so named must be quoted)
+        is_default = (isinstance(value, exp.Var) and str(value.this).upper() == "DEFAULT") or (
+            isinstance(value, exp.Column) and not value.table and value.name.lower() == "default"
+            and not value.this.args.get("quoted"))
         if name in always and not is_default:
             raise PgError("428C9", f'column "{name}" can only be updated to DEFAULT',
                           detail=f'Column "{name}" is an identity column defined as GENERATED ALWAYS.')
