@@ -37,6 +37,10 @@ def test_update_from_joins_other_tables_as_postgresql_does(icegres: IcegresServe
         update dd.t set n = t.n + s.k from dd.s where t.id = s.id and s.k = 1
         update dd.t as a set x = s.y || '!', n = s.k * 100 from dd.s s where a.id = s.id and s.y = 'A' returning a.id, a.x, a.n
         update dd.t set x = q.v from (select 3 as id, 'sub' as v) q where t.id = q.id returning t.*
+        update dd.t set n = q.k from (select 3 as id, 7 as k, 'q' as note) q where t.id = q.id returning t.id, q.note, q.k + t.n as sum, note
+        update dd.t set n = 5 from dd.s where t.id = s.id and s.k = 1 returning *
+        update dd.t set n = 6 from dd.s where t.id = s.id and s.k = 1 returning s.*, t.x
+        update dd.t set n = 6 from dd.s where t.id = s.id and s.k = 100 returning s.*, t.x
         update dd.t set x = 'joined' from dd.s join dd.t t2 on t2.id = s.id where t.id = s.id and t2.n > 20
         update dd.t set x = 'none' from dd.s where t.id = s.id and s.k > 100
         update dd.t set n = s.k from dd.s, (select 2 as id) w where t.id = s.id and s.id = w.id and s.k = 3
@@ -56,8 +60,8 @@ def test_update_from_joins_other_tables_as_postgresql_does(icegres: IcegresServe
 def test_delete_using_joins_other_tables_as_postgresql_does(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
     _play(icegres, real_postgres, SETUP + """
         delete from dd.t using dd.s where t.id = s.id and s.y = 'Z'
-        delete from dd.t using dd.s where t.id = s.id and s.y = 'B' returning t.*
-        delete from dd.t as a using dd.s s, (select 1 as id) q where a.id = s.id and s.id = q.id returning a.id
+        delete from dd.t using dd.s where t.id = s.id and s.y = 'B' and s.k = 2 returning *
+        delete from dd.t as a using dd.s s, (select 1 as id) q where a.id = s.id and s.id = q.id returning a.id, s.y, q.id + 1
         delete from dd.t using dd.s join dd.s s2 on s2.id = s.id where t.id = s.id
         delete from dd.t using dd.s where id = s.id
         delete from dd.t using dd.s where t.id = s.nope

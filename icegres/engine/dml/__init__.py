@@ -255,8 +255,9 @@ def _rewrite_rows(qctx: QueryContext, txn: TxnState, tree: exp.Expression, key: 
     cond = where.this if where is not None else None
     sources = _sources(tree)
     if sources:
-        count, rows = rewrite_joined(qctx, txn, key, sources, cond, sets, params, alias=alias_of(tree.this, key),
-                                     returned=returning is not None)
+        count, rows, said = rewrite_joined(qctx, txn, key, sources, cond, sets, params, alias=alias_of(tree.this, key),
+                                           returning=returning)
+        returning = said
     else:
         count, rows = rewrite_matching(qctx, txn, key, cond, sets, params, delete=sets is None,
                                        alias=alias_of(tree.this, key), returned=returning is not None)

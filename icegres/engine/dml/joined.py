@@ -20,6 +20,7 @@ from sqlglot import exp
 from icegres.engine.assign import conform, write_schema
 from icegres.engine.dml import checks
 from icegres.engine.dml.copy_on_write import assigned_values, check_unique, write_files
+from icegres.engine.dml.returning_joined import source_columns
 from icegres.engine.dml.target import (
     FILE_COLUMN,
     collect,
@@ -43,14 +44,15 @@ ROW_COLUMN = "__icegres_row"
 def rewrite_joined(qctx: QueryContext, txn: TxnState, key: Key, sources: list[exp.Expression],
                    cond: exp.Expression | None, assigned: dict[str, exp.Expression] | None,
                    params: dict[str, Any] | None, *, alias: exp.Identifier,
-                   returned: bool = False) -> tuple[int, pa.Table | None]:
+                   returning: exp.Returning | None = None) -> tuple[int, pa.Table | None, exp.Returning | None]:
     """UPDATE (`assigned`) or DELETE (None) of the target rows that join `sources` under `cond`;
-    the count and, if `returned`, the rows updated (as written) or deleted."""
+    the count and, with a `returning` list, the rows updated (as written) or deleted with the
+    source columns it reads beside them, and the list as it reads them (returning_joined.py)."""
     from icegres.engine.mounts import to_dataframe
 
     _refuse_repeated_names(alias, sources)
     plan = target_plan(txn, key)
-    empty = write_schema(plan).empty_table() if returned else None
+    returned = returning is not None
 
     def framed(target: exp.Table) -> Frame:
         return frame_of(target, alias, sources, cond)
@@ -60,27 +62,34 @@ def rewrite_joined(qctx: QueryContext, txn: TxnState, key: Key, sources: list[ex
     checked = qctx.register_private("target", qctx.zoned(to_dataframe(qctx.ctx, replace(plan, files=()))))
     sets = assigned_values(qctx, plan, framed(checked), assigned, params) if assigned else None
     items = [e.copy() for e in sets.values()] if sets else [exp.Literal.number(1)]
-    collect(qctx.plan_tree(framed(checked)(exp.select(*items)), params))
+    carried = source_columns(qctx, returning, alias.name, plan.schema.names, sources, framed(checked), params) \
+        if returning is not None else None
+    probe = collect(qctx.plan_tree(framed(checked)(exp.select(*items, *(carried.select if carried else ()))), params))
+    extra = probe.select(probe.column_names[len(items):]) if carried else None
+    empty = _beside(write_schema(plan).empty_table(), extra) if returned else None
+    said = carried.returning if carried else None
     if not plan.files:
-        return 0, empty
+        return 0, empty, said
 
     view = qctx.register_private("target", with_file_column(qctx, key, plan))
     matched = joined_files(qctx, framed(view), alias, params)
     if not matched:
-        return 0, empty
+        return 0, empty, said
     base, rows_view = numbered_rows(qctx, plan, key, view, alias, matched)
     n = base.num_rows
     values = [exp.alias_(e.copy(), f"_{i}", quoted=True) for i, e in enumerate((sets or {}).values())]
-    joined = without_views(collect(qctx.plan_tree(framed(rows_view)(exp.select(column(ROW_COLUMN, alias), *values)),
-                                                   params)))
+    extras = [e.copy() for e in carried.select] if carried else []
+    joined = without_views(collect(qctx.plan_tree(
+        framed(rows_view)(exp.select(column(ROW_COLUMN, alias), *values, *extras)), params)))
     ids, first = np.unique(joined.column(0).to_numpy(), return_index=True)
+    sources_of = joined.take(pa.array(first)).select(joined.column_names[1 + len(values):]) if carried else None
     count = len(ids)
     if sets is None:
         keep = np.ones(n, dtype=bool)
         keep[ids] = False
         gone = base.take(pa.array(ids))
         rows = base.filter(pa.array(keep))
-        returning = gone if returned else None
+        returned_rows = _beside(gone, sources_of) if returned else None
     else:
         # Each updated row's new value sits after the n old ones: one `take` per column.
         positions = np.arange(n, dtype=np.int64)
@@ -93,13 +102,22 @@ def rewrite_joined(qctx: QueryContext, txn: TxnState, key: Key, sources: list[ex
             merged = pa.concat_arrays([old.combine_chunks(), value])
             new = new.set_column(new.schema.get_field_index(name), name, merged.take(pa.array(positions)))
         rows = checks.conform(qctx, new, plan, key)  # (the new values' NOT NULL, CHECKs, lengths)
-        returning = rows.take(pa.array(ids)) if returned else None
+        returned_rows = _beside(rows.take(pa.array(ids)), sources_of) if returned else None
         if any(c in sets for c in plan.primary_key):
             check_unique(qctx, plan, key, rows, exclude_files=tuple(matched))
     write = txn.write_for(key)
     write, orphans = write.rewrite(matched, write_files(write.target, rows), rows.num_rows, read=True)
     txn.stage(write, orphans)
-    return count, returning
+    return count, returned_rows, said
+
+
+def _beside(rows: pa.Table, extra: pa.Table | None) -> pa.Table:
+    """The target's rows with the source columns RETURNING reads beside them."""
+    if extra is None:
+        return rows
+    for name in extra.column_names:
+        rows = rows.append_column(name, extra.column(name))
+    return rows
 
 
 def assigned_to(values: pa.ChunkedArray, field: pa.Field, key: Key, zone: str) -> pa.Array:

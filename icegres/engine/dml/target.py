@@ -189,8 +189,17 @@ def with_file_column(qctx: QueryContext, key: Key, plan: ReadPlan) -> Any:
 def returning_rows(qctx: QueryContext, returning: exp.Expression, rows: pa.Table, table: exp.Expression,
                    key: Key) -> pa.Table:
     """RETURNING's list over `rows` (the rows written, or deleted), named as PostgreSQL names it."""
+    from icegres.engine.rewrite import pg_output_names
+
     view = qctx.register_private("returning", qctx.ctx.from_arrow(scan_typed(rows)))
     query = exp.select(*(e.copy() for e in returning.expressions)).from_(source(view, alias_of(table, key)))
+    names = (pg_output_names(query) or [[]])[0]
+    if len(set(names)) < len(names) and not any(isinstance(e, exp.Star) or (isinstance(e, exp.Column)
+                                                and isinstance(e.this, exp.Star)) for e in returning.expressions):
+        # One name twice (`RETURNING id, id`): DataFusion wants distinct names, PostgreSQL not.
+        planned = exp.select(*(exp.alias_(e.unalias().copy(), f"_returned_{i}", quoted=True)
+                               for i, e in enumerate(returning.expressions))).from_(source(view, alias_of(table, key)))
+        return collect(qctx.plan_tree(planned)).rename_columns(names)
     result = collect(qctx.plan_tree(query))
     return result.rename_columns(tree_names(query, result.schema))
 
