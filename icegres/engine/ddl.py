@@ -45,6 +45,7 @@ from icegres.engine.ddl_commands import (
     RenameTable,
     ResetProperties,
     SetDefault,
+    SetNotNull,
     SetProperties,
 )
 from icegres.engine.ddl_index import parse_create_index, parse_drop_index
@@ -826,10 +827,8 @@ class _Parser:
                     raise
                 self.i = end
                 return AlterColumnType(column_name, new_type)
-            if self.peek("SET", "NOT", "NULL"):
-                raise _unsupported("ALTER COLUMN ... SET NOT NULL",
-                                   "Iceberg can make a required column optional but not the "
-                                   "reverse: existing rows may hold nulls.", self.position())
+            if self.accept("SET", "NOT", "NULL"):
+                return SetNotNull(column_name)
             if self.accept("DROP", "NOT", "NULL"):
                 return DropNotNull(column_name)
             if self.accept("DROP", "DEFAULT"):

@@ -89,6 +89,7 @@ from icegres.engine.ddl_commands import (
     RenameView,
     ResetProperties,
     SetDefault,
+    SetNotNull,
     SetProperties,
     check_property,
     column_default_property,
@@ -102,7 +103,7 @@ from icegres.engine.pg_types import ColumnType, pg_name_of
 from icegres.engine.procedures import Call
 from icegres.engine.sequence_store import is_sequence
 from icegres.pg import errors as e
-from icegres.pg.chars import BPCHAR_OID, VARCHAR_OID, CharType, described
+from icegres.pg.chars import BPCHAR_OID, VARCHAR_OID, CharType
 from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
@@ -756,6 +757,14 @@ class Alteration:
         elif isinstance(action, SetDefault):
             column = self.column(action.name)
             column.default, column.default_changed = action.default, True
+        elif isinstance(action, SetNotNull):
+            column = self.column(action.name)
+            if not column.required:
+                # The rows there were read for NULLs first (dml/checks.check_declared, or the
+                # rows a filled ADD COLUMN wrote): none can break the required field.
+                column.required = True
+                self.allow_incompatible = True
+                self.schema_ops.append(lambda u, n=action.name: u.update_column((n,), required=True))
         elif isinstance(action, DropNotNull):
             column = self.column(action.name)
             if action.name in self.primary_key:
@@ -797,11 +806,9 @@ class Alteration:
                           "supported", hint="Create a sequence and add the column with DEFAULT nextval('the_sequence').")
         if c.not_null:
             if _has_rows(self.table):
-                raise PgError(e.FEATURE_NOT_SUPPORTED,
-                              f'cannot add NOT NULL column "{c.name}" to table "{self.name}", '
-                              "which has rows",
-                              hint="Add the column without NOT NULL: Iceberg cannot fill in a value "
-                                   "for the existing rows.")
+                # Without a DEFAULT the rows there would hold NULL (with one, the rows are
+                # filled first: add_column_default.py).
+                raise PgError("23502", f'column "{c.name}" of relation "{self.name}" contains null values')
             # An empty table has no rows to violate a required column.
             self.allow_incompatible = True
         if c.default is not None and _has_rows(self.table):
@@ -917,56 +924,6 @@ def _has_rows(table: Table) -> bool:
         total = None
     # Without the summary count, assume rows: refusing is safe, a required column over rows is not.
     return total is None or int(total) > 0
-
-
-# --- CREATE TABLE AS ------------------------------------------------------------------------
-
-
-def create_table_from_arrow(lakehouse: Lakehouse, cmd: CreateTableAs, arrow_schema: pa.Schema,
-                            search_path: list[str]) -> tuple[str, str] | None:
-    """Create the table a CTAS names, with the query's columns; None if it exists (IF NOT EXISTS).
-
-    The rows are appended afterwards through the commit machine by the caller.
-    """
-    namespace = creation_schema(lakehouse, cmd.schema, search_path)
-    if lakehouse.table_exists(namespace, cmd.name) or lakehouse.view_location(namespace, cmd.name):
-        if not cmd.if_not_exists:
-            raise PgError(DUPLICATE_TABLE, f'relation "{cmd.name}" already exists')
-        return None
-    create_arrow_table_in(lakehouse, namespace, cmd.name, cmd, arrow_schema)
-    return (namespace, cmd.name)
-
-
-def create_arrow_table_in(lakehouse: Lakehouse, namespace: str, name: str, cmd: CreateTableAs,
-                          arrow_schema: pa.Schema) -> Table:
-    """Create the table of a CTAS as `namespace.name`, with the query's columns."""
-    schema, spec, properties = arrow_table_definition(cmd, arrow_schema)
-    if namespace == PUBLIC:
-        lakehouse.create_namespace_if_missing(PUBLIC)
-    return lakehouse.create_partitioned_table(namespace, name, schema, spec, properties)
-
-
-def arrow_table_definition(cmd: CreateTableAs, arrow_schema: pa.Schema
-                           ) -> tuple[Schema, PartitionSpec, dict[str, str]]:
-    """The Iceberg schema, partition spec and properties of a CTAS's table."""
-    names = list(cmd.column_names) + arrow_schema.names[len(cmd.column_names):]
-    if len(cmd.column_names) > len(arrow_schema):
-        raise PgError("42601", "too many column names were specified")
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise PgError("42701", f'column "{dup}" specified more than once')
-    schema = iceberg_schema_of_arrow(names, arrow_schema, "table")
-    spec = partition_spec_for(schema, cmd.partitioning)
-    properties = dict(cmd.properties)
-    properties.update(char_type_properties(schema, zip(names, map(_source_char_type, arrow_schema), strict=True)))
-    return schema, spec, properties
-
-
-def _source_char_type(f: pa.Field) -> CharType | None:
-    """The varchar(n) / char(n) type of a query column read straight from such a table column
-    (pg_catalog.sourced_schema's annotation), which CREATE TABLE AS keeps as PostgreSQL does."""
-    meta = f.metadata or {}
-    return described(int(meta.get(b"pg_type_oid", b"0")), int(meta.get(b"pg_typmod", b"-1")))
 
 
 def iceberg_schema_of_arrow(names: list[str], arrow_schema: pa.Schema, what: str) -> Schema:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icegres.engine import ddl_apply, view_ddl
+from icegres.engine import ddl_apply, ddl_ctas, view_ddl
 from icegres.engine.catalog_world import hidden_name
 from icegres.engine.ddl_commands import (
     AlterTable,
@@ -112,7 +112,7 @@ def create_table_as(qctx: QueryContext, txn: TxnState, cmd: CreateTableAs, path:
             raise PgError(DUPLICATE_TABLE, f'relation "{cmd.name}" already exists')
         return None
     hidden = _hidden_for(qctx, txn, namespace)
-    table = ddl_apply.create_arrow_table_in(lakehouse, namespace, hidden[1], cmd, data.schema)
+    table = ddl_ctas.create_arrow_table_in(lakehouse, namespace, hidden[1], cmd, data.schema)
     txn.created_table(key, hidden, qctx.engine.plan_table(table))
     return key
 

@@ -189,6 +189,14 @@ class DropNotNull:
 
 
 @dataclass(frozen=True)
+class SetNotNull:
+    """ALTER COLUMN … SET NOT NULL: the rows there are read first (23502 where one is NULL), then the
+    Iceberg field is made required (dml/checks.py)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class SetDefault:
     """ALTER COLUMN … SET DEFAULT expr (SQL text) / DROP DEFAULT (None)."""
 
@@ -234,7 +242,8 @@ class CommentColumn:
     text: str
 
 
-AlterAction = (AddColumn | DropColumn | RenameColumn | AlterColumnType | DropNotNull | SetDefault | SetProperties
+AlterAction = (AddColumn | DropColumn | RenameColumn | AlterColumnType | DropNotNull | SetNotNull | SetDefault
+               | SetProperties
                | ResetProperties | RenameTable | CommentColumn | RefChange | AddCheck | DropConstraint)
 
 # The table property Iceberg's engines (Spark, Trino) keep a table's comment in.

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icegres.engine import ddl_apply
+from icegres.engine import ddl_apply, ddl_ctas
 from icegres.engine.ddl_commands import (
     AlterTable,
     CreateIndex,
@@ -61,7 +61,7 @@ def create_as(qctx: QueryContext, txn: TxnState | None, cmd: CreateTableAs, data
     notices: list[str] = []
     if not _check_new(qctx, cmd, notices):
         return None
-    schema, spec, properties = ddl_apply.arrow_table_definition(cmd, data.schema)
+    schema, spec, properties = ddl_ctas.arrow_table_definition(cmd, data.schema)
     _made(qctx, txn, cmd.name, schema, spec, properties)
     return (TEMP_SCHEMA, cmd.name)
 

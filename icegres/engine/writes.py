@@ -187,7 +187,7 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
 
 async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
     """`run_ddl` of a parsed command."""
-    from icegres.engine import ddl, ddl_apply, ddl_block, ddl_refs
+    from icegres.engine import add_column_default, ddl, ddl_apply, ddl_block, ddl_refs
     from icegres.engine.ddl_commands import AlterSequence, DropSequence, command_tag
     from icegres.engine.dml import checks, defaults
 
@@ -215,6 +215,10 @@ async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
         keys = await host.run(ddl_keys, cmd, path, qctx)
         if keys:
             await ladder.settle(keys)
+    if add_column_default.candidate(cmd) and await host.run(add_column_default.fills_rows, qctx, cmd, path):
+        notices = await in_transaction(host, add_column_default.filling(qctx, cmd))
+        qctx.forget_routes()
+        return WriteResult(command_tag(cmd), None, notices)
     if in_block and ddl_block.handles(cmd):
         assert txn is not None
         notices = await host.run(ddl_block.apply, qctx, txn, cmd, path)
@@ -391,7 +395,7 @@ async def create_table_as(host: WriteHost, cmd: Any) -> WriteResult:
     fails the table stays, empty. (Iceberg catalogs offer no create-and-append transaction that
     every catalog kind supports.)
     """
-    from icegres.engine import ddl_apply, dml, pg_catalog
+    from icegres.engine import ddl_ctas, dml, pg_catalog
 
     qctx = host.qctx
     path = list(qctx.env.search_path)
@@ -403,7 +407,7 @@ async def create_table_as(host: WriteHost, cmd: Any) -> WriteResult:
             data = dml.collect(qctx.plan(source, None))
         # columns read straight from a varchar(n) / char(n) column keep that type (pg_catalog)
         described = pg_catalog.sourced_schema(qctx.env, data.schema)
-        key = ddl_apply.create_table_from_arrow(qctx.engine.lakehouse, cmd, described, path)
+        key = ddl_ctas.create_table_from_arrow(qctx.engine.lakehouse, cmd, described, path)
         if key is not None:
             qctx.engine.refresh({key})
         return key, data

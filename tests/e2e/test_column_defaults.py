@@ -47,6 +47,28 @@ def test_defaults_are_applied_as_postgresql_applies_them(icegres: IcegresServer,
     """, ("dd.d",))
 
 
+def test_adding_a_column_with_a_default_fills_the_rows_there(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """PostgreSQL gives the rows already there the new column's default (Iceberg v2 cannot say
+    it in metadata: the rows are rewritten in the same commit as the schema change)."""
+    _play(icegres, real_postgres, """
+        create table dd.a (id int, v text)
+        insert into dd.a values (1, 'x'), (2, 'y')
+        alter table dd.a add column n int default 40 + 2
+        insert into dd.a (id) values (3)
+        alter table dd.a add column s text default 'dflt', add column k int
+        alter table dd.a add column m numeric(5,2) default 1.005
+        alter table dd.a add column bad int default 'abc'
+        alter table dd.a add column nn int not null default 0
+        alter table dd.a add column nz int not null default null
+        alter table dd.a alter column n set not null
+        insert into dd.a (id, n) values (9, null)
+        alter table dd.a alter column k set not null
+        alter table dd.a alter column k drop not null
+        alter table dd.a add column n int default 1
+        update dd.a set n = n + 1 where id = 1
+    """, ("dd.a",))
+
+
 def test_copy_volatile_defaults_and_the_catalog(icegres: IcegresServer, tmp_path: Any) -> None:
     with psycopg.connect(icegres.dsn(), autocommit=True) as c:
         c.execute("create schema vd")

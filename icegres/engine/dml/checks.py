@@ -86,12 +86,12 @@ def _plain(rows: pa.Table) -> pa.Table:
 
 def declared(cmd: Any) -> bool:
     """Whether a DDL command declares a CHECK (CREATE TABLE, ADD COLUMN, ADD CONSTRAINT): pure."""
-    from icegres.engine.ddl_commands import AddCheck, AddColumn, AlterTable, CreateTable
+    from icegres.engine.ddl_commands import AddCheck, AddColumn, AlterTable, CreateTable, SetNotNull
 
     if isinstance(cmd, CreateTable):
         return bool(cmd.checks)
     return isinstance(cmd, AlterTable) and any(
-        isinstance(a, AddCheck) or (isinstance(a, AddColumn) and a.column.checks) for a in cmd.actions)
+        isinstance(a, AddCheck | SetNotNull) or (isinstance(a, AddColumn) and a.column.checks) for a in cmd.actions)
 
 
 def check_declared(qctx: QueryContext, cmd: Any) -> None:
@@ -102,7 +102,7 @@ def check_declared(qctx: QueryContext, cmd: Any) -> None:
     from pyiceberg.io.pyarrow import schema_to_pyarrow
 
     from icegres.engine.ddl_apply import iceberg_schema_for
-    from icegres.engine.ddl_commands import AddCheck, AddColumn, CreateTable
+    from icegres.engine.ddl_commands import AddCheck, AddColumn, CreateTable, SetNotNull
 
     if isinstance(cmd, CreateTable):
         arrow = schema_to_pyarrow(iceberg_schema_for(cmd.columns, cmd.primary_key))
@@ -125,6 +125,8 @@ def check_declared(qctx: QueryContext, cmd: Any) -> None:
             _typed(qctx, action.check.text, schema)
             if not action.check.not_valid:
                 _no_row_fails(qctx, found, plan, action.check)
+        elif isinstance(action, SetNotNull) and action.name in plan.schema.names:
+            no_nulls(qctx, found, action.name)
 
 
 def _typed(qctx: QueryContext, text: str, schema: pa.Schema) -> None:
@@ -136,6 +138,14 @@ def _typed(qctx: QueryContext, text: str, schema: pa.Schema) -> None:
         from icegres.engine.view_ddl import type_name
 
         raise PgError("42804", f"argument of CHECK must be type boolean, not type {type_name(result)}")
+
+
+def no_nulls(qctx: QueryContext, key: Key, column: str) -> None:
+    """SET NOT NULL reads the rows there: 23502 if one holds a NULL in `column`."""
+    table = exp.table_(key[1], db=key[0], quoted=True)
+    null = exp.Is(this=exp.column(column, quoted=True), expression=exp.Null())
+    if collect(qctx.plan_tree(exp.select(exp.Literal.number(1)).from_(table).where(null).limit(1))).num_rows:
+        raise PgError("23502", f'column "{column}" of relation "{key[1]}" contains null values')
 
 
 def _no_row_fails(qctx: QueryContext, key: Key, plan: ReadPlan, check: Any) -> None:

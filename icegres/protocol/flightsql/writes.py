@@ -562,7 +562,7 @@ async def _in_implicit(host: LockedHost, block: TxBlock,
 
 async def _ingest(host: LockedHost, schema_name: str | None, table: str, if_not_exist: int, if_exists: int,
                   data: pa.Table | None) -> int:
-    from icegres.engine import ddl, ddl_apply
+    from icegres.engine import ddl, ddl_apply, ddl_ctas
 
     qctx = host.qctx
     lakehouse = qctx.engine.lakehouse
@@ -607,7 +607,7 @@ async def _ingest(host: LockedHost, schema_name: str | None, table: str, if_not_
             if replace:
                 ddl_apply.apply_ddl(lakehouse, ddl.DropTable(((namespace, table),)), path)
             cmd = ddl.CreateTableAs(schema=namespace, name=table, query_sql="")
-            ddl_apply.create_table_from_arrow(lakehouse, cmd, data.schema, path)
+            ddl_ctas.create_table_from_arrow(lakehouse, cmd, data.schema, path)
             qctx.engine.refresh({key})
             qctx.forget_routes()
 
