@@ -212,3 +212,26 @@ def test_the_race_on_the_rest_catalog(stack: Any, tmp_path: Path) -> None:  # no
         with psycopg.connect(b.dsn(), autocommit=True) as c:
             c.execute(f"drop sequence {schema}.s")
             c.execute(f"drop schema {schema}")
+
+
+def test_flight_sql_writes_take_the_sequence(tmp_path: Path) -> None:
+    """Over Flight SQL too: nextval in a query, a serial column left out of executemany's INSERT
+    and of a bulk ingest (its DEFAULT fills it), GENERATED ALWAYS refused a value."""
+    import adbc_driver_flightsql.dbapi as adbc
+    import pyarrow as pa
+
+    with running_icegres(tmp_path / "lake", args=("--flight-port", "0")) as srv:
+        with psycopg.connect(srv.dsn(), autocommit=True) as c:
+            c.execute("create schema f")
+            c.execute("create sequence f.s")
+            c.execute("create table f.t (id serial, v text, n int default 7)")
+            c.execute("create table f.g (id int generated always as identity, v text)")
+        with adbc.connect(f"grpc://127.0.0.1:{srv.flight_port}", autocommit=True) as f, f.cursor() as cur:
+            cur.execute("select nextval('f.s'), nextval('f.s')")
+            assert cur.fetchall() == [(1, 2)]
+            cur.executemany("insert into f.t (v) values (?)", [("a",), ("b",)])
+            cur.adbc_ingest("t", pa.table({"v": pa.array(["c"])}), mode="append", db_schema_name="f")
+            cur.execute("select id, v, n from f.t order by id")
+            assert cur.fetchall() == [(1, "a", 7), (2, "b", 7), (3, "c", 7)]
+            with pytest.raises(Exception, match="428C9|non-DEFAULT"):
+                cur.executemany("insert into f.g (id, v) values (?, ?)", [(5, "x")])

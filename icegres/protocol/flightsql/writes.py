@@ -492,7 +492,7 @@ def _insert_columns_from(qctx: Any, txn: TxnState, stmt: Statement, batches: lis
     import sqlglot.expressions as exp
 
     from icegres.engine import dml
-    from icegres.engine.dml import checks
+    from icegres.engine.dml import checks, defaults
 
     stmt = qctx.with_views(stmt)  # (`INSERT INTO "t@b"`: the transaction's pin of the branch)
     tree = stmt.tree
@@ -515,13 +515,15 @@ def _insert_columns_from(qctx: Any, txn: TxnState, stmt: Statement, batches: lis
     key = dml.target_key(qctx, txn, table)
     plan = dml.target_plan(txn, key)
     columns = dml.insert_columns(tree, plan)
+    defaults.check_always_identity(tree, plan, columns)
     if len(columns) != len(refs):
         raise PgError("42601", "INSERT has more expressions than target columns" if len(refs) > len(columns)
                       else "INSERT has more target columns than expressions")
     params = pa.Table.from_batches(batches)
     data = pa.table({c: params.column(r) if r is not None else pa.nulls(params.num_rows)
                      for c, r in zip(columns, refs, strict=True)})
-    rows = checks.conform(qctx, data, plan, key, "UTC")
+    # The columns the INSERT leaves out take their defaults (a serial column its nextval).
+    rows = checks.conform(qctx, defaults.fill(qctx, plan, data), plan, key, "UTC")
     dml.check_unique(qctx, plan, key, rows, exclude_files=())
     dml.append(txn, key, rows)
     return rows.num_rows
