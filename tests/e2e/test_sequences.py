@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.support.differential import outcome as _run
 from tests.support.fixtures import real_postgres  # noqa: F401  (session fixture)
 from tests.support.icegres_server import IcegresServer, running_icegres
 from tests.support.stack_fixtures import stack  # noqa: F401  (session fixture)
@@ -28,16 +29,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 def icegres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IcegresServer]:
     with running_icegres(tmp_path_factory.mktemp("sequences") / "lake") as srv:
         yield srv
-
-
-def _run(conn: psycopg.Connection, sql: str) -> tuple[Any, ...]:
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-            rows = [tuple(None if v is None else str(v) for v in r) for r in cur.fetchall()] if cur.description else None
-            return ("ok", cur.statusmessage, rows)
-    except psycopg.Error as exc:
-        return ("error", exc.sqlstate, exc.diag.message_primary, exc.diag.message_detail)
 
 
 def _play(icegres: IcegresServer, postgres: Any, script: str, exact: bool = True) -> None:

@@ -51,3 +51,15 @@ def beside_postgres(data_dir: Path, postgres: Any) -> Iterator[list[str]]:
 
     with running_icegres(data_dir) as icegres:
         yield [postgres.dsn(), icegres.dsn()]
+
+
+def outcome(conn: psycopg.Connection, sql: str) -> tuple[Any, ...]:
+    """What one statement did, as two servers are compared by: its tag and rows as text, or its
+    SQLSTATE, message and DETAIL."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            rows = [tuple(None if v is None else str(v) for v in r) for r in cur.fetchall()] if cur.description else None
+            return ("ok", cur.statusmessage, rows)
+    except psycopg.Error as exc:
+        return ("error", exc.sqlstate, exc.diag.message_primary, exc.diag.message_detail)
