@@ -94,7 +94,8 @@ class PlanCache:
         # Per shape: the relations it reads and writes ((schema or None, name)).
         self.names: Bounded[str, Any] = Bounded(SHAPES_MAX)
         # A statement naming views, as planned: (text, what its names resolved to, the view
-        # registry's generation) -> the text with the views expanded (query.with_views).
-        self.expanded: Bounded[tuple[Any, ...], str] = Bounded(SHAPES_MAX)
+        # registry's generation) -> the text with the views expanded and its tree, which the
+        # expanded statement carries (query.with_views): shared, never changed.
+        self.expanded: Bounded[tuple[Any, ...], tuple[str, Any]] = Bounded(SHAPES_MAX)
         # Statement shapes whose WHERE clause can never narrow the files read (prune.py).
         self.unprunable: Bounded[ShapeKey, bool] = Bounded(SHAPES_MAX)

@@ -16,6 +16,7 @@ import functools
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -403,8 +404,8 @@ class QueryContext:
             inner = self.with_views(query(stmt.sql[explained.end():]))
             if inner.sql == stmt.sql[explained.end():]:
                 return stmt
-            return Statement(stmt.kind, explained.group(0) + inner.sql, stmt.tag, stmt.name,
-                             stmt.value, stmt.flag, stmt.options)
+            # Text only: the tree of an EXPLAIN is sqlglot's opaque Command holding that text.
+            return replace(stmt, sql=explained.group(0) + inner.sql)
         names_of = self.cache.names
         shape = names_of.get(stmt.shape)
         if shape is None:
@@ -428,16 +429,15 @@ class QueryContext:
         block_views = (txn.ident, txn.version) if txn is not None and txn.view_overlay else None
         key = (stmt.sql, resolved, tuple(self.env.search_path), self.engine.views_generation,
                self.engine.catalog_generation, block_views)
-        text = self.cache.expanded.get(key)
-        if text is None:
+        done = self.cache.expanded.get(key)
+        if done is None:
             tree = stmt.tree
             expanded = view_defs.expand(tree, resolver, view_defs.dml_target(tree))
             assert expanded is not None
-            text = expanded[0].sql(dialect=DIALECT)
-            self.cache.expanded.put(key, text)
-        # A view's query may read snapshots or metadata tables itself.
-        return time_travel.expand(self, Statement(stmt.kind, text, stmt.tag, stmt.name, stmt.value, stmt.flag,
-                                                  stmt.options))
+            done = self.cache.expanded.put(key, (expanded[0].sql(dialect=DIALECT), expanded[0]))
+        # The expanded tree goes on with its text (not parsed again). A view's query may read
+        # snapshots or metadata tables itself.
+        return time_travel.expand(self, stmt.rewritten(*done))
 
     def expanded_refs(self, stmt: Statement) -> set[tuple[str, str]] | None:
         """`table_refs` of `stmt` with its views expanded: the tables it reads through them."""
