@@ -205,3 +205,20 @@ def test_an_expanded_statement_carries_its_tree(qctx, parses):
         assert qctx.with_views(query(sql)).sql != sql
     assert found == [[{"zone": "b"}], [{"n": 3}], [{"zone": "c"}]]
     assert sorted(parses) == sorted([*sent, view_sql])
+
+
+def test_a_route_holds_the_literals_so_it_keys_on_the_text(qctx):
+    """Routes key on the text, not the shape (docs/architecture.md, "What the per-statement
+    caches key on"): the rewrite reads literal values, so one statement's rewrite filled with
+    another's literals would plan something else."""
+    from icegres.sql.shape import fill_shape, literal_shape, masked_literals
+
+    path = tuple(qctx.env.search_path)
+    for a, b in [("select 'pg_class'::regclass::oid", "select 'pg_type'::regclass::oid"),
+                 ("select to_char(now(), 'YYYY')", "select to_char(now(), 'FMDay')")]:
+        assert literal_shape(a) == literal_shape(b)
+        qctx.plan(query(a))
+        qctx.plan(query(b))
+        route_a, route_b = qctx.cache.routes.get((a, path)), qctx.cache.routes.get((b, path))
+        assert route_a != a and route_b != b  # both took the rewrite path
+        assert fill_shape(literal_shape(route_a), masked_literals(b)) != route_b
