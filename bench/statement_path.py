@@ -1,6 +1,6 @@
 """The path a statement takes through icegres's modules, from the pgwire session to DataFusion.
 
-    python -m bench.statement_path [--sql "select ..." ...] [--cold-sql "create ..." ...] [--json]
+    python -m bench.statement_path [--sql "select ..." ...] [--cold-sql "create ..." ...] [--literal] [--json]
 
 A pgwire Session is driven in-process over a memory stream (startup, then one simple Query on a
 small embedded lake); while the Query runs, every call and return in every thread is traced. Only
@@ -8,9 +8,15 @@ icegres's own modules count, and the bottom layer (icegres.pg, icegres.sql.lexer
 package faces) is left out: those are helpers any layer may call. Reported:
 
 - modules: the distinct modules the statement entered, in the order it first entered them;
-- re-entries: calls into a module that is already on the call stack below the caller (a module
-  calling back up into one that called it, directly or through others). A layered design has
-  none: control goes down and comes back by returning.
+- re-entries (callbacks): calls into a module that is already on the call stack below the caller
+  (a module calling back up into one that called it, directly or through others). A layered
+  design has none: control goes down and comes back by returning. tests/unit/test_statement_path.py
+  holds these at zero;
+- returns (the literal count): calls into a module the statement entered before, on the stack or
+  not, callbacks included: a module that calls a lower one twice in sequence returns to it once.
+  A coroutine resumed by the event loop (an `await` completing) is control coming back by
+  returning, not a call, and is not counted; the first frame of a worker thread is a call (the
+  hop's caller is on another thread: it shows as "(thread)").
 
 It only needs the pgwire session and the engine's `Engine`, so it runs on older checkouts too
 (PYTHONPATH=<checkout>) to compare a before with an after.
@@ -19,6 +25,8 @@ It only needs the pgwire session and the engine's `Engine`, so it runs on older 
 from __future__ import annotations
 
 import argparse
+import dis
+import inspect
 import json
 import struct
 import sys
@@ -62,8 +70,9 @@ def _startup() -> bytes:
 
 
 class Tracer:
-    """Per thread: the stack of icegres modules (one entry per frame), the modules entered and
-    the calls that re-entered a module already below on the stack."""
+    """Per thread: the stack of icegres modules (one entry per frame), the modules entered, the
+    calls that re-entered a module already below on the stack (callbacks) and the calls into a
+    module entered before (returns, the literal count)."""
 
     def __init__(self) -> None:
         self.on = False  # set for the measured statement only; threads are traced from their start
@@ -71,6 +80,8 @@ class Tracer:
         self.stacks: dict[int, list[str]] = {}
         self.order: list[str] = []
         self.reentries: Counter[tuple[str, str]] = Counter()
+        self.entered: set[str] = set()
+        self.returns: Counter[tuple[str, str]] = Counter()
 
     def __call__(self, frame, event, arg):  # noqa: ANN001 - sys.setprofile's signature
         if not self.on or event not in ("call", "return"):
@@ -85,14 +96,37 @@ class Tracer:
                 below = [m for m in stack if m]
                 caller = below[-1] if below else None
                 if caller != module:
+                    resumed = _resumed(frame)
                     with self.lock:
                         if module not in self.order:
                             self.order.append(module)
                         if module in below:
                             self.reentries[(caller or "", module)] += 1
+                        if not resumed:
+                            if module in self.entered:
+                                self.returns[(caller or "(thread)", module)] += 1
+                        self.entered.add(module)
             stack.append(module if ours else "")
         elif stack:
             stack.pop()
+
+
+_RESUME = dis.opmap.get("RESUME")
+_SUSPENDABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+_code_bytes: dict[Any, bytes] = {}
+
+
+def _resumed(frame) -> bool:  # noqa: ANN001 - a frame object
+    """Whether this 'call' event resumes a suspended generator or coroutine (RESUME's argument is
+    0 only at the start of a function: Python 3.11+), rather than starting a call."""
+    code = frame.f_code
+    if _RESUME is None or not code.co_flags & _SUSPENDABLE:
+        return False
+    raw = _code_bytes.get(code)
+    if raw is None:
+        raw = _code_bytes[code] = code.co_code  # (a copy per access in 3.11: keep one)
+    at = frame.f_lasti
+    return 0 <= at < len(raw) - 1 and raw[at] == _RESUME and raw[at + 1] != 0
 
 
 _current: Tracer | None = None
@@ -167,7 +201,9 @@ def trace(sql: str, *, warm: bool = True) -> dict[str, Any]:
         tracer = Tracer()
         trio.run(_run, engine, sql, tracer, warm)
     return {"sql": sql, "modules": tracer.order, "reentries": sum(tracer.reentries.values()),
-            "reentered": [f"{a} -> {b} ({n})" for (a, b), n in tracer.reentries.most_common()]}
+            "reentered": [f"{a} -> {b} ({n})" for (a, b), n in tracer.reentries.most_common()],
+            "returns": sum(tracer.returns.values()),
+            "returned": [f"{a} -> {b} ({n})" for (a, b), n in tracer.returns.most_common()]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sql", action="append", help=f"a statement to trace (default: {DEFAULT_SQL!r})")
     parser.add_argument("--cold-sql", action="append", default=[],
                         help="a statement traced without a warm-up run (DDL)")
+    parser.add_argument("--literal", action="store_true",
+                        help="list the returns too: every call into a module entered before")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     _install()  # before any thread starts
@@ -185,10 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(found, indent=2))
         return 0
     for one in found:
-        print(f"{len(one['modules'])} modules, {one['reentries']} re-entries: {one['sql']}")
+        print(f"{len(one['modules'])} modules, {one['reentries']} re-entries (callbacks), "
+              f"{one['returns']} returns (literal): {one['sql']}")
         print("  path: " + " -> ".join(m.removeprefix("icegres.") for m in one["modules"]))
         for line in one["reentered"]:
             print("  re-entered: " + line)
+        for line in one["returned"] if args.literal else ():
+            print("  returned to: " + line)
     return 0
 
 

@@ -60,6 +60,7 @@ class SessionContexts:
     def __init__(self, engine: Engine, env: SessionEnv) -> None:
         self.engine = engine
         self.env = env
+        self._stores = engine.stores  # the engine's one ObjectStores (it gains buckets, never changes)
         self._default: Made | None = None
         self._default_key: tuple[str, str] | None = None  # (default schema, time zone) it was made for
         self._stores_seen = 0
@@ -82,22 +83,22 @@ class SessionContexts:
     def current(self, txn: TxnState | None, overlay: Made | None) -> Made:
         """The context a statement plans on now, set to the session's TimeZone."""
         self.env.catalog_snapshot = None  # the engine's, unless a block's own DDL is in force
+        zone = self.zone
         if overlay is not None:
             made = overlay
         elif txn is not None and (not txn.autocommit or txn.writes_refs):
-            made = self._private_for(txn)
+            made = self._private_for(txn, zone)
         elif self.env.temp:
-            made = self._with_temp_tables()
+            made = self._with_temp_tables(zone)
         else:
-            made = self._session_default()
-        return self._in_session_zone(made)
+            made = self._session_default(zone)
+        return self._in_session_zone(made, zone)
 
-    def _in_session_zone(self, made: Made) -> Made:
+    def _in_session_zone(self, made: Made, zone: str) -> Made:
         """`made` planning in the session's TimeZone: a timestamptz literal or cast without an
         offset ('2024-07-01 12:00'::timestamptz), now() and date_trunc/extract of zoned values
         read it as PostgreSQL does. DataFusion's config is per context, so each context is set
         when the session's TimeZone differs from the one it was made or last set with."""
-        zone = self.zone
         if made.zone != zone:
             from datafusion import SessionContext as Plain
 
@@ -110,8 +111,8 @@ class SessionContexts:
             made.generation += 1  # plans hold the literals read in the zone they were made in
         return made
 
-    def _session_default(self) -> Made:
-        default = (self.default_schema(), self.zone)
+    def _session_default(self, zone: str) -> Made:
+        default = (self.default_schema(), zone)
         made = self._default
         if made is None or default != self._default_key:
             from icegres.engine import pg_functions
@@ -120,24 +121,21 @@ class SessionContexts:
             pg_functions.register_functions(ctx, self.env)
             made = self._default = Made(ctx, ENGINE_ZONE, catalog)  # its DataFusion zone: the master's
             self._default_key = default
-            self._stores_seen = self.engine.stores.generation
+            self._stores_seen = self._stores.generation
         elif not is_utc(default[1]) and (catalog := self.engine.zone_catalog(default[1])) is not made.catalog:
             # The master catalog changed since: this session's copy in its zone is a new object.
             made.ctx.register_catalog_provider(DEFAULT_CATALOG, catalog)
             made.catalog = catalog
             made.generation += 1
-        if self._stores_seen != self.engine.stores.generation:
+        if self._stores_seen != self._stores.generation:
             # A table in a new bucket was mounted since this context was made.
-            self._stores_seen = self.engine.stores.register_all(made.ctx, self._stores_seen)
+            self._stores_seen = self._stores.register_all(made.ctx, self._stores_seen)
         return made
 
     def default_schema(self) -> str:
         # DataFusion resolves unqualified names in one schema: the first one on search_path that
         # exists. Names not found there fall back to the rewrite path, which walks the full path.
-        for schema in self.env.search_path:
-            if self.engine.has_schema(schema):
-                return schema
-        return "public"
+        return self.engine.first_schema(self.env.search_path) or "public"
 
     def register_private(self, made: Made, name: str, df: DataFrame) -> exp.Table:
         """Register a relation only this session's statements see (DML work tables) on `made`;
@@ -158,11 +156,11 @@ class SessionContexts:
         schema.register_table(name, df.into_view())
         return private_table(name)
 
-    def _private_for(self, txn: TxnState) -> Made:
+    def _private_for(self, txn: TxnState, zone: str) -> Made:
         """A context whose catalog is a private copy of the shared one with this transaction's
         views of its tables (pins + staged writes). Rebuilt only when the view changes (~2 ms)."""
         default = self.default_schema()
-        key = (txn.ident, txn.version, default, self.zone)  # SET TimeZone in a block: views anew
+        key = (txn.ident, txn.version, default, zone)  # SET TimeZone in a block: views anew
         ddl = txn.catalog is not None or bool(txn.view_overlay) or bool(self.env.temp)
         if self._private is not None and self._private[0] == key:
             made, snap = self._private[1], self._private_snapshot
@@ -178,11 +176,11 @@ class SessionContexts:
         self.env.catalog_snapshot = snap
         return made
 
-    def _with_temp_tables(self) -> Made:
+    def _with_temp_tables(self, zone: str) -> Made:
         """Outside a block, for a session with temporary tables: the shared catalog plus its
         `pg_temp` schema. Rebuilt when a temporary table or any mount changed."""
         temp = self.env.temp
-        key = (-1, temp.version, self.engine.mounts_version, self.default_schema(), self.zone)
+        key = (-1, temp.version, self.engine.mounts_version, self.default_schema(), zone)
         if self._private is not None and self._private[0] == key:
             self.env.catalog_snapshot = self._private_snapshot
             return self._private[1]

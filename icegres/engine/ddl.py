@@ -4,8 +4,8 @@ The statement frame (CREATE/DROP/ALTER, names, element lists, WITH options, ALTE
 small recursive-descent parser over sqlglot's postgres tokens: sqlglot 30 cannot parse DROP of a
 name list, multi-action ALTER TABLE, DROP NOT NULL or RESET, and it accepts things PostgreSQL
 rejects (a trailing comma in a column list). Each column's type and constraints are handed to
-sqlglot's own parser, which knows PostgreSQL's type grammar (`timestamp with time zone`,
-`character varying(3)[]`, `int ARRAY`).
+sqlglot's own parser through `icegres.sql.parse` (the statements' dialect and cache), which knows
+PostgreSQL's type grammar (`timestamp with time zone`, `character varying(3)[]`, `int ARRAY`).
 
 Errors are PgError: 42601 for what PostgreSQL would reject as a syntax error, 0A000 for valid
 PostgreSQL that an Iceberg table cannot do, and PostgreSQL's own SQLSTATE where it has one.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
@@ -60,6 +59,7 @@ from icegres.engine.ddl_options import (
 from icegres.engine.pg_types import column_type
 from icegres.pg import errors as e
 from icegres.pg.errors import PgError
+from icegres.sql import parse
 from icegres.sql.databases import DATABASE_ALIASES
 
 
@@ -627,7 +627,7 @@ class _Parser:
         prefix = "CREATE TABLE _t (_c "
         body = self.sql[first.start:last.end + 1]
         try:
-            tree = sqlglot.parse_one(prefix + body + ")", read="postgres")
+            tree = parse.parse_or_sqlglot_error(prefix + body + ")")
         except ParseError as exc:
             raise self.body_error(exc, first.start - len(prefix), end) from None
         exprs = tree.this.expressions if isinstance(tree, exp.Create) and isinstance(tree.this, exp.Schema) else []
@@ -840,8 +840,10 @@ class _Parser:
                 start = self.i
                 body = self.sql[self.toks[start].start:self.toks[end - 1].end + 1]
                 try:
-                    value = sqlglot.parse_one("SELECT " + body, read="postgres").expressions[0]
-                except (ParseError, IndexError, AttributeError):
+                    value = parse.expression(body)
+                except PgError as err:
+                    if err.sqlstate != e.SYNTAX_ERROR:
+                        raise
                     raise self.error(start) from None
                 self.i = end
                 return SetDefault(column_name, default_text(value, self.position(start)))

@@ -757,6 +757,10 @@ class Engine:
     def has_schema(self, schema: str) -> bool:
         return schema in self._schemas
 
+    def first_schema(self, names: Iterable[str]) -> str | None:
+        """The first of `names` that is a schema of the lake (None: none is)."""
+        return next((name for name in names if name in self._schemas), None)
+
     def note_first_pull(self, key: tuple[Any, ...], seconds: float) -> None:
         from icegres.engine.batches import QUICK_FIRST_PULL_S
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import pyarrow as pa
 
@@ -421,7 +422,7 @@ class BuiltinFunction:
         names = self.argnames or ("",) * len(types)
         return tuple(zip(modes, names, types, strict=True))
 
-    @property
+    @cached_property
     def variadic(self) -> int:
         return next((t for mode, _, t in self.arguments if mode == "v"), 0)
 

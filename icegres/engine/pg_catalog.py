@@ -20,7 +20,7 @@ import threading
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cache, cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -367,7 +367,9 @@ def _type_oid(dt: pa.DataType) -> int:
     return pg_type_for_arrow(dt).oid
 
 
+@cache
 def _system_columns(rel: RelationDef) -> tuple[ColumnEntry, ...]:
+    """The columns of a catalog relation: fixed, so worked out once, not at every snapshot."""
     return tuple(
         ColumnEntry(i, f.name, pg_type_oid(f), -1, False, f.type)
         for i, f in enumerate(rel.arrow_schema, start=1)

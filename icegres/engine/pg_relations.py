@@ -62,7 +62,7 @@ class RelationDef:
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([_catalog_field(name, kind) for name, kind in self.columns])
 
-    @property
+    @cached_property
     def key(self) -> str:
         return f"{self.schema}.{self.name}"
 

@@ -3,9 +3,12 @@
 Everything here is keyed on what decides it: a statement's literal shape (`shape.literal_shape`:
 the text with its value literals masked) and search_path for what follows from its tokens and
 names (the tables it reads, its result column names, its plan's node kinds, whether pruning can
-apply); the text, parameter values and mounted snapshots for a reusable logical plan, and the
-same with no values for a statement's description (result schema, parameter types). Bounded;
-the oldest entry goes first.
+apply). What holds or follows from the literal values keys on the text: the route (the text
+DataFusion planned, whose rewrite reads literals: a regclass literal becomes its OID), the
+statement with its views expanded, and with parameter values and mounted snapshots a reusable
+logical plan, and the same with no values for a statement's description (result schema,
+parameter types); docs/architecture.md, "What the per-statement caches key on". Bounded; the
+oldest entry goes first.
 """
 
 from __future__ import annotations
@@ -71,14 +74,14 @@ class PlanCache:
     """One session's memory of its statements."""
 
     def __init__(self) -> None:
-        # statement text and search_path -> the SQL DataFusion accepted for it (the text itself or
-        # its rewrite)
         # (table uuid, snapshot id) -> that snapshot's read plan (time_travel.py): never changes
         self.snapshots: Bounded[tuple[str, int], Any] = Bounded(PLANNED_MAX)
         # time-travel relation name -> what builds it on a context (time_travel.py)
         self.travelled: Bounded[str, Callable[[Any, list[Any]], Any]] = Bounded(PLANNED_MAX)
         # (literal shape, search_path) -> a rewrite of snapshots named by id (time_travel._Template)
         self.travel_templates: Bounded[ShapeKey, Any] = Bounded(PLANNED_MAX)
+        # statement text and search_path -> the SQL DataFusion accepted for it (the text itself or
+        # its rewrite): by text, as the rewrite reads literal values
         self.routes: Bounded[tuple[str, tuple[str, ...]], str] = Bounded(SHAPES_MAX)
         self.select_names: Bounded[str, list[str] | None] = Bounded(SHAPES_MAX)
         self.refs: Bounded[ShapeKey, set[tuple[str, str]] | None] = Bounded(SHAPES_MAX)
@@ -94,7 +97,9 @@ class PlanCache:
         # Per shape: the relations it reads and writes ((schema or None, name)).
         self.names: Bounded[str, Any] = Bounded(SHAPES_MAX)
         # A statement naming views, as planned: (text, what its names resolved to, the view
-        # registry's generation) -> the text with the views expanded (query.with_views).
-        self.expanded: Bounded[tuple[Any, ...], str] = Bounded(SHAPES_MAX)
+        # registry's generation) -> the text with the views expanded and its tree, which the
+        # expanded statement carries (query.with_views): shared, never changed. By text: sqlglot
+        # writes a literal out by its value (`interval '1 day'` as `INTERVAL '1 DAY'`).
+        self.expanded: Bounded[tuple[Any, ...], tuple[str, Any]] = Bounded(SHAPES_MAX)
         # Statement shapes whose WHERE clause can never narrow the files read (prune.py).
         self.unprunable: Bounded[ShapeKey, bool] = Bounded(SHAPES_MAX)

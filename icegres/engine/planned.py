@@ -21,9 +21,12 @@ class PlannedQuery:
     hold: tuple[Any, Any]
     repeat: tuple[Any, ...] | None = None  # its plan-cache key; None: not reusable
     input_rows: int | None = None  # rows it reads where fewer than its tables hold (pruned)
+    # The tables the statement reads (None: it may read any), found once for its planning and
+    # running (QueryContext.plan); a plan of a tree the engine built leaves it None.
+    reads: set[tuple[str, str]] | None = None
 
     def with_df(self, df: DataFrame) -> PlannedQuery:
-        return PlannedQuery(df, self.hold, self.repeat, self.input_rows)
+        return PlannedQuery(df, self.hold, self.repeat, self.input_rows, self.reads)
 
 
 class HeldStream:

@@ -16,6 +16,7 @@ import functools
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -105,12 +106,14 @@ class QueryContext:
     def plan(self, stmt: Statement, params: dict[str, Any] | None = None) -> PlannedQuery:
         """Plan one query statement (DataFusion dialect permitting, else through the rewriter)."""
         hold = self.engine.scan_sets.hold()
-        self._pin_listed(self._refs_of(stmt))
+        refs = self.table_refs(stmt)
+        self._pin_listed(lambda: refs)
         made = self.made
         time_travel.attach(self, made, stmt.sql)
-        planned = self._plan(stmt, params, made)
+        planned = self._plan(stmt, params, made, refs)
         planned.hold = (hold, made.keep)
-        self._check_files(self.table_refs(stmt))
+        planned.reads = refs
+        self._check_files(refs)
         return planned
 
     def _pin_listed(self, refs_of: Callable[[], set[tuple[str, str]] | None]) -> None:
@@ -132,15 +135,16 @@ class QueryContext:
                  is not None]
         self.engine.check_files(plans)
 
-    def _plan(self, stmt: Statement, params: dict[str, Any] | None, made: Made) -> PlannedQuery:
-        pruned = None if big_values.has_big(params) else self._plan_pruned(stmt, params, made)
+    def _plan(self, stmt: Statement, params: dict[str, Any] | None, made: Made,
+              refs: set[tuple[str, str]] | None) -> PlannedQuery:
+        pruned = None if big_values.has_big(params) else self._plan_pruned(stmt, params, made, refs)
         if pruned is not None:
             return pruned
         # The same statement over the same snapshots plans to the same logical plan: reuse it
         # (DataFusion optimises a plan afresh at every execution, so now() and the session's
         # functions are still evaluated per statement). Parsing and planning a group-by or a join
         # is ~0.5 ms of the 1-2 ms a repeated dashboard query spends outside execution.
-        reuse = self._repeat_key(stmt, params)
+        reuse = self._repeat_key(stmt, refs, params)
         ctx = made.ctx
         hit = None if reuse is None else self.cache.planned.get(reuse)
         if hit is not None and hit[0] is made and hit[1] == made.generation:
@@ -153,14 +157,14 @@ class QueryContext:
                 self.cache.planned.put(reuse, (made, made.generation, df.logical_plan()))
         return PlannedQuery(df, (None, None), reuse)
 
-    def _plan_pruned(self, stmt: Statement, params: dict[str, Any] | None, made: Made) -> PlannedQuery | None:
+    def _plan_pruned(self, stmt: Statement, params: dict[str, Any] | None, made: Made,
+                     refs: set[tuple[str, str]] | None) -> PlannedQuery | None:
         """A single-table query over a table of many files, planned over only the files its WHERE
         clause can read (pruned_plan.py); None where that does not apply or gains nothing."""
         if self.txn is not None or self.overlaid or not self.engine.prunable or not is_utc(self.zone):
             # Transactions and the write buffer read views of their own; prune.py reads
             # timestamp literals in UTC (the scan's statistics still prune the others).
             return None
-        refs = self.table_refs(stmt)
         if not refs or len(refs) != 1:
             return None
         from icegres.engine import pruned_plan
@@ -189,7 +193,8 @@ class QueryContext:
         probes of types) from its tree: as DataFusion reads it written out, or through the
         rewrite steps where it needs them."""
         hold = self.engine.scan_sets.hold()
-        self._pin_listed(functools.partial(tree_table_refs, tree, self.env.search_path))
+        refs = tree_table_refs(tree, self.env.search_path)
+        self._pin_listed(lambda: refs)
         made = self.made
         # Its literals as its place in the statement means them (an INSERT's source, an UPDATE's
         # value: exact numerics), before anything copies it away from that place.
@@ -197,7 +202,7 @@ class QueryContext:
         sql = rewrite.to_sql(baked)
         time_travel.attach(self, made, sql)
         df, _ = self._as_sent_or_rewritten(sql, lambda: baked, params, made.ctx)
-        self._check_files(tree_table_refs(tree, self.env.search_path))
+        self._check_files(refs)
         return PlannedQuery(df, (hold, made.keep))
 
     def _catalog_read(self, sql: str, ctx: SessionContext) -> None:
@@ -405,8 +410,8 @@ class QueryContext:
             inner = self.with_views(query(stmt.sql[explained.end():]))
             if inner.sql == stmt.sql[explained.end():]:
                 return stmt
-            return Statement(stmt.kind, explained.group(0) + inner.sql, stmt.tag, stmt.name,
-                             stmt.value, stmt.flag, stmt.options)
+            # Text only: the tree of an EXPLAIN is sqlglot's opaque Command holding that text.
+            return replace(stmt, sql=explained.group(0) + inner.sql)
         names_of = self.cache.names
         shape = names_of.get(stmt.shape)
         if shape is None:
@@ -430,16 +435,15 @@ class QueryContext:
         block_views = (txn.ident, txn.version) if txn is not None and txn.view_overlay else None
         key = (stmt.sql, resolved, tuple(self.env.search_path), self.engine.views_generation,
                self.engine.catalog_generation, block_views)
-        text = self.cache.expanded.get(key)
-        if text is None:
+        done = self.cache.expanded.get(key)
+        if done is None:
             tree = stmt.tree
             expanded = view_defs.expand(tree, resolver, view_defs.dml_target(tree))
             assert expanded is not None
-            text = expanded[0].sql(dialect=DIALECT)
-            self.cache.expanded.put(key, text)
-        # A view's query may read snapshots or metadata tables itself.
-        return time_travel.expand(self, Statement(stmt.kind, text, stmt.tag, stmt.name, stmt.value, stmt.flag,
-                                                  stmt.options))
+            done = self.cache.expanded.put(key, (expanded[0].sql(dialect=DIALECT), expanded[0]))
+        # The expanded tree goes on with its text (not parsed again). A view's query may read
+        # snapshots or metadata tables itself.
+        return time_travel.expand(self, stmt.rewritten(*done))
 
     def expanded_refs(self, stmt: Statement) -> set[tuple[str, str]] | None:
         """`table_refs` of `stmt` with its views expanded: the tables it reads through them."""
@@ -545,7 +549,7 @@ class QueryContext:
         executors = self.engine.executors
         if (executors is not None and self._pulls_long(stmt, planned, kinds)
                 and (planned.repeat is None or planned.repeat not in self.engine.quick_first_pulls)
-                and ("TableFunction" in kinds or not self._reads_catalog(stmt))):
+                and ("TableFunction" in kinds or not _reads_catalog(planned.reads))):
             # A catalog query stays here (small in-memory tables, and clients send many) unless a
             # table function can make it as big as any: then a cancel must be able to kill it.
             noted = None if planned.repeat is None else functools.partial(self.engine.note_first_pull, planned.repeat)
@@ -553,11 +557,6 @@ class QueryContext:
             if remote is not None:
                 return remote
         return planned.df.execute_stream()
-
-    def _reads_catalog(self, stmt: Statement) -> bool:
-        """Whether `stmt` may read pg_catalog or information_schema (catalog queries run here)."""
-        refs = self.table_refs(stmt)
-        return refs is None or any(schema in SYSTEM_SCHEMAS for schema, _ in refs)
 
     def _rewritten_after_failure(self, stmt: Statement, params: dict[str, Any] | None,
                                  failed: PlannedQuery) -> PlannedQuery | None:
@@ -590,13 +589,14 @@ class QueryContext:
             self.cache.planned.pop(failed.repeat)
             self.cache.described.pop(failed.repeat)
         self.cache.kinds.pop((stmt.shape, search_path))
-        return PlannedQuery(df, (hold, made.keep))
+        return PlannedQuery(df, (hold, made.keep), reads=failed.reads)
 
-    def _repeat_key(self, stmt: Statement, params: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
+    def _repeat_key(self, stmt: Statement, refs: set[tuple[str, str]] | None,
+                    params: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
         """What makes two runs of a statement the same work: its text, parameter values and
-        search_path, and the mounted snapshots of the tables it reads (None: not knowable — a
-        transaction's or the write buffer's view, tables the statement text does not name, or a
-        parameter value that cannot be compared)."""
+        search_path, and the mounted snapshots of the tables it reads, `refs` (None: not
+        knowable — a transaction's or the write buffer's view, tables the statement text does
+        not name, or a parameter value that cannot be compared)."""
         if self.txn is not None or self.overlaid or big_values.has_big(params):
             return None  # (a big value's plan reads a table made for this statement only)
         bound = tuple(sorted((params or {}).items()))
@@ -604,7 +604,7 @@ class QueryContext:
             hash(bound)
         except TypeError:
             return None  # an array parameter (a list)
-        locations = self.mounted_snapshots(stmt)
+        locations = self._mounted(refs)
         if locations is None:
             return None
         return (stmt.sql, bound, tuple(self.env.search_path), tuple(sorted(locations.items())))
@@ -612,7 +612,9 @@ class QueryContext:
     def mounted_snapshots(self, stmt: Statement) -> dict[tuple[str, str], tuple[str, int]] | None:
         """The mounted snapshot of every table `stmt` may read, as `Engine.mounted_locations`
         gives it, if each is mounted (None: it names no table, or one that is not mounted now)."""
-        refs = self.table_refs(stmt)
+        return self._mounted(self.table_refs(stmt))
+
+    def _mounted(self, refs: set[tuple[str, str]] | None) -> dict[tuple[str, str], tuple[str, int]] | None:
         if not refs:
             return None
         locations = self.engine.mounted_locations(refs)
@@ -636,7 +638,7 @@ class QueryContext:
         if kinds <= STREAMING_NODES:
             return False  # decided without counting the input's rows
         rows = planned.input_rows
-        return may_run_long(set(kinds), self._input_rows(stmt) if rows is None else rows)
+        return may_run_long(set(kinds), self._input_rows(planned.reads) if rows is None else rows)
 
     def _wide_batch_rows(self, stmt: Statement, planned: PlannedQuery, kinds: frozenset[str]) -> int | None:
         """`wide_batch_rows` for this statement, whose plan has these node kinds: a plain scan
@@ -648,8 +650,7 @@ class QueryContext:
             return None
         if not kinds <= WIDE_NODES:
             return None
-        refs = self.table_refs(stmt)
-        plans = [self.engine.read_plan(*key) for key in refs or ()]
+        plans = [self.engine.read_plan(*key) for key in planned.reads or ()]
         if not plans or any(plan is None for plan in plans):
             return None
         rows = sum(plan.rows for plan in plans)
@@ -657,10 +658,9 @@ class QueryContext:
         return wide_batch_rows(kinds, rows if planned.input_rows is None else planned.input_rows,
                                stored / rows if rows else None)
 
-    def _input_rows(self, stmt: Statement) -> int | None:
-        """Rows in the mounted snapshots of the tables `stmt` may read (None: it may read any).
-        A name that is no mounted table is a catalog relation (small) or an error."""
-        refs = self.table_refs(stmt)
+    def _input_rows(self, refs: set[tuple[str, str]] | None) -> int | None:
+        """Rows in the mounted snapshots of the tables `refs` (None: it may read any). A name
+        that is no mounted table is a catalog relation (small) or an error."""
         if refs is None:
             return None
         plans = (self.engine.read_plan(*key) for key in refs)
@@ -717,12 +717,13 @@ class QueryContext:
             # extended, pgjdbc and psycopg before they prepare): the same text over the same
             # snapshots describes the same, as its plan is the same (`_plan`'s reuse, with no
             # parameter values). Views are expanded in `stmt` by now: the key covers them.
-            key = self._repeat_key(stmt)
+            refs = self.table_refs(stmt)
+            key = self._repeat_key(stmt, refs)
             made = self.made
             hit = None if key is None else self.cache.described.get(key)
             if hit is not None and hit[0] is made and hit[1] == made.generation:
                 self.cache.described.touch(key)
-                self._check_files(self.table_refs(stmt))  # as planning it would
+                self._check_files(refs)  # as planning it would
                 return hit[2], dict(hit[3])
             planned = self.plan(stmt, None)
             schema = self.pg_schema(stmt, planned.df.schema())
@@ -798,6 +799,12 @@ class _Prefetched:
         return next(self._rest)
 # A statement that may read catalog relations (a session's own catalog is registered for it).
 _READS_CATALOG = re.compile(r"pg_|information_schema|regclass|regtype|regnamespace", re.IGNORECASE)
+
+
+def _reads_catalog(refs: set[tuple[str, str]] | None) -> bool:
+    """Whether a statement reading `refs` may read pg_catalog or information_schema (catalog
+    queries run here)."""
+    return refs is None or any(schema in SYSTEM_SCHEMAS for schema, _ in refs)
 
 
 def _sql(ctx: SessionContext, text: str, params: dict[str, Any] | None) -> DataFrame:

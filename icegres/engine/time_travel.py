@@ -8,9 +8,10 @@ Trino's and Spark's). Such a read is not a read of the table's head: it pins not
 SERIALIZABLE read set (a transaction reads that fixed snapshot). Nothing is copied: the relation
 scans the snapshot's own Parquet files (one scan over a directory of links, as a mounted table).
 
-Cost: the first statement of a literal shape is parsed and written out by sqlglot (~1.9 ms); when
-it names snapshots by id only, the rewrite's shape is kept and the next statement of that shape
-is rewritten by putting its literals into it (`_Template`), with no parse. The table function
+Cost: the first statement of a literal shape is parsed and written out by sqlglot (~1.9 ms), and
+the rewritten statement carries the rewritten tree on (`Statement.rewritten`: its text is not
+parsed again); when it names snapshots by id only, the rewrite's shape is kept and the next
+statement of that shape is rewritten by putting its literals into it (`_Template`), with no parse. The table function
 `branch_diff('a', 'b' [, 'ns'])` is read here too: `icegres branch diff` as rows.
 
 Errors, as PostgreSQL would name them: an unknown snapshot id, branch or tag is 42704
@@ -138,7 +139,7 @@ def expand(qctx: QueryContext, stmt: Statement) -> Statement:
     text = tree.sql(dialect=DIALECT)
     if fixed and qctx.txn is None:
         _keep_template(qctx, stmt, text, read)
-    return Statement(stmt.kind, text, stmt.tag, stmt.name, stmt.value, stmt.flag, stmt.options)
+    return stmt.rewritten(text, tree)  # its tree goes on with it: the text is not parsed again
 
 
 def session_branch(qctx: QueryContext) -> str | None:
@@ -258,7 +259,8 @@ def _from_template(qctx: QueryContext, stmt: Statement) -> Statement | None:
     if text is None:
         return None
     qctx.engine.check_files(template.plans)  # 58P01 for a file a snapshot names that is gone
-    return Statement(stmt.kind, text, stmt.tag, stmt.name, stmt.value, stmt.flag, stmt.options)
+    # Text only: a statement planned as sent needs no tree (the rewrite path parses it if need be).
+    return replace(stmt, sql=text)
 
 
 def _keep_template(qctx: QueryContext, stmt: Statement, text: str, read: list[tuple[Key, ReadPlan]]) -> None:

@@ -459,10 +459,11 @@ async def copy_in(host: WriteHost, table_name: str, columns: list[str] | None, f
 
     from icegres.engine import assign, dml
     from icegres.engine.dml import checks, defaults
+    from icegres.sql import parse
 
     try:
-        table = exp.to_table(table_name, dialect="postgres")
-        listed = [exp.to_identifier(exp.to_column(c, dialect="postgres").name) for c in columns or ()]
+        table = parse.table_name(table_name)
+        listed = [exp.to_identifier(parse.column_name(c)) for c in columns or ()]
     except Exception:
         raise PgError(E.SYNTAX_ERROR, f'syntax error at or near "{table_name}"') from None
     target = exp.Insert(this=exp.Schema(this=table, expressions=listed) if listed else table)

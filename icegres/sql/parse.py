@@ -3,6 +3,11 @@ names folded to lower case as PostgreSQL's lexer folds them.
 
 The tree is shared (by every Statement of the same text, and by the caches keyed on it): callers
 read it, and copy it before changing it.
+
+Every parse of SQL text in icegres comes here: statements (`parse`), the parts of one that DDL
+reads on its own (`parse_or_sqlglot_error` for a column's type and constraints, `expression` for a
+DEFAULT or CHECK) and names (`table_name`, `column_name`). Not here: type nodes the engine builds
+from its own constant names (`exp.DataType.build("TEXT")`), which read no client text.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
+from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from icegres.pg.errors import SYNTAX_ERROR, PgError
@@ -80,19 +86,8 @@ _AS_OF_VALUES = frozenset({TokenType.NUMBER, TokenType.STRING, TokenType.PLACEHO
 
 def parse(sql: str) -> exp.Expression:
     """The statement's tree (PgError 42601 if it does not parse). Shared: never change it."""
-    return _parse_cached(sql)
-
-
-@functools.lru_cache(maxsize=256)
-def _parse_cached(sql: str) -> exp.Expression:
-    from sqlglot.errors import ParseError, TokenError
-
     try:
-        try:
-            tree = _parse_one(sql)
-        except TokenError:
-            # sqlglot's tokenizer reads `$1,$2` as the start of a dollar-quoted string.
-            tree = _parse_one(_space_placeholders(sql))
+        return _parse_cached(sql)
     except TokenError:
         raise PgError(SYNTAX_ERROR, "syntax error: unterminated quoted string or identifier") from None
     except ParseError as err:
@@ -103,8 +98,24 @@ def _parse_cached(sql: str) -> exp.Expression:
             if detail.get("highlight")
             else "syntax error",
         ) from None
+
+
+def parse_or_sqlglot_error(sql: str) -> exp.Expression:
+    """`parse`, but failing with sqlglot's own ParseError (or TokenError), whose `errors` name the
+    token it stopped at: for a caller that places the error in a text of its own (ddl.py parses a
+    column's type and constraints inside a made-up CREATE TABLE). Shared: never change it."""
+    return _parse_cached(sql)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_cached(sql: str) -> exp.Expression:
+    try:
+        tree = _parse_one(sql)
+    except TokenError:
+        # sqlglot's tokenizer reads `$1,$2` as the start of a dollar-quoted string.
+        tree = _parse_one(_space_placeholders(sql))
     if tree is None:
-        raise PgError(SYNTAX_ERROR, "syntax error")
+        raise ParseError("no statement")
     return _folded(tree)
 
 
@@ -122,11 +133,23 @@ def _folded(tree: exp.Expression) -> exp.Expression:
 def expression(text: str) -> exp.Expression:
     """One value expression (a DEFAULT, a CHECK) read as a statement's would be (PgError 42601 if
     it is not exactly one). Shared: never change it."""
-    tree = _parse_cached(f"SELECT {text}")
+    tree = parse(f"SELECT {text}")
     if not isinstance(tree, exp.Select) or len(tree.expressions) != 1 or any(
             value for key, value in tree.args.items() if key != "expressions"):
         raise PgError(SYNTAX_ERROR, "syntax error")
     return tree.expressions[0]
+
+
+def table_name(text: str) -> exp.Table:
+    """A table name as a statement writes it (`demo.t`, `"My T"`, `"t@b"`): a new node, the
+    caller's to change (sqlglot's ParseError where `text` is not one)."""
+    return exp.to_table(text, dialect=DIALECT)
+
+
+def column_name(text: str) -> str:
+    """The name a column reference written as `text` names (sqlglot's ParseError where it is not
+    one)."""
+    return exp.to_column(text, dialect=DIALECT).name
 
 
 def _parse_one(sql: str) -> exp.Expression | None:

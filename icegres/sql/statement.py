@@ -16,7 +16,7 @@ here: nothing below scans for `?`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -82,6 +82,14 @@ class Statement:
 
     def tree_copy(self) -> exp.Expression:
         return self.tree.copy()
+
+    def rewritten(self, sql: str, tree: exp.Expression) -> Statement:
+        """This statement as the engine rewrote it (its views or time-travel references
+        expanded): the text `sql`, written out from `tree`, which it carries as its tree, so that
+        the expanded text is not parsed again. `tree` is shared from then on: never change it."""
+        out = replace(self, sql=sql)
+        out.__dict__["tree"] = tree  # where `tree`'s cached_property keeps its value
+        return out
 
     @cached_property
     def max_param(self) -> int:

@@ -454,6 +454,27 @@ def test_defaults_are_kept_as_sql_text():
     assert added.column.default == "7"
 
 
+@pytest.mark.parametrize("sql,position,near", [
+    ("ALTER TABLE t ALTER a SET DEFAULT 1 +", 35, '"1"'),
+    ("ALTER TABLE t ALTER a SET DEFAULT (1", 37, "end of input"),
+    ("CREATE TABLE t (a int DEFAULT 1 +)", 34, '")"'),
+    # Once read as `SELECT 1 FROM x` and kept as DEFAULT 1: a DEFAULT is one expression.
+    ("ALTER TABLE t ALTER a SET DEFAULT 1 FROM x", 35, '"1"'),
+])
+def test_a_default_that_does_not_parse_is_a_syntax_error_where_it_starts(sql, position, near):
+    error = err(sql)
+    assert (error.sqlstate, error.position) == ("42601", position)
+    assert near in error.message
+
+
+def test_a_column_is_read_by_the_statements_dialect():
+    """Column bodies go through icegres.sql.parse: to_char's template stays as written, as in a
+    statement (sqlglot's own postgres dialect reads it as a strftime format)."""
+    cmd = parse_ddl("CREATE TABLE t (a text DEFAULT to_char(now(), 'Day') CHECK (to_char(b, 'Day') <> ''))")
+    assert cmd.columns[0].default == "to_char(CURRENT_TIMESTAMP, 'Day')"
+    assert cmd.columns[0].checks[0].text == "to_char(b, 'Day') <> ''"
+
+
 def test_alter_renames():
     assert parse_ddl("ALTER TABLE t RENAME TO u") == AlterTable(None, "t", (RenameTable("u"),))
     assert parse_ddl("ALTER TABLE t RENAME a TO b") == AlterTable(None, "t", (RenameColumn("a", "b"),))

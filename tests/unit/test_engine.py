@@ -128,16 +128,21 @@ def test_a_quick_join_repeated_over_the_same_snapshots_takes_the_blocking_pull(l
 def test_runs_are_only_called_the_same_work_when_the_snapshots_are_known(lake):
     q = session(Engine(lake))
     q.engine.refresh()
+
+    def repeat_key(sql, params=None):
+        stmt = query(sql)
+        return q._repeat_key(stmt, q.table_refs(stmt), params)
+
     join = "select count(*) from good a join bad b on a.id = b.id"
-    assert q._repeat_key(query(join)) is not None
-    assert q._repeat_key(query("select sum(value) from range(1, 10)")) is None  # no mounted table named
-    assert q._repeat_key(query("select count(*) from good a join nosuch b on a.id = b.id")) is None
+    assert repeat_key(join) is not None
+    assert repeat_key("select sum(value) from range(1, 10)") is None  # no mounted table named
+    assert repeat_key("select count(*) from good a join nosuch b on a.id = b.id") is None
     prepared = "select count(*) from good a join bad b on a.id = b.id where a.id > $1"
-    assert q._repeat_key(query(prepared), {"1": 1}) != q._repeat_key(query(prepared), {"1": 2})  # other work
-    assert q._repeat_key(query(prepared), {"1": 1}) == q._repeat_key(query(prepared), {"1": 1})
-    assert q._repeat_key(query(prepared), {"1": [1, 2]}) is None
+    assert repeat_key(prepared, {"1": 1}) != repeat_key(prepared, {"1": 2})  # other work
+    assert repeat_key(prepared, {"1": 1}) == repeat_key(prepared, {"1": 1})
+    assert repeat_key(prepared, {"1": [1, 2]}) is None
     q.txn = object()  # a transaction reads its own pinned snapshots, not the mounted ones
-    assert q._repeat_key(query(join)) is None
+    assert repeat_key(join) is None
 
 
 def test_a_repeated_statement_reuses_its_plan_until_a_table_it_reads_moves(lake):

@@ -73,7 +73,7 @@ def q_linked(lake):
 
 def _pruned(q, stmt):
     """`stmt` planned pruned (None: planned as sent)."""
-    return q._plan_pruned(stmt, None, q.made)
+    return q._plan_pruned(stmt, None, q.made, q.table_refs(stmt))
 
 
 def scans(planned) -> int:

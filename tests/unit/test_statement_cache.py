@@ -170,3 +170,55 @@ def test_placeholder_types_visit_each_expression_once(qctx, monkeypatch):
     assert params.placeholder_types(df) == {1: pa.int64(), 2: pa.string_view(), 4: pa.int64(),
                                             5: pa.string_view(), 6: pa.string_view()}
     assert max(visits) < 10
+
+
+@pytest.fixture
+def parses(monkeypatch):
+    """The texts sqlglot parses from now on."""
+    from icegres.sql import parse
+
+    parse._parse_cached.cache_clear()
+    seen: list[str] = []
+    real_parse = parse._parse_one
+    monkeypatch.setattr(parse, "_parse_one", lambda sql: seen.append(sql) or real_parse(sql))
+    return seen
+
+
+def test_an_expanded_statement_carries_its_tree(qctx, parses):
+    """Views and time-travel references are expanded on the statement's tree, and the expanded
+    statement takes that tree on with its text: the text written out is not parsed again."""
+    from icegres.engine.ddl import parse_ddl
+    from icegres.engine.ddl_apply import create_view
+
+    lake = qctx.engine.lakehouse
+    view_sql = "SELECT id, zone FROM demo.trips WHERE id > 1"
+    create_view(lake, parse_ddl("CREATE VIEW demo.v AS " + view_sql),
+                pa.schema([pa.field("id", pa.int64()), pa.field("zone", pa.string())]), view_sql, ["demo"])
+    snapshot = lake.catalog.load_table(("demo", "trips")).current_snapshot().snapshot_id
+    sent = ["select zone from v where id = 2",
+            f"select count(*) as n from trips for version as of {snapshot}",
+            f"select v.zone from v join trips for version as of {snapshot} t on t.id = v.id where v.id = 3"]
+    found = []
+    for sql in sent:
+        schema, stream = qctx.start(query(sql))
+        found.append([r for b in stream for r in b.to_pyarrow().to_pylist()])
+        assert qctx.with_views(query(sql)).sql != sql
+    assert found == [[{"zone": "b"}], [{"n": 3}], [{"zone": "c"}]]
+    assert sorted(parses) == sorted([*sent, view_sql])
+
+
+def test_a_route_holds_the_literals_so_it_keys_on_the_text(qctx):
+    """Routes key on the text, not the shape (docs/architecture.md, "What the per-statement
+    caches key on"): the rewrite reads literal values, so one statement's rewrite filled with
+    another's literals would plan something else."""
+    from icegres.sql.shape import fill_shape, literal_shape, masked_literals
+
+    path = tuple(qctx.env.search_path)
+    for a, b in [("select 'pg_class'::regclass::oid", "select 'pg_type'::regclass::oid"),
+                 ("select to_char(now(), 'YYYY')", "select to_char(now(), 'FMDay')")]:
+        assert literal_shape(a) == literal_shape(b)
+        qctx.plan(query(a))
+        qctx.plan(query(b))
+        route_a, route_b = qctx.cache.routes.get((a, path)), qctx.cache.routes.get((b, path))
+        assert route_a != a and route_b != b  # both took the rewrite path
+        assert fill_shape(literal_shape(route_a), masked_literals(b)) != route_b

@@ -151,6 +151,28 @@ def test_no_module_over_the_size_limit() -> None:
     assert {name: n for name, n in sizes.items() if n > MODULE_LINES_MAX} == {}
 
 
+# sqlglot's entry points that read SQL text into a tree; icegres.sql.parse is the one caller.
+_SQLGLOT_PARSERS = frozenset({"parse_one", "maybe_parse", "transpile", "to_table", "to_column", "parse_into"})
+
+
+def sqlglot_parses(tree: ast.AST) -> list[int]:
+    """The lines of `tree` that call one of sqlglot's parsers (`sqlglot.parse(...)` too)."""
+    return sorted(
+        node.lineno for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        and (node.func.attr in _SQLGLOT_PARSERS
+             or (node.func.attr == "parse" and isinstance(node.func.value, ast.Name) and node.func.value.id == "sqlglot"))
+    )
+
+
+def test_sql_text_is_parsed_only_by_icegres_sql_parse() -> None:
+    """One dialect and one cache for every statement, expression and name icegres reads."""
+    found = {name: lines for name, path in MODULES.items()
+             if name != "icegres.sql.parse" and (lines := sqlglot_parses(ast.parse(path.read_text())))}
+    assert found == {}
+    assert sqlglot_parses(ast.parse("import sqlglot\nsqlglot.parse_one('select 1', read='postgres')")) == [2]
+
+
 def test_the_checks_can_fail() -> None:
     """The graph and the cycle finder see what they must: a known import and a made-up cycle."""
     edges = import_graph()

@@ -15,7 +15,7 @@ from icegres.engine.rewrite.tree import (
     _outer_columns,
     _Rewriter,
 )
-from icegres.sql.parse import DIALECT
+from icegres.sql import parse
 
 # --- functions ----------------------------------------------------------------------------------
 
@@ -72,7 +72,7 @@ def pad_default_arguments(tree: exp.Expression, rw: _Rewriter) -> exp.Expression
         if isinstance(node, exp.Anonymous):
             defaults = FUNCTION_DEFAULTS.get(str(node.this).lower())
             if defaults is not None and len(node.expressions) < len(defaults):
-                extra = [exp.maybe_parse(d, dialect=DIALECT) for d in defaults[len(node.expressions):]]
+                extra = [parse.expression(d).copy() for d in defaults[len(node.expressions):]]
                 node.set("expressions", [*node.expressions, *extra])
         return node
 

@@ -96,15 +96,12 @@ class FrameDecoder:
         del self._buf[: length + 1]
         return m.decode_frontend(kind, body)
 
-    def in_pieces(self) -> bool:
-        """Whether a big Query's body is being collected (its pieces are not in the buffer)."""
-        return self._pieces is not None
-
-    def next_length(self) -> int:
-        """The length of the next regular message if its header is buffered, else 0: a big one is
-        decoded in a worker thread (a 50 MB Query's copy and UTF-8 decoding would hold the
-        event loop ~0.1-0.3 s)."""
-        if len(self._buf) < 5:
-            return 0
+    def worth_a_thread(self, limit: int) -> bool:
+        """Whether the next message is a regular message other than a Query, over `limit` bytes
+        and all buffered: decoded in a worker thread (a 50 MB message's copy and UTF-8 decoding
+        would hold the event loop ~0.1-0.3 s). A big Query's body is collected in pieces instead,
+        and one not all there is not decoded yet."""
+        if self._pieces is not None or len(self._buf) < 5 or self._buf[0] == ord("Q"):
+            return False
         (length,) = struct.unpack_from("!i", self._buf, 1)
-        return length
+        return length > limit and len(self._buf) >= length + 1

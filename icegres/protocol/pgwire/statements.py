@@ -60,8 +60,7 @@ class Split:
 async def next_message(server: ServerPort, decoder: FrameDecoder) -> m.FrontendMessage | None:
     """The decoder's next message (None: more bytes needed), decoded in a worker thread when it
     is over BIG_CHARS bytes and all there (a big Query: split and compacted there too)."""
-    length = 0 if decoder.in_pieces() or decoder.first_byte() == ord("Q") else decoder.next_length()
-    if length <= BIG_CHARS or decoder.buffered() < length + 1:
+    if not decoder.worth_a_thread(BIG_CHARS):
         msg = decoder.next_message()
     else:
         msg = await trio.to_thread.run_sync(decoder.next_message, limiter=server.text_limiter)
