@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icegres.engine import pg_constraints
+from icegres.engine import pg_constraints, pg_sequence_rows
 from icegres.engine.pg_builtins import BUILTIN_FUNCTIONS, BUILTIN_TYPES, BuiltinType, arrow_typmod
 from icegres.engine.pg_relations import (
     _BTREE_OPCLASS,
@@ -72,18 +72,6 @@ class TableInfo:
     checks: tuple[tuple[str, str], ...] = ()  # CHECK constraints: (name, SQL text)
     sequence: Any = None  # a sequence's definition (machines.sequence.Definition): relkind 'S'
     identity_sequence: bool = False  # an identity column's: not in information_schema.sequences
-
-
-def serial_sequence(ix: CatalogIndex, table: str, column: str, search_path: list[str]) -> str | None:
-    """pg_get_serial_sequence(table, column): the sequence a serial or identity column's default
-    draws from, schema-qualified."""
-    import re
-
-    oid = ix.resolve(table, search_path)
-    entry = ix.by_oid.get(oid) if oid is not None else None
-    info = next((c for c in entry.table.columns if c.name == column), None) if entry and entry.table else None
-    found = re.fullmatch(r"nextval\('(.+)'::regclass\)", info.default or "") if info is not None else None
-    return found.group(1) if found else None
 
 
 def table_info(schema: str, name: str, plan: ReadPlan) -> TableInfo:
@@ -862,17 +850,8 @@ def _rows_views(ix: CatalogIndex) -> Rows:
 _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "pg_catalog.pg_namespace": _rows_pg_namespace,
     "pg_catalog.pg_class": _rows_pg_class,
-    "pg_catalog.pg_sequence": lambda ix: [
-        {"seqrelid": e.oid, "seqtypid": 20, "seqstart": d.start, "seqincrement": d.increment, "seqmax": d.max_value,
-         "seqmin": d.min_value, "seqcache": d.cache, "seqcycle": d.cycle}
-        for e in ix.relations.values() if e.relkind == "S" and e.table is not None and (d := e.table.sequence)],
-    "information_schema.sequences": lambda ix: [
-        {"sequence_catalog": ix.snapshot.database, "sequence_schema": e.schema, "sequence_name": e.name,
-         "data_type": "bigint", "numeric_precision": 64, "numeric_precision_radix": 2, "numeric_scale": 0,
-         "start_value": str(d.start), "minimum_value": str(d.min_value), "maximum_value": str(d.max_value),
-         "increment": str(d.increment), "cycle_option": "YES" if d.cycle else "NO"}
-        for e in ix.relations.values() if e.relkind == "S" and e.table is not None and (d := e.table.sequence)
-        and not e.table.identity_sequence],
+    "pg_catalog.pg_sequence": pg_sequence_rows.rows_pg_sequence,
+    "information_schema.sequences": pg_sequence_rows.rows_sequences,
     "pg_catalog.pg_attribute": _rows_pg_attribute,
     "pg_catalog.pg_attrdef": lambda ix: [{"oid": oid, "adrelid": rel, "adnum": attnum, "adbin": text}
                                          for oid, rel, attnum, text in ix.defaults],

@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
-from icegres.engine import pg_builtins, pg_catalog, pg_constraints, pg_relations, sequences
+from icegres.engine import (
+    pg_builtins,
+    pg_catalog,
+    pg_constraints,
+    pg_relations,
+    pg_sequence_rows,
+    sequences,
+)
 from icegres.pg.errors import (
     INVALID_PARAMETER_VALUE,
     INVALID_REGULAR_EXPRESSION,
@@ -375,7 +382,7 @@ def _half_rounded(half: int) -> int:
 
 def _serial_sequence(env: SessionEnv, table: str, column: str) -> str | None:
     ix = pg_catalog.current_index(env)
-    return pg_catalog.serial_sequence(ix, table, column, env.search_path) if ix is not None else None
+    return pg_sequence_rows.serial_sequence(ix, table, column, env.search_path) if ix is not None else None
 
 
 def catalog_functions(env: SessionEnv) -> list[Fn]:
