@@ -214,10 +214,13 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
                         log.info("shutting down")
                         if ops is not None:
                             ops.set_stopping()  # /ready is 503 from the start of the drain
-                        if server is not None:
-                            # Stop accepting; running statements finish (up to --drain-timeout-s),
-                            # then every session ends with FATAL 57P01 (PgServer.drain).
-                            await server.drain(settings.drain_timeout_s)
+                        # Stop accepting; running statements finish (up to --drain-timeout-s),
+                        # then every session ends with FATAL 57P01 (PgServer.drain); Flight SQL's
+                        # running calls finish as well, new ones are refused (flightsql/drain.py).
+                        async with trio.open_nursery() as draining:
+                            for front in (server, flight):
+                                if front is not None:
+                                    draining.start_soon(front.drain, settings.drain_timeout_s)
                         if ladder is not None:
                             # Every acked row goes to the lake before the process exits.
                             await ladder.shutdown()

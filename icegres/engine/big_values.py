@@ -23,17 +23,13 @@ import pyarrow as pa
 
 from icegres.engine.lake import PRIVATE_CATALOG, PRIVATE_SCHEMA
 from icegres.sql.lexer import Kind, scan
-from icegres.sql.pieces import BigText
+from icegres.sql.pieces import BigText, has_big
 
 if TYPE_CHECKING:
     from datafusion import DataFrame, SessionContext
+    from sqlglot import exp
 
 _names = itertools.count(1)
-
-
-def has_big(params: dict[str, Any] | None) -> bool:
-    """Whether any parameter value is a BigText."""
-    return bool(params) and any(isinstance(v, BigText) for v in params.values())  # type: ignore[union-attr]
 
 
 def array_of(value: BigText) -> pa.Array:
@@ -69,6 +65,26 @@ def sql(ctx: SessionContext, text: str, params: dict[str, Any]) -> DataFrame:
     finally:
         for table in tables.values():
             ctx.deregister_table(table)
+
+
+def inlined(tree: exp.Expression, params: dict[str, Any] | None) -> tuple[exp.Expression, dict[str, Any] | None]:
+    """`tree` with each parameter bound to a BigText written in as the string literal it was, and
+    the other parameters: an INSERT's way where its rows are planned (its target decides what
+    the literal means; DataFusion also cannot run a VALUES row's scalar subquery). Slow for a big
+    value (the whole-text path: docs/limitations.md), but as PostgreSQL reads it."""
+    from sqlglot import exp
+
+    if not has_big(params):
+        return tree, params
+    assert params is not None
+    big = {name: value for name, value in params.items() if isinstance(value, BigText)}
+
+    def literal(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Parameter) and str(node.this.this) in big:
+            return exp.Literal.string(big[str(node.this.this)].text())
+        return node
+
+    return tree.transform(literal), {n: v for n, v in params.items() if n not in big} or None
 
 
 def _reading(text: str, tables: dict[str, str]) -> str:

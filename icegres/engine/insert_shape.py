@@ -29,6 +29,7 @@ import pyarrow as pa
 from icegres.engine.assign import first_null, not_null_violation
 from icegres.pg import chars
 from icegres.pg.row_text import failing_row
+from icegres.sql.pieces import BigText, has_big
 
 if TYPE_CHECKING:
     import sqlglot.expressions as exp
@@ -78,8 +79,8 @@ class InsertShape:
                 if i is None:
                     arrays.append(pa.nulls(count, f.type))
                 else:
-                    arrays.append(pa.array([params.get(v.name) if isinstance(v, Param) else v
-                                            for v in (row[i] for row in self.values)], type=f.type))
+                    arrays.append(_column([params.get(v.name) if isinstance(v, Param) else v
+                                           for v in (row[i] for row in self.values)], f.type))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
             return None
         for i, char in enumerate(self.char_types):
@@ -164,12 +165,27 @@ class InsertShapes:
         Raises PgError 23502 for a NULL in a NOT NULL column and 22001 for a value too long for
         its column, as the planned path would."""
         shape = self._shapes.get((sql, tuple(search_path)))
-        if shape is None or resolve(*shape.written_as) != shape.key:
+        if shape is None or resolve(*shape.written_as) != shape.key or has_big(params):
+            # (a big value's rows are built in a worker thread: copying it would hold the loop)
             return None
         if not shape.describes(read_plan(*shape.key)):
             return None
         rows = shape.rows(params)
         return None if rows is None else (shape.key, rows)
+
+
+def _column(values: list[Any], target: pa.DataType) -> pa.Array:
+    """One column of the rows: `values` as `target`. A big literal's value (BigText, a big
+    statement's: protocol/pgwire/statements.py) goes into a string column as its UTF-8 pieces,
+    never as one str; into any other type it does not convert as it is (TypeError)."""
+    if not any(isinstance(v, BigText) for v in values):
+        return pa.array(values, type=target)
+    if not (pa.types.is_string(target) or pa.types.is_large_string(target)):
+        raise TypeError("a big literal converts as text only")
+    from icegres.engine.big_values import array_of
+
+    parts = [array_of(v) if isinstance(v, BigText) else pa.array([v], type=pa.string()) for v in values]
+    return (parts[0] if len(parts) == 1 else pa.concat_arrays(parts)).cast(target)
 
 
 def _plain_constant(item: exp.Expression, target: pa.DataType | None) -> Any:

@@ -698,8 +698,10 @@ class QueryContext:
             raise failure
         return schema, _Prefetched(first, stream)
 
-    def describe(self, stmt: Statement, fresh: bool = True) -> tuple[pa.Schema, dict[int, pa.DataType]]:
-        """Result schema and inferred parameter types of a statement, without running it.
+    def describe(self, stmt: Statement, fresh: bool = True,
+                 params: dict[str, Any] | None = None) -> tuple[pa.Schema, dict[int, pa.DataType]]:
+        """Result schema and inferred parameter types of a statement, without running it
+        (`params`: values known before any Bind, a big statement's big literals).
 
         `fresh=False` (a Flight prepare, which GetFlightInfo follows with a fresh start of its own)
         describes the mounted snapshots when every table the statement names is mounted, without
@@ -718,14 +720,14 @@ class QueryContext:
             # snapshots describes the same, as its plan is the same (`_plan`'s reuse, with no
             # parameter values). Views are expanded in `stmt` by now: the key covers them.
             refs = self.table_refs(stmt)
-            key = self._repeat_key(stmt, refs)
+            key = self._repeat_key(stmt, refs, params)
             made = self.made
             hit = None if key is None else self.cache.described.get(key)
             if hit is not None and hit[0] is made and hit[1] == made.generation:
                 self.cache.described.touch(key)
                 self._check_files(refs)  # as planning it would
                 return hit[2], dict(hit[3])
-            planned = self.plan(stmt, None)
+            planned = self.plan(stmt, params)
             schema = self.pg_schema(stmt, planned.df.schema())
             # A text without `$` has no `$n` placeholder to find.
             types = placeholder_types(planned.df) if stmt.max_param else {}

@@ -6,9 +6,12 @@ the GIL that much: another session's statement waits for each. This scanner is f
 in the pieces it arrived in (tens of kB each) and follows PostgreSQL's lexical rules as far as
 splitting at top-level semicolons and finding comments and string literals need (lexer.py's
 rules; a quote is a prefixed string's, `E'…'`, `B'…'`, `U&'…'`, only where the letter starts a
-token). What it gives back per statement: verbatim text, big comments as a `GAP` and big plain
-or dollar-quoted string literals as a `Literal` whose value is UTF-8 pieces (`BigText`), so no
-str of the literal's size is ever made.
+token). What it gives back per statement: verbatim text, big comments as a `GAP` and big plain,
+escape (`E'…'`) or dollar-quoted string literals as a `Literal` whose value is UTF-8 pieces
+(`BigText`), so no str of the literal's size is ever made. An escape string's backslash escapes
+are undone as PostgreSQL's scanner does (`\\n`, octal, `\\x`, `\\u`/`\\U` with surrogate pairs);
+one whose escapes PostgreSQL would refuse (a byte sequence that is not UTF-8, a NUL, a bad `\\u`)
+stays text as written, for the engine to report.
 
 Pure and it never raises: a string, quoted name or comment that does not end runs to the end of
 the text as written (the statement's syntax error is the engine's to report).
@@ -16,7 +19,9 @@ the text as written (the statement's syntax error is the engine's to report).
 
 from __future__ import annotations
 
+import codecs
 import re
+import time
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -38,6 +43,11 @@ class BigText:
         return b"".join(self.pieces).decode()
 
 
+def has_big(params: dict[str, object] | None) -> bool:
+    """Whether any parameter value is a BigText."""
+    return bool(params) and any(isinstance(v, BigText) for v in params.values())  # type: ignore[union-attr]
+
+
 class _Gap:
     def __repr__(self) -> str:
         return "GAP"
@@ -50,17 +60,20 @@ GAP = _Gap()  # a big comment: one space
 class Literal:
     """A big plain ('…') or dollar-quoted string literal."""
 
-    opener: str  # "'" or the $tag$
+    opener: str  # "'", "E'" or the $tag$
     value: BigText
 
     def raw(self) -> str:
         """The literal as written (one str of its size)."""
-        return _written(self.opener, "".join(p.decode() for p in self.value.pieces))
+        decoder = codecs.getincrementaldecoder("utf-8")()  # (a character may span two pieces)
+        return _written(self.opener, "".join(decoder.decode(p) for p in self.value.pieces))
 
 
 def _written(opener: str, inner: str) -> str:
     if opener == "'":
         return "'" + inner.replace("'", "''") + "'"
+    if opener == "E'":  # (a value's own escapes are gone: only `\` and `'` need one)
+        return "E'" + inner.replace("\\", "\\\\").replace("'", "''") + "'"
     return opener + inner + opener
 
 
@@ -77,8 +90,8 @@ class RawStatement:
 class _In(Enum):
     NORMAL = 0
     PLAIN = 1  # '…' whose value may become a parameter
-    VERBATIM = 2  # a prefixed string or a quoted name: kept as written
-    ESCAPED = 3  # E'…'
+    VERBATIM = 2  # a prefixed string (not E'…') or a quoted name: kept as written
+    ESCAPED = 3  # E'…', its text as written collected as a PLAIN literal's value is
     DOLLAR = 4
     LINE = 5
     BLOCK = 6
@@ -136,6 +149,8 @@ class Scanner:
         if self._state is _In.PLAIN or self._state is _In.DOLLAR:
             opener = "'" if self._state is _In.PLAIN else self._quote
             self._emit(_written(opener, "".join(self._pieces))[: -len(opener)], self._size)
+        elif self._state is _In.ESCAPED:
+            self._emit("'" + "".join(self._pieces), self._size)
         elif self._state is _In.LINE or self._state is _In.BLOCK:
             self._close_comment()
         return [s for s in self.statements if s.items]
@@ -261,6 +276,8 @@ class Scanner:
             self._state, self._quote = _In.VERBATIM, '"'
         elif tail[-1:] in ("e", "E") and not _ends_in_name(tail[:-1]):
             self._state, self._quote = _In.ESCAPED, "'"
+            self._pieces, self._size = [], 0
+            return j + 1
         elif (tail[-1:] in ("b", "B", "x", "X", "n", "N") and not _ends_in_name(tail[:-1])) or (
                 tail[-2:] in ("U&", "u&") and not _ends_in_name(tail[:-2])):
             self._state, self._quote = _In.VERBATIM, "'"
@@ -294,7 +311,10 @@ class Scanner:
             if k + 1 < n and text[k + 1] == q:
                 self._inside(text, i, k + 1)  # the value keeps one quote of the two
                 self._at += 1
-                if state is not _In.PLAIN:
+                if state is _In.ESCAPED:  # (its text as written: both)
+                    self._pieces.append(q)
+                    self._size += 1
+                elif state is not _In.PLAIN:
                     self._normal(q)
                 i = k + 2
                 continue
@@ -302,13 +322,15 @@ class Scanner:
             self._at += 1
             if state is _In.PLAIN:
                 self._close_literal("'")
+            elif state is _In.ESCAPED:
+                self._close_escaped()
             else:
                 self._state = _In.NORMAL
                 self._normal(q)
             return k + 1
 
     def _inside(self, text: str, i: int, j: int) -> None:
-        if self._state is _In.PLAIN:
+        if self._state is _In.PLAIN or self._state is _In.ESCAPED:
             self._value(text, i, j)
         elif j > i:
             self._at += j - i
@@ -335,6 +357,28 @@ class Scanner:
         else:
             self._emit(_written(opener, "".join(pieces)), written)
 
+    def _close_escaped(self) -> None:
+        """After an E'…' string's closing quote: a big one whose escapes PostgreSQL accepts
+        becomes a Literal (its `E` taken back from the text before it), anything else stays as
+        written."""
+        pieces, chars = self._pieces, self._size
+        self._pieces, self._size, self._state = [], 0, _In.NORMAL
+        self._tail = "'"
+        value = unescaped(pieces) if chars > self.literal_chars else None
+        if value is None:
+            for piece in ("'", *pieces, "'"):
+                self._emit(piece, len(piece))
+            return
+        stmt = self.statements[-1]
+        prefix = stmt.items[-1]  # the E, in normal text right before the quote
+        assert isinstance(prefix, str) and prefix[-1:] in ("e", "E"), prefix
+        if len(prefix) > 1:
+            stmt.items[-1] = prefix[:-1]
+        else:
+            stmt.items.pop()
+        stmt.chars -= 1
+        self._emit(Literal("E'", value), chars + 3)
+
     def _close_comment(self) -> None:
         size, pieces = self._size, self._pieces
         self._pieces, self._size, self._state = [], 0, _In.NORMAL
@@ -343,6 +387,94 @@ class Scanner:
             self._emit(GAP, size)
         else:
             self._emit("".join(pieces), size)
+
+
+# A backslash escape of an E'…' string (PostgreSQL's scan.l: xeoctesc, xehexesc, xeunicode,
+# xeunicodefail, xeescape) or a doubled quote. None longer than _ESCAPE_CHARS_MAX.
+_ESCAPE = re.compile(r"\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([uU])|(.))|''",
+                     re.DOTALL)
+_ESCAPE_CHARS_MAX = 10
+_YIELD_BYTES = 1 << 16
+_SIMPLE = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+class _Refused(Exception):
+    """An escape PostgreSQL refuses: the literal stays as written, for the engine to report."""
+
+
+def unescaped(raw: list[str]) -> BigText | None:
+    """The value of an E'…' string whose text between the quotes is `raw` (in pieces), as UTF-8
+    pieces of about the raw pieces' size; None if PostgreSQL refuses it (22021 for a byte
+    sequence that is not UTF-8 or a NUL, 22025 for a `\\u` escape it cannot read)."""
+    out: list[bytes] = []
+    check = codecs.getincrementaldecoder("utf-8")()
+    chars, carry, high = 0, "", None  # high: a \\u high surrogate waiting for its low half
+    since_yield = 0
+    try:
+        for k, piece in enumerate(raw):
+            text = carry + piece
+            final = k == len(raw) - 1
+            # An escape starting before `limit` is whole in `text`: none is longer than 10.
+            limit = len(text) if final else len(text) - _ESCAPE_CHARS_MAX
+            parts: list[bytes] = []
+            pos = 0
+            for m in _ESCAPE.finditer(text):
+                if m.start() >= limit:
+                    break
+                if m.start() > pos:
+                    if high is not None:
+                        raise _Refused
+                    parts.append(text[pos:m.start()].encode())
+                high = _escape(m, parts, high)
+                pos = m.end()
+            cut = max(limit, pos)
+            if cut > pos:
+                if high is not None:
+                    raise _Refused
+                parts.append(text[pos:cut].encode())
+            carry = text[cut:]
+            data = b"".join(parts)
+            if b"\0" in data:
+                raise _Refused
+            chars += len(check.decode(data, final=final))
+            out.append(data)
+            since_yield += len(data)
+            if since_yield >= _YIELD_BYTES:
+                since_yield = 0
+                time.sleep(0)  # the GIL to whoever waits for it, at once (statements.py)
+        if high is not None:
+            raise _Refused
+    except (_Refused, UnicodeDecodeError):
+        return None
+    return BigText(tuple(out), sum(map(len, out)), chars)
+
+
+def _escape(m: re.Match[str], parts: list[bytes], high: int | None) -> int | None:
+    """Append what the escape `m` means; the high surrogate it leaves waiting, if any."""
+    octal, hexa, u4, u8, bare_u, other = m.groups()
+    code = int(u4 or u8, 16) if (u4 or u8) else None
+    if high is not None:
+        if code is None or not 0xDC00 <= code <= 0xDFFF:
+            raise _Refused
+        parts.append(chr(0x10000 + ((high - 0xD800) << 10) + (code - 0xDC00)).encode())
+        return None
+    if code is not None:
+        if 0xD800 <= code <= 0xDBFF:
+            return code
+        if code == 0 or code > 0x10FFFF or 0xDC00 <= code <= 0xDFFF:
+            raise _Refused
+        parts.append(chr(code).encode())
+    elif octal is not None:
+        parts.append(bytes((int(octal, 8) & 0xFF,)))
+    elif hexa is not None:
+        parts.append(bytes((int(hexa, 16),)))
+    elif bare_u is not None:
+        raise _Refused
+    elif other is not None:
+        parts.append(_SIMPLE.get(other, other).encode())
+    else:  # ''
+        parts.append(b"'")
+    return None
 
 
 def split_statements(sql: str) -> list[str]:

@@ -1,5 +1,6 @@
 """A statement's correlation id, end to end: in its ErrorResponse (field `i`, which psycopg reads
-and psql and asyncpg ignore, showing the error as PostgreSQL's), in its log line
+and psql and asyncpg ignore, showing the error as PostgreSQL's), in a failed Flight SQL call's
+trailing metadata `icegres-correlation-id` (which ADBC gives as the error's details), in its log line
 (`--log-statement`, `--log-min-error-statement`), as the /metrics exemplar of its duration bucket
 (OpenMetrics only); and no password, token or verifier of a run with password and JWT logins in
 any log line, whatever the statements carried (docs/security.md, "Logs")."""
@@ -28,7 +29,7 @@ OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     data = tmp_path_factory.mktemp("corr") / "data"
-    with running_icegres(data, args=("--log-statement", "all", "--ops-port", "0")) as srv:
+    with running_icegres(data, args=("--log-statement", "all", "--ops-port", "0", "--flight-port", "0")) as srv:
         yield srv
 
 
@@ -91,6 +92,37 @@ def test_asyncpg_raises_the_error_as_ever(server):
             await conn.close()
 
     asyncio.run(run())
+
+
+def test_adbc_gets_the_id_in_the_failed_calls_trailers_and_the_log_line_has_it(server):
+    """Flight SQL carries the id as trailing metadata of the failed call; the ADBC driver (Go)
+    hands the trailers to Python as the error's details. Each failed call has an id of its own,
+    whichever call failed: a prepare (DoAction) or an execution (GetFlightInfo)."""
+    import adbc_driver_flightsql.dbapi as adbc
+    import adbc_driver_manager
+
+    ids = []
+    with adbc.connect(f"grpc://127.0.0.1:{server.flight_port}", autocommit=True) as conn, conn.cursor() as cur:
+        for sql, sqlstate, rpc in (("select * from nope_flight", "42P01", "DoAction"),
+                                   ("select 1 / (select count(*) - count(*) from (values (1)) t(x))", "22012",
+                                    "GetFlightInfo")):
+            with pytest.raises(adbc_driver_manager.Error) as caught:
+                cur.execute(sql)
+                cur.fetchall()
+            assert f"(SQLSTATE {sqlstate})" in str(caught.value)
+            [correlation_id] = [value.decode() for key, value in caught.value.details
+                                if key == b"icegres-correlation-id"]
+            assert re.fullmatch(r"[0-9a-f]{16}", correlation_id)
+            [logged] = log_lines(server, correlation_id)
+            assert "protocol=flightsql" in logged and f"rpc={rpc}" in logged, logged
+            assert f"severity=ERROR sqlstate={sqlstate}" in logged and "client=127.0.0.1" in logged, logged
+            ids.append(correlation_id)
+        cur.execute("select 41 + 1")  # the connection goes on
+        assert cur.fetchall() == [(42,)]
+    assert ids[0] != ids[1]
+    _, om = metrics(server, OPENMETRICS)
+    assert re.search(r'icegres_statement_duration_seconds_bucket\{protocol="flightsql",outcome="error",le="[^"]+"\} '
+                     rf'\d+ # \{{correlation_id="({"|".join(ids)})"\}}', om), om
 
 
 def test_metrics_name_the_last_statement_of_a_bucket_in_openmetrics_only(server):

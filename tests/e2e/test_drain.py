@@ -3,6 +3,7 @@ running statements get --drain-timeout-s before every session ends with FATAL 57
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import threading
@@ -114,6 +115,66 @@ def test_a_running_statement_finishes_within_the_drain_timeout(tmp_path):
         assert proc.wait(timeout=30) == 0
         exited = time.monotonic()
         assert exited - answered < 5, (exited - sent, answered - sent)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_running_flight_sql_query_finishes_within_the_drain_timeout(tmp_path):
+    """Flight SQL drains as pgwire does: an ADBC client's query running when SIGTERM arrives gets
+    its full result (its GetFlightInfo runs on, its DoGet is still served); meanwhile the port
+    refuses new connections and a new call on an open connection is refused with UNAVAILABLE
+    (57P03); the process then exits 0 at once, not at the end of --drain-timeout-s."""
+    import adbc_driver_flightsql.dbapi as adbc
+    import adbc_driver_manager
+
+    started = start_icegres(["serve", "--data-dir", str(tmp_path / "data"), "--host", "127.0.0.1", "--port", "0",
+                             "--flight-port", "0", "--ops-port", "0", "--drain-timeout-s", "60"], log_dir=tmp_path)
+    proc, flight, ops = started.proc, started.ports["flight_port"], started.ports["ops_port"]
+    uri = f"grpc://127.0.0.1:{flight}"
+    try:
+        busy = adbc.connect(uri, autocommit=True)
+        idle = adbc.connect(uri, autocommit=True)
+        with idle.cursor() as cur:  # its channel is open before the drain
+            cur.execute("select 1")
+            assert cur.fetchall() == [(1,)]
+        outcome: list[BaseException | object] = []
+
+        def statement() -> None:
+            try:
+                with busy.cursor() as cur:
+                    cur.execute(STATEMENT)
+                    outcome.append(cur.fetchall())
+            except BaseException as exc:  # noqa: BLE001
+                outcome.append(exc)
+            outcome.append(time.monotonic())
+
+        runner = threading.Thread(target=statement)
+        runner.start()
+        time.sleep(0.3)
+        assert not outcome, "the statement ended before SIGTERM: make it longer"
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        while (status := _ready(ops)) == 200 and time.monotonic() - sent < 2:
+            time.sleep(0.01)
+        assert status == 503 and not outcome, (status, outcome)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", flight), timeout=2).close()
+        with idle.cursor() as cur, pytest.raises(adbc_driver_manager.Error,
+                                                 match=r"shutting down \(SQLSTATE 57P03\) \(Unavailable"):
+            cur.execute("select 2")
+        assert not outcome  # the statement is still running
+
+        runner.join(60)
+        assert outcome[0] == [(COUNT, COUNT * (COUNT + 1) // 2)], outcome
+        answered = outcome[1]
+        assert proc.wait(timeout=30) == 0
+        exited = time.monotonic()
+        assert exited - answered < 5, (exited - sent, answered - sent)
+        for conn in (busy, idle):
+            with contextlib.suppress(adbc_driver_manager.Error):
+                conn.close()
     finally:
         if proc.poll() is None:
             proc.kill()

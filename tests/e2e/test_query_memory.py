@@ -1,5 +1,5 @@
-"""--query-memory: sorts and hash aggregates of 10M rows spill under a 256 MB limit and answer
-right; a cross join whose build side cannot fit fails with 53200 and the server carries on, its
+"""--query-memory: sorts and hash aggregates of 10M rows spill under a 256 MB limit (spill files
+appear under <data-dir>/spill while they run) and answer right; a cross join whose build side cannot fit fails with 53200 and the server carries on, its
 RSS bounded throughout (the server's and its execution processes', sampled with psutil while each
 statement runs)."""
 
@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -50,6 +51,35 @@ def peak_rss_mb(pid: int) -> Iterator[list[float]]:
         sampler.join()
 
 
+@contextmanager
+def spilled(server: IcegresServer) -> Iterator[list[int]]:
+    """[most spill files seen at once, most bytes] under the server's spill directory (the server's
+    and its execution processes': engine/memory.py) while the block runs, sampled every 20 ms.
+    DataFusion deletes a spill file once it is read back, so only sampling during the statement
+    sees them."""
+    spill, most, done = Path(server.data_dir) / "spill", [0, 0], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            sizes = []
+            for path in spill.rglob("*"):
+                try:
+                    if path.is_file():
+                        sizes.append(path.stat().st_size)
+                except OSError:  # deleted between the listing and the stat
+                    pass
+            most[0], most[1] = max(most[0], len(sizes)), max(most[1], sum(sizes))
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield most
+    finally:
+        done.set()
+        sampler.join()
+
+
 def _idle_rss_mb(server: IcegresServer) -> float:
     return tree_rss_mb(server.pid)
 
@@ -61,10 +91,11 @@ def test_a_sort_of_10m_rows_spills_under_256mb_and_answers_right(server):
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
         conn.execute("set statement_timeout = '120s'")
         idle = _idle_rss_mb(server)
-        with peak_rss_mb(server.pid) as peak:
+        with peak_rss_mb(server.pid) as peak, spilled(server) as spill:
             got = conn.execute(f"select sum(x * rn) from (select value x, row_number() over (order by (value * 7919) % {ROWS}) rn "
                                f"from range(0, {ROWS})) t").fetchone()[0]
     assert got == expected
+    assert spill[0] > 0 and spill[1] > 0, spill  # it spilled, rather than fitting after all
     assert peak[0] - idle < RSS_GROWTH_MAX_MB, (idle, peak[0])
 
 
@@ -73,10 +104,11 @@ def test_a_hash_aggregate_of_10m_rows_spills_under_256mb_and_answers_right(serve
     with psycopg.connect(server.dsn(), autocommit=True) as conn:
         conn.execute("set statement_timeout = '120s'")
         idle = _idle_rss_mb(server)
-        with peak_rss_mb(server.pid) as peak:
+        with peak_rss_mb(server.pid) as peak, spilled(server) as spill:
             got = conn.execute(f"select count(*), sum(k * c) from (select value % {groups} k, count(*) c "
                                f"from range(0, {ROWS}) group by value % {groups}) t").fetchone()
     assert got == (groups, 2 * sum(range(groups)))
+    assert spill[0] > 0 and spill[1] > 0, spill
     assert peak[0] - idle < RSS_GROWTH_MAX_MB, (idle, peak[0])
 
 

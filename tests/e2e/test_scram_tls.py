@@ -1,6 +1,7 @@
 """SCRAM-SHA-256-PLUS over TLS: channel binding tls-server-end-point with real clients. libpq
-(psql, psycopg) with `channel_binding=require` and pgjdbc with `channelBinding=require` refuse to
-log in unless the server offered -PLUS and proved the binding; a wrong password is still 28P01.
+(psql, psycopg, and psqlODBC, which hands libpq `pqopt={channel_binding=require}`) with
+`channel_binding=require` and pgjdbc with `channelBinding=require` refuse to log in unless the
+server offered -PLUS and proved the binding; a wrong password is still 28P01.
 """
 
 from __future__ import annotations
@@ -8,8 +9,10 @@ from __future__ import annotations
 import subprocess
 
 import psycopg
+import pyodbc
 import pytest
 
+from tests.e2e.test_psqlodbc import conn_str
 from tests.e2e.test_scram import jdbc_login, login_class  # noqa: F401  (fixture)
 from tests.support.icegres_server import running_icegres
 from tests.support.tls import self_signed
@@ -62,3 +65,25 @@ def test_pgjdbc_channel_binding_require(tls_server, login_class):  # noqa: F811
     assert ok.get("login") == "ok" and ok.get("current_user") == "alice", ok
     bad = jdbc_login(tls_server, login_class, "alice", "nope", options)
     assert bad.get("sqlstate") == "28P01", bad
+
+
+def test_psqlodbc_channel_binding_require(tls_server):
+    """psqlODBC passes libpq options through `pqopt` (its docs: "pqopt={...}", space-separated
+    inside the braces). Over TLS the login succeeds only through SCRAM-SHA-256-PLUS with the
+    binding proved (libpq refuses anything less under `require`); without TLS the same option makes
+    libpq refuse before a password is sent, which shows the option reached it."""
+    def odbc(password: str, sslmode: str) -> pyodbc.Connection:
+        return pyodbc.connect(conn_str(tls_server, UID="alice", PWD=password, SSLmode=sslmode,
+                                       pqopt="{channel_binding=require}"), autocommit=True, timeout=30)
+
+    c = odbc(PASSWORD, "require")
+    try:
+        cur = c.cursor()
+        assert cur.execute("select current_user").fetchone()[0] == "alice"
+        assert cur.execute("show ssl").fetchone()[0] == "on"
+    finally:
+        c.close()
+    with pytest.raises(pyodbc.Error, match='password authentication failed for user "alice"'):
+        odbc("nope", "require")
+    with pytest.raises(pyodbc.Error, match="channel binding required, but SSL not in use"):
+        odbc(PASSWORD, "disable")

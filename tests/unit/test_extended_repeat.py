@@ -273,10 +273,10 @@ def test_a_check_that_times_out_is_the_parses_error(tmp_path, monkeypatch, tail)
 
     real = extended.describe_query
 
-    def slow(qctx, stmt, given):
+    def slow(qctx, stmt, given, big=None):
         if qctx.env.settings.get("statement_timeout") not in (None, "0"):
             clock.sleep(0.5)
-        return real(qctx, stmt, given)
+        return real(qctx, stmt, given, big)
 
     monkeypatch.setattr(extended, "describe_query", slow)
     monkeypatch.setattr(session_module, "describe_query", slow)

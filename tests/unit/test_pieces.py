@@ -8,7 +8,7 @@ import random
 import pytest
 
 from icegres.sql import lexer
-from icegres.sql.pieces import GAP, Literal, scan_pieces
+from icegres.sql.pieces import GAP, Literal, scan_pieces, unescaped
 
 pytestmark = pytest.mark.unit
 
@@ -48,7 +48,50 @@ def test_big_literals_and_comments_whatever_the_pieces():
         statements = scan_pieces([text[i:i + size] for i in range(0, len(text), size)], 4096)
         items = [i for s in statements for i in s.items]
         literals = [i for i in items if isinstance(i, Literal)]
-        assert [lit.value.text() for lit in literals] == ["ab'c" * 3000, "é" * 6000]
-        assert literals[1].value.size == 12000 and literals[1].value.chars == 6000
+        assert [lit.value.text() for lit in literals] == ["ab'c" * 3000, "q" * 5000, "é" * 6000]
+        assert [lit.opener for lit in literals] == ["'", "E'", "$q$"]
+        assert literals[2].value.size == 12000 and literals[2].value.chars == 6000
         assert items.count(GAP) == 2
-        assert "E'" + "q" * 5000 + "'" in "".join(i for i in items if isinstance(i, str))  # kept as written
+        assert "".join(i for i in statements[0].items if isinstance(i, str)).endswith(", 1 ")  # its E taken back
+
+
+# What PostgreSQL 15 answers for `select E'…'` (checked against it): the escapes of scan.l.
+_ESCAPES = [
+    (r"a\nb", "a\nb"), (r"\101\x42\u0043\U00000044", "ABCD"), (r"it''s \' \\ \q", "it's ' \\ q"),
+    (r"\xc3\xa9", "é"), (r"\ud83d\ude00", "😀"), (r"\7\b\f\r\t\xg", "\x07\b\f\r\txg"),
+    (r"\0", None), (r"\xff", None), (r"\u", None), (r"\400", None), (r"\ud83d", None), (r"\ude00", None),
+    (r"\ud83dx", None), (r"\U00110000", None), (r"\u0000", None), (r"\uZZZZ", None),
+]
+
+
+@pytest.mark.parametrize(("written", "value"), _ESCAPES)
+def test_big_escape_strings_mean_what_postgresql_reads(written, value):
+    """A big E'…' string is a Literal of its value where PostgreSQL accepts its escapes, and
+    stays as written where it refuses them (its error is the engine's to report), whatever the
+    pieces."""
+    pad = "p" * 5000
+    text = f"select E'{pad}{written}{pad}' as v"
+    for size in (1, 3, 11, 4096, len(text)):
+        [statement] = scan_pieces([text[i:i + size] for i in range(0, len(text), size)], 4096)
+        literals = [i for i in statement.items if isinstance(i, Literal)]
+        if value is None:
+            assert not literals and "".join(statement.items) == text  # type: ignore[arg-type]
+        else:
+            assert [lit.value.text() for lit in literals] == [pad + value + pad]
+            at = statement.items.index(literals[0])
+            assert "".join(statement.items[:at]) == "select " and statement.chars == len(text)  # type: ignore[arg-type]
+            assert literals[0].raw() != text  # re-escaped, meaning the same
+            assert unescaped([literals[0].raw()[2:-1]]).text() == pad + value + pad  # type: ignore[union-attr]
+
+
+def test_escape_strings_decode_alike_whatever_the_pieces():
+    rng = random.Random(2)
+    alphabet = ["a", "é", "\\n", "\\\\", "''", "\\'", "\\x41", "\\101", "\\u00e9", "\\U0001F600", "\\ud83d\\ude00",
+                "\\7", "\\x4", "\\q"]
+    for _ in range(300):
+        raw = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40)))
+        whole = unescaped([raw])
+        assert whole is not None, raw
+        size = rng.randint(1, 12)
+        split = unescaped([raw[i:i + size] for i in range(0, len(raw), size)])
+        assert split is not None and split.text() == whole.text() and split.chars == len(whole.text()), raw

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from sqlglot import exp
 
+from icegres.engine import big_values
 from icegres.engine.dml import checks, defaults
 from icegres.engine.dml.target import collect, insert_columns, target_key, target_plan, target_table
 from icegres.engine.insert_shape import InsertShape, compile_shape
@@ -42,6 +43,7 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
         # target columns' types (Parse inferred them from the columns), so they convert as they are.
         return key, rows, shape
     else:
+        tree, params = big_values.inlined(tree, params)  # type: ignore[assignment]
         source = _distinct_names(_bounded_source(qctx, tree, params))
         query = _values_as_selects(source)
         # Outside a transaction block the source also sees the write buffer's acked rows.

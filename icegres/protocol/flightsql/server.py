@@ -48,6 +48,8 @@ class FlightServer:
         self.limiter = limiter or trio.CapacityLimiter(settings.query_threads)
         # `is None`, not `or`: an AuthBackoff remembering no address is falsy (it has a length).
         self.backoff = backoff if backoff is not None else AuthBackoff.for_settings(settings)
+        self._service: Any = None  # while serving: the FlightSqlService, and its grpclib servers
+        self._servers: list[Any] = []
         self.ssl = None
         if settings.tls_cert and settings.tls_key:
             from icegres.protocol.flightsql.tls import TlsConfigError, server_context
@@ -56,6 +58,24 @@ class FlightServer:
                 self.ssl = server_context(settings.tls_cert, settings.tls_key)
             except TlsConfigError as exc:
                 raise SystemExit(f"icegres: {exc}") from None
+
+    async def drain(self, timeout_s: float) -> None:
+        """Stop accepting connections and refuse new calls (flightsql/drain.py); return once no
+        call runs and every query ticket issued was asked for, or after `timeout_s`. What still
+        runs then is cancelled when `serve` is."""
+        service = self._service
+        if service is None:
+            return
+        service.drain.start()
+        for server in self._servers:
+            # asyncio's server alone: grpclib's close() would also cancel every running call.
+            server._server.close()
+        with trio.move_on_after(timeout_s):
+            while service.busy():
+                await trio.sleep(0.02)
+        if service.busy():
+            log.info("drain: %d Flight SQL call(s) still running after %.1fs: cancelling them",
+                     service.drain.running, timeout_s)
 
     @property
     def scheme(self) -> str:
@@ -125,8 +145,8 @@ class FlightServer:
 
         h2send.install()  # DATA frames in batches: one syscall per ~256 KiB, not per 16 KiB frame
         async with trio_asyncio.open_loop():
-            service = FlightSqlService(self)
-            servers: list[Server] = []
+            self._service = service = FlightSqlService(self)
+            self._servers = servers = []
             if self.bound is not None:
                 # One grpclib server per socket (an asyncio server takes one), one service.
                 for sock in self.bound.listen():

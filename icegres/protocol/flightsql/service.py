@@ -33,6 +33,7 @@ from icegres.protocol.flightsql import icegres_flight_sql_pb2 as sql
 from icegres.protocol.flightsql import messages as M
 from icegres.protocol.flightsql.auth import FlightAuth
 from icegres.protocol.flightsql.bindings import Params, param_rows, run_each
+from icegres.protocol.flightsql.drain import RELEASING_ACTIONS, Drain
 from icegres.protocol.flightsql.pipeline import Pipeline
 from icegres.protocol.flightsql.result_stream import (
     CHUNK_BYTES,
@@ -167,7 +168,8 @@ def _rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
         record = Record("flightsql", rpc=fn.__name__, database=self.database, client=str(peer[0]) if peer else "")
         token = _RECORD.set(record)
         try:
-            await fn(self, stream)
+            with self.drain.call(fn.__name__):
+                await fn(self, stream)
         except (GRPCError, PgError, M.BadCommand) as exc:
             await _fail(stream, record, _grpc_error(exc))
         except asyncio.CancelledError:
@@ -258,6 +260,11 @@ class FlightSqlService:
         self._pulls: dict[asyncio.Future[Any], threading.Event] = {}
         self._pids = itertools.count(1)
         self.writes = FlightWrites(self)
+        self.drain = Drain()
+
+    def busy(self) -> bool:
+        """Whether a drain must wait on: a call runs, or a query ticket is still to be read."""
+        return self.drain.busy(result.awaiting_doget for result in self.results.values())
 
     def __mapping__(self) -> dict[str, Handler]:
         return {
@@ -347,6 +354,7 @@ class FlightSqlService:
         assert descriptor is not None
         session = await self.session(stream)
         command = self._command(descriptor)
+        self.drain.check(isinstance(command, sql.CommandPreparedStatementQuery))
         if isinstance(command, sql.CommandStatementQuery):
             txn_id = command.transaction_id if command.HasField("transaction_id") else None
             _note(text=command.query)
@@ -387,6 +395,7 @@ class FlightSqlService:
         await stream.send_message(fl.SchemaResult(schema=M.schema_bytes(schema)))
 
     def _result_info(self, descriptor: fl.FlightDescriptor, result: Result) -> fl.FlightInfo:
+        result.awaiting_doget = True
         ticket = M.pack_any(sql.TicketStatementQuery(statement_handle=result.handle))
         return fl.FlightInfo(
             schema=M.schema_bytes(result.schema), flight_descriptor=descriptor,
@@ -666,6 +675,7 @@ class FlightSqlService:
             result = self.results.get(command.statement_handle)
             if result is None or result.session_key != session.key:
                 raise GRPCError(Status.NOT_FOUND, "unknown or expired ticket (SQLSTATE 26000)")
+            result.awaiting_doget = False
             await self._stream_result(stream, session, result)
             return
         schema = self._metadata_schema(command)
@@ -869,6 +879,7 @@ class FlightSqlService:
         assert action is not None
         session = await self.session(stream)
         kind = action.type
+        self.drain.check(kind in RELEASING_ACTIONS)
         if kind == "CreatePreparedStatement":
             request = M.decode_command(action.body)
             if not isinstance(request, sql.ActionCreatePreparedStatementRequest):

@@ -130,6 +130,7 @@ class Result:
     exhausted: bool
     rows: int  # rows in `first`
     txn: TxnState | None = None  # the transaction the query reads in (a re-run reads there too)
+    awaiting_doget: bool = False  # a FlightInfo gave out its ticket, no DoGet asked yet (drain.py)
 
     def close(self) -> None:
         self.source = None

@@ -50,6 +50,9 @@ class Prepared:
     statement: Statement
     param_oids: list[int]  # final: client-given, else a cast's, else inferred, else text
     schema: pa.Schema | None = None  # result columns, None for commands without rows
+    # A big statement's big literals, as the parameters after its own that its compaction made
+    # of them (statements.py): bound at every execution, never described to the client.
+    big: dict[str, Any] | None = None
 
 
 @dataclass
@@ -61,6 +64,11 @@ class Portal:
     source: RowSource | None = None
     tag_rows: int = 0
     finished: bool = False
+
+    def values(self) -> dict[str, Any] | None:
+        """The statement's parameter values by name ("1" for $1), its big literals' too."""
+        values = {str(i + 1): v for i, v in enumerate(self.params)}
+        return {**values, **self.prepared.big} if self.prepared.big else values or None
 
 
 def bind(prepared: Prepared, msg: m.Bind, text: TextSettings) -> Portal:
@@ -119,11 +127,14 @@ class Description:
 PARAMS_MAX = 65535  # Bind's and ParameterDescription's counts are unsigned 16-bit
 
 
-def param_oids(stmt: Statement, given: tuple[int, ...] | list[int], inferred: dict[int, pa.DataType]) -> tuple[int, ...]:
+def param_oids(stmt: Statement, given: tuple[int, ...] | list[int], inferred: dict[int, pa.DataType],
+               big: dict[str, Any] | None = None) -> tuple[int, ...]:
     """Each parameter's type as ParameterDescription gives it: the client's, else the type a
-    `$n::type` cast names, else what the engine inferred, else text."""
-    count = max([len(given), *inferred.keys()], default=0)
-    count = max(count, stmt.max_param)
+    `$n::type` cast names, else what the engine inferred, else text. The parameters `big` names
+    are not the client's: they come after its own and are not counted."""
+    own = min(map(int, big)) - 1 if big else stmt.max_param
+    count = max([len(given), *(k for k in inferred if k <= own)], default=0)
+    count = max(count, own)
     if count > PARAMS_MAX:
         # Bind and ParameterDescription count in 16 bits, so no client could ever supply such a
         # parameter. PostgreSQL 15 accepts the Parse, then wraps the count in ParameterDescription
@@ -145,10 +156,12 @@ def param_oids(stmt: Statement, given: tuple[int, ...] | list[int], inferred: di
     return tuple(oids)
 
 
-def describe_query(qctx: QueryContext, stmt: Statement, given: tuple[int, ...]) -> Description:
-    """What Parse of a query answers, from the lake as it is now. Blocking: a worker thread."""
-    schema, inferred = qctx.describe(stmt)
-    return Description(param_oids(stmt, given, inferred), schema)
+def describe_query(qctx: QueryContext, stmt: Statement, given: tuple[int, ...],
+                   big: dict[str, Any] | None = None) -> Description:
+    """What Parse of a query answers, from the lake as it is now (`big`: its big literals'
+    values, Prepared.big). Blocking: a worker thread."""
+    schema, inferred = qctx.describe(stmt, params=big)
+    return Description(param_oids(stmt, given, inferred, big), schema)
 
 
 @dataclass

@@ -52,10 +52,11 @@ class Query:
 
 
 @dataclass(frozen=True)
-class QueryPieces:
-    """A big Query message's body as the pieces it arrived in, not yet decoded (framing.py); the
-    list is emptied as it is read."""
+class MessagePieces:
+    """A big Query or Parse message's body as the pieces it arrived in, not yet decoded
+    (framing.py); the list is emptied as it is read."""
 
+    kind: bytes  # b"Q" or b"P"
     pieces: list[bytes]
 
 
@@ -64,6 +65,8 @@ class Parse:
     name: str
     sql: str
     param_oids: tuple[int, ...]
+    # A big Parse's statements, split and compacted as it was decoded (statements.py); None: not yet.
+    split: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -474,7 +474,10 @@ class Session:
         ReadyForQuery included (`direct`: the caller allows that; direct.py). `params`: the
         values of the big literals its compaction made parameters (statements.py)."""
         if stmt.kind is not Kind.QUERY:
-            await self._command(stmt, describe=True)
+            if params:  # an INSERT whose big literals its compaction made parameters
+                self.send(await writes.run_write(self, stmt, params, True, self.text_settings()))
+            else:
+                await self._command(stmt, describe=True)
             return False
         encode = self._encoder([])
         reply = None
@@ -640,7 +643,9 @@ class Session:
     async def _parse(self, msg: m.Parse) -> None:
         if msg.name and msg.name in self.prepared:
             raise PgError(E.DUPLICATE_PREPARED_STATEMENT, f'prepared statement "{msg.name}" already exists')
-        if not msg.name and self.block.state.idle:
+        # (Never a big text from memory: hashing it as the key would hold the loop ~30 ms.)
+        big = msg.split is not None or len(msg.sql) > statements.BIG_CHARS
+        if not msg.name and self.block.state.idle and not big:
             before = (self.prepared.get(""), self.portals.get(""))
             provisional = self._descriptions.provisional(msg, len(self.out), before)
             if provisional is not None:  # answered from memory, checked before it is sent
@@ -648,11 +653,14 @@ class Session:
                 self.prepared[""] = provisional.prepared
                 self.send(m.PARSE_COMPLETE)
                 return
-        split = await statements.split(self.server, msg.sql, literals=False)
+        split = msg.split or await statements.split(self.server, msg.sql, declared=len(msg.param_oids))
         if len(split.statements) > 1:
             raise PgError(E.SYNTAX_ERROR, "cannot insert multiple commands into a prepared statement")
         stmt = split.statements[0] if split.statements else classify("")
-        prepared = Prepared(msg.sql, stmt, list(msg.param_oids))
+        values = split.params[0] if split.params else None
+        prepared = Prepared(stmt.sql if values else msg.sql, stmt, list(msg.param_oids), big=values)
+        if big:  # (as after a big Query: the pieces it passed through go back to the system)
+            await statements.release_memory(self.server)
         if stmt.kind is Kind.QUERY or (stmt.kind is Kind.WRITE and writes.is_dml(stmt)):
             try:
                 described = await self._run_statement(self._describe_query, prepared)
@@ -660,7 +668,7 @@ class Session:
                 if err.position is not None:
                     err.position += split.offsets[0] if split.offsets else 0
                 raise
-            if stmt.kind is Kind.QUERY:
+            if stmt.kind is Kind.QUERY and not big:
                 self._descriptions.remember(msg.sql, msg.param_oids, stmt, described)
         self.prepared[msg.name] = prepared
         self.send(m.PARSE_COMPLETE)
@@ -670,9 +678,9 @@ class Session:
         given = tuple(prepared.param_oids)
         if stmt.kind is Kind.WRITE:
             schema, inferred = await writes.describe_write(self, stmt)
-            described = Description(param_oids(stmt, given, inferred), schema)
+            described = Description(param_oids(stmt, given, inferred, prepared.big), schema)
         else:
-            described = await self.in_thread(describe_query, self.qctx, stmt, given)
+            described = await self.in_thread(describe_query, self.qctx, stmt, given, prepared.big)
         prepared.param_oids = list(described.param_oids)
         prepared.schema = described.schema
         return described
@@ -785,7 +793,7 @@ class Session:
                 self.send(self.trace.completed(stmt.tag))
                 return
             portal.finished = True
-            self.send(await self._run_statement(writes.run_write, self, stmt, portal.params, False,
+            self.send(await self._run_statement(writes.run_write, self, stmt, portal.values(), False,
                                                 self.text_settings(), portal.formats))
         else:
             if portal.finished:
@@ -803,7 +811,7 @@ class Session:
         limit = max_rows if max_rows > 0 else 0
         first: Chunk | None = None
         if portal.source is None:
-            params = {str(i + 1): v for i, v in enumerate(portal.params)} or None
+            params = portal.values()
             encode = self._encoder([])
             # An Execute of all rows with a Sync right behind it, outside a transaction block, is
             # answered up to and including that Sync's ReadyForQuery('I') once its rows fit in

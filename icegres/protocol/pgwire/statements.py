@@ -8,26 +8,31 @@ one call, which is the time every other session's statement then waits. So:
 
 - A message over BIG_CHARS is split and classified in a worker thread (the server's
   `text_limiter`, not the query threads: splitting never waits behind, or holds up, a query).
-- A big statement is compacted first: its comments become one space each, and in a query (a
-  simple Query message's SELECT, without `$n` of its own) each string literal over
-  LITERAL_CHARS becomes a parameter, `$1`, `$2`…, bound to its value. The engine then sees a
-  statement of ordinary size; the literal's value travels to DataFusion as a parameter value,
-  never through a parser. A parameter is text, as an untyped literal resolves to in every
-  context a query gives it in practice (a comparison, a function argument, a select list).
+- A big statement is compacted first: its comments become one space each, and in a query or an
+  INSERT each string literal over LITERAL_CHARS becomes a parameter bound to its value: `$1`,
+  `$2`… in a simple Query message's statement (which has no `$n` of its own), the numbers after
+  the statement's own parameters in a Parse's (Prepared.big: bound at every execution, never
+  described to the client). The engine then sees a statement of ordinary size; the literal's
+  value travels as a parameter value, never through a parser. A parameter is text, as an
+  untyped literal resolves to in every context a query gives it in practice (a comparison, a
+  function argument, a select list); an INSERT's target column decides (engine/insert_shape.py,
+  and where its rows are planned, the literal is written back: engine/big_values.py).
 
-A Query message over framing.PIECES_BYTES never becomes one bytes or str object: it is kept as
-the pieces it arrived in, decoded piece by piece and scanned by `sql/pieces.py` (no C call over
-more than a piece, so the thread hands the GIL over every few milliseconds at most), and a big
+A Query or Parse message over framing.PIECES_BYTES never becomes one bytes or str object: it is
+kept as the pieces it arrived in, decoded piece by piece and scanned by `sql/pieces.py` (no C
+call over more than a piece, and the thread hands the GIL over after each piece), and a big
 literal's value stays UTF-8 pieces (`BigText`) that the engine reads as a one-row table, never
-as a literal in a plan (engine/big_values.py). The bystander's latency with a 50 MB literal or
-comment: tests/e2e/test_limits.py.
+as a literal in a plan (engine/big_values.py). The bystander's latency with a 50 MB literal,
+`E'…'` string, comment, INSERT or Parse: tests/e2e/test_limits.py.
 """
 
 from __future__ import annotations
 
 import codecs
 import ctypes
+import struct
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +51,7 @@ if TYPE_CHECKING:
 
 BIG_CHARS = 64 * 1024
 LITERAL_CHARS = 4 * 1024
+_SLICE_CHARS = 64 * 1024  # what a big Parse's text is scanned by (no C call over more)
 
 
 @dataclass(frozen=True)
@@ -64,12 +70,15 @@ async def next_message(server: ServerPort, decoder: FrameDecoder) -> m.FrontendM
         msg = decoder.next_message()
     else:
         msg = await trio.to_thread.run_sync(decoder.next_message, limiter=server.text_limiter)
-    if isinstance(msg, m.QueryPieces):
-        return await trio.to_thread.run_sync(query_of_pieces, msg.pieces, limiter=server.text_limiter)
+    if isinstance(msg, m.MessagePieces):
+        of_pieces = query_of_pieces if msg.kind == b"Q" else parse_of_pieces
+        return await trio.to_thread.run_sync(of_pieces, msg.pieces, limiter=server.text_limiter)
     return msg
 
 
-_YIELD_BYTES = 1 << 20
+
+
+_YIELD_BYTES = 1 << 16
 
 
 async def release_memory(server: ServerPort) -> None:
@@ -93,21 +102,81 @@ _malloc_trim = _find_malloc_trim()
 
 def query_of_pieces(pieces: list[bytes]) -> m.Query:
     """A big Query message's body (its pieces, emptied as they are read) as a Query carrying its
-    Split: decoded, split and compacted a piece at a time. Between a megabyte's pieces the thread
-    sleeps for nothing, which hands the GIL to whoever waits for it (the loop, a bystander's
-    statement) at once rather than after the 5 ms switch interval."""
+    Split: decoded, split and compacted a piece at a time."""
     last = max((k for k, p in enumerate(pieces) if p), default=-1)
     if last < 0 or pieces[last][-1] != 0:
         raise PgError(PROTOCOL_VIOLATION, "invalid message format: unterminated string")
+
+    def text() -> Iterator[bytes]:
+        for k in range(last + 1):
+            piece, pieces[k] = pieces[k], b""
+            if k == last:
+                piece = piece[:-1]
+            if b"\0" in piece:
+                raise PgError(PROTOCOL_VIOLATION, "invalid message format: a NUL inside the query string")
+            yield piece
+
+    split = split_raw(_scanned(text()))
+    return m.Query("; ".join(s.sql for s in split.statements), split)
+
+
+def parse_of_pieces(pieces: list[bytes]) -> m.Parse:
+    """A big Parse message's body (its pieces, emptied as they are read) as a Parse carrying its
+    Split, its statement decoded, split and compacted a piece at a time as a big Query's is: the
+    statement name, the text, then the parameter types (messages.py decodes a small one so)."""
+    body = _Cursor(pieces)
+    name = b"".join(body.cstring())
+    try:
+        name_text = name.decode()
+    except UnicodeDecodeError:
+        raise PgError("22021", 'invalid byte sequence for encoding "UTF8"') from None
+    raw = _scanned(body.cstring())
+    rest = body.rest()
+    count = struct.unpack_from("!H", rest)[0] if len(rest) >= 2 else -1
+    if len(rest) < 2 + 4 * count:
+        raise PgError(PROTOCOL_VIOLATION, "invalid message format: message too short")
+    if len(rest) > 2 + 4 * count:
+        raise PgError(PROTOCOL_VIOLATION, "invalid message format: trailing bytes")
+    oids = struct.unpack_from(f"!{count}I", rest, 2)
+    split = split_raw(raw, declared=count)
+    return m.Parse(name_text, "; ".join(s.sql for s in split.statements), oids, split)
+
+
+class _Cursor:
+    """A message body's pieces, read from the start (each emptied once read)."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces, self.k, self.at = pieces, 0, 0
+
+    def cstring(self) -> Iterator[bytes]:
+        """The bytes up to the next NUL, piece by piece (the NUL consumed); PgError if none."""
+        while self.k < len(self.pieces):
+            piece = self.pieces[self.k]
+            end = piece.find(b"\0", self.at)
+            if end >= 0:
+                yield piece[self.at : end]
+                self.at = end + 1
+                return
+            yield piece[self.at :] if self.at else piece
+            self.pieces[self.k], self.k, self.at = b"", self.k + 1, 0
+        raise PgError(PROTOCOL_VIOLATION, "invalid message format: unterminated string")
+
+    def rest(self) -> bytes:
+        rest = b"".join([self.pieces[self.k][self.at :], *self.pieces[self.k + 1 :]]) if self.k < len(self.pieces) else b""
+        self.pieces.clear()
+        return rest
+
+
+def _scanned(text: Iterable[bytes]) -> list[RawStatement]:
+    """The statements of a text given as UTF-8 pieces, decoded and scanned a piece at a time
+    (sql/pieces.py). After every 64 kB the thread sleeps for nothing, which hands the GIL to
+    whoever waits for it (the loop, a bystander's statement) at once rather than after the 5 ms
+    switch interval: once a MB, a 50 MB E'…' string still delayed a bystander 40-68 ms; now
+    19-47 ms."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     scanner = Scanner(LITERAL_CHARS)
     since_yield = 0
-    for k in range(last + 1):
-        piece, pieces[k] = pieces[k], b""
-        if k == last:
-            piece = piece[:-1]
-        if b"\0" in piece:
-            raise PgError(PROTOCOL_VIOLATION, "invalid message format: a NUL inside the query string")
+    for piece in text:
         try:
             scanner.feed(decoder.decode(piece))
         except UnicodeDecodeError:
@@ -120,13 +189,14 @@ def query_of_pieces(pieces: list[bytes]) -> m.Query:
         decoder.decode(b"", final=True)
     except UnicodeDecodeError:
         raise PgError("22021", 'invalid byte sequence for encoding "UTF8"') from None
-    split = split_raw(scanner.finish())
-    return m.Query("; ".join(s.sql for s in split.statements), split)
+    return scanner.finish()
 
 
-def split_raw(raw: list[RawStatement]) -> Split:
+def split_raw(raw: list[RawStatement], *, declared: int | None = None) -> Split:
     """`split_text` for statements the piece scanner found: a small one as written, a big one
-    compacted (its big literals parameters in a query, as `compact` does)."""
+    compacted (its comments a space each; its big literals parameters where they can be, as
+    `compact` does). `declared`: the statements are a Parse's, which declared that many
+    parameter types (see `_compacted`)."""
     statements, offsets, params = [], [], []
     for st in raw:
         if st.chars <= BIG_CHARS:
@@ -139,29 +209,59 @@ def split_raw(raw: list[RawStatement]) -> Split:
             offsets.append(st.start + max(text.find(stmt.sql), 0))
             params.append(None)
             continue
-        literals: dict[str, Any] = {}
-        out = []
-        for item in st.items:
-            if isinstance(item, Literal):
-                literals[str(len(literals) + 1)] = item.value
-                out.append(f" ${len(literals)} ")
-            else:
-                out.append(" " if item is GAP else item)
-        joined = "".join(out)
-        text = joined.strip()
-        if not strip_leading_comments(text):
+        joined = "".join(" $0 " if isinstance(item, Literal) else " " if item is GAP else item  # type: ignore[misc]
+                         for item in st.items)
+        if not strip_leading_comments(joined):
             continue
-        stmt = classify(text)
-        own = sum(1 for kind, _, _ in scan(text) if kind is Tok.PARAM) > len(literals)
-        if literals and (own or stmt.kind is not Kind.QUERY):
-            # Not a query of its own (an INSERT's values, a statement with $n): as written.
+        made = _compacted(joined.strip(), [item.value for item in st.items if isinstance(item, Literal)], declared)
+        if made is None:
+            # Not a query or an INSERT (or a simple Query's statement with $n of its own): as written.
             written = "".join(_written(item) for item in st.items).strip()
-            stmt = classify(compact(written, literals=False)[0])
-            literals = {}
+            stmt, values = classify(compact(written, literals=False)[0]), None
+        else:
+            stmt, values = made
         statements.append(stmt)
         offsets.append(st.start + len(joined) - len(joined.lstrip()))
-        params.append(literals or None)
+        params.append(values)
     return Split(statements, offsets, params)
+
+
+def _compacted(text: str, literals: list[Any], declared: int | None) -> tuple[Statement, dict[str, Any] | None] | None:
+    """A big statement whose big literals stand as `$0` in `text`, with each of them a parameter
+    bound to its value: `$1`, `$2`… in a simple Query's statement (which has no `$n` of its
+    own), after the statement's own parameters in a Parse's (`declared`: how many parameter types
+    the Parse declared). Only a query's or an INSERT's literal can be a parameter (the engine
+    reads a parameter as text, as an untyped literal resolves in those; an INSERT's target column
+    types decide, engine/big_values.py): None for anything else."""
+    stmt = classify(text)
+    if not literals:
+        return stmt, None
+    if not (stmt.kind is Kind.QUERY or (stmt.kind is Kind.WRITE and stmt.tag == "INSERT")):
+        return None
+    tokens = [(start, end) for kind, start, end in scan(text) if kind is Tok.PARAM]
+    own = max((int(text[start + 1 : end]) for start, end in tokens if text[start + 1 : end] != "0"), default=0)
+    if own and declared is None:
+        return None
+    base = max(own, declared or 0)
+    out, pos, values = [], 0, {}
+    for start, end in tokens:
+        if text[start + 1 : end] == "0":
+            name = str(base + len(values) + 1)
+            values[name] = literals[len(values)]
+            out.append(f"{text[pos:start]}${name}")
+            pos = end
+    out.append(text[pos:])
+    return classify("".join(out)), values
+
+
+def split_prepared(sql: str, declared: int) -> Split:
+    """The statements of a big Parse's text (over BIG_CHARS: a worker thread's job), scanned a
+    slice at a time as a big Query's pieces are, and compacted: its big literals parameters
+    numbered after its own (`declared`: parameter types the Parse declared)."""
+    scanner = Scanner(LITERAL_CHARS)
+    for at in range(0, len(sql), _SLICE_CHARS):
+        scanner.feed(sql[at : at + _SLICE_CHARS])
+    return split_raw(scanner.finish(), declared=declared)
 
 
 def _written(item: str | object) -> str:
@@ -170,13 +270,16 @@ def _written(item: str | object) -> str:
     return " " if item is GAP else item  # type: ignore[return-value]
 
 
-async def split(server: ServerPort, sql: str, *, literals: bool = True) -> Split:
-    """The statements of a message's text (`literals`: big string literals may become
-    parameters; only a simple Query's statements can carry them)."""
+async def split(server: ServerPort, sql: str, *, declared: int | None = None) -> Split:
+    """The statements of a Query message's text, or (`declared`: the count of parameter types it
+    declared) a Parse message's. A big text is split in a worker thread, and its big literals
+    become parameters where they can (`_compacted`)."""
     if len(sql) <= BIG_CHARS:
-        return split_text(sql, literals=literals)
-    return await trio.to_thread.run_sync(lambda: split_text(sql, literals=literals), limiter=server.text_limiter,
-                                         abandon_on_cancel=True)
+        return split_text(sql, literals=declared is None)
+    if declared is not None:
+        return await trio.to_thread.run_sync(split_prepared, sql, declared, limiter=server.text_limiter,
+                                             abandon_on_cancel=True)
+    return await trio.to_thread.run_sync(split_text, sql, limiter=server.text_limiter, abandon_on_cancel=True)
 
 
 def split_text(sql: str, *, literals: bool = True) -> Split:

@@ -49,10 +49,11 @@ def host(session: SessionPort) -> SessionHost:
                        idle=block.state.idle)
 
 
-async def run_write(session: SessionPort, stmt: Statement, params: list[Any] | None, describe: bool,
+async def run_write(session: SessionPort, stmt: Statement, values: dict[str, Any] | None, describe: bool,
                     text: TextSettings, formats: list[int] | None = None) -> bytes:
-    """Execute INSERT/UPDATE/DELETE/TRUNCATE or DDL; the messages that answer it (its RETURNING
-    rows, notices and tag), for the session to send."""
+    """Execute INSERT/UPDATE/DELETE/TRUNCATE or DDL (`values`: its parameters' by name, "1" for
+    $1); the messages that answer it (its RETURNING rows, notices and tag), for the session to
+    send."""
     refuse_if_read_only(session, stmt.tag)
     if is_ddl(stmt):
         result = await core.run_ddl(host(session), stmt)
@@ -60,7 +61,6 @@ async def run_write(session: SessionPort, stmt: Statement, params: list[Any] | N
         return notices + session.trace.completed(result.tag)
     if not is_dml(stmt):
         raise refusal(stmt)
-    values = {str(i + 1): v for i, v in enumerate(params or [])} or None
     result = await core.execute_dml(host(session), stmt, values)
     rows = b"" if result.returning is None else _table_rows(result.returning, describe, formats, text)
     return rows + session.trace.completed(result.tag)
