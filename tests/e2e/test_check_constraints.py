@@ -91,6 +91,26 @@ def test_checks_are_enforced_as_postgresql_enforces_them(icegres: IcegresServer,
     """, ("ck.t",))
 
 
+def test_a_not_valid_check_leaves_the_old_rows_alone(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """Only new row versions are checked: rows a NOT VALID check never read stay, and rewriting
+    their files (an UPDATE or DELETE of a neighbour, MERGE, an upsert) does not check them."""
+    _play(icegres, real_postgres, """
+        create table ck.nv (id int primary key, a int)
+        insert into ck.nv values (1, -1), (2, 5), (3, -3)
+        alter table ck.nv add constraint pos check (a > 0)
+        alter table ck.nv add constraint pos check (a > 0) not valid
+        update ck.nv set a = 6 where id = 2
+        update ck.nv set a = -2 where id = 2
+        delete from ck.nv where id = 2
+        insert into ck.nv values (4, 0)
+        merge into ck.nv using (values (1, 3)) s(i, v) on nv.id = s.i when matched then update set a = s.v
+        merge into ck.nv using (values (3, -5)) s(i, v) on nv.id = s.i when matched then update set a = s.v
+        insert into ck.nv values (5, 1) on conflict (id) do update set a = excluded.a
+        insert into ck.nv values (5, -1) on conflict (id) do update set a = excluded.a
+        update ck.nv set a = s.v from (values (5, 9)) s(i, v) where nv.id = s.i
+    """, ("ck.nv",))
+
+
 def test_checks_on_upserts_and_keys(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
     _play(icegres, real_postgres, """
         create table ck.k (id int primary key, qty int not null check (qty >= 0), note text)

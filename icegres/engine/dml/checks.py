@@ -28,10 +28,22 @@ if TYPE_CHECKING:
 CHECK_VIOLATION = "23514"
 
 
-def conform(qctx: QueryContext, data: pa.Table, plan: ReadPlan, key: Key, zone: str | None = None) -> pa.Table:
-    """`assign.conform` with the table's CHECK constraints enforced (23514)."""
+def conform(qctx: QueryContext, data: pa.Table, plan: ReadPlan, key: Key, zone: str | None = None,
+            changed: pa.Array | None = None) -> pa.Table:
+    """`assign.conform` with the table's CHECK constraints enforced (23514). A rewrite gives the
+    rows it `changed` (a mask): only those are checked, as PostgreSQL checks only new row
+    versions (a NOT VALID check's old rows stay as they were)."""
     zone = qctx.env.time_zone if zone is None else zone
-    return assign.conform(data, plan, key, zone, checker(qctx, plan, key, zone))
+    if changed is None:
+        return assign.conform(data, plan, key, zone, checker(qctx, plan, key, zone))
+    rows = assign.conform(data, plan, key, zone)
+    check = checker(qctx, plan, key, zone)
+    if check is not None:
+        new = rows.filter(changed)
+        violation = check(new, new.num_rows)
+        if violation is not None:
+            raise violation
+    return rows
 
 
 def checker(qctx: QueryContext, plan: ReadPlan, key: Key, zone: str) -> assign.CheckRows | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 from sqlglot import exp
@@ -96,16 +97,18 @@ def rewrite_matching(qctx: QueryContext, txn: TxnState, key: Key, cond: exp.Expr
                                                  default=column(c, alias)), c, quoted=True))
             else:
                 exprs.append(column(c, alias))
-        if returned:
+        if returned or plan.checks:
             exprs.append(exp.alias_(hit.copy(), HIT_COLUMN, quoted=True))
         query = exp.select(*exprs).from_(view.copy()).where(in_files(matched))
     data = collect(qctx.plan_tree(query, params))
     marks = None
-    if not delete and returned:
+    if not delete and (returned or plan.checks):
         marks = data.column(HIT_COLUMN)
         data = data.drop_columns([HIT_COLUMN])
-    rows = checks.conform(qctx, data, plan, key)
-    if marks is not None:
+    # (the rows a DELETE keeps, and an UPDATE's unchanged ones, are not checked again)
+    unchanged = pa.array(np.zeros(data.num_rows, dtype=bool)) if delete else None
+    rows = checks.conform(qctx, data, plan, key, changed=marks if marks is not None else unchanged)
+    if marks is not None and returned:
         returning_rows = rows.filter(marks)
     if sets and any(c in sets for c in plan.primary_key):
         check_unique(qctx, plan, key, rows, exclude_files=tuple(matched))

@@ -101,7 +101,10 @@ def rewrite_joined(qctx: QueryContext, txn: TxnState, key: Key, sources: list[ex
             value = assigned_to(picked.column(i + 1), base.schema.field(name), key, qctx.env.time_zone)
             merged = pa.concat_arrays([old.combine_chunks(), value])
             new = new.set_column(new.schema.get_field_index(name), name, merged.take(pa.array(positions)))
-        rows = checks.conform(qctx, new, plan, key)  # (the new values' NOT NULL, CHECKs, lengths)
+        changed = np.zeros(n, dtype=bool)
+        changed[ids] = True
+        # (the new values' NOT NULL and lengths; CHECKs of the changed rows only)
+        rows = checks.conform(qctx, new, plan, key, changed=pa.array(changed))
         returned_rows = _beside(rows.take(pa.array(ids)), sources_of) if returned else None
         if any(c in sets for c in plan.primary_key):
             check_unique(qctx, plan, key, rows, exclude_files=tuple(matched))

@@ -187,10 +187,14 @@ def _matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, alia
         if len(parts) > 1:
             new = new.set_column(new.schema.get_field_index(name), name, pa.concat_arrays(parts).take(pa.array(positions)))
     deleted = np.zeros(n, dtype=bool)
+    updated = np.zeros(n, dtype=bool)
     for k, when in enumerate(whens):
         if _is(when.args.get("then"), "DELETE"):
             deleted[ids[acting & (clause == k + 1)]] = True
-    rows = checks.conform(qctx, new.filter(pa.array(~deleted)), plan, key)
+        elif sets[k]:
+            updated[ids[acting & (clause == k + 1)]] = True
+    # CHECKs of the updated rows only (the others are as they were)
+    rows = checks.conform(qctx, new.filter(pa.array(~deleted)), plan, key, changed=pa.array(updated[~deleted]))
     return len(acted), files, rows
 
 

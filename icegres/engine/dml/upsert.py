@@ -145,7 +145,7 @@ def _update_conflicting(qctx: QueryContext, txn: TxnState, tree: exp.Insert, key
              .join(source(incoming, excluded), on=on, join_type="left").where(in_files(files, alias)))
     data = collect(qctx.plan_tree(query, params))
     marks = data.column(HIT_COLUMN)
-    rows = checks.conform(qctx, data.drop_columns([HIT_COLUMN]), plan, key)
+    rows = checks.conform(qctx, data.drop_columns([HIT_COLUMN]), plan, key, changed=marks)
     if any(c in sets for c in pk):
         check_unique(qctx, plan, key, rows, exclude_files=tuple(files))
     write = txn.write_for(key)
