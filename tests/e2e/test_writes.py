@@ -427,7 +427,7 @@ def test_concurrent_blind_appends_both_commit(any_lake: Lake) -> None:
 APPEND_WRITERS = 6
 APPEND_SECONDS = 4.0  # a bound on the run, not a timing assertion
 APPEND_SECONDS_MAX = 60.0
-APPEND_GAP_S = 0.2
+APPEND_AFTER_LANDING = 3  # INSERTs each writer makes once the foreign writer's commit landed
 
 FOREIGN_APPENDER = """
 import json, os, sys, time
@@ -459,20 +459,24 @@ def _append_for(lake: Lake, ns: str, writer: int, seconds: float, acked: list[in
     try:
         with lake.connect() as conn:
             start = time.monotonic()
-            i = 0
-            # At least `seconds`, and on until the foreign writer landed a commit among ours, at most
-            # APPEND_SECONDS_MAX. Its load-write-commit cycle is far slower than one of our INSERTs, so
-            # on a loaded machine six writers can win every race (CI saw it lose for the full 60 s on
-            # the Postgres catalog): past `seconds` our writers leave gaps, still committing
-            # concurrently with it, so that it lands and ours must rebase onto it.
-            while (time.monotonic() - start < seconds or (landed is not None and not landed.exists())) \
-                    and time.monotonic() - start < APPEND_SECONDS_MAX:
+            i = after = 0
+            # At least `seconds` of racing. The foreign writer's load-write-commit cycle is far
+            # slower than one of our INSERTs, so on a loaded machine six writers can win every
+            # race (CI saw it lose for a full minute even with our writers pausing between
+            # INSERTs): past `seconds` ours leave the table to it until it has landed a commit,
+            # then write a few more, which must rebase onto it. At most APPEND_SECONDS_MAX.
+            while time.monotonic() - start < APPEND_SECONDS_MAX:
+                if time.monotonic() - start >= seconds:
+                    if landed is not None and not landed.exists():
+                        time.sleep(0.05)
+                        continue
+                    if after >= APPEND_AFTER_LANDING:
+                        break
+                    after += 1
                 row_id = writer * 1_000_000 + i
                 conn.execute(f"insert into {ns}.t values (%s, %s)", (row_id, f"w{writer}"))
                 acked.append(row_id)  # only once the server acknowledged it
                 i += 1
-                if time.monotonic() - start >= seconds:
-                    time.sleep(APPEND_GAP_S)
     except BaseException as exc:  # noqa: BLE001 - reported by the test
         errors.append(exc)
 
