@@ -356,7 +356,7 @@ def run_backend(name: str, opts: Any, rows: int, pg: tuple[str, str]) -> dict[st
         commits = Commits(lakehouse, {})
         print(f"[{section}] {rows:,} rows, {rounds} rounds x {per_round} changes; peers: "
               f"{', '.join(peer_names)}", flush=True)
-        meter = load_meter()
+        meter = load_meter((backend.stack.weed_pid,) if backend.stack is not None else ())
         iteration = 0
         for rnd in range(-1, rounds):  # round -1 warms every peer up, unmeasured
             t_round = time.perf_counter()
