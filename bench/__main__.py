@@ -32,7 +32,8 @@ SUITES = {
     "tls": "point lookup p50/p99 and connect time over TLS vs plaintext, icegres vs PostgreSQL (ssl=on)",
     "big_lake": "start to first answered query and RSS with 1,000 tables (100k data files) vs 2 tables",
     "time_travel": "point lookup as of an old snapshot vs the head (and DuckDB), $snapshots of 1,000, a 50-table branch",
-    "merge": "MERGE of 1,000 changed rows into 1M rows, and UPDATE … FROM + INSERT, icegres vs PostgreSQL 15 and DuckDB",
+    "merge": "MERGE of 1,000 changed rows into 1M rows, and UPDATE … FROM + INSERT, icegres vs DuckDB "
+             "(iceberg on --backend seaweedfs, in memory) and PostgreSQL 15",
     "list_append_check": "bench/list_append_check.py (verify's Elle-style checker on 100k-transaction histories)",
 }
 # Suites whose module lives beside this file rather than in bench/suites/.
@@ -51,6 +52,7 @@ class Options:
     sf: float | None = None  # load suite: TPC-H scale factor (None: 1, or 0.1 with --quick)
     keep_lakes: bool = False  # load suite: keep bench/.data/load-{copy,flight}
     before: str | None = None  # pgbench, big_lake suites: another checkout's icegres, run beside this one
+    rows: int | None = None  # merge suite: the first N ids of demo.trips (None: all 1M)
 
     def rounds_or(self, default: int) -> int:
         return self.rounds if self.rounds is not None else default
@@ -145,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="pgbench suite: a checkout of icegres (a directory holding the package) whose "
                          "server runs beside this one's, interleaved, as the peer `icegres before`; "
                          "big_lake suite: the same, started once on each lake")
+    ap.add_argument("--rows", type=int, default=None,
+                    help="merge suite: change a copy of the first N rows of demo.trips, not all 1M "
+                         "(for development)")
     ap.add_argument("--tpch-load", choices=("flight", "copy"), default=None,
                     help="how a missing TPC-H dataset is loaded (default: the measured-faster path, "
                          "see bench/datasets.py)")
@@ -164,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         backends=("embedded", "seaweedfs") if args.backend == "both" else (args.backend,),
         rounds=args.rounds, quick=args.quick, write=not args.no_write, command=command.strip(),
         scale_50m=args.scale_50m, sf=args.sf, keep_lakes=args.keep_lakes, before=args.before,
+        rows=args.rows,
     )
     if args.tpch_load:
         import os

@@ -511,9 +511,11 @@ def latency_table(
     return {"title": "Latency", "columns": cols, "rows": rows, "align": "llrrr" + "r" * len(refs)}
 
 
-def load_meter() -> Any:
+def load_meter(extra_pids: Sequence[int] = ()) -> Any:
     """bench.pgwire_read.LoadMeter counting every process this one started as 'ours' (servers,
-    PostgreSQL), alive or already reaped, so 'others' is really the rest of the machine."""
+    PostgreSQL), alive or already reaped, so 'others' is really the rest of the machine.
+    `extra_pids`: processes the run uses that are not its descendants, counted as ours with their
+    children (SeaweedFS's weed: infra/up.sh starts it in a session of its own)."""
     import contextlib as _cl
 
     import psutil
@@ -529,6 +531,13 @@ def load_meter() -> Any:
                 with _cl.suppress(psutil.Error):
                     ct = child.cpu_times()
                     total += ct.user + ct.system
+            for pid in extra_pids:
+                with _cl.suppress(psutil.Error):
+                    proc = psutil.Process(pid)
+                    for p in [proc, *proc.children(recursive=True)]:
+                        with _cl.suppress(psutil.Error):
+                            ct = p.cpu_times()
+                            total += ct.user + ct.system
             return total
 
     return TreeMeter(None)

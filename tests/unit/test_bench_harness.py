@@ -172,3 +172,22 @@ def test_pgbench_command_line_names_mode_clients_and_seed():
                         dbname="icegres", mode="extended", clients=4, seconds=5, seed=3)
     assert args == ["/pg/pgbench", "-n", "-f", "/tmp/point.sql", "-M", "extended", "-c", "4", "-j", "2", "-T", "5",
                     "--random-seed=3", "-h", "127.0.0.1", "-p", "5439", "-U", "bench", "icegres"]
+
+
+def test_merge_model_matches_a_table_changed_row_by_row():
+    from bench.suites.merge import CHANGED, Model, source_rows
+
+    rows = 2_000
+    ids = list(range(1, rows + 1))
+    fares = [round((i * 37 % 1000) / 10, 2) for i in ids]
+    model = Model(ids, fares, rows)
+    table = dict(zip(ids, fares, strict=True))
+    for iteration in range(3):  # later iterations update ids earlier ones updated, and add new ones
+        src = source_rows(iteration, rows)
+        assert len(src) == CHANGED and len({i for i, _, _ in src}) == CHANGED
+        got = model.apply(src)
+        table.update({i: fare for i, _, fare in src})
+        cents = {i: round(f * 100) for i, f in table.items()}
+        assert got == (len(table), sum(table), sum(i * c for i, c in cents.items()))
+    model.reset()
+    assert model.totals == (rows, sum(ids), sum(i * round(f * 100) for i, f in zip(ids, fares, strict=True)))
