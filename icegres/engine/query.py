@@ -110,7 +110,16 @@ class QueryContext:
         self._pin_listed(lambda: refs)
         made = self.made
         time_travel.attach(self, made, stmt.sql)
-        planned = self._plan(stmt, params, made, refs)
+        try:
+            planned = self._plan(stmt, params, made, refs)
+        except PgError as err:
+            # A table left unmounted (damage, another engine's delete files) says why, not
+            # "does not exist", whatever DataFusion's message named.
+            refused = next((r for r in map(self.engine.refusal, refs or ()) if r is not None), None) \
+                if err.sqlstate == "42P01" else None
+            if refused is not None:
+                raise refused from None
+            raise
         planned.hold = (hold, made.keep)
         planned.reads = refs
         self._check_files(refs)
