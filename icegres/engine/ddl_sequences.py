@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sqlglot.tokens import TokenType
+
 from icegres.engine.ddl_commands import AlterSequence, CreateSequence, DropSequence, SequenceOptions
 from icegres.engine.sequence_store import (
     IDENTITY_PROPERTY,
@@ -59,7 +61,7 @@ def parse_drop(p: Any) -> DropSequence:
     """After DROP SEQUENCE."""
     if_exists = p.accept("IF", "EXISTS")
     names = [p.qualified_name()]
-    while p.accept_type(_comma()):
+    while p.accept_type(TokenType.COMMA):
         names.append(p.qualified_name())
     cascade = p.drop_behavior()
     return DropSequence(tuple(names), if_exists, cascade)
@@ -108,7 +110,7 @@ def parse_options(p: Any, alter: bool, stop: Any = None) -> SequenceOptions:
                 put("owned_by", (), at)
             else:
                 parts = [p.ident()]
-                while p.accept_type(_dot()):
+                while p.accept_type(TokenType.DOT):
                     parts.append(p.ident())
                 if len(parts) < 2:
                     raise PgError("42601", "invalid OWNED BY option",
@@ -120,8 +122,8 @@ def parse_options(p: Any, alter: bool, stop: Any = None) -> SequenceOptions:
 
 
 def _number(p: Any) -> int:
-    negative = p.accept_type(_minus())
-    if p.at_end() or not _at_number(p):
+    negative = p.accept_type(TokenType.DASH)
+    if not p.peek_type(TokenType.NUMBER):
         raise p.error()
     tok = p.toks[p.i]
     p.i += 1
@@ -133,27 +135,7 @@ def _number(p: Any) -> int:
 
 
 def _at_number(p: Any) -> bool:
-    from sqlglot.tokens import TokenType
-
     return p.peek_type(TokenType.NUMBER) or p.peek_type(TokenType.DASH)
-
-
-def _comma() -> Any:
-    from sqlglot.tokens import TokenType
-
-    return TokenType.COMMA
-
-
-def _dot() -> Any:
-    from sqlglot.tokens import TokenType
-
-    return TokenType.DOT
-
-
-def _minus() -> Any:
-    from sqlglot.tokens import TokenType
-
-    return TokenType.DASH
 
 
 # --- the definition PostgreSQL's defaults give ---------------------------------------------------

@@ -104,6 +104,10 @@ class IcebergSequence:
             table = self.lakehouse.load_table(*self.key)
         except NoSuchTableError:
             raise SequenceGone(f"{self.key[0]}.{self.key[1]}") from None
+        return self.adopt(table)
+
+    def adopt(self, table: Table) -> tuple[Table, Definition]:
+        """The sequence as `table` (just loaded) has it; the next swap builds on it."""
         definition = definition_of(self.key[1], table.properties)
         if definition is None:
             raise SequenceGone(f"{self.key[0]}.{self.key[1]} is not a sequence")

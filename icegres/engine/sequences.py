@@ -17,7 +17,7 @@ import weakref
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from icegres.engine.sequence_store import IcebergSequence, head_of, set_head
+from icegres.engine.sequence_store import IcebergSequence, set_head
 from icegres.machines.sequence import Request
 from icegres.pg.errors import PgError
 
@@ -55,13 +55,14 @@ class Allocator:
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
-    def take(self, key: tuple[str, str], n: int) -> list[int]:
-        """`n` values of the sequence `key`, in order, each never handed out before."""
+    def take(self, key: tuple[str, str], n: int, table: Any = None) -> list[int]:
+        """`n` values of the sequence `key`, in order, each never handed out before (`table`: the
+        sequence's table, if the caller just loaded it)."""
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
             world = IcebergSequence(self.engine.lakehouse, key)
-            table, definition = _loaded(world)
+            table, definition = _loaded(world) if table is None else world.adopt(table)
             table_uuid = str(table.metadata.table_uuid)
             block = self._blocks.get(key)
             out = block.take(n) if block is not None and block.table_uuid == table_uuid else []
@@ -121,9 +122,9 @@ class SessionSequences:
     current: dict[tuple[str, str], int] = field(default_factory=dict)
     last: tuple[str, str] | None = None
 
-    def resolve(self, name: str) -> tuple[str, str]:
+    def resolve(self, name: str) -> tuple[tuple[str, str], Any]:
         """A sequence name as nextval's regclass argument reads it: `schema.name` or along the
-        search path; 42P01 where there is none."""
+        search path, and its table as loaded now; 42P01 where there is none."""
         from icegres.engine.sequence_store import is_sequence
         from icegres.sql.statement import unquote_ident
 
@@ -139,17 +140,17 @@ class SessionSequences:
                 continue
             if not is_sequence(table.properties):
                 raise PgError("42809", f'"{relation}" is not a sequence')
-            return schema, relation
+            return (schema, relation), table
         raise PgError("42P01", f'relation "{name}" does not exist')
 
     def nextval(self, name: str, n: int = 1) -> list[int]:
-        key = self.resolve(name)
-        values = allocator_of(self.engine).take(key, n)
+        key, table = self.resolve(name)
+        values = allocator_of(self.engine).take(key, n, table)
         self.current[key], self.last = values[-1], key
         return values
 
     def currval(self, name: str) -> int:
-        key = self.resolve(name)
+        key, _ = self.resolve(name)
         if key not in self.current:
             raise PgError(OBJECT_NOT_IN_PREREQUISITE_STATE,
                           f'currval of sequence "{key[1]}" is not yet defined in this session')
@@ -161,9 +162,8 @@ class SessionSequences:
         return self.current[self.last]
 
     def setval(self, name: str, value: int, is_called: bool = True) -> int:
-        key = self.resolve(name)
-        world = IcebergSequence(self.engine.lakehouse, key)
-        table, definition = _loaded(world)
+        key, table = self.resolve(name)
+        _, definition = IcebergSequence(self.engine.lakehouse, key).adopt(table)
         if not definition.min_value <= value <= definition.max_value:
             raise PgError("22003", f'setval: value {value} is out of bounds for sequence "{key[1]}" '
                                    f"({definition.min_value}..{definition.max_value})")
@@ -172,11 +172,6 @@ class SessionSequences:
         if is_called:
             self.current[key], self.last = value, key
         return value
-
-    def head(self, key: tuple[str, str]) -> Any:
-        world = IcebergSequence(self.engine.lakehouse, key)
-        table, definition = _loaded(world)
-        return head_of(table, definition)
 
 
 def _split(name: str) -> list[str]:
