@@ -26,9 +26,11 @@ A plan that names object-store files (s3://) is preceded by the server's object-
 (`mounts.ObjectStores.configs`: endpoint, region, credentials, vended ones included), from which
 the process registers the same stores; they go over the process's private socket, never to a log.
 
-Some plans run in the server process as before: those DataFusion cannot serialise (a recursive CTE),
-those over PLAN_BYTES_MAX, and catalog queries (pg_catalog, information_schema: small in-memory
-tables, and clients send many; query.py decides). docs/limitations.md lists them.
+A plan whose physical form DataFusion cannot serialise (a recursive CTE's RecursiveQueryExec) goes
+as its optimized logical plan, which the process plans again with the server's settings. Some
+plans run in the server process as before: those neither codec takes, those over PLAN_BYTES_MAX,
+and catalog queries (pg_catalog, information_schema: small in-memory tables, and clients send
+many; query.py decides). docs/limitations.md lists them.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from icegres.engine.batches import PullCancelled, current_scope
-from icegres.engine.executor_main import BATCH, DONE, ERROR, PLAN, SCHEMA, STORES
+from icegres.engine.df_config import SETTINGS
+from icegres.engine.executor_main import BATCH, DONE, ERROR, LOGICAL, PLAN, SCHEMA, STORES
 
 log = logging.getLogger("icegres.engine")
 
@@ -72,6 +75,18 @@ def _loses_its_projection(df: Any) -> bool:
     return bool(_EMPTY_TABLE_FUNCTION_SCAN.search(df.optimized_logical_plan().display_indent()))
 
 
+def _logical(df: Any) -> bytes | None:
+    """The LOGICAL message for `df`, or None if its optimized logical plan does not serialise
+    either. DataFusion 55's physical codec has no RecursiveQueryExec, but its logical one has
+    RecursiveQuery, and a scan there is the listing table itself (files, schema, format), so the
+    process plans it again, with the server's settings (df_config.SETTINGS, in its argv), and
+    reads the same files the same way. Python UDFs travel inside both codecs."""
+    try:
+        return LOGICAL + df.optimized_logical_plan().to_bytes()
+    except Exception:  # noqa: BLE001 - a node neither codec has
+        return None
+
+
 class Queued(BaseException):  # noqa: N818 - a signal to the job runner, not an error
     """No execution slot is free: the job is to wait for one (`Executors.wait_turn`) and run
     again. A BaseException so that no `except Exception` on its way up takes it for a failure."""
@@ -92,7 +107,8 @@ class _Worker:
     def __init__(self, pool_bytes: int, spill: Path) -> None:
         parent, child = socket.socketpair()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "icegres.engine.executor_main", str(child.fileno()), str(pool_bytes), str(spill)],
+            [sys.executable, "-m", "icegres.engine.executor_main", str(child.fileno()), str(pool_bytes), str(spill),
+             json.dumps(SETTINGS)],
             pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, close_fds=True)
         child.close()
         self.conn = Connection(parent.detach())
@@ -172,9 +188,11 @@ class Executors:
         if _loses_its_projection(df):
             return None
         try:
-            plan = df.execution_plan().to_bytes()
-        except Exception:  # noqa: BLE001 - a node DataFusion cannot serialise (a recursive CTE's)
-            return None
+            plan = PLAN + df.execution_plan().to_bytes()
+        except Exception:  # noqa: BLE001 - a node DataFusion's physical codec lacks (a recursive CTE's)
+            plan = _logical(df)
+            if plan is None:
+                return None
         remote_files = b"s3://" in plan
         if len(plan) > PLAN_BYTES_MAX or (remote_files and self._stores is None):
             return None
@@ -194,7 +212,7 @@ class Executors:
                 worker = self._spawn()
             if stores is not None:
                 worker.conn.send_bytes(STORES + stores)
-            worker.conn.send_bytes(PLAN + plan)
+            worker.conn.send_bytes(plan)
         except BaseException:
             if worker is not None:
                 worker.kill()

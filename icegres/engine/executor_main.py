@@ -1,5 +1,5 @@
-"""An execution process (`python -m icegres.engine.executor_main FD POOL_BYTES SPILL_DIR`): runs
-the physical plans the server sends it over the socket FD, one at a time, and sends back their
+"""An execution process (`python -m icegres.engine.executor_main FD POOL_BYTES SPILL_DIR SETTINGS`):
+runs the plans the server sends it over the socket FD, one at a time, and sends back their
 batches (engine/executor.py has the protocol and why the process exists).
 
 It imports only DataFusion and pyarrow at start (about a second): a plan holding a Python UDF
@@ -16,18 +16,23 @@ from typing import Any
 SCHEMA, BATCH, DONE, ERROR = b"S", b"B", b"D", b"E"
 # From the server: a plan to run (answered), or the object stores its plans read (not answered):
 # JSON, bucket -> AmazonS3's keyword arguments, sent before a plan that names s3:// files.
-PLAN, STORES = b"P", b"O"
+# A plan is physical (PLAN + its bytes) or, where DataFusion's physical codec lacks a node,
+# logical (LOGICAL + its bytes), planned here with the server's settings (the process's argv).
+PLAN, LOGICAL, STORES = b"P", b"L", b"O"
 # The execution processes' niceness: under CPU contention the kernel gives the server's threads
 # (light statements, encoding, the event loop) about 10x their weight, so a runaway join slows a
 # point lookup less; alone, a heavy statement still gets every core.
 NICE = 10
 
 
-def serve(conn: Connection, pool_bytes: int, spill: str) -> None:
+def serve(conn: Connection, pool_bytes: int, spill: str, settings: dict[str, str]) -> None:
     from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext
 
     runtime = RuntimeEnvBuilder().with_fair_spill_pool(pool_bytes).with_temp_file_path(spill)
-    ctx = SessionContext(SessionConfig(), runtime)
+    config = SessionConfig()
+    for key, value in settings.items():
+        config = config.set(key, value)
+    ctx = SessionContext(config, runtime)
     conn.send_bytes(DONE)  # ready
     stores = b""
     while True:
@@ -41,7 +46,7 @@ def serve(conn: Connection, pool_bytes: int, spill: str) -> None:
                 stores = message
             continue
         try:
-            run(ctx, conn, message[1:])
+            run(ctx, conn, message)
         except BrokenPipeError:
             return
         except BaseException as exc:  # noqa: BLE001 - every failure is the statement's, sent back as text
@@ -60,12 +65,19 @@ def register_stores(ctx: Any, config: bytes) -> None:
         ctx.register_object_store("s3://", AmazonS3(**kwargs), bucket)
 
 
-def run(ctx: Any, conn: Connection, plan_bytes: bytes) -> None:
+def physical(ctx: Any, message: bytes) -> Any:
+    """The physical plan of a PLAN or LOGICAL message."""
+    from datafusion.plan import ExecutionPlan, LogicalPlan
+
+    if message[:1] == PLAN:
+        return ExecutionPlan.from_bytes(ctx, message[1:])
+    return ctx.create_dataframe_from_logical_plan(LogicalPlan.from_bytes(ctx, message[1:])).execution_plan()
+
+
+def run(ctx: Any, conn: Connection, message: bytes) -> None:
     """Every output partition of the plan pulled at once (a thread each: their streams run on
     DataFusion's runtime in parallel), each batch sent as it comes."""
-    from datafusion.plan import ExecutionPlan
-
-    plan = ExecutionPlan.from_bytes(ctx, plan_bytes)
+    plan = physical(ctx, message)
     streams = [ctx.execute(plan, i) for i in range(plan.partition_count)]
     lock = threading.Lock()
     sent_schema = False
@@ -122,9 +134,11 @@ def main(argv: list[str]) -> None:
     _die_with_parent()
     # Heavy statements yield the CPU to the server's own threads (point lookups, the wire).
     os.nice(NICE)
-    fd, pool_bytes, spill = int(argv[0]), int(argv[1]), argv[2]
+    import json
+
+    fd, pool_bytes, spill, settings = int(argv[0]), int(argv[1]), argv[2], json.loads(argv[3])
     try:
-        serve(Connection(fd), pool_bytes, spill)
+        serve(Connection(fd), pool_bytes, spill, settings)
     except (BrokenPipeError, ConnectionResetError, EOFError):
         pass  # the server went away (stopped, or refused its configuration while we started)
 
