@@ -71,6 +71,12 @@ REPLACE_DELAY_S = 2.0
 _EMPTY_TABLE_FUNCTION_SCAN = re.compile(r"TableScan: \w+\(\) projection=\[\]")
 
 
+# DataFusion 55 serialises a scan that reads `file_row_index()` (position deletes applied,
+# position_deletes.py) but cannot read it back ("Column index 1 out of bounds for projected
+# expressions"): such plans run here.
+_READS_ROW_POSITIONS = b"file_row_index"
+
+
 def _loses_its_projection(df: Any) -> bool:
     return bool(_EMPTY_TABLE_FUNCTION_SCAN.search(df.optimized_logical_plan().display_indent()))
 
@@ -193,6 +199,8 @@ class Executors:
             plan = _logical(df)
             if plan is None:
                 return None
+        if _READS_ROW_POSITIONS in plan:
+            return None
         remote_files = b"s3://" in plan
         if len(plan) > PLAN_BYTES_MAX or (remote_files and self._stores is None):
             return None

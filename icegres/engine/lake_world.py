@@ -184,8 +184,7 @@ class LakeWorld:
             if write is not None and write.removed and faults.broken("first-committer-wins"):
                 live = frozenset(write.removed)  # on purpose: no write is ever in another's way
             elif write is not None and write.removed:
-                paths = {t.file.file_path for t in table.scan().plan_files()} if head is not None else set()
-                live = frozenset(p for p in write.removed if p in paths)
+                live = _live_as_read(write, table.scan().plan_files() if head is not None else ())
             has_token = carries_token(meta, request.token)
             key_conflict = False
             if (write is not None and write.base.primary_key and write.added and not has_token
@@ -320,6 +319,16 @@ def _recheck_primary_key(write: StagedWrite, head: Any) -> None:
     clash = _key_clash(write, head)
     if clash is not None:
         raise CommitRejected(f"a concurrent commit to {write.table_name} inserted key {clash}")
+
+
+def _live_as_read(write: StagedWrite, tasks: Any) -> frozenset[str]:
+    """The files our write removes that the head still has exactly as our base read them: with no
+    merge-on-read delete file our base did not apply. A delete file another engine added since
+    to a file we rewrite deletes rows our rewrite still holds, so that file counts as changed
+    under us (first committer wins), as a file removed under us does."""
+    read = {f.path: f.deletes for f in write.base.files}
+    return frozenset(t.file.file_path for t in tasks if t.file.file_path in write.removed
+                     and {d.file_path for d in t.delete_files} <= set(read.get(t.file.file_path, ())))
 
 
 def _key_clash(write: StagedWrite, head: Any) -> tuple[Any, ...] | None:

@@ -27,8 +27,9 @@ from icegres.engine.ddl_commands import (
     declared_identities,
 )
 from icegres.engine.ddl_index import table_indexes
+from icegres.engine.position_deletes import live_rows, read_position_deletes
 from icegres.engine.sequence_store import definition_of, head_of
-from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
+from icegres.pg.errors import PgError
 
 if TYPE_CHECKING:
     from datafusion import DataFrame, SessionContext
@@ -47,6 +48,10 @@ class FileRead:
     path: str
     # current column name -> the name it has in this file, or None when the file predates it
     columns: tuple[tuple[str, str | None], ...]
+    # The merge-on-read delete files that apply to this file, and the positions of its rows
+    # they delete, sorted (position_deletes.py); the positions follow from the paths.
+    deletes: tuple[str, ...] = ()
+    deleted: Any = field(default=None, compare=False, repr=False)
 
     @property
     def matches_schema(self) -> bool:
@@ -248,15 +253,9 @@ def plan_read(table: Table, footers: FooterCache) -> ReadPlan:
             raise
         except Exception as exc:
             raise damage.locate_manifest_damage(relation, table, exc) from None
+        # Merge-on-read deletes another engine wrote: applied as each data file is read.
+        deletes = read_position_deletes(table, tasks, relation) if any(t.delete_files for t in tasks) else {}
         for task in tasks:
-            if task.delete_files:
-                # Merge-on-read deletes written by another engine: reading the data file alone
-                # would return deleted rows. Refuse loudly rather than answer wrong.
-                raise PgError(
-                    FEATURE_NOT_SUPPORTED,
-                    f"table {relation} has merge-on-read delete files, which icegres cannot read yet",
-                    hint="rewrite the table's data files (e.g. Spark rewrite_data_files) to apply them",
-                )
             path = task.file.file_path
             data_files[path] = task.file
             try:
@@ -269,7 +268,7 @@ def plan_read(table: Table, footers: FooterCache) -> ReadPlan:
                 # Files without field ids (migrated tables) resolve by name, per the Iceberg spec's
                 # name-mapping fallback.
                 columns = tuple((name, name) for name in names)
-            files.append(FileRead(path, columns))
+            files.append(FileRead(path, columns, *deletes.get(path, ((), None))))
     return replace(shape, files=tuple(files), data_files=data_files)
 
 
@@ -405,7 +404,7 @@ def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | Non
     # A remote file with a local copy (file_cache.py) is read like a local file.
     read = {f.path: stores.read_path(f.path) if stores is not None else _scan_path(f.path) for f in files}
     if sets is not None:
-        linked = [f for f in files if f.matches_schema and is_local(read[f.path])]
+        linked = [f for f in files if f.matches_schema and not f.deletes and is_local(read[f.path])]
         scan_set = None
         if len(linked) > 1:
             try:
@@ -416,10 +415,11 @@ def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | Non
             if keep is not None:
                 keep.append(scan_set)
             frames.append(ctx.read_parquet(scan_set.url, schema=plan.schema))
-            files = tuple(f for f in files if not (f.matches_schema and is_local(read[f.path])))
+            gone = {f.path for f in linked}
+            files = tuple(f for f in files if f.path not in gone)
     for f in files:
         path = read[f.path]
-        cache_key = (path, f.columns, plan.schema_id)  # the Iceberg schema id fixes the Arrow schema
+        cache_key = (path, f.columns, f.deletes, plan.schema_id)  # the Iceberg schema id fixes the Arrow schema
         cached = None if scans is None else scans.get(cache_key)
         if cached is not None:
             frames.append(cached)
@@ -429,8 +429,12 @@ def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | Non
             stores.ensure(ctx, path, plan.io_properties)
         if f.matches_schema:
             frame = ctx.read_parquet(path, schema=plan.schema)
+            if f.deletes:
+                frame = live_rows(frame, f.deleted)
         else:
             raw = ctx.read_parquet(path)
+            if f.deletes:
+                raw = live_rows(raw, f.deleted)
             exprs = []
             for target, (cur, old) in zip(plan.schema, f.columns, strict=True):
                 if old is None:

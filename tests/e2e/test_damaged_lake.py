@@ -228,24 +228,3 @@ def test_damage_on_the_rest_catalog_and_object_store(stack, tmp_path: Path) -> N
         for name in hit:
             assert conn.execute(f"select count(*) from {schema}.{name}").fetchone() == (3,)
         assert damaged_gauge(srv.ops_port) == 0
-
-
-def test_delete_files_another_engine_adds_to_a_mounted_table_are_refused_by_name(stack, tmp_path: Path) -> None:
-    """DuckDB's iceberg extension deletes rows with a position-delete file (merge-on-read), which
-    icegres cannot apply: a server that had the table mounted refuses it with the same 0A000 a
-    fresh server gives, never "does not exist" and never the rows the deletes removed."""
-    from bench.suites.merge import duck_lake
-
-    ns = f"mor_{uuid.uuid4().hex[:8]}"
-    with running_icegres(tmp_path / "data", env=stack.env()) as srv, psycopg.connect(srv.dsn(), autocommit=True) as c:
-        c.execute(f"create schema {ns}")
-        c.execute(f"create table {ns}.t (id bigint, v text)")
-        c.execute(f"insert into {ns}.t select g, 'x' from generate_series(1, 100) g")
-        assert c.execute(f"select count(*) from {ns}.t").fetchone() == (100,)
-        duck = duck_lake(stack)
-        duck.execute(f"delete from lake.{ns}.t where id <= 10")
-        assert duck.execute(f"select count(*) from lake.{ns}.t").fetchone() == (90,)
-        for _ in range(2):
-            with pytest.raises(psycopg.errors.FeatureNotSupported, match="merge-on-read delete files"):
-                c.execute(f"select count(*) from {ns}.t")
-        duck.close()
