@@ -9,7 +9,9 @@ from the same count, and both see PostgreSQL's 53300 beyond it.
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import ssl
 import struct
 import time
 from contextlib import ExitStack
@@ -25,6 +27,7 @@ import pyarrow.flight
 import pytest
 
 from tests.support.icegres_server import running_icegres
+from tests.support.tls import self_signed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -237,3 +240,44 @@ def test_under_trust_a_first_call_authenticates_and_the_limit_holds(trusting):
         started = time.monotonic()
         read_to_close(sock)
         assert TIMEOUT_S * 0.8 < time.monotonic() - started < TIMEOUT_S + 4
+
+
+TLS_TIMEOUT_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def tls_trusting(tmp_path_factory):
+    base = tmp_path_factory.mktemp("flight-tls")
+    cert, key = self_signed(base)
+    args = ("--flight-port", "0", "--tls-cert", str(cert), "--tls-key", str(key),
+            "--authentication-timeout", str(TLS_TIMEOUT_S))
+    with running_icegres(base / "data", args=args) as srv:
+        yield srv, cert
+
+
+def test_under_tls_the_handshake_counts_against_the_authentication_timeout(tls_trusting):
+    srv, cert = tls_trusting
+    # Silent before its TLS handshake: asyncio's handshake timeout is ours, not its 60 s.
+    with socket.create_connection(("127.0.0.1", srv.flight_port)) as sock:
+        sock.settimeout(10)
+        started = time.monotonic()
+        read_to_close(sock)
+        assert TLS_TIMEOUT_S * 0.8 < time.monotonic() - started < TLS_TIMEOUT_S + 4
+    # A slow handshake, then nothing: closed one timeout after connecting, not after the handshake.
+    context = ssl.create_default_context(cafile=str(cert))
+    context.set_alpn_protocols(["h2"])
+    with socket.create_connection(("127.0.0.1", srv.flight_port)) as raw:
+        started = time.monotonic()
+        time.sleep(TLS_TIMEOUT_S * 0.75)
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+            sock.settimeout(10)
+            with contextlib.suppress(ssl.SSLError, ConnectionError):  # closed under TLS, maybe without close_notify
+                read_to_close(sock)
+        waited = time.monotonic() - started
+    assert TLS_TIMEOUT_S * 0.8 < waited < TLS_TIMEOUT_S * 1.5, waited
+    # A client that calls in time is served.
+    client = pyarrow.flight.FlightClient(f"grpc+tls://127.0.0.1:{srv.flight_port}", tls_root_certs=cert.read_bytes())
+    try:
+        assert list(client.list_actions()) is not None
+    finally:
+        client.close()

@@ -22,6 +22,9 @@ pgwire's rules (protocol/limits.py), carried over to a protocol whose unit is th
   and closed, its slot (if it took one) with it. An authenticated connection is never timed out.
 - A socket that made no call holds no slot (nor does pgwire's before its startup packet): idle
   sockets cannot lock out clients that log in; the authentication timeout closes them.
+- Under TLS the clock starts at accept too, with the handshake inside it: asyncio's handshake
+  timeout (60 s unless told) is set to the authentication timeout, and the timer that follows
+  gets what the handshake left (pgwire's counts its TLS handshake the same way).
 
 After a refusal the server sends GOAWAY and reads on, discarding, until the client closes (both
 drivers do at once) or LINGER_S passes: closing at once could reset the connection under a
@@ -77,12 +80,15 @@ class Connections:
     def __len__(self) -> int:
         return len(self._open)
 
-    def opened(self, protocol: H2Protocol) -> FlightConnection:
+    def opened(self, protocol: H2Protocol, accepted_at: float | None = None) -> FlightConnection:
+        """A connection is up (after its TLS handshake, if any): its timer runs out
+        --authentication-timeout after `accepted_at` (the loop's time; default now)."""
         peer = protocol.connection.get_peer().addr()
         conn = FlightConnection(protocol, f"{peer[0]}:{peer[1]}" if peer else "?")
         self._open[protocol.connection] = conn
         loop = asyncio.get_running_loop()
-        conn.timer = loop.call_later(self.authentication_timeout_s, self._timed_out, conn)
+        start = loop.time() if accepted_at is None else accepted_at
+        conn.timer = loop.call_at(start + self.authentication_timeout_s, self._timed_out, conn)
         return conn
 
     def closed(self, conn: FlightConnection) -> None:
@@ -184,10 +190,12 @@ class _Guarded(asyncio.Protocol):
         self.inner = inner
         self.connections = connections
         self.conn: FlightConnection | None = None
+        # Made at accept; under TLS connection_made comes after the handshake.
+        self.accepted_at = asyncio.get_running_loop().time()
 
     def connection_made(self, transport: Any) -> None:
         self.inner.connection_made(transport)
-        self.conn = self.connections.opened(self.inner)
+        self.conn = self.connections.opened(self.inner, self.accepted_at)
 
     def data_received(self, data: bytes) -> None:
         if self.conn is not None and self.conn.gone:
@@ -218,3 +226,14 @@ class GuardedServer(Server):
 
     def _protocol_factory(self) -> Any:
         return _Guarded(super()._protocol_factory(), self.connections)
+
+    async def start(self, host: str | None = None, port: int | None = None, *, sock: Any = None,
+                    ssl: Any = None) -> None:
+        """grpclib's `start` for TCP, with a TLS handshake bounded by the authentication timeout
+        (grpclib's leaves asyncio's 60 s)."""
+        if self._server is not None:
+            raise RuntimeError("Server is already started")
+        timeout_s = self.connections.authentication_timeout_s if ssl is not None else None
+        self._server = await self._loop.create_server(self._protocol_factory, host, port, sock=sock, ssl=ssl,
+                                                      ssl_handshake_timeout=timeout_s)
+        self._server_closed_fut = self._loop.create_future()
