@@ -26,6 +26,7 @@ import psycopg
 import pyarrow.flight
 import pytest
 
+from icegres.protocol.flightsql.connections import LINGER_S
 from tests.support.icegres_server import running_icegres
 from tests.support.tls import self_signed
 
@@ -113,6 +114,18 @@ def test_beyond_max_connections_a_flight_client_gets_53300_while_the_others_go_o
             assert b.execute("select 1").fetchone() == (1,)
     with flight(limited, ALICE) as a:  # every slot came back
         assert flight_select(a) == (1,)
+
+
+def test_a_refused_client_closes_on_the_goaway_before_the_linger_ends(limited):
+    with flight(limited, ALICE) as a, pgwire(limited, ALICE) as b, flight(limited, ROOT) as r:
+        held = flight_peers(limited)
+        for refusal in (adbc_refusal, pyarrow_refusal):
+            assert TOO_MANY in refusal(limited, ROOT)
+        deadline = time.monotonic() + LINGER_S / 2
+        while flight_peers(limited) != held and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert flight_peers(limited) == held
+        assert flight_select(a) == (1,) and flight_select(r) == (1,) and b.execute("select 1").fetchone() == (1,)
 
 
 @pytest.mark.parametrize("holders", [("flight", "flight", "pgwire"), ("pgwire", "pgwire", "flight")])
