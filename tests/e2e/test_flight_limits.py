@@ -15,6 +15,7 @@ import ssl
 import struct
 import time
 from contextlib import ExitStack
+from urllib.parse import unquote
 
 import adbc_driver_flightsql.dbapi as adbc
 import adbc_driver_manager
@@ -126,6 +127,33 @@ def test_a_refused_client_closes_on_the_goaway_before_the_linger_ends(limited):
             time.sleep(0.05)
         assert flight_peers(limited) == held
         assert flight_select(a) == (1,) and flight_select(r) == (1,) and b.execute("select 1").fetchone() == (1,)
+
+
+def test_beyond_the_limit_each_call_is_answered_53300_then_the_server_says_goaway(limited):
+    """On the wire (a bare h2 client): the refusal is a gRPC status with its message, a GOAWAY
+    follows, and the server then waits for the client to close rather than resetting it."""
+    with flight(limited, ALICE), pgwire(limited, ALICE), flight(limited, ROOT), \
+            socket.create_connection(("127.0.0.1", limited.flight_port)) as sock:
+        sock.settimeout(10)
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        sock.sendall(conn.data_to_send() + grpc_call(conn, "/arrow.flight.protocol.FlightService/ListActions"))
+        trailers: dict[bytes, bytes] = {}
+        goaway = None
+        while goaway is None:
+            data = sock.recv(65536)
+            assert data, "closed before its GOAWAY"
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.TrailersReceived | h2.events.ResponseReceived):
+                    trailers.update(dict(event.headers))
+                elif isinstance(event, h2.events.ConnectionTerminated):
+                    goaway = event
+        assert trailers[b"grpc-status"] == b"8"  # RESOURCE_EXHAUSTED
+        assert unquote(trailers[b"grpc-message"].decode()) == TOO_MANY  # percent-encoded on the wire
+        assert goaway.error_code == 0 and goaway.last_stream_id == 1
+        sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):  # lingering: open, until the client closes
+            sock.recv(65536)
 
 
 @pytest.mark.parametrize("holders", [("flight", "flight", "pgwire"), ("pgwire", "pgwire", "flight")])

@@ -77,9 +77,6 @@ class Connections:
         self.trust = trust
         self._open: dict[Any, FlightConnection] = {}
 
-    def __len__(self) -> int:
-        return len(self._open)
-
     def opened(self, protocol: H2Protocol, accepted_at: float | None = None) -> FlightConnection:
         """A connection is up (after its TLS handshake, if any): its timer runs out
         --authentication-timeout after `accepted_at` (the loop's time; default now)."""
