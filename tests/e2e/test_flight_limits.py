@@ -10,6 +10,7 @@ from the same count, and both see PostgreSQL's 53300 beyond it.
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import ssl
 import struct
@@ -104,6 +105,10 @@ def test_beyond_max_connections_a_flight_client_gets_53300_while_the_others_go_o
         # Two slots taken, one pgwire and one Flight: the last is root's.
         text = adbc_refusal(limited, ALICE)
         assert RESERVED in text and "ResourceExhausted" in text, text
+        # The refusal's statement record names the user it was refused to.
+        log = limited.wait_log('error="remaining connection slots')
+        line = next(x for x in log.splitlines() if 'error="remaining connection slots' in x)
+        assert re.search(r'rpc=Handshake user=alice .* sqlstate=53300 ', line), line
         with flight(limited, ROOT) as r:
             text = adbc_refusal(limited, ROOT)
             assert TOO_MANY in text and "ResourceExhausted" in text, text

@@ -291,6 +291,7 @@ class FlightSqlService:
         anyone. UNAUTHENTICATED otherwise (flightsql/auth.py). The connection's first success
         ends its authentication timeout and checks the reserved slots (connections.py)."""
         who = await self._identify(stream)
+        _note(user=who.user)  # the call's record names the user, a refused one's too
         self.server.connections.authenticated(stream, who.user)
         return who
 
@@ -316,7 +317,6 @@ class FlightSqlService:
 
     async def session(self, stream: Stream) -> Session:
         who = await self.authenticate(stream)
-        _note(user=who.user)
         session = self._sessions.get(who.key)
         if session is None or session.user != who.user:
             from icegres.engine.lake import SERVER_VERSION, SessionEnv
