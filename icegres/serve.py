@@ -151,9 +151,11 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
         if "flight_port" in ports:
             from icegres.protocol.flightsql.server import FlightServer
 
-            # One engine, one pool of query threads and one failed-login back-off for both protocols.
+            # One engine, one pool of query threads, one failed-login back-off and one count of
+            # connections against --max-connections for both protocols.
             flight = FlightServer(settings, engine, limiter=server.limiter if server is not None else None,
-                                  bound=ports["flight_port"], backoff=server.backoff if server is not None else None)
+                                  bound=ports["flight_port"], backoff=server.backoff if server is not None else None,
+                                  slots=server.slots if server is not None else None)
         return server, flight
 
     fronts = front_ends(bound) if bound else None  # a standby's come with its ports

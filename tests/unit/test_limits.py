@@ -9,7 +9,7 @@ import trio.testing
 from icegres.config import Settings, superusers
 from icegres.pg.errors import PgError
 from icegres.protocol.backoff import AuthBackoff, address_key
-from icegres.protocol.pgwire.limits import RESERVED, TOO_MANY, Slots
+from icegres.protocol.limits import RESERVED, TOO_MANY, Slots
 
 pytestmark = pytest.mark.unit
 

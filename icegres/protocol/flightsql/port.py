@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from icegres.engine.txn import TxnState
     from icegres.protocol.backoff import AuthBackoff
     from icegres.protocol.flightsql.bindings import Params
+    from icegres.protocol.flightsql.connections import Connections
     from icegres.protocol.flightsql.sessions import Bounded, Prepared, Result, Session
     from icegres.sql.statement import Statement
 
@@ -27,6 +28,7 @@ class ServerPort(Protocol):
     engine: Engine
     limiter: trio.CapacityLimiter
     backoff: AuthBackoff  # failed-login back-off per client address, pgwire's in `icegres serve`
+    connections: Connections  # slots (pgwire's in `icegres serve`) and authentication timeouts
 
     async def run_sync(self, fn: Callable[..., Any], *args: Any) -> Any:
         """`fn(*args)` in a worker thread behind the query limiter; cancellable."""

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 import outcome
 import trio
 
-from icegres.config import Settings, refuse_open_trust, refuse_plaintext
+from icegres.config import Settings, refuse_open_trust, refuse_plaintext, superusers
 from icegres.protocol.backoff import AuthBackoff
+from icegres.protocol.flightsql.connections import Connections
+from icegres.protocol.limits import Slots
 
 if TYPE_CHECKING:
     from icegres.engine.lake import Engine
@@ -30,11 +32,12 @@ DEFAULT_FLIGHT_PORT = 50051
 class FlightServer:
     def __init__(self, settings: Settings, engine: Engine, *, port: int | None = None,
                  limiter: trio.CapacityLimiter | None = None, bound: BoundPort | None = None,
-                 backoff: AuthBackoff | None = None) -> None:
+                 backoff: AuthBackoff | None = None, slots: Slots | None = None) -> None:
         """`bound`: the listen sockets, bound at start-up (serve.py); without it `serve` binds
-        --host and `port` (else --flight-port, else 50051) itself. `limiter` and `backoff`:
-        pgwire's, when both front ends run in one process, so that queries share the threads
-        and failed logins over either protocol count against the same address."""
+        --host and `port` (else --flight-port, else 50051) itself. `limiter`, `backoff` and
+        `slots`: pgwire's, when both front ends run in one process, so that queries share the
+        threads, failed logins over either protocol count against the same address, and
+        connections over either against the same --max-connections."""
         refuse_open_trust(settings, "Flight SQL on ")
         refuse_plaintext(settings, "Flight SQL on ")
         self.settings = settings
@@ -48,6 +51,10 @@ class FlightServer:
         self.limiter = limiter or trio.CapacityLimiter(settings.query_threads)
         # `is None`, not `or`: an AuthBackoff remembering no address is falsy (it has a length).
         self.backoff = backoff if backoff is not None else AuthBackoff.for_settings(settings)
+        if slots is None:
+            slots = Slots(settings.max_connections, settings.superuser_reserved_connections, superusers(settings))
+        trust = not (settings.users or settings.jwt_jwks)
+        self.connections = Connections(slots, authentication_timeout_s=settings.authentication_timeout, trust=trust)
         self._service: Any = None  # while serving: the FlightSqlService, and its grpclib servers
         self._servers: list[Any] = []
         self.ssl = None
@@ -138,9 +145,9 @@ class FlightServer:
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled; `task_status.started()` once the port is bound."""
         import trio_asyncio
-        from grpclib.server import Server
 
         from icegres.protocol.flightsql import h2send
+        from icegres.protocol.flightsql.connections import GuardedServer
         from icegres.protocol.flightsql.service import CODEC, FlightSqlService
 
         h2send.install()  # DATA frames in batches: one syscall per ~256 KiB, not per 16 KiB frame
@@ -150,10 +157,10 @@ class FlightServer:
             if self.bound is not None:
                 # One grpclib server per socket (an asyncio server takes one), one service.
                 for sock in self.bound.listen():
-                    servers.append(Server([service], codec=CODEC))
+                    servers.append(GuardedServer([service], codec=CODEC, connections=self.connections))
                     await trio_asyncio.aio_as_trio(servers[-1].start)(sock=sock, ssl=self.ssl)
             else:
-                servers.append(Server([service], codec=CODEC))
+                servers.append(GuardedServer([service], codec=CODEC, connections=self.connections))
                 await trio_asyncio.aio_as_trio(servers[-1].start)(self.settings.host, self.port, ssl=self.ssl)
                 if self.port == 0:
                     self.port = _bound_port(servers[-1])

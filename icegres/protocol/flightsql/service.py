@@ -168,6 +168,7 @@ def _rpc(fn: Callable[..., Any]) -> Callable[..., Any]:
         record = Record("flightsql", rpc=fn.__name__, database=self.database, client=str(peer[0]) if peer else "")
         token = _RECORD.set(record)
         try:
+            self.server.connections.admit(stream)  # 53300 beyond --max-connections (connections.py)
             with self.drain.call(fn.__name__):
                 await fn(self, stream)
         except (GRPCError, PgError, M.BadCommand) as exc:
@@ -287,7 +288,14 @@ class FlightSqlService:
 
     async def authenticate(self, stream: Stream) -> Identity:
         """Who is calling: a bearer token (ours or a JWT), Basic credentials, or (trust only)
-        anyone. UNAUTHENTICATED otherwise (flightsql/auth.py)."""
+        anyone. UNAUTHENTICATED otherwise (flightsql/auth.py). The connection's first success
+        ends its authentication timeout and checks the reserved slots (connections.py)."""
+        who = await self._identify(stream)
+        _note(user=who.user)  # the call's record names the user, a refused one's too
+        self.server.connections.authenticated(stream, who.user)
+        return who
+
+    async def _identify(self, stream: Stream) -> Identity:
         header = (stream.metadata or {}).get("authorization") if stream.metadata is not None else None
         peer = stream.peer.addr() if stream.peer is not None else None
         peer_key = f"peer:{peer[0]}:{peer[1]}" if peer else "peer:?"
@@ -309,7 +317,6 @@ class FlightSqlService:
 
     async def session(self, stream: Stream) -> Session:
         who = await self.authenticate(stream)
-        _note(user=who.user)
         session = self._sessions.get(who.key)
         if session is None or session.user != who.user:
             from icegres.engine.lake import SERVER_VERSION, SessionEnv

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from icegres.engine.txblock_driver import TxBlock
     from icegres.pg.clock import TextSettings
     from icegres.protocol.backoff import AuthBackoff
-    from icegres.protocol.pgwire.limits import Slots
+    from icegres.protocol.limits import Slots
     from icegres.protocol.pgwire.messages import FrontendMessage
     from icegres.protocol.pgwire.tls import ServerTls, TlsInfo
     from icegres.protocol.tokens import TokenValidator
@@ -29,7 +29,7 @@ class ServerPort(Protocol):
     tls: ServerTls | None  # --tls-cert/--tls-key loaded; None: plaintext only
     tokens: TokenValidator | None  # JWT logins (--jwt-jwks), shared by the server's sessions
     running: set[Any]  # sessions running a statement (hangup.py watches their sockets)
-    slots: Slots  # --max-connections (limits.py)
+    slots: Slots  # --max-connections (protocol/limits.py)
     backoff: AuthBackoff  # failed-login back-off per client address (protocol/backoff.py)
     text_limiter: Any  # trio.CapacityLimiter of the threads that split big statements (statements.py)
     draining: bool  # a shutdown began: sessions end once their statement is done

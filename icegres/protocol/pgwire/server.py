@@ -16,8 +16,8 @@ from icegres.engine.jobs import cancellable_job
 from icegres.engine.lake import SERVER_VERSION
 from icegres.protocol import tokens
 from icegres.protocol.backoff import AuthBackoff
+from icegres.protocol.limits import Slots
 from icegres.protocol.pgwire import activity
-from icegres.protocol.pgwire.limits import Slots
 from icegres.protocol.pgwire.session import Session
 from icegres.protocol.pgwire.tls import ServerTls
 

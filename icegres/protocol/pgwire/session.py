@@ -108,7 +108,7 @@ class Session:
         self._life: trio.CancelScope | None = None  # the whole connection: terminate() cancels it
         self._terminating = False  # pg_terminate_backend or a drain: end at the next boundary
         self._between = True  # waiting for a message after a ReadyForQuery (or before startup)
-        self._slot = False  # holds a --max-connections slot (limits.py)
+        self._slot = False  # holds a --max-connections slot (protocol/limits.py)
 
     # --- I/O -----------------------------------------------------------------------------------
 
@@ -215,7 +215,7 @@ class Session:
         msg = await startup.receive_startup(self)
         if msg is None:
             return False
-        self.server.slots.take()  # 53300 beyond --max-connections (limits.py)
+        self.server.slots.take()  # 53300 beyond --max-connections (protocol/limits.py)
         self._slot = True
         params = msg.params
         self.user = params.get("user", "")

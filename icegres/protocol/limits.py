@@ -1,6 +1,12 @@
-"""How many pgwire connections are served at once, and who may take the last few slots.
+"""How many connections are served at once, and who may take the last few slots.
 
-PostgreSQL's rules (15), which clients and poolers already know how to read:
+One `Slots` per process: pgwire's connections and Flight SQL's HTTP/2 connections count against
+the same `--max-connections` (`icegres serve` runs both front ends as one server, and both run on
+trio's thread, so the counter needs no lock). Where each front end takes and releases its slot:
+protocol/pgwire/session.py, protocol/flightsql/connections.py.
+
+PostgreSQL's rules (15), which clients and poolers already know how to read (pgwire's terms; Flight
+SQL's are in its module):
 
 - A connection takes a slot once its startup packet is read (PostgreSQL's backend gets its PGPROC
   then), before authentication; a CancelRequest is a startup packet of its own kind and never
