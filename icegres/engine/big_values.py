@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -67,24 +68,78 @@ def sql(ctx: SessionContext, text: str, params: dict[str, Any]) -> DataFrame:
             ctx.deregister_table(table)
 
 
-def inlined(tree: exp.Expression, params: dict[str, Any] | None) -> tuple[exp.Expression, dict[str, Any] | None]:
-    """`tree` with each parameter bound to a BigText written in as the string literal it was, and
-    the other parameters: an INSERT's way where its rows are planned (its target decides what
-    the literal means; DataFusion also cannot run a VALUES row's scalar subquery). Slow for a big
-    value (the whole-text path: docs/limitations.md), but as PostgreSQL reads it."""
+def settled(tree: exp.Expression, params: dict[str, Any] | None,
+            keeps: Callable[[exp.Parameter], bool]) -> tuple[exp.Expression, dict[str, Any] | None]:
+    """`tree` with each parameter bound to a BigText kept where `keeps` says its context makes it
+    text (it is then read from a one-row table: `sql`), and elsewhere written back in as the
+    string literal it was, with the parameters still bound. Written back is the whole-text path
+    (seconds of GIL for 50 MB: docs/limitations.md), but as PostgreSQL reads the literal: its
+    context decides its type (a bytea's hex, a jsonb, a number and its errors)."""
     from sqlglot import exp
 
     if not has_big(params):
         return tree, params
     assert params is not None
     big = {name: value for name, value in params.items() if isinstance(value, BigText)}
+    kept: set[str] = set()
 
     def literal(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Parameter) and str(node.this.this) in big:
-            return exp.Literal.string(big[str(node.this.this)].text())
+        if isinstance(node, exp.Parameter) and (name := str(node.this.this)) in big:
+            if keeps(node):
+                kept.add(name)
+                return node
+            return exp.Literal.string(big[name].text())
         return node
 
-    return tree.transform(literal), {n: v for n, v in params.items() if n not in big} or None
+    # (`transform` copies the tree first, so `keeps` sees each node in its place among the copy's)
+    out = tree.transform(literal)
+    return out, {n: v for n, v in params.items() if n not in big or n in kept} or None
+
+
+def text_places(text_columns: frozenset[str], alias: str, inserted: list[str] | None = None,
+                ) -> Callable[[exp.Parameter], bool]:
+    """Which of a DML statement's parameters stand where PostgreSQL resolves an untyped literal
+    as text (`text_columns`: the target's text and varchar columns; `alias`: the name its rows
+    go by; `inserted`: an INSERT's target columns, in order), outside any subquery:
+
+    - the value of a text column: `SET c = $n`, a VALUES row's or a top-level INSERT … SELECT
+      item's place, a MERGE's INSERT value;
+    - an operand of a comparison, LIKE or `||` whose other operand is a text column of the target.
+
+    Anything else (another column type, a function's argument, a subquery) is not known here to
+    be text: its literal is written back (`settled`)."""
+    from sqlglot import exp
+
+    operators = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.DPipe)
+
+    def target_text(node: exp.Expression | None) -> bool:
+        return (isinstance(node, exp.Column) and node.name in text_columns
+                and node.table in ("", alias))
+
+    def keeps(node: exp.Parameter) -> bool:
+        parent = node.parent
+        if parent is None or node.find_ancestor(exp.Subquery) is not None:
+            return False
+        if isinstance(parent, exp.EQ) and parent.arg_key == "expressions" and isinstance(parent.parent, exp.Update):
+            return node.arg_key == "expression" and parent.this.name in text_columns
+        if isinstance(parent, operators):
+            other = parent.this if node.arg_key == "expression" else parent.expression
+            return target_text(other)
+        if isinstance(parent, exp.Tuple) and node.arg_key == "expressions":
+            if isinstance(parent.parent, exp.Values) and isinstance(parent.parent.parent, exp.Insert):
+                columns: list[str] | None = inserted
+            elif isinstance(parent.parent, exp.Insert) and parent.arg_key == "expression":
+                written = parent.parent.this
+                columns = [c.name for c in written.expressions] if isinstance(written, exp.Tuple) else None
+            else:
+                return False
+            return columns is not None and node.index < len(columns) and columns[node.index] in text_columns
+        if (isinstance(parent, exp.Select) and node.arg_key == "expressions" and inserted is not None
+                and isinstance(parent.parent, exp.Insert) and parent.find_ancestor(exp.Select) is None):
+            return node.index < len(inserted) and inserted[node.index] in text_columns
+        return False
+
+    return keeps
 
 
 def _reading(text: str, tables: dict[str, str]) -> str:

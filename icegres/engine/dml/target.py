@@ -94,6 +94,18 @@ def set_items(items: list[exp.Expression], plan: ReadPlan, key: Key) -> dict[str
     return sets
 
 
+def text_columns(plan: ReadPlan) -> frozenset[str]:
+    """The target's columns an untyped literal goes into as text: text and varchar(n) (whose
+    length the written rows are checked against), not char(n), whose comparisons ignore
+    trailing spaces."""
+    from icegres.pg.chars import BPCHAR_OID
+
+    chars = plan.char_types or (None,) * len(plan.schema)
+    return frozenset(f.name for f, char in zip(plan.schema, chars, strict=False)
+                     if (pa.types.is_string(f.type) or pa.types.is_large_string(f.type) or pa.types.is_string_view(f.type))
+                     and (char is None or char.oid != BPCHAR_OID))
+
+
 def insert_columns(tree: exp.Insert, plan: ReadPlan) -> list[str]:
     """The columns an INSERT fills, in order (42703 / 42701 for a bad column list)."""
     names = [f.name for f in plan.schema]

@@ -236,7 +236,7 @@ def _compacted(text: str, literals: list[Any], declared: int | None) -> tuple[St
     stmt = classify(text)
     if not literals:
         return stmt, None
-    if not (stmt.kind is Kind.QUERY or (stmt.kind is Kind.WRITE and stmt.tag == "INSERT")):
+    if not takes_parameters(stmt):
         return None
     tokens = [(start, end) for kind, start, end in scan(text) if kind is Tok.PARAM]
     own = max((int(text[start + 1 : end]) for start, end in tokens if text[start + 1 : end] != "0"), default=0)
@@ -252,6 +252,16 @@ def _compacted(text: str, literals: list[Any], declared: int | None) -> tuple[St
             pos = end
     out.append(text[pos:])
     return classify("".join(out)), values
+
+
+_DML = frozenset({"INSERT", "UPDATE", "DELETE", "MERGE"})
+
+
+def takes_parameters(stmt: Statement) -> bool:
+    """Whether a statement's big literals can be parameters: a query's or a DML statement's
+    (the engine reads a parameter as text where its context makes it text, and writes it back
+    as the literal it was elsewhere: engine/big_values.py)."""
+    return stmt.kind is Kind.QUERY or (stmt.kind is Kind.WRITE and stmt.tag in _DML)
 
 
 def split_prepared(sql: str, declared: int) -> Split:
@@ -307,7 +317,7 @@ def compact(sql: str, *, literals: bool = True) -> tuple[str, dict[str, str] | N
     none was made)."""
     tokens = list(scan(sql, comments=True))
     replace_literals = (literals and not any(kind is Tok.PARAM for kind, _, _ in tokens)
-                        and classify(sql).kind is Kind.QUERY)
+                        and takes_parameters(classify(sql)))
     out: list[str] = []
     values: dict[str, str] = {}
     pos = 0
