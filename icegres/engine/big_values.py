@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import itertools
 import struct
+import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -46,9 +48,11 @@ def array_of(value: BigText) -> pa.Array:
 
 
 def sql(ctx: SessionContext, text: str, params: dict[str, Any]) -> DataFrame:
-    """`ctx.sql(text, param_values=params)` with each BigText parameter read from a one-row table."""
+    """`ctx.sql(text, param_values=params)` with each BigText parameter `text` names read from a
+    one-row table."""
     from datafusion.catalog import Catalog, Schema
 
+    named = {text[start + 1 : end] for kind, start, end in scan(text) if kind is Kind.PARAM}
     big = {name: value for name, value in params.items() if isinstance(value, BigText)}
     rest = {name: value for name, value in params.items() if name not in big} or None
     try:
@@ -58,14 +62,32 @@ def sql(ctx: SessionContext, text: str, params: dict[str, Any]) -> DataFrame:
         catalog.register_schema(PRIVATE_SCHEMA, Schema.memory_schema())
         ctx.register_catalog_provider(PRIVATE_CATALOG, catalog)
     # Registered by name (not `from_arrow`, which leaves a table of its own in the context).
-    tables = {name: f"{PRIVATE_CATALOG}.{PRIVATE_SCHEMA}.big_value_{next(_names)}" for name in big}
+    # Only the values this text reads: a DML statement plans several queries over its parts.
+    tables = {name: f"{PRIVATE_CATALOG}.{PRIVATE_SCHEMA}.big_value_{next(_names)}" for name in big if name in named}
     try:
         for name, table in tables.items():
-            ctx.register_record_batches(table, [[pa.record_batch([array_of(big[name])], names=["v"])]])
+            ctx.register_record_batches(table, [[pa.record_batch([_array(big[name])], names=["v"])]])
         return ctx.sql(_reading(text, tables), param_values=rest)
     finally:
         for table in tables.values():
             ctx.deregister_table(table)
+
+
+# A value's array, made once however many queries a statement plans over it (an UPDATE plans
+# three, a MERGE five or more: each copy of 50 MB was ~70 ms of a worker thread, in 64 kB steps
+# that hand the GIL back and forth), and gone with the value.
+_arrays: weakref.WeakKeyDictionary[BigText, pa.Array] = weakref.WeakKeyDictionary()
+_arrays_lock = threading.Lock()
+
+
+def _array(value: BigText) -> pa.Array:
+    with _arrays_lock:
+        array = _arrays.get(value)
+    if array is None:
+        array = array_of(value)
+        with _arrays_lock:
+            _arrays[value] = array
+    return array
 
 
 def settled(tree: exp.Expression, params: dict[str, Any] | None,
@@ -100,7 +122,8 @@ def text_places(text_columns: frozenset[str], alias: str, inserted: list[str] | 
                 ) -> Callable[[exp.Parameter], bool]:
     """Which of a DML statement's parameters stand where PostgreSQL resolves an untyped literal
     as text (`text_columns`: the target's text and varchar columns; `alias`: the name its rows
-    go by; `inserted`: an INSERT's target columns, in order), outside any subquery:
+    go by; `inserted`: an INSERT's target columns, in order, or for a MERGE the target's), outside
+    any subquery:
 
     - the value of a text column: `SET c = $n`, a VALUES row's or a top-level INSERT … SELECT
       item's place, a MERGE's INSERT value;
@@ -129,8 +152,8 @@ def text_places(text_columns: frozenset[str], alias: str, inserted: list[str] | 
             if isinstance(parent.parent, exp.Values) and isinstance(parent.parent.parent, exp.Insert):
                 columns: list[str] | None = inserted
             elif isinstance(parent.parent, exp.Insert) and parent.arg_key == "expression":
-                written = parent.parent.this
-                columns = [c.name for c in written.expressions] if isinstance(written, exp.Tuple) else None
+                written = parent.parent.this  # a MERGE's INSERT: its column list, else `inserted`
+                columns = [c.name for c in written.expressions] if isinstance(written, exp.Tuple) else inserted
             else:
                 return False
             return columns is not None and node.index < len(columns) and columns[node.index] in text_columns

@@ -74,7 +74,9 @@ def execute(qctx: QueryContext, txn: TxnState, stmt: Statement, params: dict[str
         # A big literal made a parameter (protocol/pgwire/statements.py) stays one where it is
         # text; elsewhere its context decides its type, so it is written back.
         key = target_key(qctx, txn, tree.this)
-        places = big_values.text_places(text_columns(target_plan(txn, key)), alias_of(tree.this, key).name)
+        plan = target_plan(txn, key)
+        inserted = [f.name for f in plan.schema] if isinstance(tree, exp.Merge) else None
+        places = big_values.text_places(text_columns(plan), alias_of(tree.this, key).name, inserted)
         tree, params = big_values.settled(tree, params, places)
     if isinstance(tree, exp.Update):
         return _update(qctx, txn, tree, params)
