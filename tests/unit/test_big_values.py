@@ -1,0 +1,48 @@
+"""engine/big_values.py `settled`: a DML statement's big literal (a BigText parameter) stays a
+parameter only where PostgreSQL would read the untyped literal as text; elsewhere it is written
+back as the literal it was, for the statement's context to type it."""
+
+from __future__ import annotations
+
+import pytest
+
+from icegres.engine.big_values import settled, text_places
+from icegres.sql.parse import parse
+from icegres.sql.pieces import BigText
+
+pytestmark = pytest.mark.unit
+
+TEXT = frozenset({"s", "v"})  # the target's text columns; `id` is an integer, `b` a bytea
+
+
+def _kept(sql: str, inserted: list[str] | None = None, alias: str = "t") -> tuple[str, list[str]]:
+    """The statement as settled (its big values `$n`, written-back ones 'big<n>') and the names
+    of the parameters it keeps."""
+    tree = parse(sql)
+    params = {str(n): BigText((f"big{n}".encode(),), 4, 4) for n in range(1, 10)}
+    params["9"] = 42  # a client's own parameter: always bound
+    out, left = settled(tree, params, text_places(TEXT, alias, inserted))
+    return out.sql(dialect="postgres"), sorted(left or {})
+
+
+@pytest.mark.parametrize(("sql", "kept"), [
+    ("update t set s = $1, id = $2, b = $3 where id = $9", ["1", "9"]),
+    ("update t set s = $1 || s where t.s = $2 and s like $3 and id = $4", ["1", "2", "3", "9"]),
+    ("update t set s = upper($1) where s in (select $2) and other.s = $3", ["9"]),
+    ("delete from t where s <> $1 and b = $2", ["1", "9"]),
+    ("merge into t using (select $1 as id) src on t.id = src.id when matched then update set v = $2 "
+     "when not matched then insert (id, s) values (src.id, $3)", ["2", "3", "9"]),
+])
+def test_a_big_value_stays_a_parameter_only_where_its_context_is_a_text_column(sql, kept):
+    assert _kept(sql)[1] == kept
+
+
+def test_an_insert_keeps_values_and_select_items_that_go_into_text_columns():
+    assert _kept("insert into t (id, s, b) values ($1, $2, $3), ($4, $5, $6)", ["id", "s", "b"])[1] == ["2", "5", "9"]
+    assert _kept("insert into t (id, s) select $1, $2", ["id", "s"])[1] == ["2", "9"]
+    assert _kept("insert into t (id, s) select * from (select $1, $2) x", ["id", "s"])[1] == ["9"]
+
+
+def test_a_written_back_value_is_the_literal_it_was():
+    sql, kept = _kept("update t set b = $3, s = $1 where id = $9")
+    assert sql == "UPDATE t SET b = 'big3', s = $1 WHERE id = $9" and kept == ["1", "9"]
