@@ -5,8 +5,13 @@ UTF-8 pieces (`sql.pieces.BigText`, protocol/pgwire/statements.py). Bound as a p
 DataFusion would copy it into the plan as a literal, and planning copies and folds literals while
 holding the GIL: ~0.5 s per 20 MB, during which every other session's statement waits. Here each
 such `$n` reads a one-row table of the session's private catalog instead,
-`(select v from "icegres_work"."w"."big_value_…")`: planning reads its schema, not its value
-(~2 ms for 50 MB), and the value is read where execution needs it, in DataFusion's threads.
+`(select icegres_big_value from "icegres_work"."w"."big_value_…")`: planning reads its schema,
+not its value (~2 ms for 50 MB), and the value is read where execution needs it, in DataFusion's
+threads. In the queries a DML statement plans, the table is cross-joined instead where it can be
+(`joined`: no scalar subquery's copies of the value).
+
+A DML statement's big literal stays a parameter only where PostgreSQL reads the literal as text
+(`settled`, `text_places`); elsewhere it is written back as the literal it was.
 
 The table's string buffer is filled a piece at a time (no copy of the value's size in one call)
 and the table is dropped from the catalog once the statement is planned; the plan keeps it until
@@ -49,10 +54,17 @@ def array_of(value: BigText) -> pa.Array:
 
 def sql(ctx: SessionContext, text: str, params: dict[str, Any]) -> DataFrame:
     """`ctx.sql(text, param_values=params)` with each BigText parameter `text` names read from a
-    one-row table."""
+    one-row table: a `$n` as a scalar subquery over it, a `big_param_<n>` table (`joined`) as
+    the table itself."""
     from datafusion.catalog import Catalog, Schema
 
-    named = {text[start + 1 : end] for kind, start, end in scan(text) if kind is Kind.PARAM}
+    named = set()
+    for kind, start, end in scan(text):
+        word = text[start:end]
+        if kind is Kind.PARAM:
+            named.add(word[1:])
+        elif kind is Kind.NAME and word.startswith(_JOINED):
+            named.add(word[len(_JOINED):])
     big = {name: value for name, value in params.items() if isinstance(value, BigText)}
     rest = {name: value for name, value in params.items() if name not in big} or None
     try:
@@ -66,11 +78,75 @@ def sql(ctx: SessionContext, text: str, params: dict[str, Any]) -> DataFrame:
     tables = {name: f"{PRIVATE_CATALOG}.{PRIVATE_SCHEMA}.big_value_{next(_names)}" for name in big if name in named}
     try:
         for name, table in tables.items():
-            ctx.register_record_batches(table, [[pa.record_batch([_array(big[name])], names=["v"])]])
+            ctx.register_record_batches(table, [[pa.record_batch([_array(big[name])], names=[_COLUMN])]])
         return ctx.sql(_reading(text, tables), param_values=rest)
     finally:
         for table in tables.values():
             ctx.deregister_table(table)
+
+
+_JOINED = "big_param_"  # (`joined`'s table of parameter n: big_param_<n>, its alias _icegres_big_<n>)
+_COLUMN = "icegres_big_value"  # (no column of the statement's own tables is likely to be so named)
+
+
+def joined(tree: exp.Expression, params: dict[str, Any] | None) -> exp.Expression:
+    """`tree` (a query the engine built: a DML statement's reads and probes) with each BigText
+    parameter that stands in a SELECT's own list, WHERE or ORDER BY read from a one-row table
+    cross-joined to its FROM, not from a scalar subquery. DataFusion turns a scalar subquery's
+    value into a literal and copies it into every batch that uses it: for 50 MB, 0.1-1.3 s of
+    a DataFusion thread per query (4-5 s for an UPDATE's or a MERGE's statements on the loaded
+    2-core machine), during which another session's statement waits for the thread; a joined
+    column is a view of the value's one buffer (~1 ms). A SELECT that groups, aggregates, is
+    DISTINCT or has a window, and a parameter in a JOIN's ON or a subquery, keep the subquery."""
+    from sqlglot import exp
+
+    big = {name for name, value in (params or {}).items() if isinstance(value, BigText)}
+    if not big:
+        return tree
+    tree = tree.copy()
+    for select in _branches(tree):
+        if (select.args.get("group") or select.args.get("distinct") or select.find(exp.AggFunc, exp.Window)
+                or select.args.get("having")):
+            continue
+        names: set[str] = set()
+        for node in list(select.find_all(exp.Parameter)):
+            name = str(node.this.this)
+            if name in big and _in_own_scope(node, select):
+                node.replace(exp.column(_COLUMN, table=exp.to_identifier(f"_icegres_big_{name}")))
+                names.add(name)
+        for name in sorted(names):
+            table = exp.Table(this=exp.to_identifier(_JOINED + name), db=exp.to_identifier(PRIVATE_SCHEMA),
+                              catalog=exp.to_identifier(PRIVATE_CATALOG),
+                              alias=exp.TableAlias(this=exp.to_identifier(f"_icegres_big_{name}")))
+            if select.args.get("from_") is None and select.args.get("from") is None:
+                select.from_(table, copy=False)
+            else:
+                select.join(table, join_type="cross", copy=False)
+    return tree
+
+
+def _branches(tree: exp.Expression) -> list[exp.Select]:
+    """The SELECTs a query's rows come from: itself, or each branch of its UNION ALLs."""
+    from sqlglot import exp
+
+    if isinstance(tree, exp.Select):
+        return [tree]
+    if isinstance(tree, exp.Union):
+        return [*_branches(tree.this), *_branches(tree.expression)]
+    return []
+
+
+def _in_own_scope(node: exp.Expression, select: exp.Select) -> bool:
+    """Whether `node` is evaluated per row of `select`'s FROM: in its list, WHERE or ORDER BY,
+    not in a subquery or a JOIN's ON."""
+    from sqlglot import exp
+
+    parent = node.parent
+    while parent is not None and parent is not select:
+        if isinstance(parent, exp.Select | exp.Subquery | exp.Join | exp.From | exp.Union):
+            return False
+        parent = parent.parent
+    return parent is select
 
 
 # A value's array, made once however many queries a statement plans over it (an UPDATE plans
@@ -166,13 +242,17 @@ def text_places(text_columns: frozenset[str], alias: str, inserted: list[str] | 
 
 
 def _reading(text: str, tables: dict[str, str]) -> str:
-    """`text` with each `$n` named in `tables` a scalar subquery over its table."""
+    """`text` with each `$n` named in `tables` a scalar subquery over its table, and each
+    `big_param_<n>` table (`joined`) its table."""
     out, pos = [], 0
     for kind, start, end in scan(text):
-        if kind is Kind.PARAM and text[start + 1 : end] in tables:
-            table = tables[text[start + 1 : end]]
-            quoted = ".".join(f'"{part}"' for part in table.split("."))
-            out.append(f"{text[pos:start]}(select v from {quoted})")
+        word = text[start:end]
+        if kind is Kind.PARAM and word[1:] in tables:
+            quoted = ".".join(f'"{part}"' for part in tables[word[1:]].split("."))
+            out.append(f"{text[pos:start]}(select {_COLUMN} from {quoted})")
+            pos = end
+        elif kind is Kind.NAME and word.startswith(_JOINED) and word[len(_JOINED):] in tables:
+            out.append(f'{text[pos:start]}"{tables[word[len(_JOINED):]].rsplit(".", 1)[1]}"')
             pos = end
     out.append(text[pos:])
     return "".join(out)
