@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from icegres.engine.big_values import settled, text_places
+from icegres.engine.big_values import joined, settled, text_places
 from icegres.sql.parse import parse
 from icegres.sql.pieces import BigText
 
@@ -46,3 +46,18 @@ def test_an_insert_keeps_values_and_select_items_that_go_into_text_columns():
 def test_a_written_back_value_is_the_literal_it_was():
     sql, kept = _kept("update t set b = $3, s = $1 where id = $9")
     assert sql == "UPDATE t SET b = 'big3', s = $1 WHERE id = $9" and kept == ["1", "9"]
+
+
+def test_an_engine_query_reads_a_big_value_from_a_cross_joined_table_where_it_is_per_row():
+    big = {"1": BigText((b"big",), 3, 3), "2": BigText((b"big",), 3, 3), "3": 7}
+    tree = joined(parse("select id, case when id = $3 then $1 else s end from t where s <> $1 and x in (select $2)"), big)
+    assert tree.sql(dialect="postgres") == (
+        "SELECT id, CASE WHEN id = $3 THEN _icegres_big_1.icegres_big_value ELSE s END FROM t "
+        "CROSS JOIN icegres_work.w.big_param_1 AS _icegres_big_1 "
+        "WHERE s <> _icegres_big_1.icegres_big_value AND x IN (SELECT $2)")
+    # (an aggregate's select keeps the scalar subquery: its rows are groups)
+    assert joined(parse("select count(*) from t where s = $1"), big).sql(dialect="postgres") == \
+        "SELECT COUNT(*) FROM t WHERE s = $1"
+    assert joined(parse("select 1, $1 union all select 2, 'x'"), big).sql(dialect="postgres") == (
+        "SELECT 1, _icegres_big_1.icegres_big_value FROM icegres_work.w.big_param_1 AS _icegres_big_1 "
+        "UNION ALL SELECT 2, 'x'")
