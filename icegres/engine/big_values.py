@@ -10,8 +10,9 @@ not its value (~2 ms for 50 MB), and the value is read where execution needs it,
 threads. In the queries a DML statement plans, the table is cross-joined instead where it can be
 (`joined`: no scalar subquery's copies of the value).
 
-A DML statement's big literal stays a parameter only where PostgreSQL reads the literal as text
-(`settled`, `text_places`); elsewhere it is written back as the literal it was.
+A DML statement's big literal stays a parameter only where PostgreSQL reads the literal as text,
+or as a bytea column's hex input, then bound to its bytes (`settled`, `value_places`); elsewhere
+it is written back as the literal it was.
 
 The table's string buffer is filled a piece at a time (no copy of the value's size in one call)
 and the table is dropped from the catalog once the statement is planned; the plan keeps it until
@@ -21,6 +22,7 @@ the statement ends.
 from __future__ import annotations
 
 import itertools
+import re
 import struct
 import threading
 import weakref
@@ -41,7 +43,8 @@ _names = itertools.count(1)
 
 
 def array_of(value: BigText) -> pa.Array:
-    """A one-row string array of the value, its buffer filled a piece at a time."""
+    """A one-row string (binary, for a bytea's bytes) array of the value, its buffer filled a
+    piece at a time."""
     data = pa.allocate_buffer(value.size, memory_pool=pa.system_memory_pool())
     view = memoryview(data).cast("B")  # type: ignore[arg-type]
     at = 0
@@ -49,7 +52,7 @@ def array_of(value: BigText) -> pa.Array:
         view[at : at + len(piece)] = piece
         at += len(piece)
     offsets = pa.py_buffer(struct.pack("<ii", 0, value.size))
-    return pa.Array.from_buffers(pa.string(), 1, [None, offsets, data])
+    return pa.Array.from_buffers(pa.binary() if value.binary else pa.string(), 1, [None, offsets, data])
 
 
 def sql(ctx: SessionContext, text: str, params: dict[str, Any]) -> DataFrame:
@@ -167,78 +170,108 @@ def _array(value: BigText) -> pa.Array:
 
 
 def settled(tree: exp.Expression, params: dict[str, Any] | None,
-            keeps: Callable[[exp.Parameter], bool]) -> tuple[exp.Expression, dict[str, Any] | None]:
-    """`tree` with each parameter bound to a BigText kept where `keeps` says its context makes it
-    text (it is then read from a one-row table: `sql`), and elsewhere written back in as the
-    string literal it was, with the parameters still bound. Written back is the whole-text path
-    (seconds of GIL for 50 MB: docs/limitations.md), but as PostgreSQL reads the literal: its
-    context decides its type (a bytea's hex, a jsonb, a number and its errors)."""
+            places: Callable[[exp.Parameter], str | None]) -> tuple[exp.Expression, dict[str, Any] | None]:
+    """`tree` with each parameter bound to a BigText kept where `places` says its context makes it
+    text ("text"), or bound to its bytes where it is a bytea column's value written in hex
+    ("bytea": `hex_bytes`), and read from a one-row table (`sql`, `joined`); elsewhere written
+    back in as the string literal it was, with the parameters still bound. Written back is the
+    whole-text path (seconds of GIL for 50 MB: docs/limitations.md), but as PostgreSQL reads the
+    literal: its context decides its type (a number and its errors, a bytea's escape format)."""
     from sqlglot import exp
 
     if not has_big(params):
         return tree, params
     assert params is not None
     big = {name: value for name, value in params.items() if isinstance(value, BigText)}
-    kept: set[str] = set()
+    kept: dict[str, BigText] = {}
+    decoded: dict[str, BigText | None] = {}
 
     def literal(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Parameter) and (name := str(node.this.this)) in big:
-            if keeps(node):
-                kept.add(name)
-                return node
+            place = places(node)
+            value = big[name] if place == "text" else None
+            if place == "bytea":
+                value = decoded[name] if name in decoded else decoded.setdefault(name, hex_bytes(big[name]))
+            if value is not None and kept.setdefault(name, value) is value:
+                return node  # (one value per parameter: text in one place and bytes in another is written back)
             return exp.Literal.string(big[name].text())
         return node
 
-    # (`transform` copies the tree first, so `keeps` sees each node in its place among the copy's)
+    # (`transform` copies the tree first, so `places` sees each node in its place among the copy's)
     out = tree.transform(literal)
-    return out, {n: v for n, v in params.items() if n not in big or n in kept} or None
+    rest = {n: v for n, v in params.items() if n not in big}
+    return out, {**rest, **kept} or None
 
 
-def text_places(text_columns: frozenset[str], alias: str, inserted: list[str] | None = None,
-                ) -> Callable[[exp.Parameter], bool]:
-    """Which of a DML statement's parameters stand where PostgreSQL resolves an untyped literal
-    as text (`text_columns`: the target's text and varchar columns; `alias`: the name its rows
-    go by; `inserted`: an INSERT's target columns, in order, or for a MERGE the target's), outside
-    any subquery:
+_HEX = re.compile(rb"[0-9A-Fa-f]*")
 
-    - the value of a text column: `SET c = $n`, a VALUES row's or a top-level INSERT … SELECT
+
+def hex_bytes(value: BigText) -> BigText | None:
+    """The bytes a bytea's hex input (`\\x` and an even number of hex digits) means, decoded a
+    piece at a time; None for anything else — whitespace, a bad digit, the escape format — which
+    is written back for the engine to read (or refuse: 22P02) as PostgreSQL does."""
+    if value.binary or not value.pieces or not value.pieces[0].startswith(b"\\x"):
+        return None
+    out: list[bytes] = []
+    carry = b""
+    for k, piece in enumerate(value.pieces):
+        digits = carry + (piece[2:] if k == 0 else piece)
+        if not _HEX.fullmatch(digits):
+            return None
+        even = len(digits) & ~1
+        out.append(bytes.fromhex(digits[:even].decode("ascii")))
+        carry = digits[even:]
+    if carry:
+        return None
+    return BigText(tuple(out), sum(map(len, out)), 0, binary=True)
+
+
+def value_places(columns: dict[str, str], alias: str, inserted: list[str] | None = None,
+                 ) -> Callable[[exp.Parameter], str | None]:
+    """What each of a DML statement's parameters is to PostgreSQL where it reads the untyped
+    literal so ("text", "bytea"; None: not known here), outside any subquery (`columns`: the
+    target's text and varchar columns as "text", its bytea columns as "bytea"; `alias`: the name
+    its rows go by; `inserted`: an INSERT's target columns, in order, or for a MERGE the target's):
+
+    - a column's value, its type: `SET c = $n`, a VALUES row's or a top-level INSERT … SELECT
       item's place, a MERGE's INSERT value;
-    - an operand of a comparison, LIKE or `||` whose other operand is a text column of the target.
+    - "text" for an operand of a comparison, LIKE or `||` whose other operand is a text column
+      of the target.
 
-    Anything else (another column type, a function's argument, a subquery) is not known here to
-    be text: its literal is written back (`settled`)."""
+    Anything else (another column type, a function's argument, a subquery) is not known here:
+    its literal is written back (`settled`)."""
     from sqlglot import exp
 
     operators = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.DPipe)
 
     def target_text(node: exp.Expression | None) -> bool:
-        return (isinstance(node, exp.Column) and node.name in text_columns
+        return (isinstance(node, exp.Column) and columns.get(node.name) == "text"
                 and node.table in ("", alias))
 
-    def keeps(node: exp.Parameter) -> bool:
+    def place(node: exp.Parameter) -> str | None:
         parent = node.parent
         if parent is None or node.find_ancestor(exp.Subquery) is not None:
-            return False
+            return None
         if isinstance(parent, exp.EQ) and parent.arg_key == "expressions" and isinstance(parent.parent, exp.Update):
-            return node.arg_key == "expression" and parent.this.name in text_columns
+            return columns.get(parent.this.name) if node.arg_key == "expression" else None
         if isinstance(parent, operators):
             other = parent.this if node.arg_key == "expression" else parent.expression
-            return target_text(other)
+            return "text" if target_text(other) else None
         if isinstance(parent, exp.Tuple) and node.arg_key == "expressions":
             if isinstance(parent.parent, exp.Values) and isinstance(parent.parent.parent, exp.Insert):
-                columns: list[str] | None = inserted
+                names: list[str] | None = inserted
             elif isinstance(parent.parent, exp.Insert) and parent.arg_key == "expression":
                 written = parent.parent.this  # a MERGE's INSERT: its column list, else `inserted`
-                columns = [c.name for c in written.expressions] if isinstance(written, exp.Tuple) else inserted
+                names = [c.name for c in written.expressions] if isinstance(written, exp.Tuple) else inserted
             else:
-                return False
-            return columns is not None and node.index < len(columns) and columns[node.index] in text_columns
+                return None
+            return columns.get(names[node.index]) if names is not None and node.index < len(names) else None
         if (isinstance(parent, exp.Select) and node.arg_key == "expressions" and inserted is not None
                 and isinstance(parent.parent, exp.Insert) and parent.find_ancestor(exp.Select) is None):
-            return node.index < len(inserted) and inserted[node.index] in text_columns
-        return False
+            return columns.get(inserted[node.index]) if node.index < len(inserted) else None
+        return None
 
-    return keeps
+    return place
 
 
 def _reading(text: str, tables: dict[str, str]) -> str:

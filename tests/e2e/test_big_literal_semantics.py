@@ -23,7 +23,13 @@ SCRIPT = [
     "insert into bw values (1, 'a', 'x', 'y', null, 1), (2, 'b', 'x', 'y', null, 2)",
     "update bw set s = '<big>' where id = 1",  # a text column's value: a parameter
     "update bw set s = s || '<big>' where id = 2",  # `||` with a text column: a parameter
-    "update bw set b = '\\x<hex>' where id = 1",  # a bytea's hex: written back
+    "update bw set b = '\\x<hex>' where id = 1",  # a bytea's hex: bound to its bytes
+    "insert into bw (id, b) values (6, '\\x<hex>')",
+    "insert into bw (id, b) select 7, '\\x<hex>'",
+    "update bw set b = '\\x<hex>0' where id = 1",  # odd digits: written back, 22P02
+    "update bw set b = '\\x<hex>zz' where id = 1",  # a bad digit: 22P02
+    "update bw set b = '\\x<hex> 00' where id = 1",  # whitespace between bytes: written back
+    "update bw set b = '<big>' where id = 2",  # the escape format (a bad escape here): 22P02
     "update bw set n = '<big>' where id = 1",  # not a number: 22P02
     "update bw set v = '<big>' where id = 1",  # varchar(5): 22001
     "update bw set c = '<big>' where id = 1",  # char(3): 22001

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from icegres.engine.big_values import joined, settled, text_places
+from icegres.engine.big_values import hex_bytes, joined, settled, value_places
 from icegres.sql.parse import parse
 from icegres.sql.pieces import BigText
 
 pytestmark = pytest.mark.unit
 
-TEXT = frozenset({"s", "v"})  # the target's text columns; `id` is an integer, `b` a bytea
+COLUMNS = {"s": "text", "v": "text"}  # the target's text columns; `id` is an integer, `b` a bytea
 
 
 def _kept(sql: str, inserted: list[str] | None = None, alias: str = "t") -> tuple[str, list[str]]:
@@ -21,7 +21,7 @@ def _kept(sql: str, inserted: list[str] | None = None, alias: str = "t") -> tupl
     tree = parse(sql)
     params = {str(n): BigText((f"big{n}".encode(),), 4, 4) for n in range(1, 10)}
     params["9"] = 42  # a client's own parameter: always bound
-    out, left = settled(tree, params, text_places(TEXT, alias, inserted))
+    out, left = settled(tree, params, value_places(COLUMNS, alias, inserted))
     return out.sql(dialect="postgres"), sorted(left or {})
 
 
@@ -61,3 +61,16 @@ def test_an_engine_query_reads_a_big_value_from_a_cross_joined_table_where_it_is
     assert joined(parse("select 1, $1 union all select 2, 'x'"), big).sql(dialect="postgres") == (
         "SELECT 1, _icegres_big_1.icegres_big_value FROM icegres_work.w.big_param_1 AS _icegres_big_1 "
         "UNION ALL SELECT 2, 'x'")
+
+
+def test_a_bytea_hex_value_is_bound_to_its_bytes_decoded_a_piece_at_a_time():
+    value = BigText((b"\\x41f", b"f42", b""), 8, 8)
+    decoded = hex_bytes(value)
+    assert decoded is not None and decoded.binary and (decoded.pieces, decoded.size) == ((b"A", b"\xffB", b""), 3)
+    for refused in (b"\\x4", b"\\x4g", b"\\x41 42", b"x41", b"\\\\x41"):  # odd, bad digit, blank, no \x, escape
+        assert hex_bytes(BigText((refused,), len(refused), len(refused))) is None
+    tree = parse("update t set b = $1, s = $2 where id = $9")
+    params = {"1": BigText((b"\\x41",), 4, 4), "2": BigText((b"\\x41",), 4, 4), "9": 1}
+    out, left = settled(tree, params, value_places({"b": "bytea", "s": "text"}, "t"))
+    assert out.sql(dialect="postgres") == "UPDATE t SET b = $1, s = $2 WHERE id = $9"
+    assert left["1"].binary and b"".join(left["1"].pieces) == b"A" and left["2"] is params["2"]

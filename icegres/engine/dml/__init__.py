@@ -40,7 +40,7 @@ from icegres.engine.dml.target import (
     target_key,
     target_plan,
     target_table,
-    text_columns,
+    value_columns,
 )
 from icegres.engine.dml.upsert import upsert
 from icegres.pg.errors import PgError
@@ -76,7 +76,7 @@ def execute(qctx: QueryContext, txn: TxnState, stmt: Statement, params: dict[str
         key = target_key(qctx, txn, tree.this)
         plan = target_plan(txn, key)
         inserted = [f.name for f in plan.schema] if isinstance(tree, exp.Merge) else None
-        places = big_values.text_places(text_columns(plan), alias_of(tree.this, key).name, inserted)
+        places = big_values.value_places(value_columns(plan), alias_of(tree.this, key).name, inserted)
         tree, params = big_values.settled(tree, params, places)
     if isinstance(tree, exp.Update):
         return _update(qctx, txn, tree, params)

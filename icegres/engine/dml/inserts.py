@@ -20,7 +20,7 @@ from icegres.engine.dml.target import (
     target_key,
     target_plan,
     target_table,
-    text_columns,
+    value_columns,
 )
 from icegres.engine.insert_shape import InsertShape, compile_shape
 from icegres.pg.errors import PgError
@@ -51,7 +51,7 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
         # target columns' types (Parse inferred them from the columns), so they convert as they are.
         return key, rows, shape
     else:
-        places = big_values.text_places(text_columns(plan), "", columns)
+        places = big_values.value_places(value_columns(plan), "", columns)
         tree, params = big_values.settled(tree, params, places)  # type: ignore[assignment]
         source = _distinct_names(_bounded_source(qctx, tree, params))
         # (a big value kept a parameter is read as a scalar subquery: VALUES cannot hold one)
