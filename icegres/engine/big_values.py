@@ -97,9 +97,9 @@ def joined(tree: exp.Expression, params: dict[str, Any] | None) -> exp.Expressio
     parameter that stands in a SELECT's own list, WHERE or ORDER BY read from a one-row table
     cross-joined to its FROM, not from a scalar subquery. DataFusion turns a scalar subquery's
     value into a literal and copies it into every batch that uses it: for 50 MB, 0.1-1.3 s of
-    a DataFusion thread per query (4-5 s for an UPDATE's or a MERGE's statements on the loaded
-    2-core machine), during which another session's statement waits for the thread; a joined
-    column is a view of the value's one buffer (~1 ms). A SELECT that groups, aggregates, is
+    a DataFusion thread per query alone, and a MERGE's five queries kept DataFusion's shared
+    threads so busy that another session's `select 1` waited 3.2 s for one; a joined column is
+    a view of the value's one buffer (~1 ms alone). A SELECT that groups, aggregates, is
     DISTINCT or has a window, and a parameter in a JOIN's ON or a subquery, keep the subquery."""
     from sqlglot import exp
 

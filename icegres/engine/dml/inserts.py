@@ -54,7 +54,7 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
         places = big_values.value_places(value_columns(plan), "", columns)
         tree, params = big_values.settled(tree, params, places)  # type: ignore[assignment]
         source = _distinct_names(_bounded_source(qctx, tree, params))
-        # (a big value kept a parameter is read as a scalar subquery: VALUES cannot hold one)
+        # (a big value kept a parameter is read from a table joined to a SELECT: a VALUES row has no FROM)
         query = _values_as_selects(source, has_big(params))
         # Outside a transaction block the source also sees the write buffer's acked rows.
         with qctx.buffered_reads(qctx.buffered_entries_of(query)):
