@@ -5,8 +5,14 @@ UTF-8 pieces (`sql.pieces.BigText`, protocol/pgwire/statements.py). Bound as a p
 DataFusion would copy it into the plan as a literal, and planning copies and folds literals while
 holding the GIL: ~0.5 s per 20 MB, during which every other session's statement waits. Here each
 such `$n` reads a one-row table of the session's private catalog instead,
-`(select v from "icegres_work"."w"."big_value_…")`: planning reads its schema, not its value
-(~2 ms for 50 MB), and the value is read where execution needs it, in DataFusion's threads.
+`(select icegres_big_value from "icegres_work"."w"."big_value_…")`: planning reads its schema,
+not its value (~2 ms for 50 MB), and the value is read where execution needs it, in DataFusion's
+threads. In the queries a DML statement plans, the table is cross-joined instead where it can be
+(`joined`: no scalar subquery's copies of the value).
+
+A DML statement's big literal stays a parameter only where PostgreSQL reads the literal as text,
+or as a bytea column's hex input, then bound to its bytes (`settled`, `value_places`); elsewhere
+it is written back as the literal it was.
 
 The table's string buffer is filled a piece at a time (no copy of the value's size in one call)
 and the table is dropped from the catalog once the statement is planned; the plan keeps it until
@@ -16,7 +22,11 @@ the statement ends.
 from __future__ import annotations
 
 import itertools
+import re
 import struct
+import threading
+import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -33,7 +43,8 @@ _names = itertools.count(1)
 
 
 def array_of(value: BigText) -> pa.Array:
-    """A one-row string array of the value, its buffer filled a piece at a time."""
+    """A one-row string (binary, for a bytea's bytes) array of the value, its buffer filled a
+    piece at a time."""
     data = pa.allocate_buffer(value.size, memory_pool=pa.system_memory_pool())
     view = memoryview(data).cast("B")  # type: ignore[arg-type]
     at = 0
@@ -41,13 +52,22 @@ def array_of(value: BigText) -> pa.Array:
         view[at : at + len(piece)] = piece
         at += len(piece)
     offsets = pa.py_buffer(struct.pack("<ii", 0, value.size))
-    return pa.Array.from_buffers(pa.string(), 1, [None, offsets, data])
+    return pa.Array.from_buffers(pa.binary() if value.binary else pa.string(), 1, [None, offsets, data])
 
 
 def sql(ctx: SessionContext, text: str, params: dict[str, Any]) -> DataFrame:
-    """`ctx.sql(text, param_values=params)` with each BigText parameter read from a one-row table."""
+    """`ctx.sql(text, param_values=params)` with each BigText parameter `text` names read from a
+    one-row table: a `$n` as a scalar subquery over it, a `big_param_<n>` table (`joined`) as
+    the table itself."""
     from datafusion.catalog import Catalog, Schema
 
+    named = set()
+    for kind, start, end in scan(text):
+        word = text[start:end]
+        if kind is Kind.PARAM:
+            named.add(word[1:])
+        elif kind is Kind.NAME and word.startswith(_JOINED):
+            named.add(word[len(_JOINED):])
     big = {name: value for name, value in params.items() if isinstance(value, BigText)}
     rest = {name: value for name, value in params.items() if name not in big} or None
     try:
@@ -57,44 +77,215 @@ def sql(ctx: SessionContext, text: str, params: dict[str, Any]) -> DataFrame:
         catalog.register_schema(PRIVATE_SCHEMA, Schema.memory_schema())
         ctx.register_catalog_provider(PRIVATE_CATALOG, catalog)
     # Registered by name (not `from_arrow`, which leaves a table of its own in the context).
-    tables = {name: f"{PRIVATE_CATALOG}.{PRIVATE_SCHEMA}.big_value_{next(_names)}" for name in big}
+    # Only the values this text reads: a DML statement plans several queries over its parts.
+    tables = {name: f"{PRIVATE_CATALOG}.{PRIVATE_SCHEMA}.big_value_{next(_names)}" for name in big if name in named}
     try:
         for name, table in tables.items():
-            ctx.register_record_batches(table, [[pa.record_batch([array_of(big[name])], names=["v"])]])
+            ctx.register_record_batches(table, [[pa.record_batch([_array(big[name])], names=[_COLUMN])]])
         return ctx.sql(_reading(text, tables), param_values=rest)
     finally:
         for table in tables.values():
             ctx.deregister_table(table)
 
 
-def inlined(tree: exp.Expression, params: dict[str, Any] | None) -> tuple[exp.Expression, dict[str, Any] | None]:
-    """`tree` with each parameter bound to a BigText written in as the string literal it was, and
-    the other parameters: an INSERT's way where its rows are planned (its target decides what
-    the literal means; DataFusion also cannot run a VALUES row's scalar subquery). Slow for a big
-    value (the whole-text path: docs/limitations.md), but as PostgreSQL reads it."""
+_JOINED = "big_param_"  # (`joined`'s table of parameter n: big_param_<n>, its alias _icegres_big_<n>)
+_COLUMN = "icegres_big_value"  # (no column of the statement's own tables is likely to be so named)
+
+
+def joined(tree: exp.Expression, params: dict[str, Any] | None) -> exp.Expression:
+    """`tree` (a query the engine built: a DML statement's reads and probes) with each BigText
+    parameter that stands in a SELECT's own list, WHERE or ORDER BY read from a one-row table
+    cross-joined to its FROM, not from a scalar subquery. DataFusion turns a scalar subquery's
+    value into a literal and copies it into every batch that uses it: for 50 MB, 0.1-1.3 s of
+    a DataFusion thread per query alone, and a MERGE's five queries kept DataFusion's shared
+    threads so busy that another session's `select 1` waited 3.2 s for one; a joined column is
+    a view of the value's one buffer (~1 ms alone). A SELECT that groups, aggregates, is
+    DISTINCT or has a window, and a parameter in a JOIN's ON or a subquery, keep the subquery."""
+    from sqlglot import exp
+
+    big = {name for name, value in (params or {}).items() if isinstance(value, BigText)}
+    if not big:
+        return tree
+    tree = tree.copy()
+    for select in _branches(tree):
+        if (select.args.get("group") or select.args.get("distinct") or select.find(exp.AggFunc, exp.Window)
+                or select.args.get("having")):
+            continue
+        names: set[str] = set()
+        for node in list(select.find_all(exp.Parameter)):
+            name = str(node.this.this)
+            if name in big and _in_own_scope(node, select):
+                node.replace(exp.column(_COLUMN, table=exp.to_identifier(f"_icegres_big_{name}")))
+                names.add(name)
+        for name in sorted(names):
+            table = exp.Table(this=exp.to_identifier(_JOINED + name), db=exp.to_identifier(PRIVATE_SCHEMA),
+                              catalog=exp.to_identifier(PRIVATE_CATALOG),
+                              alias=exp.TableAlias(this=exp.to_identifier(f"_icegres_big_{name}")))
+            if select.args.get("from_") is None and select.args.get("from") is None:
+                select.from_(table, copy=False)
+            else:
+                select.join(table, join_type="cross", copy=False)
+    return tree
+
+
+def _branches(tree: exp.Expression) -> list[exp.Select]:
+    """The SELECTs a query's rows come from: itself, or each branch of its UNION ALLs."""
+    from sqlglot import exp
+
+    if isinstance(tree, exp.Select):
+        return [tree]
+    if isinstance(tree, exp.Union):
+        return [*_branches(tree.this), *_branches(tree.expression)]
+    return []
+
+
+def _in_own_scope(node: exp.Expression, select: exp.Select) -> bool:
+    """Whether `node` is evaluated per row of `select`'s FROM: in its list, WHERE or ORDER BY,
+    not in a subquery or a JOIN's ON."""
+    from sqlglot import exp
+
+    parent = node.parent
+    while parent is not None and parent is not select:
+        if isinstance(parent, exp.Select | exp.Subquery | exp.Join | exp.From | exp.Union):
+            return False
+        parent = parent.parent
+    return parent is select
+
+
+# A value's array, made once however many queries a statement plans over it (an UPDATE plans
+# three, a MERGE five or more: each copy of 50 MB was ~70 ms of a worker thread, in 64 kB steps
+# that hand the GIL back and forth), and gone with the value.
+_arrays: weakref.WeakKeyDictionary[BigText, pa.Array] = weakref.WeakKeyDictionary()
+_arrays_lock = threading.Lock()
+
+
+def _array(value: BigText) -> pa.Array:
+    with _arrays_lock:
+        array = _arrays.get(value)
+    if array is None:
+        array = array_of(value)
+        with _arrays_lock:
+            _arrays[value] = array
+    return array
+
+
+def settled(tree: exp.Expression, params: dict[str, Any] | None,
+            places: Callable[[exp.Parameter], str | None]) -> tuple[exp.Expression, dict[str, Any] | None]:
+    """`tree` with each parameter bound to a BigText kept where `places` says its context makes it
+    text ("text"), or bound to its bytes where it is a bytea column's value written in hex
+    ("bytea": `hex_bytes`), and read from a one-row table (`sql`, `joined`); elsewhere written
+    back in as the string literal it was, with the parameters still bound. Written back is the
+    whole-text path (seconds of GIL for 50 MB: docs/limitations.md), but as PostgreSQL reads the
+    literal: its context decides its type (a number and its errors, a bytea's escape format)."""
     from sqlglot import exp
 
     if not has_big(params):
         return tree, params
     assert params is not None
     big = {name: value for name, value in params.items() if isinstance(value, BigText)}
+    kept: dict[str, BigText] = {}
+    decoded: dict[str, BigText | None] = {}
 
     def literal(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Parameter) and str(node.this.this) in big:
-            return exp.Literal.string(big[str(node.this.this)].text())
+        if isinstance(node, exp.Parameter) and (name := str(node.this.this)) in big:
+            place = places(node)
+            value = big[name] if place == "text" else None
+            if place == "bytea":
+                value = decoded[name] if name in decoded else decoded.setdefault(name, hex_bytes(big[name]))
+            if value is not None and kept.setdefault(name, value) is value:
+                return node  # (one value per parameter: text in one place and bytes in another is written back)
+            return exp.Literal.string(big[name].text())
         return node
 
-    return tree.transform(literal), {n: v for n, v in params.items() if n not in big} or None
+    # (`transform` copies the tree first, so `places` sees each node in its place among the copy's)
+    out = tree.transform(literal)
+    rest = {n: v for n, v in params.items() if n not in big}
+    return out, {**rest, **kept} or None
+
+
+_HEX = re.compile(rb"[0-9A-Fa-f]*")
+
+
+def hex_bytes(value: BigText) -> BigText | None:
+    """The bytes a bytea's hex input (`\\x` and an even number of hex digits) means, decoded a
+    piece at a time; None for anything else — whitespace, a bad digit, the escape format — which
+    is written back for the engine to read (or refuse: 22P02) as PostgreSQL does."""
+    if value.binary or not value.pieces or not value.pieces[0].startswith(b"\\x"):
+        return None
+    out: list[bytes] = []
+    carry = b""
+    for k, piece in enumerate(value.pieces):
+        digits = carry + (piece[2:] if k == 0 else piece)
+        if not _HEX.fullmatch(digits):
+            return None
+        even = len(digits) & ~1
+        out.append(bytes.fromhex(digits[:even].decode("ascii")))
+        carry = digits[even:]
+    if carry:
+        return None
+    return BigText(tuple(out), sum(map(len, out)), 0, binary=True)
+
+
+def value_places(columns: dict[str, str], alias: str, inserted: list[str] | None = None,
+                 ) -> Callable[[exp.Parameter], str | None]:
+    """What each of a DML statement's parameters is to PostgreSQL where it reads the untyped
+    literal so ("text", "bytea"; None: not known here), outside any subquery (`columns`: the
+    target's text and varchar columns as "text", its bytea columns as "bytea"; `alias`: the name
+    its rows go by; `inserted`: an INSERT's target columns, in order, or for a MERGE the target's):
+
+    - a column's value, its type: `SET c = $n`, a VALUES row's or a top-level INSERT … SELECT
+      item's place, a MERGE's INSERT value;
+    - "text" for an operand of a comparison, LIKE or `||` whose other operand is a text column
+      of the target.
+
+    Anything else (another column type, a function's argument, a subquery) is not known here:
+    its literal is written back (`settled`)."""
+    from sqlglot import exp
+
+    operators = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.DPipe)
+
+    def target_text(node: exp.Expression | None) -> bool:
+        return (isinstance(node, exp.Column) and columns.get(node.name) == "text"
+                and node.table in ("", alias))
+
+    def place(node: exp.Parameter) -> str | None:
+        parent = node.parent
+        if parent is None or node.find_ancestor(exp.Subquery) is not None:
+            return None
+        if isinstance(parent, exp.EQ) and parent.arg_key == "expressions" and isinstance(parent.parent, exp.Update):
+            return columns.get(parent.this.name) if node.arg_key == "expression" else None
+        if isinstance(parent, operators):
+            other = parent.this if node.arg_key == "expression" else parent.expression
+            return "text" if target_text(other) else None
+        if isinstance(parent, exp.Tuple) and node.arg_key == "expressions":
+            if isinstance(parent.parent, exp.Values) and isinstance(parent.parent.parent, exp.Insert):
+                names: list[str] | None = inserted
+            elif isinstance(parent.parent, exp.Insert) and parent.arg_key == "expression":
+                written = parent.parent.this  # a MERGE's INSERT: its column list, else `inserted`
+                names = [c.name for c in written.expressions] if isinstance(written, exp.Tuple) else inserted
+            else:
+                return None
+            return columns.get(names[node.index]) if names is not None and node.index < len(names) else None
+        if (isinstance(parent, exp.Select) and node.arg_key == "expressions" and inserted is not None
+                and isinstance(parent.parent, exp.Insert) and parent.find_ancestor(exp.Select) is None):
+            return columns.get(inserted[node.index]) if node.index < len(inserted) else None
+        return None
+
+    return place
 
 
 def _reading(text: str, tables: dict[str, str]) -> str:
-    """`text` with each `$n` named in `tables` a scalar subquery over its table."""
+    """`text` with each `$n` named in `tables` a scalar subquery over its table, and each
+    `big_param_<n>` table (`joined`) its table."""
     out, pos = [], 0
     for kind, start, end in scan(text):
-        if kind is Kind.PARAM and text[start + 1 : end] in tables:
-            table = tables[text[start + 1 : end]]
-            quoted = ".".join(f'"{part}"' for part in table.split("."))
-            out.append(f"{text[pos:start]}(select v from {quoted})")
+        word = text[start:end]
+        if kind is Kind.PARAM and word[1:] in tables:
+            quoted = ".".join(f'"{part}"' for part in tables[word[1:]].split("."))
+            out.append(f"{text[pos:start]}(select {_COLUMN} from {quoted})")
+            pos = end
+        elif kind is Kind.NAME and word.startswith(_JOINED) and word[len(_JOINED):] in tables:
+            out.append(f'{text[pos:start]}"{tables[word[len(_JOINED):]].rsplit(".", 1)[1]}"')
             pos = end
     out.append(text[pos:])
     return "".join(out)

@@ -70,8 +70,9 @@ class InsertShape:
         takes the planned path, which casts or reports it). Raises PgError 23502 for a NULL in
         a NOT NULL column and 22001 for a value too long for its varchar(n) / char(n) column,
         as `assign.conform` does."""
-        if params is None:
-            return None
+        if params is None or (has_big(params) and any(isinstance(v, Param) and v.name not in params
+                                                      for row in self.values for v in row)):
+            return None  # (a simple Query's own `$n` beside a big literal's: the planned path's 42P02)
         count = len(self.values)
         arrays = []
         try:

@@ -207,7 +207,7 @@ class QueryContext:
         made = self.made
         # Its literals as its place in the statement means them (an INSERT's source, an UPDATE's
         # value: exact numerics), before anything copies it away from that place.
-        baked = rewrite.typed_literals(tree)
+        baked = rewrite.typed_literals(big_values.joined(tree, params))
         sql = rewrite.to_sql(baked)
         time_travel.attach(self, made, sql)
         df, _ = self._as_sent_or_rewritten(sql, lambda: baked, params, made.ctx)

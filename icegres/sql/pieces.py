@@ -37,6 +37,7 @@ class BigText:
     pieces: tuple[bytes, ...]
     size: int  # bytes
     chars: int
+    binary: bool = False  # a bytea's bytes (a hex literal decoded: engine/big_values.py), not UTF-8
 
     def text(self) -> str:
         """The whole value as one str (one copy of its size: for small values and tests)."""

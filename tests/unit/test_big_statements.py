@@ -1,6 +1,6 @@
 """protocol/pgwire/statements.py: a big Query or Parse, framed in pieces, decoded and compacted a
-piece at a time — its big literals parameters where the engine can read them so (a query's, an
-INSERT's), after a Parse's own parameters — and as written everywhere else."""
+piece at a time — its big literals parameters where the engine can read them so (a query's, a
+DML statement's), after the statement's own parameters — and as written everywhere else (DDL)."""
 
 from __future__ import annotations
 
@@ -52,13 +52,16 @@ def test_a_big_parse_is_framed_in_pieces_and_its_literal_follows_its_own_paramet
     assert _values(msg.split.params[0]) == {"4": BIG}
 
 
-def test_a_big_parse_of_an_insert_binds_its_literal_and_of_an_update_keeps_it_as_written():
+def test_a_big_parse_of_an_insert_or_an_update_binds_its_literal_and_of_ddl_keeps_it_as_written():
     insert = parse_of_pieces([_parse_body(f"insert into t values ($1, E'{BIG}\\n')", (23,))])
     assert insert.split.statements[0].sql == "insert into t values ($1,  $2 )"
     assert _values(insert.split.params[0]) == {"2": BIG + "\n"}
     update = parse_of_pieces([_parse_body(f"update t set s = '{BIG}' where id = $1 /* {BIG} */", (23,))])
-    assert update.split.statements[0].sql == f"update t set s = '{BIG}' where id = $1"
-    assert update.split.params == [None]
+    assert update.split.statements[0].sql == "update t set s =  $2  where id = $1"
+    assert _values(update.split.params[0]) == {"2": BIG}
+    view = parse_of_pieces([_parse_body(f"create view v as select '{BIG}' as s /* {BIG} */", ())])
+    assert view.split.statements[0].sql == f"create view v as select '{BIG}' as s"
+    assert view.split.params == [None]
 
 
 def test_a_big_parse_that_is_not_one_well_formed_message_is_refused():
@@ -73,10 +76,15 @@ def test_a_big_parse_that_is_not_one_well_formed_message_is_refused():
         parse_of_pieces([b"\0select '" + b"\xff" * 70_000 + b"'\0\0\0"])
 
 
-def test_a_big_query_binds_a_select_and_an_insert_literal_but_not_a_statement_with_parameters():
-    statements = f"select length('{BIG}'); insert into t values (1, '{BIG}'); select '{BIG}', $1"
+def test_a_big_query_binds_a_query_and_a_dml_literal_after_its_own_parameters_but_not_ddl():
+    statements = (f"select length('{BIG}'); insert into t values (1, '{BIG}'); select '{BIG}', $1; "
+                  f"update t set s = '{BIG}' where id = 1; create table u (s text default '{BIG}')")
     msg = query_of_pieces(_framed(b"Q", statements.encode() + b"\0", 4096).pieces)
     kinds = [(s.kind, s.sql[:40]) for s in msg.split.statements]
+    # (a simple Query's own $1 is bound to nothing: the engine's 42P02, as PostgreSQL's)
     assert kinds == [(Kind.QUERY, "select length( $1 )"), (Kind.WRITE, "insert into t values (1,  $1 )"),
-                     (Kind.QUERY, f"select '{BIG}'"[:40])]
-    assert [_values(p) for p in msg.split.params] == [{"1": BIG}, {"1": BIG}, {}]
+                     (Kind.QUERY, "select  $2 , $1"), (Kind.WRITE, "update t set s =  $1  where id = 1"),
+                     (Kind.WRITE, f"create table u (s text default '{BIG}')"[:40])]
+    assert [_values(p) for p in msg.split.params] == [{"1": BIG}, {"1": BIG}, {"2": BIG}, {"1": BIG}, {}]
+
+

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from sqlglot import exp
 
+from icegres.engine import big_values
 from icegres.engine.dml.copy_on_write import (
     append,
     check_unique,
@@ -39,9 +40,11 @@ from icegres.engine.dml.target import (
     target_key,
     target_plan,
     target_table,
+    value_columns,
 )
 from icegres.engine.dml.upsert import upsert
 from icegres.pg.errors import PgError
+from icegres.sql.pieces import has_big
 
 if TYPE_CHECKING:
     from icegres.engine.query import QueryContext
@@ -67,6 +70,14 @@ def execute(qctx: QueryContext, txn: TxnState, stmt: Statement, params: dict[str
     pin(qctx, txn, stmt)
     if isinstance(tree, exp.Insert):
         return _insert(qctx, txn, tree, params)
+    if isinstance(tree, exp.Update | exp.Delete | exp.Merge) and has_big(params):
+        # A big literal made a parameter (protocol/pgwire/statements.py) stays one where it is
+        # text; elsewhere its context decides its type, so it is written back.
+        key = target_key(qctx, txn, tree.this)
+        plan = target_plan(txn, key)
+        inserted = [f.name for f in plan.schema] if isinstance(tree, exp.Merge) else None
+        places = big_values.value_places(value_columns(plan), alias_of(tree.this, key).name, inserted)
+        tree, params = big_values.settled(tree, params, places)
     if isinstance(tree, exp.Update):
         return _update(qctx, txn, tree, params)
     if isinstance(tree, exp.Delete):

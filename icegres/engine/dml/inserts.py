@@ -14,9 +14,17 @@ from sqlglot import exp
 
 from icegres.engine import big_values
 from icegres.engine.dml import checks, defaults
-from icegres.engine.dml.target import collect, insert_columns, target_key, target_plan, target_table
+from icegres.engine.dml.target import (
+    collect,
+    insert_columns,
+    target_key,
+    target_plan,
+    target_table,
+    value_columns,
+)
 from icegres.engine.insert_shape import InsertShape, compile_shape
 from icegres.pg.errors import PgError
+from icegres.sql.pieces import has_big
 
 if TYPE_CHECKING:
     from icegres.engine.mounts import ReadPlan
@@ -43,9 +51,11 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
         # target columns' types (Parse inferred them from the columns), so they convert as they are.
         return key, rows, shape
     else:
-        tree, params = big_values.inlined(tree, params)  # type: ignore[assignment]
+        places = big_values.value_places(value_columns(plan), "", columns)
+        tree, params = big_values.settled(tree, params, places)  # type: ignore[assignment]
         source = _distinct_names(_bounded_source(qctx, tree, params))
-        query = _values_as_selects(source)
+        # (a big value kept a parameter is read from a table joined to a SELECT: a VALUES row has no FROM)
+        query = _values_as_selects(source, has_big(params))
         # Outside a transaction block the source also sees the write buffer's acked rows.
         with qctx.buffered_reads(qctx.buffered_entries_of(query)):
             try:
@@ -93,11 +103,11 @@ def _row_select(row: exp.Expression) -> exp.Expression:
     return exp.select(*(exact_number(e, room=False) or e.copy() for e in row.expressions))
 
 
-def _values_as_selects(source: exp.Expression) -> exp.Expression:
+def _values_as_selects(source: exp.Expression, subqueries: bool = False) -> exp.Expression:
     """VALUES rows holding a subquery, as one SELECT per row (UNION ALL): DataFusion 55 plans
     `VALUES (1, (SELECT max(n) FROM t))` and then fails to run it ("ScalarSubqueryExpr evaluated
     before the subquery was executed"); in a select list the same subquery runs."""
-    if not isinstance(source, exp.Values) or source.find(exp.Subquery) is None:
+    if not isinstance(source, exp.Values) or not (subqueries or source.find(exp.Subquery) is not None):
         return source
     rows = [_row_select(row) for row in source.expressions]
     out: exp.Expression = rows[0]

@@ -94,6 +94,24 @@ def set_items(items: list[exp.Expression], plan: ReadPlan, key: Key) -> dict[str
     return sets
 
 
+def value_columns(plan: ReadPlan) -> dict[str, str]:
+    """The target's columns a big literal goes into as it is (engine/big_values.py): text and
+    varchar(n) (whose length the written rows are checked against) as "text", not char(n),
+    whose comparisons ignore trailing spaces; bytea as "bytea"."""
+    from icegres.pg.chars import BPCHAR_OID
+
+    chars = plan.char_types or (None,) * len(plan.schema)
+    out = {}
+    for f, char in zip(plan.schema, chars, strict=False):
+        t = pa.types
+        if (t.is_string(f.type) or t.is_large_string(f.type) or t.is_string_view(f.type)) and (
+                char is None or char.oid != BPCHAR_OID):
+            out[f.name] = "text"
+        elif t.is_binary(f.type) or t.is_large_binary(f.type) or t.is_binary_view(f.type):
+            out[f.name] = "bytea"
+    return out
+
+
 def insert_columns(tree: exp.Insert, plan: ReadPlan) -> list[str]:
     """The columns an INSERT fills, in order (42703 / 42701 for a bad column list)."""
     names = [f.name for f in plan.schema]

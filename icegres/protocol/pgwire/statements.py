@@ -8,15 +8,15 @@ one call, which is the time every other session's statement then waits. So:
 
 - A message over BIG_CHARS is split and classified in a worker thread (the server's
   `text_limiter`, not the query threads: splitting never waits behind, or holds up, a query).
-- A big statement is compacted first: its comments become one space each, and in a query or an
-  INSERT each string literal over LITERAL_CHARS becomes a parameter bound to its value: `$1`,
-  `$2`… in a simple Query message's statement (which has no `$n` of its own), the numbers after
-  the statement's own parameters in a Parse's (Prepared.big: bound at every execution, never
-  described to the client). The engine then sees a statement of ordinary size; the literal's
-  value travels as a parameter value, never through a parser. A parameter is text, as an
-  untyped literal resolves to in every context a query gives it in practice (a comparison, a
-  function argument, a select list); an INSERT's target column decides (engine/insert_shape.py,
-  and where its rows are planned, the literal is written back: engine/big_values.py).
+- A big statement is compacted first: its comments become one space each, and in a query or a
+  DML statement (INSERT, UPDATE, DELETE, MERGE) each string literal over LITERAL_CHARS becomes a
+  parameter bound to its value, numbered after the statement's own parameters (in a Parse's,
+  Prepared.big: bound at every execution, never described to the client). The engine then sees
+  a statement of ordinary size; the literal's value travels as a parameter value, never through
+  a parser. A parameter is text, as an untyped literal resolves to in every context a query
+  gives it in practice (a comparison, a function argument, a select list); in a DML statement
+  it stays a parameter only where its context makes it text (a text column's value or
+  comparison) and is written back as the literal elsewhere (engine/big_values.py `settled`).
 
 A Query or Parse message over framing.PIECES_BYTES never becomes one bytes or str object: it is
 kept as the pieces it arrived in, decoded piece by piece and scanned by `sql/pieces.py` (no C
@@ -215,7 +215,7 @@ def split_raw(raw: list[RawStatement], *, declared: int | None = None) -> Split:
             continue
         made = _compacted(joined.strip(), [item.value for item in st.items if isinstance(item, Literal)], declared)
         if made is None:
-            # Not a query or an INSERT (or a simple Query's statement with $n of its own): as written.
+            # Not a query or a DML statement (DDL): as written.
             written = "".join(_written(item) for item in st.items).strip()
             stmt, values = classify(compact(written, literals=False)[0]), None
         else:
@@ -228,20 +228,19 @@ def split_raw(raw: list[RawStatement], *, declared: int | None = None) -> Split:
 
 def _compacted(text: str, literals: list[Any], declared: int | None) -> tuple[Statement, dict[str, Any] | None] | None:
     """A big statement whose big literals stand as `$0` in `text`, with each of them a parameter
-    bound to its value: `$1`, `$2`… in a simple Query's statement (which has no `$n` of its
-    own), after the statement's own parameters in a Parse's (`declared`: how many parameter types
-    the Parse declared). Only a query's or an INSERT's literal can be a parameter (the engine
-    reads a parameter as text, as an untyped literal resolves in those; an INSERT's target column
-    types decide, engine/big_values.py): None for anything else."""
+    bound to its value, numbered after the statement's own parameters (`declared`: how many
+    parameter types a Parse declared; None for a simple Query's statement, whose own `$n` are
+    bound to nothing and which the engine reports, 42P02, as PostgreSQL does). Only a query's or
+    a DML statement's literal can be a parameter: the engine keeps it one where its context makes
+    it text and writes it back as the literal elsewhere (engine/big_values.py). None for anything
+    else (DDL)."""
     stmt = classify(text)
     if not literals:
         return stmt, None
-    if not (stmt.kind is Kind.QUERY or (stmt.kind is Kind.WRITE and stmt.tag == "INSERT")):
+    if not takes_parameters(stmt):
         return None
     tokens = [(start, end) for kind, start, end in scan(text) if kind is Tok.PARAM]
     own = max((int(text[start + 1 : end]) for start, end in tokens if text[start + 1 : end] != "0"), default=0)
-    if own and declared is None:
-        return None
     base = max(own, declared or 0)
     out, pos, values = [], 0, {}
     for start, end in tokens:
@@ -252,6 +251,16 @@ def _compacted(text: str, literals: list[Any], declared: int | None) -> tuple[St
             pos = end
     out.append(text[pos:])
     return classify("".join(out)), values
+
+
+_DML = frozenset({"INSERT", "UPDATE", "DELETE", "MERGE"})
+
+
+def takes_parameters(stmt: Statement) -> bool:
+    """Whether a statement's big literals can be parameters: a query's or a DML statement's
+    (the engine reads a parameter as text where its context makes it text, and writes it back
+    as the literal it was elsewhere: engine/big_values.py)."""
+    return stmt.kind is Kind.QUERY or (stmt.kind is Kind.WRITE and stmt.tag in _DML)
 
 
 def split_prepared(sql: str, declared: int) -> Split:
@@ -302,12 +311,13 @@ def split_text(sql: str, *, literals: bool = True) -> Split:
 
 
 def compact(sql: str, *, literals: bool = True) -> tuple[str, dict[str, str] | None]:
-    """`sql` with comments as single spaces and (`literals`, in a query without parameters of its
-    own) string literals over LITERAL_CHARS as `$n`; the values of those parameters (None if
-    none was made)."""
+    """`sql` with comments as single spaces and (`literals`, in a query or a DML statement) string
+    literals over LITERAL_CHARS as `$n`, numbered after the statement's own; the values of those
+    parameters (None if none was made)."""
     tokens = list(scan(sql, comments=True))
-    replace_literals = (literals and not any(kind is Tok.PARAM for kind, _, _ in tokens)
-                        and classify(sql).kind is Kind.QUERY)
+    replace_literals = literals and takes_parameters(classify(sql))
+    # (a simple Query's own `$n` is bound to nothing: the engine reports it, as PostgreSQL does)
+    own = max((int(sql[start + 1 : end]) for kind, start, end in tokens if kind is Tok.PARAM), default=0)
     out: list[str] = []
     values: dict[str, str] = {}
     pos = 0
@@ -318,7 +328,7 @@ def compact(sql: str, *, literals: bool = True) -> tuple[str, dict[str, str] | N
             pos = end
         elif replace_literals and kind is Tok.STRING and end - start > LITERAL_CHARS and sql[start] in "'eE$":
             out.append(sql[pos:start])
-            name = str(len(values) + 1)
+            name = str(own + len(values) + 1)
             text = sql[start:end]
             values[name] = _dollar_body(text) if text[0] == "$" else unquoted(text)
             out.append(f"${name}")

@@ -1,0 +1,76 @@
+"""engine/big_values.py `settled`: a DML statement's big literal (a BigText parameter) stays a
+parameter only where PostgreSQL would read the untyped literal as text; elsewhere it is written
+back as the literal it was, for the statement's context to type it."""
+
+from __future__ import annotations
+
+import pytest
+
+from icegres.engine.big_values import hex_bytes, joined, settled, value_places
+from icegres.sql.parse import parse
+from icegres.sql.pieces import BigText
+
+pytestmark = pytest.mark.unit
+
+COLUMNS = {"s": "text", "v": "text"}  # the target's text columns; `id` is an integer, `b` a bytea
+
+
+def _kept(sql: str, inserted: list[str] | None = None, alias: str = "t") -> tuple[str, list[str]]:
+    """The statement as settled (its big values `$n`, written-back ones 'big<n>') and the names
+    of the parameters it keeps."""
+    tree = parse(sql)
+    params = {str(n): BigText((f"big{n}".encode(),), 4, 4) for n in range(1, 10)}
+    params["9"] = 42  # a client's own parameter: always bound
+    out, left = settled(tree, params, value_places(COLUMNS, alias, inserted))
+    return out.sql(dialect="postgres"), sorted(left or {})
+
+
+@pytest.mark.parametrize(("sql", "kept"), [
+    ("update t set s = $1, id = $2, b = $3 where id = $9", ["1", "9"]),
+    ("update t set s = $1 || s where t.s = $2 and s like $3 and id = $4", ["1", "2", "3", "9"]),
+    ("update t set s = upper($1) where s in (select $2) and other.s = $3", ["9"]),
+    ("delete from t where s <> $1 and b = $2", ["1", "9"]),
+    ("merge into t using (select $1 as id) src on t.id = src.id when matched then update set v = $2 "
+     "when not matched then insert (id, s) values (src.id, $3)", ["2", "3", "9"]),
+])
+def test_a_big_value_stays_a_parameter_only_where_its_context_is_a_text_column(sql, kept):
+    assert _kept(sql)[1] == kept
+
+
+def test_an_insert_keeps_values_and_select_items_that_go_into_text_columns():
+    assert _kept("insert into t (id, s, b) values ($1, $2, $3), ($4, $5, $6)", ["id", "s", "b"])[1] == ["2", "5", "9"]
+    assert _kept("insert into t (id, s) select $1, $2", ["id", "s"])[1] == ["2", "9"]
+    assert _kept("insert into t (id, s) select * from (select $1, $2) x", ["id", "s"])[1] == ["9"]
+
+
+def test_a_written_back_value_is_the_literal_it_was():
+    sql, kept = _kept("update t set b = $3, s = $1 where id = $9")
+    assert sql == "UPDATE t SET b = 'big3', s = $1 WHERE id = $9" and kept == ["1", "9"]
+
+
+def test_an_engine_query_reads_a_big_value_from_a_cross_joined_table_where_it_is_per_row():
+    big = {"1": BigText((b"big",), 3, 3), "2": BigText((b"big",), 3, 3), "3": 7}
+    tree = joined(parse("select id, case when id = $3 then $1 else s end from t where s <> $1 and x in (select $2)"), big)
+    assert tree.sql(dialect="postgres") == (
+        "SELECT id, CASE WHEN id = $3 THEN _icegres_big_1.icegres_big_value ELSE s END FROM t "
+        "CROSS JOIN icegres_work.w.big_param_1 AS _icegres_big_1 "
+        "WHERE s <> _icegres_big_1.icegres_big_value AND x IN (SELECT $2)")
+    # (an aggregate's select keeps the scalar subquery: its rows are groups)
+    assert joined(parse("select count(*) from t where s = $1"), big).sql(dialect="postgres") == \
+        "SELECT COUNT(*) FROM t WHERE s = $1"
+    assert joined(parse("select 1, $1 union all select 2, 'x'"), big).sql(dialect="postgres") == (
+        "SELECT 1, _icegres_big_1.icegres_big_value FROM icegres_work.w.big_param_1 AS _icegres_big_1 "
+        "UNION ALL SELECT 2, 'x'")
+
+
+def test_a_bytea_hex_value_is_bound_to_its_bytes_decoded_a_piece_at_a_time():
+    value = BigText((b"\\x41f", b"f42", b""), 8, 8)
+    decoded = hex_bytes(value)
+    assert decoded is not None and decoded.binary and (decoded.pieces, decoded.size) == ((b"A", b"\xffB", b""), 3)
+    for refused in (b"\\x4", b"\\x4g", b"\\x41 42", b"x41", b"\\\\x41"):  # odd, bad digit, blank, no \x, escape
+        assert hex_bytes(BigText((refused,), len(refused), len(refused))) is None
+    tree = parse("update t set b = $1, s = $2 where id = $9")
+    params = {"1": BigText((b"\\x41",), 4, 4), "2": BigText((b"\\x41",), 4, 4), "9": 1}
+    out, left = settled(tree, params, value_places({"b": "bytea", "s": "text"}, "t"))
+    assert out.sql(dialect="postgres") == "UPDATE t SET b = $1, s = $2 WHERE id = $9"
+    assert left["1"].binary and b"".join(left["1"].pieces) == b"A" and left["2"] is params["2"]
