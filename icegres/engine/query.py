@@ -33,6 +33,7 @@ from icegres.engine.planned import HeldStream, PlannedQuery
 from icegres.engine.session_zone import is_utc
 from icegres.engine.txn import TxnState
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
+from icegres.sql import text_scan
 from icegres.sql.parse import DIALECT
 from icegres.sql.statement import Statement, query, tree_table_refs
 
@@ -187,7 +188,7 @@ class QueryContext:
         route = self.cache.routes.get(key)
         if route is not None:
             self.cache.routes.touch(key)
-            if _READS_CATALOG.search(sql):
+            if text_scan.search(_READS_CATALOG, sql):
                 self._catalog_read(sql, ctx)
             try:
                 return _sql(ctx, route, params)
@@ -225,7 +226,7 @@ class QueryContext:
                               ctx: SessionContext) -> tuple[DataFrame, str]:
         """`sql` planned as sent where DataFusion takes it, else its tree through the rewrite
         path; the DataFrame and the text that planned."""
-        if _READS_CATALOG.search(sql):
+        if text_scan.search(_READS_CATALOG, sql):
             self._catalog_read(sql, ctx)
         first_error: BaseException | None = None
         # With temporary tables, unqualified names must find pg_temp first: only the rewrite's
@@ -361,7 +362,7 @@ class QueryContext:
         """Freshness for one statement: every table it may read is at the catalog's head (and
         mounted: tables are mounted when a statement first names them)."""
         if self.txn is not None:
-            if _READS_CATALOG.search(stmt.sql):
+            if text_scan.search(_READS_CATALOG, stmt.sql):
                 self.engine.refresh(set(), catalog=True)  # shapes only: the pins stay as they are
             self.pin_for(stmt)
             return
@@ -371,7 +372,7 @@ class QueryContext:
             # (all of them when the statement cannot be parsed).
             lake = stmt.lake_refs(self.env.search_path)
             self.engine.refresh(lake, catalog=True)
-        elif _READS_CATALOG.search(stmt.sql):
+        elif text_scan.search(_READS_CATALOG, stmt.sql):
             self.engine.refresh(refs, catalog=True)  # regclass and the catalog functions
         else:
             self.engine.refresh(refs)
@@ -809,7 +810,7 @@ class _Prefetched:
             return first
         return next(self._rest)
 # A statement that may read catalog relations (a session's own catalog is registered for it).
-_READS_CATALOG = re.compile(r"pg_|information_schema|regclass|regtype|regnamespace", re.IGNORECASE)
+_READS_CATALOG = re.compile(r"pg_|information_schema|regclass|regtype|regnamespace")  # lowered (text_scan)
 
 
 def _reads_catalog(refs: set[tuple[str, str]] | None) -> bool:
