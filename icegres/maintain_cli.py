@@ -123,7 +123,8 @@ def _expire(lakehouse: Any, key: tuple[str, str], args: argparse.Namespace) -> t
         raise PgError(E.INVALID_PARAMETER_VALUE, f"--retain-last must be at least 1, not {args.retain_last}")
     display = f"{key[0]}.{key[1]}"
     report = expire.expire(lambda: lakehouse.load_table(*key), display,
-                           expire.Policy(_older_than(args.older_than), args.retain_last), dry_run=args.dry_run)
+                           expire.Policy(_older_than(args.older_than), args.retain_last), dry_run=args.dry_run,
+                           local_requirements=lakehouse.kind == "sql")
     would = "would " if report.dry_run else ""
     lines = [f"{display}: {would}expire {len(report.expired_snapshots)} snapshot(s) older than "
              f"{_iso(report.older_than_ms)} (keeping each branch's newest {report.retain_last})",

@@ -183,3 +183,31 @@ def test_orphan_gc_fails_closed_on_an_unreadable_manifest(catalog, tmp_path) -> 
         ex.expire(_load(catalog), "ns.t", ex.Policy(older_than_ms=FAR_FUTURE_MS))
     assert _files(tmp_path / "w") == before
     assert len(catalog.load_table(("ns", "t")).metadata.snapshots) == 2
+
+
+def test_a_ref_moved_onto_a_snapshot_being_expired_fails_the_commit_and_the_replan_keeps_it(catalog) -> None:
+    old = _append(catalog, [1])
+    _append(catalog, [2])
+    stale = catalog.load_table(("ns", "t"))  # planned on: `old` is kept by nothing
+    catalog.load_table(("ns", "t")).manage_snapshots().create_tag(old, "audit").commit()
+    loads = iter([stale])
+
+    def load():
+        return next(loads, None) or catalog.load_table(("ns", "t"))
+
+    report = ex.expire(load, "ns.t", ex.Policy(older_than_ms=FAR_FUTURE_MS), local_requirements=True)
+    assert report.attempts == 2 and old not in report.expired_snapshots
+    table = catalog.load_table(("ns", "t"))
+    assert table.metadata.refs["audit"].snapshot_id == old and _ids(table, old) == [1]
+
+
+def test_a_writer_moving_main_forward_does_not_fail_a_sql_catalog_expiry(catalog) -> None:
+    for i in range(3):
+        _append(catalog, [i])
+    stale = catalog.load_table(("ns", "t"))
+    _append(catalog, [3])  # main moved on after the plan was read
+    loads = iter([stale])
+    report = ex.expire(lambda: next(loads, None) or catalog.load_table(("ns", "t")), "ns.t",
+                       ex.Policy(older_than_ms=FAR_FUTURE_MS), local_requirements=True)
+    assert report.attempts == 1 and len(report.expired_snapshots) == 2
+    assert _ids(catalog.load_table(("ns", "t"))) == [0, 1, 2, 3]

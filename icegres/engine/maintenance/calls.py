@@ -45,7 +45,8 @@ def run(lakehouse: Lakehouse, call: Call, search_path: list[str],
     if call.procedure == "expire_snapshots":
         policy = expire.Policy(older_than, _count(args, "retain_last"))
         report = expire.expire(lambda: lakehouse.load_table(namespace, call.name), display, policy,
-                               dry_run=_flag(args, "dry_run", False), pinned=pinned)
+                               dry_run=_flag(args, "dry_run", False), pinned=pinned,
+                               local_requirements=lakehouse.kind == "sql")
         rows = pa.Table.from_pylist([report.spark_row()], schema=RESULT_SCHEMAS[call.procedure])
         verb = "would expire" if report.dry_run else "expired"
         notes = [f'table "{display}": {verb} {len(report.expired_snapshots)} snapshot(s), '

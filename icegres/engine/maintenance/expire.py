@@ -8,8 +8,12 @@ running transactions of this process pinned (`pinned`). The write tails' exactly
 survives the history it lived in: the same commit carries it onto the roots it leaves
 (watermarks.py).
 
-The commit asserts every ref as read (a concurrent commit, or a ref moved onto a snapshot being
-expired, fails it: the user's write wins) and is re-planned and retried on a conflict. Files are
+The commit must never land when a ref was moved onto a snapshot it removes (a rollback, a branch
+created as of an old snapshot, concurrently): removing a ref's snapshot drops the ref. On a SQL
+catalog, whose requirements are checked by pyiceberg in this process, the commit asserts exactly
+that (`_refs_outside`), so writers that only move refs forward never make it fail. A REST catalog
+checks only the spec's requirements: there it asserts every ref as read, and a concurrent commit
+fails it (the user's write wins). Either way it is re-planned and retried on a conflict. Files are
 deleted only after it landed and only those that the snapshots it removed referenced and none of
 the snapshots still in the committed metadata does; both sets are read from the metadata (before
 and after the commit), and a file that cannot be read deletes nothing (`Unreadable`).
@@ -17,6 +21,7 @@ and after the commit), and a file that cannot be read deletes nothing (`Unreadab
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -115,13 +120,15 @@ def select(metadata: Any, older_than_ms: int, retain_last: int, pinned: Iterable
 
 
 def expire(load: Callable[[], Any], display: str, policy: Policy, *, dry_run: bool = False,
-           pinned: Callable[[Any], set[int]] = lambda table: set(),
+           pinned: Callable[[Any], set[int]] = lambda table: set(), local_requirements: bool = False,
            delete: Callable[[Any, str], None] | None = None) -> Report:
     """Expire by `policy` on the table `load()` returns fresh (module docstring). `pinned(table)`:
-    the snapshots running transactions hold. Blocking: run it in a worker thread. Raises
-    PgError (22023 bad policy, 40001 after COMMIT_ATTEMPTS_MAX conflicts, 58030 unreadable)."""
+    the snapshots running transactions hold; `local_requirements`: the catalog checks commit
+    requirements in this process (pyiceberg's SQL catalog). Blocking: run it in a worker thread.
+    Raises PgError (22023 bad policy, 40001 after COMMIT_ATTEMPTS_MAX conflicts, 58030 unreadable)."""
     from pyiceberg.exceptions import CommitFailedException
 
+    cache: dict[str, list[Any]] = {}  # manifest path -> entries, across attempts: manifests never change
     for attempt in range(1, COMMIT_ATTEMPTS_MAX + 1):
         table = load()
         metadata = table.metadata
@@ -132,7 +139,6 @@ def expire(load: Callable[[], Any], display: str, policy: Policy, *, dry_run: bo
         if not report.expired_snapshots:
             return report
         gone = set(report.expired_snapshots)
-        cache: dict[str, list[Any]] = {}
         expired = [s for s in metadata.snapshots if s.snapshot_id in gone]
         kept = [s for s in metadata.snapshots if s.snapshot_id not in gone]
         # Read before committing: an unreadable table is refused whole, nothing expired.
@@ -142,10 +148,10 @@ def expire(load: Callable[[], Any], display: str, policy: Policy, *, dry_run: bo
             _account(table, report, candidates.minus(still))
             return report
         try:
-            committed = _commit(table, metadata, report.expired_snapshots)
+            committed = _commit(table, metadata, report.expired_snapshots, local_requirements)
         except CommitFailedException as exc:
             log.info("expire %s: attempt %d lost a race (%s); re-planning", display, attempt, exc)
-            time.sleep(min(0.05 * attempt, 0.5))
+            time.sleep(min(0.01 * attempt, 0.2))
             continue
         after = committed.metadata
         try:
@@ -164,8 +170,9 @@ def expire(load: Callable[[], Any], display: str, policy: Policy, *, dry_run: bo
                   f"{COMMIT_ATTEMPTS_MAX} attempts lost a race with concurrent commits")
 
 
-def _commit(table: Any, metadata: Any, expired: list[int]) -> Any:
-    """One commit: remove the snapshots, carry the tails' marks past them, assert every ref."""
+def _commit(table: Any, metadata: Any, expired: list[int], local_requirements: bool) -> Any:
+    """One commit: remove the snapshots, carry the tails' marks past them, and assert that no ref
+    names one of them (`local_requirements`), else that every ref is where it was read."""
     from pyiceberg.table.update import (
         AssertRefSnapshotId,
         RemovePropertiesUpdate,
@@ -179,11 +186,39 @@ def _commit(table: Any, metadata: Any, expired: list[int]) -> Any:
         updates.append(SetPropertiesUpdate(updates=carried))
     if dropped:
         updates.append(RemovePropertiesUpdate(removals=list(dropped)))
-    requirements = tuple(AssertRefSnapshotId(ref=name, snapshot_id=ref.snapshot_id)
-                         for name, ref in metadata.refs.items())
+    if local_requirements:
+        requirements: tuple[Any, ...] = (_refs_outside()(snapshot_ids=expired),)
+    else:
+        requirements = tuple(AssertRefSnapshotId(ref=name, snapshot_id=ref.snapshot_id)
+                             for name, ref in metadata.refs.items())
     txn = table.transaction()
     txn._apply(tuple(updates), requirements)
     return txn.commit_transaction()
+
+
+@functools.cache
+def _refs_outside() -> type:
+    """A commit requirement that no branch or tag names one of `snapshot_ids` (checked against the
+    catalog's current metadata at commit, under its compare-and-swap). Not in the REST spec: only
+    for catalogs that validate requirements in this process."""
+    from typing import Literal
+
+    from pydantic import Field
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.table.update import ValidatableTableRequirement
+
+    class AssertRefsOutside(ValidatableTableRequirement):
+        type: Literal["icegres-assert-refs-outside"] = Field(default="icegres-assert-refs-outside")
+        snapshot_ids: list[int] = Field(default_factory=list)
+
+        def validate(self, base_metadata: Any) -> None:
+            gone = set(self.snapshot_ids)
+            moved = sorted(name for name, ref in (base_metadata.refs if base_metadata else {}).items()
+                           if ref.snapshot_id in gone)
+            if base_metadata is None or moved:
+                raise CommitFailedException(f"Requirement failed: refs {moved} now name snapshots being expired")
+
+    return AssertRefsOutside
 
 
 def _account(table: Any, report: Report, doomed: Files) -> None:
