@@ -154,10 +154,11 @@ def _orphan_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _orphans(lakehouse: Any, key: tuple[str, str], args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     from icegres.engine.maintenance import orphans
+    from icegres.engine.maintenance.calls import neighbours
 
     display = f"{key[0]}.{key[1]}"
     report = orphans.remove_orphans(lakehouse.load_table(*key), display, older_than_ms=_older_than(args.older_than),
-                                    dry_run=not args.delete)
+                                    dry_run=not args.delete, neighbours=neighbours(lakehouse, key))
     lines = [f"{o.size_bytes:>12}  {o.path}" for o in report.orphans]
     verb = "would delete" if report.dry_run else "deleted"
     lines.append(f"{display}: {verb} {len(report.orphans)} orphan file(s), {report.orphan_bytes} bytes, "

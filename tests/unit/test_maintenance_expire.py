@@ -211,3 +211,16 @@ def test_a_writer_moving_main_forward_does_not_fail_a_sql_catalog_expiry(catalog
                        ex.Policy(older_than_ms=FAR_FUTURE_MS), local_requirements=True)
     assert report.attempts == 1 and len(report.expired_snapshots) == 2
     assert _ids(catalog.load_table(("ns", "t"))) == [0, 1, 2, 3]
+
+
+def test_orphan_gc_refuses_a_location_another_table_shares(catalog) -> None:
+    _append(catalog, [1])
+    catalog.rename_table(("ns", "t"), ("ns", "u"))  # u keeps .../ns/t; a new t gets the same location
+    catalog.create_table(("ns", "t"), SCHEMA)
+    t, u = catalog.load_table(("ns", "t")), catalog.load_table(("ns", "u"))
+    assert t.metadata.location == u.metadata.location
+    with pytest.raises(ex.PgError) as err:
+        orphans.remove_orphans(t, "ns.t", older_than_ms=FAR_FUTURE_MS, dry_run=False,
+                               neighbours=[("ns.u", u.metadata_location)])
+    assert err.value.sqlstate == "55000" and "ns.u" in err.value.message
+    assert _ids(catalog.load_table(("ns", "u"))) == [1]

@@ -62,7 +62,8 @@ def run(lakehouse: Lakehouse, call: Call, search_path: list[str],
     if location is not None and not location.rstrip("/").startswith(table.metadata.location.rstrip("/")):
         raise PgError(INVALID_PARAMETER_VALUE, f'location "{location}" is not under the location of table "{display}"')
     found = orphans.remove_orphans(table, display, older_than_ms=older_than, dry_run=_flag(args, "dry_run", True),
-                                   location=location, now_ms=now_ms)
+                                   location=location, now_ms=now_ms,
+                                   neighbours=neighbours(lakehouse, (namespace, call.name)))
     rows = pa.Table.from_pylist([{"orphan_file_location": o.path, "file_size_in_bytes": o.size_bytes}
                                  for o in found.orphans], schema=RESULT_SCHEMAS[call.procedure])
     verb = "would delete" if found.dry_run else "deleted"
@@ -71,6 +72,12 @@ def run(lakehouse: Lakehouse, call: Call, search_path: list[str],
     if found.dry_run:
         notes.append("dry run: nothing was deleted (dry_run => false deletes)")
     return rows, notes, (namespace, call.name)
+
+
+def neighbours(lakehouse: Lakehouse, key: tuple[str, str]) -> list[tuple[str, str]]:
+    """(name, metadata location) of every other table of the catalog (for orphans.remove_orphans)."""
+    return [(f"{e.namespace}.{e.name}", e.metadata_location) for e in lakehouse.listing().tables
+            if (e.namespace, e.name) != key]
 
 
 def _find(lakehouse: Lakehouse, call: Call, search_path: list[str]) -> str:

@@ -13,11 +13,12 @@ commit in flight has written but not yet published (a running statement's, anoth
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from icegres.engine.maintenance import reachable
+from icegres.pg.errors import OBJECT_NOT_IN_PREREQUISITE_STATE, PgError
 
 DAY_MS = 86_400_000
 DEFAULT_GRACE_MS = 3 * DAY_MS
@@ -54,9 +55,13 @@ class Report:
 
 
 def remove_orphans(table: Any, display: str, *, older_than_ms: int | None = None, dry_run: bool = True,
-                   location: str | None = None, now_ms: int | None = None) -> Report:
+                   location: str | None = None, now_ms: int | None = None,
+                   neighbours: Iterable[tuple[str, str]] = ()) -> Report:
     """Find (and unless `dry_run`, delete) the orphan files under `location` (default: the
-    table's). Blocking: run it in a worker thread. Raises Unreadable (58030), deleting nothing."""
+    table's). `neighbours`: (name, metadata location) of the catalog's other tables; one whose
+    metadata lies under `location` shares it (a renamed table and a new one of its old name do),
+    and its files would look orphaned here: refused (55000). Blocking: run it in a worker thread.
+    Raises Unreadable (58030), deleting nothing."""
     from pyarrow import fs
 
     now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
@@ -64,6 +69,11 @@ def remove_orphans(table: Any, display: str, *, older_than_ms: int | None = None
         older_than_ms = now_ms - DEFAULT_GRACE_MS
     metadata = table.metadata
     root = (location or metadata.location).rstrip("/")
+    sharing = sorted(name for name, where in neighbours if where.startswith(root + "/"))
+    if sharing:
+        raise PgError(OBJECT_NOT_IN_PREREQUISITE_STATE,
+                      f'table "{display}" shares its location {root} with {", ".join(sharing)}: nothing was deleted',
+                      detail="Their files would look orphaned to this table. Collect orphans by hand there.")
     io = table.io
     used = reachable.referenced(io, metadata, metadata.snapshots, live_only=False)
     known = set(used.kinds) | reachable.metadata_files(metadata, table.metadata_location)
