@@ -21,6 +21,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 
+from tests.e2e.test_writes import _duckdb_scan
 from tests.support import ladder
 from tests.support.ladder import Writers, catalog, lake_ids, make_table
 
@@ -44,9 +45,14 @@ def maintain(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def read_every_snapshot(data_dir: Path, ns: str, name: str = "t") -> dict[int, int]:
     """pyiceberg reads every snapshot the metadata still lists (and so every branch and tag):
-    snapshot id -> rows. A file expiry deleted that one of them needs fails here."""
+    snapshot id -> rows. A file expiry deleted that one of them needs fails here. DuckDB reads the
+    current one from the same metadata file."""
     table = catalog(data_dir).load_table((ns, name))
-    return {s.snapshot_id: table.scan(snapshot_id=s.snapshot_id).to_arrow().num_rows for s in table.metadata.snapshots}
+    rows = {s.snapshot_id: table.scan(snapshot_id=s.snapshot_id).to_arrow().num_rows for s in table.metadata.snapshots}
+    if table.metadata.current_snapshot_id is not None:
+        assert _duckdb_scan(table.metadata_location, "select count(*) from {scan}") == \
+            [(rows[table.metadata.current_snapshot_id],)]
+    return rows
 
 
 def test_expiring_the_tails_snapshots_before_a_replay_replays_each_row_exactly_once(data_dir: Path) -> None:
@@ -251,6 +257,7 @@ def test_orphan_gc_dry_run_grace_period_delete_and_fail_closed(data_dir: Path) -
     assert done.returncode == 0, done.stderr
     assert not old.exists() and young.exists()  # the young one is inside the grace period
     assert sorted(lake_ids(data_dir, ns, "t")) == [1, 2]
+    read_every_snapshot(data_dir, ns)
     # A manifest that cannot be read: nothing is deleted, and the command says why.
     table = catalog(data_dir).load_table((ns, "t"))
     manifest = Path(table.metadata.current_snapshot().manifests(table.io)[0].manifest_path.removeprefix("file://"))

@@ -51,7 +51,8 @@ def referenced(io: Any, metadata: Any, snapshots: Iterable[Any], *, live_only: b
                seen: dict[str, list[Any]] | None = None) -> Files:
     """The manifest lists, manifests and content files of `snapshots` (`live_only`: only the
     entries a read of a snapshot uses, ADDED and EXISTING; else every entry, DELETED too).
-    `seen` caches manifest entries by manifest path across calls. Raises Unreadable."""
+    `seen` caches what was read (a manifest list's manifests, a manifest's entries) by path
+    across calls: Iceberg never rewrites a metadata file in place. Raises Unreadable."""
     from pyiceberg.manifest import ManifestEntryStatus
 
     snapshots = list(snapshots)
@@ -59,10 +60,13 @@ def referenced(io: Any, metadata: Any, snapshots: Iterable[Any], *, live_only: b
     cache = seen if seen is not None else {}
     for snapshot in snapshots:
         files.add(snapshot.manifest_list, MANIFEST_LIST, None)
-        try:
-            manifests = snapshot.manifests(io)
-        except Exception as exc:
-            raise Unreadable(snapshot.manifest_list, exc) from exc
+        manifests = cache.get(snapshot.manifest_list)  # a manifest list never changes either
+        if manifests is None:
+            try:
+                manifests = snapshot.manifests(io)
+            except Exception as exc:
+                raise Unreadable(snapshot.manifest_list, exc) from exc
+            cache[snapshot.manifest_list] = manifests
         for manifest in manifests:
             files.add(manifest.manifest_path, MANIFEST, manifest.manifest_length)
             entries = cache.get(manifest.manifest_path)
