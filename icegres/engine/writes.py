@@ -49,11 +49,16 @@ def is_ddl(stmt: Statement) -> bool:
     return stmt.tag in DDL_WORDS
 
 
+_MAINTENANCE_TEXT_MAX = 4096
+
+
 def maintenance_call(stmt: Statement, time_zone: str = "UTC") -> Call | None:
     """The table-maintenance procedure a `CALL system.…` or `ALTER TABLE t EXECUTE …` runs (it
     answers with rows: engine/maintenance/calls.py); None for any other statement."""
     from icegres.engine import procedures
 
+    if stmt.tag == "ALTER" and "execute" not in stmt.sql.lower():
+        return None  # (asked on the event loop for every ALTER: no tokenizing for the others)
     if stmt.tag == "CALL":
         call = procedures.parse_call(stmt.sql, time_zone)
         return call if call.procedure in procedures.MAINTENANCE else None
@@ -67,6 +72,8 @@ def returns_rows(stmt: Statement) -> bool:
     and the maintenance procedures. (A CALL that does not parse is reported when it runs.)"""
     if is_dml(stmt):
         return True
+    if len(stmt.sql) > _MAINTENANCE_TEXT_MAX:
+        return False  # a maintenance call is a line of text; a 50 MB statement is not tokenized at Parse
     try:
         return maintenance_call(stmt) is not None
     except PgError:
