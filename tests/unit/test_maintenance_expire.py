@@ -224,3 +224,31 @@ def test_orphan_gc_refuses_a_location_another_table_shares(catalog) -> None:
                                neighbours=[("ns.u", u.metadata_location)])
     assert err.value.sqlstate == "55000" and "ns.u" in err.value.message
     assert _ids(catalog.load_table(("ns", "u"))) == [1]
+
+
+def test_a_crash_between_the_expiry_commit_and_its_deletions_leaves_only_orphans(catalog, tmp_path) -> None:
+    for i in range(4):
+        _append(catalog, [i])
+    _overwrite(catalog, [9])
+    deleted: list[str] = []
+
+    class Crash(Exception):
+        pass
+
+    def dies_after_two(io, path: str) -> None:
+        if len(deleted) == 2:
+            raise Crash
+        io.delete(path)
+        deleted.append(path)
+
+    dry = ex.expire(_load(catalog), "ns.t", ex.Policy(older_than_ms=FAR_FUTURE_MS), dry_run=True)
+    with pytest.raises(Crash):
+        ex.expire(_load(catalog), "ns.t", ex.Policy(older_than_ms=FAR_FUTURE_MS), delete=dies_after_two)
+    table = catalog.load_table(("ns", "t"))
+    assert len(table.metadata.snapshots) == 1 and _ids(table) == [9]  # the commit landed
+    left = orphans.remove_orphans(table, "ns.t", older_than_ms=FAR_FUTURE_MS, dry_run=False)
+    # What the crash left is exactly the rest of what expiry meant to delete (plus old metadata files).
+    leftover_content = {o.path for o in left.orphans if not o.path.endswith(".metadata.json")}
+    assert leftover_content == {p.removeprefix("file://") for p in dry.deleted.kinds} - \
+        {p.removeprefix("file://") for p in deleted}
+    assert _ids(catalog.load_table(("ns", "t"))) == [9]
