@@ -63,6 +63,7 @@ import pyarrow as pa
 import trio
 
 from icegres.engine.ladder_port import Buffered
+from icegres.engine.maintenance.watermarks import TAIL_ID_PROPERTY, TAIL_LSN_PROPERTY, tail_summary
 from icegres.machines.buffer import AckPolicy, Config, FlushTable, ReportLost, visible_entries
 from icegres.machines.drivers.buffer import (
     BufferDriver,
@@ -100,8 +101,6 @@ log = logging.getLogger("icegres.ladder")
 
 Key = tuple[str, str]
 
-TAIL_ID_PROPERTY = "icegres.tail-id"
-TAIL_LSN_PROPERTY = "icegres.tail-lsn"
 # A lake-fenced tail's writer term goes in its `term_property` (docs/quorum-protocol.md, lake
 # fencing): QUORUM_TERM_PROPERTY for the quorum tail, PG_TAIL_EPOCH_PROPERTY for the Postgres tail.
 # SQLSTATE of a flush the lake refused because a higher writer term published (never retried).
@@ -167,18 +166,13 @@ def decode_payload(payload: bytes) -> tuple[Key, pa.Table]:
 
 def lake_watermark(plan: ReadPlan | None, tail_id: str) -> int:
     """The highest LSN of `tail_id` the plan's snapshot holds: the `icegres.tail-lsn` of the newest
-    ancestor snapshot written by that tail, 0 if none. Blocking (walks snapshot metadata)."""
+    ancestor snapshot written by that tail, or what an expiry carried past the history it removed
+    (engine/maintenance/watermarks.py); 0 if none. Blocking (walks snapshot metadata)."""
     table: Any = None if plan is None else plan.table
     if table is None:
         return 0
-    from pyiceberg.table.snapshots import ancestors_of
-
-    metadata = table.metadata
-    for snapshot in ancestors_of(_head_snapshot(plan), metadata):  # type: ignore[arg-type]
-        summary = snapshot.summary
-        if summary is not None and summary.get(TAIL_ID_PROPERTY) == tail_id:
-            return int(summary.get(TAIL_LSN_PROPERTY) or 0)
-    return 0
+    summary = tail_summary(table.metadata, _head_snapshot(plan), tail_id)
+    return int(summary.get(TAIL_LSN_PROPERTY) or 0) if summary is not None else 0
 
 
 def _head_snapshot(plan: ReadPlan) -> Any:
@@ -590,23 +584,18 @@ class WriteLadder:
         published to this table (PgError 25006, and the tail stops appending); drop the records
         another writer of the same tail already put there (an LSN names one record of a tail:
         the quorum's chosen slot, the Postgres tail's committed row). Blocking."""
-        from pyiceberg.table.snapshots import ancestors_of
-
-        metadata = plan.table.metadata  # type: ignore[union-attr]
-        for snapshot in ancestors_of(_head_snapshot(plan), metadata):
-            summary = snapshot.summary
-            if summary is None or summary.get(TAIL_ID_PROPERTY) != self.tail_id:
-                continue
-            # Terms only grow along a table's history: the newest flush of the tail has the highest.
-            published = summary.get(tail.term_property)
-            if published and tail.outranked_by(published):
-                reason = (f"writer term {published} published to {key[0]}.{key[1]}, above this writer's "
-                          f"term {tail.writer_term}")
-                tail.fence(reason)
-                raise PgError(FENCED_SQLSTATE, f"this writer was fenced: {reason}")
-            mark = int(summary.get(TAIL_LSN_PROPERTY) or 0)
-            return [b for b in batch if b.lsn > mark]
-        return batch
+        # The newest flush of the tail has the highest term: terms only grow along a table's history.
+        summary = tail_summary(plan.table.metadata, _head_snapshot(plan), self.tail_id)  # type: ignore[union-attr]
+        if summary is None:
+            return batch
+        published = summary.get(tail.term_property)
+        if published and tail.outranked_by(published):
+            reason = (f"writer term {published} published to {key[0]}.{key[1]}, above this writer's "
+                      f"term {tail.writer_term}")
+            tail.fence(reason)
+            raise PgError(FENCED_SQLSTATE, f"this writer was fenced: {reason}")
+        mark = int(summary.get(TAIL_LSN_PROPERTY) or 0)
+        return [b for b in batch if b.lsn > mark]
 
     def _mount(self, world: Any, key: Key, watermark: int) -> None:
         """Make the engine read a snapshot that holds the batch before the flush reports done."""

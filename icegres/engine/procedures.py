@@ -6,6 +6,13 @@
     CALL system.set_current_snapshot(table => 'demo.trips', ref => 'dev')
     CALL system.fast_forward('demo.trips', 'main', 'dev')
     CALL system.cherrypick_snapshot('demo.trips', 8744241337125164453)
+    CALL system.expire_snapshots('demo.trips', TIMESTAMP '2026-12-01 00:00', 10)
+    CALL system.remove_orphan_files(table => 'demo.trips', dry_run => false)
+    ALTER TABLE demo.trips EXECUTE expire_snapshots(retention_threshold => '7d')
+
+The last three are table maintenance (engine/maintenance/, docs/maintenance.md): they answer with
+Spark's result rows and are run by `maintenance.calls`, not by `apply`; Trino's `ALTER TABLE t
+EXECUTE` spelling parses to the same `Call` (`parse_execute`).
 
 Any catalog prefix (`iceberg.system`, `icegres.system`) is accepted; arguments by position or by
 name (`name => value`). Each is one Iceberg commit to a ref of one table, asserting the ref's
@@ -45,7 +52,14 @@ PROCEDURES: dict[str, tuple[str, ...]] = {
     "set_current_snapshot": ("table", "snapshot_id", "ref"),
     "fast_forward": ("table", "branch", "to"),
     "cherrypick_snapshot": ("table", "snapshot_id"),
+    # Table maintenance. After Spark's own parameters, icegres's: dry_run for expiry, and
+    # retention_threshold, Trino's "older than" as a duration back from now ('7d').
+    "expire_snapshots": ("table", "older_than", "retain_last", "max_concurrent_deletes", "stream_results",
+                         "dry_run", "retention_threshold"),
+    "remove_orphan_files": ("table", "older_than", "location", "dry_run", "max_concurrent_deletes",
+                            "retention_threshold"),
 }
+MAINTENANCE = frozenset({"expire_snapshots", "remove_orphan_files"})
 
 
 @dataclass(frozen=True)
@@ -80,7 +94,43 @@ def parse_call(sql: str, time_zone: str = "UTC") -> Call:
     tokens = tokenize(sql)
     if not tokens or tokens[0].value != "call":
         raise PgError(SYNTAX_ERROR, "syntax error at or near \"CALL\"")
-    i, parts = 1, []
+    parts, i = _dotted(tokens, 1)
+    name = parts[-1] if parts else ""
+    if len(parts) < 2 or parts[-2] != "system" or name not in PROCEDURES:
+        shown = ".".join(parts) or "?"
+        raise PgError(UNDEFINED_FUNCTION, f"procedure {shown} does not exist",
+                      hint="icegres's procedures: " + ", ".join(f"system.{p}" for p in PROCEDURES) + ".")
+    return _arguments(tokens, i, name, None, time_zone)
+
+
+def is_execute(sql: str) -> bool:
+    """Whether `sql` is Trino's `ALTER TABLE t EXECUTE procedure(...)`."""
+    tokens = tokenize(sql)
+    if len(tokens) < 4 or [t.value for t in tokens[:2]] != ["alter", "table"]:
+        return False
+    _, i = _dotted(tokens, 2)
+    return i < len(tokens) and tokens[i].kind is Kind.NAME and tokens[i].value == "execute"
+
+
+def parse_execute(sql: str, time_zone: str = "UTC") -> Call:
+    """Trino's `ALTER TABLE t EXECUTE expire_snapshots | remove_orphan_files (name => value, ...)`
+    as the Call of the procedure; 42883 for another procedure (Trino's `optimize` is compaction's)."""
+    tokens = tokenize(sql)
+    parts, i = _dotted(tokens, 2)
+    i += 1  # EXECUTE
+    name = tokens[i].value if i < len(tokens) and tokens[i].kind is Kind.NAME else ""
+    if name not in MAINTENANCE:
+        raise PgError(UNDEFINED_FUNCTION, f"table procedure {name or '?'} does not exist",
+                      hint="icegres's table procedures: " + ", ".join(sorted(MAINTENANCE)) + ".")
+    table = ".".join(f'"{p}"' if not p.isidentifier() or p != p.lower() else p for p in parts)
+    if i + 1 >= len(tokens):  # Trino allows the bare name: no arguments
+        return Call(name, (("table", table),), time_zone)
+    return _arguments(tokens, i + 1, name, table, time_zone)
+
+
+def _dotted(tokens: list[Any], i: int) -> tuple[list[str], int]:
+    """A dotted name from tokens[i]: its parts and the index after it."""
+    parts = []
     while i < len(tokens) and tokens[i].kind in (Kind.NAME, Kind.QUOTED_NAME):
         parts.append(tokens[i].value)
         i += 1
@@ -88,11 +138,11 @@ def parse_call(sql: str, time_zone: str = "UTC") -> Call:
             i += 1
             continue
         break
-    name = parts[-1] if parts else ""
-    if len(parts) < 2 or parts[-2] != "system" or name not in PROCEDURES:
-        shown = ".".join(parts) or "?"
-        raise PgError(UNDEFINED_FUNCTION, f"procedure {shown} does not exist",
-                      hint="icegres's procedures: " + ", ".join(f"system.{p}" for p in PROCEDURES) + ".")
+    return parts, i
+
+
+def _arguments(tokens: list[Any], i: int, name: str, table: str | None, time_zone: str) -> Call:
+    """The `(args)` of procedure `name` from tokens[i] (`table`: given by ALTER TABLE, not in them)."""
     if i >= len(tokens) or tokens[i].text != "(":
         raise _syntax(tokens, i)
     i += 1
@@ -119,10 +169,12 @@ def parse_call(sql: str, time_zone: str = "UTC") -> Call:
             raise _syntax(tokens, i)
     if i != len(tokens) - 1:
         raise _syntax(tokens, min(i + 1, len(tokens)))
-    params = PROCEDURES[name]
+    params = PROCEDURES[name] if table is None else PROCEDURES[name][1:]
     if len(positional) > len(params):
         raise PgError(UNDEFINED_FUNCTION, f"procedure system.{name} takes at most {len(params)} arguments")
     given = dict(zip(params, positional, strict=False))
+    if table is not None:
+        given["table"] = table
     for key, value in named.items():
         if key not in params:
             raise PgError(UNDEFINED_FUNCTION, f'procedure system.{name} has no argument "{key}"')
@@ -131,7 +183,7 @@ def parse_call(sql: str, time_zone: str = "UTC") -> Call:
         given[key] = value
     if "table" not in given:
         raise PgError(UNDEFINED_FUNCTION, f'procedure system.{name} needs its "table" argument')
-    return Call(name, tuple((p, given[p]) for p in params if p in given), time_zone)
+    return Call(name, tuple((p, given[p]) for p in PROCEDURES[name] if p in given), time_zone)
 
 
 def _syntax(tokens: list[Any], i: int) -> PgError:
@@ -150,6 +202,8 @@ def _value(tokens: list[Any], i: int) -> tuple[Any, int]:
     if tok.kind is Kind.NAME and tok.value in ("timestamp", "timestamptz") and i + 1 < len(tokens) \
             and tokens[i + 1].kind is Kind.STRING:
         return Timestamp(tokens[i + 1].value), i + 2
+    if tok.kind is Kind.NAME and tok.value in ("true", "false"):
+        return tok.value == "true", i + 1
     negative = tok.text == "-"
     if negative:
         i += 1
@@ -187,7 +241,7 @@ def apply(table: Table, call: Call, display: str, notices: list[str]) -> None:
         at = args.get("timestamp")
         if not isinstance(at, Timestamp):
             raise PgError(INVALID_PARAMETER_VALUE, "rollback_to_timestamp takes TIMESTAMP '...' as its time")
-        ms = _epoch_ms(at, call.time_zone)
+        ms = epoch_ms(at, call.time_zone)
         from pyiceberg.table.snapshots import latest_ancestor_before_timestamp
 
         found = latest_ancestor_before_timestamp(metadata, ms)  # strictly older, as Spark's
@@ -291,7 +345,8 @@ def _text(args: dict[str, Any], name: str) -> str:
     return value
 
 
-def _epoch_ms(at: Timestamp, zone: str) -> int:
+def epoch_ms(at: Timestamp, zone: str) -> int:
+    """A TIMESTAMP argument in ms since the epoch, read in the session's time zone `zone`."""
     from icegres.pg.clock import TextSettings
     from icegres.pg.params import decode_param
     from icegres.pg.types import TIMESTAMPTZ

@@ -9,6 +9,8 @@ turns the staged writes into one atomic commit. Nothing in this module does I/O.
 from __future__ import annotations
 
 import itertools
+import threading
+import weakref
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -137,6 +139,10 @@ class BlockCatalog:
 
 
 _txn_ids = itertools.count(1)
+# Every transaction of this process still referenced (its session's block, a statement running):
+# snapshot expiry keeps the snapshots they pinned (`pinned_snapshots`).
+_live: weakref.WeakValueDictionary[int, TxnState] = weakref.WeakValueDictionary()
+_live_lock = threading.Lock()
 
 
 @dataclass
@@ -170,6 +176,10 @@ class TxnState:
     # Views as the block's DDL left them (a ViewDef, or None: dropped or renamed away); names
     # not here are the catalog's.
     view_overlay: dict[Key, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        with _live_lock:
+            _live[self.ident] = self
 
     def pin(self, key: Key, plan: ReadPlan | None) -> None:
         if key in self.pins or key in self.hidden:
@@ -373,3 +383,11 @@ def new_transaction(default_isolation: str | None, isolation: str | None, *, aut
     """A transaction at `isolation`, else the session's default_transaction_isolation."""
     level = (isolation or default_isolation or "").lower()
     return TxnState(serializable=level == "serializable", autocommit=autocommit)
+
+
+def pinned_snapshots(table_uuid: str) -> set[int]:
+    """The snapshots of the table `table_uuid` that live transactions of this process pinned."""
+    with _live_lock:
+        txns = list(_live.values())
+    return {plan.snapshot_id for txn in txns for plan in list(txn.pins.values())
+            if plan.table_uuid == table_uuid and plan.snapshot_id is not None}

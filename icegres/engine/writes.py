@@ -49,6 +49,37 @@ def is_ddl(stmt: Statement) -> bool:
     return stmt.tag in DDL_WORDS
 
 
+_MAINTENANCE_TEXT_MAX = 4096
+
+
+def maintenance_call(stmt: Statement, time_zone: str = "UTC") -> Call | None:
+    """The table-maintenance procedure a `CALL system.…` or `ALTER TABLE t EXECUTE …` runs (it
+    answers with rows: engine/maintenance/calls.py); None for any other statement."""
+    from icegres.engine import procedures
+
+    if stmt.tag == "ALTER" and "execute" not in stmt.sql.lower():
+        return None  # (asked on the event loop for every ALTER: no tokenizing for the others)
+    if stmt.tag == "CALL":
+        call = procedures.parse_call(stmt.sql, time_zone)
+        return call if call.procedure in procedures.MAINTENANCE else None
+    if stmt.tag == "ALTER" and procedures.is_execute(stmt.sql):
+        return procedures.parse_execute(stmt.sql, time_zone)
+    return None
+
+
+def returns_rows(stmt: Statement) -> bool:
+    """Whether a write statement may answer with rows, to describe at Parse: DML (RETURNING)
+    and the maintenance procedures. (A CALL that does not parse is reported when it runs.)"""
+    if is_dml(stmt):
+        return True
+    if len(stmt.sql) > _MAINTENANCE_TEXT_MAX:
+        return False  # a maintenance call is a line of text; a 50 MB statement is not tokenized at Parse
+    try:
+        return maintenance_call(stmt) is not None
+    except PgError:
+        return False
+
+
 class WriteHost(Protocol):
     """What a front end gives the write path."""
 
@@ -158,10 +189,16 @@ async def in_transaction(host: WriteHost, work: Callable[[TxnState], Any]) -> An
 
 
 async def describe_dml(host: WriteHost, stmt: Statement) -> tuple[pa.Schema | None, dict[int, pa.DataType]]:
-    """Parse-time description of a DML statement: RETURNING columns and parameter types."""
+    """Parse-time description of a DML statement: RETURNING columns and parameter types (and a
+    maintenance procedure's result columns)."""
     from icegres.engine import dml
 
     qctx = host.qctx
+    call = maintenance_call(stmt, qctx.env.time_zone) if not is_dml(stmt) else None
+    if call is not None:
+        from icegres.engine.maintenance.calls import result_schema
+
+        return result_schema(call), {}
     if host.block() is not None:
         return await host.run(dml.describe, qctx, stmt)
     host.bind(host.new_txn(autocommit=True))
@@ -180,9 +217,34 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
     apply at once, and the block re-pins the tables they changed. Temporary tables: ddl_temp.py."""
     from icegres.engine import ddl, procedures
 
+    maintenance = maintenance_call(stmt, host.qctx.env.time_zone)
+    if maintenance is not None:
+        return await run_maintenance(host, maintenance, "CALL" if stmt.tag == "CALL" else "ALTER TABLE")
     if stmt.tag == "CALL":
         return await run_ddl_command(host, procedures.parse_call(stmt.sql, host.qctx.env.time_zone))
     return await run_ddl_command(host, ddl.parse_ddl(stmt.sql, host.qctx.env.database))
+
+
+async def run_maintenance(host: WriteHost, call: Call, tag: str) -> WriteResult:
+    """Snapshot expiry or orphan GC of one table, in a worker thread; never in a transaction
+    block (25001). Expiry keeps what this server's running transactions pinned."""
+    from icegres.engine.maintenance import calls
+    from icegres.engine.txn import pinned_snapshots
+
+    qctx = host.qctx
+    txn = qctx.txn
+    if txn is not None and not txn.autocommit:
+        what = "CALL" if tag == "CALL" else "ALTER TABLE ... EXECUTE"
+        raise PgError(E.ACTIVE_SQL_TRANSACTION, f"{what} cannot run inside a transaction block")
+
+    def run() -> tuple[pa.Table, list[str]]:
+        rows, notices, key = calls.run(qctx.engine.lakehouse, call, list(qctx.env.search_path),
+                                       lambda table: pinned_snapshots(str(table.metadata.table_uuid)))
+        qctx.engine.refresh({key})  # time travel and "t$snapshots" see the history as it is now
+        return rows, notices
+
+    rows, notices = await host.run(run)
+    return WriteResult(tag, rows, notices)
 
 
 async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:

@@ -30,7 +30,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("icegres.engine",),
     ("icegres.ladder",),
     ("icegres.protocol",),
-    ("icegres.seed", "icegres.supervise", "icegres.serve", "icegres.verify", "icegres.branches"),
+    ("icegres.seed", "icegres.supervise", "icegres.serve", "icegres.verify", "icegres.branches",
+     "icegres.maintain_cli"),
     ("icegres.cli", "icegres.__main__"),
 )
 

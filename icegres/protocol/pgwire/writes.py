@@ -33,6 +33,7 @@ DML_WORDS = core.DML_WORDS
 DDL_WORDS = core.DDL_WORDS
 is_dml = core.is_dml
 is_ddl = core.is_ddl
+returns_rows = core.returns_rows
 
 
 def new_transaction(session: SessionPort, isolation: str | None, *, autocommit: bool = False) -> TxnState:
@@ -58,7 +59,8 @@ async def run_write(session: SessionPort, stmt: Statement, values: dict[str, Any
     if is_ddl(stmt):
         result = await core.run_ddl(host(session), stmt)
         notices = b"".join(m.notice_response(PgError("00000", notice, severity="NOTICE")) for notice in result.notices)
-        return notices + session.trace.completed(result.tag)
+        rows = b"" if result.returning is None else _table_rows(result.returning, describe, formats, text)
+        return notices + rows + session.trace.completed(result.tag)
     if not is_dml(stmt):
         raise refusal(stmt)
     result = await core.execute_dml(host(session), stmt, values)
