@@ -1,0 +1,1 @@
+"""Table maintenance: snapshot expiry, orphan-file GC, compaction, manifest rewrite (issue 30)."""
