@@ -19,7 +19,7 @@ from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from icegres.engine import ddl_checks, ddl_refs, ddl_sequences, ddl_views
+from icegres.engine import ddl_checks, ddl_refs, ddl_sequences, ddl_views, procedures
 from icegres.engine.ddl_commands import (
     COMMENT_PROPERTY,
     AddCheck,
@@ -761,6 +761,8 @@ class _Parser:
             return AlterTable(schema, name, (RenameColumn(old, new),), if_exists)
         if ddl_refs.starts_ref_change(self):
             return AlterTable(schema, name, (ddl_refs.parse_ref_change(self),), if_exists)
+        if self.peek("EXECUTE"):  # Trino's table procedures: the CALL each one is
+            return procedures.parse_execute(self.sql[self.toks[self.i].end + 1:], schema, name)
         if self.peek("SET", "SCHEMA"):
             raise _unsupported("ALTER TABLE ... SET SCHEMA",
                                "Create the table in the other schema with CREATE TABLE ... AS "

@@ -30,6 +30,7 @@ from icegres.pg.errors import (
     SYNTAX_ERROR,
     UNDEFINED_FUNCTION,
     UNDEFINED_OBJECT,
+    UNDEFINED_TABLE,
     PgError,
 )
 from icegres.sql.lexer import Kind, tokenize
@@ -45,6 +46,14 @@ PROCEDURES: dict[str, tuple[str, ...]] = {
     "set_current_snapshot": ("table", "snapshot_id", "ref"),
     "fast_forward": ("table", "branch", "to"),
     "cherrypick_snapshot": ("table", "snapshot_id"),
+    # Table maintenance (engine/maintenance/): these answer with Spark's result row.
+    "rewrite_data_files": ("table", "strategy", "sort_order", "options", "where"),
+    "rewrite_manifests": ("table", "use_caching", "spec_id"),
+}
+
+# Trino's `ALTER TABLE t EXECUTE name(...)`: the Spark procedure each one is, and its parameters.
+TRINO_EXECUTE: dict[str, tuple[str, tuple[str, ...]]] = {
+    "optimize": ("rewrite_data_files", ("file_size_threshold",)),
 }
 
 
@@ -58,6 +67,7 @@ class Call:
     procedure: str
     args: tuple[tuple[str, Any], ...]  # (parameter, value) in Spark's order, the given ones
     time_zone: str = "UTC"
+    execute: str | None = None  # spelled ALTER TABLE ... EXECUTE <this> (Trino), not CALL
 
     @property
     def table(self) -> str:
@@ -95,7 +105,12 @@ def parse_call(sql: str, time_zone: str = "UTC") -> Call:
                       hint="icegres's procedures: " + ", ".join(f"system.{p}" for p in PROCEDURES) + ".")
     if i >= len(tokens) or tokens[i].text != "(":
         raise _syntax(tokens, i)
-    i += 1
+    return Call(name, _arguments(tokens, i + 1, name, PROCEDURES[name]), time_zone)
+
+
+def _arguments(tokens: list[Any], i: int, name: str, params: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
+    """The arguments after a procedure's `(`, to the `)` that ends the statement, as (parameter,
+    value) in `params`' order; 42601 / 42883 as for CALL."""
     positional: list[Any] = []
     named: dict[str, Any] = {}
     while i < len(tokens) and tokens[i].text != ")":
@@ -119,7 +134,6 @@ def parse_call(sql: str, time_zone: str = "UTC") -> Call:
             raise _syntax(tokens, i)
     if i != len(tokens) - 1:
         raise _syntax(tokens, min(i + 1, len(tokens)))
-    params = PROCEDURES[name]
     if len(positional) > len(params):
         raise PgError(UNDEFINED_FUNCTION, f"procedure system.{name} takes at most {len(params)} arguments")
     given = dict(zip(params, positional, strict=False))
@@ -129,9 +143,51 @@ def parse_call(sql: str, time_zone: str = "UTC") -> Call:
         if key in given:
             raise PgError(SYNTAX_ERROR, f'argument "{key}" is given twice')
         given[key] = value
-    if "table" not in given:
+    if "table" in params and "table" not in given:
         raise PgError(UNDEFINED_FUNCTION, f'procedure system.{name} needs its "table" argument')
-    return Call(name, tuple((p, given[p]) for p in params if p in given), time_zone)
+    return tuple((p, given[p]) for p in params if p in given)
+
+
+def parse_execute(text: str, schema: str | None, table: str, time_zone: str = "UTC") -> Call:
+    """Trino's `ALTER TABLE t EXECUTE name[(args)]` (`text`: what follows EXECUTE) as the CALL it
+    is: `optimize(file_size_threshold => '128MB')` is rewrite_data_files of the files under the
+    threshold, in every partition with two or more of them (Trino's rule). 42883 for a name
+    icegres does not have."""
+    tokens = tokenize(text)
+    name = tokens[0].value if tokens and tokens[0].kind is Kind.NAME else ""
+    if name not in TRINO_EXECUTE:
+        raise PgError(UNDEFINED_FUNCTION, f"table procedure {name or '?'} does not exist",
+                      hint="icegres's table procedures: " + ", ".join(TRINO_EXECUTE) + ".")
+    procedure, params = TRINO_EXECUTE[name]
+    given: dict[str, Any] = {}
+    if len(tokens) > 1:
+        if tokens[1].text != "(":
+            raise _syntax(tokens, 1)
+        given = dict(_arguments(tokens, 2, name, params))
+    elif len(tokens) != 1:
+        raise _syntax(tokens, 1)
+    display = f"{schema}.{table}" if schema else table
+    options = {"min-input-files": "2"}
+    if "file_size_threshold" in given:
+        options["min-file-size-bytes"] = str(data_size_bytes(given["file_size_threshold"], "file_size_threshold"))
+    return Call(procedure, (("table", display), ("options", options)), time_zone, execute=name)
+
+
+_SIZE_UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40, "pb": 1 << 50}
+
+
+def data_size_bytes(value: Any, name: str) -> int:
+    """Trino's data size ('128MB', '10kB', '1GB', 1024-based) or a byte count, in bytes; 22023."""
+    import re
+
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in (*_SIZE_UNITS, "") or float(match.group(1)) <= 0:
+        raise PgError(INVALID_PARAMETER_VALUE, f'invalid value for argument "{name}": {value!r}',
+                      hint="A data size such as '128MB', '10kB' or '1GB'.")
+    return int(float(match.group(1)) * _SIZE_UNITS.get(unit, 1))
 
 
 def _syntax(tokens: list[Any], i: int) -> PgError:
@@ -150,6 +206,10 @@ def _value(tokens: list[Any], i: int) -> tuple[Any, int]:
     if tok.kind is Kind.NAME and tok.value in ("timestamp", "timestamptz") and i + 1 < len(tokens) \
             and tokens[i + 1].kind is Kind.STRING:
         return Timestamp(tokens[i + 1].value), i + 2
+    if tok.kind is Kind.NAME and tok.value in ("true", "false"):
+        return tok.value == "true", i + 1
+    if tok.kind is Kind.NAME and tok.value == "map" and i + 1 < len(tokens) and tokens[i + 1].text == "(":
+        return _map(tokens, i + 2)
     negative = tok.text == "-"
     if negative:
         i += 1
@@ -157,6 +217,24 @@ def _value(tokens: list[Any], i: int) -> tuple[Any, int]:
     if tok.kind is Kind.NUMBER and tok.text.isdigit():
         return (-1 if negative else 1) * int(tok.text), i + 1
     raise _syntax(tokens, i)
+
+
+def _map(tokens: list[Any], i: int) -> tuple[dict[str, str], int]:
+    """Spark's `map('k1', 'v1', 'k2', 'v2')` after its `(`: keys and values as text."""
+    items: list[Any] = []
+    while i < len(tokens) and tokens[i].text != ")":
+        value, i = _value(tokens, i)
+        items.append(value)
+        if i < len(tokens) and tokens[i].text == ",":
+            i += 1
+        elif i >= len(tokens) or tokens[i].text != ")":
+            raise _syntax(tokens, i)
+    if i >= len(tokens):
+        raise _syntax(tokens, i)
+    if len(items) % 2:
+        raise PgError(INVALID_PARAMETER_VALUE, "map() takes keys and values in pairs")
+    return {str(k): str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in zip(items[::2], items[1::2], strict=True)}, i + 1
 
 
 def _name_parts(name: str) -> list[str]:
@@ -298,3 +376,18 @@ def _epoch_ms(at: Timestamp, zone: str) -> int:
 
     value = decode_param(at.text.encode(), TIMESTAMPTZ.oid, 0, TextSettings(timezone=zone))
     return int(value.timestamp() * 1000)  # type: ignore[union-attr]
+
+
+# --- table maintenance (engine/maintenance/) ---------------------------------------------------
+
+MAINTENANCE = ("rewrite_data_files", "rewrite_manifests")
+
+def maintained_table(lakehouse: Any, call: Call, search_path: list[str]) -> tuple[str, str]:
+    """The (namespace, name) a maintenance CALL names: its schema's, else the first lake schema
+    on the search path that holds it; 42P01 when none does."""
+    schemas = [call.schema] if call.schema is not None else [
+        s for s in search_path if s and not s.startswith(("$", "pg_")) and s != "information_schema"]
+    for namespace in schemas:
+        if lakehouse.table_exists(namespace, call.name):
+            return namespace, call.name
+    raise PgError(UNDEFINED_TABLE, f'relation "{call.table}" does not exist')

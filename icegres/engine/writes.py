@@ -181,8 +181,41 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
     from icegres.engine import ddl, procedures
 
     if stmt.tag == "CALL":
-        return await run_ddl_command(host, procedures.parse_call(stmt.sql, host.qctx.env.time_zone))
-    return await run_ddl_command(host, ddl.parse_ddl(stmt.sql, host.qctx.env.database))
+        cmd = procedures.parse_call(stmt.sql, host.qctx.env.time_zone)
+    else:
+        cmd = ddl.parse_ddl(stmt.sql, host.qctx.env.database)
+    if isinstance(cmd, Call) and cmd.procedure in procedures.MAINTENANCE:
+        return await run_maintenance(host, cmd)
+    return await run_ddl_command(host, cmd)
+
+
+async def run_maintenance(host: WriteHost, call: Call) -> WriteResult:
+    """CALL system.rewrite_data_files / rewrite_manifests, ALTER TABLE ... EXECUTE optimize: the
+    table's buffered rows settled into the lake, then the operation in a worker thread (never on
+    the event loop: it reads and writes files), then the table mounted afresh. Not in a
+    transaction block (25001): it commits at once, like the snapshot procedures."""
+    from icegres.engine import procedures
+    from icegres.engine.maintenance import calls
+
+    qctx = host.qctx
+    txn = qctx.txn
+    if txn is not None and not txn.autocommit:
+        what = "ALTER TABLE ... EXECUTE" if call.execute else f"CALL system.{call.procedure}"
+        raise PgError(E.ACTIVE_SQL_TRANSACTION, f"{what} cannot run inside a transaction block")
+    lakehouse = qctx.engine.lakehouse
+    key = await host.run(procedures.maintained_table, lakehouse, call, list(qctx.env.search_path))
+    if qctx.engine.ladder is not None:
+        await qctx.engine.ladder.settle({key})
+    row, notices = await host.run(calls.maintain, lakehouse, key, call)
+
+    def remount() -> None:
+        qctx.engine.refresh({key})
+        qctx.forget_routes()
+
+    await host.run(remount)
+    if call.execute is not None:  # Trino's spelling answers with its command tag
+        return WriteResult("ALTER TABLE", None, notices)
+    return WriteResult("CALL", row, notices)
 
 
 async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:

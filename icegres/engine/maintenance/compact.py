@@ -137,17 +137,20 @@ class CompactResult:
 
     def row(self) -> pa.Table:
         """Spark's result row set: rewritten_data_files_count, added_data_files_count,
-        rewritten_bytes_count (and failed_data_files_count, always 0: one commit or none)."""
+        rewritten_bytes_count, and failed_data_files_count (always 0: one commit or none)."""
         import pyarrow as pa
 
-        return pa.table({"rewritten_data_files_count": pa.array([self.rewritten_data_files_count], pa.int32()),
-                         "added_data_files_count": pa.array([self.added_data_files_count], pa.int32()),
-                         "rewritten_bytes_count": pa.array([self.rewritten_bytes_count], pa.int64()),
-                         "failed_data_files_count": pa.array([0], pa.int32())})
+        values = (self.rewritten_data_files_count, self.added_data_files_count, self.rewritten_bytes_count, 0)
+        return pa.table([pa.array([v], f.type) for v, f in zip(values, result_schema(), strict=True)],
+                        schema=result_schema())
 
 
-RESULT_COLUMNS = ("rewritten_data_files_count", "added_data_files_count", "rewritten_bytes_count",
-                  "failed_data_files_count")
+def result_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([("rewritten_data_files_count", pa.int32()), ("added_data_files_count", pa.int32()),
+                      ("rewritten_bytes_count", pa.int64()), ("failed_data_files_count", pa.int32())])
+
 
 # Called after each group is written: (groups done, groups in all, the group, files it wrote).
 Progress = Callable[[int, int, FileGroup, int], None]
@@ -252,10 +255,15 @@ def parse_sort_order(text: str) -> tuple[SortKey, ...]:
 def read_group(table: Table, group: FileGroup) -> pa.Table:
     """The rows of a group's files under the table's current schema (columns matched by field id,
     as pyiceberg's own reader matches them: renamed and added columns read right)."""
+    import pyarrow as pa
     from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
 
-    return ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(list(group.tasks))
+    scan = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue())
+    batches = list(scan.to_record_batches(list(group.tasks)))
+    if not batches:
+        return schema_to_pyarrow(table.schema()).empty_table()
+    return pa.Table.from_batches(batches)
 
 
 def sorted_by(rows: pa.Table, keys: tuple[SortKey, ...]) -> pa.Table:

@@ -54,20 +54,25 @@ class ManifestResult:
     def row(self) -> Any:
         import pyarrow as pa
 
-        return pa.table({"rewritten_manifests_count": pa.array([self.rewritten_manifests_count], pa.int32()),
-                         "added_manifests_count": pa.array([self.added_manifests_count], pa.int32())})
+        values = (self.rewritten_manifests_count, self.added_manifests_count)
+        return pa.table([pa.array([v], f.type) for v, f in zip(values, result_schema(), strict=True)],
+                        schema=result_schema())
 
 
-RESULT_COLUMNS = ("rewritten_manifests_count", "added_manifests_count")
+def result_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([("rewritten_manifests_count", pa.int32()), ("added_manifests_count", pa.int32())])
+
 
 
 class RewriteManifests(_SnapshotProducer["RewriteManifests"]):
     """A `replace` snapshot listing the same live data files as its parent in fewer manifests."""
 
-    def __init__(self, tx: Any, target_bytes: int, properties: dict[str, str] | None = None) -> None:
-        super().__init__(operation=Operation.OVERWRITE, transaction=tx, io=tx._table.io,
-                         snapshot_properties=properties or {}, branch="main")
+    def __init__(self, tx: Any, target_bytes: int, spec_id: int | None = None) -> None:
+        super().__init__(operation=Operation.OVERWRITE, transaction=tx, io=tx._table.io, branch="main")
         self._target_bytes = target_bytes
+        self._spec_id = spec_id  # None: every spec's manifests
         self.result = ManifestResult()
 
     def plan(self) -> list[list[ManifestFile]]:
@@ -79,7 +84,7 @@ class RewriteManifests(_SnapshotProducer["RewriteManifests"]):
             return []
         by_spec: dict[int, list[ManifestFile]] = {}
         for manifest in snapshot.manifests(self._io):
-            if manifest.content == ManifestContent.DATA:
+            if manifest.content == ManifestContent.DATA and self._spec_id in (None, manifest.partition_spec_id):
                 by_spec.setdefault(manifest.partition_spec_id, []).append(manifest)
         packer: ListPacker[ManifestFile] = ListPacker(self._target_bytes, lookback=1, largest_bin_first=False)
         return [b for _, ms in sorted(by_spec.items()) for b in packer.pack(ms, lambda m: m.manifest_length)
@@ -130,23 +135,28 @@ def manifest_count(table: Any) -> int:
     return 0 if snapshot is None else len(snapshot.manifests(table.io))
 
 
-def rewrite_manifests(lakehouse: Lakehouse, key: tuple[str, str]) -> ManifestResult:
-    """Merge the table's small data manifests (main branch) in one `replace` snapshot; nothing is
-    committed when no two manifests of one spec fit a target-size manifest together."""
+def rewrite_manifests(lakehouse: Lakehouse, key: tuple[str, str], spec_id: int | None = None) -> ManifestResult:
+    """Merge the table's small data manifests (main branch; of one partition spec if `spec_id`)
+    in one `replace` snapshot; nothing is committed when no two manifests of one spec fit a
+    target-size manifest together. 22023 for a spec id the table does not have."""
     from icegres.engine.lake_world import commit_metadata_change
 
     table = lakehouse.load_table(*key)
     if table.metadata.current_snapshot() is None:
         return ManifestResult()
+    if spec_id is not None and spec_id not in table.metadata.specs():
+        from icegres.pg.errors import INVALID_PARAMETER_VALUE, PgError
+
+        raise PgError(INVALID_PARAMETER_VALUE, f'table "{key[0]}.{key[1]}" has no partition spec {spec_id}')
     target = target_bytes(table.metadata.properties)
-    probe = RewriteManifests(table.transaction(), target)
+    probe = RewriteManifests(table.transaction(), target, spec_id)
     if not probe.plan():
         return ManifestResult(manifests_before=manifest_count(table))
     made: list[RewriteManifests] = []
 
     def change(tx: Any) -> None:
         # Built again on the head at each attempt: a concurrent commit is rebased onto.
-        producer = RewriteManifests(tx, target)
+        producer = RewriteManifests(tx, target, spec_id)
         made.append(producer)
         producer.commit()
 

@@ -661,7 +661,7 @@ class Session:
         prepared = Prepared(stmt.sql if values else msg.sql, stmt, list(msg.param_oids), big=values)
         if big:  # (as after a big Query: the pieces it passed through go back to the system)
             await statements.release_memory(self.server)
-        if stmt.kind is Kind.QUERY or (stmt.kind is Kind.WRITE and writes.is_dml(stmt)):
+        if stmt.kind is Kind.QUERY or (stmt.kind is Kind.WRITE and writes.described(stmt)):
             try:
                 described = await self._run_statement(self._describe_query, prepared)
             except PgError as err:

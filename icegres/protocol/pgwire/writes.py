@@ -58,7 +58,8 @@ async def run_write(session: SessionPort, stmt: Statement, values: dict[str, Any
     if is_ddl(stmt):
         result = await core.run_ddl(host(session), stmt)
         notices = b"".join(m.notice_response(PgError("00000", notice, severity="NOTICE")) for notice in result.notices)
-        return notices + session.trace.completed(result.tag)
+        rows = b"" if result.returning is None else _table_rows(result.returning, describe, formats, text)
+        return notices + rows + session.trace.completed(result.tag)
     if not is_dml(stmt):
         raise refusal(stmt)
     result = await core.execute_dml(host(session), stmt, values)
@@ -77,8 +78,25 @@ async def discard(session: SessionPort, txn: TxnState) -> None:
 
 
 async def describe_write(session: SessionPort, stmt: Statement) -> tuple[pa.Schema | None, dict[int, pa.DataType]]:
-    """Parse-time description of a DML statement: RETURNING columns and parameter types."""
+    """Parse-time description of a DML statement (RETURNING columns and parameter types), or of
+    a CALL that answers with a row (the maintenance procedures)."""
+    if stmt.tag == "CALL":
+        return _call_row(stmt), {}
     return await core.describe_dml(host(session), stmt)
+
+
+def described(stmt: Statement) -> bool:
+    """Whether a write's Parse describes it: DML, and a CALL (whose row a Describe announces)."""
+    return is_dml(stmt) or stmt.tag == "CALL"
+
+
+def _call_row(stmt: Statement) -> pa.Schema | None:
+    """The result row's columns of a CALL that has one (Spark's, for the maintenance procedures),
+    from its text alone: a Describe answers before it runs."""
+    from icegres.engine.maintenance.calls import result_schema
+    from icegres.engine.procedures import parse_call
+
+    return result_schema(parse_call(stmt.sql))
 
 
 def _table_rows(table: pa.Table, describe: bool, formats: list[int] | None, text: TextSettings) -> bytes:
