@@ -8,7 +8,7 @@ import argparse
 import logging
 import sys
 
-from icegres import branches
+from icegres import branches, maintain_compact_cli
 from icegres.config import Settings, add_arguments, resolve
 
 _CATALOG_KEYS = (
@@ -119,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve_groups(supervise, SERVE_KEYS)
     _add_verify(sub)
     branches.add_parser(sub, _CATALOG_KEYS)
+    # Until `icegres maintain` (maintain_cli.py, another branch of issue 30) takes these two.
+    maintain = sub.add_parser("maintain-compact", help="compaction and manifest rewrite of tables "
+                              "(docs/maintenance-compaction.md)")
+    maintain_compact_cli.add_subcommands(maintain.add_subparsers(dest="action", required=True), _CATALOG_KEYS)
     keeper = sub.add_parser("keeper", help="run one acceptor of a quorum tail (docs/quorum-protocol.md)")
     keeper.add_argument("--port", type=int, default=None, metavar="PORT",
                         help="this keeper's listen port, required: the writers' --tail-quorum lists every "
@@ -183,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         return _seed(settings, args.rows)
     if args.command == "branch":
         return branches.run(settings, args)
+    if args.command == "maintain-compact":
+        return maintain_compact_cli.run(settings, args)
     if args.command == "keeper":
         if args.port is None:
             # The default port is the Postgres one: a keeper must be given its own.

@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("icegres.ladder",),
     ("icegres.protocol",),
     ("icegres.seed", "icegres.supervise", "icegres.serve", "icegres.verify", "icegres.branches"),
-    ("icegres.cli", "icegres.__main__"),
+    ("icegres.cli", "icegres.maintain_compact_cli", "icegres.__main__"),
 )
 
 
