@@ -211,8 +211,9 @@ def sort_keys(table: Table, options: CompactOptions, display: str) -> tuple[Sort
         return ()
     schema = table.schema()
     if options.sort_order is not None:
+        columns = {f.name.lower() for f in schema.fields}
         for key in options.sort_order:
-            if schema.find_field(key.column, case_sensitive=False) is None:
+            if key.column.lower() not in columns:
                 raise PgError(E.UNDEFINED_COLUMN, f'column "{key.column}" of relation "{display}" does not exist')
         return options.sort_order
     order = table.sort_order()
@@ -277,15 +278,20 @@ def sorted_by(rows: pa.Table, keys: tuple[SortKey, ...]) -> pa.Table:
     return rows.take(pc.sort_indices(rows, sort_keys=order))
 
 
-def write_rows(table: Table, rows: pa.Table, target_bytes: int) -> dict[str, Any]:
+def write_rows(table: Table, rows: pa.Table, target_bytes: int, *, presorted: bool = False) -> dict[str, Any]:
     """Write rows as data files of about `target_bytes` each (partitioned as the table's current
-    spec says); path -> DataFile."""
+    spec says); path -> DataFile. `presorted`: the rows are in the order asked for, which icegres's
+    writer must not re-sort by the table's index columns (parquet_files.sorted_rows)."""
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    from icegres.engine.parquet_files import SORT_PROPERTY
 
     if rows.num_rows == 0:
         return {}
-    metadata = table.metadata.model_copy(
-        update={"properties": {**table.metadata.properties, TARGET_PROPERTY: str(target_bytes)}})
+    properties = {**table.metadata.properties, TARGET_PROPERTY: str(target_bytes)}
+    if presorted:
+        properties.pop(SORT_PROPERTY, None)
+    metadata = table.metadata.model_copy(update={"properties": properties})
     files = list(_dataframe_to_data_files(table_metadata=metadata, df=rows, io=table.io))
     for f in files:
         f.spec_id = table.metadata.default_spec_id  # (read DataFiles carry theirs; a delete needs it)
@@ -309,7 +315,8 @@ def compact(lakehouse: Lakehouse, key: tuple[str, str], options: CompactOptions,
     added: dict[str, Any] = {}
     try:
         for index, group in enumerate(plan.groups, start=1):
-            written = write_rows(table, sorted_by(read_group(table, group), keys), plan.target_file_size_bytes)
+            written = write_rows(table, sorted_by(read_group(table, group), keys), plan.target_file_size_bytes,
+                                 presorted=bool(keys))
             added.update(written)
             if progress is not None:
                 progress(index, len(plan.groups), group, len(written))
