@@ -309,3 +309,56 @@ def test_not_in_a_transaction_block(server: Server, sql: str) -> None:
         with pytest.raises(psycopg.Error) as raised:
             c.execute(sql)
         assert raised.value.sqlstate == "25001"
+
+
+def test_an_update_that_loses_its_commit_to_a_compaction_runs_again_and_lands(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The other order: the UPDATE has staged its rewrite (held before publishing by a fault
+    point) when the compaction commits. Its commit finds its files replaced; since only a
+    compaction came between, the statement runs again on the new head and lands: the user's
+    write never fails because of compaction."""
+    import threading
+    import time
+
+    import pyarrow as pa
+
+    from icegres.engine.catalog import Lakehouse
+    from icegres.engine.maintenance.compact import CompactOptions, compact
+
+    data_dir = tmp_path_factory.mktemp("compaction_first") / "data"
+    data_dir.mkdir()
+    lakehouse = Lakehouse.embedded(data_dir)
+    lakehouse.create_namespace_if_missing("demo")
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    table = lakehouse.create_table("demo", "w", schema)
+    for i in range(8):
+        table.append(pa.table({"id": [2 * i, 2 * i + 1], "v": ["a", "b"]}, schema=schema))
+    with running_icegres(data_dir, env={"ICEGRES_FAULTS": "before-publish=sleep:2"}) as srv:
+        dsn = f"host=127.0.0.1 port={srv.port} dbname=icegres user=icegres"
+        outcome: dict[str, Any] = {}
+
+        def update() -> None:
+            try:
+                with psycopg.connect(dsn, autocommit=True) as c:
+                    outcome["rowcount"] = c.execute("update demo.w set v = 'updated' where id = 5").rowcount
+            except Exception as exc:  # reported below
+                outcome["error"] = exc
+
+        offset = srv.log_path.stat().st_size
+        worker = threading.Thread(target=update)
+        worker.start()
+        deadline = time.monotonic() + 60
+        while "reached before-publish" not in srv.log_path.read_text()[offset:]:
+            assert time.monotonic() < deadline and worker.is_alive(), outcome
+            time.sleep(0.05)
+        result = compact(lakehouse, ("demo", "w"), CompactOptions())  # lands while the UPDATE waits
+        assert result.rewritten_data_files_count == 8
+        worker.join(timeout=60)
+        assert "error" not in outcome, outcome.get("error")
+        assert outcome["rowcount"] == 1
+        with psycopg.connect(dsn, autocommit=True) as c:
+            assert c.execute("select id, v from demo.w where v <> 'a' and v <> 'b'").fetchall() == [(5, "updated")]
+            assert count(c, "select count(*) from demo.w") == 16
+            operations = [r[0] for r in c.execute('select operation from demo."w$snapshots" order by committed_at')]
+        assert operations[-2:] == ["replace", "overwrite"]
+        assert "running it again" in srv.log_path.read_text()[offset:]

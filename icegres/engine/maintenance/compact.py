@@ -298,6 +298,17 @@ def write_rows(table: Table, rows: pa.Table, target_bytes: int, *, presorted: bo
     return {f.file_path: f for f in files}
 
 
+def operations_since(metadata: Any, base: int | None) -> list[str] | None:
+    """The operations of main's snapshots after `base`, newest first; None when `base` is not
+    in main's history any more (a rollback, an expiry)."""
+    out: list[str] = []
+    snapshot = metadata.current_snapshot()
+    while snapshot is not None and snapshot.snapshot_id != base:
+        out.append(snapshot.summary.operation.value if snapshot.summary else "")
+        snapshot = metadata.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    return out if snapshot is not None else None
+
+
 # --- the whole operation ----------------------------------------------------------------------
 
 
