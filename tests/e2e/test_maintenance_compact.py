@@ -362,3 +362,85 @@ def test_an_update_that_loses_its_commit_to_a_compaction_runs_again_and_lands(
             operations = [r[0] for r in c.execute('select operation from demo."w$snapshots" order by committed_at')]
         assert operations[-2:] == ["replace", "overwrite"]
         assert "running it again" in srv.log_path.read_text()[offset:]
+
+
+# --- merge-on-read deletes another engine wrote (DuckDB-iceberg through SeaweedFS's REST catalog) --
+
+
+def test_compaction_applies_position_deletes_another_engine_wrote(stack: Any, tmp_path: Path) -> None:
+    import uuid
+
+    from tests.e2e.test_position_deletes import _duck, _rows_everywhere, _snapshot
+
+    ns = f"cmor_{uuid.uuid4().hex[:8]}"
+    expected = {i: "x" for i in range(1, 61)}
+    with running_icegres(tmp_path / "data", env=stack.env()) as srv, psycopg.connect(srv.dsn(), autocommit=True) as c:
+        c.execute(f"create schema {ns}")
+        c.execute(f"create table {ns}.t (id bigint, v text)")
+        for lo in (1, 21, 41):
+            c.execute(f"insert into {ns}.t select g, 'x' from generate_series({lo}, {lo + 19}) g")
+        duck = _duck(stack)
+        try:
+            duck.execute(f"delete from lake.{ns}.t where id <= 5 or id = 45")
+            duck.execute(f"update lake.{ns}.t set v = 'u' where id between 20 and 24")
+            for i in (1, 2, 3, 4, 5, 45):
+                del expected[i]
+            expected.update({i: "u" for i in range(20, 25)})
+            before = _snapshot(stack, ns)
+            assert _rows_everywhere(stack, c, duck, ns) == sorted(expected.items())
+            # 4 data files (3 INSERTs, DuckDB's update) < min-input-files, but those with deletes go
+            cur = c.execute(f"call system.rewrite_data_files('{ns}.t')")
+            rewritten, added = cur.fetchone()[:2]
+            assert rewritten >= 3 and added == 1
+            assert _rows_everywhere(stack, c, duck, ns) == sorted(expected.items())
+            from pyiceberg.catalog import load_catalog
+
+            table = load_catalog("rest", **stack.pyiceberg_properties()).load_table((ns, "t"))
+            assert not any(t.delete_files for t in table.scan().plan_files())  # nothing left to apply
+            assert c.execute(f"select count(*) from {ns}.t for system_version as of {before}").fetchone() == (54,)
+        finally:
+            duck.close()
+
+
+def test_a_delete_another_engine_commits_during_a_compaction_aborts_it(stack: Any, tmp_path: Path) -> None:
+    import threading
+    import time
+    import uuid
+
+    from tests.e2e.test_position_deletes import _duck, _rows_everywhere
+
+    ns = f"cmor_{uuid.uuid4().hex[:8]}"
+    env = {**stack.env(), "ICEGRES_FAULTS": "before-publish=sleep:3"}
+    with running_icegres(tmp_path / "data", env=env) as srv, psycopg.connect(srv.dsn(), autocommit=True) as c:
+        c.execute(f"create schema {ns}")
+        c.execute(f"create table {ns}.t (id bigint, v text)")
+        c.execute(f"insert into {ns}.t select g, 'x' from generate_series(1, 20) g")
+        c.execute(f"insert into {ns}.t select g, 'x' from generate_series(21, 40) g")
+        outcome: dict[str, Any] = {}
+
+        def compaction() -> None:
+            try:
+                with psycopg.connect(srv.dsn(), autocommit=True) as other:
+                    other.execute(f"call system.rewrite_data_files(table => '{ns}.t', "
+                                  "options => map('min-input-files', '2'))")
+            except psycopg.Error as exc:
+                outcome["error"] = exc
+
+        offset = srv.log_path.stat().st_size
+        worker = threading.Thread(target=compaction)
+        worker.start()
+        deadline = time.monotonic() + 60
+        while "reached before-publish" not in srv.log_path.read_text()[offset:]:
+            assert time.monotonic() < deadline and worker.is_alive(), outcome
+            time.sleep(0.05)
+        duck = _duck(stack)
+        try:
+            duck.execute(f"delete from lake.{ns}.t where id <= 5")  # lands while the compaction waits
+            worker.join(timeout=60)
+            assert outcome["error"].sqlstate == "40001"
+            assert "unchanged" in str(outcome["error"])
+            assert _rows_everywhere(stack, c, duck, ns) == [(i, "x") for i in range(6, 41)]
+            operations = [r[0] for r in c.execute(f'select operation from {ns}."t$snapshots"')]
+            assert "replace" not in operations
+        finally:
+            duck.close()

@@ -19,12 +19,14 @@ published through the commit machine as a copy-on-write overwrite of the rewritt
 commit that landed first and removed or rewrote any of them (an UPDATE, a DELETE, another
 compaction) makes the machine abort the compaction with 40001 and delete what it wrote: nothing
 changes. A commit that only added files (an INSERT) is rebased onto, and both land. A commit that
-added merge-on-read delete files against a rewritten file is a conflict too (its deletes would
-be lost): `_CompactionWorld`.
+added merge-on-read delete files to a rewritten file is a conflict too (its deletes would be
+lost): the machine's world counts such a file as changed (`LakeWorld.inspect`).
 
-Delete files: icegres reads no merge-on-read deletes (the mount refuses such a table with 0A000),
-so compaction refuses a table that has any, with the same SQLSTATE, rather than write rows they
-delete back into the table.
+Delete files: position deletes another engine wrote are applied (pyiceberg's reader reads the
+group), and a file that has any is always rewritten, whatever its size. The delete files stay
+listed, dangling: they name files no snapshot from here on has, and the new files' sequence
+number is above theirs, so they apply to nothing. Equality deletes and deletion vectors, which
+icegres cannot read (position_deletes.py), make it refuse the table with 0A000.
 
 Every function here blocks (Parquet reads and writes, catalog calls): run it in a worker thread.
 """
@@ -36,7 +38,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from icegres.engine.lake_world import LakeWorld
 from icegres.pg import errors as E
 from icegres.pg.errors import PgError
 
@@ -169,30 +170,39 @@ def plan_compaction(table: Table, options: CompactOptions, display: str) -> Comp
     if snapshot is None:
         return CompactPlan(None, target, small, 0, ())
     tasks = list(table.scan().plan_files())
-    refuse_delete_files(tasks, display)
+    refuse_unreadable_deletes(tasks, display)
     by_partition: dict[tuple[int, tuple[Any, ...]], list[Any]] = {}
     for task in tasks:
-        if options.rewrite_all or task.file.file_size_in_bytes < small:
+        # A file with position deletes is always rewritten: the rewrite applies them.
+        if options.rewrite_all or task.delete_files or task.file.file_size_in_bytes < small:
             by_partition.setdefault(_partition_key(task.file), []).append(task)
     groups = []
     packer: ListPacker[Any] = ListPacker(target_weight=target, lookback=1, largest_bin_first=False)
     for (spec_id, values), candidates in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):
         candidates.sort(key=lambda t: t.file.file_path)
         for packed in packer.pack(candidates, lambda t: t.file.file_size_in_bytes):
-            if len(packed) >= options.min_input_files or (options.rewrite_all and packed):
+            if (len(packed) >= options.min_input_files or (options.rewrite_all and packed)
+                    or any(t.delete_files for t in packed)):
                 shown = f"spec {spec_id} {values}" if values else "unpartitioned"
                 groups.append(FileGroup(shown, tuple(packed)))
     return CompactPlan(snapshot.snapshot_id, target, small, len(tasks), tuple(groups))
 
 
-def refuse_delete_files(tasks: list[Any], display: str) -> None:
-    """0A000 for a table another engine wrote merge-on-read deletes to, as its mount refuses it."""
-    if any(t.delete_files for t in tasks):
-        raise PgError(E.FEATURE_NOT_SUPPORTED,
-                      f'table "{display}" has merge-on-read delete files, which icegres cannot apply yet',
-                      detail="Compacting it without them would bring the rows they delete back.",
-                      hint="Rewrite its data files with an engine that applies them (Spark's "
-                           "rewrite_data_files, Trino's optimize), then compact here.")
+def refuse_unreadable_deletes(tasks: list[Any], display: str) -> None:
+    """0A000 for a table with equality deletes or deletion vectors, which icegres cannot apply
+    (as its mount refuses such a table: position_deletes.py); position deletes are applied."""
+    from pyiceberg.manifest import DataFileContent, FileFormat
+
+    for task in tasks:
+        for delete in task.delete_files:
+            if delete.content != DataFileContent.POSITION_DELETES or delete.file_format != FileFormat.PARQUET:
+                kind = "equality delete files" if delete.content == DataFileContent.EQUALITY_DELETES \
+                    else "deletion vectors"
+                raise PgError(E.FEATURE_NOT_SUPPORTED,
+                              f'table "{display}" has merge-on-read {kind}, which icegres cannot apply yet',
+                              detail="Compacting it without them would bring the rows they delete back.",
+                              hint="Rewrite its data files with an engine that applies them (Spark's "
+                                   "rewrite_data_files, Trino's optimize), then compact here.")
 
 
 def _partition_key(data_file: Any) -> tuple[int, tuple[Any, ...]]:
@@ -264,7 +274,9 @@ def read_group(table: Table, group: FileGroup) -> pa.Table:
     batches = list(scan.to_record_batches(list(group.tasks)))
     if not batches:
         return schema_to_pyarrow(table.schema()).empty_table()
-    return pa.Table.from_batches(batches)
+    # Files of other writers decode to other Arrow types for one column (DuckDB's strings come
+    # back large_string, pyarrow's string): promoted to one type per column.
+    return pa.concat_tables([pa.Table.from_batches([b]) for b in batches], promote_options="permissive")
 
 
 def sorted_by(rows: pa.Table, keys: tuple[SortKey, ...]) -> pa.Table:
@@ -357,17 +369,21 @@ def _commit(lakehouse: Lakehouse, key: tuple[str, str], table: Any, plan: Compac
     import pyarrow as pa
     import trio
 
-    from icegres.engine.lake_world import commit_request
-    from icegres.engine.mounts import ReadPlan
+    from icegres.engine.lake_world import LakeWorld, commit_request
+    from icegres.engine.mounts import FileRead, ReadPlan
     from icegres.engine.txn import StagedWrite, TxnState
     from icegres.machines.commit import Config
     from icegres.machines.drivers.commit import run_commit
 
     meta = table.metadata
-    base = ReadPlan(metadata_location=table.metadata_location, schema=pa.schema([]), field_ids=(), files=(),
+    tasks = [t for g in plan.groups for t in g.tasks]
+    # The delete files each rewritten file had as read: one another engine adds to it before the
+    # replace lands makes it a changed file, and the replace a conflict (LakeWorld.inspect).
+    read = tuple(FileRead(t.file.file_path, (), tuple(sorted(d.file_path for d in t.delete_files))) for t in tasks)
+    base = ReadPlan(metadata_location=table.metadata_location, schema=pa.schema([]), field_ids=(), files=read,
                     snapshot_id=plan.snapshot_id, table_uuid=str(meta.table_uuid),
                     schema_id=meta.current_schema_id, table=table)
-    removed = {t.file.file_path: t.file for g in plan.groups for t in g.tasks}
+    removed = {t.file.file_path: t.file for t in tasks}
     txn = TxnState()
     txn.writes[key] = StagedWrite(key, base, removed=MappingProxyType(removed), added=MappingProxyType(added),
                                   replaces=True)
@@ -375,7 +391,7 @@ def _commit(lakehouse: Lakehouse, key: tuple[str, str], table: Any, plan: Compac
     assert request is not None
     # Called from a worker thread that runs no trio loop of its own: one short-lived loop drives it.
     # (More charged attempts than a statement's: each rebase follows an append that landed.)
-    outcome = trio.run(run_commit, request, _CompactionWorld(lakehouse, txn), Config(max_attempts=20))
+    outcome = trio.run(run_commit, request, LakeWorld(lakehouse, txn), Config(max_attempts=20))
     if not outcome.committed:
         if outcome.sqlstate == "40001":
             raise PgError("40001", f'compaction of table "{key[0]}.{key[1]}" aborted: a concurrent commit '
@@ -388,22 +404,3 @@ def _commit(lakehouse: Lakehouse, key: tuple[str, str], table: Any, plan: Compac
         if snapshot.summary is not None and snapshot.summary.get("icegres.commit-token") == request.token:
             return snapshot.snapshot_id
     return landed.current_snapshot_id
-
-
-class _CompactionWorld(LakeWorld):
-    """The commit machine's lake world, which also counts a rewritten file as gone once another
-    commit gave it delete files: publishing over it would bring the rows they delete back."""
-
-    def inspect(self, request: Any, tables: tuple[str, ...]) -> Any:
-        from dataclasses import replace
-
-        heads = super().inspect(request, tables)
-        out = []
-        for head in heads:
-            write = self._writes.get(head.table)
-            if write is not None and head.exists and head.live_removed and not head.has_token:
-                table = self.lakehouse.load_table(*write.key)
-                deleted = {t.file.file_path for t in table.scan().plan_files() if t.delete_files}
-                head = replace(head, live_removed=frozenset(head.live_removed - deleted))
-            out.append(head)
-        return tuple(out)
