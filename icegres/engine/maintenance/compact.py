@@ -328,7 +328,7 @@ def compact(lakehouse: Lakehouse, key: tuple[str, str], options: CompactOptions,
             progress: Progress | None = None) -> CompactResult:
     """Compact the table's main branch as `options` say: one `replace` snapshot with the same rows
     in fewer files, or nothing when no group qualifies. PgError 40001 if a concurrent commit
-    changed a file it rewrote (nothing changes then), 0A000 for a table with delete files."""
+    changed a file it rewrote (nothing changes then), 0A000 for a table with equality deletes."""
     display = f"{key[0]}.{key[1]}"
     table = lakehouse.load_table(*key)
     plan = plan_compaction(table, options, display)
@@ -343,17 +343,18 @@ def compact(lakehouse: Lakehouse, key: tuple[str, str], options: CompactOptions,
             added.update(written)
             if progress is not None:
                 progress(index, len(plan.groups), group, len(written))
-        snapshot_id = _commit(lakehouse, key, table, plan, added)
     except BaseException:
         _forget(table, added)
         raise
+    # From here the commit machine owns the files: it deletes them after an abort and keeps them
+    # when the outcome is unknown (a landed replace may reference them).
+    snapshot_id = _commit(lakehouse, key, table, plan, added)
     return CompactResult(plan.input_files, len(added), sum(g.input_bytes for g in plan.groups),
                          len(plan.groups), plan.data_files, snapshot_id)
 
 
 def _forget(table: Any, added: dict[str, Any]) -> None:
-    """Delete what a compaction that did not commit wrote (best effort; after an abort the
-    machine has deleted them already)."""
+    """Delete what a compaction that failed before committing wrote (best effort)."""
     for path in added:
         try:
             table.io.delete(path)
