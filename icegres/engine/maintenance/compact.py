@@ -172,14 +172,15 @@ def plan_compaction(table: Table, options: CompactOptions, display: str) -> Comp
     tasks = list(table.scan().plan_files())
     refuse_unreadable_deletes(tasks, display)
     by_partition: dict[tuple[int, tuple[Any, ...]], list[Any]] = {}
-    for task in tasks:
+    # Oldest commit first (a fast append lists its manifest first): rows keep the order they were
+    # written in, so a table written in key or time order keeps tight bounds per output file.
+    for task in reversed(tasks):
         # A file with position deletes is always rewritten: the rewrite applies them.
         if options.rewrite_all or task.delete_files or task.file.file_size_in_bytes < small:
             by_partition.setdefault(_partition_key(task.file), []).append(task)
     groups = []
     packer: ListPacker[Any] = ListPacker(target_weight=target, lookback=1, largest_bin_first=False)
     for (spec_id, values), candidates in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):
-        candidates.sort(key=lambda t: t.file.file_path)
         for packed in packer.pack(candidates, lambda t: t.file.file_size_in_bytes):
             if (len(packed) >= options.min_input_files or (options.rewrite_all and packed)
                     or any(t.delete_files for t in packed)):
