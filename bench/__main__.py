@@ -34,6 +34,8 @@ SUITES = {
     "time_travel": "point lookup as of an old snapshot vs the head (and DuckDB), $snapshots of 1,000, a 50-table branch",
     "merge": "MERGE of 1,000 changed rows into 1M rows, and UPDATE … FROM + INSERT, icegres vs DuckDB "
              "(iceberg on --backend seaweedfs, in memory) and PostgreSQL 15",
+    "compaction": "point lookup and full scan of 2,000 one-row files before/after rewrite_data_files and "
+                  "rewrite_manifests vs fresh; 1-row INSERT commit latency before/after rewrite_manifests",
     "list_append_check": "bench/list_append_check.py (verify's Elle-style checker on 100k-transaction histories)",
 }
 # Suites whose module lives beside this file rather than in bench/suites/.

@@ -8,7 +8,7 @@ import argparse
 import logging
 import sys
 
-from icegres import branches, maintain_cli
+from icegres import branches, maintain_cli, maintain_compact_cli
 from icegres.config import Settings, add_arguments, resolve
 
 _CATALOG_KEYS = (
@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve_groups(supervise, SERVE_KEYS)
     _add_verify(sub)
     branches.add_parser(sub, _CATALOG_KEYS)
-    maintain_cli.add_parser(sub, _CATALOG_KEYS)
+    maintain_compact_cli.add_subcommands(maintain_cli.add_parser(sub, _CATALOG_KEYS), _CATALOG_KEYS)
     keeper = sub.add_parser("keeper", help="run one acceptor of a quorum tail (docs/quorum-protocol.md)")
     keeper.add_argument("--port", type=int, default=None, metavar="PORT",
                         help="this keeper's listen port, required: the writers' --tail-quorum lists every "
@@ -185,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "branch":
         return branches.run(settings, args)
     if args.command == "maintain":
+        if args.action in maintain_compact_cli.COMMANDS:
+            return maintain_compact_cli.run(settings, args)
         return maintain_cli.run(settings, args)
     if args.command == "keeper":
         if args.port is None:

@@ -53,13 +53,15 @@ def register(operation: Operation) -> None:
     OPERATIONS[operation.name] = operation
 
 
-def add_parser(sub: Any, catalog_keys: tuple[str, ...]) -> None:
+def add_parser(sub: Any, catalog_keys: tuple[str, ...]) -> Any:
+    """`icegres maintain` and its registered operations; the subparsers, for more to be added
+    (cli.py adds compaction's: maintain_compact_cli.py)."""
     from icegres.config import add_arguments
 
     for module in PROVIDERS:
         importlib.import_module(module)
-    maintain = sub.add_parser("maintain", help="table maintenance: snapshot expiry, orphan-file GC "
-                              "(docs/maintenance.md)")
+    maintain = sub.add_parser("maintain", help="table maintenance: snapshot expiry, orphan-file GC, compaction, "
+                              "manifest rewrite (docs/maintenance.md)")
     actions = maintain.add_subparsers(dest="action", required=True)
     for operation in OPERATIONS.values():
         parser = actions.add_parser(operation.name, help=operation.help, description=operation.help)
@@ -67,6 +69,7 @@ def add_parser(sub: Any, catalog_keys: tuple[str, ...]) -> None:
         parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
         operation.arguments(parser)
         add_arguments(parser, ("data_dir", "log_level", *catalog_keys))
+    return actions
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:

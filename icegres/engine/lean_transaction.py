@@ -19,7 +19,10 @@ from datetime import datetime
 from typing import Any
 
 from pyiceberg.table import Transaction
+from pyiceberg.table.snapshots import Operation, Summary
 from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext
+from pyiceberg.table.update.snapshot import _OverwriteFiles
+from pyiceberg.typedef import EMPTY_DICT
 from pyiceberg.utils.datetime import datetime_to_millis
 
 
@@ -87,7 +90,13 @@ def add_snapshot(tx: LeanTransaction, write: Any, properties: dict[str, str] | N
     """The snapshot of a staged write (txn.StagedWrite) on `tx`, on `branch` (None: main): a fast
     append of its files, or an overwrite that removes its removed files and adds its added ones."""
     producer = tx.update_snapshot(snapshot_properties=properties or {}, branch=branch or "main")
-    if write.is_append:
+    if write.replaces:
+        with ReplaceFiles(tx, properties or {}, branch or "main") as rewrite:
+            for data_file in write.removed.values():
+                rewrite.delete_data_file(data_file)
+            for data_file in write.added.values():
+                rewrite.append_data_file(data_file)
+    elif write.is_append:
         with producer.fast_append() as append:
             for data_file in write.added.values():
                 append.append_data_file(data_file)
@@ -97,3 +106,17 @@ def add_snapshot(tx: LeanTransaction, write: Any, properties: dict[str, str] | N
                 overwrite.delete_data_file(data_file)
             for data_file in write.added.values():
                 overwrite.append_data_file(data_file)
+
+
+class ReplaceFiles(_OverwriteFiles):
+    """pyiceberg's overwrite producer, summarised as Iceberg's `replace` operation: the same rows
+    in other files (a compaction). pyiceberg 0.12 has no rewrite API, and its summary totals only
+    know append, overwrite and delete; a replace's totals are an overwrite's, under its own name."""
+
+    def __init__(self, tx: LeanTransaction, properties: dict[str, str], branch: str) -> None:
+        super().__init__(operation=Operation.OVERWRITE, transaction=tx, io=tx._table.io,
+                         snapshot_properties=properties, branch=branch)
+
+    def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
+        summary = super()._summary(snapshot_properties)
+        return Summary(Operation.REPLACE, **summary.additional_properties)

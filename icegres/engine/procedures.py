@@ -27,7 +27,7 @@ history like any other commit's (docs/time-travel.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from icegres.pg.errors import (
@@ -37,6 +37,7 @@ from icegres.pg.errors import (
     SYNTAX_ERROR,
     UNDEFINED_FUNCTION,
     UNDEFINED_OBJECT,
+    UNDEFINED_TABLE,
     PgError,
 )
 from icegres.sql.lexer import Kind, tokenize
@@ -58,8 +59,17 @@ PROCEDURES: dict[str, tuple[str, ...]] = {
                          "dry_run", "retention_threshold"),
     "remove_orphan_files": ("table", "older_than", "location", "dry_run", "max_concurrent_deletes",
                             "retention_threshold"),
+    "rewrite_data_files": ("table", "strategy", "sort_order", "options", "where"),
+    "rewrite_manifests": ("table", "use_caching", "spec_id"),
 }
-MAINTENANCE = frozenset({"expire_snapshots", "remove_orphan_files"})
+# The procedures that answer with Spark's result rows and run in engine/maintenance/ (calls.py),
+# not by `apply`; compaction's two commit through the commit machine (compaction_calls.py).
+COMPACTION = frozenset({"rewrite_data_files", "rewrite_manifests"})
+MAINTENANCE = frozenset({"expire_snapshots", "remove_orphan_files"}) | COMPACTION
+# Trino's `ALTER TABLE t EXECUTE optimize(...)`: the Spark procedure it is, and its parameters.
+TRINO_EXECUTE: dict[str, tuple[str, tuple[str, ...]]] = {
+    "optimize": ("rewrite_data_files", ("file_size_threshold",)),
+}
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,7 @@ class Call:
     procedure: str
     args: tuple[tuple[str, Any], ...]  # (parameter, value) in Spark's order, the given ones
     time_zone: str = "UTC"
+    execute: str | None = None  # spelled ALTER TABLE ... EXECUTE <this> (Trino), not CALL
 
     @property
     def table(self) -> str:
@@ -119,13 +130,32 @@ def parse_execute(sql: str, time_zone: str = "UTC") -> Call:
     parts, i = _dotted(tokens, 2)
     i += 1  # EXECUTE
     name = tokens[i].value if i < len(tokens) and tokens[i].kind is Kind.NAME else ""
-    if name not in MAINTENANCE:
+    executable = sorted({"expire_snapshots", "remove_orphan_files", *TRINO_EXECUTE})
+    if name not in executable:
         raise PgError(UNDEFINED_FUNCTION, f"table procedure {name or '?'} does not exist",
-                      hint="icegres's table procedures: " + ", ".join(sorted(MAINTENANCE)) + ".")
+                      hint="icegres's table procedures: " + ", ".join(executable) + ".")
     table = ".".join(f'"{p}"' if not p.isidentifier() or p != p.lower() else p for p in parts)
+    if name in TRINO_EXECUTE:
+        return _trino_procedure(tokens, i + 1, name, table, time_zone)
     if i + 1 >= len(tokens):  # Trino allows the bare name: no arguments
-        return Call(name, (("table", table),), time_zone)
-    return _arguments(tokens, i + 1, name, table, time_zone)
+        return replace(Call(name, (("table", table),), time_zone), execute=name)
+    return replace(_arguments(tokens, i + 1, name, table, time_zone), execute=name)
+
+
+def _trino_procedure(tokens: list[Any], i: int, name: str, table: str, time_zone: str) -> Call:
+    """Trino's `optimize[(file_size_threshold => '128MB')]` from tokens[i] as the CALL it is:
+    rewrite_data_files of the files under the threshold, in every partition with two or more of
+    them (Trino's rule)."""
+    procedure, params = TRINO_EXECUTE[name]
+    given: dict[str, Any] = {}
+    if i < len(tokens):
+        if tokens[i].text != "(":
+            raise _syntax(tokens, i)
+        given = dict(_values(tokens, i + 1, name, params))
+    options = {"min-input-files": "2"}
+    if "file_size_threshold" in given:
+        options["min-file-size-bytes"] = str(data_size_bytes(given["file_size_threshold"], "file_size_threshold"))
+    return Call(procedure, (("table", table), ("options", options)), time_zone, execute=name)
 
 
 def _dotted(tokens: list[Any], i: int) -> tuple[list[str], int]:
@@ -145,7 +175,17 @@ def _arguments(tokens: list[Any], i: int, name: str, table: str | None, time_zon
     """The `(args)` of procedure `name` from tokens[i] (`table`: given by ALTER TABLE, not in them)."""
     if i >= len(tokens) or tokens[i].text != "(":
         raise _syntax(tokens, i)
-    i += 1
+    given = dict(_values(tokens, i + 1, name, PROCEDURES[name] if table is None else PROCEDURES[name][1:]))
+    if table is not None:
+        given["table"] = table
+    if "table" not in given:
+        raise PgError(UNDEFINED_FUNCTION, f'procedure system.{name} needs its "table" argument')
+    return Call(name, tuple((p, given[p]) for p in PROCEDURES[name] if p in given), time_zone)
+
+
+def _values(tokens: list[Any], i: int, name: str, params: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
+    """The arguments after a procedure's `(`, to the `)` that ends the statement, as (parameter,
+    value) in `params`' order; 42601 / 42883 as for CALL."""
     positional: list[Any] = []
     named: dict[str, Any] = {}
     while i < len(tokens) and tokens[i].text != ")":
@@ -169,21 +209,33 @@ def _arguments(tokens: list[Any], i: int, name: str, table: str | None, time_zon
             raise _syntax(tokens, i)
     if i != len(tokens) - 1:
         raise _syntax(tokens, min(i + 1, len(tokens)))
-    params = PROCEDURES[name] if table is None else PROCEDURES[name][1:]
     if len(positional) > len(params):
         raise PgError(UNDEFINED_FUNCTION, f"procedure system.{name} takes at most {len(params)} arguments")
     given = dict(zip(params, positional, strict=False))
-    if table is not None:
-        given["table"] = table
     for key, value in named.items():
         if key not in params:
             raise PgError(UNDEFINED_FUNCTION, f'procedure system.{name} has no argument "{key}"')
         if key in given:
             raise PgError(SYNTAX_ERROR, f'argument "{key}" is given twice')
         given[key] = value
-    if "table" not in given:
-        raise PgError(UNDEFINED_FUNCTION, f'procedure system.{name} needs its "table" argument')
-    return Call(name, tuple((p, given[p]) for p in PROCEDURES[name] if p in given), time_zone)
+    return tuple((p, given[p]) for p in params if p in given)
+
+
+_SIZE_UNITS = {"b": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40, "pb": 1 << 50}
+
+
+def data_size_bytes(value: Any, name: str) -> int:
+    """Trino's data size ('128MB', '10kB', '1GB', 1024-based) or a byte count, in bytes; 22023."""
+    import re
+
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in (*_SIZE_UNITS, "") or float(match.group(1)) <= 0:
+        raise PgError(INVALID_PARAMETER_VALUE, f'invalid value for argument "{name}": {value!r}',
+                      hint="A data size such as '128MB', '10kB' or '1GB'.")
+    return int(float(match.group(1)) * _SIZE_UNITS.get(unit, 1))
 
 
 def _syntax(tokens: list[Any], i: int) -> PgError:
@@ -204,6 +256,8 @@ def _value(tokens: list[Any], i: int) -> tuple[Any, int]:
         return Timestamp(tokens[i + 1].value), i + 2
     if tok.kind is Kind.NAME and tok.value in ("true", "false"):
         return tok.value == "true", i + 1
+    if tok.kind is Kind.NAME and tok.value == "map" and i + 1 < len(tokens) and tokens[i + 1].text == "(":
+        return _map(tokens, i + 2)
     negative = tok.text == "-"
     if negative:
         i += 1
@@ -211,6 +265,24 @@ def _value(tokens: list[Any], i: int) -> tuple[Any, int]:
     if tok.kind is Kind.NUMBER and tok.text.isdigit():
         return (-1 if negative else 1) * int(tok.text), i + 1
     raise _syntax(tokens, i)
+
+
+def _map(tokens: list[Any], i: int) -> tuple[dict[str, str], int]:
+    """Spark's `map('k1', 'v1', 'k2', 'v2')` after its `(`: keys and values as text."""
+    items: list[Any] = []
+    while i < len(tokens) and tokens[i].text != ")":
+        value, i = _value(tokens, i)
+        items.append(value)
+        if i < len(tokens) and tokens[i].text == ",":
+            i += 1
+        elif i >= len(tokens) or tokens[i].text != ")":
+            raise _syntax(tokens, i)
+    if i >= len(tokens):
+        raise _syntax(tokens, i)
+    if len(items) % 2:
+        raise PgError(INVALID_PARAMETER_VALUE, "map() takes keys and values in pairs")
+    return {str(k): str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in zip(items[::2], items[1::2], strict=True)}, i + 1
 
 
 def _name_parts(name: str) -> list[str]:
@@ -353,3 +425,14 @@ def epoch_ms(at: Timestamp, zone: str) -> int:
 
     value = decode_param(at.text.encode(), TIMESTAMPTZ.oid, 0, TextSettings(timezone=zone))
     return int(value.timestamp() * 1000)  # type: ignore[union-attr]
+
+
+def maintained_table(lakehouse: Any, call: Call, search_path: list[str]) -> tuple[str, str]:
+    """The (namespace, name) a maintenance CALL names: its schema's, else the first lake schema
+    on the search path that holds it; 42P01 when none does."""
+    schemas = [call.schema] if call.schema is not None else [
+        s for s in search_path if s and not s.startswith(("$", "pg_")) and s != "information_schema"]
+    for namespace in schemas:
+        if lakehouse.table_exists(namespace, call.name):
+            return namespace, call.name
+    raise PgError(UNDEFINED_TABLE, f'relation "{call.table}" does not exist')

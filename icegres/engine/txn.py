@@ -53,6 +53,9 @@ class StagedWrite:
     shape: ReadPlan | None = field(default=None, compare=False)
     # Files this write added before such a change, as the new shape reads them (by field id).
     remapped: MappingProxyType[str, FileRead] = field(default_factory=lambda: _EMPTY, compare=False)
+    # The added files hold exactly the rows of the removed ones (compaction): the snapshot is a
+    # `replace`, which readers and incremental consumers know to skip (engine/maintenance/compact.py).
+    replaces: bool = False
 
     @property
     def is_append(self) -> bool:

@@ -140,8 +140,62 @@ async def execute_dml(host: WriteHost, stmt: Statement, values: dict[str, Any] |
             # the views it reads, too).
             await ladder.settle(await host.run(host.qctx.expanded_refs, stmt))
     qctx = host.qctx
-    result = await in_transaction(host, lambda txn: dml.execute(qctx, txn, stmt, values))
+    result = await outliving_compaction(host, lambda txn: dml.execute(qctx, txn, stmt, values))
     return WriteResult(result.tag, result.returning)
+
+
+# Times an autocommit statement runs again after losing its commit to compactions (each retry
+# follows a compaction that landed, so this bounds only a table compacted in a tight loop).
+COMPACTION_RETRIES = 3
+SERIALIZATION_FAILURE = "40001"
+
+
+async def outliving_compaction(host: WriteHost, work: Callable[[TxnState], Any]) -> Any:
+    """`in_transaction`, except that outside a block a statement whose commit lost to a
+    compaction runs again on the new head: a compaction (rewrite_data_files) must never make a
+    user's write fail. When it commits first, the files an UPDATE or DELETE rewrote are gone
+    from the head and the commit machine answers 40001; if every commit since the statement's
+    base was an append or a `replace` (rows kept, only files changed), nothing the statement
+    read has changed but its files, and running it again is exactly what it meant. (Inside a
+    block the statements have answered already: its COMMIT fails with 40001 as before.)"""
+    if host.block() is not None:
+        return await in_transaction(host, work)
+    for _ in range(COMPACTION_RETRIES):
+        bases: dict[Key, tuple[int | None, str | None]] = {}
+
+        def tracked(txn: TxnState, bases: dict[Key, tuple[int | None, str | None]] = bases) -> Any:
+            result = work(txn)
+            bases.update({key: (w.base.snapshot_id, w.base.ref) for key, w in txn.writes.items() if w.removed})
+            return result
+
+        try:
+            return await in_transaction(host, tracked)
+        except PgError as err:
+            if err.sqlstate != SERIALIZATION_FAILURE or not bases:
+                raise
+            if not await host.run(_lost_to_compaction, host.qctx, bases):
+                raise
+            log.info("statement lost its commit to a compaction of %s; running it again",
+                     ", ".join(f"{k[0]}.{k[1]}" for k in bases))
+    return await in_transaction(host, work)
+
+
+def _lost_to_compaction(qctx: QueryContext, bases: dict[Key, tuple[int | None, str | None]]) -> bool:
+    """Whether the commits since each table's base are appends and at least one compaction; if
+    so, the tables are mounted at their new heads for the statement to run again."""
+    from icegres.engine.maintenance.compact import operations_since
+
+    replaced = False
+    for key, (base, ref) in bases.items():
+        if ref is not None:
+            return False  # (a branch's writes: compaction rewrites main only)
+        operations = operations_since(qctx.engine.lakehouse.load_table(*key).metadata, base)
+        if operations is None or any(op not in ("append", "replace") for op in operations):
+            return False
+        replaced = replaced or "replace" in operations
+    if replaced:
+        qctx.engine.refresh(set(bases))
+    return replaced
 
 
 async def buffered_insert(host: WriteHost, ladder: WriteLadderPort, stmt: Statement, values: dict[str, Any] | None) -> Any:
@@ -226,8 +280,10 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
 
 
 async def run_maintenance(host: WriteHost, call: Call, tag: str) -> WriteResult:
-    """Snapshot expiry or orphan GC of one table, in a worker thread; never in a transaction
-    block (25001). Expiry keeps what this server's running transactions pinned."""
+    """A maintenance procedure of one table, in a worker thread; never in a transaction block
+    (25001). Expiry keeps what this server's running transactions pinned; compaction and
+    manifest rewrite settle the table's buffered rows into the lake first."""
+    from icegres.engine import procedures
     from icegres.engine.maintenance import calls
     from icegres.engine.txn import pinned_snapshots
 
@@ -236,6 +292,8 @@ async def run_maintenance(host: WriteHost, call: Call, tag: str) -> WriteResult:
     if txn is not None and not txn.autocommit:
         what = "CALL" if tag == "CALL" else "ALTER TABLE ... EXECUTE"
         raise PgError(E.ACTIVE_SQL_TRANSACTION, f"{what} cannot run inside a transaction block")
+    if call.procedure in procedures.COMPACTION:
+        return await _run_compaction(host, call)
 
     def run() -> tuple[pa.Table, list[str]]:
         rows, notices, key = calls.run(qctx.engine.lakehouse, call, list(qctx.env.search_path),
@@ -245,6 +303,30 @@ async def run_maintenance(host: WriteHost, call: Call, tag: str) -> WriteResult:
 
     rows, notices = await host.run(run)
     return WriteResult(tag, rows, notices)
+
+
+async def _run_compaction(host: WriteHost, call: Call) -> WriteResult:
+    """CALL system.rewrite_data_files / rewrite_manifests, ALTER TABLE ... EXECUTE optimize: the
+    table's buffered rows settled into the lake, then the operation in a worker thread (it reads
+    and writes files), then the table mounted afresh."""
+    from icegres.engine import procedures
+    from icegres.engine.maintenance import compaction_calls
+
+    qctx = host.qctx
+    lakehouse = qctx.engine.lakehouse
+    key = await host.run(procedures.maintained_table, lakehouse, call, list(qctx.env.search_path))
+    if qctx.engine.ladder is not None:
+        await qctx.engine.ladder.settle({key})
+    row, notices = await host.run(compaction_calls.maintain, lakehouse, key, call)
+
+    def remount() -> None:
+        qctx.engine.refresh({key})
+        qctx.forget_routes()
+
+    await host.run(remount)
+    if call.execute is not None:  # Trino's spelling answers with its command tag
+        return WriteResult("ALTER TABLE", None, notices)
+    return WriteResult("CALL", row, notices)
 
 
 async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:

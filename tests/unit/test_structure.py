@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("icegres.protocol",),
     ("icegres.seed", "icegres.supervise", "icegres.serve", "icegres.verify", "icegres.branches",
      "icegres.maintain_cli"),
-    ("icegres.cli", "icegres.__main__"),
+    ("icegres.cli", "icegres.maintain_compact_cli", "icegres.__main__"),
 )
 
 

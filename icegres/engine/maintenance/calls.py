@@ -1,7 +1,8 @@
 """The maintenance procedures as SQL runs them: `CALL system.expire_snapshots(...)`,
 `CALL system.remove_orphan_files(...)` and Trino's `ALTER TABLE t EXECUTE ...` (parsed to the
 same Call by engine/procedures.py). Each answers with Spark's result rows and NOTICEs saying
-what was expired and deleted. Blocking: the write path runs `run` in a worker thread."""
+what was expired and deleted. Blocking: the write path runs `run` in a worker thread.
+Compaction's procedures: compaction_calls.py (`result_schema` answers for both)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from icegres.engine.maintenance import expire, orphans, times
-from icegres.engine.procedures import Call, Timestamp, epoch_ms
+from icegres.engine.procedures import COMPACTION, Call, Timestamp, epoch_ms
 from icegres.pg.errors import INVALID_PARAMETER_VALUE, UNDEFINED_TABLE, PgError
 
 if TYPE_CHECKING:
@@ -29,7 +30,12 @@ RESULT_SCHEMAS: dict[str, pa.Schema] = {
 _SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
 
 
-def result_schema(call: Call) -> pa.Schema:
+def result_schema(call: Call) -> pa.Schema | None:
+    """The columns of the rows `call` answers with; None for Trino's `optimize` (a command tag)."""
+    if call.procedure in COMPACTION:
+        from icegres.engine.maintenance import compaction_calls
+
+        return compaction_calls.result_schema(call)
     return RESULT_SCHEMAS[call.procedure]
 
 

@@ -79,7 +79,8 @@ async def discard(session: SessionPort, txn: TxnState) -> None:
 
 
 async def describe_write(session: SessionPort, stmt: Statement) -> tuple[pa.Schema | None, dict[int, pa.DataType]]:
-    """Parse-time description of a DML statement: RETURNING columns and parameter types."""
+    """Parse-time description of a DML statement (RETURNING columns and parameter types), or of
+    a maintenance procedure's result rows (writes.describe_dml)."""
     return await core.describe_dml(host(session), stmt)
 
 
