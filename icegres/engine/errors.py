@@ -69,7 +69,8 @@ _RULES: tuple[tuple[re.Pattern[str], str, str | Callable[..., str | tuple[str, s
      "more than one row returned by a subquery used as an expression"),
     (re.compile(r"Inconsistent data length across values list"), e.SYNTAX_ERROR, "VALUES lists must all be the same length"),
     (re.compile(r"Divide by zero|division by zero", re.I), e.DIVISION_BY_ZERO, "division by zero"),
-    (re.compile(r"Cannot cast string '([^']*)' to value of (\w+)"), e.INVALID_TEXT_REPRESENTATION,
+    # (greedy: the value itself may hold quotes)
+    (re.compile(r"Cannot cast string '(.*)' to value of (\w+)", re.S), e.INVALID_TEXT_REPRESENTATION,
      lambda value, arrow: f'invalid input syntax for type {_ARROW_TYPE_NAMES.get(arrow, arrow)}: "{value}"'),
     # A number that does not fit the type it is cast to: PostgreSQL's "integer out of range".
     (re.compile(r"(?:Can't cast value -?[0-9.eE+-]+ to type|value of -?\d+ is out of range) (Int(?:16|32|64))"),

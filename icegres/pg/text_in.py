@@ -350,7 +350,8 @@ def _parse_bytea(s: str) -> bytes:
             out.append(int(raw[i + 1 : i + 4], 8))
             i += 4
         else:
-            raise _invalid("bytea", s)
+            # PostgreSQL's byteain names no value here (and the value may be megabytes)
+            raise PgError(INVALID_TEXT_REPRESENTATION, "invalid input syntax for type bytea")
     return bytes(out)
 
 

@@ -7,11 +7,11 @@ tag or SQLSTATE) and, after it, on what the table holds (values compared by md5 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import psycopg
 import pytest
 
+from tests.support.differential import outcome
 from tests.support.icegres_server import IcegresServer, running_icegres
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -53,25 +53,15 @@ def icegres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IcegresServer]
         yield srv
 
 
-def _run(conn: psycopg.Connection, sql: str) -> tuple[str, Any, Any]:
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-            rows = [tuple(None if v is None else str(v) for v in r) for r in cur.fetchall()] if cur.description else None
-            return ("ok", cur.statusmessage, rows)
-    except psycopg.Error as exc:
-        return ("error", exc.sqlstate, None)
-
-
 def test_big_literals_in_writes_are_read_as_postgresql_reads_them(icegres, real_postgres):
     create = "create table bw (id int, s text, v varchar(5), c char(3), b bytea, n numeric(10, 2))"
     with psycopg.connect(real_postgres.dsn(), autocommit=True) as pg, \
             psycopg.connect(icegres.dsn(), autocommit=True) as ig:
         for conn in (pg, ig):
-            _run(conn, "drop table if exists bw")
-            assert _run(conn, create)[0] == "ok"
+            outcome(conn, "drop table if exists bw")
+            assert outcome(conn, create)[0] == "ok"
         for statement in SCRIPT:
             sql = statement.replace("<big>", BIG.replace("'", "''")).replace("<hex>", HEX)
             assert len(sql) > 64 * 1024 or "<" not in statement  # (compacted: its literal a parameter)
-            assert _run(ig, sql) == _run(pg, sql), statement
-            assert _run(ig, DUMP) == _run(pg, DUMP), statement
+            assert outcome(ig, sql) == outcome(pg, sql), statement
+            assert outcome(ig, DUMP) == outcome(pg, DUMP), statement
