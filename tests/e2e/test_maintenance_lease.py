@@ -107,7 +107,8 @@ def _assert_competition(spans: Spans, outcomes: dict[str, list[Phase]]) -> None:
     every = [p for phases in outcomes.values() for p in phases]
     assert set(every) <= {Phase.DONE, Phase.BUSY}, outcomes
     assert every.count(Phase.DONE) >= 3 and Phase.BUSY in every, outcomes
-    assert {s[0] for s in spans.spans} == set(outcomes), spans.spans  # both servers got turns
+    # (Not asserted: that both servers get turns. A holder that asks again right after its release
+    # may well win again; a scheduler does not ask for a table it just maintained.)
 
 
 def _assert_takeover(delay: float, spans: Spans, outcomes: list[Any], world: IcebergLease) -> None:

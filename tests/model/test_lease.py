@@ -241,12 +241,27 @@ def test_a_free_lease_is_held_and_renewed_and_a_second_server_is_busy() -> None:
     h.apply({"op": "request", "server": 1})
     _ok(h, 1)  # reads server 0's record: observes it
     assert h.runs[1].state.phase is Phase.OBSERVING
-    for _ in range(6):  # server 0 renews every ttl * (1 - drift) / 3 = 3 s
-        h.apply({"op": "tick", "dt": 2.5})
+    while not h.outcomes:  # server 0 renews every ttl * (1 - drift) / 3 = 3 s; 1 reads every 2.5 s
+        h.apply({"op": "tick", "dt": 0.5})
         _ok(h, 0)
-    _ok(h, 1)  # its period (10.5 s) is over: it reads again, a renewed version
-    assert h.outcomes == [Phase.BUSY] and h.runs[0].state.phase is Phase.HELD
+        _ok(h, 1)
+    # Busy at its first read after server 0's first renewal, long before its 11.5 s were up.
+    assert h.outcomes == [Phase.BUSY] and h.now == 5.0 and h.runs[0].state.phase is Phase.HELD
     assert [j.end for j in h.jobs] == [None]
+
+
+def test_an_observer_acquires_a_released_lease_at_its_next_read() -> None:
+    h = LeaseHarness(SPEC)
+    h.apply({"op": "request", "server": 0})
+    _ok(h, 0, 2)
+    h.apply({"op": "request", "server": 1})
+    _ok(h, 1)
+    h.apply({"op": "tick", "dt": 1.0})
+    h.apply({"op": "finish", "server": 0})
+    _ok(h, 0)  # released
+    h.apply({"op": "tick", "dt": 1.5})
+    _ok(h, 1, 2)  # read at 2.5 s: released, so acquired with epoch 2
+    assert h.outcomes == [Phase.DONE] and h.runs[1].state.phase is Phase.HELD and h.record.epoch == 2
 
 
 def test_a_slow_acquire_reply_leaves_less_of_the_lease() -> None:
