@@ -302,7 +302,7 @@ class State:
     config: Config = Config()
     attempts: int = 0  # charged: failed reads, swaps failed or unanswered
     swaps: int = 0  # swaps sent: the next token's serial
-    sent: tuple[str, float, Lease] | None = None  # the outstanding swap: token, sent_at, record
+    sent: tuple[str, float, Lease] | None = None  # outstanding swap: token, sent_at, record (version: asserted)
     maybe: tuple[tuple[str, float], ...] = ()  # unanswered swaps of this run: (token, sent_at)
     blind: bool = False  # a swap's outcome is unknown and no read has answered since
     observed: tuple[int, float] | None = None  # another's version, first seen at (reply time)
@@ -404,7 +404,8 @@ def _on_acquired(state: State, event: SwapApplied) -> tuple[State, list[Effect]]
 
 def _on_acquire_rejected(state: State, event: SwapRejected) -> tuple[State, list[Effect]]:
     assert state.sent is not None
-    return replace(state, phase=Phase.READING, sent=None, contended=_expected_of(state)), [ReadLease()]
+    asserted = state.sent[2].version
+    return replace(state, phase=Phase.READING, sent=None, contended=asserted), [ReadLease()]
 
 
 def _on_acquire_failed(state: State, event: SwapFailed) -> tuple[State, list[Effect]]:
@@ -487,11 +488,6 @@ def _landed(state: State, lease: Lease) -> float | None:
         if lease.token == token and not lease.released:
             return sent_at
     return None
-
-
-def _expected_of(state: State) -> int | None:
-    assert state.sent is not None
-    return state.sent[2].version
 
 
 def _swap(state: State, at: float, phase: Phase, kind: type, base: Lease, epoch: int) -> tuple[State, list[Effect]]:
