@@ -90,7 +90,10 @@ class IcebergLease:
         try:
             return self.lakehouse.create_table(
                 *self.key, Schema(NestedField(1, "holder", StringType(), required=False)),
-                {KIND_PROPERTY: LEASE_KIND, TABLE_PROPERTY: self.guards})
+                {KIND_PROPERTY: LEASE_KIND, TABLE_PROPERTY: self.guards,
+                 # Each swap writes a metadata file and an (empty) manifest list: keep the log as
+                 # short as the snapshots, so the files of older swaps are orphans a sweep removes.
+                 "write.metadata.previous-versions-max": str(_KEPT_SNAPSHOTS)})
         except TableAlreadyExistsError:
             table = self._load()  # another server made it first: its record (if any) decides
             assert table is not None

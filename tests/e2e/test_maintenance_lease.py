@@ -131,7 +131,8 @@ def test_two_servers_on_one_sqlite_catalog_take_turns(tmp_path: Path) -> None:
     _assert_competition(spans, outcomes)
     # The lease table keeps its last few records only, however many renewals there were.
     table = one.load_table(NAMESPACE, leases["a"].key[1])
-    assert len(table.metadata.snapshots) <= 4 and lease_of(table).released
+    assert len(table.metadata.snapshots) <= 4 and len(table.metadata.metadata_log) <= 4
+    assert lease_of(table).released
     assert "t" in [n for n in one.list_table_names("m")]
 
 
