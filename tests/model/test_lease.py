@@ -90,21 +90,32 @@ def drive(rng: random.Random, harness: LeaseHarness, steps: int) -> None:
     """A seed's swarm: clock rates (often at the drift's bounds), how often faults, crashes, late
     swaps, jobs finishing, and how big the steps of time are."""
     extreme = rng.random() < 0.5
-    harness.apply({"op": "clocks", "rates": [_rate(rng, extreme) for _ in range(SERVERS)]})
+    rates = [_rate(rng, extreme) for _ in range(SERVERS)]
+    # A zombie: once one server holds the lease its calls all fail for good; its clock is the
+    # slowest allowed and the others' the fastest, and time moves in small steps: the tightest case.
+    zombie = rng.random() < 0.2
+    partitioned = rng.randrange(SERVERS)
+    if zombie:
+        rates = [1 - CONFIG.drift if s == partitioned else 1 + CONFIG.drift for s in range(SERVERS)]
+    harness.apply({"op": "clocks", "rates": rates})
     fault_rate = rng.choice((0.0, 0.1, 0.3, 0.6))
     faults = rng.sample(OUTCOMES[1:], rng.randint(1, len(OUTCOMES) - 1))
     crash_rate = rng.choice((0.0, 0.02, 0.05))
     deliver_rate = rng.choice((0.05, 0.2))
     finish_rate = rng.choice((0.0, 0.02, 0.1))
     tick_rate = rng.choice((0.2, 0.4))
-    ticks = rng.sample(TICKS, rng.randint(2, len(TICKS)))
+    ticks = list(TICKS[:3]) if zombie else rng.sample(TICKS, rng.randint(2, len(TICKS)))
     rate_rate = rng.choice((0.0, 0.02))
-    # A partition: one server's catalog calls all fail for a while (a holder that cannot renew).
-    partitioned, partition_rate, cut = rng.randrange(SERVERS), rng.choice((0.0, 0.05, 0.2)), False
+    # A partition: one server's catalog calls all fail for a while (a holder that cannot renew),
+    # or, once it holds the lease, for good (a zombie holder: its job runs to its deadline).
+    partition_rate, cut = rng.choice((0.0, 0.05, 0.2)), False
     for _ in range(steps):
         roll = rng.random()
         server = rng.randrange(SERVERS)
-        if rng.random() < partition_rate:
+        if zombie:
+            run = harness.runs.get(partitioned)
+            cut = cut or (run is not None and run.state.phase is Phase.HELD)
+        elif rng.random() < partition_rate:
             cut = not cut
         if cut and server == partitioned and server in harness.runs and rng.random() < 0.7:
             pending = harness.runs[server].pending
