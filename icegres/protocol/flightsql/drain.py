@@ -15,7 +15,10 @@ rest over the same or another connection. So, once the drain starts:
   by the GetFlightInfo that issued it), and the actions that only let go of something
   (ClosePreparedStatement, CloseSession), which a client closing its cursor or connection sends;
 - the drain is over once no call runs and every query ticket issued has been asked for
-  (`busy`), or at the timeout; the server then closes, cancelling whatever still runs.
+  (`busy`), and, if any call ran during the drain, none has for RELEASE_GRACE_S: a client whose
+  query just ended sends its ClosePreparedStatement next, and a server gone by then fails that
+  query's cursor (ADBC redials for it and reports the refused connection); or at the timeout. The
+  server then closes, cancelling whatever still runs.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from grpclib.exceptions import GRPCError
 # were asked goes on with a query begun before (`check`).
 RUN_WHILE_DRAINING = frozenset({"DoGet", "DoAction", "GetFlightInfo"})
 RELEASING_ACTIONS = frozenset({"ClosePreparedStatement", "CloseSession"})
+# How long a drain that served calls waits, with none running, for the releasing ones.
+RELEASE_GRACE_S = 0.5
 
 
 def shutting_down() -> GRPCError:
@@ -43,15 +48,18 @@ class Drain:
     def __init__(self) -> None:
         self.draining = False
         self.running = 0
+        self.served = False  # a call ran during the drain
 
     def start(self) -> None:
         self.draining = True
+        self.served = self.running > 0
 
     @contextmanager
     def call(self, rpc: str) -> Iterator[None]:
         """One call of `rpc`, counted while it runs; refused (GRPCError) if it may not start."""
         if self.draining and rpc not in RUN_WHILE_DRAINING:
             raise shutting_down()
+        self.served = self.served or self.draining
         self.running += 1
         try:
             yield

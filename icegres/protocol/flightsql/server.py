@@ -18,6 +18,7 @@ import trio
 from icegres.config import Settings, refuse_open_trust, refuse_plaintext, superusers
 from icegres.protocol.backoff import AuthBackoff
 from icegres.protocol.flightsql.connections import Connections
+from icegres.protocol.flightsql.drain import RELEASE_GRACE_S
 from icegres.protocol.limits import Slots
 
 if TYPE_CHECKING:
@@ -78,7 +79,16 @@ class FlightServer:
             # asyncio's server alone: grpclib's close() would also cancel every running call.
             server._server.close()
         with trio.move_on_after(timeout_s):
-            while service.busy():
+            quiet_since = None
+            while True:
+                if service.busy():
+                    quiet_since = None
+                elif not service.drain.served:
+                    break
+                elif quiet_since is None:
+                    quiet_since = trio.current_time()
+                elif trio.current_time() - quiet_since >= RELEASE_GRACE_S:
+                    break  # (drain.py: the client's ClosePreparedStatement comes after its query)
                 await trio.sleep(0.02)
         if service.busy():
             log.info("drain: %d Flight SQL call(s) still running after %.1fs: cancelling them",
