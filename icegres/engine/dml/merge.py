@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 from sqlglot import exp
 
-from icegres.engine.dml import checks, defaults
+from icegres.engine.assign import write_schema
+from icegres.engine.dml import checks, defaults, merge_on_read
 from icegres.engine.dml.copy_on_write import assigned_values, check_unique, write_files
 from icegres.engine.dml.joined import (
     ROW_COLUMN,
@@ -84,12 +86,24 @@ def merge(qctx: QueryContext, txn: TxnState, tree: exp.Merge, params: dict[str, 
                                for c in (*values, *_condition(w))] or [exp.Literal.number(1)]).from_(using.copy())
     collect(qctx.plan_tree(source_only.limit(0), params))
 
-    view = qctx.register_private("target", with_file_column(qctx, key, plan)) if plan.files else None
+    # Merge-on-read (dml/merge_on_read.py), but not under a primary key: its check excludes
+    # whole rewritten files.
+    by_position = bool(plan.files) and not plan.primary_key and merge_on_read.chosen(txn, key, plan, "merge")
+    view = qctx.register_private("target", with_file_column(qctx, key, plan, positions=by_position)) \
+        if plan.files else None
     changed, files, rows = 0, set(), None
-    if matched and view is not None:
+    positions: dict[str, np.ndarray] = {}
+    if matched and view is not None and by_position:
+        changed, positions, rows = _matched_by_position(qctx, plan, key, view, alias, using, on, matched, sets, params)
+    elif matched and view is not None:
         changed, files, rows = _matched(qctx, plan, key, view, alias, using, on, matched, sets, params)
     added = _not_matched(qctx, plan, key, view, alias, using, on, unmatched, inserts, params) if unmatched else None
     inserted = added.num_rows if added is not None else 0
+    if by_position:
+        if positions or inserted:
+            new = [t for t in (rows, added) if t is not None]
+            merge_on_read.stage(txn, key, positions, pa.concat_tables(new) if new else None)
+        return f"MERGE {changed + inserted}"
     if plan.primary_key and (rows is not None or inserted):
         new = pa.concat_tables([t for t in (rows, added) if t is not None])
         check_unique(qctx, plan, key, new, exclude_files=tuple(files))
@@ -196,6 +210,46 @@ def _matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, alia
     # CHECKs of the updated rows only (the others are as they were)
     rows = checks.conform(qctx, new.filter(pa.array(~deleted)), plan, key, changed=pa.array(updated[~deleted]))
     return len(acted), files, rows
+
+
+def _matched_by_position(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, alias: exp.Identifier,
+                         using: exp.Expression, on: exp.Expression, whens: list[exp.When],
+                         sets: list[dict[str, exp.Expression] | None],
+                         params: dict[str, Any] | None) -> tuple[int, dict[str, np.ndarray], pa.Table | None]:
+    """The WHEN MATCHED clauses, merge-on-read: rows changed, the positions of the target rows
+    updated or deleted (data file path -> sorted positions), and the updated rows' new versions.
+    One join gives each pair's target row, its file and position, its clause and new values."""
+    columns = [f.name for f in plan.schema]
+    values = [exp.alias_(e.copy(), f"_{k}_{i}", quoted=True)
+              for k, s in enumerate(sets) if s for i, e in enumerate(s.values())]
+    # (the target's columns under names of their own: the source has columns of the same names)
+    olds = [exp.alias_(column(c, alias), f"_t_{j}", quoted=True) for j, c in enumerate(columns)]
+    pairs = without_views(collect(qctx.plan_tree(frame_of(view, alias, [using], on)(
+        exp.select(column(FILE_COLUMN, alias), column(merge_on_read.POS_COLUMN, alias), *olds,
+                   exp.alias_(_clause_number(whens), CLAUSE_COLUMN, quoted=True), *values)), params)))
+    clause = pairs.column(CLAUSE_COLUMN).to_numpy(zero_copy_only=False)
+    acting = np.array([clause_i > 0 and not _is(whens[clause_i - 1].args.get("then"), "DO NOTHING")
+                       for clause_i in clause], dtype=bool) if len(clause) else np.zeros(0, dtype=bool)
+    pairs, clause = pairs.filter(pa.array(acting)), clause[acting]
+    if not pairs.num_rows:
+        return 0, {}, None
+    files = pa.compute.dictionary_encode(pairs.column(FILE_COLUMN)).combine_chunks().indices.to_numpy()
+    rows_at = files.astype(np.int64) << 40 | pairs.column(merge_on_read.POS_COLUMN).to_numpy()
+    if len(np.unique(rows_at)) != len(rows_at):
+        raise PgError(CARDINALITY_VIOLATION, "MERGE command cannot affect row a second time",
+                      hint="Ensure that not more than one source row matches any one target row.")
+    positions = merge_on_read.positions_of(pairs.select([FILE_COLUMN, merge_on_read.POS_COLUMN]), FILE_COLUMN)
+    schema = write_schema(plan)
+    parts = []
+    for k, s in enumerate(sets):
+        mask = clause == k + 1
+        if not s or not mask.any():
+            continue
+        chosen = pairs.filter(pa.array(mask))
+        new = {c: assigned_to(chosen.column(f"_{k}_{list(s).index(c)}"), schema.field(c), key, qctx.env.time_zone)
+               if c in s else chosen.column(f"_t_{j}") for j, c in enumerate(columns)}
+        parts.append(checks.conform(qctx, pa.table(new), plan, key))  # (every row a new version: all checked)
+    return pairs.num_rows, positions, pa.concat_tables(parts) if parts else None
 
 
 def _insert(when: exp.When, plan: ReadPlan, key: Key) -> tuple[list[str], list[exp.Expression]]:
