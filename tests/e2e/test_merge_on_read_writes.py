@@ -40,10 +40,11 @@ def _make(c: psycopg.Connection, ns: str) -> None:
 
 
 def _both(c: psycopg.Connection, ns: str, sql: str) -> Any:
-    """Run `sql` ({t}: the table) on both twins; the same tag, RETURNING rows and table rows."""
+    """Run `sql` ({t}: the table, {src}: the source) on both twins; the same tag, RETURNING rows
+    and table rows."""
     out = []
     for t in ("mor", "cow"):
-        cur = c.execute(sql.format(t=f"{ns}.{t}"))
+        cur = c.execute(sql.format(t=f"{ns}.{t}", src=f"{ns}.src"))
         out.append((cur.statusmessage, sorted(cur.fetchall()) if cur.description else None))
     assert out[0] == out[1], sql
     assert _rows(c, f"{ns}.mor") == _rows(c, f"{ns}.cow"), sql
@@ -76,14 +77,13 @@ def test_merge_on_read_statements_leave_the_rows_copy_on_write_leaves(tmp_path: 
         assert _both(c, ns, "delete from {t} where v = 'u' and id > 22 returning *")[0] == "DELETE 2"
         _both(c, ns, "update {t} set v = v || '!' where id in (30, 230)")
         _both(c, ns, "update {t} set n = 0 where id = 30")  # a row an earlier UPDATE rewrote
-        _both(c, ns, "merge into {t} t using %s s on t.id = s.id when matched and s.op = 'd' then delete "
+        _both(c, ns, "merge into {t} t using {src} s on t.id = s.id when matched and s.op = 'd' then delete "
                      "when matched and s.op = 'u' then update set v = s.v, n = t.n + 1 when matched then do nothing "
-                     "when not matched and s.op = 'i' then insert (id, v) values (s.id, s.v)" % f"{ns}.src")
+                     "when not matched and s.op = 'i' then insert (id, v) values (s.id, s.v)")
         _both(c, ns, "merge into {t} t using (select 400 as id) s on t.id = s.id when matched then update set n = 4")
-        src = f"{ns}.src"
-        assert _both(c, ns, "update {t} t set v = s.v || t.v from %s s where t.id = s.id returning t.id, t.v, s.op"
-                     % src) == ("UPDATE 2", [(250, "CC", "u"), (400, "NN", "i")])
-        assert _both(c, ns, "delete from {t} t using %s s where t.id = s.id + 100 returning t.id, s.v" % src) == \
+        assert _both(c, ns, "update {t} t set v = s.v || t.v from {src} s where t.id = s.id returning t.id, t.v, s.op") \
+            == ("UPDATE 2", [(250, "CC", "u"), (400, "NN", "i")])
+        assert _both(c, ns, "delete from {t} t using {src} s where t.id = s.id + 100 returning t.id, s.v") == \
             ("DELETE 3", [(101, "A"), (102, "B"), (103, "D")])
         _both(c, ns, "delete from {t} where id = 12345")  # nothing matches
         with pytest.raises(psycopg.errors.CardinalityViolation):
@@ -176,8 +176,8 @@ def test_duckdb_and_pyiceberg_read_icegres_merge_on_read_writes(stack, tmp_path:
         _make(c, ns)
         _both(c, ns, "delete from {t} where id <= 10 or id = 299")
         _both(c, ns, "update {t} set v = 'u' where id between 100 and 110")
-        _both(c, ns, "merge into {t} t using %s s on t.id = s.id when matched and s.op = 'u' then update set n = 0 "
-                     "when not matched and s.op = 'i' then insert (id, v) values (s.id, s.v)" % f"{ns}.src")
+        _both(c, ns, "merge into {t} t using {src} s on t.id = s.id when matched and s.op = 'u' then update set n = 0 "
+                     "when not matched and s.op = 'i' then insert (id, v) values (s.id, s.v)")
         ours = _rows(c, f"{ns}.mor")
         assert _rows(c, f"{ns}.cow") == ours
         table = load_catalog("rest", **stack.pyiceberg_properties()).load_table((ns, "mor"))
