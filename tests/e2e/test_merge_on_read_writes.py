@@ -12,19 +12,46 @@ twice); time travel before the commit and a restarted server read what they shou
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
-from tests.support.icegres_server import running_icegres
+from tests.e2e import test_merge
+from tests.e2e.test_dml_semantics import _play
+from tests.support.fixtures import real_postgres  # noqa: F401  (session fixture)
+from tests.support.icegres_server import IcegresServer, running_icegres
 from tests.support.ladder import catalog
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 MOR = ('("write.delete.mode" = \'merge-on-read\', "write.update.mode" = \'merge-on-read\', '
        '"write.merge.mode" = \'merge-on-read\')')
+
+
+@pytest.fixture(scope="module")
+def icegres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IcegresServer]:
+    with running_icegres(tmp_path_factory.mktemp("mor") / "lake") as srv:
+        yield srv
+
+
+PLAYS = {"merge": (test_merge.SCRIPT, ("t", "s")),
+         **{name: (script, test_merge.EDGE_TABLES[name]) for name, script in test_merge.EDGE_SCRIPTS.items()}}
+
+
+@pytest.mark.parametrize("name", sorted(PLAYS))
+def test_merge_on_read_tables_answer_as_postgresql_does(icegres: IcegresServer, real_postgres: Any,  # noqa: F811
+                                                        name: str) -> None:
+    """test_merge's scripts (MERGE, UPDATE … FROM, DELETE … USING; NULL keys, a partitioned table,
+    types, a self-join) on tables made merge-on-read as they are created."""
+    script, tables = PLAYS[name]
+    with psycopg.connect(icegres.dsn(), autocommit=True) as c:
+        c.execute("create schema if not exists dd")
+        c.execute("drop table if exists dd.p")
+        c.execute("create table dd.p (id int, day date, v int) with (partitioning = 'day(day)')")
+    _play(icegres, real_postgres, script, tuple(f"dd.{t}" for t in tables), after_create=f"alter table {{table}} set {MOR}")
 
 
 def _make(c: psycopg.Connection, ns: str) -> None:

@@ -91,19 +91,20 @@ def merge(qctx: QueryContext, txn: TxnState, tree: exp.Merge, params: dict[str, 
     by_position = bool(plan.files) and not plan.primary_key and merge_on_read.chosen(txn, key, plan, "merge")
     view = qctx.register_private("target", with_file_column(qctx, key, plan, positions=by_position)) \
         if plan.files else None
-    changed, files, rows = 0, set(), None
-    positions: dict[str, np.ndarray] = {}
-    if matched and view is not None and by_position:
-        changed, positions, rows = _matched_by_position(qctx, plan, key, view, alias, using, on, matched, sets, params)
-    elif matched and view is not None:
-        changed, files, rows = _matched(qctx, plan, key, view, alias, using, on, matched, sets, params)
-    added = _not_matched(qctx, plan, key, view, alias, using, on, unmatched, inserts, params) if unmatched else None
-    inserted = added.num_rows if added is not None else 0
     if by_position:
+        assert view is not None
+        changed, positions, rows, added = _by_position(qctx, plan, key, view, alias, using, on, whens, sets, inserts,
+                                                       params)
+        inserted = added.num_rows if added is not None else 0
         if positions or inserted:
             new = [t for t in (rows, added) if t is not None]
             merge_on_read.stage(txn, key, positions, pa.concat_tables(new) if new else None)
         return f"MERGE {changed + inserted}"
+    changed, files, rows = 0, set(), None
+    if matched and view is not None:
+        changed, files, rows = _matched(qctx, plan, key, view, alias, using, on, matched, sets, params)
+    added = _not_matched(qctx, plan, key, view, alias, using, on, unmatched, inserts, params) if unmatched else None
+    inserted = added.num_rows if added is not None else 0
     if plan.primary_key and (rows is not None or inserted):
         new = pa.concat_tables([t for t in (rows, added) if t is not None])
         check_unique(qctx, plan, key, new, exclude_files=tuple(files))
@@ -212,27 +213,54 @@ def _matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, alia
     return len(acted), files, rows
 
 
-def _matched_by_position(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, alias: exp.Identifier,
-                         using: exp.Expression, on: exp.Expression, whens: list[exp.When],
-                         sets: list[dict[str, exp.Expression] | None],
-                         params: dict[str, Any] | None) -> tuple[int, dict[str, np.ndarray], pa.Table | None]:
-    """The WHEN MATCHED clauses, merge-on-read: rows changed, the positions of the target rows
-    updated or deleted (data file path -> sorted positions), and the updated rows' new versions.
-    One join gives each pair's target row, its file and position, its clause and new values."""
-    columns = [f.name for f in plan.schema]
-    values = [exp.alias_(e.copy(), f"_{k}_{i}", quoted=True)
+def _by_position(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, alias: exp.Identifier,
+                 using: exp.Expression, on: exp.Expression, whens: list[exp.When],
+                 sets: list[dict[str, exp.Expression] | None], inserts: list[tuple[list[str], list[exp.Expression]]],
+                 params: dict[str, Any] | None) -> tuple[int, dict[str, np.ndarray], pa.Table | None, pa.Table | None]:
+    """MERGE merge-on-read: rows changed, the positions of the target rows updated or deleted (data
+    file path -> sorted positions), the updated rows' new versions and the inserted rows.
+
+    One scan of the target: the source LEFT JOIN the target gives each matched pair's target row,
+    file and position, the number of the MATCHED clause acting on it and that clause's values,
+    and each source row that matched nothing (its file NULL), whose NOT MATCHED clauses are then
+    evaluated over just those rows, as `_not_matched` does after its anti-join."""
+    matched = [w for w in whens if w.args.get("matched")]
+    unmatched = [w for w in whens if not w.args.get("matched")]
+    name = _source_name(using)
+    hit = exp.Not(this=exp.Is(this=column(FILE_COLUMN, alias), expression=exp.Null()))
+
+    def when_hit(e: exp.Expression) -> exp.Expression:  # (a clause's values only for matched pairs)
+        return exp.Case(ifs=[exp.If(this=hit.copy(), true=e)])
+
+    values = [exp.alias_(when_hit(e.copy()), f"_{k}_{i}", quoted=True)
               for k, s in enumerate(sets) if s for i, e in enumerate(s.values())]
-    # (the target's columns under names of their own: the source has columns of the same names)
-    olds = [exp.alias_(column(c, alias), f"_t_{j}", quoted=True) for j, c in enumerate(columns)]
-    pairs = without_views(collect(qctx.plan_tree(frame_of(view, alias, [using], on)(
-        exp.select(column(FILE_COLUMN, alias), column(merge_on_read.POS_COLUMN, alias), *olds,
-                   exp.alias_(_clause_number(whens), CLAUSE_COLUMN, quoted=True), *values)), params)))
-    clause = pairs.column(CLAUSE_COLUMN).to_numpy(zero_copy_only=False)
-    acting = np.array([clause_i > 0 and not _is(whens[clause_i - 1].args.get("then"), "DO NOTHING")
-                       for clause_i in clause], dtype=bool) if len(clause) else np.zeros(0, dtype=bool)
-    pairs, clause = pairs.filter(pa.array(acting)), clause[acting]
+    # (the target's and the source's columns under names of their own: they share names)
+    columns = [f.name for f in plan.schema]
+    olds = [exp.alias_(column(c, alias), f"_t_{j}", quoted=True) for j, c in enumerate(columns)] if matched else []
+    names = collect(qctx.plan_tree(exp.select(exp.Star()).from_(using.copy()).limit(0), params)).schema.names \
+        if unmatched else []
+    theirs = [exp.alias_(column(n, name), f"_s_{i}", quoted=True) for i, n in enumerate(names)]
+    clause = exp.Case(ifs=[exp.If(this=hit.copy(), true=_clause_number(matched))], default=exp.Literal.number(0)) \
+        if matched else exp.Literal.number(0)
+    query = exp.select(column(FILE_COLUMN, alias), column(merge_on_read.POS_COLUMN, alias), *olds,
+                       exp.alias_(clause, CLAUSE_COLUMN, quoted=True), *values, *theirs).from_(using.copy()).join(
+        source(view, alias), on=on.copy(), join_type="left")
+    found = without_views(collect(qctx.plan_tree(query, params)))
+    is_hit = found.column(FILE_COLUMN).is_valid()
+    added = None
+    if unmatched:
+        lonely = found.filter(pa.compute.invert(is_hit)).select([f"_s_{i}" for i in range(len(names))]).rename_columns(names)
+        rows = source(qctx.register_private("merge_source", qctx.ctx.from_arrow(lonely)), name)
+        added = _inserted(qctx, plan, key, rows, unmatched, inserts, params)
+    if not matched:
+        return 0, {}, None, added
+    pairs = found.filter(is_hit)
+    clause_of = pairs.column(CLAUSE_COLUMN).to_numpy(zero_copy_only=False)
+    acting = np.array([clause_i > 0 and not _is(matched[clause_i - 1].args.get("then"), "DO NOTHING")
+                       for clause_i in clause_of], dtype=bool) if len(clause_of) else np.zeros(0, dtype=bool)
+    pairs, clause_of = pairs.filter(pa.array(acting)), clause_of[acting]
     if not pairs.num_rows:
-        return 0, {}, None
+        return 0, {}, None, added
     files = pa.compute.dictionary_encode(pairs.column(FILE_COLUMN)).combine_chunks().indices.to_numpy()
     rows_at = files.astype(np.int64) << 40 | pairs.column(merge_on_read.POS_COLUMN).to_numpy()
     if len(np.unique(rows_at)) != len(rows_at):
@@ -242,14 +270,14 @@ def _matched_by_position(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp
     schema = write_schema(plan)
     parts = []
     for k, s in enumerate(sets):
-        mask = clause == k + 1
+        mask = clause_of == k + 1
         if not s or not mask.any():
             continue
         chosen = pairs.filter(pa.array(mask))
         new = {c: assigned_to(chosen.column(f"_{k}_{list(s).index(c)}"), schema.field(c), key, qctx.env.time_zone)
                if c in s else chosen.column(f"_t_{j}") for j, c in enumerate(columns)}
         parts.append(checks.conform(qctx, pa.table(new), plan, key))  # (every row a new version: all checked)
-    return pairs.num_rows, positions, pa.concat_tables(parts) if parts else None
+    return pairs.num_rows, positions, pa.concat_tables(parts) if parts else None, added
 
 
 def _insert(when: exp.When, plan: ReadPlan, key: Key) -> tuple[list[str], list[exp.Expression]]:
@@ -286,8 +314,6 @@ def _not_matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table |
     The clauses' conditions and values see the source alone, as in PostgreSQL (dbt's `insert
     ("id") values ("id")` names the source's id, which the target has too): the unmatched source
     rows are found first, then the clauses are evaluated over just them."""
-    values = [exp.alias_(e.copy(), f"_{k}_{i}", quoted=True)
-              for k, (_, vs) in enumerate(inserts) for i, e in enumerate(vs)]
     rows: exp.Expression = using.copy()
     if view is not None:
         name = _source_name(using)
@@ -299,6 +325,14 @@ def _not_matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table |
             exp.Is(this=column(FILE_COLUMN, alias), expression=exp.Null()))
         found_rows = without_views(collect(qctx.plan_tree(unmatched, params)))
         rows = source(qctx.register_private("merge_source", qctx.ctx.from_arrow(found_rows)), name)
+    return _inserted(qctx, plan, key, rows, whens, inserts, params)
+
+
+def _inserted(qctx: QueryContext, plan: ReadPlan, key: Key, rows: exp.Expression, whens: list[exp.When],
+              inserts: list[tuple[list[str], list[exp.Expression]]], params: dict[str, Any] | None) -> pa.Table | None:
+    """The rows the WHEN NOT MATCHED clauses insert for the source rows `rows` (matching nothing)."""
+    values = [exp.alias_(e.copy(), f"_{k}_{i}", quoted=True)
+              for k, (_, vs) in enumerate(inserts) for i, e in enumerate(vs)]
     query = exp.select(exp.alias_(_clause_number(whens), CLAUSE_COLUMN, quoted=True), *values).from_(rows)
     found = without_views(collect(qctx.plan_tree(query, params)))
     clause = found.column(CLAUSE_COLUMN).to_numpy(zero_copy_only=False)
