@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from icegres.engine.txn import Key, TxnState
 
 CLAUSE_COLUMN = "__icegres_clause"
+INSERT_CLAUSE_COLUMN = "__icegres_insert_clause"
 
 
 def merge(qctx: QueryContext, txn: TxnState, tree: exp.Merge, params: dict[str, Any] | None) -> str:
@@ -222,11 +223,11 @@ def _by_position(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, 
 
     One scan of the target: the source LEFT JOIN the target gives each matched pair's target row,
     file and position, the number of the MATCHED clause acting on it and that clause's values,
-    and each source row that matched nothing (its file NULL), whose NOT MATCHED clauses are then
-    evaluated over just those rows, as `_not_matched` does after its anti-join."""
+    and for each source row that matched nothing (its file NULL) the NOT MATCHED clause acting on
+    it and that clause's values. Each clause's values are computed only for the rows it may act
+    on (a CASE on the file being NULL), so a value that fails on other rows fails no statement."""
     matched = [w for w in whens if w.args.get("matched")]
     unmatched = [w for w in whens if not w.args.get("matched")]
-    name = _source_name(using)
     hit = exp.Not(this=exp.Is(this=column(FILE_COLUMN, alias), expression=exp.Null()))
 
     def when_hit(e: exp.Expression) -> exp.Expression:  # (a clause's values only for matched pairs)
@@ -237,21 +238,23 @@ def _by_position(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, 
     # (the target's and the source's columns under names of their own: they share names)
     columns = [f.name for f in plan.schema]
     olds = [exp.alias_(column(c, alias), f"_t_{j}", quoted=True) for j, c in enumerate(columns)] if matched else []
-    names = collect(qctx.plan_tree(exp.select(exp.Star()).from_(using.copy()).limit(0), params)).schema.names \
-        if unmatched else []
-    theirs = [exp.alias_(column(n, name), f"_s_{i}", quoted=True) for i, n in enumerate(names)]
+    missed = exp.Is(this=column(FILE_COLUMN, alias), expression=exp.Null())
+    inserted = [exp.alias_(exp.Case(ifs=[exp.If(this=missed.copy(), true=e.copy())]), f"_i{k}_{i}", quoted=True)
+                for k, (_, vs) in enumerate(inserts) for i, e in enumerate(vs)]
     clause = exp.Case(ifs=[exp.If(this=hit.copy(), true=_clause_number(matched))], default=exp.Literal.number(0)) \
         if matched else exp.Literal.number(0)
+    insert_clause = exp.Case(ifs=[exp.If(this=missed.copy(), true=_clause_number(unmatched))],
+                             default=exp.Literal.number(0)) if unmatched else exp.Literal.number(0)
     query = exp.select(column(FILE_COLUMN, alias), column(merge_on_read.POS_COLUMN, alias), *olds,
-                       exp.alias_(clause, CLAUSE_COLUMN, quoted=True), *values, *theirs).from_(using.copy()).join(
-        source(view, alias), on=on.copy(), join_type="left")
+                       exp.alias_(clause, CLAUSE_COLUMN, quoted=True), *values,
+                       exp.alias_(insert_clause, INSERT_CLAUSE_COLUMN, quoted=True), *inserted).from_(
+        using.copy()).join(source(view, alias), on=on.copy(), join_type="left")
     found = without_views(collect(qctx.plan_tree(query, params)))
     is_hit = found.column(FILE_COLUMN).is_valid()
     added = None
     if unmatched:
-        lonely = found.filter(pa.compute.invert(is_hit)).select([f"_s_{i}" for i in range(len(names))]).rename_columns(names)
-        rows = source(qctx.register_private("merge_source", qctx.ctx.from_arrow(lonely)), name)
-        added = _inserted(qctx, plan, key, rows, unmatched, inserts, params)
+        added = _inserted_rows(qctx, plan, key, found.filter(pa.compute.invert(is_hit)), unmatched, inserts,
+                               INSERT_CLAUSE_COLUMN, "_i")
     if not matched:
         return 0, {}, None, added
     pairs = found.filter(is_hit)
@@ -334,8 +337,15 @@ def _inserted(qctx: QueryContext, plan: ReadPlan, key: Key, rows: exp.Expression
     values = [exp.alias_(e.copy(), f"_{k}_{i}", quoted=True)
               for k, (_, vs) in enumerate(inserts) for i, e in enumerate(vs)]
     query = exp.select(exp.alias_(_clause_number(whens), CLAUSE_COLUMN, quoted=True), *values).from_(rows)
-    found = without_views(collect(qctx.plan_tree(query, params)))
-    clause = found.column(CLAUSE_COLUMN).to_numpy(zero_copy_only=False)
+    return _inserted_rows(qctx, plan, key, without_views(collect(qctx.plan_tree(query, params))), whens, inserts)
+
+
+def _inserted_rows(qctx: QueryContext, plan: ReadPlan, key: Key, found: pa.Table, whens: list[exp.When],
+                   inserts: list[tuple[list[str], list[exp.Expression]]], clause_column: str = CLAUSE_COLUMN,
+                   prefix: str = "_") -> pa.Table | None:
+    """The inserted rows, from `found`: per source row the NOT MATCHED clause acting on it
+    (`clause_column`) and each clause's values (`{prefix}{k}_{i}`)."""
+    clause = found.column(clause_column).to_numpy(zero_copy_only=False)
     parts = []
     for k, (when, (columns, _)) in enumerate(zip(whens, inserts, strict=True)):
         if not isinstance(when.args.get("then"), exp.Insert):
@@ -344,7 +354,7 @@ def _inserted(qctx: QueryContext, plan: ReadPlan, key: Key, rows: exp.Expression
         if not mask.any():
             continue
         chosen = found.filter(pa.array(mask))
-        data = pa.table({c: chosen.column(f"_{k}_{i}") for i, c in enumerate(columns)})  # none: DEFAULT VALUES
+        data = pa.table({c: chosen.column(f"{prefix}{k}_{i}") for i, c in enumerate(columns)})  # none: DEFAULT VALUES
         data = defaults.fill(qctx, plan, data, rows=int(mask.sum()))
         parts.append(checks.conform(qctx, data, plan, key))
     return pa.concat_tables(parts) if parts else None
