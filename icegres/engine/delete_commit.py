@@ -117,22 +117,28 @@ class _WithDeleteFiles:
     _delete_files: list[DataFile] = []
 
     def _manifests(self) -> list[ManifestFile]:
-        manifests = super()._manifests()  # type: ignore[misc]  # the data files added, the parent's kept
+        from pyiceberg.utils.concurrent import ExecutorFactory
+
         by_spec: dict[int, list[DataFile]] = {}
         for f in self._delete_files:
             by_spec.setdefault(f.spec_id, []).append(f)
+        # Written while pyiceberg writes the data manifest (each is a PUT on an object store).
+        executor = ExecutorFactory.get_or_create()
+        pending = [executor.submit(self._delete_manifest, spec_id, files) for spec_id, files in sorted(by_spec.items())]
+        manifests = super()._manifests()  # type: ignore[misc]  # the data files added, the parent's kept
+        return [*manifests, *(p.result() for p in pending)]
+
+    def _delete_manifest(self, spec_id: int, files: list[DataFile]) -> ManifestFile:
         producer: Any = self
         metadata = producer._transaction.table_metadata
-        for spec_id, files in sorted(by_spec.items()):
-            writer = _DeleteManifestWriter(metadata.specs()[spec_id], producer.schema(), producer.new_manifest_output(),
-                                           producer._snapshot_id, producer._compression)
-            with writer:
-                for f in files:
-                    writer.add_entry(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED,
-                                                             snapshot_id=producer._snapshot_id, sequence_number=None,
-                                                             file_sequence_number=None, data_file=f))
-            manifests.append(writer.to_manifest_file())
-        return manifests
+        writer = _DeleteManifestWriter(metadata.specs()[spec_id], producer.schema(), producer.new_manifest_output(),
+                                       producer._snapshot_id, producer._compression)
+        with writer:
+            for f in files:
+                writer.add_entry(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED,
+                                                         snapshot_id=producer._snapshot_id, sequence_number=None,
+                                                         file_sequence_number=None, data_file=f))
+        return writer.to_manifest_file()
 
     def _summary(self, snapshot_properties: Any = None) -> Any:
         # pyiceberg's collector counts what `_added_data_files` holds: the delete files too, for

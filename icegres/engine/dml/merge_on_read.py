@@ -79,12 +79,18 @@ def stage(txn: TxnState, key: Key, positions: dict[str, np.ndarray], rows: pa.Ta
         write, orphans = write.rewrite(set(own), write_files(write.target, kept), 0)
         txn.stage(write, orphans)
         positions = {p: pos for p, pos in positions.items() if p not in own}
-    new_files = write_files(write.target, rows) if rows is not None and rows.num_rows else {}
     deleted = dict(write.deleted)
     for path, pos in positions.items():
         deleted[path] = pos if path not in deleted else np.union1d(deleted[path], pos)
-    delete_files = write_position_deletes(write.base.table, deleted, write.base.data_files) if positions else \
-        dict(write.delete_files)
+    # The delete files are written while the new rows are (each a PUT on an object store).
+    from pyiceberg.utils.concurrent import ExecutorFactory
+
+    pending = ExecutorFactory.get_or_create().submit(write_position_deletes, write.base.table, deleted,
+                                                     write.base.data_files) if positions else None
+    try:
+        new_files = write_files(write.target, rows) if rows is not None and rows.num_rows else {}
+    finally:
+        delete_files = pending.result() if pending is not None else dict(write.delete_files)
     staged, orphans = write.deleted_rows(positions, delete_files, new_files, rows.num_rows if rows is not None else 0)
     txn.stage(staged, orphans)
 
