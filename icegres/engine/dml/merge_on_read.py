@@ -8,13 +8,15 @@ table's owner chooses, as in Spark.
 
 The query that finds the matching rows also gives their positions: each per-file scan of the
 target carries `file_row_index()` (POS_COLUMN), the Parquet reader's own row position, beside
-its path (`target.with_file_column`). Only a scan straight over the file can: a file whose
-columns need mapping (written before a rename or ADD COLUMN), a file this transaction added
-itself, a branch, a temporary table, or a transaction that altered the table falls back to
-copy-on-write for the whole statement (`chosen`). The positions are staged (`StagedWrite.deleted`)
-and the transaction's view applies them, so a later statement of the block sees the deletes; each
-statement writes the transaction's position-delete files anew (one per partition) with every
-position deleted so far (engine/delete_commit.py), so a COMMIT publishes one per table.
+its path (`target.with_file_column`). Only a scan straight over the file can: a table with a
+file whose columns need mapping (written before a rename or ADD COLUMN), a branch, a temporary
+table, or a transaction that altered the table falls back to copy-on-write for the whole
+statement (`chosen`). The positions are staged (`StagedWrite.deleted`) and the transaction's view
+applies them, so a later statement of the block sees the deletes; each statement writes the
+transaction's position-delete files anew (one per partition) with every position deleted so far
+(engine/delete_commit.py), so a COMMIT publishes one per table and partition. Rows of data files
+the transaction wrote itself (not in the catalog, so no delete file can name them) are removed by
+writing those files again.
 """
 
 from __future__ import annotations
