@@ -15,7 +15,8 @@ Peers, per backend (`--backend embedded|seaweedfs|both`):
 
 - icegres (one `icegres serve`, psycopg), MERGE and UPDATE … FROM + INSERT, each on its own copy;
   its source table demo.m_src is an Iceberg table too, refilled by COPY. MERGE twice: copy-on-write
-  (the default) and merge-on-read (the copy's `write.merge.mode` = merge-on-read).
+  (the default) and merge-on-read (the copy's `write.merge.mode` = merge-on-read), and UPDATE …
+  FROM + INSERT both ways too (`write.update.mode`).
 - DuckDB 1.5.5's iceberg extension (seaweedfs only: it writes only through a REST catalog):
   `ATTACH` of SeaweedFS's REST catalog (OAuth2 client credentials) with an S3 secret, MERGE and
   UPDATE … FROM + INSERT into its own copies of the same rows in the same catalog, each copy
@@ -65,16 +66,16 @@ ROWS = 1_000_000
 CHANGED = 1_000
 SEED = 20261206
 ICE_MERGE, ICE_UPD = "icegres merge", "icegres update+insert"
-ICE_MOR_MERGE = "icegres merge, merge-on-read"
+ICE_MOR_MERGE, ICE_MOR_UPD = "icegres merge, merge-on-read", "icegres update+insert, merge-on-read"
 DUCK_ICE_MERGE, DUCK_ICE_UPD = "duckdb-iceberg merge", "duckdb-iceberg update+insert"
 DUCK_MEM, PG_MERGE = "duckdb in-memory merge", "postgres merge"
 PEERS = {
-    "embedded": (ICE_MERGE, ICE_MOR_MERGE, ICE_UPD, DUCK_MEM, PG_MERGE),
-    "seaweedfs": (ICE_MERGE, ICE_MOR_MERGE, ICE_UPD, DUCK_ICE_MERGE, DUCK_ICE_UPD, DUCK_MEM, PG_MERGE),
+    "embedded": (ICE_MERGE, ICE_MOR_MERGE, ICE_UPD, ICE_MOR_UPD, DUCK_MEM, PG_MERGE),
+    "seaweedfs": (ICE_MERGE, ICE_MOR_MERGE, ICE_UPD, ICE_MOR_UPD, DUCK_ICE_MERGE, DUCK_ICE_UPD, DUCK_MEM, PG_MERGE),
 }
 # Each backend's ratios are against this peer: the issue's DuckDB-iceberg where it can write.
 REFERENCE = {"embedded": DUCK_MEM, "seaweedfs": DUCK_ICE_MERGE}
-TABLES = {ICE_MERGE: "m_merge", ICE_MOR_MERGE: "m_mor_merge", ICE_UPD: "m_upd", DUCK_ICE_MERGE: "m_duck_merge",
+TABLES = {ICE_MERGE: "m_merge", ICE_MOR_MERGE: "m_mor_merge", ICE_UPD: "m_upd", ICE_MOR_UPD: "m_mor_upd", DUCK_ICE_MERGE: "m_duck_merge",
           DUCK_ICE_UPD: "m_duck_upd", DUCK_MEM: "m_merge", PG_MERGE: "m_merge"}
 COLUMNS = "id bigint, city text, fare double precision"
 
@@ -309,8 +310,8 @@ def run_backend(name: str, opts: Any, rows: int, pg: tuple[str, str]) -> dict[st
     per_round = 2 if opts.quick else 4
     peer_names = PEERS[name]
     times: dict[str, list[tuple[int, float]]] = {p: [] for p in peer_names}
-    files: dict[str, list[dict[str, int]]] = {p: [] for p in (ICE_MERGE, ICE_MOR_MERGE, ICE_UPD, DUCK_ICE_MERGE,
-                                                              DUCK_ICE_UPD) if p in peer_names}
+    files: dict[str, list[dict[str, int]]] = {p: [] for p in (ICE_MERGE, ICE_MOR_MERGE, ICE_UPD, ICE_MOR_UPD,
+                                                              DUCK_ICE_MERGE, DUCK_ICE_UPD) if p in peer_names}
     mismatches: list[str] = []
     errors: dict[str, str] = {}  # peer -> its first error; it sits out the rest of the run
     with contextlib.ExitStack() as stack:
@@ -355,6 +356,8 @@ def run_backend(name: str, opts: Any, rows: int, pg: tuple[str, str]) -> dict[st
             ICE_MOR_MERGE: _Pg(server.conninfo, TABLES[ICE_MOR_MERGE], False, lake_rows, primary_key=False,
                                merge_on_read=True),
             ICE_UPD: _Pg(server.conninfo, TABLES[ICE_UPD], True, lake_rows, primary_key=False),
+            ICE_MOR_UPD: _Pg(server.conninfo, TABLES[ICE_MOR_UPD], True, lake_rows, primary_key=False,
+                             merge_on_read=True),
             PG_MERGE: _Pg(pg[0], TABLES[PG_MERGE], False, "demo.m_base", primary_key=True),
         }
         mem = datasets.duck_connect()
@@ -466,9 +469,10 @@ def _summarise(report: dict[str, Any], name: str, rows: int, rounds: int, per_ro
              "change committed, from the snapshot summaries (deleted-data-files, added-data-files, "
              "added-delete-files). icegres writes copy-on-write by default: the data files holding a "
              "matched row are rewritten whole (the copy is one file of all its rows), in one snapshot per "
-             "statement or transaction. Its merge-on-read peer's table has write.merge.mode (and "
+             "statement or transaction. Its merge-on-read peers' tables have write.merge.mode (and "
              "update, delete) = merge-on-read: one position-delete file for the matched rows and one "
-             "data file of their new versions and the inserted rows, in one snapshot."]
+             "data file of their new versions and the inserted rows, in one snapshot (UPDATE … FROM + "
+             "INSERT: their two data files, merged into one by the COMMIT's compaction)."]
     if iceberg:
         notes.append("DuckDB-iceberg writes merge-on-read: a position-delete file for the updated rows and "
                      "new data files, no data file rewritten, and MERGE commits two snapshots (overwrite, "
