@@ -33,8 +33,34 @@ MOR = ('("write.delete.mode" = \'merge-on-read\', "write.update.mode" = \'merge-
 
 @pytest.fixture(scope="module")
 def icegres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IcegresServer]:
-    with running_icegres(tmp_path_factory.mktemp("mor") / "lake") as srv:
+    with running_icegres(tmp_path_factory.mktemp("mor") / "lake", args=("--flight-port", "0")) as srv:
         yield srv
+
+
+def test_over_flight_sql_and_into_a_branch(icegres: IcegresServer) -> None:
+    """Flight SQL's statements write merge-on-read too; a branch's are copy-on-write (and right)."""
+    import adbc_driver_flightsql.dbapi as adbc
+
+    with psycopg.connect(icegres.dsn(), autocommit=True) as c:
+        c.execute("create schema fm")
+        c.execute("create table fm.t (id int, v text)")
+        c.execute("create table fm.s (id int, v text)")
+        c.execute("insert into fm.t values (1, 'a'), (2, 'b')")
+        c.execute("insert into fm.s values (1, 'one'), (3, 'three')")
+        c.execute(f"alter table fm.t set {MOR}")
+        c.execute("alter table fm.t create branch dev")
+        c.execute('update fm."t@dev" set v = \'dev\' where id = 2')
+        assert c.execute('select id, v from fm."t@dev" order by id').fetchall() == [(1, "a"), (2, "dev")]
+    with adbc.connect(f"grpc://127.0.0.1:{icegres.flight_port}", autocommit=True) as f, f.cursor() as cur:
+        cur.execute("merge into fm.t using fm.s on t.id = s.id when matched then update set v = s.v "
+                    "when not matched then insert values (s.id, s.v)")
+        cur.execute("delete from fm.t where id = 2")
+        cur.execute("select id, v from fm.t order by id")
+        assert cur.fetchall() == [(1, "one"), (3, "three")]
+    with psycopg.connect(icegres.dsn(), autocommit=True) as c:
+        summaries = [s for (s,) in c.execute('select summary from fm."t$snapshots" order by committed_at')]
+        assert [s.get("added-position-delete-files") for s in summaries[-2:]] == ["1", "1"]
+        assert all(s.get("deleted-data-files") is None for s in summaries[-2:])
 
 
 PLAYS = {"merge": (test_merge.SCRIPT, ("t", "s")),
