@@ -406,6 +406,9 @@ class TxnState:
         _, (writes, pins, hidden, read_keys, catalog, view_overlay) = self.marks[index]
         del self.marks[index + 1 :]
         still = {p for w in writes.values() for p in (*w.added, *w.delete_files)}
+        # A file the savepoint's writes reference is referenced again, though a statement since
+        # replaced it (a rewrite of a staged file, a delete file written anew): not an orphan.
+        self.orphans = [p for p in self.orphans if p not in still]
         self.orphans.extend(p for p in self.all_added() if p not in still)
         self.writes = dict(writes)
         # Tables first read since the savepoint keep their pins (snapshot isolation); names the

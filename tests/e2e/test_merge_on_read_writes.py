@@ -188,6 +188,12 @@ def test_a_block_stages_its_deletes_and_commits_one_delete_file(tmp_path: Path) 
             c.execute(f"update {ns}.{t} set n = -n where v = 'b' or id = 250")  # rows of the block's own file too
             c.execute(f"insert into {ns}.{t} values (1000, 'i', 1)")
             c.execute(f"delete from {ns}.{t} where id = 1000")
+            c.execute("savepoint s")
+            c.execute(f"delete from {ns}.{t} where id between 100 and 150")
+            c.execute(f"update {ns}.{t} set v = 'gone' where id = 160")
+            c.execute("rollback to savepoint s")
+            assert c.execute(f"select count(*) from {ns}.{t} where id between 100 and 160 and v = 'x'").fetchone() \
+                == (61,)
             c.execute("commit")
         assert _rows(c, f"{ns}.mor") == _rows(c, f"{ns}.cow")
         table = lake.load_table((ns, "mor"))

@@ -53,3 +53,21 @@ def test_a_rewrite_of_a_file_drops_its_staged_positions_and_rollback_orphans_the
     assert "f1" not in rewritten.deleted and "f1" in rewritten.removed
     txn.rollback_to(0)
     assert txn.orphans == ["d1"] and not txn.has_writes
+
+
+def test_rolling_back_to_a_savepoint_keeps_the_files_its_writes_reference() -> None:
+    txn = TxnState()
+    key = ("s", "t")
+    txn.pins[key] = _plan()
+    write, _ = txn.write_for(key).deleted_rows({"f1": np.array([0])}, {"d1": object()}, {"n1": object()}, 1)
+    txn.stage(write)
+    txn.mark("sp")
+    # since the savepoint: the delete file written anew, the staged data file rewritten
+    write, orphans = write.deleted_rows({"f2": np.array([3])}, {"d2": object()}, {}, 0)
+    txn.stage(write, orphans)
+    write, orphans = write.rewrite({"n1"}, {"n2": object()}, 1)
+    txn.stage(write, orphans)
+    assert sorted(txn.orphans) == ["d1", "n1"]
+    txn.rollback_to(0)
+    assert sorted(txn.orphans) == ["d2", "n2"]  # d1 and n1 are the savepoint's again
+    assert sorted(txn.all_added()) == ["d1", "n1"]
