@@ -141,7 +141,7 @@ def lane_of(txn: TxnState) -> tuple[Any, ...] | None:
     """The lane of a transaction that can share its commit: exactly one table written, by a blind
     append (`StagedWrite.is_blind_append`), with no snapshot properties of its own and no
     SERIALIZABLE reads to assert. None: it commits alone."""
-    writes = [w for w in txn.writes.values() if w.added or w.removed]
+    writes = [w for w in txn.writes.values() if w.changes_rows]
     if len(writes) != 1 or txn.snapshot_properties or txn.serializable:
         return None
     write = writes[0]

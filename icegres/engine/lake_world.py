@@ -56,14 +56,16 @@ def commit_request(txn: TxnState, token: str | None = None) -> CommitRequest | N
             base_snapshot=w.base.snapshot_id,
             base_schema_id=w.base.schema_id,
             kind=WriteKind.APPEND if w.is_append else WriteKind.OVERWRITE,
-            removed_files=frozenset(w.removed),
-            added_files=frozenset(w.added),
+            # (merge-on-read: the files it deletes rows of count as removed, for the conflict
+            # check, and its delete files as added, deleted if the commit aborts)
+            removed_files=w.changed_files,
+            added_files=frozenset(w.added) | frozenset(w.delete_files),
             reads_table=(w.read_rows or bool(w.base.primary_key)
                          or (txn.serializable and w.key in txn.read_keys)),
             serializable_read=txn.serializable and w.key in txn.read_keys,
         )
         for w in sorted(txn.writes.values(), key=lambda w: w.key)
-        if w.added or w.removed or w.metadata_change is not None
+        if w.changes_rows or w.metadata_change is not None
     )
     if not writes:
         return None
@@ -181,9 +183,9 @@ class LakeWorld:
             table = at_head(table, ref)
             write = self._writes.get(name)
             live: frozenset[str] = frozenset()
-            if write is not None and write.removed and faults.broken("first-committer-wins"):
-                live = frozenset(write.removed)  # on purpose: no write is ever in another's way
-            elif write is not None and write.removed:
+            if write is not None and write.changed_files and faults.broken("first-committer-wins"):
+                live = write.changed_files  # on purpose: no write is ever in another's way
+            elif write is not None and write.changed_files:
                 live = _live_as_read(write, table.scan().plan_files() if head is not None else ())
             has_token = carries_token(meta, request.token)
             key_conflict = False
@@ -226,7 +228,7 @@ class LakeWorld:
         tx = lean_transaction.transaction(table)
         if write.metadata_change is not None:
             write.metadata_change(tx)
-            if not (write.added or write.removed):
+            if not write.changes_rows:
                 # A schema or property change makes no snapshot: the token rides in a property.
                 tx.set_properties({TOKEN_PROPERTY: token})
                 requirements = (AssertTableUUID(uuid=table.metadata.table_uuid),
@@ -322,12 +324,15 @@ def _recheck_primary_key(write: StagedWrite, head: Any) -> None:
 
 
 def _live_as_read(write: StagedWrite, tasks: Any) -> frozenset[str]:
-    """The files our write removes that the head still has exactly as our base read them: with no
-    merge-on-read delete file our base did not apply. A delete file another engine added since
-    to a file we rewrite deletes rows our rewrite still holds, so that file counts as changed
-    under us (first committer wins), as a file removed under us does."""
+    """The files our write removes, or deletes rows of, that the head still has exactly as our
+    base read them: with no merge-on-read delete file our base did not apply. A delete file
+    another engine (or another icegres session) added since to a file we rewrite deletes rows
+    our rewrite still holds, and to a file we delete rows of may delete the very rows we update
+    (both versions of the row would then live), so that file counts as changed under us (first
+    committer wins), as a file removed under us does."""
     read = {f.path: f.deletes for f in write.base.files}
-    return frozenset(t.file.file_path for t in tasks if t.file.file_path in write.removed
+    changed = write.changed_files
+    return frozenset(t.file.file_path for t in tasks if t.file.file_path in changed
                      and {d.file_path for d in t.delete_files} <= set(read.get(t.file.file_path, ())))
 
 

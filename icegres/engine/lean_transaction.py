@@ -88,7 +88,13 @@ def stage_update(catalog: Any, current: Any, identifier: tuple[str, ...], requir
 def add_snapshot(tx: LeanTransaction, write: Any, properties: dict[str, str] | None = None,
                  branch: str | None = None) -> None:
     """The snapshot of a staged write (txn.StagedWrite) on `tx`, on `branch` (None: main): a fast
-    append of its files, or an overwrite that removes its removed files and adds its added ones."""
+    append of its files, or an overwrite that removes its removed files and adds its added ones
+    (a merge-on-read write, with delete files: delete_commit.py)."""
+    if write.delete_files:
+        from icegres.engine import delete_commit
+
+        delete_commit.add_snapshot(tx, write, properties or {}, branch)
+        return
     producer = tx.update_snapshot(snapshot_properties=properties or {}, branch=branch or "main")
     if write.replaces:
         with ReplaceFiles(tx, properties or {}, branch or "main") as rewrite:

@@ -34,12 +34,18 @@ def table_key(key: Key, plan: ReadPlan) -> Key:
 
 @dataclass(frozen=True)
 class StagedWrite:
-    """A table's pending change: base files it removes and new files it adds (copy-on-write)."""
+    """A table's pending change: base files it removes and new files it adds (copy-on-write),
+    and rows of base files it deletes by position (merge-on-read, dml/merge_on_read.py)."""
 
     key: Key
     base: ReadPlan
     removed: MappingProxyType[str, Any] = field(default_factory=lambda: _EMPTY)  # path -> base DataFile
     added: MappingProxyType[str, Any] = field(default_factory=lambda: _EMPTY)  # path -> DataFile we wrote
+    # Merge-on-read: base data file path -> the sorted positions of its rows this transaction
+    # deleted, and the position-delete files (path -> DataFile) that say so, written anew by each
+    # statement that adds positions (so they always hold exactly `deleted`; one per partition).
+    deleted: MappingProxyType[str, Any] = field(default_factory=lambda: _EMPTY, compare=False)
+    delete_files: MappingProxyType[str, Any] = field(default_factory=lambda: _EMPTY)
     rows_added: int = 0
     # A statement that staged into this write read the table's rows (a source selecting from
     # it, ON CONFLICT, UPDATE/DELETE): a rebase would change what it read, so the commit machine
@@ -60,7 +66,18 @@ class StagedWrite:
     @property
     def is_append(self) -> bool:
         """Only adds files: it cannot conflict with concurrent appends."""
-        return not self.removed
+        return not self.removed and not self.deleted
+
+    @property
+    def changes_rows(self) -> bool:
+        """It adds or removes data files, or deletes rows by position: it makes a snapshot."""
+        return bool(self.added or self.removed or self.delete_files)
+
+    @property
+    def changed_files(self) -> frozenset[str]:
+        """The base files whose rows it removes: whole (copy-on-write) or some (merge-on-read).
+        Each must be in the head, as the base read it, when the write lands (first committer wins)."""
+        return frozenset(self.removed) | frozenset(self.deleted)
 
     @property
     def is_blind_append(self) -> bool:
@@ -87,9 +104,39 @@ class StagedWrite:
         """The table as this transaction sees it: base files minus removed, plus added."""
         shape = self.shape or self.base
         identity = tuple((f.name, f.name) for f in shape.schema)
-        files = tuple(f for f in shape.files if f.path not in self.removed)
+        files = tuple(self._with_deletes(f) for f in shape.files if f.path not in self.removed)
         files += tuple(self.remapped.get(path) or FileRead(path, identity) for path in self.added)
         return replace(shape, files=files, data_files=self.base.data_files)
+
+    def _with_deletes(self, f: FileRead) -> FileRead:
+        """A base file as this write sees it: its staged deleted positions applied too."""
+        staged = self.deleted.get(f.path)
+        if staged is None:
+            return f
+        import numpy as np
+
+        deleted = staged if f.deleted is None else np.union1d(f.deleted, staged)
+        # (the delete file paths name the positions: scans are cached by them)
+        return replace(f, deletes=(*f.deletes, *sorted(self.delete_files)), deleted=deleted)
+
+    def deleted_rows(self, positions: dict[str, Any], delete_files: dict[str, Any], new_files: dict[str, Any],
+                     rows: int) -> tuple[StagedWrite, list[str]]:
+        """Merge-on-read: delete the rows at `positions` (base file path -> sorted positions, none
+        deleted before) and add `new_files` (the updated rows' new versions, inserted rows);
+        `delete_files` replace this write's delete files and say every position deleted so far.
+
+        Returns the new write and the staged delete files that became unreferenced."""
+        import numpy as np
+
+        deleted = dict(self.deleted)
+        for path, pos in positions.items():
+            assert path in self.base.data_files and path not in self.removed and path not in self.added, path
+            deleted[path] = pos if path not in deleted else np.union1d(deleted[path], pos)
+        orphans = [p for p in self.delete_files if p not in delete_files]
+        write = replace(self, deleted=MappingProxyType(deleted), delete_files=MappingProxyType(dict(delete_files)),
+                        added=MappingProxyType({**self.added, **new_files}), rows_added=self.rows_added + rows,
+                        read_rows=True)
+        return write, orphans
 
     def altered(self, change: Any, shape: ReadPlan, remap: Any) -> StagedWrite:
         """This write with one more metadata change after those it has; `shape` is the table
@@ -113,6 +160,7 @@ class StagedWrite:
         """
         removed = dict(self.removed)
         added = dict(self.added)
+        deleted = dict(self.deleted)
         orphans = []
         for path in gone:
             if path in added:
@@ -120,8 +168,14 @@ class StagedWrite:
                 orphans.append(path)
             else:
                 removed[path] = self.base.data_files[path]
+                # Rewritten from the rows this transaction sees: its staged deletes of the file
+                # are in the rewrite (the delete files still name the file's positions; a
+                # position of a removed file deletes nothing, and the next statement that
+                # deletes by position writes them without it).
+                deleted.pop(path, None)
         added.update(new_files)
         write = replace(self, removed=MappingProxyType(removed), added=MappingProxyType(added),
+                        deleted=MappingProxyType(deleted),
                         rows_added=self.rows_added + rows, read_rows=self.read_rows or read)
         return write, orphans
 
@@ -250,10 +304,11 @@ class TxnState:
 
     @property
     def has_writes(self) -> bool:
-        return any(w.added or w.removed for w in self.writes.values())
+        return any(w.changes_rows for w in self.writes.values())
 
     def all_added(self) -> list[str]:
-        return [p for w in self.writes.values() for p in w.added]
+        """Every file the transaction's writes staged (data and delete files)."""
+        return [p for w in self.writes.values() for p in (*w.added, *w.delete_files)]
 
     # --- DDL in the block ---------------------------------------------------------------------
 
@@ -297,7 +352,7 @@ class TxnState:
         self.pins.pop(key, None)
         write = self.writes.pop(key, None)
         if write is not None:
-            self.orphans.extend(write.added)
+            self.orphans.extend((*write.added, *write.delete_files))
         self.read_keys.discard(key)
         self.hidden.add(key)
         self.version += 1
@@ -363,7 +418,10 @@ class TxnState:
         """Restore the writes as of savepoint `index` (kept); files staged since become orphans."""
         _, (writes, pins, hidden, read_keys, catalog, view_overlay) = self.marks[index]
         del self.marks[index + 1 :]
-        still = {p for w in writes.values() for p in w.added}
+        still = {p for w in writes.values() for p in (*w.added, *w.delete_files)}
+        # A file the savepoint's writes reference is referenced again, though a statement since
+        # replaced it (a rewrite of a staged file, a delete file written anew): not an orphan.
+        self.orphans = [p for p in self.orphans if p not in still]
         self.orphans.extend(p for p in self.all_added() if p not in still)
         self.writes = dict(writes)
         # Tables first read since the savepoint keep their pins (snapshot isolation); names the

@@ -52,7 +52,11 @@ def _rows(outcome: Outcome) -> Outcome:
     return status, tag, sorted(rows, key=lambda row: tuple((v is not None, v or "") for v in row))
 
 
-def _play(icegres: IcegresServer, postgres: Any, script: str, tables: tuple[str, ...]) -> None:
+def _play(icegres: IcegresServer, postgres: Any, script: str, tables: tuple[str, ...], *,
+          after_create: str | None = None) -> None:
+    """`script`'s statements on PostgreSQL and icegres alike: the same outcomes and the same rows
+    of `tables` after each. `after_create` ({table}: its name): an icegres-only statement run
+    after each CREATE TABLE (table properties PostgreSQL has not)."""
     with psycopg.connect(postgres.dsn(), autocommit=True) as pg, \
             psycopg.connect(icegres.dsn(), autocommit=True) as ig:
         _run(pg, "drop schema if exists dd cascade")
@@ -62,6 +66,10 @@ def _play(icegres: IcegresServer, postgres: Any, script: str, tables: tuple[str,
             for sql in (s.strip() for s in script.strip().splitlines()):
                 theirs, ours = _run(pg, sql), _run(ig, sql)
                 assert ours == theirs, f"{sql}\n  postgres: {theirs}\n  icegres:  {ours}"
+                words = sql.split()
+                if after_create is not None and ours[0] == "ok" and [w.lower() for w in words[:2]] == ["create", "table"]:
+                    name = words[5] if words[2].lower() == "if" else words[2]
+                    assert _run(ig, after_create.format(table=name))[0] == "ok", name
                 for table in tables:
                     dump = f"select * from {table}"
                     assert _rows(_run(ig, dump)) == _rows(_run(pg, dump)), f"rows of {table} after: {sql}"

@@ -31,8 +31,7 @@ SETUP = """
 """
 
 
-def test_merge_as_postgresql_runs_it(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
-    _play(icegres, real_postgres, SETUP + """
+SCRIPT = SETUP + """
         merge into dd.t using dd.s on t.id = s.id when matched and s.op = 'd' then delete when matched and s.op = 'u' then update set v = s.v, n = t.n + 10 when not matched and s.op = 'i' then insert (id, v) values (s.id, s.v) when not matched then do nothing
         merge into dd.t as x using (select 3 as id, 'q' as w) q on x.id = q.id when matched then update set v = q.w
         merge into dd.t using dd.s on t.id = s.id when matched then do nothing when not matched then insert values (s.id, s.v || '!', 0)
@@ -51,7 +50,11 @@ def test_merge_as_postgresql_runs_it(icegres: IcegresServer, real_postgres: Any)
         merge into dd.t using dd.s on t.id = s.id when not matched then insert (id, v) values (1)
         merge into dd.t using dd.s on t.id = s.id when matched then update set n = n / 0
         merge into dd.t using dd.s on t.id = s.id when matched then delete
-    """, ("dd.t", "dd.s"))
+    """
+
+
+def test_merge_as_postgresql_runs_it(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    _play(icegres, real_postgres, SCRIPT, ("dd.t", "dd.s"))
 
 
 def test_merge_into_an_empty_table_and_from_an_empty_source(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811

@@ -271,7 +271,8 @@ def _rewrite_rows(qctx: QueryContext, txn: TxnState, tree: exp.Expression, key: 
         returning = said
     else:
         count, rows = rewrite_matching(qctx, txn, key, cond, sets, params, delete=sets is None,
-                                       alias=alias_of(tree.this, key), returned=returning is not None)
+                                       alias=alias_of(tree.this, key), returned=returning is not None,
+                                       by_position=True)
     tag = f"{'DELETE' if sets is None else 'UPDATE'} {count}"
     if returning is None:
         return DmlResult(tag)

@@ -18,7 +18,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 from sqlglot import exp
 
 from icegres.engine.assign import assignment, check_assignable, conform, write_schema
-from icegres.engine.dml import checks
+from icegres.engine.dml import checks, merge_on_read
 from icegres.engine.dml.target import (
     FILE_COLUMN,
     HIT_COLUMN,
@@ -31,6 +31,7 @@ from icegres.engine.dml.target import (
     source,
     target_plan,
     with_file_column,
+    write_files,
 )
 from icegres.engine.rewrite.literals import exact_number, typed_literals
 from icegres.pg.errors import PgError
@@ -43,10 +44,13 @@ if TYPE_CHECKING:
 
 def rewrite_matching(qctx: QueryContext, txn: TxnState, key: Key, cond: exp.Expression | None,
                      assigned: dict[str, exp.Expression] | None, params: dict[str, Any] | None, *,
-                     delete: bool, alias: exp.Identifier, returned: bool = False) -> tuple[int, pa.Table | None]:
+                     delete: bool, alias: exp.Identifier, returned: bool = False,
+                     by_position: bool = False) -> tuple[int, pa.Table | None]:
     """Rewrite exactly the data files that hold rows matching `cond` (setting the columns of
     `assigned` to their values there); returns the row count and, if `returned`, the rows
-    RETURNING reads: those deleted, or those updated as they are written."""
+    RETURNING reads: those deleted, or those updated as they are written. `by_position`: a
+    table that asks for merge-on-read DELETE or UPDATE has the rows' positions deleted instead,
+    where it can (dml/merge_on_read.py)."""
     sets: dict[str, exp.Expression] | None = None
     plan = target_plan(txn, key)
     returning_rows = write_schema(plan).empty_table() if returned else None
@@ -69,6 +73,10 @@ def rewrite_matching(qctx: QueryContext, txn: TxnState, key: Key, cond: exp.Expr
         collect(qctx.plan_tree(probe, params))
     if not plan.files:
         return 0, returning_rows
+    if by_position and merge_on_read.chosen(txn, key, plan, "delete" if delete else "update") \
+            and not (sets and any(c in sets for c in plan.primary_key)):
+        # (a primary key updated: its check excludes whole files, so the statement rewrites them)
+        return _by_position(qctx, txn, key, plan, cond, sets, params, alias=alias, returned=returned)
     view = source(qctx.register_private("target", with_file_column(qctx, key, plan)), alias)
     hits_query = (exp.select(column(FILE_COLUMN), exp.alias_(exp.Count(this=exp.Star()), "n"))
                   .from_(view).group_by(column(FILE_COLUMN)))
@@ -117,6 +125,38 @@ def rewrite_matching(qctx: QueryContext, txn: TxnState, key: Key, cond: exp.Expr
     write, orphans = write.rewrite(set(matched), new_files, rows.num_rows, read=True)
     txn.stage(write, orphans)
     return count, returning_rows
+
+
+def _by_position(qctx: QueryContext, txn: TxnState, key: Key, plan: ReadPlan, cond: exp.Expression | None,
+                 sets: dict[str, exp.Expression] | None, params: dict[str, Any] | None, *, alias: exp.Identifier,
+                 returned: bool) -> tuple[int, pa.Table | None]:
+    """`rewrite_matching` merge-on-read: one query gives the matching rows' files and positions
+    (and an UPDATE's new row versions, or a DELETE … RETURNING's rows); those positions are
+    deleted and the new versions appended."""
+    view = source(qctx.register_private("target", with_file_column(qctx, key, plan, positions=True)), alias)
+    columns = [f.name for f in plan.schema]
+    items: list[exp.Expression] = [column(FILE_COLUMN, alias), column(merge_on_read.POS_COLUMN, alias)]
+    if sets is not None:
+        items += [exp.alias_(sets[c].copy(), c, quoted=True) if c in sets else column(c, alias) for c in columns]
+    elif returned:
+        items += [column(c, alias) for c in columns]
+    query = exp.select(*items).from_(view)
+    if cond is not None:
+        query = query.where(cond.copy())
+    found = collect(qctx.plan_tree(query, params))
+    returning_rows = write_schema(plan).empty_table() if returned else None
+    if not found.num_rows:
+        return 0, returning_rows
+    positions = merge_on_read.positions_of(found, FILE_COLUMN)
+    data = found.drop_columns([FILE_COLUMN, merge_on_read.POS_COLUMN])
+    rows = None
+    if sets is not None:
+        rows = checks.conform(qctx, data, plan, key)  # (every row here is a new version: all checked)
+        returning_rows = rows if returned else None
+    elif returned:
+        returning_rows = conform(data, plan, key, qctx.env.time_zone)
+    merge_on_read.stage(txn, key, positions, rows)
+    return found.num_rows, returning_rows
 
 
 def assigned_values(qctx: QueryContext, plan: ReadPlan, frame: Frame, assigned: dict[str, exp.Expression],
@@ -274,17 +314,3 @@ def append(txn: TxnState, key: Key, rows: pa.Table, *, read: bool = False) -> No
     write = txn.write_for(key)
     write, _ = write.rewrite(set(), write_files(write.target, rows), rows.num_rows, read=read)
     txn.stage(write)
-
-
-def write_files(base: ReadPlan, rows: pa.Table) -> dict[str, Any]:
-    """Write rows as new Parquet data files of the table (partitioned as its spec says)."""
-    if rows.num_rows == 0:
-        return {}
-    from pyiceberg.io.pyarrow import _dataframe_to_data_files
-
-    table: Any = base.table
-    files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io))
-    for f in files:
-        # Manifests give read DataFiles their spec id; written ones need it to be deleted later.
-        f.spec_id = table.metadata.default_spec_id
-    return {f.file_path: f for f in files}

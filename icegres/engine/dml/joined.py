@@ -15,14 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 from sqlglot import exp
 
 from icegres.engine.assign import conform, write_schema
-from icegres.engine.dml import checks
+from icegres.engine.dml import checks, merge_on_read
 from icegres.engine.dml.copy_on_write import assigned_values, check_unique, write_files
 from icegres.engine.dml.returning_joined import source_columns
 from icegres.engine.dml.target import (
     FILE_COLUMN,
+    POS_COLUMN,
     collect,
     column,
     in_files,
@@ -33,6 +35,8 @@ from icegres.engine.dml.target import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from icegres.engine.dml.copy_on_write import Frame
     from icegres.engine.mounts import ReadPlan
     from icegres.engine.query import QueryContext
@@ -71,6 +75,12 @@ def rewrite_joined(qctx: QueryContext, txn: TxnState, key: Key, sources: list[ex
     if not plan.files:
         return 0, empty, said
 
+    if merge_on_read.chosen(txn, key, plan, "delete" if sets is None else "update") \
+            and not (sets and any(c in sets for c in plan.primary_key)):
+        # (a primary key updated: its check excludes whole files, so the statement rewrites them)
+        count, returned_rows = _by_position(qctx, txn, key, plan, framed, alias, sets,
+                                            carried.select if carried else None, params, returned)
+        return count, (returned_rows if count else empty), said
     view = qctx.register_private("target", with_file_column(qctx, key, plan))
     matched = joined_files(qctx, framed(view), alias, params)
     if not matched:
@@ -112,6 +122,46 @@ def rewrite_joined(qctx: QueryContext, txn: TxnState, key: Key, sources: list[ex
     write, orphans = write.rewrite(matched, write_files(write.target, rows), rows.num_rows, read=True)
     txn.stage(write, orphans)
     return count, returned_rows, said
+
+
+def _by_position(qctx: QueryContext, txn: TxnState, key: Key, plan: ReadPlan, framed: Callable[[exp.Table], Frame],
+                 alias: exp.Identifier, sets: dict[str, exp.Expression] | None, carried: list[exp.Expression] | None,
+                 params: dict[str, Any] | None, returned: bool) -> tuple[int, pa.Table | None]:
+    """`rewrite_joined` merge-on-read (dml/merge_on_read.py): one join gives each joined target
+    row's file and position, its columns and new values (and the source columns RETURNING reads);
+    a row joined several times takes the first pair the join produces, as the rewrite does."""
+    view = qctx.register_private("target", with_file_column(qctx, key, plan, positions=True))
+    columns = plan.schema.names
+    olds = [exp.alias_(column(c, alias), f"_t_{j}", quoted=True) for j, c in enumerate(columns)] \
+        if sets is not None or returned else []
+    values = [exp.alias_(e.copy(), f"_{i}", quoted=True) for i, e in enumerate((sets or {}).values())]
+    extras = [e.copy() for e in carried] if carried else []
+    joined = without_views(collect(qctx.plan_tree(
+        framed(view)(exp.select(column(FILE_COLUMN, alias), column(POS_COLUMN, alias), *olds, *values, *extras)),
+        params)))
+    if not joined.num_rows:
+        return 0, None
+    files = pa.compute.dictionary_encode(joined.column(FILE_COLUMN)).combine_chunks().indices.to_numpy()
+    rows_at = files.astype(np.int64) << 40 | joined.column(POS_COLUMN).to_numpy()
+    _, first = np.unique(rows_at, return_index=True)
+    picked = joined.take(pa.array(np.sort(first)))
+    positions = merge_on_read.positions_of(picked.select([FILE_COLUMN, POS_COLUMN]), FILE_COLUMN)
+    sources_of = picked.select(joined.column_names[2 + len(olds) + len(values):]) if carried else None
+    old = pa.table({c: picked.column(f"_t_{j}") for j, c in enumerate(columns)}) if olds else None
+    rows, returned_rows = None, None
+    if sets is None:
+        if returned:
+            assert old is not None
+            returned_rows = _beside(conform(old, plan, key, qctx.env.time_zone), sources_of)
+    else:
+        schema = write_schema(plan)
+        names = list(sets)
+        new = {c: assigned_to(picked.column(f"_{names.index(c)}"), schema.field(c), key, qctx.env.time_zone)
+               if c in sets else picked.column(f"_t_{j}") for j, c in enumerate(columns)}
+        rows = checks.conform(qctx, pa.table(new), plan, key)  # (every row a new version: all checked)
+        returned_rows = _beside(rows, sources_of) if returned else None
+    merge_on_read.stage(txn, key, positions, rows)
+    return picked.num_rows, returned_rows
 
 
 def _beside(rows: pa.Table, extra: pa.Table | None) -> pa.Table:

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 from sqlglot import exp
 
-from icegres.engine.dml import checks, defaults
+from icegres.engine.assign import write_schema
+from icegres.engine.dml import checks, defaults, merge_on_read
 from icegres.engine.dml.copy_on_write import assigned_values, check_unique, write_files
 from icegres.engine.dml.joined import (
     ROW_COLUMN,
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from icegres.engine.txn import Key, TxnState
 
 CLAUSE_COLUMN = "__icegres_clause"
+INSERT_CLAUSE_COLUMN = "__icegres_insert_clause"
 
 
 def merge(qctx: QueryContext, txn: TxnState, tree: exp.Merge, params: dict[str, Any] | None) -> str:
@@ -84,7 +87,20 @@ def merge(qctx: QueryContext, txn: TxnState, tree: exp.Merge, params: dict[str, 
                                for c in (*values, *_condition(w))] or [exp.Literal.number(1)]).from_(using.copy())
     collect(qctx.plan_tree(source_only.limit(0), params))
 
-    view = qctx.register_private("target", with_file_column(qctx, key, plan)) if plan.files else None
+    # Merge-on-read (dml/merge_on_read.py), but not under a primary key: its check excludes
+    # whole rewritten files.
+    by_position = bool(plan.files) and not plan.primary_key and merge_on_read.chosen(txn, key, plan, "merge")
+    view = qctx.register_private("target", with_file_column(qctx, key, plan, positions=by_position)) \
+        if plan.files else None
+    if by_position:
+        assert view is not None
+        changed, positions, rows, added = _by_position(qctx, plan, key, view, alias, using, on, whens, sets, inserts,
+                                                       params)
+        inserted = added.num_rows if added is not None else 0
+        if positions or inserted:
+            new = [t for t in (rows, added) if t is not None]
+            merge_on_read.stage(txn, key, positions, pa.concat_tables(new) if new else None)
+        return f"MERGE {changed + inserted}"
     changed, files, rows = 0, set(), None
     if matched and view is not None:
         changed, files, rows = _matched(qctx, plan, key, view, alias, using, on, matched, sets, params)
@@ -198,6 +214,75 @@ def _matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, alia
     return len(acted), files, rows
 
 
+def _by_position(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, alias: exp.Identifier,
+                 using: exp.Expression, on: exp.Expression, whens: list[exp.When],
+                 sets: list[dict[str, exp.Expression] | None], inserts: list[tuple[list[str], list[exp.Expression]]],
+                 params: dict[str, Any] | None) -> tuple[int, dict[str, np.ndarray], pa.Table | None, pa.Table | None]:
+    """MERGE merge-on-read: rows changed, the positions of the target rows updated or deleted (data
+    file path -> sorted positions), the updated rows' new versions and the inserted rows.
+
+    One scan of the target: the source LEFT JOIN the target gives each matched pair's target row,
+    file and position, the number of the MATCHED clause acting on it and that clause's values,
+    and for each source row that matched nothing (its file NULL) the NOT MATCHED clause acting on
+    it and that clause's values. Each clause's values are computed only for the rows it may act
+    on (a CASE on the file being NULL), so a value that fails on other rows fails no statement."""
+    matched = [w for w in whens if w.args.get("matched")]
+    unmatched = [w for w in whens if not w.args.get("matched")]
+    hit = exp.Not(this=exp.Is(this=column(FILE_COLUMN, alias), expression=exp.Null()))
+
+    def when_hit(e: exp.Expression) -> exp.Expression:  # (a clause's values only for matched pairs)
+        return exp.Case(ifs=[exp.If(this=hit.copy(), true=e)])
+
+    values = [exp.alias_(when_hit(e.copy()), f"_{k}_{i}", quoted=True)
+              for k, s in enumerate(sets) if s for i, e in enumerate(s.values())]
+    # (the target's and the source's columns under names of their own: they share names)
+    columns = [f.name for f in plan.schema]
+    olds = [exp.alias_(column(c, alias), f"_t_{j}", quoted=True) for j, c in enumerate(columns)] if matched else []
+    missed = exp.Is(this=column(FILE_COLUMN, alias), expression=exp.Null())
+    inserted = [exp.alias_(exp.Case(ifs=[exp.If(this=missed.copy(), true=e.copy())]), f"_i{k}_{i}", quoted=True)
+                for k, (_, vs) in enumerate(inserts) for i, e in enumerate(vs)]
+    clause = exp.Case(ifs=[exp.If(this=hit.copy(), true=_clause_number(matched))], default=exp.Literal.number(0)) \
+        if matched else exp.Literal.number(0)
+    insert_clause = exp.Case(ifs=[exp.If(this=missed.copy(), true=_clause_number(unmatched))],
+                             default=exp.Literal.number(0)) if unmatched else exp.Literal.number(0)
+    query = exp.select(column(FILE_COLUMN, alias), column(merge_on_read.POS_COLUMN, alias), *olds,
+                       exp.alias_(clause, CLAUSE_COLUMN, quoted=True), *values,
+                       exp.alias_(insert_clause, INSERT_CLAUSE_COLUMN, quoted=True), *inserted).from_(
+        using.copy()).join(source(view, alias), on=on.copy(), join_type="left")
+    found = without_views(collect(qctx.plan_tree(query, params)))
+    is_hit = found.column(FILE_COLUMN).is_valid()
+    added = None
+    if unmatched:
+        added = _inserted_rows(qctx, plan, key, found.filter(pa.compute.invert(is_hit)), unmatched, inserts,
+                               INSERT_CLAUSE_COLUMN, "_i")
+    if not matched:
+        return 0, {}, None, added
+    pairs = found.filter(is_hit)
+    clause_of = pairs.column(CLAUSE_COLUMN).to_numpy(zero_copy_only=False)
+    acting = np.array([clause_i > 0 and not _is(matched[clause_i - 1].args.get("then"), "DO NOTHING")
+                       for clause_i in clause_of], dtype=bool) if len(clause_of) else np.zeros(0, dtype=bool)
+    pairs, clause_of = pairs.filter(pa.array(acting)), clause_of[acting]
+    if not pairs.num_rows:
+        return 0, {}, None, added
+    files = pa.compute.dictionary_encode(pairs.column(FILE_COLUMN)).combine_chunks().indices.to_numpy()
+    rows_at = files.astype(np.int64) << 40 | pairs.column(merge_on_read.POS_COLUMN).to_numpy()
+    if len(np.unique(rows_at)) != len(rows_at):
+        raise PgError(CARDINALITY_VIOLATION, "MERGE command cannot affect row a second time",
+                      hint="Ensure that not more than one source row matches any one target row.")
+    positions = merge_on_read.positions_of(pairs.select([FILE_COLUMN, merge_on_read.POS_COLUMN]), FILE_COLUMN)
+    schema = write_schema(plan)
+    parts = []
+    for k, s in enumerate(sets):
+        mask = clause_of == k + 1
+        if not s or not mask.any():
+            continue
+        chosen = pairs.filter(pa.array(mask))
+        new = {c: assigned_to(chosen.column(f"_{k}_{list(s).index(c)}"), schema.field(c), key, qctx.env.time_zone)
+               if c in s else chosen.column(f"_t_{j}") for j, c in enumerate(columns)}
+        parts.append(checks.conform(qctx, pa.table(new), plan, key))  # (every row a new version: all checked)
+    return pairs.num_rows, positions, pa.concat_tables(parts) if parts else None, added
+
+
 def _insert(when: exp.When, plan: ReadPlan, key: Key) -> tuple[list[str], list[exp.Expression]]:
     """A WHEN NOT MATCHED clause's columns and values (none: DO NOTHING; DEFAULT VALUES: NULLs)."""
     then = when.args.get("then")
@@ -232,8 +317,6 @@ def _not_matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table |
     The clauses' conditions and values see the source alone, as in PostgreSQL (dbt's `insert
     ("id") values ("id")` names the source's id, which the target has too): the unmatched source
     rows are found first, then the clauses are evaluated over just them."""
-    values = [exp.alias_(e.copy(), f"_{k}_{i}", quoted=True)
-              for k, (_, vs) in enumerate(inserts) for i, e in enumerate(vs)]
     rows: exp.Expression = using.copy()
     if view is not None:
         name = _source_name(using)
@@ -245,9 +328,24 @@ def _not_matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table |
             exp.Is(this=column(FILE_COLUMN, alias), expression=exp.Null()))
         found_rows = without_views(collect(qctx.plan_tree(unmatched, params)))
         rows = source(qctx.register_private("merge_source", qctx.ctx.from_arrow(found_rows)), name)
+    return _inserted(qctx, plan, key, rows, whens, inserts, params)
+
+
+def _inserted(qctx: QueryContext, plan: ReadPlan, key: Key, rows: exp.Expression, whens: list[exp.When],
+              inserts: list[tuple[list[str], list[exp.Expression]]], params: dict[str, Any] | None) -> pa.Table | None:
+    """The rows the WHEN NOT MATCHED clauses insert for the source rows `rows` (matching nothing)."""
+    values = [exp.alias_(e.copy(), f"_{k}_{i}", quoted=True)
+              for k, (_, vs) in enumerate(inserts) for i, e in enumerate(vs)]
     query = exp.select(exp.alias_(_clause_number(whens), CLAUSE_COLUMN, quoted=True), *values).from_(rows)
-    found = without_views(collect(qctx.plan_tree(query, params)))
-    clause = found.column(CLAUSE_COLUMN).to_numpy(zero_copy_only=False)
+    return _inserted_rows(qctx, plan, key, without_views(collect(qctx.plan_tree(query, params))), whens, inserts)
+
+
+def _inserted_rows(qctx: QueryContext, plan: ReadPlan, key: Key, found: pa.Table, whens: list[exp.When],
+                   inserts: list[tuple[list[str], list[exp.Expression]]], clause_column: str = CLAUSE_COLUMN,
+                   prefix: str = "_") -> pa.Table | None:
+    """The inserted rows, from `found`: per source row the NOT MATCHED clause acting on it
+    (`clause_column`) and each clause's values (`{prefix}{k}_{i}`)."""
+    clause = found.column(clause_column).to_numpy(zero_copy_only=False)
     parts = []
     for k, (when, (columns, _)) in enumerate(zip(whens, inserts, strict=True)):
         if not isinstance(when.args.get("then"), exp.Insert):
@@ -256,7 +354,7 @@ def _not_matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table |
         if not mask.any():
             continue
         chosen = found.filter(pa.array(mask))
-        data = pa.table({c: chosen.column(f"_{k}_{i}") for i, c in enumerate(columns)})  # none: DEFAULT VALUES
+        data = pa.table({c: chosen.column(f"{prefix}{k}_{i}") for i, c in enumerate(columns)})  # none: DEFAULT VALUES
         data = defaults.fill(qctx, plan, data, rows=int(mask.sum()))
         parts.append(checks.conform(qctx, data, plan, key))
     return pa.concat_tables(parts) if parts else None

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 FILE_COLUMN = "__icegres_file"
 HIT_COLUMN = "__icegres_hit"  # an UPDATE ... RETURNING's mark of the rows it changed
+POS_COLUMN = "__icegres_pos"  # a row's position in its data file (merge-on-read writes)
 
 
 def target_table(tree: exp.Expression) -> exp.Expression:
@@ -183,21 +184,26 @@ def collect(planned: PlannedQuery) -> pa.Table:
         raise engine_errors.from_datafusion(exc) from None
 
 
-def with_file_column(qctx: QueryContext, key: Key, plan: ReadPlan) -> Any:
+def with_file_column(qctx: QueryContext, key: Key, plan: ReadPlan, *, positions: bool = False) -> Any:
     """The table `key` as a union of per-file scans, each tagged with its path (58P01 if one of
-    the files is gone: a scan would read it as no rows)."""
+    the files is gone: a scan would read it as no rows). With `positions`, each row's position
+    in its file too (POS_COLUMN, the reader's `file_row_index()`): only for files that need no
+    column mapping (`FileRead.matches_schema`), whose scan is the Parquet scan itself."""
     qctx.engine.check_files([(key, plan)])
     from dataclasses import replace
 
-    from datafusion import lit
+    from datafusion import functions, lit
 
     from icegres.engine.mounts import to_dataframe
 
     ctx = qctx.ctx
-    frames = [
-        to_dataframe(ctx, replace(plan, files=(f,)), qctx.engine.stores).with_column(FILE_COLUMN, lit(f.path))
-        for f in plan.files
-    ]
+    frames = []
+    for f in plan.files:
+        frame = to_dataframe(ctx, replace(plan, files=(f,)), qctx.engine.stores).with_column(FILE_COLUMN, lit(f.path))
+        if positions:
+            assert f.matches_schema, f.path
+            frame = frame.with_column(POS_COLUMN, functions.file_row_index())
+        frames.append(frame)
     df = frames[0]
     for other in frames[1:]:
         df = df.union(other)
@@ -233,3 +239,17 @@ def _scan_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_large_binary(t):
         return pa.binary()
     return t
+
+
+def write_files(base: ReadPlan, rows: pa.Table) -> dict[str, Any]:
+    """Write rows as new Parquet data files of the table (partitioned as its spec says)."""
+    if rows.num_rows == 0:
+        return {}
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    table: Any = base.table
+    files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io))
+    for f in files:
+        # Manifests give read DataFiles their spec id; written ones need it to be deleted later.
+        f.spec_id = table.metadata.default_spec_id
+    return {f.file_path: f for f in files}
