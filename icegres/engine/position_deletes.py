@@ -82,16 +82,13 @@ def _read(table: Table, path: str) -> pa.Table:
 
 
 def _by_data_file(rows: pa.Table, data_files: set[str]) -> list[tuple[str, np.ndarray]]:
-    """The positions `rows` (a delete file's) name in each of `data_files`."""
-    import pyarrow.compute as pc
-
+    """The positions `rows` (a delete file's) name in each of `data_files`: one grouping pass, as
+    one delete file may name thousands of data files (a partition's, as Trino writes them)."""
+    grouped = rows.group_by("file_path").aggregate([("pos", "list")])
     out = []
-    paths = rows.column("file_path")
-    for data_file in data_files:
-        mask = pc.equal(paths, data_file)
-        pos = rows.column("pos").filter(mask).to_numpy()
-        if len(pos):
-            out.append((data_file, pos.astype(np.int64, copy=False)))
+    for path, pos in zip(grouped.column("file_path").to_pylist(), grouped.column("pos_list"), strict=True):
+        if path in data_files:
+            out.append((path, pos.values.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)))
     return out
 
 
