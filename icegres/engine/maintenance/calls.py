@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from icegres.engine.maintenance import expire, orphans, times
-from icegres.engine.procedures import COMPACTION, Call, Timestamp, epoch_ms
-from icegres.pg.errors import INVALID_PARAMETER_VALUE, UNDEFINED_TABLE, PgError
+from icegres.engine.procedures import COMPACTION, Call, Timestamp, epoch_ms, maintained_table
+from icegres.pg.errors import INVALID_PARAMETER_VALUE, PgError
 
 if TYPE_CHECKING:
     from icegres.engine.catalog import Lakehouse
@@ -27,7 +27,6 @@ RESULT_SCHEMAS: dict[str, pa.Schema] = {
     # Spark's one column, and the size icegres adds (a dry run is for deciding).
     "remove_orphan_files": pa.schema([("orphan_file_location", pa.string()), ("file_size_in_bytes", _COUNT)]),
 }
-_SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
 
 
 def result_schema(call: Call) -> pa.Schema | None:
@@ -43,7 +42,7 @@ def run(lakehouse: Lakehouse, call: Call, search_path: list[str],
         pinned: Callable[[Any], set[int]]) -> tuple[pa.Table, list[str], tuple[str, str]]:
     """Run a maintenance `call`; its result rows, notices and table. PgError 42P01 (no such table),
     22023 (a bad argument), 40001 (lost every race), 58030 (unreadable metadata)."""
-    namespace = _find(lakehouse, call, search_path)
+    namespace, _ = maintained_table(lakehouse, call, search_path)
     display = f"{namespace}.{call.name}"
     args = dict(call.args)
     now_ms = int(time.time() * 1000)
@@ -84,16 +83,6 @@ def neighbours(lakehouse: Lakehouse, key: tuple[str, str]) -> list[tuple[str, st
     """(name, metadata location) of every other table of the catalog (for orphans.remove_orphans)."""
     return [(f"{e.namespace}.{e.name}", e.metadata_location) for e in lakehouse.listing().tables
             if (e.namespace, e.name) != key]
-
-
-def _find(lakehouse: Lakehouse, call: Call, search_path: list[str]) -> str:
-    candidates = [call.schema] if call.schema is not None else \
-        [s for s in search_path if s and not s.startswith(("$", "pg_temp")) and s not in _SYSTEM_SCHEMAS]
-    for namespace in candidates:
-        if lakehouse.table_exists(namespace, call.name):
-            return namespace
-    shown = f"{call.schema}.{call.name}" if call.schema else call.name
-    raise PgError(UNDEFINED_TABLE, f'relation "{shown}" does not exist')
 
 
 def _older_than(args: dict[str, Any], zone: str, now_ms: int) -> int | None:
