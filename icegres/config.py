@@ -404,6 +404,18 @@ def superusers(settings: Settings) -> frozenset[str] | None:
     return frozenset([next(iter(settings.users))])
 
 
+def authorization_superusers(settings: Settings) -> frozenset[str] | None:
+    """Who is a superuser to GRANT/REVOKE and the privilege checks (engine/authz.py) without being
+    a role of the catalog: --superusers, else every configured user (each could do everything
+    before roles existed: an upgrade keeps them able to); None, under trust or token-only logins
+    without --superusers, is every login that is no role of the catalog."""
+    if settings.superusers:
+        return frozenset(u.strip() for u in settings.superusers.split(",") if u.strip())
+    if not settings.users:
+        return None
+    return frozenset(settings.users)
+
+
 def check_write_ladder(write_buffer_ms: int, tail_dir: str | None, tail_url: str | None = None,
                        tail_quorum: str | None = None) -> None:
     """The write-ladder options make sense together, or start-up stops with this ValueError."""

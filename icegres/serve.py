@@ -51,6 +51,14 @@ def open_lakehouse(settings: Settings) -> Lakehouse | None:
         return None
 
 
+def _authorization(lakehouse: Any, settings: Settings) -> Any:
+    """The roles and privileges every server of this catalog shares (engine/acl_store.py)."""
+    from icegres.config import authorization_superusers
+    from icegres.engine.authz import Authorization, MemoryAclStore
+
+    return Authorization(MemoryAclStore(), authorization_superusers(settings))
+
+
 def _file_cache(settings: Settings) -> FileCache | None:
     """The local copies of remote data files (--file-cache-mb), for catalogs whose files may be
     remote: the embedded lake's files are local already."""
@@ -129,6 +137,7 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
     runtime = runtime_env(share_bytes, spill_dir(settings.data_dir))
     engine = Engine(lakehouse, database=settings.database, file_cache=file_cache, runtime=runtime)
     engine.sequence_block = max(1, settings.sequence_block)  # (engine/sequences.py)
+    engine.authorization = _authorization(lakehouse, settings)
     if settings.branch:
         engine.session_defaults["icegres.branch"] = settings.branch
         log.info("every session starts on branch %s (icegres.branch)", settings.branch)

@@ -77,6 +77,13 @@ class SessionEnv:
     # (engine/activity.py: ActivityPort); None where the front end offers none.
     activity: Any = None
     sequences: Any = None  # nextval / currval (sequences.SessionSequences), set by open_session
+    authorization: Any = None  # the engine's roles and privileges (authz.py), set by open_session
+
+    @property
+    def current_user(self) -> str:
+        """current_user: the role SET ROLE chose, else the login user (session_user)."""
+        role = self.settings.get("role")
+        return role if role and role.lower() != "none" else self.user
 
     @property
     def time_zone(self) -> str:
@@ -119,6 +126,10 @@ class Engine:
         self.runtime = runtime
         # Where heavy statements run (executor.py: execution processes, admission); None: here.
         self.executors: Any = None
+        # Roles and privileges (authz.Authorization), set by the server; None: no checks (an
+        # engine made in-process, whose caller is trusted with everything).
+        self.authorization: Any = None
+        self._catalog_authz: Any = None  # the Authz pg_catalog shows (refresh with catalog=True)
         self._master: SessionContext = SessionContext(session_config(), runtime)
         self._lock = threading.Lock()
         # Held while a DataFrame is made on the master: `rebatched` changes its batch size for
@@ -250,6 +261,8 @@ class Engine:
             self._retry_damaged(refs if refs is not None else set(self.damage.keys()))
             self._mount_pending(refs)
             self._mount_localized(refs)
+        if catalog and self.authorization is not None:
+            self._catalog_roles()
         if catalog and refs is not None:
             self._complete_shapes()
         self._request_copies()
@@ -641,6 +654,16 @@ class Engine:
         otherwise no statement pays for finding which tables it reads."""
         return bool(self._many_files)
 
+    def _catalog_roles(self) -> None:
+        """pg_catalog shows the roles and privileges as they are now (GRANT on another server)."""
+        authz = self.authorization.current()
+        if authz is self._catalog_authz:
+            return
+        with self._lock:
+            self._catalog_authz = authz
+            if self._listing is not None:
+                self._register_pg_catalog(self._listing)
+
     def _register_pg_catalog(self, listing: Listing) -> None:
         from icegres.engine import pg_catalog
 
@@ -668,6 +691,7 @@ class Engine:
             schemas=tuple(sorted(set(namespaces) | {"public"} | {v.schema for v in infos})),
             tables=tuple(tables),
             views=infos,
+            authz=self._catalog_authz,
         )
 
     def _described(self) -> dict[tuple[str, str], ReadPlan]:

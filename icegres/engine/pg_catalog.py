@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icegres.engine import pg_constraints, pg_sequence_rows
+from icegres.engine import pg_constraints, pg_roles, pg_sequence_rows
 from icegres.engine.pg_builtins import BUILTIN_FUNCTIONS, BUILTIN_TYPES, BuiltinType, arrow_typmod
 from icegres.engine.pg_relations import (
     _BTREE_OPCLASS,
@@ -108,6 +108,7 @@ class CatalogSnapshot:
     schemas: tuple[str, ...]
     tables: tuple[TableInfo, ...]
     views: tuple[ViewInfo, ...] = ()
+    authz: Any = None  # the roles and privileges (pg/acl.py Authz) the catalog shows
 
     @cached_property
     def index(self) -> CatalogIndex:
@@ -406,8 +407,9 @@ Rows = list[dict[str, Any]]
 
 
 def _rows_pg_namespace(ix: CatalogIndex) -> Rows:
-    return [{"oid": oid, "nspname": name, "nspowner": BOOTSTRAP_SUPERUSER_OID,
-             "nspacl": _public_acl(ix) if oid == PUBLIC_OID else None}
+    authz, user = ix.snapshot.authz, ix.snapshot.user
+    return [{"oid": oid, "nspname": name, "nspowner": pg_roles.owner_oid(authz, ("schema", name)),
+             "nspacl": pg_roles.nspacl(authz, name, user) or (_public_acl(ix) if oid == PUBLIC_OID else None)}
             for name, oid in sorted(ix.namespaces.items(), key=lambda kv: kv[1])]
 
 
@@ -429,7 +431,8 @@ def _rows_pg_class(ix: CatalogIndex) -> Rows:
     for e in ix.relations.values():
         rows.append({
             "oid": e.oid, "relname": e.name, "relnamespace": ix.namespaces[e.schema],
-            "relowner": BOOTSTRAP_SUPERUSER_OID,
+            "relowner": pg_roles.owner_oid(ix.snapshot.authz, ("table", e.schema, e.name)),
+            "relacl": pg_roles.relacl(ix.snapshot.authz, e.schema, e.name, ix.snapshot.user),
             "relam": {"r": HEAP_AM_OID, "i": BTREE_AM_OID}.get(e.relkind, 0),
             "relfilenode": e.oid if e.relkind != "v" else 0,
             # what PostgreSQL shows before the first VACUUM: -1 for a table, 0 and the
@@ -618,29 +621,25 @@ def _rows_pg_database(ix: CatalogIndex) -> Rows:
              "datcollate": "C.UTF-8", "datctype": "C.UTF-8"}]
 
 
-def _role(ix: CatalogIndex) -> dict[str, Any]:
-    return {"oid": BOOTSTRAP_SUPERUSER_OID, "rolname": ix.snapshot.user, "rolsuper": True,
-            "rolinherit": True, "rolcreaterole": True, "rolcreatedb": True, "rolcanlogin": True,
-            "rolreplication": True, "rolbypassrls": True, "rolconnlimit": -1}
-
-
 def role_rows(ix: CatalogIndex) -> Rows:
-    """Every role: pg_authid's rows."""
-    return [_role(ix)]
+    """Every role: pg_authid's rows (engine/pg_roles.py)."""
+    return pg_roles.authid_rows(ix.snapshot.authz, ix.snapshot.user)
 
 
 def _rows_pg_authid(ix: CatalogIndex) -> Rows:
-    return [_role(ix)]
+    return role_rows(ix)
 
 
 def _rows_pg_roles(ix: CatalogIndex) -> Rows:
-    return [{**_role(ix), "rolpassword": "********"}]
+    return pg_roles.roles_rows(ix.snapshot.authz, ix.snapshot.user)
 
 
 def _rows_pg_user(ix: CatalogIndex) -> Rows:
-    return [{"usename": ix.snapshot.user, "usesysid": BOOTSTRAP_SUPERUSER_OID,
-             "usecreatedb": True, "usesuper": True, "userepl": True, "usebypassrls": True,
-             "passwd": "********"}]
+    return pg_roles.user_rows(ix.snapshot.authz, ix.snapshot.user)
+
+
+def _rows_pg_auth_members(ix: CatalogIndex) -> Rows:
+    return pg_roles.auth_member_rows(ix.snapshot.authz)
 
 
 def _rows_pg_tablespace(ix: CatalogIndex) -> Rows:
@@ -868,6 +867,7 @@ _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "pg_catalog.pg_authid": _rows_pg_authid,
     "pg_catalog.pg_roles": _rows_pg_roles,
     "pg_catalog.pg_user": _rows_pg_user,
+    "pg_catalog.pg_auth_members": _rows_pg_auth_members,
     "pg_catalog.pg_tablespace": _rows_pg_tablespace,
     "pg_catalog.pg_language": _rows_pg_language,
     "pg_catalog.pg_proc": _rows_pg_proc,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 from icegres.engine import (
+    authz,
     pg_builtins,
     pg_catalog,
     pg_constraints,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 class SessionEnv(Protocol):
     database: str
     user: str
+    current_user: str
     search_path: list[str]
     settings: dict[str, str]
     backend_pid: int
@@ -222,7 +224,7 @@ def session_functions(env: SessionEnv) -> list[Fn]:
     return [
         Fn("version", (), TEXT, lambda: version_string(env)),
         Fn("current_database", (), TEXT, lambda: env.database),
-        Fn("current_user", (), TEXT, lambda: env.user),
+        Fn("current_user", (), TEXT, lambda: env.current_user),
         Fn("session_user", (), TEXT, lambda: env.user),
         Fn("current_schema", (), TEXT, lambda: next(iter(_existing_path(env)), None)),
         Fn("current_schemas", (BOOL,), pa.list_(TEXT), lambda implicit: current_schemas(env, implicit)),
@@ -294,6 +296,11 @@ def namespace_out(env: SessionEnv, oid: int) -> str:
 def userbyid(env: SessionEnv, oid: int) -> str:
     if oid == pg_catalog.BOOTSTRAP_SUPERUSER_OID:
         return env.user
+    authorization = getattr(env, "authorization", None)
+    if authorization is not None:
+        name = next((r.name for r in authorization.current().roles.values() if r.oid == oid), None)
+        if name is not None:
+            return name
     return f"unknown (OID={oid})"
 
 
@@ -426,6 +433,9 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
         Fn("pg_relation_is_publishable", (OID,), BOOL, always(False)),
         Fn("to_regtype", (TEXT,), OID, pg_builtins.type_oid_by_name, volatility=IMMUTABLE),
         Fn("to_regclass", (TEXT,), OID, lambda name: regclass_in(env, name)),
+        Fn("icegres_has_privilege", (TEXT, TEXT, TEXT, TEXT), BOOL,
+           lambda kind, user, obj, privileges: authz.has_privilege(env, kind, user, obj, privileges),
+           strict=False),
         Fn("to_regnamespace", (TEXT,), OID, lambda name: namespace_in(env, name)),
         # COMMENT ON: Iceberg's table `comment` property and column docs.
         Fn("obj_description", (OID, TEXT), TEXT,

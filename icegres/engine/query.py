@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icegres.engine import activity, big_values, rewrite, time_travel, view_defs, views
+from icegres.engine import activity, authz, big_values, rewrite, time_travel, view_defs, views
 from icegres.engine import errors as engine_errors
 from icegres.engine.column_names import PLAIN_NAME, postgres_names, select_list_names
 from icegres.engine.contexts import Made, SessionContexts
@@ -48,6 +48,7 @@ def open_session(engine: Engine, env: SessionEnv) -> QueryContext:
 
     env.relation_oid = pg_catalog.relation_oid
     env.sequences = SessionSequences(engine, env)
+    env.authorization = engine.authorization
     return QueryContext(engine, env)
 
 
@@ -388,6 +389,7 @@ class QueryContext:
 
         The schema carries the column names PostgreSQL would give the result.
         """
+        self.authorize(stmt)
         original, generation = stmt, self.engine.views_generation
         stmt = self.with_views(stmt)
         with _positions_of(original, stmt):
@@ -454,6 +456,43 @@ class QueryContext:
         # The expanded tree goes on with its text (not parsed again). A view's query may read
         # snapshots or metadata tables itself.
         return time_travel.expand(self, stmt.rewritten(*done))
+
+    def authorize_key(self, key: tuple[str, str], letter: str) -> None:
+        """42501 unless this session's role has `letter` on table `key` (and USAGE on its schema)."""
+        authorization = self.engine.authorization
+        if authorization is not None:
+            who = authorization.principal(self.env.user, self.env.settings.get("role"))
+            authorization.check_relations(who, [("table", key)], letter)
+
+    def authorize(self, stmt: Statement) -> None:
+        """42501 unless this session's role may do what `stmt` asks of every relation it names:
+        SELECT on what it reads, the write's privilege on its target (engine/authz.py). Before
+        any view is expanded or anything planned: a view is checked as the relation named."""
+        authorization = self.engine.authorization
+        if authorization is None:
+            return
+        who = authorization.principal(self.env.user, self.env.settings.get("role"))
+        if authorization.current().is_superuser(who):
+            return
+        names_of = self.cache.names
+        shape = names_of.get(stmt.shape)
+        if shape is None:
+            shape = names_of.put(stmt.shape, _named(stmt))
+        names, targets = shape
+        resolver = self.resolver()
+
+        def resolved(pairs: tuple[Any, ...]) -> list[tuple[str, tuple[str, str]]]:
+            out = []
+            for schema, name in pairs:
+                found = resolver.resolve(schema, name) or resolver.resolve(schema, _head_name(name))
+                if found is not None:
+                    out.append(found)
+            return out
+
+        authorization.check_relations(who, resolved(names), "r")
+        if targets:
+            for letter in authz.write_letters(stmt):
+                authorization.check_relations(who, resolved(targets), letter)
 
     def expanded_refs(self, stmt: Statement) -> set[tuple[str, str]] | None:
         """`table_refs` of `stmt` with its views expanded: the tables it reads through them."""
@@ -719,6 +758,7 @@ class QueryContext:
         SeaweedFS), paid again by the start."""
         from icegres.engine.params import placeholder_types
 
+        self.authorize(stmt)
         original, generation = stmt, self.engine.views_generation
         stmt = self.with_views(stmt)
         with _positions_of(original, stmt):
@@ -764,6 +804,11 @@ class QueryContext:
 
 
 _EXPLAIN = re.compile(r"\s*EXPLAIN(?:\s+(?:ANALYZE|VERBOSE|\([^)]*\)))*\s+", re.IGNORECASE)
+
+
+def _head_name(name: str) -> str:
+    """`t` of a time-travel or metadata name (`t@ref`, `t$files`): read with t's privileges."""
+    return name.split("@", 1)[0].split("$", 1)[0]
 
 
 def _named(stmt: Statement) -> tuple[tuple[Any, ...], tuple[Any, ...]]:

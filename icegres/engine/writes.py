@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("icegres.commit")
 
 DML_WORDS = ("INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE")
-DDL_WORDS = ("CREATE", "DROP", "ALTER", "COMMENT", "CALL")  # CALL: the snapshot procedures (procedures.py)
+# CALL: the snapshot procedures (procedures.py); GRANT/REVOKE: roles and privileges (acl_commands.py)
+DDL_WORDS = ("CREATE", "DROP", "ALTER", "COMMENT", "CALL", "GRANT", "REVOKE")
 
 
 def is_dml(stmt: Statement) -> bool:
@@ -129,6 +130,7 @@ async def execute_dml(host: WriteHost, stmt: Statement, values: dict[str, Any] |
     transaction (an autocommit INSERT through the write buffer when one runs)."""
     from icegres.engine import dml
 
+    await host.run(host.qctx.authorize, stmt)
     ladder = host.qctx.engine.ladder
     if ladder is not None and host.idle and not host.qctx.env.temp:  # (a temporary table is no lake's)
         if stmt.tag == "INSERT":
@@ -269,10 +271,18 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
     """CREATE/DROP/ALTER. Outside a block, applied to the catalog at once. Inside one, table DDL
     changes the block's view and is applied at COMMIT (ddl_block.py); views and schemas still
     apply at once, and the block re-pins the tables they changed. Temporary tables: ddl_temp.py."""
-    from icegres.engine import ddl, procedures
+    from icegres.engine import acl_commands, ddl, procedures
 
+    if stmt.tag in ("GRANT", "REVOKE", "CREATE", "DROP", "ALTER"):
+        command = acl_commands.acl_command(stmt.sql)
+        if command is not None:
+            tag, warnings = await acl_commands.run_acl(host.qctx, command, host.run)
+            return WriteResult(tag, None, warnings)
     maintenance = maintenance_call(stmt, host.qctx.env.time_zone)
     if maintenance is not None:
+        from icegres.engine import authz_ddl
+
+        await host.run(authz_ddl.check_ddl, host.qctx, maintenance)
         return await run_maintenance(host, maintenance, "CALL" if stmt.tag == "CALL" else "ALTER TABLE")
     if stmt.tag == "CALL":
         return await run_ddl_command(host, procedures.parse_call(stmt.sql, host.qctx.env.time_zone))
@@ -330,7 +340,16 @@ async def _run_compaction(host: WriteHost, call: Call) -> WriteResult:
 
 
 async def run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
-    """`run_ddl` of a parsed command."""
+    """`run_ddl` of a parsed command, by a role allowed to (authz_ddl.py)."""
+    from icegres.engine import authz_ddl
+
+    await host.run(authz_ddl.check_ddl, host.qctx, cmd)
+    result = await _run_ddl_command(host, cmd)
+    await authz_ddl.record_ddl(host.qctx, cmd, host.run)
+    return result
+
+
+async def _run_ddl_command(host: WriteHost, cmd: Any) -> WriteResult:
     from icegres.engine import add_column_default, ddl, ddl_apply, ddl_block, ddl_refs
     from icegres.engine.ddl_commands import AlterSequence, DropSequence, command_tag
     from icegres.engine.dml import checks, defaults
@@ -617,6 +636,7 @@ async def copy_in(host: WriteHost, table_name: str, columns: list[str] | None, f
         time_travel.write_target(qctx, table)  # COPY "t@b" FROM, or under icegres.branch
         qctx.pin_tree(table)
         key = dml.target_key(qctx, txn, table)
+        qctx.authorize_key(key, "a")
         plan = dml.target_plan(txn, key)
         names = dml.insert_columns(target, plan)
         zone = qctx.env.time_zone
@@ -674,6 +694,7 @@ async def append_rows(host: WriteHost, key: Key, data: pa.Table, ref: str | None
     qctx = host.qctx
 
     def append(txn: TxnState) -> int:
+        qctx.authorize_key(key, "a")
         qctx.pin_for(None)
         if ref is None or ref == branch_writes.MAIN:
             target = key

@@ -40,6 +40,7 @@ def defaults(server_version: str, user: str, *, ssl: bool = False) -> dict[str, 
         "server_version": server_version,
         "server_version_num": _version_num(server_version),
         "session_authorization": user,
+        "role": "none",  # SET ROLE's: current_user is this role unless "none"
         "standard_conforming_strings": "on",
         "timezone": "UTC",
         "search_path": '"$user", public',

@@ -220,6 +220,11 @@ def _set(text: str) -> Statement:
         if access and body.upper().startswith("CHARACTERISTICS"):  # the session's default
             access = (("default_transaction_read_only", access[0][1]),)
         return Statement(Kind.SET, text, "SET", "transaction_isolation", value, local, options=access)
+    m = re.match(rf"ROLE\s+({_IDENT}|'(?:[^']|'')*')\s*$", body, re.I)
+    if m:  # SET ROLE name | NONE: the `role` setting, as PostgreSQL keeps it
+        raw = m.group(1)
+        value = _setting_value(raw, "role") if raw.startswith("'") else unquote_ident(raw)
+        return Statement(Kind.SET, text, "SET", "role", value, local)
     if re.match(r"(SCHEMA|NAMES)\s", body, re.I):
         key, _, rest = body.partition(" ")
         name = "search_path" if key.upper() == "SCHEMA" else "client_encoding"

@@ -53,13 +53,23 @@ def _json_args(node: exp.Expression) -> list[exp.Expression]:
 
 
 def privilege_checks(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
-    """has_*_privilege(...) -> TRUE: icegres's one role is a superuser (DBeaver, pgAdmin)."""
+    """has_table_privilege / has_schema_privilege([user,] object, privileges) ->
+    icegres_has_privilege(kind, user or NULL, object as text, privileges): one UDF of one arity
+    for every overload (engine/authz.py answers from the roles and grants). The other
+    has_*_privilege functions are TRUE: icegres keeps no privileges on databases, functions,
+    sequences or columns (docs/security.md)."""
 
     def fn(node: exp.Expression) -> exp.Expression:
         name = _func_name(node) or ""
-        if name.startswith("has_") and name.endswith("_privilege"):
+        if not (name.startswith("has_") and name.endswith("_privilege")):
+            return node
+        kind = name[len("has_"):-len("_privilege")]
+        args = list(node.expressions) if isinstance(node, exp.Anonymous) else [node.this, *node.expressions]
+        if kind not in ("table", "schema") or len(args) not in (2, 3):
             return exp.true()
-        return node
+        user = exp.cast(args[0], "text") if len(args) == 3 else exp.Null()
+        return exp.Anonymous(this="icegres_has_privilege", expressions=[
+            exp.Literal.string(kind), user, exp.cast(args[-2], "text"), args[-1]])
 
     return _bottom_up(tree, fn)
 

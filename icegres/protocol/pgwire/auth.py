@@ -46,7 +46,9 @@ async def authenticate(conn: ConnectionPort) -> None:
     otherwise. Trust (no users, no tokens) returns at once: only ever allowed on loopback."""
     settings = conn.server.settings
     validator = conn.server.tokens
+    authorization = conn.server.engine.authorization
     if not settings.users and validator is None:
+        await _may_log_in(conn, authorization)
         return
     decoder = conn.decoder
     decoder.max_message_bytes, saved = AUTH_MESSAGE_BYTES_MAX, decoder.max_message_bytes
@@ -55,6 +57,10 @@ async def authenticate(conn: ConnectionPort) -> None:
     backoff = conn.server.backoff
     try:
         verifier = settings.users.get(conn.user)
+        if verifier is None and authorization is not None:
+            # A role made by CREATE ROLE ... PASSWORD: its verifier is in the shared state.
+            stored = await trio.to_thread.run_sync(authorization.verifier, conn.user)
+            verifier = scram.parse_verifier(stored) if stored else None
         if settings.auth_method == "password":
             await _password(conn, verifier, validator)
         elif verifier is None and validator is not None:
@@ -72,6 +78,17 @@ async def authenticate(conn: ConnectionPort) -> None:
         decoder.max_message_bytes = saved
     await backoff.before_answer(conn.client_addr)
     backoff.succeeded(conn.client_addr)
+    await _may_log_in(conn, authorization)
+
+
+async def _may_log_in(conn: ConnectionPort, authorization: object) -> None:
+    """A role of the shared state without LOGIN is refused after it proved who it is, with
+    PostgreSQL's message (InitializeSessionUserId)."""
+    if authorization is None:
+        return
+    allowed = await trio.to_thread.run_sync(authorization.may_log_in, conn.user)  # type: ignore[attr-defined]
+    if not allowed:
+        raise PgError(E.INVALID_AUTHORIZATION, f'role "{conn.user}" is not permitted to log in')
 
 
 class _Discovery(PgError):

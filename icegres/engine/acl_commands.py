@@ -1,0 +1,190 @@
+"""Running the role and privilege statements (sql/acl_statements.py) against the shared state.
+
+Names are resolved here, against this server's catalog, before the change is made: a GRANT
+names tables as the session's search_path finds them (42P01 for none), ALL TABLES IN SCHEMA is
+the tables the schema holds now (PostgreSQL's meaning: later tables are not included). The change
+itself is a pure fold of pg/acl.py applied by Authorization.change, so a change that loses a
+race to another server is applied again to the state that won, and a refused one writes nothing.
+None of these statements runs inside a transaction block's snapshot: like a sequence's nextval,
+a GRANT is in force when it returns (PostgreSQL would roll it back with the block: the
+difference is in docs/limitations.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from icegres.pg import acl
+from icegres.pg import errors as E
+from icegres.pg.errors import PgError
+from icegres.pg.scram import make_verifier, parse_verifier
+from icegres.sql.acl_statements import (
+    AclCommand,
+    AlterOwner,
+    AlterRole,
+    CreateRole,
+    DropRole,
+    GrantPrivileges,
+    GrantRole,
+    parse_acl,
+)
+
+if TYPE_CHECKING:
+    from icegres.engine.query import QueryContext
+
+__all__ = ["acl_command", "run_acl"]
+
+
+def acl_command(sql: str) -> AclCommand | None:
+    return parse_acl(sql)
+
+
+def _verifier_text(password: str | None) -> str | None:
+    """What is stored for a password: a verifier as given, or one made from the text."""
+    if password is None:
+        return None
+    if parse_verifier(password) is not None:
+        return password
+    return make_verifier(password).format()
+
+
+def _named_role(name: str, qctx: QueryContext) -> str:
+    env = qctx.env
+    if name in ("current_user", "current_role"):
+        return env.current_user
+    if name == "session_user":
+        return env.user
+    return name
+
+
+async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, list[str]]:
+    """Apply `cmd`; (command tag, warnings). `run(fn, *args)` runs blocking work in a worker thread."""
+    authorization = qctx.engine.authorization
+    if authorization is None:
+        raise PgError(E.FEATURE_NOT_SUPPORTED, "roles and privileges need a server (icegres serve)")
+    who = await run(lambda: authorization.principal(qctx.env.user, qctx.env.settings.get("role")))
+    configured = authorization.configured_names()
+    warnings: list[str] = []
+
+    if isinstance(cmd, CreateRole):
+        attrs = dict(cmd.attrs)
+        attrs["password"] = await run(_verifier_text, cmd.password)
+        await authorization.change(lambda a: acl.create_role(
+            a, who, cmd.name, attrs, configured, cmd.in_roles, cmd.members))
+        return "CREATE ROLE", warnings
+    if isinstance(cmd, AlterRole):
+        name = _named_role(cmd.name, qctx)
+        if cmd.rename_to is not None:
+            await authorization.change(lambda a: acl.rename_role(a, who, name, cmd.rename_to, configured))
+            if (await run(authorization.current)).role(cmd.rename_to) is not None:
+                warnings.append("MD5 password cleared because of role rename")
+            return "ALTER ROLE", []
+        attrs = dict(cmd.attrs)
+        if cmd.password_given:
+            attrs["password"] = await run(_verifier_text, cmd.password)
+        if name in configured and name not in (await run(authorization.current)).roles:
+            raise PgError(E.FEATURE_NOT_SUPPORTED, f'role "{name}" is defined by the server\'s configuration',
+                          hint="Change it in --password-file / ICEGRES_USERS.")
+        await authorization.change(lambda a: acl.alter_role(a, who, name, attrs))
+        return "ALTER ROLE", warnings
+    if isinstance(cmd, DropRole):
+        def drop(a: acl.Authz) -> acl.Authz:
+            for name in cmd.names:
+                if a.role(name) is None and cmd.if_exists:
+                    continue
+                a = acl.drop_role(a, who, name)
+            return a
+
+        before = await run(authorization.current)
+        for name in cmd.names:
+            if before.role(name) is None and cmd.if_exists:
+                warnings.append(f'role "{name}" does not exist, skipping')
+        await authorization.change(drop)
+        return "DROP ROLE", warnings
+    if isinstance(cmd, GrantRole):
+        members = [_named_role(m, qctx) for m in cmd.members]
+        roles = [_named_role(r, qctx) for r in cmd.roles]
+
+        def fold(a: acl.Authz) -> acl.Authz:
+            for role in roles:
+                for member in members:
+                    if cmd.revoke:
+                        a = acl.revoke_role(a, who, role, member, admin_only=cmd.admin)
+                    else:
+                        a = acl.grant_role(a, who, role, member, admin=cmd.admin, configured=configured)
+            return a
+
+        await authorization.change(fold)
+        return cmd.tag, warnings
+    if isinstance(cmd, GrantPrivileges):
+        return await _grant_privileges(qctx, cmd, who, configured, run)
+    if isinstance(cmd, AlterOwner):
+        obj = await run(_owned_object, qctx, cmd)
+        owner = _named_role(cmd.owner, qctx)
+        await authorization.change(lambda a: acl.set_owner(a, who, obj, owner, configured, cmd.kind))
+        return cmd.tag, warnings
+    raise AssertionError(cmd)
+
+
+def _owned_object(qctx: QueryContext, cmd: AlterOwner) -> acl.ObjectKey:
+    if cmd.kind == "schema":
+        if not qctx.engine.has_schema(cmd.name):
+            raise PgError(E.INVALID_SCHEMA_NAME, f'schema "{cmd.name}" does not exist')
+        return ("schema", cmd.name)
+    return ("table", *_relation(qctx, cmd.schema, cmd.name))
+
+
+def _relation(qctx: QueryContext, schema: str | None, name: str) -> tuple[str, str]:
+    qctx.engine.refresh({(schema, name)} if schema else {(s, name) for s in qctx.env.search_path})
+    found = qctx.resolver().resolve(schema, name)
+    if found is None or found[0] == "system":
+        raise PgError(E.UNDEFINED_TABLE, f'relation "{name if schema is None else schema + "." + name}" does not exist')
+    return found[1]
+
+
+async def _grant_privileges(qctx: QueryContext, cmd: GrantPrivileges, who: acl.Principal,
+                            configured: frozenset[str], run: Any) -> tuple[str, list[str]]:
+    authorization = qctx.engine.authorization
+
+    def objects() -> list[acl.ObjectKey]:
+        if cmd.object_kind == "schema":
+            for _, name in cmd.objects:
+                if not qctx.engine.has_schema(name):
+                    raise PgError(E.INVALID_SCHEMA_NAME, f'schema "{name}" does not exist')
+            return [("schema", name) for _, name in cmd.objects]
+        if cmd.object_kind == "all_tables":
+            qctx.engine.refresh(None)
+            out: list[acl.ObjectKey] = []
+            for _, schema in cmd.objects:
+                if not qctx.engine.has_schema(schema):
+                    raise PgError(E.INVALID_SCHEMA_NAME, f'schema "{schema}" does not exist')
+                keys = {k for k in qctx.engine.plans() if k[0] == schema} | {k for k in qctx.engine.views() if k[0] == schema}
+                out += [("table", *k) for k in sorted(keys)]
+            return out
+        return [("table", *_relation(qctx, schema, name)) for schema, name in cmd.objects]
+
+    targets = await run(objects)
+    alphabet = acl.ALL_SCHEMA if cmd.object_kind == "schema" else acl.ALL_TABLE
+    letters = alphabet if cmd.all_privileges else cmd.letters
+    bad = [c for c in letters if c not in alphabet]
+    if bad:
+        word = next(w for w, c in acl.PRIVILEGE_LETTERS.items() if c == bad[0])
+        kind = "schema" if cmd.object_kind == "schema" else "relation"
+        raise PgError(E.INVALID_GRANT_OPERATION, f"invalid privilege type {word} for {kind}")
+    grantees = [_named_role(g, qctx) if g else acl.PUBLIC for g in cmd.grantees]
+    warnings: list[str] = []
+
+    def fold(a: acl.Authz) -> acl.Authz:
+        for g in grantees:
+            if g != acl.PUBLIC and a.role(g) is None and g not in configured:
+                raise PgError(E.UNDEFINED_OBJECT, f'role "{g}" does not exist')
+        if cmd.revoke:
+            out, said = acl.revoke(a, who, targets, letters, grantees,
+                                   grant_option_only=cmd.grant_option, cascade=cmd.cascade)
+        else:
+            out, said = acl.grant(a, who, targets, letters, grantees, grant_option=cmd.grant_option)
+        warnings[:] = said
+        return out
+
+    await authorization.change(fold)
+    return cmd.tag, warnings

@@ -1,0 +1,256 @@
+"""Who may do what, as this server sees it: the lakehouse's authorization state (pg/acl.py) read
+from its shared store, the principal a session acts as, and the checks a statement passes before
+anything of it is planned or read.
+
+The state is one document every server of a catalog shares (engine/acl_store.py). A server keeps
+the last one it read and reads again when it is older than `max_age_s`, so a GRANT or REVOKE made
+on another server is in force here within that bound; a change made here is in force here at
+once. Checks never read the store on the event loop: `current()` is called from the worker
+threads statements already run in.
+
+Why checks sit where they do: a read's relations are known once its names are resolved, before
+any view is expanded or anything planned (`check_read`); a write's target and the relations it
+reads are known from its tree (`check_write`). Both run before planning, so no plan cache, no
+describe cache and no error message of the planner ever reaches a session that may not read the
+table: authorization comes first, and the caches (which key on statements, not on roles) only
+ever serve a session that passed it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from icegres.pg import acl
+from icegres.pg.acl import Authz, Principal
+from icegres.pg.errors import PgError
+
+__all__ = ["Authorization", "MemoryAclStore", "write_letters"]
+
+MAX_AGE_S_DEFAULT = 1.0
+
+
+class MemoryAclStore:
+    """The store of an engine made in-process without a catalog store (unit tests, the embedded
+    seed): the same interface as engine/acl_store.AclStore, nothing shared, nothing durable."""
+
+    def __init__(self) -> None:
+        self._version = 0
+        self._document = ""
+        self._lock = threading.Lock()
+
+    def read(self) -> tuple[int | None, str]:
+        with self._lock:
+            return (self._version or None), self._document
+
+    async def change(self, change_id: str, apply: Callable[[str], str]) -> str:
+        with self._lock:
+            document = apply(self._document)
+            self._version += 1
+            self._document = document
+            return document
+
+
+class Authorization:
+    """One server's view of the roles and privileges. `configured`: the users the server's
+    configuration makes superusers (None: every user who is not a role, as under trust)."""
+
+    def __init__(self, store: Any, configured: frozenset[str] | None,
+                 max_age_s: float = MAX_AGE_S_DEFAULT) -> None:
+        self.store = store
+        self.configured = configured
+        self.max_age_s = max_age_s
+        self._lock = threading.Lock()
+        self._authz: Authz = acl.EMPTY
+        self._version: int | None = None
+        self._document = ""
+        self._read_at = float("-inf")
+
+    # --- the state ----------------------------------------------------------------------------
+
+    def current(self) -> Authz:
+        """The state, read again when older than max_age_s (blocking: a worker thread's call)."""
+        now = time.monotonic()
+        if now - self._read_at <= self.max_age_s:
+            return self._authz
+        with self._lock:
+            if time.monotonic() - self._read_at <= self.max_age_s:
+                return self._authz
+            version, document = self.store.read()
+            if version != self._version or document != self._document:
+                self._authz = acl.from_json(document)
+                self._version, self._document = version, document
+            self._read_at = time.monotonic()
+            return self._authz
+
+    async def change(self, fold: Callable[[Authz], Authz]) -> Authz:
+        """Apply `fold` to the shared state by compare-and-swap (re-applied to whatever state won
+        a race); PgError from `fold` refuses the change with nothing written."""
+        def apply(document: str) -> str:
+            return acl.to_json(fold(acl.from_json(document)))
+
+        document = await self.store.change(uuid.uuid4().hex, apply)
+        authz = acl.from_json(document)
+        with self._lock:
+            # The version the swap made is not known here: the next read takes it, and keeps
+            # this object if the document is the same.
+            self._authz, self._document, self._read_at = authz, document, time.monotonic()
+        return authz
+
+    # --- who -----------------------------------------------------------------------------------
+
+    def configured_names(self) -> frozenset[str]:
+        return self.configured or frozenset()
+
+    def principal(self, session_user: str, role: str | None = None) -> Principal:
+        """Whom a session acts as: its SET ROLE if any, else its login user."""
+        user = role if role and role.lower() != "none" else session_user
+        return Principal(user, self.is_configured(user))
+
+    def is_configured(self, user: str) -> bool:
+        if self.configured is None:
+            return user not in self.current().roles
+        return user in self.configured
+
+    def verifier(self, user: str) -> str | None:
+        """The stored SCRAM verifier of a role that may log in (blocking)."""
+        role = self.current().role(user)
+        return role.password if role is not None else None
+
+    def may_log_in(self, user: str) -> bool:
+        role = self.current().role(user)
+        return role is None or role.login or role.superuser
+
+    # --- checks --------------------------------------------------------------------------------
+
+    def check_relations(self, who: Principal, relations: Iterable[tuple[str, tuple[str, str]]],
+                        letter: str = "r") -> None:
+        """42501 unless `who` may use each relation's schema and has `letter` on it. `relations`:
+        (kind, (schema, name)) as the resolver gives them; catalog relations are everyone's."""
+        authz = self.current()
+        if authz.is_superuser(who):
+            return
+        for kind, (schema, name) in relations:
+            if kind == "system":
+                continue
+            authz.require(who, ("schema", schema), "U")
+            authz.require(who, ("table", schema, name), letter)
+
+    def check_set_role(self, session_user: str, role: str | None) -> None:
+        """SET ROLE: the session user must be a member of the role (PostgreSQL's check_role)."""
+        if role is None or role.lower() == "none":
+            return
+        authz = self.current()
+        if role not in authz.roles and role not in self.configured_names() and not (
+                self.configured is None and role == session_user):
+            raise PgError("22023", f'role "{role}" does not exist')
+        who = Principal(session_user, self.is_configured(session_user))
+        if authz.is_superuser(who) or role == session_user:
+            return
+        if role not in authz.member_roles(session_user):
+            raise PgError("42501", f'permission denied to set role "{role}"')
+
+
+def write_letters(stmt: Any) -> str:
+    """The privileges a write needs on its target: the write's own (INSERT a, UPDATE w, DELETE
+    d, TRUNCATE D, MERGE each action's) and SELECT (r) where it reads the target's columns
+    (a WHERE, a RETURNING, an assignment from a column, a join), as PostgreSQL requires."""
+    from sqlglot import exp
+
+    if stmt.tag == "TRUNCATE":
+        return "D"
+    try:
+        tree = stmt.tree
+    except PgError:
+        return ""
+    reads = bool(tree.args.get("returning"))
+    if isinstance(tree, exp.Insert):
+        conflict = tree.args.get("conflict")
+        updates = conflict is not None and bool(conflict.args.get("expressions"))
+        return "a" + ("wr" if updates else ("r" if reads else ""))
+    if isinstance(tree, exp.Update):
+        reads = reads or bool(tree.args.get("where") or tree.args.get("from")) or any(
+            e.find(exp.Column) is not None for a in tree.expressions for e in [a.expression] if e is not None)
+        return "w" + ("r" if reads else "")
+    if isinstance(tree, exp.Delete):
+        reads = reads or bool(tree.args.get("where") or tree.args.get("using"))
+        return "d" + ("r" if reads else "")
+    if isinstance(tree, exp.Merge):
+        letters = "r"
+        for when in tree.find_all(exp.When):
+            then = when.args.get("then")
+            if isinstance(then, exp.Insert):
+                letters += "a"
+            elif isinstance(then, exp.Update):
+                letters += "w"
+            elif then is not None and "DELETE" in then.sql().upper():
+                letters += "d"
+        return letters
+    return ""
+
+
+_PRIVILEGE_WORDS = {
+    "table": {"select": "r", "insert": "a", "update": "w", "delete": "d", "truncate": "D",
+              "references": "x", "trigger": "t"},
+    "schema": {"usage": "U", "create": "C"},
+}
+_SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
+
+
+def has_privilege(env: Any, kind: str, user: str | None, obj: str | None, privileges: str | None) -> bool | None:
+    """has_table_privilege / has_schema_privilege: whether `user` (None: current_user) holds any
+    of `privileges` ('SELECT, INSERT WITH GRANT OPTION') on `obj` (a name or an OID as text)."""
+    from icegres.engine import pg_catalog
+
+    if obj is None or privileges is None:
+        return None
+    wanted: list[tuple[str, bool]] = []
+    for part in privileges.split(","):
+        word = " ".join(part.lower().split())
+        option = word.endswith(" with grant option")
+        word = word.removesuffix(" with grant option")
+        letter = _PRIVILEGE_WORDS[kind].get(word)
+        if letter is None:
+            raise PgError("22023", f'unrecognized privilege type: "{part.strip()}"')
+        wanted.append((letter, option))
+    authorization = env.authorization
+    if authorization is None:
+        return True
+    authz = authorization.current()
+    name = env.current_user if user is None else user
+    if name.isdigit():
+        name = _role_named(authz, int(name), env)
+    elif user is not None and authz.role(name) is None and name not in (env.user, acl.BOOTSTRAP) \
+            and name not in authorization.configured_names():
+        raise PgError("42704", f'role "{name}" does not exist')
+    who = Principal(name, authorization.is_configured(name))
+    ix = pg_catalog.current_index(env)
+    if kind == "schema":
+        schema = obj if not obj.isdigit() else (ix.namespace_names.get(int(obj)) if ix else None)
+        if schema is None or (ix is not None and schema not in ix.namespaces):
+            raise PgError("3F000", f'schema "{obj}" does not exist')
+        if schema in _SYSTEM_SCHEMAS:
+            return all(letter == "U" for letter, _ in wanted[:1]) or authz.is_superuser(who)
+        key: acl.ObjectKey = ("schema", schema)
+    else:
+        oid = int(obj) if obj.isdigit() else (ix.resolve(obj, list(env.search_path)) if ix else None)
+        entry = next((e for e in ix.relations.values() if e.oid == oid), None) if ix and oid is not None else None
+        if entry is None:
+            raise PgError("42P01", f'relation "{obj}" does not exist')
+        if entry.schema in _SYSTEM_SCHEMAS:
+            return any(letter == "r" for letter, _ in wanted) or authz.is_superuser(who)
+        key = ("table", entry.schema, entry.name)
+    return any(authz.has(who, key, letter) and (not option or authz.can_grant(who, key, letter))
+               for letter, option in wanted)
+
+
+def _role_named(authz: Authz, oid: int, env: Any) -> str:
+    if oid == acl.BOOTSTRAP_OID:
+        return env.user
+    found = next((r.name for r in authz.roles.values() if r.oid == oid), None)
+    if found is None:
+        raise PgError("42704", f"role with OID {oid} does not exist")
+    return found

@@ -1,0 +1,96 @@
+"""The catalog rows of roles and privileges: pg_authid, pg_roles, pg_user, pg_auth_members, and the
+owners and ACLs of pg_class and pg_namespace, from the shared authorization state (pg/acl.py).
+
+The bootstrap superuser (OID 10) is the row every catalog has had: the server's configured
+users act as it. The roles made by CREATE ROLE follow with their own OIDs. No verifier is ever
+shown: pg_authid.rolpassword is NULL (PostgreSQL shows it to superusers only; a lakehouse endpoint
+has no reason to hand out SCRAM verifiers at all).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from icegres.pg import acl
+
+__all__ = ["auth_member_rows", "authid_rows", "nspacl", "owner_oid", "relacl", "role_oid", "user_rows"]
+
+BOOTSTRAP_OID = acl.BOOTSTRAP_OID
+Rows = list[dict[str, Any]]
+
+
+def _bootstrap(name: str) -> dict[str, Any]:
+    return {"oid": BOOTSTRAP_OID, "rolname": name, "rolsuper": True, "rolinherit": True,
+            "rolcreaterole": True, "rolcreatedb": True, "rolcanlogin": True, "rolreplication": True,
+            "rolbypassrls": True, "rolconnlimit": -1, "rolpassword": None, "rolvaliduntil": None}
+
+
+def _row(role: acl.Role) -> dict[str, Any]:
+    return {"oid": role.oid, "rolname": role.name, "rolsuper": role.superuser,
+            "rolinherit": role.inherit, "rolcreaterole": role.createrole, "rolcreatedb": role.createdb,
+            "rolcanlogin": role.login, "rolreplication": False, "rolbypassrls": role.bypassrls,
+            "rolconnlimit": role.connlimit, "rolpassword": None, "rolvaliduntil": None}
+
+
+def authid_rows(authz: acl.Authz | None, bootstrap: str) -> Rows:
+    """pg_authid: the bootstrap superuser, then every role."""
+    rows = [_bootstrap(bootstrap)]
+    if authz is not None:
+        rows += [_row(r) for r in sorted(authz.roles.values(), key=lambda r: r.oid)]
+    return rows
+
+
+def roles_rows(authz: acl.Authz | None, bootstrap: str) -> Rows:
+    """pg_roles: pg_authid with the password masked as PostgreSQL masks it."""
+    return [{**row, "rolpassword": "********"} for row in authid_rows(authz, bootstrap)]
+
+
+def user_rows(authz: acl.Authz | None, bootstrap: str) -> Rows:
+    """pg_user: the roles that may log in."""
+    return [{"usename": r["rolname"], "usesysid": r["oid"], "usecreatedb": r["rolcreatedb"],
+             "usesuper": r["rolsuper"], "userepl": r["rolreplication"], "usebypassrls": r["rolbypassrls"],
+             "passwd": "********", "valuntil": r["rolvaliduntil"]}
+            for r in authid_rows(authz, bootstrap) if r["rolcanlogin"]]
+
+
+def role_oid(authz: acl.Authz | None, name: str) -> int:
+    role = authz.role(name) if authz is not None else None
+    return role.oid if role is not None else BOOTSTRAP_OID
+
+
+def auth_member_rows(authz: acl.Authz | None) -> Rows:
+    if authz is None:
+        return []
+    return [{"roleid": role_oid(authz, m.role), "member": role_oid(authz, m.member),
+             "grantor": role_oid(authz, m.grantor), "admin_option": m.admin}
+            for m in sorted(authz.members, key=lambda m: (m.role, m.member))]
+
+
+def owner_oid(authz: acl.Authz | None, obj: acl.ObjectKey) -> int:
+    return BOOTSTRAP_OID if authz is None else role_oid(authz, authz.owner(obj))
+
+
+def _acl_text(authz: acl.Authz, items: tuple[acl.AclItem, ...], bootstrap: str) -> list[str]:
+    def shown(name: str) -> str:
+        return bootstrap if name == acl.BOOTSTRAP else name
+
+    return [acl.AclItem(shown(i.grantee) if i.grantee else "", shown(i.grantor), i.privs, i.options).text()
+            for i in items]
+
+
+def relacl(authz: acl.Authz | None, schema: str, name: str, bootstrap: str) -> list[str] | None:
+    """pg_class.relacl: NULL while the default ACL is in force, as in PostgreSQL."""
+    items = authz.explicit_acl(("table", schema, name)) if authz is not None else None
+    return None if items is None else _acl_text(authz, items, bootstrap)
+
+
+def nspacl(authz: acl.Authz | None, schema: str, bootstrap: str) -> list[str] | None:
+    items = authz.explicit_acl(("schema", schema)) if authz is not None else None
+    return None if items is None else _acl_text(authz, items, bootstrap)
+
+
+def name_of(authz: acl.Authz | None, oid: int) -> str | None:
+    """The role with OID `oid` (None for the bootstrap superuser and unknown OIDs)."""
+    if authz is None:
+        return None
+    return next((r.name for r in authz.roles.values() if r.oid == oid), None)

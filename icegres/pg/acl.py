@@ -1,0 +1,514 @@
+"""PostgreSQL's authorization model as data: roles, memberships, ACLs and owners, and the checks.
+
+One `Authz` value is the whole authorization state of a lakehouse (every icegres server of a
+catalog shares it through engine/acl_store.py, which swaps its JSON by compare-and-swap). It is
+immutable: every change is a pure function from one `Authz` to the next (`create_role`,
+`grant`, ...), raising PgError with PostgreSQL's SQLSTATE and message where PostgreSQL refuses,
+so a refused change writes nothing and a retried one applies to whatever state won the race.
+
+The model is PostgreSQL's, kept as small as its behaviour allows:
+- An object's ACL is PostgreSQL's aclitem list. `None` (no entry in `acls`) is the default ACL
+  (acldefault(): the owner holds everything on its tables and schemas), materialised on the
+  first GRANT or REVOKE exactly as PostgreSQL materialises it, so `relacl` reads the same.
+- Privileges are aclitem's letters: r SELECT, a INSERT, w UPDATE, d DELETE, D TRUNCATE,
+  x REFERENCES, t TRIGGER on tables; U USAGE, C CREATE on schemas.
+- The bootstrap superusers are not rows here: they are the users the server is configured with
+  (`Principal.configured`), as before roles existed, so that an upgraded deployment keeps
+  working; objects with no recorded owner belong to them (shown as `BOOTSTRAP`).
+- Objects are keyed by name (`("table", schema, name)`, `("schema", name)`): an Iceberg table has
+  no OID, and a rename moves its entries (`renamed`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from icegres.pg import errors as E
+from icegres.pg.errors import PgError
+
+__all__ = [
+    "ALL_SCHEMA", "ALL_TABLE", "Authz", "AclItem", "BOOTSTRAP", "EMPTY", "Membership", "PUBLIC",
+    "Principal", "Role", "from_json", "to_json",
+]
+
+PUBLIC = ""  # the grantee PUBLIC, as aclitem writes it (an empty name)
+BOOTSTRAP = "icegres"  # owner of every object no role has been recorded as owning
+BOOTSTRAP_OID = 10
+FIRST_ROLE_OID = 16384  # FirstNormalObjectId: where PostgreSQL's own roles' OIDs start
+
+ALL_TABLE = "arwdDxt"
+ALL_SCHEMA = "UC"
+PRIVILEGE_LETTERS = {
+    "SELECT": "r", "INSERT": "a", "UPDATE": "w", "DELETE": "d", "TRUNCATE": "D",
+    "REFERENCES": "x", "TRIGGER": "t", "USAGE": "U", "CREATE": "C",
+}
+_RESERVED = ("pg_", )
+_RESERVED_NAMES = {"public", "current_role", "current_user", "session_user", "none"}
+
+ObjectKey = tuple[str, ...]  # ("table", schema, name) | ("schema", name)
+
+
+@dataclass(frozen=True)
+class Role:
+    name: str
+    oid: int
+    superuser: bool = False
+    login: bool = False
+    inherit: bool = True
+    createrole: bool = False
+    createdb: bool = False
+    bypassrls: bool = False
+    connlimit: int = -1
+    password: str | None = None  # a SCRAM-SHA-256 verifier, never a password
+    valid_until: str | None = None
+
+
+@dataclass(frozen=True)
+class Membership:
+    role: str  # the role granted
+    member: str  # to whom
+    admin: bool = False
+    grantor: str = BOOTSTRAP
+
+
+@dataclass(frozen=True)
+class AclItem:
+    grantee: str  # PUBLIC is ""
+    grantor: str
+    privs: str  # letters, in ALL_TABLE / ALL_SCHEMA order
+    options: str = ""  # the letters held WITH GRANT OPTION
+
+    def text(self) -> str:
+        """aclitemout: `grantee=privs/grantor`, a `*` after each letter held with grant option."""
+        letters = "".join(p + ("*" if p in self.options else "") for p in self.privs)
+        return f"{_quoted(self.grantee)}={letters}/{_quoted(self.grantor)}"
+
+
+def _quoted(name: str) -> str:
+    if name and not all(c.isalnum() or c == "_" for c in name):
+        return '"' + name.replace('"', '""') + '"'
+    return name
+
+
+def _ordered(letters: Iterable[str], alphabet: str) -> str:
+    got = set(letters)
+    return "".join(c for c in alphabet if c in got)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a session acts as: `user` (current_user) and whether the server's configuration makes
+    it a bootstrap superuser (`configured`)."""
+
+    user: str
+    configured: bool = False
+
+
+@dataclass(frozen=True)
+class Authz:
+    roles: Mapping[str, Role] = field(default_factory=dict)
+    members: frozenset[Membership] = frozenset()
+    acls: Mapping[ObjectKey, tuple[AclItem, ...]] = field(default_factory=dict)
+    owners: Mapping[ObjectKey, str] = field(default_factory=dict)
+    next_oid: int = FIRST_ROLE_OID
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def role(self, name: str) -> Role | None:
+        return self.roles.get(name)
+
+    def is_superuser(self, who: Principal) -> bool:
+        role = self.roles.get(who.user)
+        if role is not None:
+            return role.superuser
+        return who.configured
+
+    def owner(self, obj: ObjectKey) -> str:
+        return self.owners.get(obj, BOOTSTRAP)
+
+    def acl(self, obj: ObjectKey) -> tuple[AclItem, ...]:
+        """The object's ACL, the default one (the owner holds everything) where none is recorded."""
+        got = self.acls.get(obj)
+        if got is not None:
+            return got
+        owner = self.owner(obj)
+        alphabet = ALL_SCHEMA if obj[0] == "schema" else ALL_TABLE
+        if obj == ("schema", "public"):
+            # As PostgreSQL 15's initdb leaves it: USAGE for everyone, CREATE for its owner only.
+            return (AclItem(owner, owner, alphabet), AclItem(PUBLIC, owner, "U"))
+        return (AclItem(owner, owner, alphabet),)
+
+    def explicit_acl(self, obj: ObjectKey) -> tuple[AclItem, ...] | None:
+        """relacl / nspacl: None while the default ACL is in force."""
+        return self.acls.get(obj)
+
+    def privileged_roles(self, who: Principal) -> set[str]:
+        """The roles whose privileges `who` has: itself, the roles it inherits (transitively,
+        through members that inherit), PUBLIC; a configured superuser is also BOOTSTRAP."""
+        got = {who.user, PUBLIC}
+        if who.configured and who.user not in self.roles:
+            got.add(BOOTSTRAP)
+        frontier = [who.user]
+        while frontier:
+            member = frontier.pop()
+            role = self.roles.get(member)
+            if role is not None and not role.inherit:
+                continue
+            for m in self.members:
+                if m.member == member and m.role not in got:
+                    got.add(m.role)
+                    frontier.append(m.role)
+        return got
+
+    def member_roles(self, name: str) -> set[str]:
+        """Every role `name` is a member of, directly or not, inheriting or not, and itself:
+        what SET ROLE may switch to."""
+        got = {name}
+        frontier = [name]
+        while frontier:
+            member = frontier.pop()
+            for m in self.members:
+                if m.member == member and m.role not in got:
+                    got.add(m.role)
+                    frontier.append(m.role)
+        return got
+
+    def has(self, who: Principal, obj: ObjectKey, letter: str) -> bool:
+        if self.is_superuser(who):
+            return True
+        mine = self.privileged_roles(who)
+        return any(item.grantee in mine and letter in item.privs for item in self.acl(obj))
+
+    def owns(self, who: Principal, obj: ObjectKey) -> bool:
+        return self.is_superuser(who) or self.owner(obj) in self.privileged_roles(who)
+
+    def can_grant(self, who: Principal, obj: ObjectKey, letter: str) -> bool:
+        if self.owns(who, obj):
+            return True
+        mine = self.privileged_roles(who)
+        return any(i.grantee in mine and letter in i.options for i in self.acl(obj))
+
+    def role_names(self) -> list[str]:
+        return sorted(self.roles)
+
+    # --- checks that raise PostgreSQL's errors ------------------------------------------------
+
+    def require(self, who: Principal, obj: ObjectKey, letter: str) -> None:
+        if not self.has(who, obj, letter):
+            raise denied(obj)
+
+    def require_owner(self, who: Principal, obj: ObjectKey, kind: str = "table") -> None:
+        if not self.owns(who, obj):
+            raise PgError(E.INSUFFICIENT_PRIVILEGE, f"must be owner of {kind} {obj[-1]}")
+
+
+def denied(obj: ObjectKey) -> PgError:
+    kind = "schema" if obj[0] == "schema" else obj[0]
+    return PgError(E.INSUFFICIENT_PRIVILEGE, f"permission denied for {kind} {obj[-1]}")
+
+
+EMPTY = Authz()
+
+
+# --- roles ---------------------------------------------------------------------------------------
+
+
+def _check_new_name(name: str) -> None:
+    if name.lower() in _RESERVED_NAMES:
+        raise PgError(E.RESERVED_NAME, f'role name "{name}" is reserved')
+    if name.startswith(_RESERVED):
+        raise PgError(E.RESERVED_NAME, f'role name "{name}" is reserved',
+                      detail='Role names starting with "pg_" are reserved.')
+
+
+def _may_manage_roles(authz: Authz, who: Principal, what: str) -> None:
+    if authz.is_superuser(who):
+        return
+    role = authz.roles.get(who.user)
+    if role is None or not role.createrole:
+        raise PgError(E.INSUFFICIENT_PRIVILEGE, f"permission denied to {what} role")
+
+
+def _must_exist(authz: Authz, name: str) -> Role:
+    role = authz.roles.get(name)
+    if role is None:
+        raise PgError(E.UNDEFINED_OBJECT, f'role "{name}" does not exist')
+    return role
+
+
+def create_role(authz: Authz, who: Principal, name: str, attrs: Mapping[str, Any],
+                configured: frozenset[str] = frozenset(), in_roles: Iterable[str] = (),
+                member_roles: Iterable[str] = ()) -> Authz:
+    """CREATE ROLE name [WITH attrs] [IN ROLE ...] [ROLE ...]; `configured`: names the server's
+    configuration already defines (its bootstrap users), which exist as far as SQL is concerned."""
+    _may_manage_roles(authz, who, "create")
+    if (attrs.get("superuser") or attrs.get("bypassrls")) and not authz.is_superuser(who):
+        what = "superusers" if attrs.get("superuser") else "roles with BYPASSRLS"
+        raise PgError(E.INSUFFICIENT_PRIVILEGE, "permission denied to create role",
+                      detail=f'Only roles with the SUPERUSER attribute may create {what}.')
+    if name in authz.roles or name in configured or name == BOOTSTRAP:
+        raise PgError(E.DUPLICATE_OBJECT, f'role "{name}" already exists')
+    _check_new_name(name)
+    role = Role(name, authz.next_oid, **dict(attrs))
+    roles = {**authz.roles, name: role}
+    out = replace(authz, roles=roles, next_oid=authz.next_oid + 1)
+    for parent in in_roles:
+        out = grant_role(out, who, parent, name, admin=False, configured=configured)
+    for child in member_roles:
+        out = grant_role(out, who, name, child, admin=False, configured=configured)
+    return out
+
+
+def alter_role(authz: Authz, who: Principal, name: str, attrs: Mapping[str, Any]) -> Authz:
+    role = _must_exist(authz, name)
+    self_password = set(attrs) <= {"password"} and name == who.user
+    if not self_password:
+        if role.superuser or attrs.get("superuser") or attrs.get("bypassrls"):
+            if not authz.is_superuser(who):
+                raise PgError(E.INSUFFICIENT_PRIVILEGE, "permission denied to alter role",
+                              detail="Only roles with the SUPERUSER attribute may alter roles with the SUPERUSER attribute.")
+        _may_manage_roles(authz, who, "alter")
+    return replace(authz, roles={**authz.roles, name: replace(role, **dict(attrs))})
+
+
+def rename_role(authz: Authz, who: Principal, name: str, new: str,
+                configured: frozenset[str] = frozenset()) -> Authz:
+    role = _must_exist(authz, name)
+    if name == who.user:
+        raise PgError(E.FEATURE_NOT_SUPPORTED, "session user cannot be renamed")
+    _may_manage_roles(authz, who, "rename")
+    if new in authz.roles or new in configured or new == BOOTSTRAP:
+        raise PgError(E.DUPLICATE_OBJECT, f'role "{new}" already exists')
+    _check_new_name(new)
+    roles = {k: v for k, v in authz.roles.items() if k != name}
+    roles[new] = replace(role, name=new, password=None)
+
+    def moved(n: str) -> str:
+        return new if n == name else n
+
+    members = frozenset(Membership(moved(m.role), moved(m.member), m.admin, moved(m.grantor)) for m in authz.members)
+    acls = {k: tuple(AclItem(moved(i.grantee), moved(i.grantor), i.privs, i.options) for i in v)
+            for k, v in authz.acls.items()}
+    owners = {k: moved(v) for k, v in authz.owners.items()}
+    return replace(authz, roles=roles, members=members, acls=acls, owners=owners)
+
+
+def drop_role(authz: Authz, who: Principal, name: str) -> Authz:
+    role = _must_exist(authz, name)
+    if name == who.user:
+        raise PgError(E.OBJECT_IN_USE, "current user cannot be dropped")
+    if role.superuser and not authz.is_superuser(who):
+        raise PgError(E.INSUFFICIENT_PRIVILEGE, "permission denied to drop role",
+                      detail="Only roles with the SUPERUSER attribute may drop roles with the SUPERUSER attribute.")
+    _may_manage_roles(authz, who, "drop")
+    depends = [f"owner of {_describe(k)}" for k, v in sorted(authz.owners.items()) if v == name]
+    depends += [f"privileges for {_describe(k)}" for k, items in sorted(authz.acls.items())
+                if any(name in (i.grantee, i.grantor) for i in items)]
+    if depends:
+        raise PgError(E.DEPENDENT_OBJECTS_STILL_EXIST,
+                      f'role "{name}" cannot be dropped because some objects depend on it',
+                      detail="\n".join(depends))
+    roles = {k: v for k, v in authz.roles.items() if k != name}
+    members = frozenset(m for m in authz.members if name not in (m.role, m.member))
+    return replace(authz, roles=roles, members=members)
+
+
+def _describe(obj: ObjectKey) -> str:
+    return f"schema {obj[1]}" if obj[0] == "schema" else f"table {obj[1]}.{obj[2]}"
+
+
+def grant_role(authz: Authz, who: Principal, role: str, member: str, *, admin: bool,
+               configured: frozenset[str] = frozenset()) -> Authz:
+    _must_exist(authz, role)
+    if member not in authz.roles and member not in configured:
+        raise PgError(E.UNDEFINED_OBJECT, f'role "{member}" does not exist')
+    if not authz.is_superuser(who):
+        target = authz.roles[role]
+        mine = authz.member_roles(who.user)
+        holds_admin = any(m.role == role and m.member in mine and m.admin for m in authz.members)
+        creates = authz.roles.get(who.user) is not None and authz.roles[who.user].createrole
+        if target.superuser or not (holds_admin or creates):
+            raise PgError(E.INSUFFICIENT_PRIVILEGE, f'must have admin option on role "{role}"')
+    if member in authz.member_roles(role):
+        # A loop, the trivial one (a role in itself) included: AddRoleMems' message.
+        raise PgError(E.INVALID_GRANT_OPERATION, f'role "{role}" is a member of role "{member}"')
+    kept = frozenset(m for m in authz.members if not (m.role == role and m.member == member))
+    old = next((m for m in authz.members if m.role == role and m.member == member), None)
+    new = Membership(role, member, admin or (old is not None and old.admin), who.user)
+    return replace(authz, members=kept | {new})
+
+
+def revoke_role(authz: Authz, who: Principal, role: str, member: str, *, admin_only: bool) -> Authz:
+    _must_exist(authz, role)
+    old = next((m for m in authz.members if m.role == role and m.member == member), None)
+    if not authz.is_superuser(who):
+        mine = authz.member_roles(who.user)
+        holds_admin = any(m.role == role and m.member in mine and m.admin for m in authz.members)
+        creates = authz.roles.get(who.user) is not None and authz.roles[who.user].createrole
+        if not (holds_admin or creates):
+            raise PgError(E.INSUFFICIENT_PRIVILEGE, f'must have admin option on role "{role}"')
+    if old is None:
+        return authz  # PostgreSQL warns "role ... is not a member of role ..." and succeeds
+    kept = authz.members - {old}
+    if admin_only:
+        kept = kept | {replace(old, admin=False)}
+    return replace(authz, members=kept)
+
+
+def is_member(authz: Authz, role: str, member: str) -> bool:
+    return any(m.role == role and m.member == member for m in authz.members)
+
+
+# --- object privileges ---------------------------------------------------------------------------
+
+
+def grant(authz: Authz, who: Principal, objects: Iterable[ObjectKey], letters: str,
+          grantees: Iterable[str], *, grant_option: bool) -> tuple[Authz, list[str]]:
+    """GRANT letters ON objects TO grantees: the new state and PostgreSQL's warnings (a grantor
+    holding some of the privileges with grant option but not all)."""
+    warnings: list[str] = []
+    out = authz
+    for obj in objects:
+        grantor, grantable = _grantable(out, who, obj, letters)
+        if not grantable:
+            warnings.append(f'no privileges were granted for "{obj[-1]}"')
+            continue
+        if len(grantable) < len(letters):
+            warnings.append(f'not all privileges were granted for "{obj[-1]}"')
+        items = list(out.acl(obj))
+        for grantee in grantees:
+            at = next((n for n, i in enumerate(items) if i.grantee == grantee and i.grantor == grantor), None)
+            alphabet = ALL_SCHEMA if obj[0] == "schema" else ALL_TABLE
+            if at is None:
+                items.append(AclItem(grantee, grantor, _ordered(grantable, alphabet),
+                                     _ordered(grantable, alphabet) if grant_option else ""))
+            else:
+                i = items[at]
+                items[at] = AclItem(grantee, grantor, _ordered(i.privs + grantable, alphabet),
+                                    _ordered(i.options + (grantable if grant_option else ""), alphabet))
+        out = replace(out, acls={**out.acls, obj: tuple(items)})
+    return out, warnings
+
+
+def revoke(authz: Authz, who: Principal, objects: Iterable[ObjectKey], letters: str,
+           grantees: Iterable[str], *, grant_option_only: bool, cascade: bool = False) -> tuple[Authz, list[str]]:
+    warnings: list[str] = []
+    out = authz
+    targets = set(grantees)
+    for obj in objects:
+        grantor, grantable = _grantable(out, who, obj, letters)
+        if not grantable:
+            warnings.append(f'no privileges could be revoked for "{obj[-1]}"')
+            continue
+        if len(grantable) < len(letters):
+            warnings.append(f'not all privileges could be revoked for "{obj[-1]}"')
+        items = []
+        for i in out.acl(obj):
+            if i.grantee in targets and i.grantor == grantor:
+                options = "".join(c for c in i.options if c not in grantable)
+                privs = i.privs if grant_option_only else "".join(c for c in i.privs if c not in grantable)
+                dependent = [d for d in out.acl(obj) if d.grantor == i.grantee and set(d.privs) & (set(i.options) - set(options))]
+                if dependent and not cascade:
+                    raise PgError(E.DEPENDENT_OBJECTS_STILL_EXIST, "dependent privileges exist",
+                                  hint="Use CASCADE to revoke them too.")
+                if privs:
+                    items.append(AclItem(i.grantee, i.grantor, privs, options))
+            else:
+                items.append(i)
+        if cascade:
+            revoked = {i.grantee for i in out.acl(obj) if i.grantee in targets}
+            items = [i for i in items if i.grantor not in revoked or i.grantor == grantor]
+        out = replace(out, acls={**out.acls, obj: tuple(items)})
+    return out, warnings
+
+
+def _grantable(authz: Authz, who: Principal, obj: ObjectKey, letters: str) -> tuple[str, str]:
+    """(grantor, the letters it may grant): the owner grants as the owner (a superuser too, as
+    PostgreSQL does); others what they hold with grant option. Nothing held at all is 42501."""
+    if authz.owns(who, obj):
+        return authz.owner(obj), letters
+    mine = authz.privileged_roles(who)
+    held = {c for i in authz.acl(obj) if i.grantee in mine for c in i.options}
+    if not any(i.grantee in mine and i.privs for i in authz.acl(obj)):
+        raise denied(obj)
+    return who.user, "".join(c for c in letters if c in held)
+
+
+def set_owner(authz: Authz, who: Principal, obj: ObjectKey, new_owner: str,
+              configured: frozenset[str] = frozenset(), kind: str = "table") -> Authz:
+    """ALTER ... OWNER TO: the owner (a member of the new owner) or a superuser; the ACL's
+    entries of the old owner pass to the new one, as aclnewowner() does."""
+    if new_owner not in authz.roles and new_owner not in configured:
+        raise PgError(E.UNDEFINED_OBJECT, f'role "{new_owner}" does not exist')
+    if not authz.is_superuser(who):
+        authz.require_owner(who, obj, kind)
+        if new_owner not in authz.member_roles(who.user):
+            raise PgError(E.INSUFFICIENT_PRIVILEGE, f'must be able to SET ROLE "{new_owner}"')
+    stored = BOOTSTRAP if new_owner in configured and new_owner not in authz.roles else new_owner
+    old = authz.owner(obj)
+    acls = dict(authz.acls)
+    if obj in acls:
+        acls[obj] = tuple(AclItem(stored if i.grantee == old else i.grantee,
+                                  stored if i.grantor == old else i.grantor, i.privs, i.options)
+                          for i in acls[obj])
+    owners = {k: v for k, v in authz.owners.items() if k != obj}
+    if stored != BOOTSTRAP:
+        owners[obj] = stored
+    return replace(authz, owners=owners, acls=acls)
+
+
+def created(authz: Authz, who: Principal, obj: ObjectKey) -> Authz:
+    """A new object: owned by its creator (a configured superuser's objects by BOOTSTRAP), with
+    no ACL entries of a dropped namesake left behind."""
+    out = dropped(authz, obj)
+    if who.user not in authz.roles:
+        return out
+    return replace(out, owners={**out.owners, obj: who.user})
+
+
+def dropped(authz: Authz, obj: ObjectKey) -> Authz:
+    if obj not in authz.acls and obj not in authz.owners:
+        return authz
+    return replace(authz, acls={k: v for k, v in authz.acls.items() if k != obj},
+                   owners={k: v for k, v in authz.owners.items() if k != obj})
+
+
+def renamed(authz: Authz, old: ObjectKey, new: ObjectKey) -> Authz:
+    if old not in authz.acls and old not in authz.owners:
+        return authz
+    acls = {(new if k == old else k): v for k, v in authz.acls.items()}
+    owners = {(new if k == old else k): v for k, v in authz.owners.items()}
+    return replace(authz, acls=acls, owners=owners)
+
+
+# --- the stored form -----------------------------------------------------------------------------
+
+
+def to_json(authz: Authz) -> str:
+    return json.dumps({
+        "format": 1,
+        "next_oid": authz.next_oid,
+        "roles": [{k: v for k, v in vars(r).items()} for r in sorted(authz.roles.values(), key=lambda r: r.oid)],
+        "members": sorted([m.role, m.member, m.admin, m.grantor] for m in authz.members),
+        "acls": [[list(k), [[i.grantee, i.grantor, i.privs, i.options] for i in v]]
+                 for k, v in sorted(authz.acls.items())],
+        "owners": [[list(k), v] for k, v in sorted(authz.owners.items())],
+    }, sort_keys=True, separators=(",", ":"))
+
+
+def from_json(text: str) -> Authz:
+    if not text:
+        return EMPTY
+    doc = json.loads(text)
+    if doc.get("format") != 1:
+        raise PgError(E.INTERNAL_ERROR, f"unknown authorization document format {doc.get('format')!r}")
+    return Authz(
+        roles={r["name"]: Role(**r) for r in doc["roles"]},
+        members=frozenset(Membership(*m) for m in doc["members"]),
+        acls={tuple(k): tuple(AclItem(*i) for i in v) for k, v in doc["acls"]},
+        owners={tuple(k): v for k, v in doc["owners"]},
+        next_oid=doc["next_oid"],
+    )

@@ -1,0 +1,392 @@
+"""The role and privilege statements, parsed into commands: CREATE/ALTER/DROP ROLE (and USER,
+GROUP), GRANT and REVOKE of privileges and of roles, ALTER TABLE/SCHEMA ... OWNER TO.
+
+PostgreSQL's grammar (gram.y: CreateRoleStmt, AlterRoleStmt, DropRoleStmt, GrantStmt,
+RevokeStmt, GrantRoleStmt, RevokeRoleStmt), read over the one lexer's tokens. sqlglot parses
+GRANT into a generic tree that loses the grant option and role grants, and none of the role
+statements, so these small statements get a parser of their own; what it does not accept is
+42601 at the token, as PostgreSQL's parser would answer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from icegres.pg import errors as E
+from icegres.pg.errors import PgError
+from icegres.sql.lexer import Kind, Token, tokenize
+
+__all__ = [
+    "AlterOwner", "AlterRole", "CreateRole", "DropRole", "GrantPrivileges", "GrantRole", "parse_acl",
+]
+
+
+@dataclass(frozen=True)
+class CreateRole:
+    name: str
+    attrs: dict[str, Any]
+    in_roles: tuple[str, ...] = ()
+    members: tuple[str, ...] = ()
+    password: str | None = None  # the text given, hashed to a verifier before it is stored
+    tag: str = "CREATE ROLE"
+
+
+@dataclass(frozen=True)
+class AlterRole:
+    name: str
+    attrs: dict[str, Any] = field(default_factory=dict)
+    password: str | None = None
+    password_given: bool = False
+    rename_to: str | None = None
+    tag: str = "ALTER ROLE"
+
+
+@dataclass(frozen=True)
+class DropRole:
+    names: tuple[str, ...]
+    if_exists: bool = False
+    tag: str = "DROP ROLE"
+
+
+@dataclass(frozen=True)
+class GrantPrivileges:
+    revoke: bool
+    letters: str  # aclitem letters; "" with `all_privileges`
+    all_privileges: bool
+    object_kind: str  # "table" | "schema" | "all_tables"
+    objects: tuple[tuple[str | None, str], ...]  # (schema, name); a schema is (None, name)
+    grantees: tuple[str, ...]  # "" is PUBLIC; CURRENT_USER etc. as "current_user"
+    grant_option: bool = False  # WITH GRANT OPTION / REVOKE GRANT OPTION FOR
+    cascade: bool = False
+
+    @property
+    def tag(self) -> str:
+        return "REVOKE" if self.revoke else "GRANT"
+
+
+@dataclass(frozen=True)
+class GrantRole:
+    revoke: bool
+    roles: tuple[str, ...]
+    members: tuple[str, ...]
+    admin: bool = False  # WITH ADMIN OPTION / REVOKE ADMIN OPTION FOR
+
+    @property
+    def tag(self) -> str:
+        return "REVOKE ROLE" if self.revoke else "GRANT ROLE"
+
+
+@dataclass(frozen=True)
+class AlterOwner:
+    kind: str  # "table" | "schema"
+    schema: str | None
+    name: str
+    owner: str
+    tag: str = "ALTER TABLE"
+
+
+AclCommand = CreateRole | AlterRole | DropRole | GrantPrivileges | GrantRole | AlterOwner
+
+_LETTERS = {"select": "r", "insert": "a", "update": "w", "delete": "d", "truncate": "D",
+            "references": "x", "trigger": "t", "usage": "U", "create": "C"}
+_SPECIAL_GRANTEES = {"current_user", "current_role", "session_user"}
+
+
+class _Reader:
+    def __init__(self, sql: str) -> None:
+        self.sql = sql
+        self.tokens = [t for t in tokenize(sql) if t.kind is not Kind.COMMENT]
+        self.at = 0
+
+    def peek(self, *words: str, ahead: int = 0) -> bool:
+        i = self.at + ahead
+        if i >= len(self.tokens):
+            return False
+        t = self.tokens[i]
+        return t.kind is Kind.NAME and t.value.lower() in words
+
+    def take(self, *words: str) -> bool:
+        if self.peek(*words):
+            self.at += 1
+            return True
+        return False
+
+    def expect(self, *words: str) -> str:
+        if not self.peek(*words):
+            raise self.error()
+        self.at += 1
+        return self.tokens[self.at - 1].value.lower()
+
+    def op(self, char: str) -> bool:
+        if self.at < len(self.tokens) and self.tokens[self.at].kind is Kind.OP and self.tokens[self.at].text == char:
+            self.at += 1
+            return True
+        return False
+
+    def name(self) -> str:
+        if self.at >= len(self.tokens) or self.tokens[self.at].kind not in (Kind.NAME, Kind.QUOTED_NAME):
+            raise self.error()
+        self.at += 1
+        return self.tokens[self.at - 1].value
+
+    def qualified(self) -> tuple[str | None, str]:
+        first = self.name()
+        if self.op("."):
+            return first, self.name()
+        return None, first
+
+    def string(self) -> str:
+        if self.at >= len(self.tokens) or self.tokens[self.at].kind is not Kind.STRING:
+            raise self.error()
+        self.at += 1
+        return self.tokens[self.at - 1].value
+
+    def number(self) -> int:
+        negative = self.op("-")
+        if self.at >= len(self.tokens) or self.tokens[self.at].kind is not Kind.NUMBER:
+            raise self.error()
+        self.at += 1
+        value = int(self.tokens[self.at - 1].text)
+        return -value if negative else value
+
+    def done(self) -> bool:
+        return self.at >= len(self.tokens)
+
+    def end(self) -> None:
+        if not self.done():
+            raise self.error()
+
+    def error(self) -> PgError:
+        if self.at >= len(self.tokens):
+            return PgError(E.SYNTAX_ERROR, "syntax error at end of input", position=len(self.sql) + 1)
+        t: Token = self.tokens[self.at]
+        return PgError(E.SYNTAX_ERROR, f'syntax error at or near "{t.text}"', position=t.start + 1)
+
+    def names(self) -> tuple[str, ...]:
+        out = [self.name()]
+        while self.op(","):
+            out.append(self.name())
+        return tuple(out)
+
+
+_CANDIDATE = re.compile(r"\s*(?:GRANT|REVOKE|(?:CREATE|DROP|ALTER)\s+(?:ROLE|USER|GROUP)|ALTER\s+(TABLE|SCHEMA))\b", re.I)
+_OWNER_TO = re.compile(r"\bOWNER\s+TO\s+\S+\s*$", re.I)
+
+
+def parse_acl(sql: str) -> AclCommand | None:
+    """The command `sql` is, or None when it is none of these statements (a CREATE TABLE, an
+    ALTER TABLE that changes no owner): those go on to the DDL parser. Only a statement whose
+    head says so is tokenized (a DDL statement may be megabytes: a DEFAULT's literal)."""
+    m = _CANDIDATE.match(sql[:200])
+    if m is None or (m.group(1) and not _OWNER_TO.search(sql[-300:])):
+        return None
+    r = _Reader(sql)
+    if r.take("grant"):
+        return _grant(r, revoke=False)
+    if r.take("revoke"):
+        return _grant(r, revoke=True)
+    if r.peek("create") and r.peek("role", "user", "group", ahead=1):
+        r.at += 1
+        return _create_role(r, r.expect("role", "user", "group"))
+    if r.peek("drop") and r.peek("role", "user", "group", ahead=1):
+        r.at += 2
+        if_exists = r.take("if") and r.expect("exists") == "exists"
+        names = r.names()
+        r.end()
+        return DropRole(names, if_exists)
+    if r.peek("alter") and r.peek("role", "user", "group", ahead=1):
+        r.at += 2
+        return _alter_role(r)
+    if r.peek("alter") and r.peek("table", "schema", ahead=1):
+        return _alter_owner(r)
+    return None
+
+
+def _role_options(r: _Reader, attrs: dict[str, Any], extra: dict[str, list[str]]) -> tuple[str | None, bool]:
+    """The options of CREATE/ALTER ROLE into `attrs`; IN ROLE / ROLE / ADMIN lists into `extra`;
+    (password text, whether PASSWORD was given)."""
+    flags = {"superuser": "superuser", "createdb": "createdb", "createrole": "createrole",
+             "inherit": "inherit", "login": "login", "bypassrls": "bypassrls", "replication": None}
+    password: str | None = None
+    given = False
+    r.take("with")
+    while not r.done():
+        t = r.tokens[r.at]
+        word = t.value.lower() if t.kind is Kind.NAME else ""
+        if word in flags or (word.startswith("no") and word[2:] in flags):
+            r.at += 1
+            key = flags[word] if word in flags else flags[word[2:]]
+            if key is not None:
+                attrs[key] = word in flags
+        elif word == "connection":
+            r.at += 1
+            r.expect("limit")
+            attrs["connlimit"] = r.number()
+        elif word in ("encrypted", "password"):
+            r.at += 1
+            if word == "encrypted":
+                r.expect("password")
+            given = True
+            password = None if r.take("null") else r.string()
+        elif word == "valid":
+            r.at += 1
+            r.expect("until")
+            attrs["valid_until"] = r.string()
+        elif word == "in":
+            r.at += 1
+            r.expect("role", "group")
+            extra.setdefault("in_roles", []).extend(r.names())
+        elif word in ("role", "user"):
+            r.at += 1
+            extra.setdefault("members", []).extend(r.names())
+        elif word == "admin":
+            r.at += 1
+            extra.setdefault("admins", []).extend(r.names())
+        elif word == "sysid":
+            r.at += 1
+            r.number()
+        else:
+            raise r.error()
+    return password, given
+
+
+def _create_role(r: _Reader, kind: str) -> CreateRole:
+    name = r.name()
+    attrs: dict[str, Any] = {"login": kind == "user"}
+    extra: dict[str, list[str]] = {}
+    password, _ = _role_options(r, attrs, extra)
+    return CreateRole(name, attrs, tuple(extra.get("in_roles", ())),
+                      tuple(extra.get("members", []) + extra.get("admins", [])), password)
+
+
+def _alter_role(r: _Reader) -> AlterRole:
+    name = _grantee(r)
+    if r.take("rename"):
+        r.expect("to")
+        new = r.name()
+        r.end()
+        return AlterRole(name, rename_to=new)
+    if r.peek("set", "reset"):
+        raise PgError(E.FEATURE_NOT_SUPPORTED, "ALTER ROLE ... SET is not supported",
+                      hint="Set a setting in the session, or in the connection's options.")
+    attrs: dict[str, Any] = {}
+    extra: dict[str, list[str]] = {}
+    password, given = _role_options(r, attrs, extra)
+    if extra:
+        raise r.error()
+    return AlterRole(name, attrs, password, given)
+
+
+def _alter_owner(r: _Reader) -> AlterOwner | None:
+    start = r.at
+    r.at += 1
+    kind = r.expect("table", "schema")
+    if kind == "table" and r.take("if"):
+        r.expect("exists")
+    r.take("only")
+    schema, name = (None, r.name()) if kind == "schema" else r.qualified()
+    if not (r.take("owner") and r.take("to")):
+        r.at = start
+        return None
+    owner = _grantee(r)
+    r.end()
+    return AlterOwner(kind, schema, name, owner, tag="ALTER SCHEMA" if kind == "schema" else "ALTER TABLE")
+
+
+def _grantee(r: _Reader) -> str:
+    if r.peek(*_SPECIAL_GRANTEES):
+        return r.expect(*_SPECIAL_GRANTEES)
+    return r.name()
+
+
+def _grantees(r: _Reader) -> tuple[str, ...]:
+    out = []
+    while True:
+        r.take("group")
+        if r.take("public"):
+            out.append("")
+        else:
+            out.append(_grantee(r))
+        if not r.op(","):
+            return tuple(out)
+
+
+def _grant(r: _Reader, *, revoke: bool) -> GrantPrivileges | GrantRole:
+    option_for = False
+    if revoke and r.peek("grant", "admin") and r.peek("option", ahead=1) and r.peek("for", ahead=2):
+        option_for = True
+        r.at += 3
+    all_privileges = False
+    words: list[str] = []
+    if r.take("all"):
+        all_privileges = True
+        r.take("privileges")
+        if r.op("("):
+            raise PgError(E.FEATURE_NOT_SUPPORTED, "column privileges are not supported yet")
+    else:
+        while True:
+            words.append(_grantee(r))
+            if r.op("("):
+                raise PgError(E.FEATURE_NOT_SUPPORTED, "column privileges are not supported yet")
+            if not r.op(","):
+                break
+    if r.take("on"):
+        letters = ""
+        for word in words:
+            if word not in _LETTERS:
+                raise PgError(E.SYNTAX_ERROR, f'unrecognized privilege type "{word}"')
+            letters += _LETTERS[word]
+        kind, objects = _objects(r)
+        r.expect("from" if revoke else "to")
+        grantees = _grantees(r)
+        grant_option = option_for
+        if not revoke and r.take("with"):
+            r.expect("grant")
+            r.expect("option")
+            grant_option = True
+        if r.take("granted"):
+            r.expect("by")
+            _grantee(r)
+        cascade = bool(revoke and r.take("cascade"))
+        if revoke and not cascade:
+            r.take("restrict")
+        r.end()
+        return GrantPrivileges(revoke, letters, all_privileges, kind, objects, grantees, grant_option, cascade)
+    if all_privileges:
+        raise r.error()
+    roles = words
+    r.expect("from" if revoke else "to")
+    members = _grantees(r)
+    admin = option_for
+    if not revoke and r.take("with"):
+        r.expect("admin")
+        r.expect("option")
+        admin = True
+    if r.take("granted"):
+        r.expect("by")
+        _grantee(r)
+    if revoke:
+        if not r.take("cascade"):
+            r.take("restrict")
+    r.end()
+    return GrantRole(revoke, tuple(roles), members, admin)
+
+
+def _objects(r: _Reader) -> tuple[str, tuple[tuple[str | None, str], ...]]:
+    if r.take("all"):
+        r.expect("tables")
+        r.expect("in")
+        r.expect("schema")
+        return "all_tables", tuple((None, n) for n in r.names())
+    if r.take("schema"):
+        return "schema", tuple((None, n) for n in r.names())
+    if r.peek("sequence", "function", "procedure", "routine", "database", "foreign", "language",
+              "large", "tablespace", "type", "domain"):
+        raise PgError(E.FEATURE_NOT_SUPPORTED, f"privileges on {r.tokens[r.at].value.lower()} objects are not supported")
+    r.take("table")
+    out = [r.qualified()]
+    while r.op(","):
+        out.append(r.qualified())
+    return "table", tuple(out)

@@ -1,0 +1,149 @@
+"""Roles, GRANT/REVOKE and their enforcement, beside a real PostgreSQL 15: the same script on
+both, statement by statement, the same outcome (tag and rows, or SQLSTATE and message).
+
+Each role switches with SET ROLE inside one superuser connection (as a psql session of an
+administrator would), and then logs in as itself, so that both the session's current role and a
+login role are checked."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from tests.support.differential import outcome
+from tests.support.icegres_server import IcegresServer, running_icegres
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def icegres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[IcegresServer]:
+    with running_icegres(tmp_path_factory.mktemp("roles") / "data") as server:
+        yield server
+
+
+@pytest.fixture()
+def names() -> dict[str, str]:
+    tag = uuid.uuid4().hex[:8]
+    return {"s": f"s_{tag}", "analyst": f"analyst_{tag}", "writer": f"writer_{tag}", "nobody": f"nobody_{tag}"}
+
+
+def _setup(n: dict[str, str]) -> list[str]:
+    return [
+        f"CREATE SCHEMA {n['s']}",
+        f"CREATE TABLE {n['s']}.t (a int, b text)",
+        f"INSERT INTO {n['s']}.t VALUES (1, 'x'), (2, 'y')",
+        f"CREATE ROLE {n['analyst']}",
+        f"CREATE ROLE {n['writer']} LOGIN",
+        f"GRANT USAGE ON SCHEMA {n['s']} TO {n['analyst']}, {n['writer']}",
+        f"GRANT SELECT ON {n['s']}.t TO {n['analyst']}",
+        f"GRANT INSERT ON TABLE {n['s']}.t TO {n['writer']}",
+    ]
+
+
+def _script(n: dict[str, str]) -> list[str]:
+    s, analyst, writer = n["s"], n["analyst"], n["writer"]
+    return [
+        f"CREATE ROLE {analyst}",  # 42710
+        f"SET ROLE {analyst}",
+        "SELECT current_user = session_user",
+        f"SELECT a, b FROM {s}.t ORDER BY a",
+        f"SELECT count(*) FROM {s}.t t1 JOIN {s}.t t2 ON t1.a = t2.a",
+        f"INSERT INTO {s}.t VALUES (3, 'z')",
+        f"UPDATE {s}.t SET b = 'q'",
+        f"DELETE FROM {s}.t WHERE a = 1",
+        f"TRUNCATE {s}.t",
+        f"DROP TABLE {s}.t",
+        f"ALTER TABLE {s}.t ADD COLUMN c int",
+        f"CREATE TABLE {s}.u (a int)",
+        f"CREATE ROLE x_{analyst}",
+        "RESET ROLE",
+        f"SET ROLE {writer}",
+        f"INSERT INTO {s}.t VALUES (3, 'z')",
+        f"INSERT INTO {s}.t VALUES (4, 'w') RETURNING a",
+        f"SELECT a FROM {s}.t",
+        f"UPDATE {s}.t SET b = 'q' WHERE a = 3",
+        "RESET ROLE",
+        f"SELECT a, b FROM {s}.t ORDER BY a",
+        f"REVOKE SELECT ON {s}.t FROM {analyst}",
+        f"SET ROLE {analyst}",
+        f"SELECT a FROM {s}.t",
+        "RESET ROLE",
+        f"GRANT ALL ON ALL TABLES IN SCHEMA {s} TO {writer}",
+        f"SET ROLE {writer}",
+        f"SELECT a FROM {s}.t ORDER BY a",
+        f"DELETE FROM {s}.t WHERE a = 4",
+        "RESET ROLE",
+        f"GRANT {analyst} TO {writer}",
+        f"GRANT {writer} TO {analyst}",  # 0LP01: a loop
+        f"SELECT rolname, rolsuper, rolcanlogin, rolinherit, rolcreaterole FROM pg_roles "
+        f"WHERE rolname IN ('{analyst}', '{writer}') ORDER BY 1",
+        f"SELECT r.rolname, a.admin_option FROM pg_auth_members a JOIN pg_roles r ON r.oid = a.roleid "
+        f"JOIN pg_roles m ON m.oid = a.member WHERE m.rolname = '{writer}'",
+        f"SELECT has_table_privilege('{analyst}', '{s}.t', 'SELECT'), "
+        f"has_table_privilege('{writer}', '{s}.t', 'INSERT, SELECT'), "
+        f"has_table_privilege('{writer}', '{s}.t', 'SELECT WITH GRANT OPTION'), "
+        f"has_schema_privilege('{analyst}', '{s}', 'USAGE'), has_schema_privilege('{analyst}', '{s}', 'CREATE')",
+        f"SET ROLE {analyst}",
+        f"SELECT has_table_privilege('{s}.t', 'DELETE'), has_table_privilege('{s}.t', 'select')",
+        "RESET ROLE",
+        f"SELECT has_table_privilege('{s}.t', 'SELEC')",
+        f"SELECT has_table_privilege('{n['nobody']}', '{s}.t', 'SELECT')",
+        f"SET ROLE {n['nobody']}",
+        f"GRANT SELECT ON {s}.missing TO {analyst}",
+        f"GRANT SELECT ON {s}.t TO {n['nobody']}",
+        f"GRANT SELEC ON {s}.t TO {analyst}",
+        f"DROP ROLE {n['nobody']}",
+        f"DROP ROLE IF EXISTS {n['nobody']}",
+    ]
+
+
+def _teardown(n: dict[str, str]) -> list[str]:
+    return [f"DROP TABLE IF EXISTS {n['s']}.t", f"DROP SCHEMA IF EXISTS {n['s']}",
+            f"REVOKE {n['analyst']} FROM {n['writer']}",
+            f"DROP ROLE IF EXISTS {n['writer']}", f"DROP ROLE IF EXISTS {n['analyst']}"]
+
+
+def _run(dsn: str, n: dict[str, str]) -> tuple[list[tuple], list[tuple], list[tuple]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        setup = [outcome(conn, sql) for sql in _setup(n)]
+        script = [outcome(conn, sql) for sql in _script(n)]
+        teardown = [outcome(conn, sql) for sql in _teardown(n)]
+    return setup, script, teardown
+
+
+def test_privileges_are_enforced_as_postgresql_enforces_them(icegres: IcegresServer, real_postgres, names) -> None:
+    ours = _run(icegres.dsn(), names)
+    theirs = _run(real_postgres.dsn(), names)
+    assert all(o[0] == "ok" for o in theirs[0]), theirs[0]
+    assert ours[0] == theirs[0]
+    for sql, mine, pg in zip(_script(names), ours[1], theirs[1], strict=True):
+        assert mine == pg, sql
+    assert ours[2] == theirs[2]
+
+
+def test_a_role_without_login_is_refused_and_a_login_role_is_held_to_its_grants(icegres: IcegresServer, names) -> None:
+    s, analyst, writer = names["s"], names["analyst"], names["writer"]
+    with psycopg.connect(icegres.dsn(), autocommit=True) as admin:
+        for sql in _setup(names):
+            admin.execute(sql)
+    try:
+        with pytest.raises(psycopg.OperationalError) as refused:
+            psycopg.connect(icegres.dsn(user=analyst))
+        assert f'role "{analyst}" is not permitted to log in' in str(refused.value)
+        with psycopg.connect(icegres.dsn(user=writer), autocommit=True) as conn:
+            assert conn.execute("SELECT current_user, session_user").fetchone() == (writer, writer)
+            assert conn.execute(f"INSERT INTO {s}.t VALUES (5, 'v')").rowcount == 1
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for table t"):
+                conn.execute(f"SELECT * FROM {s}.t")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match=f'permission denied to set role "{analyst}"'):
+                conn.execute(f"SET ROLE {analyst}")
+        with psycopg.connect(icegres.dsn(), autocommit=True) as admin:
+            assert admin.execute(f"SELECT count(*) FROM {s}.t").fetchone() == (3,)
+    finally:
+        with psycopg.connect(icegres.dsn(), autocommit=True) as admin:
+            for sql in _teardown(names):
+                outcome(admin, sql)
