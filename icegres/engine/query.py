@@ -464,6 +464,11 @@ class QueryContext:
             who = authorization.principal(self.env.user, self.env.settings.get("role"))
             authorization.check_relations(who, [("table", key)], letter)
 
+    def authorized(self, stmt: Statement) -> Statement:
+        """`stmt`, once `authorize` let it through (a CREATE TABLE AS's query)."""
+        self.authorize(stmt)
+        return stmt
+
     def authorize(self, stmt: Statement) -> None:
         """42501 unless this session's role may do what `stmt` asks of every relation it names:
         SELECT on what it reads, the write's privilege on its target (engine/authz.py). Before

@@ -431,7 +431,7 @@ async def _temp_ddl(host: WriteHost, cmd: Any, block: TxnState | None) -> WriteR
         def create_as(txn: TxnState) -> tuple[Key | None, int]:
             qctx.pin_for(None)  # (in a block: its snapshots, and the session's temporary tables)
             # the views it reads, as a lake table's CTAS reads them (dbt's snapshots of a view)
-            data = dml.collect(qctx.plan(qctx.with_views(query(cmd.query_sql)), None))
+            data = dml.collect(qctx.plan(qctx.with_views(qctx.authorized(query(cmd.query_sql))), None))
             key = ddl_temp.create_as(qctx, txn if block is not None else None, cmd, data)
             if key is not None:
                 made.append(key[1])
@@ -564,7 +564,7 @@ async def create_table_as(host: WriteHost, cmd: Any) -> WriteResult:
     path = list(qctx.env.search_path)
 
     def create() -> tuple[Key | None, pa.Table]:
-        source = qctx.with_views(query(cmd.query_sql))  # views, snapshots and metadata tables it reads
+        source = qctx.with_views(qctx.authorized(query(cmd.query_sql)))  # views, snapshots and metadata tables it reads
         qctx.refresh_for(source)  # the tables it reads, at the catalog's head and mounted (lazy mounting)
         with qctx.buffered_reads(qctx.buffered_entries(source)):
             data = dml.collect(qctx.plan(source, None))
@@ -596,7 +596,7 @@ async def create_table_as_in_block(host: WriteHost, cmd: Any) -> WriteResult:
 
     def create() -> tuple[Key | None, int]:
         qctx.pin_for(None)
-        data = dml.collect(qctx.plan(qctx.with_views(query(cmd.query_sql)), None))
+        data = dml.collect(qctx.plan(qctx.with_views(qctx.authorized(query(cmd.query_sql))), None))
         key = ddl_block.create_table_as(qctx, txn, cmd, path, data)
         if key is None or not cmd.with_data:
             return key, 0

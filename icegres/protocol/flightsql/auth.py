@@ -30,13 +30,13 @@ import hmac
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from icegres.pg.scram import verify_plain
+from icegres.pg.scram import parse_verifier, verify_plain
 from icegres.protocol.flightsql.sessions import TOKENS_MAX, Bounded
 from icegres.protocol.tokens import KeysUnavailable, TokenRejected, looks_like_jwt
 
@@ -65,8 +65,11 @@ class FlightAuth:
     `addr` is the client's IP address (what the back-off counts by), `peer` its address and port
     as the log shows them."""
 
-    def __init__(self, settings: Settings, tokens: TokenValidator | None, backoff: AuthBackoff) -> None:
+    def __init__(self, settings: Settings, tokens: TokenValidator | None, backoff: AuthBackoff,
+                 authorization: Any = None) -> None:
         self.users = settings.users
+        # The roles of the shared state (engine/authz.py): their verifiers and LOGIN attribute.
+        self.authorization = authorization
         self.tokens = tokens
         self.backoff = backoff
         self.required = bool(self.users) or tokens is not None
@@ -96,8 +99,15 @@ class FlightAuth:
         if not sep or not user:
             raise _unauthenticated("malformed Basic credentials", "28000")
         if not self.required:
+            await self._may_log_in(user)
             return user  # trust: only ever on loopback (checked at server start), as in pgwire
-        return await self._judged(addr, self._check_basic(user, password, peer))
+        checked = await self._judged(addr, self._check_basic(user, password, peer))
+        await self._may_log_in(checked)
+        return checked
+
+    async def _may_log_in(self, user: str) -> None:
+        if self.authorization is not None and not await _in_thread(lambda: self.authorization.may_log_in(user)):
+            raise _unauthenticated(f'role "{user}" is not permitted to log in', "28000")
 
     async def _check_basic(self, user: str, password: str, peer: str) -> str:
         if self.tokens is not None and looks_like_jwt(password):
@@ -106,10 +116,16 @@ class FlightAuth:
                 log.warning('Flight SQL: token of role %r refused for user "%s" from %s', role, user, peer)
                 raise _unauthenticated(f'password authentication failed for user "{user}"', "28P01")
             return user
-        mark = hmac.digest(self._key, user.encode() + b"\0" + password.encode(), "sha256")
+        verifier = self.users.get(user)
+        stored = ""
+        if verifier is None and self.authorization is not None:
+            # A role made by CREATE ROLE ... PASSWORD; its verifier is part of the memo's key, so
+            # an ALTER ROLE ... PASSWORD retires what the old password was accepted for.
+            stored = await _in_thread(lambda: self.authorization.verifier(user)) or ""
+            verifier = parse_verifier(stored) if stored else None
+        mark = hmac.digest(self._key, user.encode() + b"\0" + password.encode() + b"\0" + stored.encode(), "sha256")
         if self._checked.get(mark) == user:
             return user
-        verifier = self.users.get(user)
         if verifier is None or not await _in_thread(lambda: verify_plain(verifier, password)):
             log.warning('Flight SQL: password authentication failed for user "%s" from %s', user, peer)
             raise _unauthenticated(f'password authentication failed for user "{user}"', "28P01")

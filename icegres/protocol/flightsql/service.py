@@ -249,7 +249,8 @@ class FlightSqlService:
 
     def __init__(self, server: ServerPort) -> None:
         self.server = server
-        self.auth = FlightAuth(server.settings, validator_for(server.settings), server.backoff)
+        self.auth = FlightAuth(server.settings, validator_for(server.settings), server.backoff,
+                               server.engine.authorization)
         self.database = server.settings.database
         # IPC body compression of query results (None = off); metadata results stay uncompressed.
         codec = getattr(server.settings, "result_compression", "none")
