@@ -254,3 +254,32 @@ def _role_named(authz: Authz, oid: int, env: Any) -> str:
     if found is None:
         raise PgError("42704", f"role with OID {oid} does not exist")
     return found
+
+
+def _session_principal(env: Any) -> tuple[Any, Authz, Principal] | None:
+    authorization = getattr(env, "authorization", None)
+    if authorization is None:
+        return None
+    return authorization, authorization.current(), authorization.principal(env.user, env.settings.get("role"))
+
+
+def may_see(env: Any, schema: str, name: str) -> bool:
+    """information_schema's condition for a relation's rows: its owner's role, or any privilege."""
+    got = _session_principal(env)
+    if got is None or schema in _SYSTEM_SCHEMAS:
+        return True
+    _, authz, who = got
+    key = ("table", schema, name)
+    return authz.owns(who, key) or any(authz.has(who, key, letter) for letter in acl.ALL_TABLE)
+
+
+def is_my_role(env: Any, name: str) -> bool:
+    """pg_has_role(name, 'USAGE') of the session's role, PUBLIC counting as everyone's."""
+    got = _session_principal(env)
+    if got is None or name == "PUBLIC":
+        return True
+    _, authz, who = got
+    if authz.is_superuser(who):
+        return True
+    mine = authz.privileged_roles(who)
+    return name in mine or (name == env.user and acl.BOOTSTRAP in mine)

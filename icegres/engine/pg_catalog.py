@@ -880,6 +880,9 @@ _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "pg_catalog.pg_depend": _rows_pg_depend,
     "information_schema.schemata": _rows_schemata,
     "information_schema.tables": _rows_tables,
+    "information_schema.table_privileges": lambda ix: pg_roles.table_privilege_rows(
+        ix.snapshot.authz, ix.snapshot.user, ix.snapshot.database,
+        [(e.schema, e.name) for e in ix.relations.values() if e.table is not None or e.view is not None]),
     "information_schema.columns": _rows_columns,
     "information_schema.views": _rows_views,
     "information_schema.table_constraints": pg_constraints.rows_table_constraints,

@@ -436,6 +436,8 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
         Fn("icegres_has_privilege", (TEXT, TEXT, TEXT, TEXT), BOOL,
            lambda kind, user, obj, privileges: authz.has_privilege(env, kind, user, obj, privileges),
            strict=False),
+        Fn("icegres_may_see", (TEXT, TEXT), BOOL, lambda schema, name: authz.may_see(env, schema, name)),
+        Fn("icegres_is_my_role", (TEXT,), BOOL, lambda name: authz.is_my_role(env, name)),
         Fn("to_regnamespace", (TEXT,), OID, lambda name: namespace_in(env, name)),
         # COMMENT ON: Iceberg's table `comment` property and column docs.
         Fn("obj_description", (OID, TEXT), TEXT,

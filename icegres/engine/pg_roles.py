@@ -13,7 +13,8 @@ from typing import Any
 
 from icegres.pg import acl
 
-__all__ = ["auth_member_rows", "authid_rows", "nspacl", "owner_oid", "relacl", "role_oid", "user_rows"]
+__all__ = ["auth_member_rows", "authid_rows", "nspacl", "owner_oid", "relacl", "role_oid", "table_privilege_rows",
+           "user_rows"]
 
 BOOTSTRAP_OID = acl.BOOTSTRAP_OID
 Rows = list[dict[str, Any]]
@@ -94,3 +95,35 @@ def name_of(authz: acl.Authz | None, oid: int) -> str | None:
     if authz is None:
         return None
     return next((r.name for r in authz.roles.values() if r.oid == oid), None)
+
+
+_PRIVILEGE_TYPES = {"r": "SELECT", "a": "INSERT", "w": "UPDATE", "d": "DELETE", "D": "TRUNCATE",
+                    "x": "REFERENCES", "t": "TRIGGER"}
+
+
+def table_privilege_rows(authz: acl.Authz | None, bootstrap: str, database: str,
+                         relations: list[tuple[str, str]]) -> Rows:
+    """information_schema.table_privileges of the lake's tables and views: one row per privilege
+    of each ACL entry, the default ACL's where none is recorded (aclexplode(coalesce(relacl,
+    acldefault(...))), as PostgreSQL's view reads it). Which rows a role sees is the statement's
+    business (rewrite/visibility.py)."""
+    authz = authz or acl.EMPTY
+
+    def shown(name: str) -> str:
+        return bootstrap if name == acl.BOOTSTRAP else (name or "PUBLIC")
+
+    rows = []
+    for schema, name in sorted(relations):
+        key = ("table", schema, name)
+        owner = authz.owner(key)
+        for item in authz.acl(key):
+            for letter in item.privs:
+                if letter not in _PRIVILEGE_TYPES:
+                    continue
+                grantable = letter in item.options or item.grantee == owner
+                rows.append({"grantor": shown(item.grantor), "grantee": shown(item.grantee),
+                             "table_catalog": database, "table_schema": schema, "table_name": name,
+                             "privilege_type": _PRIVILEGE_TYPES[letter],
+                             "is_grantable": "YES" if grantable else "NO",
+                             "with_hierarchy": "YES" if letter == "r" else "NO"})
+    return rows

@@ -35,6 +35,7 @@ def _setup(n: dict[str, str]) -> list[str]:
     return [
         f"CREATE SCHEMA {n['s']}",
         f"CREATE TABLE {n['s']}.t (a int, b text)",
+        f"CREATE TABLE {n['s']}.hidden (x int)",
         f"INSERT INTO {n['s']}.t VALUES (1, 'x'), (2, 'y')",
         f"CREATE ROLE {n['analyst']}",
         f"CREATE ROLE {n['writer']} LOGIN",
@@ -52,6 +53,12 @@ def _script(n: dict[str, str]) -> list[str]:
         "SELECT current_user = session_user",
         f"SELECT a, b FROM {s}.t ORDER BY a",
         f"SELECT count(*) FROM {s}.t t1 JOIN {s}.t t2 ON t1.a = t2.a",
+        f"SELECT table_name FROM information_schema.tables WHERE table_schema = '{s}' ORDER BY 1",
+        f"SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = '{s}' ORDER BY 1, 2",
+        f"SELECT grantee, table_name, privilege_type, is_grantable FROM information_schema.table_privileges "
+        f"WHERE table_schema = '{s}' ORDER BY 1, 2, 3",
+        f"SELECT relname FROM pg_class WHERE relname = 'hidden' AND relnamespace = '{s}'::regnamespace",
+        f"SELECT * FROM {s}.hidden",
         f"INSERT INTO {s}.t VALUES (3, 'z')",
         f"UPDATE {s}.t SET b = 'q'",
         f"DELETE FROM {s}.t WHERE a = 1",
@@ -68,6 +75,8 @@ def _script(n: dict[str, str]) -> list[str]:
         f"UPDATE {s}.t SET b = 'q' WHERE a = 3",
         "RESET ROLE",
         f"SELECT a, b FROM {s}.t ORDER BY a",
+        f"SELECT grantee, table_name, privilege_type, is_grantable FROM information_schema.table_privileges "
+        f"WHERE table_schema = '{s}' AND grantee IN ('{analyst}', '{writer}') ORDER BY 1, 2, 3",
         f"REVOKE SELECT ON {s}.t FROM {analyst}",
         f"SET ROLE {analyst}",
         f"SELECT a FROM {s}.t",
@@ -102,7 +111,7 @@ def _script(n: dict[str, str]) -> list[str]:
 
 
 def _teardown(n: dict[str, str]) -> list[str]:
-    return [f"DROP TABLE IF EXISTS {n['s']}.t", f"DROP SCHEMA IF EXISTS {n['s']}",
+    return [f"DROP TABLE IF EXISTS {n['s']}.t", f"DROP TABLE IF EXISTS {n['s']}.hidden", f"DROP SCHEMA IF EXISTS {n['s']}",
             f"REVOKE {n['analyst']} FROM {n['writer']}",
             f"DROP ROLE IF EXISTS {n['writer']}", f"DROP ROLE IF EXISTS {n['analyst']}"]
 

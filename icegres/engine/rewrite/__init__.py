@@ -80,6 +80,7 @@ from icegres.engine.rewrite.output_names import (
 from icegres.engine.rewrite.row_values import row_in_subqueries
 from icegres.engine.rewrite.scopes import bind_columns
 from icegres.engine.rewrite.tree import _Rewriter
+from icegres.engine.rewrite.visibility import visible_catalog_rows
 from icegres.sql import text_scan
 
 __all__ = ["for_datafusion", "needs_rewrite", "pg_output_names", "qualify_tables", "rewrite", "to_sql", "typed_literals"]
@@ -100,6 +101,7 @@ _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
     local_database_qualifiers,
     catalog_function_relations,
     qualify_catalog_tables,
+    visible_catalog_rows,
     bind_columns,
     row_in_subqueries,
     numeric_division,
