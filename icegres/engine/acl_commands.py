@@ -26,6 +26,8 @@ from icegres.sql.acl_statements import (
     DropRole,
     GrantPrivileges,
     GrantRole,
+    PolicyCommand,
+    RowSecurity,
     parse_acl,
 )
 
@@ -118,6 +120,12 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
         return cmd.tag, warnings
     if isinstance(cmd, GrantPrivileges):
         return await _grant_privileges(qctx, cmd, who, configured, run)
+    if isinstance(cmd, RowSecurity):
+        key = ("table", *await run(_relation, qctx, cmd.schema, cmd.name))
+        await authorization.change(lambda a: acl.set_row_security(a, who, key, enable=cmd.enable, force=cmd.force))
+        return cmd.tag, warnings
+    if isinstance(cmd, PolicyCommand):
+        return await _policy(qctx, cmd, who, run), warnings
     if isinstance(cmd, AlterOwner):
         obj = await run(_owned_object, qctx, cmd)
         owner = _named_role(cmd.owner, qctx)
@@ -188,3 +196,35 @@ async def _grant_privileges(qctx: QueryContext, cmd: GrantPrivileges, who: acl.P
 
     await authorization.change(fold)
     return cmd.tag, warnings
+
+
+async def _policy(qctx: QueryContext, cmd: PolicyCommand, who: acl.Principal, run: Any) -> str:
+    """CREATE / ALTER / DROP POLICY; an expression is planned over the table first, so that a
+    wrong column or type is the error PostgreSQL gives at CREATE POLICY, not at the first read."""
+    from icegres.sql.statement import query
+
+    authorization = qctx.engine.authorization
+    schema, name = await run(_relation, qctx, cmd.schema, cmd.table)
+    key = ("table", schema, name)
+    for expression in (cmd.using, cmd.check):
+        if expression is not None:
+            probe = query(f"SELECT 1 FROM {_quoted(schema)}.{_quoted(name)} WHERE ({expression}) LIMIT 0")
+            await run(qctx.plan, probe)
+    roles = None if cmd.roles is None else tuple(_named_role(r, qctx) if r else acl.PUBLIC for r in cmd.roles)
+    if cmd.action == "create":
+        policy = acl.Policy(cmd.name, key, cmd.permissive, cmd.command, roles or (acl.PUBLIC,), cmd.using, cmd.check)
+        await authorization.change(lambda a: acl.create_policy(a, who, policy))
+    elif cmd.action == "alter":
+        await authorization.change(lambda a: acl.alter_policy(
+            a, who, key, cmd.name, name=cmd.rename_to, roles=roles, using=cmd.using, check=cmd.check))
+    else:
+        def drop(a: acl.Authz) -> acl.Authz:
+            if cmd.if_exists and not any(p.table == key and p.name == cmd.name for p in a.policies):
+                return a
+            return acl.drop_policy(a, who, key, cmd.name)
+        await authorization.change(drop)
+    return cmd.tag
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

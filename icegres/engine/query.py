@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icegres.engine import activity, authz, big_values, rewrite, time_travel, view_defs, views
+from icegres.engine import (
+    activity,
+    authz,
+    big_values,
+    rewrite,
+    row_security,
+    time_travel,
+    view_defs,
+    views,
+)
 from icegres.engine import errors as engine_errors
 from icegres.engine.column_names import PLAIN_NAME, postgres_names, select_list_names
 from icegres.engine.contexts import Made, SessionContexts
@@ -390,6 +399,7 @@ class QueryContext:
         The schema carries the column names PostgreSQL would give the result.
         """
         self.authorize(stmt)
+        stmt = row_security.applied(self, stmt)
         original, generation = stmt, self.engine.views_generation
         stmt = self.with_views(stmt)
         with _positions_of(original, stmt):
@@ -764,6 +774,7 @@ class QueryContext:
         from icegres.engine.params import placeholder_types
 
         self.authorize(stmt)
+        stmt = row_security.applied(self, stmt)
         original, generation = stmt, self.engine.views_generation
         stmt = self.with_views(stmt)
         with _positions_of(original, stmt):

@@ -128,9 +128,10 @@ class WriteResult:
 async def execute_dml(host: WriteHost, stmt: Statement, values: dict[str, Any] | None) -> WriteResult:
     """INSERT/UPDATE/DELETE/TRUNCATE: staged into the open block, or committed as its own
     transaction (an autocommit INSERT through the write buffer when one runs)."""
-    from icegres.engine import dml
+    from icegres.engine import dml, row_security
 
     await host.run(host.qctx.authorize, stmt)
+    stmt = await host.run(row_security.applied, host.qctx, stmt)
     ladder = host.qctx.engine.ladder
     if ladder is not None and host.idle and not host.qctx.env.temp:  # (a temporary table is no lake's)
         if stmt.tag == "INSERT":

@@ -99,6 +99,19 @@ def _ordered(letters: Iterable[str], alphabet: str) -> str:
 
 
 @dataclass(frozen=True)
+class Policy:
+    """CREATE POLICY: `using` and `check` are SQL expression texts over the table's columns."""
+
+    name: str
+    table: ObjectKey
+    permissive: bool = True
+    command: str = "all"  # all | select | insert | update | delete
+    roles: tuple[str, ...] = (PUBLIC,)
+    using: str | None = None
+    check: str | None = None
+
+
+@dataclass(frozen=True)
 class Principal:
     """Who a session acts as: `user` (current_user) and whether the server's configuration makes
     it a bootstrap superuser (`configured`)."""
@@ -114,6 +127,9 @@ class Authz:
     acls: Mapping[ObjectKey, tuple[AclItem, ...]] = field(default_factory=dict)
     owners: Mapping[ObjectKey, str] = field(default_factory=dict)
     next_oid: int = FIRST_ROLE_OID
+    # Row-level security: a table's state ("enabled" or "forced"; absent: off) and its policies.
+    rls: Mapping[ObjectKey, str] = field(default_factory=dict)
+    policies: tuple[Policy, ...] = ()
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -193,6 +209,41 @@ class Authz:
 
     def role_names(self) -> list[str]:
         return sorted(self.roles)
+
+    def row_filter(self, who: Principal, obj: ObjectKey, command: str) -> str | None:
+        """The condition rows of `obj` must meet for `who` to see them in `command` (None: row
+        security does not apply). PostgreSQL's rules: superusers, BYPASSRLS roles and the
+        owner (unless FORCE) are exempt; the applicable permissive policies' USING are OR-ed,
+        the restrictive ones AND-ed onto that; no permissive policy denies every row."""
+        return self._combined(who, obj, command, "using")
+
+    def row_check(self, who: Principal, obj: ObjectKey, command: str) -> str | None:
+        """The condition a new row version of `obj` must meet (WITH CHECK, else USING)."""
+        return self._combined(who, obj, command, "check")
+
+    def _combined(self, who: Principal, obj: ObjectKey, command: str, which: str) -> str | None:
+        state = self.rls.get(obj)
+        if state not in ("enabled", "forced") or self.is_superuser(who):
+            return None
+        role = self.roles.get(who.user)
+        if role is not None and role.bypassrls:
+            return None
+        if state != "forced" and self.owns(who, obj):
+            return None
+        mine = self.privileged_roles(who)
+        applicable = [p for p in self.policies if p.table == obj and p.command in ("all", command)
+                      and any(r in mine for r in p.roles)]
+
+        def text(p: Policy) -> str:
+            expr = (p.check or p.using) if which == "check" else p.using
+            return f"({expr})" if expr else "true"
+
+        permissive = [text(p) for p in applicable if p.permissive]
+        restrictive = [text(p) for p in applicable if not p.permissive]
+        if not permissive:
+            return "false"
+        out = "(" + " OR ".join(permissive) + ")"
+        return " AND ".join([out, *restrictive])
 
     # --- checks that raise PostgreSQL's errors ------------------------------------------------
 
@@ -470,18 +521,23 @@ def created(authz: Authz, who: Principal, obj: ObjectKey) -> Authz:
 
 
 def dropped(authz: Authz, obj: ObjectKey) -> Authz:
-    if obj not in authz.acls and obj not in authz.owners:
+    if obj not in authz.acls and obj not in authz.owners and obj not in authz.rls \
+            and not any(p.table == obj for p in authz.policies):
         return authz
     return replace(authz, acls={k: v for k, v in authz.acls.items() if k != obj},
-                   owners={k: v for k, v in authz.owners.items() if k != obj})
+                   owners={k: v for k, v in authz.owners.items() if k != obj},
+                   rls={k: v for k, v in authz.rls.items() if k != obj},
+                   policies=tuple(p for p in authz.policies if p.table != obj))
 
 
 def renamed(authz: Authz, old: ObjectKey, new: ObjectKey) -> Authz:
-    if old not in authz.acls and old not in authz.owners:
+    if dropped(authz, old) == authz:
         return authz
     acls = {(new if k == old else k): v for k, v in authz.acls.items()}
     owners = {(new if k == old else k): v for k, v in authz.owners.items()}
-    return replace(authz, acls=acls, owners=owners)
+    rls = {(new if k == old else k): v for k, v in authz.rls.items()}
+    policies = tuple(replace(p, table=new) if p.table == old else p for p in authz.policies)
+    return replace(authz, acls=acls, owners=owners, rls=rls, policies=policies)
 
 
 # --- the stored form -----------------------------------------------------------------------------
@@ -496,6 +552,9 @@ def to_json(authz: Authz) -> str:
         "acls": [[list(k), [[i.grantee, i.grantor, i.privs, i.options] for i in v]]
                  for k, v in sorted(authz.acls.items())],
         "owners": [[list(k), v] for k, v in sorted(authz.owners.items())],
+        "rls": [[list(k), v] for k, v in sorted(authz.rls.items())],
+        "policies": [[p.name, list(p.table), p.permissive, p.command, list(p.roles), p.using, p.check]
+                     for p in authz.policies],
     }, sort_keys=True, separators=(",", ":"))
 
 
@@ -511,4 +570,57 @@ def from_json(text: str) -> Authz:
         acls={tuple(k): tuple(AclItem(*i) for i in v) for k, v in doc["acls"]},
         owners={tuple(k): v for k, v in doc["owners"]},
         next_oid=doc["next_oid"],
+        rls={tuple(k): v for k, v in doc.get("rls", [])},
+        policies=tuple(Policy(n, tuple(t), pm, c, tuple(r), u, ch) for n, t, pm, c, r, u, ch in doc.get("policies", [])),
     )
+
+
+# --- row-level security --------------------------------------------------------------------------
+
+
+def set_row_security(authz: Authz, who: Principal, obj: ObjectKey, *, enable: bool | None = None,
+                     force: bool | None = None) -> Authz:
+    """ALTER TABLE ... ENABLE / DISABLE / FORCE / NO FORCE ROW LEVEL SECURITY (the owner's)."""
+    authz.require_owner(who, obj)
+    state = authz.rls.get(obj)
+    enabled = state is not None if enable is None else enable
+    forced = state == "forced" if force is None else force
+    rls = {k: v for k, v in authz.rls.items() if k != obj}
+    if enabled:
+        rls[obj] = "forced" if forced else "enabled"
+    elif forced:
+        rls[obj] = "forced-off"  # FORCE remembered while RLS is off, as relforcerowsecurity is
+    return replace(authz, rls=rls)
+
+
+def _policy_named(authz: Authz, obj: ObjectKey, name: str) -> Policy | None:
+    return next((p for p in authz.policies if p.table == obj and p.name == name), None)
+
+
+def create_policy(authz: Authz, who: Principal, policy: Policy) -> Authz:
+    authz.require_owner(who, policy.table, "relation")  # (PostgreSQL names it so for policies)
+    if _policy_named(authz, policy.table, policy.name) is not None:
+        raise PgError(E.DUPLICATE_OBJECT, f'policy "{policy.name}" for table "{policy.table[-1]}" already exists')
+    for role in policy.roles:
+        if role != PUBLIC and role not in authz.roles and role != BOOTSTRAP:
+            raise PgError(E.UNDEFINED_OBJECT, f'role "{role}" does not exist')
+    return replace(authz, policies=(*authz.policies, policy))
+
+
+def alter_policy(authz: Authz, who: Principal, obj: ObjectKey, policy_name: str, **changes: Any) -> Authz:
+    authz.require_owner(who, obj, "relation")  # (PostgreSQL names it so for policies)
+    old = _policy_named(authz, obj, policy_name)
+    if old is None:
+        raise PgError(E.UNDEFINED_OBJECT, f'policy "{policy_name}" for table "{obj[-1]}" does not exist')
+    new_name = changes.get("name")
+    if new_name and new_name != policy_name and _policy_named(authz, obj, new_name) is not None:
+        raise PgError(E.DUPLICATE_OBJECT, f'policy "{new_name}" for table "{obj[-1]}" already exists')
+    new = replace(old, **{k: v for k, v in changes.items() if v is not None})
+    return replace(authz, policies=tuple(new if p is old else p for p in authz.policies))
+
+
+def drop_policy(authz: Authz, who: Principal, obj: ObjectKey, name: str) -> Authz:
+    authz.require_owner(who, obj, "relation")  # (PostgreSQL names it so for policies)
+    if _policy_named(authz, obj, name) is None:
+        raise PgError(E.UNDEFINED_OBJECT, f'policy "{name}" for table "{obj[-1]}" does not exist')
+    return replace(authz, policies=tuple(p for p in authz.policies if not (p.table == obj and p.name == name)))

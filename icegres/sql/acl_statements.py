@@ -87,7 +87,40 @@ class AlterOwner:
     tag: str = "ALTER TABLE"
 
 
-AclCommand = CreateRole | AlterRole | DropRole | GrantPrivileges | GrantRole | AlterOwner
+@dataclass(frozen=True)
+class RowSecurity:
+    """ALTER TABLE ... ENABLE | DISABLE | FORCE | NO FORCE ROW LEVEL SECURITY."""
+
+    schema: str | None
+    name: str
+    enable: bool | None = None
+    force: bool | None = None
+    tag: str = "ALTER TABLE"
+
+
+@dataclass(frozen=True)
+class PolicyCommand:
+    """CREATE / ALTER / DROP POLICY name ON table: `using` and `check` as the expression's text."""
+
+    action: str  # create | alter | drop
+    name: str
+    schema: str | None
+    table: str
+    permissive: bool = True
+    command: str = "all"
+    roles: tuple[str, ...] | None = None  # None: not given (ALTER keeps them; CREATE: PUBLIC)
+    using: str | None = None
+    check: str | None = None
+    rename_to: str | None = None
+    if_exists: bool = False
+
+    @property
+    def tag(self) -> str:
+        return f"{self.action.upper()} POLICY"
+
+
+AclCommand = (CreateRole | AlterRole | DropRole | GrantPrivileges | GrantRole | AlterOwner | RowSecurity
+              | PolicyCommand)
 
 _LETTERS = {"select": "r", "insert": "a", "update": "w", "delete": "d", "truncate": "D",
             "references": "x", "trigger": "t", "usage": "U", "create": "C"}
@@ -171,8 +204,8 @@ class _Reader:
         return tuple(out)
 
 
-_CANDIDATE = re.compile(r"\s*(?:GRANT|REVOKE|(?:CREATE|DROP|ALTER)\s+(?:ROLE|USER|GROUP)|ALTER\s+(TABLE|SCHEMA))\b", re.I)
-_OWNER_TO = re.compile(r"\bOWNER\s+TO\s+\S+\s*$", re.I)
+_CANDIDATE = re.compile(r"\s*(?:GRANT|REVOKE|(?:CREATE|DROP|ALTER)\s+(?:ROLE|USER|GROUP|POLICY)|ALTER\s+(TABLE|SCHEMA))\b", re.I)
+_OWNER_TO = re.compile(r"\b(?:OWNER\s+TO\s+\S+|ROW\s+LEVEL\s+SECURITY)\s*$", re.I)
 
 
 def parse_acl(sql: str) -> AclCommand | None:
@@ -199,6 +232,8 @@ def parse_acl(sql: str) -> AclCommand | None:
     if r.peek("alter") and r.peek("role", "user", "group", ahead=1):
         r.at += 2
         return _alter_role(r)
+    if r.peek("create", "alter", "drop") and r.peek("policy", ahead=1):
+        return _policy(r)
     if r.peek("alter") and r.peek("table", "schema", ahead=1):
         return _alter_owner(r)
     return None
@@ -287,6 +322,17 @@ def _alter_owner(r: _Reader) -> AlterOwner | None:
         r.expect("exists")
     r.take("only")
     schema, name = (None, r.name()) if kind == "schema" else r.qualified()
+    if kind == "table" and r.peek("enable", "disable", "force", "no"):
+        word = r.expect("enable", "disable", "force", "no")
+        if word == "no":
+            r.expect("force")
+        r.expect("row")
+        r.expect("level")
+        r.expect("security")
+        r.end()
+        if word in ("enable", "disable"):
+            return RowSecurity(schema, name, enable=word == "enable")  # type: ignore[return-value]
+        return RowSecurity(schema, name, force=word == "force")  # type: ignore[return-value]
     if not (r.take("owner") and r.take("to")):
         r.at = start
         return None
@@ -390,3 +436,63 @@ def _objects(r: _Reader) -> tuple[str, tuple[tuple[str | None, str], ...]]:
     while r.op(","):
         out.append(r.qualified())
     return "table", tuple(out)
+
+
+def _expression(r: _Reader) -> str:
+    """The text of a parenthesised expression (USING (...), WITH CHECK (...)), as written."""
+    if not r.op("("):
+        raise r.error()
+    start = r.tokens[r.at - 1].end
+    depth = 1
+    while not r.done():
+        t = r.tokens[r.at]
+        r.at += 1
+        if t.kind is Kind.OP and t.text == "(":
+            depth += 1
+        elif t.kind is Kind.OP and t.text == ")":
+            depth -= 1
+            if depth == 0:
+                text = r.sql[start:t.start].strip()
+                if not text:
+                    raise r.error()
+                return text
+    raise r.error()
+
+
+def _policy(r: _Reader) -> PolicyCommand:
+    action = r.expect("create", "alter", "drop")
+    r.expect("policy")
+    if_exists = action == "drop" and r.take("if") and r.expect("exists") == "exists"
+    name = r.name()
+    r.expect("on")
+    schema, table = r.qualified()
+    if action == "drop":
+        if not r.take("cascade"):
+            r.take("restrict")
+        r.end()
+        return PolicyCommand("drop", name, schema, table, if_exists=bool(if_exists))
+    if action == "alter" and r.take("rename"):
+        r.expect("to")
+        new = r.name()
+        r.end()
+        return PolicyCommand("alter", name, schema, table, rename_to=new)
+    permissive, command = True, "all"
+    roles: tuple[str, ...] | None = None
+    using = check = None
+    if action == "create" and r.take("as"):
+        permissive = r.expect("permissive", "restrictive") == "permissive"
+    if action == "create" and r.take("for"):
+        command = r.expect("all", "select", "insert", "update", "delete")
+    if r.take("to"):
+        roles = _grantees(r)
+    if r.take("using"):
+        using = _expression(r)
+    if r.take("with"):
+        r.expect("check")
+        check = _expression(r)
+    r.end()
+    if command == "insert" and using is not None:
+        raise PgError(E.SYNTAX_ERROR, "only WITH CHECK expression allowed for INSERT")
+    if command in ("select", "delete") and check is not None:
+        raise PgError(E.SYNTAX_ERROR, "WITH CHECK cannot be applied to SELECT or DELETE")
+    return PolicyCommand(action, name, schema, table, permissive, command, roles, using, check)

@@ -149,3 +149,27 @@ def test_the_stored_form_is_exact_and_a_grant_then_its_revoke_leaves_no_privileg
     a, _ = acl.grant(a, ADMIN, [T], "w", ["bob"], grant_option=False)
     a, _ = acl.revoke(a, ADMIN, [T], "w", ["bob"], grant_option_only=False, cascade=True)
     assert not any(i.grantee == "bob" and "w" in i.privs for i in a.acl(T))
+
+
+def test_row_filters_follow_postgresqls_policy_rules() -> None:
+    a = acl.created(_with_roles("alice", "bob", "owner"), Principal("owner"), T)
+    alice, owner = Principal("alice"), Principal("owner")
+    assert a.row_filter(alice, T, "select") is None  # row security off: nothing to add
+    a = acl.set_row_security(a, owner, T, enable=True)
+    assert a.row_filter(alice, T, "select") == "false"  # on, no policy: default deny
+    assert a.row_filter(owner, T, "select") is None and a.row_filter(ADMIN, T, "select") is None
+    a = acl.create_policy(a, owner, acl.Policy("p1", T, using="x = 1"))
+    a = acl.create_policy(a, owner, acl.Policy("p2", T, command="select", roles=("bob",), using="x = 2"))
+    a = acl.create_policy(a, owner, acl.Policy("r1", T, permissive=False, using="y > 0", check="y < 9"))
+    assert a.row_filter(alice, T, "select") == "((x = 1)) AND (y > 0)"
+    assert a.row_filter(Principal("bob"), T, "select") == "((x = 1) OR (x = 2)) AND (y > 0)"
+    assert a.row_filter(Principal("bob"), T, "delete") == "((x = 1)) AND (y > 0)"
+    assert a.row_check(alice, T, "insert") == "((x = 1)) AND (y < 9)"
+    a = acl.set_row_security(a, owner, T, force=True)
+    assert a.row_filter(owner, T, "select") == "((x = 1)) AND (y > 0)"  # FORCE: the owner too
+    with pytest.raises(PgError, match="must be owner of relation t"):
+        acl.drop_policy(a, alice, T, "p1")
+    with pytest.raises(PgError, match='policy "p1" for table "t" already exists'):
+        acl.create_policy(a, owner, acl.Policy("p1", T))
+    assert acl.from_json(acl.to_json(a)) == a
+    assert acl.dropped(a, T).policies == () and T not in acl.dropped(a, T).rls

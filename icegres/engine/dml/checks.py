@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from icegres.engine import assign, check_text
+from icegres.engine import assign, check_text, row_security
 from icegres.engine.dml.target import collect
 from icegres.pg.errors import PgError
 from icegres.pg.row_text import failing_row
@@ -29,20 +29,29 @@ CHECK_VIOLATION = "23514"
 
 
 def conform(qctx: QueryContext, data: pa.Table, plan: ReadPlan, key: Key, zone: str | None = None,
-            changed: pa.Array | None = None) -> pa.Table:
+            changed: pa.Array | None = None, command: str | None = None) -> pa.Table:
     """`assign.conform` with the table's CHECK constraints enforced (23514). A rewrite gives the
     rows it `changed` (a mask): only those are checked, as PostgreSQL checks only new row
-    versions (a NOT VALID check's old rows stay as they were)."""
+    versions (a NOT VALID check's old rows stay as they were). Row-level security's WITH CHECK
+    too (row_security.check_rows): of `command`, by default an INSERT's without `changed`, an
+    UPDATE's with it."""
     zone = qctx.env.time_zone if zone is None else zone
+
+    def evaluate(checks: tuple[tuple[str, str], ...], rows: pa.Table) -> pa.Table:
+        return _evaluate(qctx, checks, rows)
+
     if changed is None:
-        return assign.conform(data, plan, key, zone, checker(qctx, plan, key, zone))
+        rows = assign.conform(data, plan, key, zone, checker(qctx, plan, key, zone))
+        row_security.check_rows(qctx, rows, key, command or "insert", evaluate)
+        return rows
     rows = assign.conform(data, plan, key, zone)
     check = checker(qctx, plan, key, zone)
+    new = rows.filter(changed)
     if check is not None:
-        new = rows.filter(changed)
         violation = check(new, new.num_rows)
         if violation is not None:
             raise violation
+    row_security.check_rows(qctx, new, key, command or "update", evaluate)
     return rows
 
 

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 from sqlglot import exp
 
+from icegres.engine import row_security
 from icegres.engine.assign import assignment, check_assignable, conform, write_schema
 from icegres.engine.dml import checks, merge_on_read
 from icegres.engine.dml.target import (
@@ -105,12 +106,12 @@ def rewrite_matching(qctx: QueryContext, txn: TxnState, key: Key, cond: exp.Expr
                                                  default=column(c, alias)), c, quoted=True))
             else:
                 exprs.append(column(c, alias))
-        if returned or plan.checks:
+        if returned or plan.checks or row_security.checks_writes(qctx, key):
             exprs.append(exp.alias_(hit.copy(), HIT_COLUMN, quoted=True))
         query = exp.select(*exprs).from_(view.copy()).where(in_files(matched))
     data = collect(qctx.plan_tree(query, params))
     marks = None
-    if not delete and (returned or plan.checks):
+    if not delete and HIT_COLUMN in data.column_names:
         marks = data.column(HIT_COLUMN)
         data = data.drop_columns([HIT_COLUMN])
     # (the rows a DELETE keeps, and an UPDATE's unchanged ones, are not checked again)
@@ -151,7 +152,7 @@ def _by_position(qctx: QueryContext, txn: TxnState, key: Key, plan: ReadPlan, co
     data = found.drop_columns([FILE_COLUMN, merge_on_read.POS_COLUMN])
     rows = None
     if sets is not None:
-        rows = checks.conform(qctx, data, plan, key)  # (every row here is a new version: all checked)
+        rows = checks.conform(qctx, data, plan, key, command="update")  # (every row here is a new version: all checked)
         returning_rows = rows if returned else None
     elif returned:
         returning_rows = conform(data, plan, key, qctx.env.time_zone)

@@ -158,7 +158,7 @@ def _by_position(qctx: QueryContext, txn: TxnState, key: Key, plan: ReadPlan, fr
         names = list(sets)
         new = {c: assigned_to(picked.column(f"_{names.index(c)}"), schema.field(c), key, qctx.env.time_zone)
                if c in sets else picked.column(f"_t_{j}") for j, c in enumerate(columns)}
-        rows = checks.conform(qctx, pa.table(new), plan, key)  # (every row a new version: all checked)
+        rows = checks.conform(qctx, pa.table(new), plan, key, command="update")  # (every row a new version: all checked)
         returned_rows = _beside(rows, sources_of) if returned else None
     merge_on_read.stage(txn, key, positions, rows)
     return picked.num_rows, returned_rows

@@ -279,7 +279,7 @@ def _by_position(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, 
         chosen = pairs.filter(pa.array(mask))
         new = {c: assigned_to(chosen.column(f"_{k}_{list(s).index(c)}"), schema.field(c), key, qctx.env.time_zone)
                if c in s else chosen.column(f"_t_{j}") for j, c in enumerate(columns)}
-        parts.append(checks.conform(qctx, pa.table(new), plan, key))  # (every row a new version: all checked)
+        parts.append(checks.conform(qctx, pa.table(new), plan, key, command="update"))  # (every row a new version: all checked)
     return pairs.num_rows, positions, pa.concat_tables(parts) if parts else None, added
 
 

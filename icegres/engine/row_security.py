@@ -1,0 +1,159 @@
+"""Row-level security: the policies of pg/acl.py put into a statement's tree before it is planned.
+
+Every reference to a table whose rows the session's role may only partly see becomes a subquery
+over the table with the role's condition (`(SELECT * FROM s.t WHERE <policies>) AS t`), in joins,
+subqueries, CTEs, INSERT ... SELECT sources, time-travel reads (`t AS OF`, `t@branch`): the
+planner never sees the bare table, so no predicate pushdown, EXPLAIN or error message reaches a
+row the condition hides. An UPDATE's or DELETE's own target gets the condition in its WHERE.
+New row versions are checked where every write path conforms its rows (dml/checks.py:
+`check_rows`, 42501 as PostgreSQL's "new row violates row-level security policy").
+
+What is refused instead of filtered: a table's metadata tables (`t$files`, `t$partitions`...),
+whose column statistics would show the hidden rows' values, and MERGE into a table under row
+security (its matched and not-matched actions have policies of their own: not done yet).
+This is PostgreSQL's query-rewrite approach (RLS quals added to the query tree), done on the
+sqlglot tree, after the privilege checks (authz.py) and before views are expanded: the tables a
+view reads are read with the view owner's rights, as a PostgreSQL 15 view without
+security_invoker, and its owner is exempt from the policies of its own tables.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from icegres.engine import authz as authz_checks
+from icegres.engine import check_text, view_defs
+from icegres.pg import errors as E
+from icegres.pg.errors import PgError
+from icegres.sql.parse import DIALECT
+
+if TYPE_CHECKING:
+    from icegres.sql.statement import Statement
+
+# A session's QueryContext (engine/query.py, which calls in here: named by its role, not imported).
+QueryContext = Any
+
+__all__ = ["applied", "check_rows"]
+
+_COMMANDS = {exp.Update: "update", exp.Delete: "delete", exp.Insert: "insert", exp.Merge: "merge"}
+
+
+def _session(qctx: QueryContext) -> tuple[Any, Any] | None:
+    """(authz, principal) when some table has row security and the role is not exempt from all."""
+    authorization = qctx.engine.authorization
+    if authorization is None:
+        return None
+    authz = authorization.current()
+    if not any(v in ("enabled", "forced") for v in authz.rls.values()):
+        return None
+    who = authorization.principal(qctx.env.user, qctx.env.settings.get("role"))
+    if authz.is_superuser(who):
+        return None
+    return authz, who
+
+
+def _head(name: str) -> tuple[str, str]:
+    """(table name, what follows it): `t$files` -> (t, $files), `t@b` -> (t, @b)."""
+    for mark in ("$", "@"):
+        if mark in name:
+            head, _, rest = name.partition(mark)
+            return head, mark + rest
+    return name, ""
+
+
+def applied(qctx: QueryContext, stmt: Statement) -> Statement:
+    """`stmt` with the session role's row conditions in it (itself when none applies)."""
+    got = _session(qctx)
+    if got is None:
+        return stmt
+    authz, who = got
+    try:
+        original = stmt.tree
+    except PgError:
+        return stmt
+    tree = original.copy()
+    target = view_defs.dml_target(tree)
+    command = _COMMANDS.get(type(tree))
+    resolver = qctx.resolver()
+    changed = False
+    for table in view_defs.named_tables(tree, target):
+        head, rest = _head(table.name)
+        found = resolver.resolve(table.db or None, head)
+        if found is None or found[0] != "table":
+            continue
+        key = ("table", *found[1])
+        condition = authz.row_filter(who, key, "select")
+        if condition is None:
+            continue
+        if rest.startswith("$"):
+            raise PgError(E.INSUFFICIENT_PRIVILEGE, f'permission denied for table "{table.name}"',
+                          detail=f'Table "{head}" has row-level security: its metadata tables show values of rows it hides.')
+        _wrap(table, condition)
+        changed = True
+    if target is not None and command is not None:
+        found = resolver.resolve(target.db or None, _head(target.name)[0])
+        if found is not None and found[0] == "table":
+            key = ("table", *found[1])
+            if command == "merge" and authz.row_filter(who, key, "update") is not None:
+                raise PgError(E.FEATURE_NOT_SUPPORTED, "MERGE into a table with row-level security is not supported",
+                              hint="Use INSERT ... ON CONFLICT, UPDATE and DELETE: each applies the table's policies.")
+            if command in ("update", "delete"):
+                # The SELECT policies too when the statement reads the target's columns, as
+                # PostgreSQL adds them then (a WHERE, a RETURNING, SET col = col + 1).
+                reads = "r" in authz_checks.write_letters(stmt)
+                conditions = [c for c in (authz.row_filter(who, key, command),
+                                          authz.row_filter(who, key, "select") if reads else None) if c is not None]
+                if conditions:
+                    where = tree.args.get("where")
+                    parts = [exp.Paren(this=where.this)] if where is not None else []
+                    parts += [_qualified(c, target.alias_or_name) for c in conditions]
+                    tree.set("where", exp.Where(this=exp.and_(*parts)))
+                    changed = True
+    if not changed:
+        return stmt
+    return stmt.rewritten(tree.sql(dialect=DIALECT), tree)
+
+
+def _wrap(table: exp.Table, condition: str) -> None:
+    alias = table.args.get("alias")
+    inner = table.copy()
+    inner.set("alias", None)
+    subquery = exp.select("*").from_(inner).where(check_text.expression(condition))
+    if alias is None:
+        alias = exp.TableAlias(this=exp.to_identifier(_head(table.name)[0] if "$" in table.name else table.name))
+    table.replace(exp.Subquery(this=subquery, alias=alias.copy()))
+
+
+def _qualified(condition: str, qualifier: str) -> exp.Expression:
+    tree = check_text.expression(condition)
+    for column in list(tree.find_all(exp.Column)):
+        if not column.table:
+            column.set("table", exp.to_identifier(qualifier))
+    return exp.Paren(this=tree)
+
+
+def checks_writes(qctx: QueryContext, key: tuple[str, str]) -> bool:
+    """Whether new row versions of `key` written by this session are checked against policies."""
+    got = _session(qctx)
+    return got is not None and got[0].row_check(got[1], ("table", *key), "update") is not None
+
+
+def check_rows(qctx: QueryContext, rows: pa.Table, key: tuple[str, str], command: str,
+               evaluate: Any) -> None:
+    """42501 unless every row of `rows` (new versions of `key`'s rows) meets the role's WITH
+    CHECK for `command`. `evaluate(checks, rows)` computes boolean columns (dml/checks.py)."""
+    got = _session(qctx)
+    if got is None or not rows.num_rows:
+        return
+    authz, who = got
+    condition = authz.row_check(who, ("table", *key), command)
+    if condition is None:
+        return
+    results = evaluate((("rls", condition),), rows)
+    passed = pc.fill_null(results.column(0), False)
+    if not pc.all(passed).as_py():
+        raise PgError(E.INSUFFICIENT_PRIVILEGE, f'new row violates row-level security policy for table "{key[1]}"')
