@@ -26,6 +26,7 @@ from icegres.sql.acl_statements import (
     DropRole,
     GrantPrivileges,
     GrantRole,
+    MaskCommand,
     PolicyCommand,
     RowSecurity,
     parse_acl,
@@ -126,6 +127,8 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
         return cmd.tag, warnings
     if isinstance(cmd, PolicyCommand):
         return await _policy(qctx, cmd, who, run), warnings
+    if isinstance(cmd, MaskCommand):
+        return await _mask(qctx, cmd, who, run), warnings
     if isinstance(cmd, AlterOwner):
         obj = await run(_owned_object, qctx, cmd)
         owner = _named_role(cmd.owner, qctx)
@@ -228,3 +231,23 @@ async def _policy(qctx: QueryContext, cmd: PolicyCommand, who: acl.Principal, ru
 
 def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+async def _mask(qctx: QueryContext, cmd: MaskCommand, who: acl.Principal, run: Any) -> str:
+    """CREATE / DROP MASK; the column must exist and the expression plan over the table."""
+    from icegres.sql.statement import query
+
+    authorization = qctx.engine.authorization
+    schema, name = await run(_relation, qctx, cmd.schema, cmd.table)
+    key = ("table", schema, name)
+    if cmd.action == "drop":
+        await authorization.change(lambda a: acl.drop_mask(a, who, key, cmd.name, if_exists=cmd.if_exists))
+        return cmd.tag
+    columns = (await run(qctx.engine.table_schema, (schema, name))).names
+    if cmd.column not in columns:
+        raise PgError(E.UNDEFINED_COLUMN, f'column "{cmd.column}" of relation "{name}" does not exist')
+    await run(qctx.plan, query(f"SELECT ({cmd.expression}) FROM {_quoted(schema)}.{_quoted(name)} LIMIT 0"))
+    roles = tuple(_named_role(r, qctx) if r else acl.PUBLIC for r in cmd.roles)
+    mask = acl.Mask(cmd.name, key, cmd.column, cmd.expression, roles)
+    await authorization.change(lambda a: acl.create_mask(a, who, mask))
+    return cmd.tag

@@ -1,7 +1,9 @@
-"""Row-level security: the policies of pg/acl.py put into a statement's tree before it is planned.
+"""Row-level security and column masks: the policies and masks of pg/acl.py put into a
+statement's tree before it is planned.
 
 Every reference to a table whose rows the session's role may only partly see becomes a subquery
-over the table with the role's condition (`(SELECT * FROM s.t WHERE <policies>) AS t`), in joins,
+over the table with the role's condition (`(SELECT * FROM s.t WHERE <policies>) AS t`), and with
+each masked column replaced by what the role sees of it (`(SELECT id, '***' AS email, ...)`), in joins,
 subqueries, CTEs, INSERT ... SELECT sources, time-travel reads (`t AS OF`, `t@branch`): the
 planner never sees the bare table, so no predicate pushdown, EXPLAIN or error message reaches a
 row the condition hides. An UPDATE's or DELETE's own target gets the condition in its WHERE.
@@ -48,7 +50,7 @@ def _session(qctx: QueryContext) -> tuple[Any, Any] | None:
     if authorization is None:
         return None
     authz = authorization.current()
-    if not any(v in ("enabled", "forced") for v in authz.rls.values()):
+    if not authz.masks and not any(v in ("enabled", "forced") for v in authz.rls.values()):
         return None
     who = authorization.principal(qctx.env.user, qctx.env.settings.get("role"))
     if authz.is_superuser(who):
@@ -87,17 +89,24 @@ def applied(qctx: QueryContext, stmt: Statement) -> Statement:
             continue
         key = ("table", *found[1])
         condition = authz.row_filter(who, key, "select")
-        if condition is None:
+        masks = authz.masked_columns(who, key)
+        if condition is None and not masks:
             continue
         if rest.startswith("$"):
             raise PgError(E.INSUFFICIENT_PRIVILEGE, f'permission denied for table "{table.name}"',
-                          detail=f'Table "{head}" has row-level security: its metadata tables show values of rows it hides.')
-        _wrap(table, condition)
+                          detail=f'Table "{head}" has row-level security or masked columns: its metadata '
+                                 "tables show values the role may not see.")
+        columns = qctx.engine.table_schema(found[1]).names if masks else []
+        _wrap(table, condition, masks, columns)
         changed = True
     if target is not None and command is not None:
         found = resolver.resolve(target.db or None, _head(target.name)[0])
         if found is not None and found[0] == "table":
             key = ("table", *found[1])
+            masks = authz.masked_columns(who, key)
+            if masks:
+                _mask_target_reads(tree, masks, target.alias_or_name)
+                changed = True
             if command == "merge" and authz.row_filter(who, key, "update") is not None:
                 raise PgError(E.FEATURE_NOT_SUPPORTED, "MERGE into a table with row-level security is not supported",
                               hint="Use INSERT ... ON CONFLICT, UPDATE and DELETE: each applies the table's policies.")
@@ -118,14 +127,35 @@ def applied(qctx: QueryContext, stmt: Statement) -> Statement:
     return stmt.rewritten(tree.sql(dialect=DIALECT), tree)
 
 
-def _wrap(table: exp.Table, condition: str) -> None:
+def _wrap(table: exp.Table, condition: str | None, masks: dict[str, str], columns: list[str]) -> None:
     alias = table.args.get("alias")
     inner = table.copy()
     inner.set("alias", None)
-    subquery = exp.select("*").from_(inner).where(check_text.expression(condition))
+    if masks:
+        items = [exp.alias_(exp.Paren(this=check_text.expression(masks[c])), c, quoted=True) if c in masks
+                 else exp.column(c, quoted=True) for c in columns]
+        subquery = exp.select(*items).from_(inner)
+    else:
+        subquery = exp.select("*").from_(inner)
+    if condition is not None:
+        subquery = subquery.where(check_text.expression(condition))
     if alias is None:
         alias = exp.TableAlias(this=exp.to_identifier(_head(table.name)[0] if "$" in table.name else table.name))
     table.replace(exp.Subquery(this=subquery, alias=alias.copy()))
+
+
+def _mask_target_reads(tree: exp.Expression, masks: dict[str, str], qualifier: str) -> None:
+    """A write's own reads of its target's masked columns (WHERE, RETURNING, the values SET
+    assigns) read the mask, so no row count or returned row tells a masked value."""
+    parts = [tree.args.get("where"), tree.args.get("returning")]
+    if isinstance(tree, exp.Update):
+        parts += [e.expression for e in tree.expressions if isinstance(e, exp.EQ)]
+    for part in parts:
+        if part is None:
+            continue
+        for column in list(part.find_all(exp.Column)):
+            if column.name in masks and column.table in ("", qualifier):
+                column.replace(_qualified(masks[column.name], qualifier))
 
 
 def _qualified(condition: str, qualifier: str) -> exp.Expression:

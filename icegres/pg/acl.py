@@ -112,6 +112,18 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class Mask:
+    """CREATE MASK: what `roles` see of `column` instead of its value (`expression`, SQL over
+    the table's columns: `'***'`, `md5(email)`, `NULL`, `left(phone, 3) || '-***'`)."""
+
+    name: str
+    table: ObjectKey
+    column: str
+    expression: str
+    roles: tuple[str, ...] = (PUBLIC,)
+
+
+@dataclass(frozen=True)
 class Principal:
     """Who a session acts as: `user` (current_user) and whether the server's configuration makes
     it a bootstrap superuser (`configured`)."""
@@ -130,6 +142,7 @@ class Authz:
     # Row-level security: a table's state ("enabled" or "forced"; absent: off) and its policies.
     rls: Mapping[ObjectKey, str] = field(default_factory=dict)
     policies: tuple[Policy, ...] = ()
+    masks: tuple[Mask, ...] = ()
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -216,6 +229,18 @@ class Authz:
         owner (unless FORCE) are exempt; the applicable permissive policies' USING are OR-ed,
         the restrictive ones AND-ed onto that; no permissive policy denies every row."""
         return self._combined(who, obj, command, "using")
+
+    def masked_columns(self, who: Principal, obj: ObjectKey) -> dict[str, str]:
+        """column -> the expression `who` sees instead of it. Superusers and the table's owner
+        see values; of several masks of one column that apply, the first made wins."""
+        if self.is_superuser(who) or self.owns(who, obj):
+            return {}
+        mine = self.privileged_roles(who)
+        out: dict[str, str] = {}
+        for m in self.masks:
+            if m.table == obj and m.column not in out and any(r in mine for r in m.roles):
+                out[m.column] = m.expression
+        return out
 
     def row_check(self, who: Principal, obj: ObjectKey, command: str) -> str | None:
         """The condition a new row version of `obj` must meet (WITH CHECK, else USING)."""
@@ -522,12 +547,13 @@ def created(authz: Authz, who: Principal, obj: ObjectKey) -> Authz:
 
 def dropped(authz: Authz, obj: ObjectKey) -> Authz:
     if obj not in authz.acls and obj not in authz.owners and obj not in authz.rls \
-            and not any(p.table == obj for p in authz.policies):
+            and not any(p.table == obj for p in (*authz.policies, *authz.masks)):
         return authz
     return replace(authz, acls={k: v for k, v in authz.acls.items() if k != obj},
                    owners={k: v for k, v in authz.owners.items() if k != obj},
                    rls={k: v for k, v in authz.rls.items() if k != obj},
-                   policies=tuple(p for p in authz.policies if p.table != obj))
+                   policies=tuple(p for p in authz.policies if p.table != obj),
+                   masks=tuple(m for m in authz.masks if m.table != obj))
 
 
 def renamed(authz: Authz, old: ObjectKey, new: ObjectKey) -> Authz:
@@ -537,7 +563,8 @@ def renamed(authz: Authz, old: ObjectKey, new: ObjectKey) -> Authz:
     owners = {(new if k == old else k): v for k, v in authz.owners.items()}
     rls = {(new if k == old else k): v for k, v in authz.rls.items()}
     policies = tuple(replace(p, table=new) if p.table == old else p for p in authz.policies)
-    return replace(authz, acls=acls, owners=owners, rls=rls, policies=policies)
+    masks = tuple(replace(m, table=new) if m.table == old else m for m in authz.masks)
+    return replace(authz, acls=acls, owners=owners, rls=rls, policies=policies, masks=masks)
 
 
 # --- the stored form -----------------------------------------------------------------------------
@@ -555,6 +582,7 @@ def to_json(authz: Authz) -> str:
         "rls": [[list(k), v] for k, v in sorted(authz.rls.items())],
         "policies": [[p.name, list(p.table), p.permissive, p.command, list(p.roles), p.using, p.check]
                      for p in authz.policies],
+        "masks": [[m.name, list(m.table), m.column, m.expression, list(m.roles)] for m in authz.masks],
     }, sort_keys=True, separators=(",", ":"))
 
 
@@ -572,6 +600,7 @@ def from_json(text: str) -> Authz:
         next_oid=doc["next_oid"],
         rls={tuple(k): v for k, v in doc.get("rls", [])},
         policies=tuple(Policy(n, tuple(t), pm, c, tuple(r), u, ch) for n, t, pm, c, r, u, ch in doc.get("policies", [])),
+        masks=tuple(Mask(n, tuple(t), c, e, tuple(r)) for n, t, c, e, r in doc.get("masks", [])),
     )
 
 
@@ -624,3 +653,25 @@ def drop_policy(authz: Authz, who: Principal, obj: ObjectKey, name: str) -> Auth
     if _policy_named(authz, obj, name) is None:
         raise PgError(E.UNDEFINED_OBJECT, f'policy "{name}" for table "{obj[-1]}" does not exist')
     return replace(authz, policies=tuple(p for p in authz.policies if not (p.table == obj and p.name == name)))
+
+
+# --- column masks --------------------------------------------------------------------------------
+
+
+def create_mask(authz: Authz, who: Principal, mask: Mask) -> Authz:
+    authz.require_owner(who, mask.table, "relation")
+    if any(m.table == mask.table and m.name == mask.name for m in authz.masks):
+        raise PgError(E.DUPLICATE_OBJECT, f'mask "{mask.name}" for table "{mask.table[-1]}" already exists')
+    for role in mask.roles:
+        if role != PUBLIC and role not in authz.roles and role != BOOTSTRAP:
+            raise PgError(E.UNDEFINED_OBJECT, f'role "{role}" does not exist')
+    return replace(authz, masks=(*authz.masks, mask))
+
+
+def drop_mask(authz: Authz, who: Principal, obj: ObjectKey, name: str, *, if_exists: bool = False) -> Authz:
+    authz.require_owner(who, obj, "relation")
+    if not any(m.table == obj and m.name == name for m in authz.masks):
+        if if_exists:
+            return authz
+        raise PgError(E.UNDEFINED_OBJECT, f'mask "{name}" for table "{obj[-1]}" does not exist')
+    return replace(authz, masks=tuple(m for m in authz.masks if not (m.table == obj and m.name == name)))

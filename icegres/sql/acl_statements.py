@@ -119,7 +119,26 @@ class PolicyCommand:
         return f"{self.action.upper()} POLICY"
 
 
-AclCommand = (CreateRole | AlterRole | DropRole | GrantPrivileges | GrantRole | AlterOwner | RowSecurity
+@dataclass(frozen=True)
+class MaskCommand:
+    """CREATE MASK name ON table (column) [TO role, ...] USING (expression) | DROP MASK [IF EXISTS]
+    name ON table: icegres's own statement (PostgreSQL has no masking; docs/security.md)."""
+
+    action: str  # create | drop
+    name: str
+    schema: str | None
+    table: str
+    column: str = ""
+    expression: str = ""
+    roles: tuple[str, ...] = ("",)
+    if_exists: bool = False
+
+    @property
+    def tag(self) -> str:
+        return f"{self.action.upper()} MASK"
+
+
+AclCommand = (MaskCommand | CreateRole | AlterRole | DropRole | GrantPrivileges | GrantRole | AlterOwner | RowSecurity
               | PolicyCommand)
 
 _LETTERS = {"select": "r", "insert": "a", "update": "w", "delete": "d", "truncate": "D",
@@ -204,7 +223,7 @@ class _Reader:
         return tuple(out)
 
 
-_CANDIDATE = re.compile(r"\s*(?:GRANT|REVOKE|(?:CREATE|DROP|ALTER)\s+(?:ROLE|USER|GROUP|POLICY)|ALTER\s+(TABLE|SCHEMA))\b", re.I)
+_CANDIDATE = re.compile(r"\s*(?:GRANT|REVOKE|(?:CREATE|DROP|ALTER)\s+(?:ROLE|USER|GROUP|POLICY|MASK)|ALTER\s+(TABLE|SCHEMA))\b", re.I)
 _OWNER_TO = re.compile(r"\b(?:OWNER\s+TO\s+\S+|ROW\s+LEVEL\s+SECURITY)\s*$", re.I)
 
 
@@ -234,6 +253,8 @@ def parse_acl(sql: str) -> AclCommand | None:
         return _alter_role(r)
     if r.peek("create", "alter", "drop") and r.peek("policy", ahead=1):
         return _policy(r)
+    if r.peek("create", "drop") and r.peek("mask", ahead=1):
+        return _mask(r)
     if r.peek("alter") and r.peek("table", "schema", ahead=1):
         return _alter_owner(r)
     return None
@@ -496,3 +517,27 @@ def _policy(r: _Reader) -> PolicyCommand:
     if command in ("select", "delete") and check is not None:
         raise PgError(E.SYNTAX_ERROR, "WITH CHECK cannot be applied to SELECT or DELETE")
     return PolicyCommand(action, name, schema, table, permissive, command, roles, using, check)
+
+
+def _mask(r: _Reader) -> MaskCommand:
+    action = r.expect("create", "drop")
+    r.expect("mask")
+    if_exists = action == "drop" and r.take("if") and r.expect("exists") == "exists"
+    name = r.name()
+    r.expect("on")
+    schema, table = r.qualified()
+    if action == "drop":
+        r.end()
+        return MaskCommand("drop", name, schema, table, if_exists=bool(if_exists))
+    if not r.op("("):
+        raise r.error()
+    column = r.name()
+    if not r.op(")"):
+        raise r.error()
+    roles: tuple[str, ...] = ("",)
+    if r.take("to"):
+        roles = _grantees(r)
+    r.expect("using")
+    expression = _expression(r)
+    r.end()
+    return MaskCommand("create", name, schema, table, column, expression, roles)

@@ -153,3 +153,48 @@ def test_nothing_of_a_hidden_row_leaks_through_icegres_own_surfaces(icegres: Ice
         with psycopg.connect(icegres.dsn(), autocommit=True) as admin:
             for sql in _teardown(n):
                 outcome(admin, sql)
+
+
+def test_a_masked_column_shows_its_mask_to_the_roles_named_and_nothing_else_tells_the_value(icegres: IcegresServer, n) -> None:
+    s, alice, bob = n["s"], n["alice"], n["bob"]
+    with psycopg.connect(icegres.dsn(), autocommit=True) as admin:
+        for sql in (f"CREATE SCHEMA {s}", f"CREATE TABLE {s}.people (id int, email text, phone text)",
+                    f"INSERT INTO {s}.people VALUES (1, 'ann@x.org', '555-0101'), (2, 'ben@y.org', '555-0202')",
+                    f"CREATE ROLE {alice}", f"CREATE ROLE {bob}",
+                    f"GRANT USAGE ON SCHEMA {s} TO {alice}, {bob}",
+                    f"GRANT SELECT, UPDATE, DELETE ON {s}.people TO {alice}, {bob}",
+                    f"CREATE MASK hide_email ON {s}.people (email) TO {alice} USING ('***')",
+                    f"CREATE MASK part_phone ON {s}.people (phone) USING (left(phone, 3) || '-****')"):
+            admin.execute(sql)
+        with pytest.raises(psycopg.errors.UndefinedColumn):
+            admin.execute(f"CREATE MASK m ON {s}.people (nope) USING (NULL)")
+        with pytest.raises(psycopg.errors.DuplicateObject):
+            admin.execute(f"CREATE MASK hide_email ON {s}.people (email) USING (NULL)")
+    try:
+        with psycopg.connect(icegres.dsn(), autocommit=True) as conn:
+            assert conn.execute(f"SELECT email, phone FROM {s}.people ORDER BY id").fetchall() == [
+                ("ann@x.org", "555-0101"), ("ben@y.org", "555-0202")]  # the owner (a superuser) sees values
+            conn.execute(f"SET ROLE {alice}")
+            assert conn.execute(f"SELECT * FROM {s}.people ORDER BY id").fetchall() == [
+                (1, "***", "555-****"), (2, "***", "555-****")]
+            # Filtering, grouping, joining and writing by a masked column see only the mask.
+            assert conn.execute(f"SELECT count(*) FROM {s}.people WHERE email = 'ann@x.org'").fetchone() == (0,)
+            assert conn.execute(f"SELECT count(*) FROM {s}.people p JOIN {s}.people q ON p.email = q.email").fetchone() == (4,)
+            assert conn.execute(f"UPDATE {s}.people SET id = id WHERE email LIKE 'ann%'").rowcount == 0
+            assert conn.execute(f"DELETE FROM {s}.people WHERE phone = '555-0101'").rowcount == 0
+            returned = conn.execute(f"UPDATE {s}.people SET id = id WHERE id = 1 RETURNING email, phone").fetchall()
+            assert returned == [("***", "555-****")]
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(f'SELECT * FROM {s}."people$files"')
+            conn.execute(f"SET ROLE {bob}")  # only the phone mask names PUBLIC
+            assert conn.execute(f"SELECT email, phone FROM {s}.people WHERE id = 2").fetchone() == ("ben@y.org", "555-****")
+            conn.execute("RESET ROLE")
+            conn.execute(f"DROP MASK hide_email ON {s}.people")
+            conn.execute(f"DROP MASK IF EXISTS hide_email ON {s}.people")
+            conn.execute(f"SET ROLE {alice}")
+            assert conn.execute(f"SELECT email FROM {s}.people WHERE id = 1").fetchone() == ("ann@x.org",)
+    finally:
+        with psycopg.connect(icegres.dsn(), autocommit=True) as admin:
+            for sql in (f"DROP TABLE IF EXISTS {s}.people", f"DROP SCHEMA IF EXISTS {s}",
+                        f"DROP ROLE IF EXISTS {alice}", f"DROP ROLE IF EXISTS {bob}"):
+                outcome(admin, sql)
