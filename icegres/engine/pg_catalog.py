@@ -433,6 +433,7 @@ def _rows_pg_class(ix: CatalogIndex) -> Rows:
             "oid": e.oid, "relname": e.name, "relnamespace": ix.namespaces[e.schema],
             "relowner": pg_roles.owner_oid(ix.snapshot.authz, ("table", e.schema, e.name)),
             "relacl": pg_roles.relacl(ix.snapshot.authz, e.schema, e.name, ix.snapshot.user),
+            **pg_roles.row_security_flags(ix.snapshot.authz, e.schema, e.name),
             "relam": {"r": HEAP_AM_OID, "i": BTREE_AM_OID}.get(e.relkind, 0),
             "relfilenode": e.oid if e.relkind != "v" else 0,
             # what PostgreSQL shows before the first VACUUM: -1 for a table, 0 and the
@@ -880,6 +881,8 @@ _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "pg_catalog.pg_depend": _rows_pg_depend,
     "information_schema.schemata": _rows_schemata,
     "information_schema.tables": _rows_tables,
+    "pg_catalog.pg_policy": lambda ix: pg_roles.policy_rows(
+        ix.snapshot.authz, {k: e.oid for k, e in ix.relations.items()}),
     "information_schema.table_privileges": lambda ix: pg_roles.table_privilege_rows(
         ix.snapshot.authz, ix.snapshot.user, ix.snapshot.database,
         [(e.schema, e.name) for e in ix.relations.values() if e.table is not None or e.view is not None]),

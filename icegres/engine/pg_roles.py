@@ -13,8 +13,8 @@ from typing import Any
 
 from icegres.pg import acl
 
-__all__ = ["auth_member_rows", "authid_rows", "nspacl", "owner_oid", "relacl", "role_oid", "table_privilege_rows",
-           "user_rows"]
+__all__ = ["auth_member_rows", "authid_rows", "nspacl", "owner_oid", "relacl", "role_oid", "policy_rows", "row_security_flags",
+           "table_privilege_rows", "user_rows"]
 
 BOOTSTRAP_OID = acl.BOOTSTRAP_OID
 Rows = list[dict[str, Any]]
@@ -126,4 +126,29 @@ def table_privilege_rows(authz: acl.Authz | None, bootstrap: str, database: str,
                              "privilege_type": _PRIVILEGE_TYPES[letter],
                              "is_grantable": "YES" if grantable else "NO",
                              "with_hierarchy": "YES" if letter == "r" else "NO"})
+    return rows
+
+
+_POLICY_COMMANDS = {"all": "*", "select": "r", "insert": "a", "update": "w", "delete": "d"}
+_POLICY_OID_BASE = 2_000_000_000  # policies have no OIDs of their own in the lake: stable by position
+
+
+def row_security_flags(authz: acl.Authz | None, schema: str, name: str) -> dict[str, bool]:
+    state = authz.rls.get(("table", schema, name)) if authz is not None else None
+    return {"relrowsecurity": state in ("enabled", "forced"), "relforcerowsecurity": state in ("forced", "forced-off")}
+
+
+def policy_rows(authz: acl.Authz | None, relation_oids: dict[tuple[str, str], int]) -> Rows:
+    """pg_policy: polqual / polwithcheck hold the expressions' text (pg_get_expr gives it back)."""
+    if authz is None:
+        return []
+    rows = []
+    for i, p in enumerate(authz.policies):
+        oid = relation_oids.get((p.table[1], p.table[2]))
+        if oid is None:
+            continue
+        roles = [0 if r == acl.PUBLIC else role_oid(authz, r) for r in p.roles]
+        rows.append({"oid": _POLICY_OID_BASE + i, "polname": p.name, "polrelid": oid,
+                     "polcmd": _POLICY_COMMANDS[p.command], "polpermissive": p.permissive,
+                     "polroles": roles, "polqual": p.using, "polwithcheck": p.check})
     return rows
