@@ -273,6 +273,16 @@ def may_see(env: Any, schema: str, name: str) -> bool:
     return authz.owns(who, key) or any(authz.has(who, key, letter) for letter in acl.ALL_TABLE)
 
 
+def may_see_schema(env: Any, schema: str) -> bool:
+    """information_schema.schemata's condition: the schema's owner's role, or USAGE or CREATE."""
+    got = _session_principal(env)
+    if got is None or schema in _SYSTEM_SCHEMAS:
+        return True
+    _, authz, who = got
+    key = ("schema", schema)
+    return authz.owns(who, key) or authz.has(who, key, "U") or authz.has(who, key, "C")
+
+
 def is_my_role(env: Any, name: str) -> bool:
     """pg_has_role(name, 'USAGE') of the session's role, PUBLIC counting as everyone's."""
     got = _session_principal(env)

@@ -437,6 +437,7 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
            lambda kind, user, obj, privileges: authz.has_privilege(env, kind, user, obj, privileges),
            strict=False),
         Fn("icegres_may_see", (TEXT, TEXT), BOOL, lambda schema, name: authz.may_see(env, schema, name)),
+        Fn("icegres_may_see_schema", (TEXT,), BOOL, lambda schema: authz.may_see_schema(env, schema)),
         Fn("icegres_is_my_role", (TEXT,), BOOL, lambda name: authz.is_my_role(env, name)),
         Fn("to_regnamespace", (TEXT,), OID, lambda name: namespace_in(env, name)),
         # COMMENT ON: Iceberg's table `comment` property and column docs.

@@ -54,6 +54,7 @@ def _script(n: dict[str, str]) -> list[str]:
         f"SELECT a, b FROM {s}.t ORDER BY a",
         f"SELECT count(*) FROM {s}.t t1 JOIN {s}.t t2 ON t1.a = t2.a",
         f"SELECT table_name FROM information_schema.tables WHERE table_schema = '{s}' ORDER BY 1",
+        f"SELECT schema_name FROM information_schema.schemata WHERE schema_name IN ('{s}', 'public') ORDER BY 1",
         f"SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = '{s}' ORDER BY 1, 2",
         f"SELECT grantee, table_name, privilege_type, is_grantable FROM information_schema.table_privileges "
         f"WHERE table_schema = '{s}' ORDER BY 1, 2, 3",

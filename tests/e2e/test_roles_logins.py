@@ -27,6 +27,7 @@ def server(tmp_path_factory):
     with running_icegres(base / "data", args=args, user=ADMIN[0], password=ADMIN[1]) as srv:
         with psycopg.connect(srv.dsn(), autocommit=True) as admin:
             for sql in ("CREATE SCHEMA sales", "CREATE TABLE sales.orders (id int, amount int)",
+                        "CREATE TABLE sales.secret (x int)",
                         "INSERT INTO sales.orders VALUES (1, 10), (2, 20)",
                         "CREATE ROLE analyst LOGIN PASSWORD 'analyst-pw'",
                         "CREATE USER clerk PASSWORD 'clerk-pw'",
@@ -86,3 +87,18 @@ def test_a_created_role_logs_in_over_flight_sql_and_is_held_to_its_grants(server
             cur.execute("SELECT 1")
     with psycopg.connect(server.dsn(), autocommit=True) as admin:
         assert admin.execute("SELECT count(*) FROM sales.orders").fetchone() == (2,)
+
+
+def _tables_listed(conn) -> set[tuple[str, str]]:
+    objects = conn.adbc_get_objects(depth="tables").read_all().to_pylist()
+    return {(schema["db_schema_name"], table["table_name"])
+            for catalog in objects for schema in catalog["catalog_db_schemas"] or ()
+            for table in schema["db_schema_tables"] or ()}
+
+
+def test_flight_sql_metadata_lists_a_role_only_what_information_schema_shows_it(server) -> None:
+    with flight(server, *ADMIN) as conn:
+        assert {("sales", "orders"), ("sales", "secret")} <= _tables_listed(conn)
+    with flight(server, "analyst", "analyst-pw") as conn:
+        listed = _tables_listed(conn)
+        assert ("sales", "orders") in listed and ("sales", "secret") not in listed

@@ -4,7 +4,8 @@ PostgreSQL's information_schema views say in their WHERE clauses.
 icegres materialises information_schema's rows once per catalog snapshot, for every session; the
 per-session condition is added here, to the statement: a reference to `information_schema.tables`
 (columns, views) becomes a subquery over it keeping the rows `icegres_may_see(schema, name)`
-allows (any privilege on the table, or membership in its owner: PostgreSQL's test), and
+allows (any privilege on the table, or membership in its owner: PostgreSQL's test),
+`information_schema.schemata` the schemas it owns or may use or create in, and
 `information_schema.table_privileges` keeps the rows whose grantor or grantee is one of the
 session's roles or PUBLIC (`icegres_is_my_role`). A superuser's statements are left as they are.
 pg_catalog is not filtered: PostgreSQL shows every role every relation's row there.
@@ -18,6 +19,7 @@ from icegres.engine.rewrite.tree import _Rewriter
 
 _BY_TABLE = {"tables", "columns", "views"}
 _BY_ROLE = {"table_privileges"}
+_BY_SCHEMA = {"schemata"}
 
 
 def visible_catalog_rows(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
@@ -29,11 +31,13 @@ def visible_catalog_rows(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
         return tree
     for table in list(tree.find_all(exp.Table)):
         name = table.name.lower()
-        if (table.db or "").lower() != "information_schema" or name not in _BY_TABLE | _BY_ROLE:
+        if (table.db or "").lower() != "information_schema" or name not in _BY_TABLE | _BY_ROLE | _BY_SCHEMA:
             continue
         if isinstance(table.parent, exp.Subquery):
             continue
-        if name in _BY_TABLE:
+        if name in _BY_SCHEMA:
+            condition = exp.Anonymous(this="icegres_may_see_schema", expressions=[exp.column("schema_name")])
+        elif name in _BY_TABLE:
             condition = exp.Anonymous(this="icegres_may_see", expressions=[
                 exp.column("table_schema"), exp.column("table_name")])
         else:
