@@ -17,6 +17,7 @@ from icegres import faults
 from icegres.config import Settings, redact_uri
 from icegres.engine import catalog_views
 from icegres.engine.catalog_views import ViewEntry
+from icegres.engine.internal import is_internal
 from icegres.engine.lean_transaction import stage_update
 
 if TYPE_CHECKING:
@@ -225,10 +226,12 @@ class Lakehouse:
                     raise
                 time.sleep(0.001)
 
-    def listing(self) -> Listing:
-        return retrying(self._listing)
+    def listing(self, *, internal: bool = False) -> Listing:
+        """The user's namespaces, tables and views; with `internal`, icegres's own too
+        (engine/internal.py: what must never be mounted, but whose files are not orphans)."""
+        return retrying(self._listing, internal)
 
-    def _listing(self) -> Listing:
+    def _listing(self, internal: bool = False) -> Listing:
         """The cheap per-statement freshness check: one query for every table's metadata location.
 
         On SQL catalogs this reads pyiceberg's own tables directly (well under a millisecond on
@@ -252,6 +255,9 @@ class Lakehouse:
                 ),
                 {"c": self.catalog.name},
             ).all()
+        if not internal:
+            namespaces = [row for row in namespaces if not is_internal(row[0])]
+            rows = [row for row in rows if not is_internal(row[0])]
         names = {row[0] for row in namespaces} | {row[0] for row in rows}
         entries = tuple(
             sorted(
@@ -470,9 +476,11 @@ class RestLakehouse(Lakehouse):
     def change_token(self) -> int | None:
         return None
 
-    def _listing(self) -> Listing:
+    def _listing(self, internal: bool = False) -> Listing:
         """Every namespace and table, loading each table for its metadata location (slow on REST)."""
         namespaces = [".".join(ns) for ns in self.catalog.list_namespaces()]
+        if not internal:
+            namespaces = [ns for ns in namespaces if not is_internal(ns)]
         entries = []
         views = []
         for ns in namespaces:
@@ -541,7 +549,8 @@ class RestLakehouse(Lakehouse):
     def view_entries(self) -> list[ViewEntry]:
         entries = []
         for ns in self.catalog.list_namespaces():
-            entries += catalog_views.rest_list(self.catalog, ".".join(ns))
+            if not is_internal(".".join(ns)):
+                entries += catalog_views.rest_list(self.catalog, ".".join(ns))
         return entries
 
     def view_location(self, namespace: str, name: str) -> str | None:
