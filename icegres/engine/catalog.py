@@ -283,12 +283,16 @@ class Lakehouse:
         return self.catalog.create_table((namespace, name), schema=schema, properties=props)
 
     def table_exists(self, namespace: str, name: str) -> bool:
-        return self.catalog.table_exists((namespace, name))
+        """False in icegres's own namespaces (engine/internal.py), whatever they hold: DDL, ingest
+        and CALLs must not find, drop or write its records (the stores load their tables
+        directly)."""
+        return not is_internal(namespace) and self.catalog.table_exists((namespace, name))
 
     # DDL (icegres/engine/ddl_apply.py).
 
     def namespace_exists(self, namespace: str) -> bool:
-        return self.catalog.namespace_exists(namespace)
+        """False for icegres's own namespaces, as `table_exists`."""
+        return not is_internal(namespace) and self.catalog.namespace_exists(namespace)
 
     def create_namespace(self, namespace: str) -> None:
         self.catalog.create_namespace(namespace)
@@ -540,9 +544,6 @@ class RestLakehouse(Lakehouse):
         self._vended: dict[tuple[str, str], dict[str, str]] = {}
         # Each view's latest loadView answer (its metadata location and document).
         self._view_docs: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
-
-    def namespace_exists(self, namespace: str) -> bool:
-        return self.catalog.namespace_exists(namespace)
 
     # Views through the REST spec's view endpoints (catalog_views.py).
 

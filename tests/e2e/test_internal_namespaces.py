@@ -63,7 +63,7 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     try:
         yield {"pg": f"host=127.0.0.1 port={started.ports['port']} user=icegres dbname=icegres",
                "flight": f"grpc://127.0.0.1:{started.ports['flight_port']}", "schema": schema,
-               "acl": acl_table, "lease": lease_table}
+               "acl": acl_table, "lease": lease_table, "lakehouse": lakehouse}
     finally:
         stop(started.proc)
 
@@ -93,6 +93,27 @@ def test_pg_catalog_and_information_schema_list_the_users_tables_only(served: di
             with pytest.raises(psycopg.Error) as info:
                 conn.execute(f"select * from {table}")
             assert info.value.sqlstate == "42P01", (table, info.value)
+
+
+def test_ddl_cannot_create_drop_or_write_in_an_internal_namespace(served: dict[str, Any]) -> None:
+    acl = f"{AUTH_NAMESPACE}.{served['acl']}"
+    refused = {
+        f"create schema {AUTH_NAMESPACE}": "42939",
+        f"create schema if not exists {MAINTENANCE_NAMESPACE}": "42939",
+        f"drop schema {AUTH_NAMESPACE} cascade": "3F000",
+        f"create table {AUTH_NAMESPACE}.mine (a int)": "3F000",
+        f"drop table {acl}": "42P01",
+        f"alter table {acl} rename to gone": "42P01",
+        f"insert into {acl} values ('x')": "42P01",
+    }
+    with psycopg.connect(served["pg"], autocommit=True) as conn:
+        for sql, sqlstate in refused.items():
+            with pytest.raises(psycopg.Error) as info:
+                conn.execute(sql)
+            assert info.value.sqlstate == sqlstate, (sql, info.value.sqlstate, info.value)
+    # The records are untouched.
+    assert served["lakehouse"].load_table(AUTH_NAMESPACE, served["acl"]).current_snapshot() is not None
+    assert AclStore(served["lakehouse"], table=served["acl"]).read()[1] == '{"roles": {}}'
 
 
 def test_psql_lists_the_users_schemas_and_tables_only(served: dict[str, Any]) -> None:
