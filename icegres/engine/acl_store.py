@@ -19,7 +19,8 @@ summary is a string map in the metadata JSON, so nothing in the catalogs bounds 
 document of 200 KB (thousands of grants) reads and swaps on the SQLite and PostgreSQL SQL catalogs
 and on SeaweedFS's REST catalog (tests/e2e/test_acl_store.py). Its cost is in the metadata file:
 every swap rewrites it, with the document of each snapshot kept, so only the current snapshot and
-its parent are kept (older ones are removed in the same commit) and the metadata log is as short.
+its parent are kept (older ones are removed in the same commit) and the metadata log is as short,
+and the files a swap leaves unreferenced are deleted after it (`_collect`).
 
 The table is created on first use: by the first swap of a store never written. Two servers creating
 it at once both end up on one table (the loser of the create loads the winner's), and their first
@@ -29,6 +30,7 @@ swaps then race like any others.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -58,6 +60,8 @@ ACL_KIND = "acl"
 _PREFIX = "icegres.acl."
 _DOCUMENT, _APPLIED, _COUNT = (f"{_PREFIX}{k}" for k in ("document", "applied", "count"))
 _KEPT_SNAPSHOTS = 2  # the current record and its parent: each carries a whole document
+_LOAD_ATTEMPTS = 5
+log = logging.getLogger(__name__)
 
 
 def record_of(table: Table) -> Record:
@@ -81,10 +85,18 @@ class IcebergAcl:
     def _load(self) -> Table | None:
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-        try:
-            self._table = self.lakehouse.load_table(*self.key)
-        except (NoSuchTableError, NoSuchNamespaceError):
-            self._table = None
+        for attempt in range(_LOAD_ATTEMPTS):
+            try:
+                self._table = self.lakehouse.load_table(*self.key)
+                break
+            except (NoSuchTableError, NoSuchNamespaceError):
+                self._table = None
+                break
+            except FileNotFoundError:
+                # The metadata file the catalog named was collected after later swaps (`_collect`):
+                # the record moved on meanwhile, so the catalog names a newer one now.
+                if attempt == _LOAD_ATTEMPTS - 1:
+                    raise
         return self._table
 
     def _create(self) -> Table:
@@ -110,7 +122,7 @@ class IcebergAcl:
         return EMPTY if table is None else record_of(table)
 
     def swap(self, record: Record) -> None:
-        from pyiceberg.table.update import AssertTableUUID, RemoveSnapshotsUpdate
+        from pyiceberg.table.update import AddSnapshotUpdate, AssertTableUUID, RemoveSnapshotsUpdate
 
         from icegres.engine import lean_transaction
         from icegres.engine.catalog import (
@@ -133,19 +145,45 @@ class IcebergAcl:
         summary = {_DOCUMENT: record.document, _APPLIED: json.dumps(list(record.applied)), _COUNT: str(record.count)}
         with tx.update_snapshot(snapshot_properties=summary).fast_append():
             pass  # no data: the snapshot is the record
+        [manifest_list] = [u.snapshot.manifest_list for u in tx._updates if isinstance(u, AddSnapshotUpdate)]
         # Every snapshot but the current one (the new one's parent) goes in the same commit.
         old = [s.snapshot_id for s in table.metadata.snapshots if s.snapshot_id != expected]
         updates: tuple[Any, ...] = (*tx._updates, RemoveSnapshotsUpdate(snapshot_ids=old)) if old else tx._updates
         requirements = (AssertTableUUID(uuid=table.metadata.table_uuid), *tx._requirements)
         self._table = None
         try:
-            commit_tables(self.lakehouse, [TableChange(*self.key, requirements, updates, base=table)])
+            landed = commit_tables(self.lakehouse, [TableChange(*self.key, requirements, updates, base=table)])
         except CommitRejected as exc:
+            _delete(table, [manifest_list])  # not applied, never will be: nothing refers to it
             raise SwapRejectedError(str(exc)) from None
         except CommitNotApplied as exc:
+            _delete(table, [manifest_list])
             raise SwapNotApplied(str(exc)) from None
         except CommitUnknown as exc:
             raise SwapUnknownError(str(exc)) from None
+        if self.key in landed:
+            _collect(table, old, *landed[self.key])
+
+
+def _collect(base: Table, removed: list[int], location: str, metadata: Any) -> None:
+    """Delete what a landed swap left unreferenced: the metadata files that fell off the log and the
+    manifest lists of the snapshots it removed. Iceberg's `write.metadata.delete-after-commit`, done
+    here because the commit is ours (catalog.commit_tables), and needed here because every swap
+    writes a metadata file holding whole documents, and no maintenance reaches this table. A reader
+    that was handed a file collected meanwhile loads again (`_load`); nothing reads the manifest
+    lists (the record is in the metadata). Best effort: a file left behind is only garbage."""
+    kept = {location, *(entry.metadata_file for entry in metadata.metadata_log)}
+    files = {base.metadata_location, *(entry.metadata_file for entry in base.metadata.metadata_log)} - kept
+    files |= {s.manifest_list for s in base.metadata.snapshots if s.snapshot_id in removed and s.manifest_list}
+    _delete(base, sorted(files))
+
+
+def _delete(table: Table, paths: list[str]) -> None:
+    for path in paths:
+        try:
+            table.io.delete(path)
+        except Exception as exc:  # noqa: BLE001 - garbage left behind is harmless
+            log.debug("could not delete %s: %s", path, exc)
 
 
 def _version(table: Table) -> int:

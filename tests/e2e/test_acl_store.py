@@ -80,6 +80,14 @@ def _check(one: Lakehouse, two: Lakehouse, table: str) -> None:
 
 def test_two_stores_on_one_sqlite_catalog(tmp_path: Path) -> None:
     _check(Lakehouse.embedded(tmp_path), Lakehouse.embedded(tmp_path), "acl")
+    # Each swap's leftovers are collected: the metadata files off the log, the manifest lists of
+    # removed snapshots and of swaps that lost a race. (A lost race on a SQL catalog still leaves
+    # the metadata file the commit wrote before its compare-and-set failed.)
+    metadata = tmp_path / "warehouse" / AUTH_NAMESPACE / "acl" / "metadata"
+    assert len(list(metadata.glob("*.avro"))) == 2, sorted(metadata.iterdir())
+    table = Lakehouse.embedded(tmp_path).load_table(AUTH_NAMESPACE, "acl")
+    kept = {table.metadata_location, *(e.metadata_file for e in table.metadata.metadata_log)}
+    assert {Path(k.removeprefix("file://")).name for k in kept} <= {p.name for p in metadata.glob("*.json")}
 
 
 def test_two_stores_on_one_postgres_sql_catalog(real_postgres: Any, tmp_path: Path) -> None:  # noqa: F811
