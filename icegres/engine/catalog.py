@@ -17,6 +17,7 @@ from icegres import faults
 from icegres.config import Settings, redact_uri
 from icegres.engine import catalog_views
 from icegres.engine.catalog_views import ViewEntry
+from icegres.engine.internal import is_internal
 from icegres.engine.lean_transaction import stage_update
 
 if TYPE_CHECKING:
@@ -225,10 +226,12 @@ class Lakehouse:
                     raise
                 time.sleep(0.001)
 
-    def listing(self) -> Listing:
-        return retrying(self._listing)
+    def listing(self, *, internal: bool = False) -> Listing:
+        """The user's namespaces, tables and views; with `internal`, icegres's own too
+        (engine/internal.py: what must never be mounted, but whose files are not orphans)."""
+        return retrying(self._listing, internal)
 
-    def _listing(self) -> Listing:
+    def _listing(self, internal: bool = False) -> Listing:
         """The cheap per-statement freshness check: one query for every table's metadata location.
 
         On SQL catalogs this reads pyiceberg's own tables directly (well under a millisecond on
@@ -252,6 +255,9 @@ class Lakehouse:
                 ),
                 {"c": self.catalog.name},
             ).all()
+        if not internal:
+            namespaces = [row for row in namespaces if not is_internal(row[0])]
+            rows = [row for row in rows if not is_internal(row[0])]
         names = {row[0] for row in namespaces} | {row[0] for row in rows}
         entries = tuple(
             sorted(
@@ -277,12 +283,16 @@ class Lakehouse:
         return self.catalog.create_table((namespace, name), schema=schema, properties=props)
 
     def table_exists(self, namespace: str, name: str) -> bool:
-        return self.catalog.table_exists((namespace, name))
+        """False in icegres's own namespaces (engine/internal.py), whatever they hold: DDL, ingest
+        and CALLs must not find, drop or write its records (the stores load their tables
+        directly)."""
+        return not is_internal(namespace) and self.catalog.table_exists((namespace, name))
 
     # DDL (icegres/engine/ddl_apply.py).
 
     def namespace_exists(self, namespace: str) -> bool:
-        return self.catalog.namespace_exists(namespace)
+        """False for icegres's own namespaces, as `table_exists`."""
+        return not is_internal(namespace) and self.catalog.namespace_exists(namespace)
 
     def create_namespace(self, namespace: str) -> None:
         self.catalog.create_namespace(namespace)
@@ -470,9 +480,11 @@ class RestLakehouse(Lakehouse):
     def change_token(self) -> int | None:
         return None
 
-    def _listing(self) -> Listing:
+    def _listing(self, internal: bool = False) -> Listing:
         """Every namespace and table, loading each table for its metadata location (slow on REST)."""
         namespaces = [".".join(ns) for ns in self.catalog.list_namespaces()]
+        if not internal:
+            namespaces = [ns for ns in namespaces if not is_internal(ns)]
         entries = []
         views = []
         for ns in namespaces:
@@ -533,15 +545,13 @@ class RestLakehouse(Lakehouse):
         # Each view's latest loadView answer (its metadata location and document).
         self._view_docs: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
 
-    def namespace_exists(self, namespace: str) -> bool:
-        return self.catalog.namespace_exists(namespace)
-
     # Views through the REST spec's view endpoints (catalog_views.py).
 
     def view_entries(self) -> list[ViewEntry]:
         entries = []
         for ns in self.catalog.list_namespaces():
-            entries += catalog_views.rest_list(self.catalog, ".".join(ns))
+            if not is_internal(".".join(ns)):
+                entries += catalog_views.rest_list(self.catalog, ".".join(ns))
         return entries
 
     def view_location(self, namespace: str, name: str) -> str | None:

@@ -99,6 +99,7 @@ from icegres.engine.ddl_commands import (
 )
 from icegres.engine.ddl_index import apply_create_index, apply_drop_index
 from icegres.engine.ddl_refs import RefChange
+from icegres.engine.internal import is_internal
 from icegres.engine.pg_types import ColumnType, pg_name_of
 from icegres.engine.procedures import Call
 from icegres.engine.sequence_store import is_sequence
@@ -121,6 +122,7 @@ _SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
 
 INVALID_SCHEMA_NAME = "3F000"
 DUPLICATE_SCHEMA = "42P06"
+RESERVED_NAME = "42939"
 DUPLICATE_TABLE = "42P07"
 DUPLICATE_COLUMN = "42701"
 DEPENDENT_OBJECTS_STILL_EXIST = "2BP01"
@@ -335,6 +337,11 @@ def _display(schema: str | None, name: str) -> str:
 
 
 def _create_schema(lakehouse: Lakehouse, cmd: CreateSchema, notices: list[str]) -> None:
+    if is_internal(cmd.name):
+        # As PostgreSQL refuses "pg_" names: a schema of that name would hold the user's tables
+        # beside icegres's records, and be listed nowhere.
+        raise PgError(RESERVED_NAME, f'unacceptable schema name "{cmd.name}"',
+                      detail="The name is reserved for icegres's own records in the catalog.")
     try:
         if lakehouse.namespace_exists(cmd.name):
             raise NamespaceAlreadyExistsError(cmd.name)

@@ -28,6 +28,7 @@ from icegres.engine.damage import DamageRegistry
 from icegres.engine.df_config import DEFAULT_CATALOG, ENGINE_ZONE, session_config
 from icegres.engine.file_presence import FilePresence, verify_remote
 from icegres.engine.intents import MemoryIntents
+from icegres.engine.internal import is_internal
 from icegres.engine.mounts import (
     FileRead,
     FooterCache,
@@ -238,7 +239,8 @@ class Engine:
         no cheap listing, check only the named tables unless the whole catalog is wanted.
         """
         if refs is not None:
-            refs = {r for r in refs if r[0] != "pg_temp"}  # a session's temporary tables: not the lake's
+            # A session's temporary tables are not the lake's; icegres's own tables are never mounted.
+            refs = {r for r in refs if r[0] != "pg_temp" and not is_internal(r[0])}
         if self.lakehouse.kind == "rest" and refs is not None and not catalog:
             self._refresh_tables(refs)
             self._request_copies()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from icegres.engine.internal import MAINTENANCE_NAMESPACE
 from icegres.machines.drivers.lease import SwapNotApplied, SwapRejectedError, SwapUnknownError
 from icegres.machines.lease import FREE, NO_VERSION, Lease
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
     from icegres.engine.catalog import Lakehouse
 
-NAMESPACE = "icegres_maintenance"
+NAMESPACE = MAINTENANCE_NAMESPACE
 KIND_PROPERTY = "icegres.kind"
 LEASE_KIND = "lease"
 TABLE_PROPERTY = "icegres.lease.table"  # "namespace.name" of the table it guards, when created

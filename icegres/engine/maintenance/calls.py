@@ -81,7 +81,7 @@ def run(lakehouse: Lakehouse, call: Call, search_path: list[str],
 
 def neighbours(lakehouse: Lakehouse, key: tuple[str, str]) -> list[tuple[str, str]]:
     """(name, metadata location) of every other table of the catalog (for orphans.remove_orphans)."""
-    return [(f"{e.namespace}.{e.name}", e.metadata_location) for e in lakehouse.listing().tables
+    return [(f"{e.namespace}.{e.name}", e.metadata_location) for e in lakehouse.listing(internal=True).tables
             if (e.namespace, e.name) != key]
 
 
