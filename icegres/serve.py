@@ -54,9 +54,10 @@ def open_lakehouse(settings: Settings) -> Lakehouse | None:
 def _authorization(lakehouse: Any, settings: Settings) -> Any:
     """The roles and privileges every server of this catalog shares (engine/acl_store.py)."""
     from icegres.config import authorization_superusers
-    from icegres.engine.authz import Authorization, MemoryAclStore
+    from icegres.engine.acl_store import AclStore
+    from icegres.engine.authz import Authorization
 
-    return Authorization(MemoryAclStore(), authorization_superusers(settings))
+    return Authorization(AclStore(lakehouse), authorization_superusers(settings))
 
 
 def _file_cache(settings: Settings) -> FileCache | None:

@@ -28,30 +28,9 @@ from icegres.pg import acl
 from icegres.pg.acl import Authz, Principal
 from icegres.pg.errors import PgError
 
-__all__ = ["Authorization", "MemoryAclStore", "write_letters"]
+__all__ = ["Authorization", "write_letters"]
 
 MAX_AGE_S_DEFAULT = 1.0
-
-
-class MemoryAclStore:
-    """The store of an engine made in-process without a catalog store (unit tests, the embedded
-    seed): the same interface as engine/acl_store.AclStore, nothing shared, nothing durable."""
-
-    def __init__(self) -> None:
-        self._version = 0
-        self._document = ""
-        self._lock = threading.Lock()
-
-    def read(self) -> tuple[int | None, str]:
-        with self._lock:
-            return (self._version or None), self._document
-
-    async def change(self, change_id: str, apply: Callable[[str], str]) -> str:
-        with self._lock:
-            document = apply(self._document)
-            self._version += 1
-            self._document = document
-            return document
 
 
 class Authorization:
@@ -137,7 +116,9 @@ class Authorization:
             if kind == "system":
                 continue
             authz.require(who, ("schema", schema), "U")
-            authz.require(who, ("table", schema, name), letter)
+            if not authz.has(who, ("table", schema, name), letter):
+                noun = "view" if kind == "view" else "table"
+                raise PgError("42501", f"permission denied for {noun} {name}")
 
     def check_set_role(self, session_user: str, role: str | None) -> None:
         """SET ROLE: the session user must be a member of the role (PostgreSQL's check_role)."""

@@ -496,13 +496,21 @@ class QueryContext:
         names, targets = shape
         resolver = self.resolver()
 
+        def found(schema: str | None, name: str) -> tuple[str, tuple[str, str]] | None:
+            return resolver.resolve(schema, name) or resolver.resolve(schema, _head_name(name))
+
+        if any(found(*pair) is None for pair in (*names, *targets)):
+            # A name this server does not list yet (made by another server since): list again,
+            # so that it is checked here rather than found unchecked by the planner.
+            self.refresh_for(stmt)
+            unknown = [pair for pair in (*names, *targets) if found(*pair) is None]
+            if unknown:  # views are listed apart from tables
+                self.engine.refresh_views({(schema, _head_name(name)) if schema else (s, _head_name(name))
+                                           for schema, name in unknown for s in ([schema] if schema else self.env.search_path)})
+            resolver = self.resolver()
+
         def resolved(pairs: tuple[Any, ...]) -> list[tuple[str, tuple[str, str]]]:
-            out = []
-            for schema, name in pairs:
-                found = resolver.resolve(schema, name) or resolver.resolve(schema, _head_name(name))
-                if found is not None:
-                    out.append(found)
-            return out
+            return [f for f in (found(*pair) for pair in pairs) if f is not None]
 
         authorization.check_relations(who, resolved(names), "r")
         if targets:

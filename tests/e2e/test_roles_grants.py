@@ -36,6 +36,7 @@ def _setup(n: dict[str, str]) -> list[str]:
         f"CREATE SCHEMA {n['s']}",
         f"CREATE TABLE {n['s']}.t (a int, b text)",
         f"CREATE TABLE {n['s']}.hidden (x int)",
+        f"CREATE VIEW {n['s']}.v AS SELECT a FROM {n['s']}.t",
         f"INSERT INTO {n['s']}.t VALUES (1, 'x'), (2, 'y')",
         f"CREATE ROLE {n['analyst']}",
         f"CREATE ROLE {n['writer']} LOGIN",
@@ -60,6 +61,7 @@ def _script(n: dict[str, str]) -> list[str]:
         f"WHERE table_schema = '{s}' ORDER BY 1, 2, 3",
         f"SELECT relname FROM pg_class WHERE relname = 'hidden' AND relnamespace = '{s}'::regnamespace",
         f"SELECT * FROM {s}.hidden",
+        f"SELECT * FROM {s}.v",
         f"INSERT INTO {s}.t VALUES (3, 'z')",
         f"UPDATE {s}.t SET b = 'q'",
         f"DELETE FROM {s}.t WHERE a = 1",
@@ -112,7 +114,7 @@ def _script(n: dict[str, str]) -> list[str]:
 
 
 def _teardown(n: dict[str, str]) -> list[str]:
-    return [f"DROP TABLE IF EXISTS {n['s']}.t", f"DROP TABLE IF EXISTS {n['s']}.hidden", f"DROP SCHEMA IF EXISTS {n['s']}",
+    return [f"DROP VIEW IF EXISTS {n['s']}.v", f"DROP TABLE IF EXISTS {n['s']}.t", f"DROP TABLE IF EXISTS {n['s']}.hidden", f"DROP SCHEMA IF EXISTS {n['s']}",
             f"REVOKE {n['analyst']} FROM {n['writer']}",
             f"DROP ROLE IF EXISTS {n['writer']}", f"DROP ROLE IF EXISTS {n['analyst']}"]
 
