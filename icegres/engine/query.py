@@ -44,7 +44,7 @@ from icegres.engine.txn import TxnState
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
 from icegres.sql import text_scan
 from icegres.sql.parse import DIALECT
-from icegres.sql.statement import Statement, query, tree_table_refs
+from icegres.sql.statement import EXPLAIN_PREFIX, Statement, query, tree_table_refs
 
 if TYPE_CHECKING:
     from datafusion import DataFrame, SessionContext
@@ -426,7 +426,7 @@ class QueryContext:
         References that read another point than a table's head (`AS OF`, `t@ref`, `t$snapshots`)
         are read through relations of their own first (time_travel.py)."""
         stmt = time_travel.expand(self, stmt)
-        explained = _EXPLAIN.match(stmt.sql)
+        explained = EXPLAIN_PREFIX.match(stmt.sql)
         if explained is not None:
             # sqlglot keeps EXPLAIN as an opaque command: expand the query it explains.
             inner = self.with_views(query(stmt.sql[explained.end():]))
@@ -488,6 +488,10 @@ class QueryContext:
             return
         who = authorization.principal(self.env.user, self.env.settings.get("role"))
         if authorization.current().is_superuser(who):
+            return
+        explained = EXPLAIN_PREFIX.match(stmt.sql)
+        if explained is not None:  # (sqlglot keeps EXPLAIN as an opaque command: check its query)
+            self.authorize(query(stmt.sql[explained.end():]))
             return
         names_of = self.cache.names
         shape = names_of.get(stmt.shape)
@@ -827,7 +831,6 @@ class QueryContext:
 
 
 
-_EXPLAIN = re.compile(r"\s*EXPLAIN(?:\s+(?:ANALYZE|VERBOSE|\([^)]*\)))*\s+", re.IGNORECASE)
 
 
 def _head_name(name: str) -> str:

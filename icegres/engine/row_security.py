@@ -21,6 +21,7 @@ security_invoker, and its owner is exempt from the policies of its own tables.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -32,6 +33,7 @@ from icegres.engine import check_text, view_defs
 from icegres.pg import errors as E
 from icegres.pg.errors import PgError
 from icegres.sql.parse import DIALECT
+from icegres.sql.statement import EXPLAIN_PREFIX, query
 
 if TYPE_CHECKING:
     from icegres.sql.statement import Statement
@@ -41,6 +43,7 @@ QueryContext = Any
 
 __all__ = ["applied", "check_rows"]
 
+_NO_LIMIT = 2**63 - 1
 _COMMANDS = {exp.Update: "update", exp.Delete: "delete", exp.Insert: "insert", exp.Merge: "merge"}
 
 
@@ -73,6 +76,12 @@ def applied(qctx: QueryContext, stmt: Statement) -> Statement:
     if got is None:
         return stmt
     authz, who = got
+    explained = EXPLAIN_PREFIX.match(stmt.sql)
+    if explained is not None:
+        # sqlglot keeps EXPLAIN as an opaque command: the query it explains gets the conditions,
+        # so the plan shown (and EXPLAIN ANALYZE's run) is the one the role's query would run.
+        inner = applied(qctx, query(stmt.sql[explained.end():]))
+        return stmt if inner.sql == stmt.sql[explained.end():] else replace(stmt, sql=explained.group(0) + inner.sql)
     try:
         original = stmt.tree
     except PgError:
@@ -138,7 +147,10 @@ def _wrap(table: exp.Table, condition: str | None, masks: dict[str, str], column
     else:
         subquery = exp.select("*").from_(inner)
     if condition is not None:
-        subquery = subquery.where(check_text.expression(condition))
+        # A security barrier, as PostgreSQL's for RLS: the optimizer pushes no predicate of the
+        # statement below a LIMIT, so none is evaluated on a row the condition hides (a division
+        # by zero or a failing cast would tell that the row exists and what it holds).
+        subquery = subquery.where(check_text.expression(condition)).limit(_NO_LIMIT)
     if alias is None:
         alias = exp.TableAlias(this=exp.to_identifier(_head(table.name)[0] if "$" in table.name else table.name))
     table.replace(exp.Subquery(this=subquery, alias=alias.copy()))

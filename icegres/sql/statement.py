@@ -164,6 +164,10 @@ def _tree_refs(tree: exp.Expression, search_path: list[str],
 _CATALOG_SCHEMAS = ("pg_catalog", "information_schema")
 
 
+# EXPLAIN [ANALYZE] [VERBOSE] [(options)] before the statement it explains.
+EXPLAIN_PREFIX = re.compile(r"\s*EXPLAIN(?:\s+(?:ANALYZE|VERBOSE|\([^)]*\)))*\s+", re.IGNORECASE)
+
+
 def query(sql: str) -> Statement:
     """A statement the engine runs as a query (a DECLARE's or COPY's query, a catalog probe)."""
     return Statement(Kind.QUERY, sql, "SELECT")
