@@ -64,7 +64,7 @@ def _check(one: Lakehouse, two: Lakehouse, table: str) -> None:
     loaded = one.load_table(AUTH_NAMESPACE, table)
     assert len(loaded.metadata.snapshots) <= 2 and len(loaded.metadata.metadata_log) <= 2
 
-    big = "x" * 200_000
+    big = "x" * 200_000 + 'é\n"\\✓\u0000'  # any text survives the summary, escapes and all
     wrote = trio.run(a.change, new_change_id(), lambda doc: json.dumps({**json.loads(doc), "pad": big}))
     assert b.read() == (IcebergAcl(two, table).read().version, wrote)
     assert len(wrote) > 200_000 and json.loads(b.read()[1])["n"] == INCREMENTS
