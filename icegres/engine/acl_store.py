@@ -22,15 +22,17 @@ every swap rewrites it, with the document of each snapshot kept, so only the cur
 its parent are kept (older ones are removed in the same commit) and the metadata log is as short,
 and the files a swap leaves unreferenced are deleted after it (`_collect`).
 
-The table is created on first use: by the first swap of a store never written. Two servers creating
-it at once both end up on one table (the loser of the create loads the winner's), and their first
-swaps then race like any others.
+The table is created on first use, by the first swap of a store never written: created empty, then
+the swap is answered "rejected" so that the machine reads again and swaps onto whichever table won
+(`IcebergAcl._create` says why not in one commit: SeaweedFS's REST catalog does not make creates
+exclusive). Two servers creating it at once both end up on one table.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -61,6 +63,9 @@ _PREFIX = "icegres.acl."
 _DOCUMENT, _APPLIED, _COUNT = (f"{_PREFIX}{k}" for k in ("document", "applied", "count"))
 _KEPT_SNAPSHOTS = 2  # the current record and its parent: each carries a whole document
 _LOAD_ATTEMPTS = 5
+# How long a create on a REST catalog waits for a concurrent create of the same table to finish
+# (`IcebergAcl._create`): a create is one request the catalog serves in milliseconds.
+_CREATE_SETTLE_S = 1.0
 log = logging.getLogger(__name__)
 
 
@@ -99,24 +104,6 @@ class IcebergAcl:
                     raise
         return self._table
 
-    def _create(self) -> Table:
-        from pyiceberg.exceptions import TableAlreadyExistsError
-        from pyiceberg.schema import Schema
-        from pyiceberg.types import NestedField, StringType
-
-        self.lakehouse.create_namespace_if_missing(AUTH_NAMESPACE)
-        try:
-            return self.lakehouse.create_table(
-                *self.key, Schema(NestedField(1, "document", StringType(), required=False)),
-                {KIND_PROPERTY: ACL_KIND,
-                 # Each swap writes a metadata file: keep the log as short as the snapshots, so the
-                 # files of older swaps are orphans a sweep removes.
-                 "write.metadata.previous-versions-max": str(_KEPT_SNAPSHOTS)})
-        except TableAlreadyExistsError:
-            table = self._load()  # another server made it first: its record (if any) decides
-            assert table is not None
-            return table
-
     def read(self) -> Record:
         table = self._load()
         return EMPTY if table is None else record_of(table)
@@ -134,15 +121,15 @@ class IcebergAcl:
         )
 
         expected = record.version
+        summary = {_DOCUMENT: record.document, _APPLIED: json.dumps(list(record.applied)), _COUNT: str(record.count)}
         table = self._table if self._table is not None and _version(self._table) == expected else self._load()
         if table is None:
             if expected != NO_VERSION:
                 raise SwapRejectedError("the store's table is gone")
-            table = self._create()
+            self._create()
         if _version(table) != expected:
             raise SwapRejectedError("the record moved")
         tx = lean_transaction.transaction(table)
-        summary = {_DOCUMENT: record.document, _APPLIED: json.dumps(list(record.applied)), _COUNT: str(record.count)}
         with tx.update_snapshot(snapshot_properties=summary).fast_append():
             pass  # no data: the snapshot is the record
         [manifest_list] = [u.snapshot.manifest_list for u in tx._updates if isinstance(u, AddSnapshotUpdate)]
@@ -163,6 +150,33 @@ class IcebergAcl:
             raise SwapUnknownError(str(exc)) from None
         if self.key in landed:
             _collect(table, old, *landed[self.key])
+
+
+    def _create(self) -> None:
+        """Create the store's table, empty, then answer "rejected": the machine reads again and
+        swaps its first record onto whichever table won (AssertTableUUID, and `main` must not
+        exist yet). Not the table and its first record in one commit: SeaweedFS's REST catalog
+        lets two creates of one name both succeed (with or without AssertCreate), the later
+        overwriting the earlier, which would drop a record already on the earlier. Creating empty,
+        an overwrite loses nothing; so that it is over before any record is swapped on, a REST
+        catalog's create is followed by `_CREATE_SETTLE_S` (SQL catalogs refuse the second
+        create: a primary key)."""
+        from pyiceberg.exceptions import TableAlreadyExistsError
+        from pyiceberg.schema import Schema
+        from pyiceberg.types import NestedField, StringType
+
+        self.lakehouse.create_namespace_if_missing(AUTH_NAMESPACE)
+        try:
+            self.lakehouse.create_table(
+                *self.key, Schema(NestedField(1, "document", StringType(), required=False)),
+                {KIND_PROPERTY: ACL_KIND,
+                 # Each swap writes a metadata file: keep the log as short as the snapshots (`_collect`).
+                 "write.metadata.previous-versions-max": str(_KEPT_SNAPSHOTS)})
+        except TableAlreadyExistsError:
+            pass  # another server's: the same empty table for what follows
+        if self.lakehouse.kind == "rest":
+            time.sleep(_CREATE_SETTLE_S)
+        raise SwapRejectedError("created the store's table: read it again")
 
 
 def _collect(base: Table, removed: list[int], location: str, metadata: Any) -> None:

@@ -138,9 +138,13 @@ def test_flight_sql_get_objects_lists_the_users_schemas_and_tables_only(served: 
                 [], [{"catalog_name": "icegres", "catalog_db_schemas": []}]), name
 
 
-def test_a_schema_of_that_name_made_by_hand_is_still_hidden(tmp_path: Path) -> None:
-    """(The listing itself, without a server: what every engine path reads.)"""
+def test_the_listing_leaves_them_out_unless_asked(tmp_path: Path) -> None:
+    """The listing itself, without a server: what mounting and every engine listing read; the
+    orphan sweep asks for them (their files are not orphans)."""
     lakehouse = Lakehouse.embedded(tmp_path)
     _populate(lakehouse, "pub")
     listing = lakehouse.listing()
     assert listing.namespaces == ("pub",) and [t.name for t in listing.tables] == ["t"]
+    everything = lakehouse.listing(internal=True)
+    assert set(everything.namespaces) == {"pub", AUTH_NAMESPACE, MAINTENANCE_NAMESPACE}
+    assert len(everything.tables) == 3
