@@ -61,6 +61,7 @@ def _script(n: dict[str, str]) -> list[str]:
         f"WHERE table_schema = '{s}' ORDER BY 1, 2, 3",
         f"SELECT relname FROM pg_class WHERE relname = 'hidden' AND relnamespace = '{s}'::regnamespace",
         f"SELECT * FROM {s}.hidden",
+        f"EXPLAIN SELECT * FROM {s}.hidden",
         f"SELECT * FROM {s}.v",
         f"INSERT INTO {s}.t VALUES (3, 'z')",
         f"UPDATE {s}.t SET b = 'q'",

@@ -133,6 +133,18 @@ def test_nothing_of_a_hidden_row_leaks_through_icegres_own_surfaces(icegres: Ice
             with pytest.raises(psycopg.errors.InvalidTextRepresentation) as cast:
                 conn.execute(f"SELECT body::int FROM {s}.docs")
             assert "secret-7" not in str(cast.value) and "a1" in str(cast.value)
+            # Nor a predicate of the statement that fails on a hidden row (a side channel): it
+            # must never be evaluated on one (the role's condition is a security barrier).
+            assert conn.execute(f"SELECT id FROM {s}.docs WHERE 1 / (CASE WHEN body = 'secret-7' "
+                                "THEN 0 ELSE 1 END) = 1").fetchall() == [(1,)]
+            assert conn.execute(f"SELECT id FROM {s}.docs WHERE CASE WHEN body = 'secret-7' "
+                                "THEN body::int ELSE 1 END = 1").fetchall() == [(1,)]
+            joined = conn.execute(f"SELECT count(*) FROM {s}.docs d JOIN (VALUES ('secret-7')) v(x) "
+                                  "ON 1 / (CASE WHEN d.body = v.x THEN 0 ELSE 1 END) = 1").fetchone()
+            assert joined == (1,)
+            # EXPLAIN shows the plan the role's query runs: with its condition.
+            plan = "\n".join(r[1] for r in conn.execute(f"EXPLAIN SELECT id FROM {s}.docs").fetchall())
+            assert "current_user" in plan.lower() or alice in plan
             rows = conn.execute(f"SELECT id FROM {s}.docs WHERE body = 'secret-7'").fetchall()
             assert rows == []
             # A statement prepared (described) by the superuser and executed as alice is filtered.
