@@ -105,8 +105,9 @@ def applied(qctx: QueryContext, stmt: Statement) -> Statement:
             raise PgError(E.INSUFFICIENT_PRIVILEGE, f'permission denied for table "{table.name}"',
                           detail=f'Table "{head}" has row-level security or masked columns: its metadata '
                                  "tables show values the role may not see.")
-        columns = qctx.engine.table_schema(found[1]).names if masks else []
-        _wrap(table, condition, masks, columns)
+        schema = qctx.engine.table_schema(found[1])
+        pushed = _leakproof_conjuncts(table, schema, masks) if condition is not None else []
+        _wrap(table, condition, masks, schema.names if masks else [], pushed)
         changed = True
     if target is not None and command is not None:
         found = resolver.resolve(target.db or None, _head(target.name)[0])
@@ -136,7 +137,8 @@ def applied(qctx: QueryContext, stmt: Statement) -> Statement:
     return stmt.rewritten(tree.sql(dialect=DIALECT), tree)
 
 
-def _wrap(table: exp.Table, condition: str | None, masks: dict[str, str], columns: list[str]) -> None:
+def _wrap(table: exp.Table, condition: str | None, masks: dict[str, str], columns: list[str],
+          pushed: list[exp.Expression]) -> None:
     alias = table.args.get("alias")
     inner = table.copy()
     inner.set("alias", None)
@@ -150,10 +152,79 @@ def _wrap(table: exp.Table, condition: str | None, masks: dict[str, str], column
         # A security barrier, as PostgreSQL's for RLS: the optimizer pushes no predicate of the
         # statement below a LIMIT, so none is evaluated on a row the condition hides (a division
         # by zero or a failing cast would tell that the row exists and what it holds).
-        subquery = subquery.where(check_text.expression(condition)).limit(_NO_LIMIT)
+        inner_condition = exp.and_(check_text.expression(condition), *pushed) if pushed else \
+            check_text.expression(condition)
+        subquery = subquery.where(inner_condition).limit(_NO_LIMIT)
     if alias is None:
         alias = exp.TableAlias(this=exp.to_identifier(_head(table.name)[0] if "$" in table.name else table.name))
     table.replace(exp.Subquery(this=subquery, alias=alias.copy()))
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
+def _leakproof_conjuncts(table: exp.Table, schema: pa.Schema, masks: dict[str, str]) -> list[exp.Expression]:
+    """Copies of the conditions of the statement's WHERE over `table` alone that cannot fail or
+    say anything by the row they are evaluated on (PostgreSQL's leakproof operators): a column
+    compared with a literal of its own kind or a parameter, IN a list of such, IS [NOT] NULL.
+    They go inside the security barrier too, so a point lookup under a policy still prunes by
+    the file statistics; the WHERE keeps them as well."""
+    scope = table.parent
+    select = scope.parent if isinstance(scope, exp.From) else None
+    if not isinstance(select, exp.Select) or select.args.get("where") is None:
+        return []
+    alone = not select.args.get("joins")
+    qualifier = table.alias_or_name
+    types = {f.name: f.type for f in schema}
+    out = []
+    for conjunct in select.args["where"].this.flatten() if isinstance(select.args["where"].this, exp.And) \
+            else [select.args["where"].this]:
+        if _leakproof(conjunct, types, masks, qualifier, alone):
+            copied = conjunct.copy()
+            for column in copied.find_all(exp.Column):
+                column.set("table", None)
+            out.append(copied)
+    return out
+
+
+def _leakproof(node: exp.Expression, types: dict[str, pa.DataType], masks: dict[str, str], qualifier: str,
+               alone: bool) -> bool:
+    def column_type(col: exp.Expression) -> pa.DataType | None:
+        if not isinstance(col, exp.Column) or col.name in masks or col.name not in types:
+            return None
+        if col.table and col.table != qualifier or (not col.table and not alone):
+            return None
+        return types[col.name]
+
+    def same_kind(kind: pa.DataType, value: exp.Expression) -> bool:
+        if isinstance(value, exp.Placeholder | exp.Parameter):
+            return True
+        if isinstance(value, exp.Neg):
+            value = value.this
+        if not isinstance(value, exp.Literal):
+            return False
+        if value.is_string:
+            return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind) \
+                or pa.types.is_temporal(kind)
+        return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+
+    if isinstance(node, exp.Paren):
+        return _leakproof(node.this, types, masks, qualifier, alone)
+    if isinstance(node, _COMPARISONS):
+        left, right = node.this, node.expression
+        kind = column_type(left)
+        if kind is not None:
+            return same_kind(kind, right)
+        kind = column_type(right)
+        return kind is not None and same_kind(kind, left)
+    if isinstance(node, exp.In) and not node.args.get("query"):
+        kind = column_type(node.this)
+        return kind is not None and all(same_kind(kind, v) for v in node.expressions)
+    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
+        return column_type(node.this) is not None
+    if isinstance(node, exp.Not):
+        return _leakproof(node.this, types, masks, qualifier, alone)
+    return False
 
 
 def _mask_target_reads(tree: exp.Expression, masks: dict[str, str], qualifier: str) -> None:
