@@ -397,3 +397,20 @@ def metadata_locations(lake: Path, namespaces: tuple[str, ...] = ("demo", TPCH_S
             "select table_namespace, table_name, metadata_location from iceberg_tables "
             f"where table_namespace in ({marks})", namespaces).fetchall()
     return {f"{ns}.{name}": loc.removeprefix("file://") for ns, name, loc in rows}
+
+
+def cities_table(lakehouse: Any, rows: int, seed: int, name: str = "tt", parts: int = 4) -> Any:
+    """demo.<name>: `rows` rows (id 1..rows, city of five, fare in [0, 100)) in `parts` commits,
+    the table the time-travel and row-security suites read; returns the pyiceberg table."""
+    import numpy as np
+    import pyarrow as pa
+
+    lakehouse.create_namespace_if_missing("demo")
+    schema = pa.schema([("id", pa.int64()), ("city", pa.string()), ("fare", pa.float64())])
+    table = lakehouse.create_table("demo", name, schema)
+    cities = np.array(["Berlin", "Paris", "Lima", "Osaka", "Accra"])
+    rng = np.random.default_rng(seed)
+    for part in range(parts):
+        ids = np.arange(part * rows // parts + 1, (part + 1) * rows // parts + 1, dtype=np.int64)
+        table.append(pa.table({"id": ids, "city": cities[ids % 5], "fare": rng.random(len(ids)) * 100}, schema=schema))
+    return table

@@ -49,20 +49,10 @@ GROUP = Query("group", "group-by over 1M rows", "select city, count(*), sum(fare
 
 
 def _build(data_dir: Path) -> None:
-    import numpy as np
-    import pyarrow as pa
-
+    from bench.datasets import cities_table
     from icegres.engine.catalog import Lakehouse
 
-    lh = Lakehouse.embedded(data_dir)
-    lh.create_namespace_if_missing("demo")
-    schema = pa.schema([("id", pa.int64()), ("city", pa.string()), ("fare", pa.float64())])
-    table = lh.create_table("demo", "tt", schema)
-    cities = np.array(["Berlin", "Paris", "Lima", "Osaka", "Accra"])
-    rng = np.random.default_rng(SEED)
-    for part in range(4):
-        ids = np.arange(part * ROWS // 4 + 1, (part + 1) * ROWS // 4 + 1, dtype=np.int64)
-        table.append(pa.table({"id": ids, "city": cities[ids % 5], "fare": rng.random(len(ids)) * 100}, schema=schema))
+    cities_table(Lakehouse.embedded(data_dir), ROWS, SEED)
 
 
 def run(opts: Any) -> dict[str, Any]:

@@ -80,17 +80,14 @@ def _build(data_dir: Path) -> tuple[int, str]:
     import numpy as np
     import pyarrow as pa
 
+    from bench.datasets import cities_table
     from icegres.engine.catalog import Lakehouse
 
     lh = Lakehouse.embedded(data_dir)
-    lh.create_namespace_if_missing("demo")
+    table = cities_table(lh, ROWS, SEED)
     schema = pa.schema([("id", pa.int64()), ("city", pa.string()), ("fare", pa.float64())])
-    table = lh.create_table("demo", "tt", schema)
     cities = np.array(["Berlin", "Paris", "Lima", "Osaka", "Accra"])
-    rng = np.random.default_rng(SEED)
-    for part in range(4):
-        ids = np.arange(part * ROWS // 4 + 1, (part + 1) * ROWS // 4 + 1, dtype=np.int64)
-        table.append(pa.table({"id": ids, "city": cities[ids % 5], "fare": rng.random(len(ids)) * 100}, schema=schema))
+    rng = np.random.default_rng(SEED + 1)
     old = table.metadata.current_snapshot_id
     for k in range(20):
         ids = np.arange(ROWS + k * 1000 + 1, ROWS + (k + 1) * 1000 + 1, dtype=np.int64)
