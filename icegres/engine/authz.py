@@ -65,6 +65,10 @@ class Authorization:
             self._read_at = time.monotonic()
             return self._authz
 
+    def cached(self) -> Authz:
+        """The state as last read, without reading (for the event loop: no I/O)."""
+        return self._authz
+
     async def change(self, fold: Callable[[Authz], Authz]) -> Authz:
         """Apply `fold` to the shared state by compare-and-swap (re-applied to whatever state won
         a race); PgError from `fold` refuses the change with nothing written."""
@@ -84,14 +88,15 @@ class Authorization:
     def configured_names(self) -> frozenset[str]:
         return self.configured or frozenset()
 
-    def principal(self, session_user: str, role: str | None = None) -> Principal:
-        """Whom a session acts as: its SET ROLE if any, else its login user."""
+    def principal(self, session_user: str, role: str | None = None, authz: Authz | None = None) -> Principal:
+        """Whom a session acts as: its SET ROLE if any, else its login user (judged by `authz`,
+        or by the state read now)."""
         user = role if role and role.lower() != "none" else session_user
-        return Principal(user, self.is_configured(user))
+        return Principal(user, self.is_configured(user, authz))
 
-    def is_configured(self, user: str) -> bool:
+    def is_configured(self, user: str, authz: Authz | None = None) -> bool:
         if self.configured is None:
-            return user not in self.current().roles
+            return user not in (authz or self.current()).roles
         return user in self.configured
 
     def verifier(self, user: str) -> str | None:

@@ -204,13 +204,15 @@ def _lost_to_compaction(qctx: QueryContext, bases: dict[Key, tuple[int | None, s
 async def buffered_insert(host: WriteHost, ladder: WriteLadderPort, stmt: Statement, values: dict[str, Any] | None) -> Any:
     """An autocommit INSERT through the write buffer: rows computed as the synchronous path does,
     acked once the buffer (and its tail) took them. None: the statement stays synchronous."""
-    from icegres.engine import dml
+    from icegres.engine import dml, row_security
 
     qctx = host.qctx
     # A prepared INSERT executed before builds its rows here, on the loop, from its recipe
     # (insert_shape.py: no I/O, and no thread hop, which was a fifth of a tail-dir ack).
     # (Not under icegres.branch: a recipe names main's table, the statement the branch's.)
-    made = None if time_travel.session_branch(qctx) is not None else qctx.insert_shapes.rows_now(
+    # (Nor under row-level security: a recipe's rows are not checked against the policies.)
+    skip = time_travel.session_branch(qctx) is not None or not row_security.without_rules(qctx)
+    made = None if skip else qctx.insert_shapes.rows_now(
         stmt.sql, qctx.env.search_path, values, qctx.resolve_mounted, qctx.engine.read_plan)
     if made is not None:
         result = dml.InsertRows(made[0], made[1], None)

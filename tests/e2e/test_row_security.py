@@ -210,3 +210,24 @@ def test_a_masked_column_shows_its_mask_to_the_roles_named_and_nothing_else_tell
             for sql in (f"DROP TABLE IF EXISTS {s}.people", f"DROP SCHEMA IF EXISTS {s}",
                         f"DROP ROLE IF EXISTS {alice}", f"DROP ROLE IF EXISTS {bob}"):
                 outcome(admin, sql)
+
+
+def test_the_write_buffers_fast_path_still_checks_new_rows(tmp_path) -> None:
+    """A prepared INSERT through the write buffer builds its rows from a recipe on the event loop
+    after its first execution; under row-level security it must still meet WITH CHECK."""
+    with running_icegres(tmp_path / "data", args=("--write-buffer-ms", "20")) as srv:
+        with psycopg.connect(srv.dsn(), autocommit=True) as admin:
+            for sql in ("CREATE SCHEMA w", "CREATE TABLE w.t (id int, region text)", "CREATE ROLE clerk",
+                        "GRANT USAGE ON SCHEMA w TO clerk", "GRANT INSERT ON w.t TO clerk",
+                        "ALTER TABLE w.t ENABLE ROW LEVEL SECURITY",
+                        "CREATE POLICY us_only ON w.t FOR INSERT TO clerk WITH CHECK (region = 'us')"):
+                admin.execute(sql)
+        with psycopg.connect(srv.dsn(), autocommit=True) as conn:
+            conn.execute("SET ROLE clerk")
+            with conn.cursor() as cur:
+                for i in range(6):  # past psycopg's prepare threshold, and the recipe's first use
+                    cur.execute("INSERT INTO w.t VALUES (%s, %s)", (i, "us"), prepare=True)
+                with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+                    cur.execute("INSERT INTO w.t VALUES (%s, %s)", (99, "eu"), prepare=True)
+        with psycopg.connect(srv.dsn(), autocommit=True) as admin:
+            assert admin.execute("SELECT count(*), count(*) FILTER (WHERE region = 'eu') FROM w.t").fetchone() == (6, 0)

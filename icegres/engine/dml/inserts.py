@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from sqlglot import exp
 
-from icegres.engine import big_values
+from icegres.engine import big_values, row_security
 from icegres.engine.dml import checks, defaults
 from icegres.engine.dml.target import (
     collect,
@@ -44,11 +44,13 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
     source = tree.expression
     if source is None:  # INSERT ... DEFAULT VALUES: every column its default
         return key, checks.conform(qctx, defaults.fill(qctx, plan, pa.table({}), rows=1), plan, key), None
-    elif (shape := compile_shape(tree, key, plan, columns)) is not None and (rows := shape.rows(params)) is not None:
+    elif not row_security.checks_writes(qctx, key) and (shape := compile_shape(tree, key, plan, columns)) is not None \
+            and (rows := shape.rows(params)) is not None:
         # `VALUES ($1, $2), ($3, $4) …` built straight into Arrow, without planning SQL: drivers
         # send multi-row inserts exactly so (executemany, ORMs' bulk inserts), and planning
         # hundreds of placeholders costs far more than the rows. Parameters arrive decoded as the
         # target columns' types (Parse inferred them from the columns), so they convert as they are.
+        # (Not under row-level security's WITH CHECK: a recipe checks NOT NULL only.)
         return key, rows, shape
     else:
         places = big_values.value_places(value_columns(plan), "", columns)
