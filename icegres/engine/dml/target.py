@@ -97,19 +97,24 @@ def set_items(items: list[exp.Expression], plan: ReadPlan, key: Key) -> dict[str
 
 def value_columns(plan: ReadPlan) -> dict[str, str]:
     """The target's columns a big literal goes into as it is (engine/big_values.py): text and
-    varchar(n) (whose length the written rows are checked against) as "text", not char(n),
-    whose comparisons ignore trailing spaces; bytea as "bytea"."""
+    varchar(n) (whose length the written rows are checked against) as "text"; bytea as
+    "bytea"; char(n), numbers, booleans, dates and times as "assigned": a string assigned to
+    one is read by the type's input function when the row is conformed (assign.py), as the
+    literal was, but compared with one it is not text (char(n)'s comparisons ignore trailing
+    spaces, a number's are numeric)."""
     from icegres.pg.chars import BPCHAR_OID
 
     chars = plan.char_types or (None,) * len(plan.schema)
     out = {}
     for f, char in zip(plan.schema, chars, strict=False):
         t = pa.types
-        if (t.is_string(f.type) or t.is_large_string(f.type) or t.is_string_view(f.type)) and (
-                char is None or char.oid != BPCHAR_OID):
-            out[f.name] = "text"
+        if t.is_string(f.type) or t.is_large_string(f.type) or t.is_string_view(f.type):
+            out[f.name] = "text" if char is None or char.oid != BPCHAR_OID else "assigned"
         elif t.is_binary(f.type) or t.is_large_binary(f.type) or t.is_binary_view(f.type):
             out[f.name] = "bytea"
+        elif (t.is_integer(f.type) or t.is_floating(f.type) or t.is_decimal(f.type) or t.is_boolean(f.type)
+              or t.is_date(f.type) or t.is_timestamp(f.type) or t.is_time(f.type)):
+            out[f.name] = "assigned"
     return out
 
 
