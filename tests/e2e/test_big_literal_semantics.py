@@ -86,3 +86,36 @@ def test_big_literals_in_writes_are_read_as_postgresql_reads_them(icegres, real_
             assert outcome(ig, sql) == outcome(pg, sql), statement
             assert outcome(ig, DUMP) == outcome(pg, DUMP), statement
 
+
+# A column's big DEFAULT: a parameter when the engine evaluates it (engine/dml/defaults.py), as a
+# declared default is checked and as an INSERT that leaves its column out fills it.
+DDL_SCRIPT = [
+    "create table bd (id int, s text default '<big>', n numeric(10, 2) default '<pad>4.5<pad>', "
+    "c char(3) default 'q<pad>')",
+    "insert into bd (id) values (1)",
+    "insert into bd (id, s) values (2, 'x')",
+    "insert into bd (id, n) select 3, 1",
+    "alter table bd alter column s set default '<big>x'",
+    "alter table bd alter column n set default '<zeros>8'",
+    "insert into bd (id) values (4)",
+    "create table bd2 (id int, n int default '<big>')",  # 22P02 when declared
+    "create table bd3 (id int, v varchar(5) default '<big>')",
+    "alter table bd alter column n set default '<pad>x'",  # 22P02
+    "alter table bd add column t text default '<big>'",  # existing rows take it too
+    "insert into bd (id) values (5)",
+    "select id, md5(t) from bd order by id",
+]
+DDL_DUMP = "select id, md5(s), length(s), n, c from bd order by id"
+
+
+def test_big_defaults_are_read_as_postgresql_reads_them(icegres, real_postgres):
+    with psycopg.connect(real_postgres.dsn(), autocommit=True) as pg, \
+            psycopg.connect(icegres.dsn(), autocommit=True) as ig:
+        for conn in (pg, ig):
+            for table in ("bd", "bd2", "bd3"):
+                outcome(conn, f"drop table if exists {table}")
+        for statement in DDL_SCRIPT:
+            sql = statement.replace("<big>", BIG.replace("'", "''")).replace("<pad>", PAD).replace("<zeros>", ZEROS)
+            assert outcome(ig, sql) == outcome(pg, sql), statement
+            if statement.startswith(("insert", "alter")):
+                assert outcome(ig, DDL_DUMP) == outcome(pg, DDL_DUMP), statement
