@@ -34,3 +34,32 @@ def test_a_long_message_maps_as_the_whole_message_does(message):
 def test_a_cast_error_quotes_the_whole_value():
     got = errors.from_datafusion(Exception(MESSAGES[0]))
     assert (got.sqlstate, got.message) == ("22P02", f'invalid input syntax for type integer: "{VALUE}"')
+
+
+def test_an_error_encoded_ahead_is_the_error_response_encoded_on_the_loop():
+    """protocol/pgwire/errors_ahead.py: a big message's ErrorResponse fields made in the worker
+    thread are the bytes `error_response` makes itself; an error changed since is made afresh."""
+    from icegres.pg.errors import PgError
+    from icegres.protocol.pgwire import errors_ahead
+    from icegres.protocol.pgwire import messages as m
+
+    def ahead(fn):  # (as the session runs its jobs)
+        return errors_ahead.encoding_ahead(m.notice_fields, m.said, fn)
+
+    def fails(position: int | None = None) -> PgError:
+        err = PgError("22P02", f'invalid input syntax for type integer: "{VALUE * 2}\0{VALUE}"', detail="d\0")
+        err.position = position
+        return err
+
+    for correlation in (None, "c0ffee"):
+        plain = m.error_response(fails(), correlation)
+        with pytest.raises(PgError) as raised:
+            ahead(lambda: (_ for _ in ()).throw(fails()))
+        assert raised.value in errors_ahead._ahead
+        assert m.error_response(raised.value, correlation) == plain
+        assert raised.value not in errors_ahead._ahead  # (taken once)
+    with pytest.raises(PgError) as raised:
+        ahead(lambda: (_ for _ in ()).throw(fails()))
+    raised.value.position = 7  # given later, on the loop
+    assert m.error_response(raised.value) == m.error_response(fails(7))
+    assert m.error_response(raised.value) != m.error_response(fails())
