@@ -231,13 +231,12 @@ def value_places(columns: dict[str, str], alias: str, inserted: list[str] | None
     """What each of a DML statement's parameters is to PostgreSQL where it reads the untyped
     literal so ("text", "bytea"; None: not known here), outside any subquery (`columns`: the
     target's text and varchar columns as "text", its bytea columns as "bytea", the columns a
-    string is assigned to by their type's input function as "assigned"; `alias`: the name
+    string is cast to when assigned as "assigned"; `alias`: the name
     its rows go by; `inserted`: an INSERT's target columns, in order, or for a MERGE the target's):
 
     - a column's value, its type: `SET c = $n`, a VALUES row's or a top-level INSERT … SELECT
       item's place, a MERGE's INSERT value ("text" too for a column that is "assigned": the
-      string is read by the column type's input function as the row is conformed, as the
-      literal's string was);
+      string is cast to the column's type as the literal's string was);
     - "text" for an operand of a comparison, LIKE or `||` whose other operand is a text column
       of the target;
     - "text" for a string argument of a string function (`_text_arguments`).
