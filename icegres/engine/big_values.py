@@ -230,30 +230,38 @@ def value_places(columns: dict[str, str], alias: str, inserted: list[str] | None
                  ) -> Callable[[exp.Parameter], str | None]:
     """What each of a DML statement's parameters is to PostgreSQL where it reads the untyped
     literal so ("text", "bytea"; None: not known here), outside any subquery (`columns`: the
-    target's text and varchar columns as "text", its bytea columns as "bytea"; `alias`: the name
+    target's text and varchar columns as "text", its bytea columns as "bytea", the columns a
+    string is cast to when assigned as "assigned"; `alias`: the name
     its rows go by; `inserted`: an INSERT's target columns, in order, or for a MERGE the target's):
 
     - a column's value, its type: `SET c = $n`, a VALUES row's or a top-level INSERT … SELECT
-      item's place, a MERGE's INSERT value;
+      item's place, a MERGE's INSERT value ("text" too for a column that is "assigned": the
+      string is cast to the column's type as the literal's string was);
     - "text" for an operand of a comparison, LIKE or `||` whose other operand is a text column
-      of the target.
+      of the target;
+    - "text" for a string argument of a string function (`_text_arguments`).
 
-    Anything else (another column type, a function's argument, a subquery) is not known here:
-    its literal is written back (`settled`)."""
+    Anything else (another column type, another function's argument, a subquery) is not known
+    here: its literal is written back (`settled`)."""
     from sqlglot import exp
 
     operators = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.DPipe)
+    text_arguments = _text_arguments()
 
     def target_text(node: exp.Expression | None) -> bool:
         return (isinstance(node, exp.Column) and columns.get(node.name) == "text"
                 and node.table in ("", alias))
+
+    def assigned(name: str) -> str | None:
+        kind = columns.get(name)
+        return "text" if kind == "assigned" else kind
 
     def place(node: exp.Parameter) -> str | None:
         parent = node.parent
         if parent is None or node.find_ancestor(exp.Subquery) is not None:
             return None
         if isinstance(parent, exp.EQ) and parent.arg_key == "expressions" and isinstance(parent.parent, exp.Update):
-            return columns.get(parent.this.name) if node.arg_key == "expression" else None
+            return assigned(parent.this.name) if node.arg_key == "expression" else None
         if isinstance(parent, operators):
             other = parent.this if node.arg_key == "expression" else parent.expression
             return "text" if target_text(other) else None
@@ -265,13 +273,35 @@ def value_places(columns: dict[str, str], alias: str, inserted: list[str] | None
                 names = [c.name for c in written.expressions] if isinstance(written, exp.Tuple) else inserted
             else:
                 return None
-            return columns.get(names[node.index]) if names is not None and node.index < len(names) else None
+            return assigned(names[node.index]) if names is not None and node.index < len(names) else None
         if (isinstance(parent, exp.Select) and node.arg_key == "expressions" and inserted is not None
                 and isinstance(parent.parent, exp.Insert) and parent.find_ancestor(exp.Select) is None):
-            return columns.get(inserted[node.index]) if node.index < len(inserted) else None
+            return assigned(inserted[node.index]) if node.index < len(inserted) else None
+        if node.arg_key in text_arguments.get(type(parent), ()):
+            return "text"
         return None
 
     return place
+
+
+def _text_arguments() -> dict[type, frozenset[str]]:
+    """String functions by sqlglot's class, and the arguments of each that PostgreSQL reads an
+    untyped literal in as text: where the function's candidates take text there (and perhaps
+    bytea, bit or bpchar: `md5`, `length`, `substring`, `btrim`), PostgreSQL's resolution of
+    an unknown argument picks the string category's preferred type, text (the manual's "Type
+    Conversion: Functions", step 4.e). Counts, positions and other non-string arguments are
+    left out: a literal there is a number to PostgreSQL."""
+    from sqlglot import exp
+
+    this = frozenset({"this"})
+    return {exp.Upper: this, exp.Lower: this, exp.Length: this, exp.MD5: this, exp.Initcap: this,
+            exp.Reverse: this, exp.Ascii: this, exp.Substring: this, exp.Left: this, exp.Right: this,
+            exp.Repeat: this, exp.Trim: frozenset({"this", "expression"}),
+            exp.Replace: frozenset({"this", "expression", "replacement"}),
+            exp.StrPosition: frozenset({"this", "substr"}), exp.SplitPart: frozenset({"this", "delimiter"}),
+            exp.Pad: frozenset({"this", "fill_pattern"}), exp.StartsWith: frozenset({"this", "expression"}),
+            # (VARIADIC "any": the literal reaches the function as its text)
+            exp.Concat: frozenset({"expressions"}), exp.ConcatWs: frozenset({"expressions"})}
 
 
 def _reading(text: str, tables: dict[str, str]) -> str:

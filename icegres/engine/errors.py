@@ -115,6 +115,41 @@ def from_datafusion(exc: BaseException, sql: str | None = None, *, verbatim: boo
     if isinstance(exc, PgError):
         return exc
     text = str(exc)
+    if len(text) > 2 * _EDGE_CHARS + len(_ELIDED):
+        return _from_long(text, sql, verbatim)
+    return _from_text(text, sql, verbatim)
+
+
+# A message over twice this is read by its two ends, the middle elided (`_from_long`).
+_EDGE_CHARS = 4096
+_ELIDED = "\x00icegres: elided\x00"  # (no DataFusion message holds a NUL)
+
+
+def _from_long(text: str, sql: str | None, verbatim: bool) -> PgError:
+    """`from_datafusion` of a long message: DataFusion quotes a value it cannot cast whole, and
+    for a 50 MB literal the rules' searches over the message held the GIL for 4 s in all (one
+    that backtracks through the value, others that scan it to the end), during which every
+    session waited. Every rule finds what it reads near the message's ends, so the rules read
+    its two ends, and the middle goes back where the message quotes it."""
+    head, tail = text[:_EDGE_CHARS], text[-_EDGE_CHARS:]
+    middle = text[_EDGE_CHARS:len(text) - _EDGE_CHARS]
+    err = _from_text(head + _ELIDED + tail, sql, verbatim)
+    if _ELIDED not in err.message:
+        return err
+    before, _, after = err.message.partition(_ELIDED)
+    # A message that is DataFusion's first line (`_clean`: it runs to a line break of the tail or
+    # to its end) ends at the middle's first line break, if it has one.
+    at = len(after)
+    first_line = after == tail[:at] and (at == len(tail.rstrip()) or tail[at] in "\n\r")
+    breaks = [k for k in (middle.find("\n"), middle.find("\r")) if k >= 0] if first_line else []
+    if breaks:
+        err.message = before + middle[:min(breaks)]
+    else:
+        err.message = before + middle + after
+    return err
+
+
+def _from_text(text: str, sql: str | None, verbatim: bool) -> PgError:
     exhausted = _RESOURCES_EXHAUSTED.search(text)
     if exhausted:
         return PgError(e.OUT_OF_MEMORY, "out of memory", detail=exhausted.group(1).strip().splitlines()[0],

@@ -37,6 +37,7 @@ from icegres.engine.pg_relations import (
     pg_type_oid,
 )
 from icegres.engine.sequence_store import IDENTITY_PROPERTY
+from icegres.pg import text_arrays
 from icegres.pg.chars import BPCHAR_OID, UTF8_BYTES_MAX, VARCHAR_OID, CharType
 from icegres.pg.keywords import keyword_rows, quote_ident
 from icegres.pg.types import pg_type_for_arrow
@@ -903,7 +904,7 @@ def _to_table(rel: RelationDef, rows: Rows) -> pa.Table:
     for (name, kind), column in zip(rel.columns, rel.arrow_schema, strict=True):
         default = _DEFAULT_BY_KIND.get(kind)
         if name in mentioned:
-            arrays.append(pa.array([row.get(name, default) for row in rows], type=column.type))
+            arrays.append(text_arrays.array([row.get(name, default) for row in rows], column.type))
         elif default is None:
             arrays.append(pa.nulls(len(rows), type=column.type))
         else:

@@ -58,8 +58,10 @@ def maintenance_call(stmt: Statement, time_zone: str = "UTC") -> Call | None:
     answers with rows: engine/maintenance/calls.py); None for any other statement."""
     from icegres.engine import procedures
 
-    if stmt.tag == "ALTER" and "execute" not in stmt.sql.lower():
-        return None  # (asked on the event loop for every ALTER: no tokenizing for the others)
+    # (asked on the event loop for every ALTER: no tokenizing for the others, and only its head
+    # lowered, where an EXECUTE follows the table's name: a 50 MB SET DEFAULT's lower() held the loop)
+    if stmt.tag == "ALTER" and "execute" not in stmt.sql[:_MAINTENANCE_TEXT_MAX].lower():
+        return None
     if stmt.tag == "CALL":
         call = procedures.parse_call(stmt.sql, time_zone)
         return call if call.procedure in procedures.MAINTENANCE else None
@@ -289,7 +291,12 @@ async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
         return await run_maintenance(host, maintenance, "CALL" if stmt.tag == "CALL" else "ALTER TABLE")
     if stmt.tag == "CALL":
         return await run_ddl_command(host, procedures.parse_call(stmt.sql, host.qctx.env.time_zone))
+    if len(stmt.sql) > _BIG_DDL_CHARS:  # (a 50 MB DEFAULT: sqlglot reads its literal for a while)
+        return await run_ddl_command(host, await host.run(ddl.parse_ddl, stmt.sql, host.qctx.env.database))
     return await run_ddl_command(host, ddl.parse_ddl(stmt.sql, host.qctx.env.database))
+
+
+_BIG_DDL_CHARS = 64 * 1024  # (the front end's BIG_CHARS: a longer statement is split in a thread too)
 
 
 async def run_maintenance(host: WriteHost, call: Call, tag: str) -> WriteResult:

@@ -18,6 +18,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 BIG = "abc'é\\" * 20_000  # 120,000 characters: a quote, a backslash, a two-byte character
 HEX = bytes(range(256)).hex() * 160  # a bytea's hex input of 81,920 characters
+PAD = " " * 70_000  # around a number: its input function skips them
+ZEROS = "0" * 70_000  # before a number's digits
 
 SCRIPT = [
     "insert into bw values (1, 'a', 'x', 'y', null, 1), (2, 'b', 'x', 'y', null, 2)",
@@ -41,6 +43,23 @@ SCRIPT = [
     "insert into bw (id, n) values (9, '<big>')",  # 22P02
     "merge into bw using (select 3 as id union all select 5) src on bw.id = src.id "
     "when matched then update set s = '<big>' when not matched then insert (id, s) values (src.id, '<big>')",
+    # a string function's argument: a parameter (text, as PostgreSQL resolves it)
+    "update bw set s = upper('<big>') where id = 1",
+    "update bw set n = length('<big>') where id = 2",
+    "update bw set s = md5('<big>') || lower('<big>') where id = 2",
+    "insert into bw (id, s) values (10, concat('<big>', 'x'))",
+    "update bw set v = left('<big>', 3) where s = replace('<big>', '<', 'x') || 'x'",
+    "delete from bw where strpos(s, '<big>') > 0 and id = 1",
+    "update bw set n = left('<big>', 3) where id = 2",  # a string into a number: 22P02
+    # a value assigned to a number or char(n) column: read by the type's input function
+    "update bw set n = '<pad>12.5<pad>' where id = 1",
+    "update bw set n = '<zeros>7', id = '<pad>11<pad>' where id = 2",
+    "update bw set c = '<pad>' where id = 1",  # char(3): trailing spaces are cut, not 22001
+    "insert into bw (id, n, c) values ('<zeros>12', '<pad>-3.25', 'z<pad>')",
+    "insert into bw (id, n) select '<pad>13', '<zeros>1.5'",
+    "merge into bw using (select 14 as id) src on bw.id = src.id "
+    "when not matched then insert (id, n, c) values (src.id, '<zeros>0.5<pad>', '<pad>')",
+    "update bw set n = '<pad>1x' where id = 1",  # 22P02
     "insert into bw values ($1, '<big>')",  # a simple Query's own $1: 42P02
     "update bw set s = '<big>' where id = $1",  # 42P02
 ]
@@ -62,6 +81,41 @@ def test_big_literals_in_writes_are_read_as_postgresql_reads_them(icegres, real_
             assert outcome(conn, create)[0] == "ok"
         for statement in SCRIPT:
             sql = statement.replace("<big>", BIG.replace("'", "''")).replace("<hex>", HEX)
+            sql = sql.replace("<pad>", PAD).replace("<zeros>", ZEROS)
             assert len(sql) > 64 * 1024 or "<" not in statement  # (compacted: its literal a parameter)
             assert outcome(ig, sql) == outcome(pg, sql), statement
             assert outcome(ig, DUMP) == outcome(pg, DUMP), statement
+
+
+# A column's big DEFAULT: a parameter when the engine evaluates it (engine/dml/defaults.py), as a
+# declared default is checked and as an INSERT that leaves its column out fills it.
+DDL_SCRIPT = [
+    "create table bd (id int, s text default '<big>', n numeric(10, 2) default '<pad>4.5<pad>', "
+    "c char(3) default 'q<pad>')",
+    "insert into bd (id) values (1)",
+    "insert into bd (id, s) values (2, 'x')",
+    "insert into bd (id, n) select 3, 1",
+    "alter table bd alter column s set default '<big>x'",
+    "alter table bd alter column n set default '<zeros>8'",
+    "insert into bd (id) values (4)",
+    "create table bd2 (id int, n int default '<big>')",  # 22P02 when declared
+    "create table bd3 (id int, v varchar(5) default '<big>')",
+    "alter table bd alter column n set default '<pad>x'",  # 22P02
+    "alter table bd add column t text default '<big>'",  # existing rows take it too
+    "insert into bd (id) values (5)",
+    "select id, md5(t) from bd order by id",
+]
+DDL_DUMP = "select id, md5(s), length(s), n, c from bd order by id"
+
+
+def test_big_defaults_are_read_as_postgresql_reads_them(icegres, real_postgres):
+    with psycopg.connect(real_postgres.dsn(), autocommit=True) as pg, \
+            psycopg.connect(icegres.dsn(), autocommit=True) as ig:
+        for conn in (pg, ig):
+            for table in ("bd", "bd2", "bd3"):
+                outcome(conn, f"drop table if exists {table}")
+        for statement in DDL_SCRIPT:
+            sql = statement.replace("<big>", BIG.replace("'", "''")).replace("<pad>", PAD).replace("<zeros>", ZEROS)
+            assert outcome(ig, sql) == outcome(pg, sql), statement
+            if statement.startswith(("insert", "alter")):
+                assert outcome(ig, DDL_DUMP) == outcome(pg, DDL_DUMP), statement

@@ -373,8 +373,10 @@ with psycopg.connect(dsn, autocommit=True) as c:
     print("ready", flush=True)
     sys.stdin.readline()
     hexed = "\\\\x" + value.encode()[: size // 2].hex()  # a bytea's hex input of `size` characters
+    zeros, padded = "0" * (size - 1) + "7", "z" + " " * (size - 1)  # a number, a char(3) value
     try:
-        cur = c.execute(statement.replace("<big>", value).replace("<hex>", hexed))
+        cur = c.execute(statement.replace("<big>", value).replace("<hex>", hexed).replace("<zeros>", zeros)
+                        .replace("<padded>", padded))
     except psycopg.Error as exc:
         print(exc.sqlstate, flush=True)
     else:
@@ -406,6 +408,16 @@ _BIG_WRITES = {
     "update_bytea": (["create table bw (id int, b bytea)", "insert into bw values (1, null), (2, null)"],
                      "update bw set b = '<hex>' where id = 1", "UPDATE 1",
                      "select count(*) filter (where md5(b) = '<hexmd5>'), count(*) from bw", (1, 2)),
+    # A string function's argument (PostgreSQL resolves it as text).
+    "update_function": (["create table bw (id int, s text)", "insert into bw values (1, 'a'), (2, 'b')"],
+                        "update bw set s = lower('<big>') where id = 1", "UPDATE 1",
+                        "select count(*) filter (where md5(s) = '<md5>'), count(*) from bw", (1, 2)),
+    # A string assigned to a number and to a char(n) column (the types' input functions read it).
+    "update_number": (["create table bw (id int, n int)", "insert into bw values (1, 1), (2, 2)"],
+                      "update bw set n = '<zeros>' where id = 1", "UPDATE 1",
+                      "select count(*) filter (where n = 7), count(*) from bw", (1, 2)),
+    "insert_char": (["create table bw (id int, c char(3))"], "insert into bw values (1, '<padded>')", "INSERT 0 1",
+                    "select count(*) filter (where c = 'z' and length(c) = 1), count(*) from bw", (1, 1)),
     # A simple Query's own `$1` is bound to nothing: PostgreSQL's 42P02, and nothing written.
     "own_parameter": (["create table bw (id int, s text)"], "insert into bw values ($1, '<big>')", "42P02",
                       "select count(*), count(*) from bw", (0, 0)),
@@ -416,8 +428,9 @@ _BIG_WRITES = {
 def test_a_50mb_literal_in_a_planned_write_does_not_stall_other_sessions(trust_server, kind):
     """As above, for a write whose big literal is not an INSERT value built straight into rows:
     an UPDATE's SET, a DELETE's WHERE, a MERGE, an INSERT whose rows are planned (an omitted
-    column's DEFAULT, a CHECK constraint, INSERT … SELECT), a bytea's hex input, a simple Query
-    naming `$1` itself.
+    column's DEFAULT, a CHECK constraint, INSERT … SELECT), a bytea's hex input, a string
+    function's argument, a string assigned to a number or char(n) column, a simple Query naming
+    `$1` itself.
     The bystander's worst latency stays under 100 ms and the value stored is exactly the
     literal's."""
     size = 50_000_000

@@ -28,13 +28,39 @@ def _kept(sql: str, inserted: list[str] | None = None, alias: str = "t") -> tupl
 @pytest.mark.parametrize(("sql", "kept"), [
     ("update t set s = $1, id = $2, b = $3 where id = $9", ["1", "9"]),
     ("update t set s = $1 || s where t.s = $2 and s like $3 and id = $4", ["1", "2", "3", "9"]),
-    ("update t set s = upper($1) where s in (select $2) and other.s = $3", ["9"]),
+    ("update t set s = upper($1) where s in (select $2) and other.s = $3", ["1", "9"]),
     ("delete from t where s <> $1 and b = $2", ["1", "9"]),
     ("merge into t using (select $1 as id) src on t.id = src.id when matched then update set v = $2 "
      "when not matched then insert (id, s) values (src.id, $3)", ["2", "3", "9"]),
 ])
 def test_a_big_value_stays_a_parameter_only_where_its_context_is_a_text_column(sql, kept):
     assert _kept(sql)[1] == kept
+
+
+@pytest.mark.parametrize(("sql", "kept"), [
+    ("update t set id = length($1), s = md5($2) || lower($3) where id = $9", ["1", "2", "3", "9"]),
+    ("update t set s = left($1, $2) || repeat($3, $4) || substring($5, $6)", ["1", "3", "5", "9"]),
+    ("update t set s = replace($1, $2, $3) where strpos(s, $4) > 0 and starts_with(s, $5)", ["1", "2", "3", "4", "5", "9"]),
+    ("update t set s = concat($1, id), b = sha256($2), v = octet_length($3)::text", ["1", "9"]),
+    ("insert into t (id, s) values (length($1), upper($2))", ["1", "2", "9"]),
+    ("update t set s = upper(($1)) where s = (select lower($2))", ["9"]),
+])
+def test_a_big_value_stays_a_parameter_where_a_string_function_reads_it_as_text(sql, kept):
+    """Where PostgreSQL's function resolution makes an untyped literal text (`md5`, `length`:
+    text among its candidates); not where it is a count (`left`'s), another function's argument
+    (`sha256` takes bytea), inside parentheses or a subquery."""
+    assert _kept(sql, ["id", "s"] if sql.startswith("insert") else None)[1] == kept
+
+
+def test_a_value_assigned_to_a_number_or_char_column_stays_a_parameter_but_not_one_compared_with_it():
+    """Assigned, the string goes through the column type's input function as the literal's did;
+    compared, the number's (or char(n)'s) comparison types the literal."""
+    columns = {**COLUMNS, "n": "assigned", "c": "assigned"}
+    tree = parse("update t set n = $1, c = $2 where n = $3 and c = $4")
+    params = {str(k): BigText((b"big",), 3, 3) for k in range(1, 5)}
+    assert sorted(settled(tree, params, value_places(columns, "t"))[1] or {}) == ["1", "2"]
+    tree = parse("insert into t (n, c, id) values ($1, $2, $3)")
+    assert sorted(settled(tree, params, value_places(columns, "", ["n", "c", "id"]))[1] or {}) == ["1", "2"]
 
 
 def test_an_insert_keeps_values_and_select_items_that_go_into_text_columns():

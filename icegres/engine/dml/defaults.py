@@ -19,6 +19,7 @@ from sqlglot import exp
 from icegres.engine.dml.target import collect
 from icegres.pg.errors import PgError
 from icegres.sql.parse import expression as _parsed
+from icegres.sql.pieces import BigText
 
 if TYPE_CHECKING:
     from icegres.engine.mounts import ReadPlan
@@ -93,8 +94,9 @@ def fill(qctx: QueryContext, plan: ReadPlan, data: pa.Table, rows: int | None = 
         return data
     numbers = qctx.register_private("default_rows", qctx.ctx.from_arrow(pa.table({"n": np.arange(data.num_rows)})))
     # Unassigned: the caller conforms the rows, which casts each value as PostgreSQL assigns it.
-    query = exp.select(*(exp.alias_(_parsed(text).copy(), f.name, quoted=True) for f, text in missing)).from_(numbers)
-    values = collect(qctx.plan_tree(query))
+    params: dict[str, Any] = {}
+    query = exp.select(*(exp.alias_(_bound(text, params), f.name, quoted=True) for f, text in missing)).from_(numbers)
+    values = collect(qctx.plan_tree(query, params or None))
     for f, _ in missing:
         data = data.append_column(f.name, values.column(f.name))
     return data
@@ -144,5 +146,28 @@ def check(qctx: QueryContext, text: str, field: pa.Field, key: tuple[str, str]) 
     does not exist: 42883) is refused then, not at the first INSERT."""
     from icegres.engine.assign import conform_to
 
-    value = collect(qctx.plan_tree(exp.select(exp.alias_(_parsed(text).copy(), field.name, quoted=True))))
+    params: dict[str, Any] = {}
+    value = collect(qctx.plan_tree(exp.select(exp.alias_(_bound(text, params), field.name, quoted=True)),
+                                   params or None))
     conform_to(value, pa.schema([field.with_nullable(True)]), key, qctx.env.time_zone)
+
+
+_BIG_DEFAULT_CHARS = 4 * 1024  # (as the front end's LITERAL_CHARS: a literal over it is a parameter)
+_PIECE_CHARS = 1 << 20
+
+
+def _bound(text: str, params: dict[str, Any]) -> exp.Expression:
+    """A DEFAULT's expression to evaluate. A default that is one big string literal (`DEFAULT
+    '<50 MB>'`) is a parameter added to `params`, bound to its text's UTF-8 a slice at a time:
+    the engine reads it from a one-row table (engine/big_values.py), where written into the
+    query DataFusion would parse it in one call holding the GIL (1.2 s for 50 MB, during which
+    every session waited). Either way the value is a string that the caller assigns to the
+    column's type, so the default means what it meant."""
+    tree = _parsed(text)
+    if not (isinstance(tree, exp.Literal) and tree.is_string and len(tree.this) > _BIG_DEFAULT_CHARS):
+        return tree.copy()
+    value: str = tree.this
+    pieces = tuple(value[at:at + _PIECE_CHARS].encode() for at in range(0, len(value), _PIECE_CHARS))
+    name = str(len(params) + 1)
+    params[name] = BigText(pieces, sum(map(len, pieces)), len(value))
+    return exp.Parameter(this=exp.Literal.number(name))

@@ -97,19 +97,23 @@ def set_items(items: list[exp.Expression], plan: ReadPlan, key: Key) -> dict[str
 
 def value_columns(plan: ReadPlan) -> dict[str, str]:
     """The target's columns a big literal goes into as it is (engine/big_values.py): text and
-    varchar(n) (whose length the written rows are checked against) as "text", not char(n),
-    whose comparisons ignore trailing spaces; bytea as "bytea"."""
+    varchar(n) (whose length the written rows are checked against) as "text"; bytea as
+    "bytea"; char(n), integers and numeric as "assigned": a string assigned to one is cast to
+    the column's type as the literal's string was, but compared with one it is not text
+    (char(n)'s comparisons ignore trailing spaces, a number's are numeric)."""
     from icegres.pg.chars import BPCHAR_OID
 
     chars = plan.char_types or (None,) * len(plan.schema)
     out = {}
     for f, char in zip(plan.schema, chars, strict=False):
         t = pa.types
-        if (t.is_string(f.type) or t.is_large_string(f.type) or t.is_string_view(f.type)) and (
-                char is None or char.oid != BPCHAR_OID):
-            out[f.name] = "text"
+        if t.is_string(f.type) or t.is_large_string(f.type) or t.is_string_view(f.type):
+            out[f.name] = "text" if char is None or char.oid != BPCHAR_OID else "assigned"
         elif t.is_binary(f.type) or t.is_large_binary(f.type) or t.is_binary_view(f.type):
             out[f.name] = "bytea"
+        elif t.is_integer(f.type) or t.is_decimal(f.type):
+            # (not yet floats, booleans, dates and times: no test holds their big strings to PostgreSQL's)
+            out[f.name] = "assigned"
     return out
 
 

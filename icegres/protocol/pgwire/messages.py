@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from icegres.pg.errors import PROTOCOL_VIOLATION, PgError
+from icegres.protocol.pgwire import errors_ahead
 
 PROTOCOL_3_0 = 196608
 SSL_REQUEST_CODE = 80877103
@@ -407,10 +408,22 @@ CORRELATION_FIELD = b"i"
 
 
 def error_response(err: PgError, correlation_id: str | None = None) -> bytes:
-    fields = _notice_fields(err)
-    if correlation_id:
-        fields = fields[:-1] + CORRELATION_FIELD + _cstr(correlation_id) + b"\0"
-    return _frame(b"E", fields)
+    fields = errors_ahead.take(err, said(err))
+    if fields is None:
+        fields = notice_fields(err)
+    tail = CORRELATION_FIELD + _cstr(correlation_id) + b"\0" if correlation_id else b"\0"
+    return b"".join((b"E", struct.pack("!i", len(fields) + len(tail) + 4), fields, tail))
+
+
+def said(err: PgError) -> tuple[Any, ...]:
+    """What an ErrorResponse is made from (errors_ahead.py: fields encoded ahead are used only
+    while the error still says this)."""
+    return (err.severity, err.sqlstate, id(err.message), len(err.message), err.detail, err.hint, err.position)
+
+
+def notice_fields(err: PgError) -> bytes:
+    """An ErrorResponse's or NoticeResponse's fields, without the terminator."""
+    return _notice_fields(err)[:-1]
 
 
 def notice_response(err: PgError) -> bytes:

@@ -28,6 +28,7 @@ from icegres.pg.copy_format import copy_target
 from icegres.pg.errors import PgError
 from icegres.protocol.pgwire import (
     auth,
+    errors_ahead,
     startup,
     statement_log,
     statements,
@@ -416,7 +417,7 @@ class Session:
         raise PgError(E.QUERY_CANCELED, "canceling statement due to statement timeout")
 
     async def in_thread(self, fn, *args):
-        return await self.server.run_sync(fn, *args)
+        return await self.server.run_sync(errors_ahead.encoding_ahead, m.notice_fields, m.said, fn, *args)
 
     # --- simple query --------------------------------------------------------------------------
 

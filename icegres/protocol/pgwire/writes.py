@@ -9,6 +9,7 @@ through the commit machine.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -22,6 +23,7 @@ from icegres.pg import errors as E
 from icegres.pg.clock import TextSettings
 from icegres.pg.copy_format import CopyFormat, copy_target
 from icegres.pg.errors import PgError
+from icegres.protocol.pgwire import errors_ahead
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire.results import row_description
 from icegres.sql.statement import Statement, refusal
@@ -46,8 +48,8 @@ def host(session: SessionPort) -> SessionHost:
     """The session as the write path's host, for one statement."""
     block = session.block
     return SessionHost(session.qctx, block.txn if block.state.open else None,
-                       session.settings.get("default_transaction_isolation"), session.server.run_sync,
-                       idle=block.state.idle)
+                       session.settings.get("default_transaction_isolation"),
+                       functools.partial(session.server.run_sync, errors_ahead.encoding_ahead, m.notice_fields, m.said), idle=block.state.idle)
 
 
 async def run_write(session: SessionPort, stmt: Statement, values: dict[str, Any] | None, describe: bool,
