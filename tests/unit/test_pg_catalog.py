@@ -75,6 +75,10 @@ class Env:
         return [USER if s.strip() == '"$user"' else s.strip()
                 for s in self.settings["search_path"].split(",")]
 
+    @property
+    def current_user(self) -> str:
+        return self.user
+
 
 def make_context(snapshot: pg_catalog.CatalogSnapshot = SNAPSHOT, env: Env | None = None):
     from datafusion import SessionConfig, SessionContext
