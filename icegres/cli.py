@@ -171,9 +171,10 @@ def _add_verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    from icegres import allocator
+    from icegres import allocator, stacks
 
     allocator.configure()  # before any command imports DataFusion
+    stacks.deep_stacks()  # before any thread that may run DataFusion starts
     args = build_parser().parse_args(argv)
     try:
         settings = resolve(vars(args))

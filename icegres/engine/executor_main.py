@@ -99,14 +99,13 @@ def run(ctx: Any, conn: Connection, message: bytes) -> None:
             with lock:
                 failures.append(exc)
 
-    if len(streams) == 1:
-        pull(streams[0])
-    else:
-        threads = [threading.Thread(target=pull, args=(s,), daemon=True) for s in streams]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+    # A thread even for one stream: the main thread's stack is the system's 8 MB, a started
+    # thread's the deep one of icegres/stacks.py (a long string's cast needs it).
+    threads = [threading.Thread(target=pull, args=(s,), daemon=True) for s in streams]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     if failures:
         raise failures[0]
 
@@ -131,6 +130,9 @@ def _die_with_parent() -> None:
 def main(argv: list[str]) -> None:
     import os
 
+    from icegres.stacks import deep_stacks
+
+    deep_stacks()
     _die_with_parent()
     # Heavy statements yield the CPU to the server's own threads (point lookups, the wire).
     os.nice(NICE)
