@@ -23,6 +23,7 @@ from icegres.sql.acl_statements import (
     AlterOwner,
     AlterRole,
     CreateRole,
+    DefaultPrivileges,
     DropRole,
     GrantPrivileges,
     GrantRole,
@@ -127,6 +128,18 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
         return cmd.tag, warnings
     if isinstance(cmd, PolicyCommand):
         return await _policy(qctx, cmd, who, run), warnings
+    if isinstance(cmd, DefaultPrivileges):
+        g = cmd.grant
+        roles = [_named_role(r, qctx) for r in cmd.roles] or [who.user]
+        grantees = [_named_role(x, qctx) if x else acl.PUBLIC for x in g.grantees]
+        letters = acl.ALL_TABLE if g.all_privileges else g.letters
+        for schema in cmd.schemas:
+            if not await run(qctx.engine.has_schema, schema):
+                raise PgError(E.INVALID_SCHEMA_NAME, f'schema "{schema}" does not exist')
+        await authorization.change(lambda a: acl.alter_default_privileges(
+            a, who, roles, list(cmd.schemas) or [""], letters, grantees, revoke=g.revoke,
+            grant_option=g.grant_option, configured=configured))
+        return cmd.tag, warnings
     if isinstance(cmd, MaskCommand):
         return await _mask(qctx, cmd, who, run), warnings
     if isinstance(cmd, AlterOwner):

@@ -882,6 +882,7 @@ _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "pg_catalog.pg_depend": _rows_pg_depend,
     "information_schema.schemata": _rows_schemata,
     "information_schema.tables": _rows_tables,
+    "pg_catalog.pg_default_acl": lambda ix: pg_roles.default_acl_rows(ix.snapshot.authz, ix.snapshot.user, ix.namespaces),
     "pg_catalog.pg_policy": lambda ix: pg_roles.policy_rows(
         ix.snapshot.authz, {k: e.oid for k, e in ix.relations.items()}),
     "information_schema.table_privileges": lambda ix: pg_roles.table_privilege_rows(

@@ -13,7 +13,7 @@ from typing import Any
 
 from icegres.pg import acl
 
-__all__ = ["auth_member_rows", "authid_rows", "nspacl", "owner_oid", "relacl", "role_oid", "policy_rows", "row_security_flags",
+__all__ = ["auth_member_rows", "authid_rows", "nspacl", "owner_oid", "relacl", "role_oid", "default_acl_rows", "policy_rows", "row_security_flags",
            "table_privilege_rows", "user_rows"]
 
 BOOTSTRAP_OID = acl.BOOTSTRAP_OID
@@ -151,4 +151,17 @@ def policy_rows(authz: acl.Authz | None, relation_oids: dict[tuple[str, str], in
         rows.append({"oid": _POLICY_OID_BASE + i, "polname": p.name, "polrelid": oid,
                      "polcmd": _POLICY_COMMANDS[p.command], "polpermissive": p.permissive,
                      "polroles": roles, "polqual": p.using, "polwithcheck": p.check})
+    return rows
+
+
+def default_acl_rows(authz: acl.Authz | None, bootstrap: str, namespace_oids: dict[str, int]) -> Rows:
+    """pg_default_acl (psql's \\ddp): one row per (role, schema) of ALTER DEFAULT PRIVILEGES."""
+    if authz is None:
+        return []
+    rows = []
+    for i, ((role, schema), items) in enumerate(sorted(authz.default_acls.items())):
+        shown = [acl.AclItem(x.grantee, role, x.privs, x.options) for x in items]
+        rows.append({"oid": _POLICY_OID_BASE - 1 - i, "defaclrole": role_oid(authz, role),
+                     "defaclnamespace": namespace_oids.get(schema, 0) if schema else 0,
+                     "defaclobjtype": "r", "defaclacl": _acl_text(authz, tuple(shown), bootstrap)})
     return rows

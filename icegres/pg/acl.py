@@ -143,6 +143,9 @@ class Authz:
     rls: Mapping[ObjectKey, str] = field(default_factory=dict)
     policies: tuple[Policy, ...] = ()
     masks: tuple[Mask, ...] = ()
+    # ALTER DEFAULT PRIVILEGES: (creating role, schema or "" for every schema) -> the entries its
+    # new tables' ACLs get (the grantor written as "" for the new table's owner).
+    default_acls: Mapping[tuple[str, str], tuple[AclItem, ...]] = field(default_factory=dict)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -383,13 +386,19 @@ def drop_role(authz: Authz, who: Principal, name: str) -> Authz:
     depends = [f"owner of {_describe(k)}" for k, v in sorted(authz.owners.items()) if v == name]
     depends += [f"privileges for {_describe(k)}" for k, items in sorted(authz.acls.items())
                 if any(name in (i.grantee, i.grantor) for i in items)]
+    depends += [f"privileges for default privileges on new relations belonging to role {role}"
+                + (f" in schema {schema}" if schema else "")
+                for (role, schema), items in sorted(authz.default_acls.items())
+                if role != name and any(i.grantee == name for i in items)]
     if depends:
         raise PgError(E.DEPENDENT_OBJECTS_STILL_EXIST,
                       f'role "{name}" cannot be dropped because some objects depend on it',
                       detail="\n".join(depends))
     roles = {k: v for k, v in authz.roles.items() if k != name}
     members = frozenset(m for m in authz.members if name not in (m.role, m.member))
-    return replace(authz, roles=roles, members=members)
+    # Its own default privileges go with it, as PostgreSQL drops a role's pg_default_acl rows.
+    defaults = {k: v for k, v in authz.default_acls.items() if k[0] != name}
+    return replace(authz, roles=roles, members=members, default_acls=defaults)
 
 
 def _describe(obj: ObjectKey) -> str:
@@ -538,11 +547,61 @@ def set_owner(authz: Authz, who: Principal, obj: ObjectKey, new_owner: str,
 
 def created(authz: Authz, who: Principal, obj: ObjectKey) -> Authz:
     """A new object: owned by its creator (a configured superuser's objects by BOOTSTRAP), with
-    no ACL entries of a dropped namesake left behind."""
+    no ACL entries of a dropped namesake left behind, and the creator's default privileges
+    (ALTER DEFAULT PRIVILEGES: for every schema, then for the object's) in its ACL."""
     out = dropped(authz, obj)
-    if who.user not in authz.roles:
+    if who.user in authz.roles:
+        out = replace(out, owners={**out.owners, obj: who.user})
+    defaults = [*authz.default_acls.get((who.user, ""), ()), *authz.default_acls.get((who.user, obj[1]), ())]
+    if not defaults or obj[0] != "table":
         return out
-    return replace(out, owners={**out.owners, obj: who.user})
+    owner = out.owner(obj)
+    items = list(out.acl(obj))
+    for d in defaults:
+        entry = AclItem(d.grantee, owner, d.privs, d.options)
+        at = next((n for n, i in enumerate(items) if i.grantee == entry.grantee and i.grantor == owner), None)
+        if at is None:
+            items.append(entry)
+        else:
+            i = items[at]
+            items[at] = AclItem(i.grantee, owner, _ordered(i.privs + entry.privs, ALL_TABLE),
+                                _ordered(i.options + entry.options, ALL_TABLE))
+    return replace(out, acls={**out.acls, obj: tuple(items)})
+
+
+def alter_default_privileges(authz: Authz, who: Principal, roles: Iterable[str], schemas: Iterable[str],
+                             letters: str, grantees: Iterable[str], *, revoke: bool,
+                             grant_option: bool, configured: frozenset[str] = frozenset()) -> Authz:
+    """ALTER DEFAULT PRIVILEGES [FOR ROLE r] [IN SCHEMA s] GRANT | REVOKE ... ON TABLES: only a
+    member of `r` (or a superuser) changes r's defaults."""
+    defaults = dict(authz.default_acls)
+    for role in roles:
+        if role not in authz.roles and role not in configured and role != BOOTSTRAP:
+            raise PgError(E.UNDEFINED_OBJECT, f'role "{role}" does not exist')
+        if not authz.is_superuser(who) and role not in authz.member_roles(who.user):
+            raise PgError(E.INSUFFICIENT_PRIVILEGE, 'permission denied to change default privileges')
+        for schema in schemas:
+            items = list(defaults.get((role, schema), ()))
+            for grantee in grantees:
+                at = next((n for n, i in enumerate(items) if i.grantee == grantee), None)
+                old = items[at] if at is not None else AclItem(grantee, "", "", "")
+                if revoke:
+                    options = "".join(c for c in old.options if c not in letters)
+                    privs = old.privs if grant_option else "".join(c for c in old.privs if c not in letters)
+                    new = AclItem(grantee, "", privs, options)
+                else:
+                    new = AclItem(grantee, "", _ordered(old.privs + letters, ALL_TABLE),
+                                  _ordered(old.options + (letters if grant_option else ""), ALL_TABLE))
+                if at is None:
+                    items.append(new)
+                else:
+                    items[at] = new
+            items = [i for i in items if i.privs]
+            if items:
+                defaults[(role, schema)] = tuple(items)
+            else:
+                defaults.pop((role, schema), None)
+    return replace(authz, default_acls=defaults)
 
 
 def dropped(authz: Authz, obj: ObjectKey) -> Authz:
@@ -583,6 +642,8 @@ def to_json(authz: Authz) -> str:
         "policies": [[p.name, list(p.table), p.permissive, p.command, list(p.roles), p.using, p.check]
                      for p in authz.policies],
         "masks": [[m.name, list(m.table), m.column, m.expression, list(m.roles)] for m in authz.masks],
+        "default_acls": [[list(k), [[i.grantee, i.grantor, i.privs, i.options] for i in v]]
+                         for k, v in sorted(authz.default_acls.items())],
     }, sort_keys=True, separators=(",", ":"))
 
 
@@ -601,6 +662,7 @@ def from_json(text: str) -> Authz:
         rls={tuple(k): v for k, v in doc.get("rls", [])},
         policies=tuple(Policy(n, tuple(t), pm, c, tuple(r), u, ch) for n, t, pm, c, r, u, ch in doc.get("policies", [])),
         masks=tuple(Mask(n, tuple(t), c, e, tuple(r)) for n, t, c, e, r in doc.get("masks", [])),
+        default_acls={tuple(k): tuple(AclItem(*i) for i in v) for k, v in doc.get("default_acls", [])},
     )
 
 

@@ -138,7 +138,17 @@ class MaskCommand:
         return f"{self.action.upper()} MASK"
 
 
-AclCommand = (MaskCommand | CreateRole | AlterRole | DropRole | GrantPrivileges | GrantRole | AlterOwner | RowSecurity
+@dataclass(frozen=True)
+class DefaultPrivileges:
+    """ALTER DEFAULT PRIVILEGES [FOR ROLE r, ...] [IN SCHEMA s, ...] GRANT | REVOKE ... ON TABLES."""
+
+    roles: tuple[str, ...]  # () : the current role
+    schemas: tuple[str, ...]  # () : every schema
+    grant: GrantPrivileges
+    tag: str = "ALTER DEFAULT PRIVILEGES"
+
+
+AclCommand = (DefaultPrivileges | MaskCommand | CreateRole | AlterRole | DropRole | GrantPrivileges | GrantRole | AlterOwner | RowSecurity
               | PolicyCommand)
 
 _LETTERS = {"select": "r", "insert": "a", "update": "w", "delete": "d", "truncate": "D",
@@ -223,7 +233,7 @@ class _Reader:
         return tuple(out)
 
 
-_CANDIDATE = re.compile(r"\s*(?:GRANT|REVOKE|(?:CREATE|DROP|ALTER)\s+(?:ROLE|USER|GROUP|POLICY|MASK)|ALTER\s+(TABLE|SCHEMA))\b", re.I)
+_CANDIDATE = re.compile(r"\s*(?:GRANT|REVOKE|(?:CREATE|DROP|ALTER)\s+(?:ROLE|USER|GROUP|POLICY|MASK)|ALTER\s+DEFAULT\s+PRIVILEGES|ALTER\s+(TABLE|SCHEMA))\b", re.I)
 _OWNER_TO = re.compile(r"\b(?:OWNER\s+TO\s+\S+|ROW\s+LEVEL\s+SECURITY)\s*$", re.I)
 
 
@@ -251,6 +261,10 @@ def parse_acl(sql: str) -> AclCommand | None:
     if r.peek("alter") and r.peek("role", "user", "group", ahead=1):
         r.at += 2
         return _alter_role(r)
+    if r.peek("alter") and r.peek("default", ahead=1):
+        r.at += 2
+        r.expect("privileges")
+        return _default_privileges(r)
     if r.peek("create", "alter", "drop") and r.peek("policy", ahead=1):
         return _policy(r)
     if r.peek("create", "drop") and r.peek("mask", ahead=1):
@@ -380,7 +394,9 @@ def _grantees(r: _Reader) -> tuple[str, ...]:
             return tuple(out)
 
 
-def _grant(r: _Reader, *, revoke: bool) -> GrantPrivileges | GrantRole:
+def _grant(r: _Reader, *, revoke: bool, defaults: bool = False) -> GrantPrivileges | GrantRole:
+    """GRANT / REVOKE after its first word; `defaults`: ALTER DEFAULT PRIVILEGES's abbreviated
+    form, whose objects are `ON TABLES` (given as the object kind "tables")."""
     option_for = False
     if revoke and r.peek("grant", "admin") and r.peek("option", ahead=1) and r.peek("for", ahead=2):
         option_for = True
@@ -405,7 +421,13 @@ def _grant(r: _Reader, *, revoke: bool) -> GrantPrivileges | GrantRole:
             if word not in _LETTERS:
                 raise PgError(E.SYNTAX_ERROR, f'unrecognized privilege type "{word}"')
             letters += _LETTERS[word]
-        kind, objects = _objects(r)
+        if defaults:
+            kind = r.expect("tables", "sequences", "functions", "routines", "types", "schemas")
+            if kind != "tables":
+                raise PgError(E.FEATURE_NOT_SUPPORTED, f"default privileges on {kind} are not supported")
+            objects: tuple[tuple[str | None, str], ...] = ()
+        else:
+            kind, objects = _objects(r)
         r.expect("from" if revoke else "to")
         grantees = _grantees(r)
         grant_option = option_for
@@ -421,7 +443,7 @@ def _grant(r: _Reader, *, revoke: bool) -> GrantPrivileges | GrantRole:
             r.take("restrict")
         r.end()
         return GrantPrivileges(revoke, letters, all_privileges, kind, objects, grantees, grant_option, cascade)
-    if all_privileges:
+    if all_privileges or defaults:
         raise r.error()
     roles = words
     r.expect("from" if revoke else "to")
@@ -439,6 +461,23 @@ def _grant(r: _Reader, *, revoke: bool) -> GrantPrivileges | GrantRole:
             r.take("restrict")
     r.end()
     return GrantRole(revoke, tuple(roles), members, admin)
+
+
+def _default_privileges(r: _Reader) -> DefaultPrivileges:
+    roles: tuple[str, ...] = ()
+    schemas: tuple[str, ...] = ()
+    while r.peek("for", "in"):
+        if r.take("for"):
+            r.expect("role", "user")
+            roles = _grantees(r)
+        else:
+            r.at += 1
+            r.expect("schema")
+            schemas = r.names()
+    revoke = r.expect("grant", "revoke") == "revoke"
+    grant = _grant(r, revoke=revoke, defaults=True)
+    assert isinstance(grant, GrantPrivileges)
+    return DefaultPrivileges(roles, schemas, grant)
 
 
 def _objects(r: _Reader) -> tuple[str, tuple[tuple[str | None, str], ...]]:

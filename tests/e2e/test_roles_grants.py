@@ -109,13 +109,26 @@ def _script(n: dict[str, str]) -> list[str]:
         f"GRANT SELECT ON {s}.missing TO {analyst}",
         f"GRANT SELECT ON {s}.t TO {n['nobody']}",
         f"GRANT SELEC ON {s}.t TO {analyst}",
+        f"ALTER DEFAULT PRIVILEGES IN SCHEMA {s} GRANT SELECT ON TABLES TO {analyst}",
+        f"CREATE TABLE {s}.later (x int)",
+        f"DROP ROLE {analyst}",  # 2BP01: its default privileges
+        f"SET ROLE {analyst}",
+        f"SELECT * FROM {s}.later",
+        f"ALTER DEFAULT PRIVILEGES IN SCHEMA {s} GRANT INSERT ON TABLES TO {analyst}",  # its own
+        "RESET ROLE",
+        f"ALTER DEFAULT PRIVILEGES IN SCHEMA {s} REVOKE SELECT ON TABLES FROM {analyst}",
+        f"CREATE TABLE {s}.later2 (x int)",
+        f"SET ROLE {analyst}",
+        f"SELECT * FROM {s}.later2",
+        "RESET ROLE",
         f"DROP ROLE {n['nobody']}",
         f"DROP ROLE IF EXISTS {n['nobody']}",
     ]
 
 
 def _teardown(n: dict[str, str]) -> list[str]:
-    return [f"DROP VIEW IF EXISTS {n['s']}.v", f"DROP TABLE IF EXISTS {n['s']}.t", f"DROP TABLE IF EXISTS {n['s']}.hidden", f"DROP SCHEMA IF EXISTS {n['s']}",
+    return [f"DROP TABLE IF EXISTS {n['s']}.later", f"DROP TABLE IF EXISTS {n['s']}.later2",
+            f"DROP VIEW IF EXISTS {n['s']}.v", f"DROP TABLE IF EXISTS {n['s']}.t", f"DROP TABLE IF EXISTS {n['s']}.hidden", f"DROP SCHEMA IF EXISTS {n['s']}",
             f"REVOKE {n['analyst']} FROM {n['writer']}",
             f"DROP ROLE IF EXISTS {n['writer']}", f"DROP ROLE IF EXISTS {n['analyst']}"]
 
@@ -134,6 +147,13 @@ def test_privileges_are_enforced_as_postgresql_enforces_them(icegres: IcegresSer
     assert all(o[0] == "ok" for o in theirs[0]), theirs[0]
     assert ours[0] == theirs[0]
     for sql, mine, pg in zip(_script(names), ours[1], theirs[1], strict=True):
+        if pg[0] == "error" and pg[1] == "2BP01":
+            # The DETAIL lists the dependent objects in the order PostgreSQL created them (by
+            # OID), and names the bootstrap superuser: compare the lines as a set, the name aside.
+            assert mine[:3] == pg[:3], sql
+            lines = [sorted(d.replace(user, "OWNER").split("\n")) for d, user in ((mine[3], "icegres"), (pg[3], "postgres"))]
+            assert lines[0] == lines[1], sql
+            continue
         assert mine == pg, sql
     assert ours[2] == theirs[2]
 

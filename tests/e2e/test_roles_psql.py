@@ -1,4 +1,4 @@
-"""psql's own role and privilege commands (\\du, \\dp, \\dn+, \\d) over icegres's catalogs, beside
+"""psql's own role and privilege commands (\\du, \\dp, \\dn+, \\ddp, \\d) over icegres's catalogs, beside
 PostgreSQL 15: the same output for the same roles and grants (the bootstrap superuser's name
 aside: `postgres` there, `icegres` here)."""
 
@@ -36,9 +36,10 @@ def test_du_dp_and_d_show_roles_grants_and_policies_as_postgresql_does(tmp_path,
     setup = [f"CREATE SCHEMA {s}", f"CREATE TABLE {s}.t (a int)", f"CREATE ROLE {analyst} LOGIN",
              f"CREATE ROLE {grp}", f"GRANT {grp} TO {analyst}", f"GRANT USAGE ON SCHEMA {s} TO {grp}",
              f"GRANT SELECT ON {s}.t TO {analyst}", f"GRANT INSERT ON {s}.t TO {grp} WITH GRANT OPTION",
-             f"ALTER TABLE {s}.t ENABLE ROW LEVEL SECURITY"]
-    teardown = [f"DROP TABLE {s}.t", f"DROP SCHEMA {s}", f"DROP ROLE {analyst}", f"DROP ROLE {grp}"]
-    commands = [rf"\du {analyst}|{grp}", rf"\dp {s}.t", rf"\dn+ {s}"]
+             f"ALTER TABLE {s}.t ENABLE ROW LEVEL SECURITY",
+             f"ALTER DEFAULT PRIVILEGES IN SCHEMA {s} GRANT SELECT, INSERT ON TABLES TO {analyst}"]
+    teardown = [f"ALTER DEFAULT PRIVILEGES IN SCHEMA {s} REVOKE ALL ON TABLES FROM {analyst}", f"DROP TABLE {s}.t", f"DROP SCHEMA {s}", f"DROP ROLE {analyst}", f"DROP ROLE {grp}"]
+    commands = [rf"\du {analyst}|{grp}", rf"\dp {s}.t", rf"\dn+ {s}", rf"\ddp {s}"]
     with running_icegres(tmp_path / "data") as icegres:
         outputs = []
         for host, port, user, db in ((icegres.host, icegres.port, icegres.user, icegres.database),
