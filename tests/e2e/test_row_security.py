@@ -155,6 +155,14 @@ def test_nothing_of_a_hidden_row_leaks_through_icegres_own_surfaces(icegres: Ice
                 conn.execute(f"SET ROLE {alice}")
                 cur.execute(f"SELECT id FROM {s}.docs WHERE id > %s ORDER BY id", (0,), prepare=True)
                 assert [r[0] for r in cur.fetchall()] == [1]
+            # COPY TO and a cursor read through the same policies.
+            with conn.cursor() as cur:
+                with cur.copy(f"COPY {s}.docs (id, body) TO STDOUT") as copy:
+                    copied = b"".join(bytes(block) for block in copy)
+                assert b"secret-7" not in copied and copied.startswith(b"1\ta1")
+            with conn.transaction():
+                conn.execute(f"DECLARE c CURSOR FOR SELECT id FROM {s}.docs ORDER BY id")
+                assert conn.execute("FETCH ALL FROM c").fetchall() == [(1,)]
             # Time travel reads the same policies.
             conn.execute("RESET ROLE")
             snapshot = conn.execute(f'SELECT snapshot_id FROM {s}."docs$snapshots" ORDER BY committed_at DESC LIMIT 1').fetchone()[0]
