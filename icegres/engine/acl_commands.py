@@ -197,18 +197,27 @@ async def _grant_privileges(qctx: QueryContext, cmd: GrantPrivileges, who: acl.P
         raise PgError(E.INVALID_GRANT_OPERATION, f"invalid privilege type {word} for {kind}")
     grantees = [_named_role(g, qctx) if g else acl.PUBLIC for g in cmd.grantees]
     warnings: list[str] = []
+    column_grants = await run(_column_objects, qctx, cmd, targets) if cmd.columns else []
+
+    def apply(a: acl.Authz, objs: list[acl.ObjectKey], privileges: str) -> acl.Authz:
+        if cmd.revoke:
+            out, said = acl.revoke(a, who, objs, privileges, grantees,
+                                   grant_option_only=cmd.grant_option, cascade=cmd.cascade)
+        else:
+            out, said = acl.grant(a, who, objs, privileges, grantees, grant_option=cmd.grant_option)
+        warnings.extend(said)
+        return out
 
     def fold(a: acl.Authz) -> acl.Authz:
         for g in grantees:
             if g != acl.PUBLIC and a.role(g) is None and g not in configured:
                 raise PgError(E.UNDEFINED_OBJECT, f'role "{g}" does not exist')
-        if cmd.revoke:
-            out, said = acl.revoke(a, who, targets, letters, grantees,
-                                   grant_option_only=cmd.grant_option, cascade=cmd.cascade)
-        else:
-            out, said = acl.grant(a, who, targets, letters, grantees, grant_option=cmd.grant_option)
-        warnings[:] = said
-        return out
+        warnings.clear()
+        if letters:
+            a = apply(a, targets, letters)
+        for letter, objs in column_grants:
+            a = apply(a, objs, letter)
+        return a
 
     await authorization.change(fold)
     return cmd.tag, warnings
@@ -264,3 +273,22 @@ async def _mask(qctx: QueryContext, cmd: MaskCommand, who: acl.Principal, run: A
     mask = acl.Mask(cmd.name, key, cmd.column, cmd.expression, roles)
     await authorization.change(lambda a: acl.create_mask(a, who, mask))
     return cmd.tag
+
+
+def _column_objects(qctx: QueryContext, cmd: GrantPrivileges,
+                    targets: list[acl.ObjectKey]) -> list[tuple[str, list[acl.ObjectKey]]]:
+    """`SELECT (a, b)`: each privilege's column keys over every table named (42703 for a
+    column the table lacks)."""
+    if cmd.object_kind != "table":
+        raise PgError(E.SYNTAX_ERROR, "column privileges are given on tables only")
+    out = []
+    for letter, columns in cmd.columns:
+        objs: list[acl.ObjectKey] = []
+        for target in targets:
+            names = set(qctx.engine.table_schema((target[1], target[2])).names)
+            for column in columns:
+                if column not in names:
+                    raise PgError(E.UNDEFINED_COLUMN, f'column "{column}" of relation "{target[2]}" does not exist')
+                objs.append(("column", target[1], target[2], column))
+        out.append((letter, objs))
+    return out

@@ -111,9 +111,11 @@ class Authorization:
     # --- checks --------------------------------------------------------------------------------
 
     def check_relations(self, who: Principal, relations: Iterable[tuple[str, tuple[str, str]]],
-                        letter: str = "r") -> None:
-        """42501 unless `who` may use each relation's schema and has `letter` on it. `relations`:
-        (kind, (schema, name)) as the resolver gives them; catalog relations are everyone's."""
+                        letter: str = "r", columns: Callable[[tuple[str, str]], set[str] | None] | None = None) -> None:
+        """42501 unless `who` may use each relation's schema and has `letter` on it, or, lacking
+        it, on every column of it the statement uses (`columns(key)`; None: not known, denied).
+        `relations`: (kind, (schema, name)) as the resolver gives them; catalog relations are
+        everyone's."""
         authz = self.current()
         if authz.is_superuser(who):
             return
@@ -121,7 +123,12 @@ class Authorization:
             if kind == "system":
                 continue
             authz.require(who, ("schema", schema), "U")
-            if not authz.has(who, ("table", schema, name), letter):
+            table = ("table", schema, name)
+            if not authz.has(who, table, letter):
+                if columns is not None and authz.column_grants(table):
+                    used = columns((schema, name))
+                    if used is not None and authz.has_columns(who, table, letter, used):
+                        continue
                 noun = "view" if kind == "view" else "table"
                 raise PgError("42501", f"permission denied for {noun} {name}")
 

@@ -469,6 +469,7 @@ def _rows_pg_attribute(ix: CatalogIndex) -> Rows:
                 "attislocal": True,
                 "attcollation": t.typcollation if t else 0,
                 "atthasdef": (e.oid, c.attnum) in ix_defaults, "attidentity": c.identity,
+                "attacl": pg_roles.attacl(ix.snapshot.authz, e.schema, e.name, c.name, ix.snapshot.user),
             })
     return rows
 

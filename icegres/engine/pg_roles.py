@@ -13,7 +13,7 @@ from typing import Any
 
 from icegres.pg import acl
 
-__all__ = ["auth_member_rows", "authid_rows", "nspacl", "owner_oid", "relacl", "role_oid", "default_acl_rows", "policy_rows", "row_security_flags",
+__all__ = ["attacl", "auth_member_rows", "authid_rows", "nspacl", "owner_oid", "relacl", "role_oid", "default_acl_rows", "policy_rows", "row_security_flags",
            "table_privilege_rows", "user_rows"]
 
 BOOTSTRAP_OID = acl.BOOTSTRAP_OID
@@ -165,3 +165,9 @@ def default_acl_rows(authz: acl.Authz | None, bootstrap: str, namespace_oids: di
                      "defaclnamespace": namespace_oids.get(schema, 0) if schema else 0,
                      "defaclobjtype": "r", "defaclacl": _acl_text(authz, tuple(shown), bootstrap)})
     return rows
+
+
+def attacl(authz: acl.Authz | None, schema: str, table: str, column: str, bootstrap: str) -> list[str] | None:
+    """pg_attribute.attacl: the privileges granted on the column itself (NULL: none)."""
+    items = authz.explicit_acl(("column", schema, table, column)) if authz is not None else None
+    return None if not items else _acl_text(authz, items, bootstrap)

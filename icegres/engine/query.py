@@ -25,6 +25,7 @@ from icegres.engine import (
     activity,
     authz,
     big_values,
+    column_refs,
     rewrite,
     row_security,
     time_travel,
@@ -516,10 +517,26 @@ class QueryContext:
         def resolved(pairs: tuple[Any, ...]) -> list[tuple[str, tuple[str, str]]]:
             return [f for f in (found(*pair) for pair in pairs) if f is not None]
 
-        authorization.check_relations(who, resolved(names), "r")
+        def table_of(schema: str | None, name: str) -> tuple[str, str] | None:
+            hit = found(schema, name)
+            return hit[1] if hit is not None and hit[0] == "table" else None
+
+        def names_of(key: tuple[str, str]) -> list[str]:
+            return list(self.engine.table_schema(key).names)
+
+        read: list[dict[tuple[str, str], set[str]] | None] = []
+
+        def reads_of(key: tuple[str, str]) -> set[str] | None:
+            # (only asked where a table privilege is missing and column grants exist)
+            if not read:
+                read.append(None if targets else column_refs.read_columns(stmt.tree, table_of, names_of))
+            return None if read[0] is None else read[0].get(key)
+
+        authorization.check_relations(who, resolved(names), "r", reads_of)
         if targets:
             for letter in authz.write_letters(stmt):
-                authorization.check_relations(who, resolved(targets), letter)
+                authorization.check_relations(who, resolved(targets), letter, lambda key, letter=letter:
+                                              column_refs.target_columns(stmt.tree, letter, names_of(key)))
 
     def expanded_refs(self, stmt: Statement) -> set[tuple[str, str]] | None:
         """`table_refs` of `stmt` with its views expanded: the tables it reads through them."""

@@ -48,7 +48,7 @@ PRIVILEGE_LETTERS = {
 _RESERVED = ("pg_", )
 _RESERVED_NAMES = {"public", "current_role", "current_user", "session_user", "none"}
 
-ObjectKey = tuple[str, ...]  # ("table", schema, name) | ("schema", name)
+ObjectKey = tuple[str, ...]  # ("table", schema, name) | ("schema", name) | ("column", schema, table, column)
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,8 @@ class Authz:
         return who.configured
 
     def owner(self, obj: ObjectKey) -> str:
+        if obj[0] == "column":  # a column's owner is its table's
+            obj = ("table", obj[1], obj[2])
         return self.owners.get(obj, BOOTSTRAP)
 
     def acl(self, obj: ObjectKey) -> tuple[AclItem, ...]:
@@ -166,6 +168,8 @@ class Authz:
         got = self.acls.get(obj)
         if got is not None:
             return got
+        if obj[0] == "column":
+            return ()  # a column's privileges are only those granted on it (attacl NULL)
         owner = self.owner(obj)
         alphabet = ALL_SCHEMA if obj[0] == "schema" else ALL_TABLE
         if obj == ("schema", "public"):
@@ -213,6 +217,17 @@ class Authz:
             return True
         mine = self.privileged_roles(who)
         return any(item.grantee in mine and letter in item.privs for item in self.acl(obj))
+
+    def column_grants(self, table: ObjectKey) -> bool:
+        """Whether any privilege is granted on a column of `table` (a "table" key)."""
+        return any(k[0] == "column" and k[1:3] == table[1:] for k in self.acls)
+
+    def has_columns(self, who: Principal, table: ObjectKey, letter: str, columns: set[str]) -> bool:
+        """PostgreSQL's column check where the table privilege is missing: `letter` on every
+        column the statement uses, or, using none (count(*)), on at least one column."""
+        if columns:
+            return all(self.has(who, ("column", table[1], table[2], c), letter) for c in columns)
+        return any(k[0] == "column" and k[1:3] == table[1:] and self.has(who, k, letter) for k in self.acls)
 
     def owns(self, who: Principal, obj: ObjectKey) -> bool:
         return self.is_superuser(who) or self.owner(obj) in self.privileged_roles(who)
@@ -402,6 +417,8 @@ def drop_role(authz: Authz, who: Principal, name: str) -> Authz:
 
 
 def _describe(obj: ObjectKey) -> str:
+    if obj[0] == "column":
+        return f"column {obj[3]} of table {obj[1]}.{obj[2]}"
     return f"schema {obj[1]}" if obj[0] == "schema" else f"table {obj[1]}.{obj[2]}"
 
 
@@ -605,6 +622,8 @@ def alter_default_privileges(authz: Authz, who: Principal, roles: Iterable[str],
 
 
 def dropped(authz: Authz, obj: ObjectKey) -> Authz:
+    if obj[0] == "table" and any(k[0] == "column" and k[1:3] == obj[1:] for k in authz.acls):
+        authz = replace(authz, acls={k: v for k, v in authz.acls.items() if not (k[0] == "column" and k[1:3] == obj[1:])})
     if obj not in authz.acls and obj not in authz.owners and obj not in authz.rls \
             and not any(p.table == obj for p in (*authz.policies, *authz.masks)):
         return authz
@@ -618,7 +637,8 @@ def dropped(authz: Authz, obj: ObjectKey) -> Authz:
 def renamed(authz: Authz, old: ObjectKey, new: ObjectKey) -> Authz:
     if dropped(authz, old) == authz:
         return authz
-    acls = {(new if k == old else k): v for k, v in authz.acls.items()}
+    acls = {(new if k == old else ("column", *new[1:], k[3]) if k[0] == "column" and k[1:3] == old[1:] else k): v
+            for k, v in authz.acls.items()}
     owners = {(new if k == old else k): v for k, v in authz.owners.items()}
     rls = {(new if k == old else k): v for k, v in authz.rls.items()}
     policies = tuple(replace(p, table=new) if p.table == old else p for p in authz.policies)

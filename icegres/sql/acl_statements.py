@@ -60,6 +60,9 @@ class GrantPrivileges:
     grantees: tuple[str, ...]  # "" is PUBLIC; CURRENT_USER etc. as "current_user"
     grant_option: bool = False  # WITH GRANT OPTION / REVOKE GRANT OPTION FOR
     cascade: bool = False
+    # Column privileges: (letter, columns) of `SELECT (a, b)`, `UPDATE (c)` (`letters` holds
+    # the privileges given for whole tables)
+    columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def tag(self) -> str:
@@ -403,24 +406,37 @@ def _grant(r: _Reader, *, revoke: bool, defaults: bool = False) -> GrantPrivileg
         r.at += 3
     all_privileges = False
     words: list[str] = []
+    column_lists: dict[int, tuple[str, ...]] = {}
     if r.take("all"):
         all_privileges = True
         r.take("privileges")
-        if r.op("("):
-            raise PgError(E.FEATURE_NOT_SUPPORTED, "column privileges are not supported yet")
+        if r.op("("):  # ALL (a, b): every column privilege on those columns
+            listed = r.names()
+            column_lists = dict.fromkeys(range(4), listed)
+            if not r.op(")"):
+                raise r.error()
+            words, all_privileges = ["insert", "select", "update", "references"], False
     else:
         while True:
             words.append(_grantee(r))
             if r.op("("):
-                raise PgError(E.FEATURE_NOT_SUPPORTED, "column privileges are not supported yet")
+                column_lists[len(words) - 1] = r.names()
+                if not r.op(")"):
+                    raise r.error()
             if not r.op(","):
                 break
     if r.take("on"):
         letters = ""
-        for word in words:
+        columns: list[tuple[str, tuple[str, ...]]] = []
+        for i, word in enumerate(words):
             if word not in _LETTERS:
                 raise PgError(E.SYNTAX_ERROR, f'unrecognized privilege type "{word}"')
-            letters += _LETTERS[word]
+            if i in column_lists:
+                if _LETTERS[word] not in "arwx":
+                    raise PgError(E.INVALID_GRANT_OPERATION, f"invalid privilege type {word.upper()} for column")
+                columns.append((_LETTERS[word], column_lists[i]))
+            else:
+                letters += _LETTERS[word]
         if defaults:
             kind = r.expect("tables", "sequences", "functions", "routines", "types", "schemas")
             if kind != "tables":
@@ -442,8 +458,9 @@ def _grant(r: _Reader, *, revoke: bool, defaults: bool = False) -> GrantPrivileg
         if revoke and not cascade:
             r.take("restrict")
         r.end()
-        return GrantPrivileges(revoke, letters, all_privileges, kind, objects, grantees, grant_option, cascade)
-    if all_privileges or defaults:
+        return GrantPrivileges(revoke, letters, all_privileges, kind, objects, grantees, grant_option, cascade,
+                               tuple(columns))
+    if all_privileges or defaults or column_lists:
         raise r.error()
     roles = words
     r.expect("from" if revoke else "to")

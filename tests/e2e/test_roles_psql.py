@@ -35,10 +35,10 @@ def test_du_dp_and_d_show_roles_grants_and_policies_as_postgresql_does(tmp_path,
     s, analyst, grp = f"s_{tag}", f"analyst_{tag}", f"grp_{tag}"
     setup = [f"CREATE SCHEMA {s}", f"CREATE TABLE {s}.t (a int)", f"CREATE ROLE {analyst} LOGIN",
              f"CREATE ROLE {grp}", f"GRANT {grp} TO {analyst}", f"GRANT USAGE ON SCHEMA {s} TO {grp}",
-             f"GRANT SELECT ON {s}.t TO {analyst}", f"GRANT INSERT ON {s}.t TO {grp} WITH GRANT OPTION",
+             f"GRANT SELECT ON {s}.t TO {analyst}", f"GRANT SELECT (a), UPDATE (a) ON {s}.t TO {grp}", f"GRANT INSERT ON {s}.t TO {grp} WITH GRANT OPTION",
              f"ALTER TABLE {s}.t ENABLE ROW LEVEL SECURITY",
              f"ALTER DEFAULT PRIVILEGES IN SCHEMA {s} GRANT SELECT, INSERT ON TABLES TO {analyst}"]
-    teardown = [f"ALTER DEFAULT PRIVILEGES IN SCHEMA {s} REVOKE ALL ON TABLES FROM {analyst}", f"DROP TABLE {s}.t", f"DROP SCHEMA {s}", f"DROP ROLE {analyst}", f"DROP ROLE {grp}"]
+    teardown = [f"REVOKE ALL (a) ON {s}.t FROM {grp}", f"ALTER DEFAULT PRIVILEGES IN SCHEMA {s} REVOKE ALL ON TABLES FROM {analyst}", f"DROP TABLE {s}.t", f"DROP SCHEMA {s}", f"DROP ROLE {analyst}", f"DROP ROLE {grp}"]
     commands = [rf"\du {analyst}|{grp}", rf"\dp {s}.t", rf"\dn+ {s}", rf"\ddp {s}"]
     with running_icegres(tmp_path / "data") as icegres:
         outputs = []

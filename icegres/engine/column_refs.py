@@ -1,0 +1,84 @@
+"""The columns a statement uses of each table it names: what column privileges are checked against
+when a role lacks the privilege on a whole table (PostgreSQL checks each column a statement
+reads, assigns or inserts).
+
+A query's columns are found by sqlglot's qualifier over the tables' schemas (stars expanded, each
+column bound to the table it reads, through subqueries and CTEs). A write's own columns come from
+its clauses: the SET targets of an UPDATE, the column list of an INSERT (every column without
+one), and the target's columns its WHERE, RETURNING and assigned expressions read, every name of
+the target's that appears there unqualified counting (over-approximated, never under). Where the
+columns cannot be told (a statement sqlglot cannot qualify), the answer is None and the check
+fails closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlglot import exp
+
+Key = tuple[str, str]
+
+__all__ = ["read_columns", "target_columns"]
+
+
+def read_columns(tree: exp.Expression, resolve: Callable[[str | None, str], Key | None],
+                 names_of: Callable[[Key], list[str]]) -> dict[Key, set[str]] | None:
+    """Key -> the columns a query reads of it (None: not known)."""
+    from sqlglot.optimizer.qualify import qualify
+    from sqlglot.optimizer.scope import traverse_scope
+
+    from icegres.sql.parse import DIALECT
+
+    copy = tree.copy()
+    schema: dict[str, dict[str, dict[str, str]]] = {}
+    keys: dict[tuple[str, str], Key] = {}
+    for table in copy.find_all(exp.Table):
+        key = resolve(table.db or None, table.name)
+        if key is None:
+            continue
+        table.set("db", exp.to_identifier(key[0]))
+        schema.setdefault(key[0], {})[key[1]] = {c: "text" for c in names_of(key)}
+        keys[key] = key
+    try:
+        qualified = qualify(copy, schema=schema, dialect=DIALECT, validate_qualify_columns=False,
+                            quote_identifiers=False, expand_stars=True)
+        out: dict[Key, set[str]] = {k: set() for k in keys}
+        for scope in traverse_scope(qualified):
+            for column in scope.columns:
+                source = scope.sources.get(column.table)
+                if isinstance(source, exp.Table) and (source.db, source.name) in out:
+                    out[(source.db, source.name)].add(column.name)
+        return out
+    except Exception:  # noqa: BLE001 (an unqualifiable statement: fail closed)
+        return None
+
+
+def target_columns(tree: exp.Expression, letter: str, names: list[str]) -> set[str] | None:
+    """The target's columns a write uses with privilege `letter` (a: INSERT, w: UPDATE, r: the
+    reads of its own columns); `names` are the target's columns."""
+    target = tree.this.this if isinstance(tree, exp.Insert) and isinstance(tree.this, exp.Schema) else tree.this
+    qualifier = target.alias_or_name if isinstance(target, exp.Table) else ""
+    if letter == "a" and isinstance(tree, exp.Insert):
+        listed = tree.this.expressions if isinstance(tree.this, exp.Schema) else []
+        return {c.name for c in listed} if listed else set(names)
+    if letter == "w" and isinstance(tree, exp.Update):
+        return {e.this.name for e in tree.expressions if isinstance(e, exp.EQ) and isinstance(e.this, exp.Column)}
+    if letter == "w" and isinstance(tree, exp.Insert):  # ON CONFLICT DO UPDATE SET ...
+        conflict = tree.args.get("conflict")
+        sets = conflict.args.get("expressions") or [] if conflict is not None else []
+        return {e.this.name for e in sets if isinstance(e, exp.EQ) and isinstance(e.this, exp.Column)}
+    if letter != "r":
+        return None
+    parts: list[Any] = [tree.args.get("where"), tree.args.get("returning")]
+    if isinstance(tree, exp.Update):
+        parts += [e.expression for e in tree.expressions if isinstance(e, exp.EQ)]
+    used: set[str] = set()
+    for part in parts:
+        if part is None:
+            continue
+        for column in part.find_all(exp.Column):
+            if column.name in names and column.table in ("", qualifier):
+                used.add(column.name)
+    return used
