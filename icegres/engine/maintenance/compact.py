@@ -326,10 +326,12 @@ def operations_since(metadata: Any, base: int | None) -> list[str] | None:
 
 
 def compact(lakehouse: Lakehouse, key: tuple[str, str], options: CompactOptions,
-            progress: Progress | None = None) -> CompactResult:
+            progress: Progress | None = None, before_commit: Callable[[], None] | None = None) -> CompactResult:
     """Compact the table's main branch as `options` say: one `replace` snapshot with the same rows
     in fewer files, or nothing when no group qualifies. PgError 40001 if a concurrent commit
-    changed a file it rewrote (nothing changes then), 0A000 for a table with equality deletes."""
+    changed a file it rewrote (nothing changes then), 0A000 for a table with equality deletes.
+    `before_commit` is called once the files are written and before the commit; what it raises
+    stops the compaction there, its files deleted (automatic maintenance's lease check)."""
     display = f"{key[0]}.{key[1]}"
     table = lakehouse.load_table(*key)
     plan = plan_compaction(table, options, display)
@@ -344,6 +346,8 @@ def compact(lakehouse: Lakehouse, key: tuple[str, str], options: CompactOptions,
             added.update(written)
             if progress is not None:
                 progress(index, len(plan.groups), group, len(written))
+        if before_commit is not None:
+            before_commit()
     except BaseException:
         _forget(table, added)
         raise

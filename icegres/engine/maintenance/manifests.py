@@ -18,6 +18,7 @@ Blocking (manifest reads and writes, catalog calls): run it in a worker thread.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -135,10 +136,12 @@ def manifest_count(table: Any) -> int:
     return 0 if snapshot is None else len(snapshot.manifests(table.io))
 
 
-def rewrite_manifests(lakehouse: Lakehouse, key: tuple[str, str], spec_id: int | None = None) -> ManifestResult:
+def rewrite_manifests(lakehouse: Lakehouse, key: tuple[str, str], spec_id: int | None = None,
+                      before_commit: Callable[[], None] | None = None) -> ManifestResult:
     """Merge the table's small data manifests (main branch; of one partition spec if `spec_id`)
     in one `replace` snapshot; nothing is committed when no two manifests of one spec fit a
-    target-size manifest together. 22023 for a spec id the table does not have."""
+    target-size manifest together. 22023 for a spec id the table does not have. `before_commit`
+    is called before each commit attempt; what it raises stops the rewrite there."""
     from icegres.engine.lake_world import commit_metadata_change
 
     table = lakehouse.load_table(*key)
@@ -156,6 +159,8 @@ def rewrite_manifests(lakehouse: Lakehouse, key: tuple[str, str], spec_id: int |
 
     def change(tx: Any) -> None:
         # Built again on the head at each attempt: a concurrent commit is rebased onto.
+        if before_commit is not None:
+            before_commit()
         producer = RewriteManifests(tx, target, spec_id)
         made.append(producer)
         producer.commit()
