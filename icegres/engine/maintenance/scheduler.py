@@ -137,7 +137,7 @@ class Maintainer:
         self.quiet_s = quiet_s
         self.max_defer_s = max_defer_s if max_defer_s is not None else min(interval_s, 30.0)
         self.counters = Counters()
-        self._cache: dict[tuple[str, str], tuple[str, TableStats]] = {}
+        self._cache: dict[tuple[str, str], tuple[str, TableStats | None]] = {}
         self._memos: dict[tuple[str, str], dict[Op, Memo]] = {}
         self._flushes: dict[tuple[str, str], int] = {}
         self._wake = trio.Event()
@@ -201,6 +201,8 @@ class Maintainer:
             if self._stopping:
                 break
             await self._when_quiet()
+            if self._stopping:
+                break
             started = trio.current_time()
             await self._run(job, next(s for s in surveyed if s.key == job.key))
             ran += 1
@@ -323,12 +325,15 @@ class Maintainer:
             cached = self._cache.get(key)
             if cached is not None and entry.metadata_location and cached[0] == entry.metadata_location \
                     and key not in dirty:
-                out.append(cached[1])
+                if cached[1] is not None:
+                    out.append(cached[1])
                 continue
             try:
                 table = self.engine.lakehouse.load_table(*key)
                 if KIND_PROPERTY in table.metadata.properties:
-                    continue  # icegres's own bookkeeping tables (sequences, leases)
+                    # icegres's own bookkeeping tables (sequences): remembered, not maintained.
+                    self._cache[key] = (entry.metadata_location, None)
+                    continue
                 stats = table_stats(key, table)
             except Exception as exc:  # noqa: BLE001 - a damaged or dropped table is skipped this round
                 log.debug("maintenance: cannot read %s.%s: %s", *key, _describe(exc))
