@@ -275,7 +275,8 @@ def maintenance(settings: Settings, engine: Engine, server: Any, flight: Any, la
 
     port = server.port if server is not None else flight.port
     maintainer = Maintainer(engine, interval_s=settings.maintain_interval_s, duty_cycle=settings.maintain_duty_cycle,
-                            holder=f"{socket.gethostname()}:{port}/pid {os.getpid()}", foreground=Load())
+                            holder=f"{socket.gethostname()}:{port}/pid {os.getpid()}", foreground=Load(),
+                            settings=settings)
     if ladder is not None:
         ladder.flushed = maintainer.noticed
     if ops is not None:

@@ -1,6 +1,6 @@
-"""Automatic maintenance's task (engine/maintenance/scheduler.py) on an embedded lake, without a
-server: a job runs under the table's real lease (engine/lease_store.py), and a job whose lease is
-lost, nearly out, or whose server drains commits nothing."""
+"""Automatic maintenance's task (engine/maintenance/scheduler.py) and its jobs (worker.py) on an
+embedded lake, without a server: a job runs under the table's real lease (engine/lease_store.py),
+and a job whose lease is lost, nearly out, or whose server drains commits nothing."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ import pytest
 import trio
 
 from icegres.engine.lease_store import NAMESPACE, IcebergLease
-from icegres.engine.maintenance.policy import COMPACT, EXPIRE, Defaults, Job, thresholds
-from icegres.engine.maintenance.scheduler import LeaseLost, Maintainer, _Done
-from icegres.machines.drivers.lease import Holding
+from icegres.engine.maintenance.scheduler import Maintainer
+from icegres.engine.maintenance.worker import Gate, LeaseLost, Request, run_op
 
 pytestmark = pytest.mark.unit
 
@@ -63,8 +62,16 @@ def data_files_on_disk(table: Any) -> set[str]:
     return {str(p) for p in root.rglob("*.parquet")}
 
 
-def job(ops: tuple[Any, ...], name: str = "t") -> Job:
-    return Job(("ns", name), ops, ("test",), thresholds(PROPS, Defaults()))
+def request(op: str, name: str = "t", in_use: frozenset[str] = frozenset()) -> Request:
+    return Request(op, ("ns", name), 5, 0, 1, frozenset(), in_use, commit_margin_s=15.0, quiet_s=0.01,
+                   max_defer_s=0.1)
+
+
+def gate(left_s: float, stopping: bool = False) -> Gate:
+    g = Gate()
+    g.deadline = time.monotonic() + left_s
+    g.stopping = stopping
+    return g
 
 
 def maintainer(lake: Any) -> Maintainer:
@@ -75,9 +82,8 @@ def maintainer(lake: Any) -> Maintainer:
 def test_a_compaction_whose_lease_is_lost_or_nearly_out_commits_nothing(lake: Any, left_s: float) -> None:
     table = written(lake, "t", 8)
     before = (table.metadata.current_snapshot_id, data_files_on_disk(table))
-    holding = Holding(1, lambda: time.monotonic() + left_s)  # offset 0: the deadline on the monotonic clock
     with pytest.raises(LeaseLost):
-        maintainer(lake)._op(COMPACT, job((COMPACT,)), holding, 0.0, _Done())
+        run_op(lake, request("compact"), gate(left_s))
     after = lake.load_table("ns", "t")
     # No replace landed, and the files the compaction wrote were deleted again.
     assert (after.metadata.current_snapshot_id, data_files_on_disk(after)) == before
@@ -85,34 +91,37 @@ def test_a_compaction_whose_lease_is_lost_or_nearly_out_commits_nothing(lake: An
 
 def test_an_expiry_whose_lease_is_nearly_out_expires_nothing(lake: Any) -> None:
     table = written(lake, "t", 6)
-    holding = Holding(1, lambda: time.monotonic() + 5.0)
     with pytest.raises(LeaseLost):
-        maintainer(lake)._op(EXPIRE, job((EXPIRE,)), holding, 0.0, _Done())
+        run_op(lake, request("expire"), gate(5.0))
     assert len(lake.load_table("ns", "t").metadata.snapshots) == len(table.metadata.snapshots)
 
 
 def test_a_draining_server_commits_nothing(lake: Any) -> None:
     table = written(lake, "t", 8)
-    m = maintainer(lake)
-    m._stopping = True
     with pytest.raises(LeaseLost):
-        m._op(COMPACT, job((COMPACT,)), Holding(1, lambda: time.monotonic() + 60), 0.0, _Done())
+        run_op(lake, request("compact"), gate(60.0, stopping=True))
     assert lake.load_table("ns", "t").metadata.current_snapshot_id == table.metadata.current_snapshot_id
+
+
+def test_a_held_lease_compacts_and_expires(lake: Any) -> None:
+    written(lake, "t", 8)
+    done = run_op(lake, request("compact"), gate(60.0))
+    assert done == {"found": True, "compacted": 8, "written": 1}
+    done = run_op(lake, request("expire"), gate(60.0))
+    assert done["found"] and done["expired"] == 8 and done["deleted"] > 8
+    table = lake.load_table("ns", "t")
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(8))
 
 
 def test_expiry_leaves_files_a_running_statement_may_open(lake: Any) -> None:
     table = written(lake, "t", 6)
-    first = [t.file.file_path for t in table.scan().plan_files()]
-    m = maintainer(lake)
-    holding = Holding(1, lambda: time.monotonic() + 60)
-    m._op(COMPACT, job((COMPACT,)), holding, 0.0, _Done())
-    m.engine.in_use = {p.removeprefix("file://") for p in first[:2]}  # type: ignore[attr-defined]
-    done = _Done()
-    assert m._op(EXPIRE, job((EXPIRE,)), holding, 0.0, done)
+    first = [t.file.file_path.removeprefix("file://") for t in table.scan().plan_files()]
+    run_op(lake, request("compact"), gate(60.0))
+    done = run_op(lake, request("expire", in_use=frozenset(first[:2])), gate(60.0))
     on_disk = data_files_on_disk(lake.load_table("ns", "t"))
-    assert {p.removeprefix("file://") for p in first[:2]} <= on_disk
-    assert not {p.removeprefix("file://") for p in first[2:]} & on_disk
-    assert done.expired >= 5 and any("orphan sweep" in n for n in done.notes)
+    assert set(first[:2]) <= on_disk
+    assert not set(first[2:]) & on_disk
+    assert done["expired"] >= 5 and any("orphan sweep" in n for n in done["notes"])
 
 
 async def test_a_round_runs_the_due_jobs_under_the_tables_lease(lake: Any) -> None:

@@ -156,6 +156,7 @@ class TableStats:
     data_bytes: int  # its total-files-size
     history: tuple[SnapshotInfo, ...]  # main's ancestry, newest first
     manifests: int  # in the current snapshot's manifest list
+    table_uuid: str = ""  # (for what this server's transactions pinned)
 
 
 def small_files(stats: TableStats, small_file_bytes: int) -> int:

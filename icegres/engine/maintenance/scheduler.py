@@ -7,26 +7,26 @@ the due jobs — compaction, manifest rewrite, expiry: the same functions `icegr
 one table at once.
 
 The budget, and why each part:
-- **One job at a time**, on one thread of its own (a SerialThread) at a lower CPU priority
-  (`nice` +10 for that thread and the threads it starts): maintenance never takes a query thread,
-  at most one core's worth of its Python runs beside the foreground, and when the CPU is short
-  the kernel serves the foreground's threads first. (It does not help against the GIL: two
-  quick bench runs, other processes using 61% and 69% of the machine, put the foreground's p95
-  during a job at 1.79x of idle without it and 1.63x with it, within that noise;
-  bench/SCORECARD.md, section auto_maintenance, has the full run.)
+- **One job at a time, in a process of its own** (worker.py, started with the first job and
+  kept, at nice +10): a job is mostly pyiceberg's Python, and on a thread of the server it made
+  every foreground statement wait for the GIL (bench auto_maintenance, first full run: point-lookup
+  p95 2.42x of idle while a job ran). The scheduler's own reads of the tables' metadata run on one
+  thread of its own (a SerialThread, also at nice +10), never on a query thread.
 - **A duty cycle** (`--maintain-duty-cycle`, default 0.25): after a job of `t` seconds it rests
-  `t * (1 - d) / d`, so however much is due, maintenance averages at most `d` of a core.
+  `t * (1 - d) / d`, so however much is due, maintenance averages at most `d` of the time.
 - **Quiet first**: a job starts once no statement ran for `quiet_s` (no query thread borrowed,
   no statement finished), or after `max_defer_s` whatever the load (a busy server's tables must
   still be maintained); compaction waits again the same way between its file groups.
-- **Fenced by the lease**: just before each commit the job checks, on the trio thread, that its
-  lease still has at least `commit_margin_s` to run (renewals keep it near the ttl); a job whose
-  lease was lost, expired or is about to, or a server that is draining, stops there and commits
-  nothing (its written files deleted). Not covered: a process paused for longer than the margin
-  between that check and the commit's compare-and-swap (docs/maintenance-lease.md, "Why epochs").
+- **Fenced by the lease**: while a job runs, `_mirror` keeps the gate it reads (worker.py) current:
+  the lease's deadline on the monotonic clock, -inf once the lease is lost (the lease driver
+  cancels the job, and with it the mirror). Just before each commit the job requires at least
+  `commit_margin_s` (a quarter of the ttl; renewals keep it near the ttl) and no drain; else it
+  commits nothing (compaction deletes what it wrote). Not covered: a process paused for longer
+  than the margin between that check and the catalog's compare-and-swap
+  (docs/maintenance-lease.md, "Why epochs").
 - **Reads never lose a file**: expiry keeps what this server's transactions pinned, and does not
-  delete a file that a statement running here may still open (the engine's live scan sets); such
-  a file is left to the orphan sweep.
+  delete a file that a statement running here may still open (the engine's live scan sets, read
+  just before the expiry); such a file is left to the orphan sweep.
 
 Drain: `stop()` lets the job in progress end at its next check (no commit after it), releases the
 lease and returns; serve calls it before draining the front ends.
@@ -35,7 +35,9 @@ lease and returns; serve calls it before draining the front ends.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
+import subprocess
 import threading
 import time
 import uuid
@@ -47,18 +49,18 @@ import trio
 
 from icegres.engine.maintenance import policy
 from icegres.engine.maintenance.policy import (
-    COMPACT,
     EXPIRE,
-    MANIFESTS,
     Defaults,
     Job,
     Memo,
     Op,
     TableStats,
 )
+from icegres.engine.maintenance.worker import GATE_BYTES, Gate, LeaseLost, Request, describe, run_op
 from icegres.machines.drivers.serial_thread import SerialThread
 
 if TYPE_CHECKING:
+    from icegres.config import Settings
     from icegres.engine.lake import Engine
     from icegres.machines.drivers.lease import Holding
     from icegres.machines.lease import Config as LeaseConfig
@@ -67,12 +69,9 @@ __all__ = ["Foreground", "LeaseLost", "Maintainer"]
 
 log = logging.getLogger("icegres.maintain")
 
+MIRROR_S = 0.05  # how often a running job's gate is brought up to date
 NOOP_RETRY_MS = 600_000  # a job that found nothing is not asked for again on that snapshot this long
 HISTORY_MAX = 10_000  # snapshots of main's ancestry the small-file estimate walks
-
-
-class LeaseLost(Exception):
-    """The job must not commit: its lease is lost or nearly out, or the server is draining."""
 
 
 class Foreground(Protocol):
@@ -111,6 +110,15 @@ class _Done:
     deleted: int = 0
     notes: list[str] = field(default_factory=list)
 
+    def add(self, result: dict[str, Any]) -> None:
+        self.compacted += result.get("compacted", 0)
+        self.written += result.get("written", 0)
+        if result.get("manifests"):
+            self.manifests = tuple(result["manifests"])  # type: ignore[assignment]
+        self.expired += result.get("expired", 0)
+        self.deleted += result.get("deleted", 0)
+        self.notes += result.get("notes", [])
+
 
 class Maintainer:
     """The background task. `run` until cancelled or `stop`ped; `noticed` is the write ladder's
@@ -119,7 +127,9 @@ class Maintainer:
     def __init__(self, engine: Engine, *, interval_s: float, duty_cycle: float, holder: str,
                  defaults: Defaults | None = None, foreground: Foreground | None = None,
                  lease_config: LeaseConfig | None = None, quiet_s: float = 0.1,
-                 max_defer_s: float | None = None) -> None:
+                 max_defer_s: float | None = None, settings: Settings | None = None) -> None:
+        """`settings`: the server's, from which the worker process opens the catalog; None: jobs
+        run on the scheduler's own thread (tests)."""
         from icegres.machines.lease import Config
 
         if interval_s <= 0:
@@ -142,6 +152,8 @@ class Maintainer:
         self._flushes: dict[tuple[str, str], int] = {}
         self._wake = trio.Event()
         self._worker = SerialThread("icegres-maintain")
+        self._process = _WorkerProcess(settings) if settings is not None else None
+        self._gate = self._process.gate if self._process is not None else Gate()
         self._stopping = False
         self._idle: trio.CancelScope | None = None
         self._stopped = trio.Event()
@@ -162,6 +174,7 @@ class Maintainer:
         """Let the job in progress stop at its next check (committing nothing after it), release
         its lease, and return once the task has ended."""
         self._stopping = True
+        self._gate.stopping = True
         if self._idle is not None:
             self._idle.cancel()
         await self._stopped.wait()
@@ -184,6 +197,9 @@ class Maintainer:
                     log.warning("automatic maintenance: round failed: %s", _describe(exc))
         finally:
             self._worker.close()
+            if self._process is not None:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self._process.close)
             self._stopped.set()
 
     async def round(self) -> int:
@@ -248,19 +264,21 @@ class Maintainer:
         async def work(holding: Holding) -> None:
             epoch.append(holding.epoch)
             held.append(time.time())
-            # trio's clock to the monotonic one the worker thread reads (both CLOCK_MONOTONIC).
-            offset_s = time.monotonic() - trio.current_time()
-            for op in job.ops:
-                if self._stopping:
-                    raise LeaseLost("the server is draining")
-                found = await self._thread(self._op, op, job, holding, offset_s, done)
-                if found:
-                    # Mounted at once: new statements read the new files, and the old mount's
-                    # files stop being in use (expiry, next, deletes only files not in use).
-                    await self._thread(self.engine.refresh, {job.key})
-                else:
-                    memos = self._memos.setdefault(job.key, {})
-                    memos[op] = Memo(stats.snapshot_id, int(time.time() * 1000) + NOOP_RETRY_MS)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self._mirror, holding)
+                for op in job.ops:
+                    if self._stopping:
+                        raise LeaseLost("the server is draining")
+                    result = await self._op(op, job, stats)
+                    done.add(result)
+                    if result["found"]:
+                        # Mounted at once: new statements read the new files, and the old mount's
+                        # files stop being in use (expiry, next, deletes only files not in use).
+                        await self._thread(self.engine.refresh, {job.key})
+                    else:
+                        memos = self._memos.setdefault(job.key, {})
+                        memos[op] = Memo(stats.snapshot_id, int(time.time() * 1000) + NOOP_RETRY_MS)
+                nursery.cancel_scope.cancel()
             held.append(time.time())
 
         try:
@@ -345,76 +363,40 @@ class Maintainer:
             self._memos.pop(gone, None)
         return out
 
-    def _op(self, op: Op, job: Job, holding: Holding, offset_s: float, done: _Done) -> bool:
-        """Run one operation; whether it changed anything."""
-        lakehouse = self.engine.lakehouse
+    async def _mirror(self, holding: Holding, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """While a job runs: keep the gate its process (or thread) reads current — the lease's
+        deadline on the monotonic clock, the foreground's load. Cancelled with the job (a lost
+        lease cancels it), it leaves the deadline at -inf: nothing commits after that."""
+        # trio's clock to the monotonic one (both CLOCK_MONOTONIC on Linux; MockClock in no job).
+        offset_s = time.monotonic() - trio.current_time()
+        gate = self._gate
+        try:
+            while True:
+                gate.deadline = holding.deadline() + offset_s
+                if self.foreground is not None:
+                    gate.running, gate.finished = self.foreground.load()
+                task_status.started()
+                task_status = trio.TASK_STATUS_IGNORED
+                await trio.sleep(MIRROR_S)
+        finally:
+            gate.deadline = float("-inf")
 
-        def left_s() -> float:
-            return holding.deadline() + offset_s - time.monotonic()
+    async def _op(self, op: Op, job: Job, stats: TableStats) -> dict[str, Any]:
+        """One operation of a job, in the worker process (or on the scheduler's thread)."""
+        pinned: frozenset[int] = frozenset()
+        in_use: frozenset[str] = frozenset()
+        if op is EXPIRE:
+            from icegres.engine.txn import pinned_snapshots
 
-        def fence() -> None:
-            if self._stopping:
-                raise LeaseLost("the server is draining: nothing committed")
-            left = left_s()
-            if left < self.commit_margin_s:
-                raise LeaseLost(f"the lease has {max(left, 0):.1f}s left (< {self.commit_margin_s:.1f}s): "
-                                "nothing committed")
-
-        if op is COMPACT:
-            from icegres.engine.maintenance.compact import CompactOptions, compact
-
-            options = CompactOptions(min_input_files=job.limits.compact_min_input_files)
-            result = compact(lakehouse, job.key, options, lambda *_: self._pause(left_s), fence)
-            done.compacted += result.rewritten_data_files_count
-            done.written += result.added_data_files_count
-            return result.snapshot_id is not None
-        if op is MANIFESTS:
-            from icegres.engine.maintenance.manifests import rewrite_manifests
-
-            merged = rewrite_manifests(lakehouse, job.key, before_commit=fence)
-            if merged.snapshot_id is not None:
-                done.manifests = (merged.rewritten_manifests_count, merged.added_manifests_count)
-            return merged.snapshot_id is not None
-        assert op is EXPIRE
-        from icegres.engine.maintenance import expire
-        from icegres.engine.txn import pinned_snapshots
-
-        now_ms = int(time.time() * 1000)
-        in_use = {_local(p) for p in self.engine.scan_sets.live_files()}
-        kept: list[str] = []
-
-        def delete(io: Any, path: str) -> None:
-            if _local(path) in in_use:
-                kept.append(path)  # a running statement may still open it: the orphan sweep's
-                return
-            expire._delete(io, path)
-
-        report = expire.expire(lambda: lakehouse.load_table(*job.key), f"{job.key[0]}.{job.key[1]}",
-                               expire.Policy(now_ms - job.limits.expire_max_age_ms, job.limits.expire_retain_last),
-                               pinned=lambda table: pinned_snapshots(str(table.metadata.table_uuid)),
-                               local_requirements=lakehouse.kind == "sql", delete=delete, before_commit=fence)
-        done.expired += len(report.expired_snapshots)
-        done.deleted += len(report.deleted.kinds) - len(kept)
-        if kept:
-            done.notes.append(f"{len(kept)} files in use left for the orphan sweep")
-        if report.kept_files:
-            done.notes.append("metadata unreadable after the expiry: no file deleted")
-        return bool(report.expired_snapshots)
-
-    def _pause(self, left_s: Callable[[], float]) -> None:
-        """Between compaction's file groups: wait (in this worker thread) for a quiet foreground,
-        up to `max_defer_s`; stop if the lease is gone or the server drains."""
-        if self.foreground is not None:
-            deadline = time.monotonic() + self.max_defer_s
-            before = self.foreground.load()
-            while time.monotonic() < deadline and not self._stopping:
-                time.sleep(self.quiet_s)
-                after = self.foreground.load()
-                if policy.quiet(before, after):
-                    break
-                before = after
-        if self._stopping or left_s() <= 0:
-            raise LeaseLost("stopped between file groups: the lease is gone or the server drains")
+            # Read now, after the job's compaction was mounted: what statements hold at this point.
+            pinned = frozenset(pinned_snapshots(stats.table_uuid)) if stats.table_uuid else frozenset()
+            in_use = frozenset(_local(p) for p in self.engine.scan_sets.live_files())
+        request = Request(op.value, job.key, job.limits.compact_min_input_files, job.limits.expire_max_age_ms,
+                          job.limits.expire_retain_last, pinned, in_use, self.commit_margin_s, self.quiet_s,
+                          self.max_defer_s)
+        if self._process is None:
+            return await self._thread(run_op, self.engine.lakehouse, request, self._gate)
+        return await trio.to_thread.run_sync(self._process.call, request)
 
 
 def table_stats(key: tuple[str, str], table: Any) -> TableStats:
@@ -425,7 +407,7 @@ def table_stats(key: tuple[str, str], table: Any) -> TableStats:
     snapshot = meta.current_snapshot()
     times = tuple(s.timestamp_ms for s in meta.snapshots)
     if snapshot is None:
-        return TableStats(key, None, dict(meta.properties), times, 0, 0, (), 0)
+        return TableStats(key, None, dict(meta.properties), times, 0, 0, (), 0, str(meta.table_uuid))
 
     def number(s: Any, name: str) -> int:
         try:
@@ -441,7 +423,8 @@ def table_stats(key: tuple[str, str], table: Any) -> TableStats:
         history.append(policy.SnapshotInfo(operation, number(each, "added-data-files"),
                                            number(each, "added-files-size"), number(each, "deleted-data-files")))
     return TableStats(key, snapshot.snapshot_id, dict(meta.properties), times, number(snapshot, "total-data-files"),
-                      number(snapshot, "total-files-size"), tuple(history), len(snapshot.manifests(table.io)))
+                      number(snapshot, "total-files-size"), tuple(history), len(snapshot.manifests(table.io)),
+                      str(meta.table_uuid))
 
 
 NICE = 10  # maintenance's thread, relative to the server's others (Linux: per thread)
@@ -459,8 +442,68 @@ def _local(path: str) -> str:
     return path.removeprefix("file://")
 
 
-def _describe(exc: BaseException) -> str:
-    message = getattr(exc, "message", None) or str(exc)
-    detail = getattr(exc, "detail", None)
-    shown = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    return f"{shown} ({detail})" if detail else shown
+_describe = describe
+
+
+class JobFailed(Exception):
+    """The worker process answered with an error (its description), or went away."""
+
+
+class _WorkerProcess:
+    """The worker process (worker.py), started on the first job and kept; its calls block."""
+
+    def __init__(self, settings: Settings) -> None:
+        import dataclasses
+
+        # What the process needs to open the catalog; the logins' verifiers stay here.
+        self.settings = dataclasses.replace(settings, users={})
+        self._fd = os.memfd_create("icegres-maintain-gate")
+        os.ftruncate(self._fd, GATE_BYTES)
+        self.gate = Gate(mmap.mmap(self._fd, GATE_BYTES))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.conn: Any = None
+
+    def _start(self) -> None:
+        import socket
+        import sys
+        from multiprocessing.connection import Connection
+
+        ours, theirs = socket.socketpair()
+        self.proc = subprocess.Popen([sys.executable, "-m", "icegres.engine.maintenance.worker",
+                                      str(theirs.fileno()), str(self._fd)], pass_fds=(theirs.fileno(), self._fd),
+                                     stdin=subprocess.DEVNULL)
+        theirs.close()
+        self.conn = Connection(ours.detach())
+        self.conn.send(self.settings)
+        kind, _ = self.conn.recv()
+        assert kind == "ready", kind
+
+    def call(self, request: Request) -> dict[str, Any]:
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        try:
+            self.conn.send(request)
+            kind, answer = self.conn.recv()
+        except (EOFError, OSError) as exc:
+            self.close()  # started again for the next job
+            raise JobFailed(f"the maintenance process went away: {describe(exc)}") from None
+        if kind == "lost":
+            raise LeaseLost(answer)
+        if kind == "error":
+            raise JobFailed(answer)
+        return answer
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            self.conn.send(None)
+            self.conn.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
