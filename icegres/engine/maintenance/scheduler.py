@@ -253,7 +253,8 @@ class Maintainer:
     async def _run(self, job: Job, stats: TableStats) -> None:
         from icegres.engine.lease_store import IcebergLease
         from icegres.machines.drivers.lease import run_lease
-        from icegres.machines.lease import Phase, Request
+        from icegres.machines.lease import Phase
+        from icegres.machines.lease import Request as LeaseRequest
 
         display = f"{job.key[0]}.{job.key[1]}"
         done = _Done()
@@ -264,26 +265,21 @@ class Maintainer:
         async def work(holding: Holding) -> None:
             epoch.append(holding.epoch)
             held.append(time.time())
+            failure: Exception | None = None
             async with trio.open_nursery() as nursery:
                 await nursery.start(self._mirror, holding)
-                for op in job.ops:
-                    if self._stopping:
-                        raise LeaseLost("the server is draining")
-                    result = await self._op(op, job, stats)
-                    done.add(result)
-                    if result["found"]:
-                        # Mounted at once: new statements read the new files, and the old mount's
-                        # files stop being in use (expiry, next, deletes only files not in use).
-                        await self._thread(self.engine.refresh, {job.key})
-                    else:
-                        memos = self._memos.setdefault(job.key, {})
-                        memos[op] = Memo(stats.snapshot_id, int(time.time() * 1000) + NOOP_RETRY_MS)
+                try:
+                    await self._ops(job, stats, done)
+                except Exception as exc:  # noqa: BLE001 - raised below, not wrapped in the nursery's group
+                    failure = exc
                 nursery.cancel_scope.cancel()
             held.append(time.time())
+            if failure is not None:
+                raise failure
 
         try:
             world = await self._thread(IcebergLease.for_table, self.engine.lakehouse, *job.key)
-            outcome = await run_lease(Request(self.holder, f"{self.holder}/{uuid.uuid4().hex}"), world, work,
+            outcome = await run_lease(LeaseRequest(self.holder, f"{self.holder}/{uuid.uuid4().hex}"), world, work,
                                       self.lease_config)
         except Exception as exc:  # noqa: BLE001 - one table's failure is counted and logged, not fatal
             if self._stopping and isinstance(exc, LeaseLost):
@@ -292,9 +288,10 @@ class Maintainer:
                 return
             self.counters.jobs_failed += 1
             self._count(done)
-            log.warning("maintenance %s: %s failed after %.2fs (epoch %s): %s", display,
+            log.warning("maintenance %s: %s failed after %.2fs (epoch %s%s): %s", display,
                         "+".join(op.value for op in job.ops), time.monotonic() - started,
-                        epoch[0] if epoch else "-", _describe(exc))
+                        epoch[0] if epoch else "-", f", held {held[0]:.3f}-{held[-1]:.3f}" if held else "",
+                        _describe(exc))
             log.debug("maintenance %s: failure", display, exc_info=True)
             return
         if outcome.phase is Phase.BUSY:
@@ -362,6 +359,20 @@ class Maintainer:
             self._cache.pop(gone, None)
             self._memos.pop(gone, None)
         return out
+
+    async def _ops(self, job: Job, stats: TableStats, done: _Done) -> None:
+        for op in job.ops:
+            if self._stopping:
+                raise LeaseLost("the server is draining")
+            result = await self._op(op, job, stats)
+            done.add(result)
+            if result["found"]:
+                # Mounted at once: new statements read the new files, and the old mount's
+                # files stop being in use (expiry, next, deletes only files not in use).
+                await self._thread(self.engine.refresh, {job.key})
+            else:
+                memos = self._memos.setdefault(job.key, {})
+                memos[op] = Memo(stats.snapshot_id, int(time.time() * 1000) + NOOP_RETRY_MS)
 
     async def _mirror(self, holding: Holding, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """While a job runs: keep the gate its process (or thread) reads current — the lease's
