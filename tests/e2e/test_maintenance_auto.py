@@ -16,7 +16,7 @@ import pytest
 
 from icegres.config import Settings
 from icegres.engine.catalog import Lakehouse
-from tests.support.icegres_server import IcegresServer, running_icegres
+from tests.support.icegres_server import IcegresServer, running_icegres, start_icegres, stop
 from tests.support.ops import get
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -190,3 +190,34 @@ def test_two_servers_never_maintain_one_table_at_once(tmp_path: Path) -> None:
                 assert second[2] > first[2], f"lease epochs do not increase: {first} then {second}"
             # (A job may fail: a compaction that keeps losing its commit to this stream of INSERTs
             # gives up with 40001 and commits nothing, as docs/maintenance-compaction.md says.)
+
+
+def test_a_drain_ends_maintenance_and_its_worker_process(tmp_path: Path) -> None:
+    import psutil
+
+    data_dir = tmp_path / "data"
+    started = start_icegres(["serve", "--data-dir", str(data_dir), "--host", "127.0.0.1", "--port", "0",
+                             "--ops-port", "0", "--maintain", "--maintain-interval-s", "0.3"], log_dir=tmp_path)
+    server = IcegresServer("127.0.0.1", started.ports["port"], data_dir, started.log_path, started.proc.pid,
+                           ports=started.ports)
+    try:
+        with conn(server) as c:
+            c.execute("create schema demo")
+            c.execute("create table demo.t (id bigint)")
+            c.execute('alter table demo.t set ("icegres.maintain.compact.min-files" = 3)')
+            for i in range(6):
+                c.execute(f"insert into demo.t values ({i})")
+        wait_for("a job", lambda: metrics(server)["jobs_run"] >= 1, logs=(server.log_path,))
+
+        def workers() -> list[psutil.Process]:
+            return [p for p in psutil.Process(started.proc.pid).children(recursive=True)
+                    if "icegres.engine.maintenance.worker" in " ".join(p.cmdline())]
+
+        running = workers()
+        assert len(running) == 1, running  # one worker process, kept between jobs
+    finally:
+        stop(started.proc)
+    assert started.proc.returncode == 0, server.log_tail(3000)
+    gone, alive = psutil.wait_procs(running, timeout=10)
+    assert not alive, f"the maintenance process outlived the server: {alive}"
+    assert "Traceback" not in server.log_path.read_text(), server.log_tail(3000)
