@@ -76,8 +76,8 @@ HISTORY_MAX = 10_000  # snapshots of main's ancestry the small-file estimate wal
 
 class Foreground(Protocol):
     def load(self) -> tuple[int, int]:
-        """(statements running now, statements finished so far); called from the trio thread and
-        from maintenance's worker thread, so it only reads counters."""
+        """(statements running now, statements finished so far), read on the trio thread: before
+        a job starts, and into the gate its process reads between compaction's file groups."""
         ...
 
 
@@ -129,7 +129,7 @@ class Maintainer:
                  lease_config: LeaseConfig | None = None, quiet_s: float = 0.1,
                  max_defer_s: float | None = None, settings: Settings | None = None) -> None:
         """`settings`: the server's, from which the worker process opens the catalog; None: jobs
-        run on the scheduler's own thread (tests)."""
+        run on the scheduler's own thread (the unit tests)."""
         from icegres.machines.lease import Config
 
         if interval_s <= 0:
@@ -152,7 +152,9 @@ class Maintainer:
         self._flushes: dict[tuple[str, str], int] = {}
         self._wake = trio.Event()
         self._worker = SerialThread("icegres-maintain")
-        self._process = _WorkerProcess(settings) if settings is not None else None
+        # The worker process shares its gate through a memfd (Linux); elsewhere jobs run on the
+        # scheduler's thread, GIL and all.
+        self._process = _WorkerProcess(settings) if settings is not None and hasattr(os, "memfd_create") else None
         self._gate = self._process.gate if self._process is not None else Gate()
         self._stopping = False
         self._idle: trio.CancelScope | None = None
