@@ -62,9 +62,9 @@ def data_files_on_disk(table: Any) -> set[str]:
     return {str(p) for p in root.rglob("*.parquet")}
 
 
-def request(op: str, name: str = "t", in_use: frozenset[str] = frozenset()) -> Request:
+def request(op: str, name: str = "t", in_use: frozenset[str] = frozenset(), epoch: int = 0) -> Request:
     return Request(op, ("ns", name), 5, 0, 1, frozenset(), in_use, commit_margin_s=15.0, quiet_s=0.01,
-                   max_defer_s=0.1)
+                   max_defer_s=0.1, epoch=epoch)
 
 
 def gate(left_s: float, stopping: bool = False) -> Gate:
@@ -154,3 +154,16 @@ async def _round_alone(m: Maintainer) -> int:
     m._stopping = False
     m._stopped = trio.Event()
     return await m.round()
+
+
+def test_the_leases_epoch_is_in_the_summary_of_what_a_job_commits(lake: Any) -> None:
+    from icegres.engine.maintenance.worker import EPOCH_PROPERTY
+
+    written(lake, "t", 8)
+    run_op(lake, request("compact", epoch=7), gate(60.0))
+    head = lake.load_table("ns", "t").current_snapshot()
+    assert head.summary.operation.value == "replace" and head.summary[EPOCH_PROPERTY] == "7"
+    for i in range(3):  # more manifests than the one the compaction wrote
+        lake.load_table("ns", "t").append(pa.table({"id": [100 + i]}, schema=SCHEMA))
+    assert run_op(lake, request("rewrite_manifests", epoch=8), gate(60.0))["found"]
+    assert lake.load_table("ns", "t").current_snapshot().summary[EPOCH_PROPERTY] == "8"

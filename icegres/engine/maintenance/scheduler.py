@@ -271,7 +271,7 @@ class Maintainer:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self._mirror, holding)
                 try:
-                    await self._ops(job, stats, done)
+                    await self._ops(job, stats, done, holding.epoch)
                 except Exception as exc:  # noqa: BLE001 - raised below, not wrapped in the nursery's group
                     failure = exc
                 nursery.cancel_scope.cancel()
@@ -362,11 +362,11 @@ class Maintainer:
             self._memos.pop(gone, None)
         return out
 
-    async def _ops(self, job: Job, stats: TableStats, done: _Done) -> None:
+    async def _ops(self, job: Job, stats: TableStats, done: _Done, epoch: int) -> None:
         for op in job.ops:
             if self._stopping:
                 raise LeaseLost("the server is draining")
-            result = await self._op(op, job, stats)
+            result = await self._op(op, job, stats, epoch)
             done.add(result)
             if result["found"]:
                 # Mounted at once: new statements read the new files, and the old mount's
@@ -394,7 +394,7 @@ class Maintainer:
         finally:
             gate.deadline = float("-inf")
 
-    async def _op(self, op: Op, job: Job, stats: TableStats) -> dict[str, Any]:
+    async def _op(self, op: Op, job: Job, stats: TableStats, epoch: int) -> dict[str, Any]:
         """One operation of a job, in the worker process (or on the scheduler's thread)."""
         pinned: frozenset[int] = frozenset()
         in_use: frozenset[str] = frozenset()
@@ -406,7 +406,7 @@ class Maintainer:
             in_use = frozenset(_local(p) for p in self.engine.scan_sets.live_files())
         request = Request(op.value, job.key, job.limits.compact_min_input_files, job.limits.expire_max_age_ms,
                           job.limits.expire_retain_last, pinned, in_use, self.commit_margin_s, self.quiet_s,
-                          self.max_defer_s)
+                          self.max_defer_s, epoch)
         if self._process is None:
             return await self._thread(run_op, self.engine.lakehouse, request, self._gate)
         return await trio.to_thread.run_sync(self._process.call, request)

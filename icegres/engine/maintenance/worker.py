@@ -40,6 +40,7 @@ __all__ = ["Gate", "LeaseLost", "Request", "run_op"]
 NICE = 10  # as the execution processes (executor_main.py): the server's threads come first
 _FIELDS = ("deadline", "stopping", "running", "finished")
 GATE_BYTES = 8 * len(_FIELDS)
+EPOCH_PROPERTY = "icegres.maintenance.epoch"
 
 
 class LeaseLost(Exception):
@@ -81,6 +82,7 @@ class Request:
     commit_margin_s: float
     quiet_s: float
     max_defer_s: float
+    epoch: int = 0  # the lease's: written into the summary of the snapshots the job commits
 
 
 def run_op(lakehouse: Any, request: Request, gate: Gate) -> dict[str, Any]:
@@ -108,16 +110,20 @@ def run_op(lakehouse: Any, request: Request, gate: Gate) -> dict[str, Any]:
             raise LeaseLost("stopped between file groups: the lease is gone or the server drains")
 
     key = request.key
+    # Which lease a snapshot was committed under: a later holder (or an operator) can tell a
+    # deposed holder's late commit by it (docs/maintenance-lease.md, "Why epochs").
+    summary = {EPOCH_PROPERTY: str(request.epoch)} if request.epoch else {}
     if request.op == "compact":
         from icegres.engine.maintenance.compact import CompactOptions, compact
 
-        result = compact(lakehouse, key, CompactOptions(min_input_files=request.min_input_files), pause, fence)
+        result = compact(lakehouse, key, CompactOptions(min_input_files=request.min_input_files), pause, fence,
+                         summary)
         return {"found": result.snapshot_id is not None, "compacted": result.rewritten_data_files_count,
                 "written": result.added_data_files_count}
     if request.op == "rewrite_manifests":
         from icegres.engine.maintenance.manifests import rewrite_manifests
 
-        merged = rewrite_manifests(lakehouse, key, before_commit=fence)
+        merged = rewrite_manifests(lakehouse, key, before_commit=fence, snapshot_properties=summary)
         found = merged.snapshot_id is not None
         return {"found": found, "manifests": (merged.rewritten_manifests_count, merged.added_manifests_count)
                 if found else (0, 0)}
