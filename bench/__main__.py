@@ -37,6 +37,8 @@ SUITES = {
     "compaction": "point lookup and full scan of 2,000 one-row files before/after rewrite_data_files and "
                   "rewrite_manifests vs fresh; 1-row INSERT commit latency before/after rewrite_manifests",
     "rls": "point lookup and group-by under a row-level security policy (and a mask) vs without, same run",
+    "auto_maintenance": "point-lookup p50/p95 while serve --maintain compacts and expires another table vs "
+                        "that table's maintenance off, same server and run",
     "list_append_check": "bench/list_append_check.py (verify's Elle-style checker on 100k-transaction histories)",
 }
 # Suites whose module lives beside this file rather than in bench/suites/.

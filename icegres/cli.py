@@ -27,7 +27,7 @@ SERVE_KEYS = ("data_dir", "host", "port", "flight_port", "ops_port", "ports_file
               "auth_failure_delay_max_ms", "drain_timeout_s", "log_min_duration_statement", "log_statement",
               "log_min_error_statement", "query_threads", "max_concurrent_queries", "query_memory", "log_level",
               "write_buffer_ms", "tail_dir", "tail_url", "tail_quorum", "file_cache_mb", "sequence_block", *_CATALOG_KEYS,
-              *_AUTH_KEYS)
+              *_AUTH_KEYS, "maintain", "maintain_interval_s", "maintain_duty_cycle")
 
 # What `icegres verify` shares with serve: where the lake is, and the write path it proves.
 VERIFY_KEYS = ("data_dir", "write_buffer_ms", "tail_dir", "tail_url", "tail_quorum", "log_level", "file_cache_mb",
@@ -49,6 +49,8 @@ SERVE_GROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("write ladder", "opt-in; without --write-buffer-ms every write is one Iceberg commit before its ack "
      "(docs/architecture.md, 'The write ladder')",
      ("write_buffer_ms", "tail_dir", "tail_url", "tail_quorum")),
+    ("maintenance", "opt-in automatic compaction, manifest rewrite and snapshot expiry (docs/maintenance.md)",
+     ("maintain", "maintain_interval_s", "maintain_duty_cycle")),
     ("limits", "connections, log-in abuse, shutdown (docs/security.md, 'Limits and abuse')",
      ("max_connections", "superuser_reserved_connections", "superusers", "authentication_timeout",
       "auth_failure_delay_ms", "auth_failure_delay_max_ms", "drain_timeout_s")),

@@ -99,6 +99,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("write_buffer_ms", 0, "group-commit window: autocommit INSERT/COPY into tables without a primary key are acked from memory and committed to the lake per table at most this many ms later (0 = off: every write commits before its ack)", int),
     Option("tail_dir", None, "local write-ahead log directory: buffered writes are fsynced here before the ack and replayed at start-up (requires --write-buffer-ms > 0)"),
     Option("tail_url", None, "postgresql://… URL of a PostgreSQL database holding the write-ahead log instead of --tail-dir: buffered writes are committed there before the ack and replayed at start-up; the tail id derives from the catalog and the data dir (requires --write-buffer-ms > 0; exclusive with --tail-dir)", secret=True),
+    Option("maintain", False, "automatic table maintenance: a background task compacts small files, rewrites manifests and expires snapshots of every table by policy, one table at a time under a lease in the catalog (no two servers maintain one table at once), within --maintain-duty-cycle; a table property icegres.maintain.enabled=false (and icegres.maintain.* thresholds) overrides it per table (docs/maintenance.md)", bool),
+    Option("maintain_interval_s", 60.0, "automatic maintenance: seconds between its looks at the tables (sooner once write-buffer flushes added many files to one)", float),
+    Option("maintain_duty_cycle", 0.25, "automatic maintenance: the share of time its jobs may take (after a job of t seconds it rests t*(1-d)/d), in (0, 1]", float),
     Option("tail_quorum", None, "host:port,host:port,host:port of `icegres keeper` processes holding the write-ahead log instead of --tail-dir: the server wins a writer term from a majority of them, replays what they hold, and acks a buffered write once a majority fsynced it; each flush asserts the term at the lake (requires --write-buffer-ms > 0; exclusive with --tail-dir and --tail-url; docs/quorum-protocol.md)"),
 )
 OPTIONS_BY_KEY = {o.key: o for o in OPTIONS}
@@ -164,6 +167,9 @@ class Settings:
     tail_dir: str | None = None
     tail_url: str | None = field(default=None, repr=False)
     tail_quorum: str | None = None
+    maintain: bool = False  # automatic maintenance (engine/maintenance/scheduler.py)
+    maintain_interval_s: float = 60.0
+    maintain_duty_cycle: float = 0.25
 
     @property
     def query_memory_bytes(self) -> int:
@@ -383,6 +389,10 @@ def check_limits(values: Mapping[str, Any]) -> None:
         raise ValueError("--auth-failure-delay-ms must be >= 0 and at most --auth-failure-delay-max-ms")
     if values["drain_timeout_s"] < 0:
         raise ValueError("--drain-timeout-s must be >= 0")
+    if values["maintain_interval_s"] <= 0:
+        raise ValueError("--maintain-interval-s must be > 0 seconds")
+    if not 0 < values["maintain_duty_cycle"] <= 1:
+        raise ValueError("--maintain-duty-cycle must be > 0 and at most 1")
     if values["log_min_duration_statement"] < -1:
         raise ValueError("--log-min-duration-statement must be -1 (off), 0 (every statement) or a number of ms")
     if values["log_statement"] not in ("none", "ddl", "mod", "all"):

@@ -54,7 +54,7 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -260,6 +260,9 @@ class WriteLadder:
         # The last tail append's failure, cleared by the next success: /health reports it (a
         # quorum writer that lost its majority is still "leading" until a write finds out).
         self.tail_failure: str | None = None
+        # Told of each table a flush committed files to (`serve --maintain`'s scheduler: a table
+        # written by many small flushes is looked at, and compacted, sooner).
+        self.flushed: Callable[[Key], None] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -534,6 +537,8 @@ class WriteLadder:
             return FlushError("08006", f"committed, not yet visible: {_describe(exc)}", True, outcome_unknown=True)
         self._staged.pop(effect.flush_id, None)
         self._flush_latency.add((time.perf_counter() - started) * 1000)
+        if self.flushed is not None:
+            self.flushed(key)
         if self.tail is not None:
             from icegres import faults
 

@@ -222,6 +222,9 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
                     # After the "serving" line, which tests and operators wait for.
                     collector.settle()
                     nursery.start_soon(recheck_damaged, engine)
+                    maintainer = maintenance(settings, engine, server, flight, ladder, ops)
+                    if maintainer is not None:
+                        await nursery.start(maintainer.run)
                     async for _ in signals:
                         log.info("shutting down")
                         if ops is not None:
@@ -233,6 +236,9 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
                             for front in (server, flight):
                                 if front is not None:
                                     draining.start_soon(front.drain, settings.drain_timeout_s)
+                            if maintainer is not None:
+                                # Its job stops at its next check, commits nothing more, releases its lease.
+                                draining.start_soon(maintainer.stop)
                         if ladder is not None:
                             # Every acked row goes to the lake before the process exits.
                             await ladder.shutdown()
@@ -257,6 +263,35 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
         if file_cache is not None:
             file_cache.close()  # a copy in progress would otherwise hold the exit
     return 0
+
+
+def maintenance(settings: Settings, engine: Engine, server: Any, flight: Any, ladder: Any, ops: Any) -> Any:
+    """`--maintain`'s scheduler (engine/maintenance/scheduler.py), wired to the write ladder's
+    flushes, /metrics and the foreground's load; None when off."""
+    if not settings.maintain:
+        return None
+    import os
+    import socket
+
+    from icegres.engine.maintenance.scheduler import Maintainer
+    from icegres.protocol.statement_metrics import STATEMENTS
+
+    limiter = server.limiter if server is not None else getattr(flight, "limiter", None)
+
+    class Load:
+        def load(self) -> tuple[int, int]:
+            running = limiter.borrowed_tokens if limiter is not None else 0
+            return running, STATEMENTS.count()
+
+    port = server.port if server is not None else flight.port
+    maintainer = Maintainer(engine, interval_s=settings.maintain_interval_s, duty_cycle=settings.maintain_duty_cycle,
+                            holder=f"{socket.gethostname()}:{port}/pid {os.getpid()}", foreground=Load(),
+                            settings=settings)
+    if ladder is not None:
+        ladder.flushed = maintainer.noticed
+    if ops is not None:
+        ops.maintenance = maintainer
+    return maintainer
 
 
 # How often the tables found damaged are tried again with no statement naming them, so /health

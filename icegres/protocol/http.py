@@ -155,6 +155,29 @@ def damage_metrics(damaged: int) -> str:
             f"# TYPE icegres_tables_damaged gauge\nicegres_tables_damaged {int(damaged)}\n")
 
 
+# /metrics names of automatic maintenance's counters (engine/maintenance/scheduler.py, Counters).
+_MAINTENANCE_HELP = {
+    "jobs_run": "automatic maintenance jobs that ran to their end under their table's lease",
+    "jobs_failed": "automatic maintenance jobs that failed or were stopped (a lost lease commits nothing)",
+    "jobs_skipped_lease": "automatic maintenance jobs skipped because another server held the table's lease",
+    "files_compacted": "data files automatic compaction rewrote",
+    "files_written": "data files automatic compaction wrote",
+    "manifests_rewritten": "manifests automatic manifest rewrite merged",
+    "snapshots_expired": "snapshots automatic expiry removed",
+    "files_deleted": "files automatic expiry deleted",
+    "rounds": "automatic maintenance's looks at the tables",
+}
+
+
+def maintenance_metrics(counters: Mapping[str, int]) -> str:
+    """`icegres_maintenance_<name>_total` counters, in the text format."""
+    lines = []
+    for key, help_text in _MAINTENANCE_HELP.items():
+        name = f"icegres_maintenance_{key}_total"
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter", f"{name} {int(counters.get(key, 0))}"]
+    return "\n".join(lines) + "\n"
+
+
 def _metric_name(key: str) -> str:
     return "icegres_ladder_" + "".join(c if c.isalnum() else "_" for c in key)
 
@@ -256,6 +279,8 @@ class OpsServer:
         self.bound = bound
         self.ready = False
         self.port: int | None = None
+        # `serve --maintain`'s scheduler (anything with `stats() -> {name: count}`): its counters.
+        self.maintenance: Any = None
 
     def set_ready(self) -> None:
         self.ready = True
@@ -300,6 +325,8 @@ class OpsServer:
                 stats = ladder_stats(self.engine)
                 healthy = health_report(stats, ready=self.ready).ok
                 text = metrics_text(stats, ready=self.ready, healthy=healthy) + damage_metrics(len(self.engine.damage))
+                if self.maintenance is not None:
+                    text += maintenance_metrics(self.maintenance.stats())
                 if wants_openmetrics(scope):
                     text = openmetrics(text) + self.statements.text(openmetrics=True) + "# EOF\n"
                     await _send(send, 200, text.encode(), OPENMETRICS)

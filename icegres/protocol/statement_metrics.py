@@ -57,6 +57,12 @@ class StatementHistogram:
             series.sum_s += seconds
             series.exemplars[index] = _Exemplar(correlation_id, seconds, time.time())
 
+    def count(self) -> int:
+        """Statements observed so far (both front ends): automatic maintenance reads it to tell a
+        quiet foreground from a busy one (engine/maintenance/scheduler.py)."""
+        with self._lock:
+            return sum(sum(series.counts) for series in self._series.values())
+
     def text(self, *, openmetrics: bool) -> str:
         """The histogram in the Prometheus text format, or OpenMetrics (with exemplars and
         `_created`; the caller ends the exposition with `# EOF`)."""

@@ -326,10 +326,14 @@ def operations_since(metadata: Any, base: int | None) -> list[str] | None:
 
 
 def compact(lakehouse: Lakehouse, key: tuple[str, str], options: CompactOptions,
-            progress: Progress | None = None) -> CompactResult:
+            progress: Progress | None = None, before_commit: Callable[[], None] | None = None,
+            snapshot_properties: dict[str, str] | None = None) -> CompactResult:
     """Compact the table's main branch as `options` say: one `replace` snapshot with the same rows
     in fewer files, or nothing when no group qualifies. PgError 40001 if a concurrent commit
-    changed a file it rewrote (nothing changes then), 0A000 for a table with equality deletes."""
+    changed a file it rewrote (nothing changes then), 0A000 for a table with equality deletes.
+    `before_commit` is called once the files are written and before the commit; what it raises
+    stops the compaction there, its files deleted (automatic maintenance's lease check).
+    `snapshot_properties` go into the replace snapshot's summary (the lease's epoch)."""
     display = f"{key[0]}.{key[1]}"
     table = lakehouse.load_table(*key)
     plan = plan_compaction(table, options, display)
@@ -344,12 +348,14 @@ def compact(lakehouse: Lakehouse, key: tuple[str, str], options: CompactOptions,
             added.update(written)
             if progress is not None:
                 progress(index, len(plan.groups), group, len(written))
+        if before_commit is not None:
+            before_commit()
     except BaseException:
         _forget(table, added)
         raise
     # From here the commit machine owns the files: it deletes them after an abort and keeps them
     # when the outcome is unknown (a landed replace may reference them).
-    snapshot_id = _commit(lakehouse, key, table, plan, added)
+    snapshot_id = _commit(lakehouse, key, table, plan, added, snapshot_properties or {})
     return CompactResult(plan.input_files, len(added), sum(g.input_bytes for g in plan.groups),
                          len(plan.groups), plan.data_files, snapshot_id)
 
@@ -364,7 +370,7 @@ def _forget(table: Any, added: dict[str, Any]) -> None:
 
 
 def _commit(lakehouse: Lakehouse, key: tuple[str, str], table: Any, plan: CompactPlan,
-            added: dict[str, Any]) -> int | None:
+            added: dict[str, Any], snapshot_properties: dict[str, str]) -> int | None:
     """Publish the replace through the commit machine; the new snapshot's id."""
     from types import MappingProxyType
 
@@ -387,6 +393,7 @@ def _commit(lakehouse: Lakehouse, key: tuple[str, str], table: Any, plan: Compac
                     schema_id=meta.current_schema_id, table=table)
     removed = {t.file.file_path: t.file for t in tasks}
     txn = TxnState()
+    txn.snapshot_properties.update(snapshot_properties)
     txn.writes[key] = StagedWrite(key, base, removed=MappingProxyType(removed), added=MappingProxyType(added),
                                   replaces=True)
     request = commit_request(txn)

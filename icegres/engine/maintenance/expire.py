@@ -121,11 +121,14 @@ def select(metadata: Any, older_than_ms: int, retain_last: int, pinned: Iterable
 
 def expire(load: Callable[[], Any], display: str, policy: Policy, *, dry_run: bool = False,
            pinned: Callable[[Any], set[int]] = lambda table: set(), local_requirements: bool = False,
-           delete: Callable[[Any, str], None] | None = None) -> Report:
+           delete: Callable[[Any, str], None] | None = None,
+           before_commit: Callable[[], None] | None = None) -> Report:
     """Expire by `policy` on the table `load()` returns fresh (module docstring). `pinned(table)`:
     the snapshots running transactions hold; `local_requirements`: the catalog checks commit
     requirements in this process (pyiceberg's SQL catalog). Blocking: run it in a worker thread.
-    Raises PgError (22023 bad policy, 40001 after COMMIT_ATTEMPTS_MAX conflicts, 58030 unreadable)."""
+    Raises PgError (22023 bad policy, 40001 after COMMIT_ATTEMPTS_MAX conflicts, 58030 unreadable).
+    `before_commit` is called before each commit attempt; what it raises stops the expiry there,
+    nothing expired (automatic maintenance's lease check)."""
     from pyiceberg.exceptions import CommitFailedException
 
     cache: dict[str, list[Any]] = {}  # manifest path -> entries, across attempts: manifests never change
@@ -147,6 +150,8 @@ def expire(load: Callable[[], Any], display: str, policy: Policy, *, dry_run: bo
         if dry_run:
             _account(table, report, candidates.minus(still))
             return report
+        if before_commit is not None:
+            before_commit()
         try:
             committed = _commit(table, metadata, report.expired_snapshots, local_requirements)
         except CommitFailedException as exc:

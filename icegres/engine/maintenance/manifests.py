@@ -18,6 +18,7 @@ Blocking (manifest reads and writes, catalog calls): run it in a worker thread.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,8 +70,10 @@ def result_schema() -> Any:
 class RewriteManifests(_SnapshotProducer["RewriteManifests"]):
     """A `replace` snapshot listing the same live data files as its parent in fewer manifests."""
 
-    def __init__(self, tx: Any, target_bytes: int, spec_id: int | None = None) -> None:
-        super().__init__(operation=Operation.OVERWRITE, transaction=tx, io=tx._table.io, branch="main")
+    def __init__(self, tx: Any, target_bytes: int, spec_id: int | None = None,
+                 snapshot_properties: dict[str, str] | None = None) -> None:
+        super().__init__(operation=Operation.OVERWRITE, transaction=tx, io=tx._table.io, branch="main",
+                         snapshot_properties=snapshot_properties or {})
         self._target_bytes = target_bytes
         self._spec_id = spec_id  # None: every spec's manifests
         self.result = ManifestResult()
@@ -135,10 +138,14 @@ def manifest_count(table: Any) -> int:
     return 0 if snapshot is None else len(snapshot.manifests(table.io))
 
 
-def rewrite_manifests(lakehouse: Lakehouse, key: tuple[str, str], spec_id: int | None = None) -> ManifestResult:
+def rewrite_manifests(lakehouse: Lakehouse, key: tuple[str, str], spec_id: int | None = None,
+                      before_commit: Callable[[], None] | None = None,
+                      snapshot_properties: dict[str, str] | None = None) -> ManifestResult:
     """Merge the table's small data manifests (main branch; of one partition spec if `spec_id`)
     in one `replace` snapshot; nothing is committed when no two manifests of one spec fit a
-    target-size manifest together. 22023 for a spec id the table does not have."""
+    target-size manifest together. 22023 for a spec id the table does not have. `before_commit`
+    is called before each commit attempt; what it raises stops the rewrite there.
+    `snapshot_properties` go into the replace snapshot's summary (the lease's epoch)."""
     from icegres.engine.lake_world import commit_metadata_change
 
     table = lakehouse.load_table(*key)
@@ -156,7 +163,9 @@ def rewrite_manifests(lakehouse: Lakehouse, key: tuple[str, str], spec_id: int |
 
     def change(tx: Any) -> None:
         # Built again on the head at each attempt: a concurrent commit is rebased onto.
-        producer = RewriteManifests(tx, target, spec_id)
+        if before_commit is not None:
+            before_commit()
+        producer = RewriteManifests(tx, target, spec_id, snapshot_properties)
         made.append(producer)
         producer.commit()
 

@@ -79,9 +79,14 @@ class LeaseWorld(Protocol):
 
 @dataclass(frozen=True)
 class Holding:
-    """What a job knows of the lease it runs under."""
+    """What a job knows of the lease it runs under. `deadline()`: when the job will be stopped,
+    on trio's clock (`trio.current_time()`), `-inf` once the lease is lost or the job stopped —
+    what a job checks just before a commit that must not land outside the lease. It only reads
+    two attributes of the job's cancel scope, so a worker thread may call it (a worker whose own
+    code runs a trio loop of its own cannot call back into this one)."""
 
     epoch: int
+    deadline: Callable[[], float] = lambda: float("inf")
 
 
 Job = Callable[[Holding], Awaitable[None]]
@@ -124,19 +129,27 @@ class _Runner:
         self.completed = False
         self.reported = False
         self.error: Exception | None = None
+        self.stopped = False  # StopJob ordered: the lease is lost, or the run is over
 
     def order(self, effect: StartJob | ExtendJob | StopJob) -> None:
         match effect:
             case StartJob(deadline=deadline, epoch=epoch):
                 assert self.nursery is not None and self.scope is None
                 self.scope = trio.CancelScope(deadline=deadline)
-                self.nursery.start_soon(self._run_job, self.scope, Holding(epoch))
+                self.nursery.start_soon(self._run_job, self.scope, Holding(epoch, self._deadline(self.scope)))
             case ExtendJob(deadline=deadline):
                 assert self.scope is not None
                 self.scope.deadline = deadline  # a scope already cancelled stays cancelled
             case StopJob():
+                self.stopped = True
                 if self.scope is not None:
                     self.scope.cancel()
+
+    def _deadline(self, scope: trio.CancelScope) -> Callable[[], float]:
+        # Not `scope.cancel_called`: it reads trio's clock, which a worker thread cannot.
+        def deadline() -> float:
+            return float("-inf") if self.stopped else scope.deadline
+        return deadline
 
     async def _run_job(self, scope: trio.CancelScope, holding: Holding) -> None:
         try:
