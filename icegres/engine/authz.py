@@ -46,6 +46,8 @@ class Authorization:
         self._authz: Authz = acl.EMPTY
         self._version: int | None = None
         self._document = ""
+        # Moves whenever the state in hand is replaced: what caches of secured statements key on.
+        self.generation = 0
         self._read_at = float("-inf")
 
     # --- the state ----------------------------------------------------------------------------
@@ -62,6 +64,7 @@ class Authorization:
             if version != self._version or document != self._document:
                 self._authz = acl.from_json(document)
                 self._version, self._document = version, document
+                self.generation += 1
             self._read_at = time.monotonic()
             return self._authz
 
@@ -81,6 +84,7 @@ class Authorization:
             # The version the swap made is not known here: the next read takes it, and keeps
             # this object if the document is the same.
             self._authz, self._document, self._read_at = authz, document, time.monotonic()
+            self.generation += 1
         return authz
 
     # --- who -----------------------------------------------------------------------------------

@@ -456,8 +456,15 @@ class QueryContext:
             self._check_view_reads({r[1] for r in resolved[:len(names)] if r is not None and r[0] == "view"})
         txn = self.txn
         block_views = (txn.ident, txn.version) if txn is not None and txn.view_overlay else None
+        # The roles' state too: a view's query is checked and secured as its owner (its policies
+        # and masks, row_security.view_body_hook), which a GRANT or a policy may change.
+        authorization = self.engine.authorization
+        roles = None
+        if authorization is not None:
+            authorization.current()  # (read fresh if stale: the generation then says so)
+            roles = (authorization.generation, self.env.current_user)
         key = (stmt.sql, resolved, tuple(self.env.search_path), self.engine.views_generation,
-               self.engine.catalog_generation, block_views)
+               self.engine.catalog_generation, block_views, roles)
         done = self.cache.expanded.get(key)
         if done is None:
             tree = stmt.tree
@@ -563,13 +570,16 @@ class QueryContext:
         txn = self.txn
         if txn is not None and not txn.autocommit and (txn.view_overlay or txn.hidden):
             # The block's own DDL: its views, and the names it dropped or renamed away.
-            return view_defs.Resolver(self.env.search_path, self.has_table,
-                                      lambda key: txn.view(key, engine.view(key)),
-                                      CATALOG_RELATION_NAMES, self.env.database)
-        # A branch a statement writes is a table of its transaction's (branch_writes.py).
-        has_table = self.has_table if txn is not None and txn.writes_refs else engine.has_table
-        return view_defs.Resolver(self.env.search_path, has_table, engine.view,
-                                  CATALOG_RELATION_NAMES, self.env.database)
+            resolver = view_defs.Resolver(self.env.search_path, self.has_table,
+                                          lambda key: txn.view(key, engine.view(key)),
+                                          CATALOG_RELATION_NAMES, self.env.database)
+        else:
+            # A branch a statement writes is a table of its transaction's (branch_writes.py).
+            has_table = self.has_table if txn is not None and txn.writes_refs else engine.has_table
+            resolver = view_defs.Resolver(self.env.search_path, has_table, engine.view,
+                                          CATALOG_RELATION_NAMES, self.env.database)
+        resolver.body_hook = row_security.view_body_hook(self)
+        return resolver
 
     def _view_candidates(self, resolved: tuple[Any, ...], names: tuple[Any, ...]) -> set[tuple[str, str]]:
         """The catalog keys a name that is a view, or not known, may mean."""
@@ -791,19 +801,22 @@ class QueryContext:
             raise failure
         return schema, _Prefetched(first, stream)
 
-    def describe(self, stmt: Statement, fresh: bool = True,
-                 params: dict[str, Any] | None = None) -> tuple[pa.Schema, dict[int, pa.DataType]]:
+    def describe(self, stmt: Statement, fresh: bool = True, params: dict[str, Any] | None = None,
+                 *, privileges: bool = True) -> tuple[pa.Schema, dict[int, pa.DataType]]:
         """Result schema and inferred parameter types of a statement, without running it
         (`params`: values known before any Bind, a big statement's big literals).
 
         `fresh=False` (a Flight prepare, which GetFlightInfo follows with a fresh start of its own)
         describes the mounted snapshots when every table the statement names is mounted, without
         a catalog round trip: on a REST catalog that is a loadTable per table (~2.4 ms on
-        SeaweedFS), paid again by the start."""
+        SeaweedFS), paid again by the start. `privileges=False`: CREATE VIEW's look at its query's
+        columns, which PostgreSQL makes without checking privileges (those are the view owner's
+        at each read)."""
         from icegres.engine.params import placeholder_types
 
-        self.authorize(stmt)
-        stmt = row_security.applied(self, stmt)
+        if privileges:
+            self.authorize(stmt)
+            stmt = row_security.applied(self, stmt)
         original, generation = stmt, self.engine.views_generation
         stmt = self.with_views(stmt)
         with _positions_of(original, stmt):

@@ -90,25 +90,7 @@ def applied(qctx: QueryContext, stmt: Statement) -> Statement:
     target = view_defs.dml_target(tree)
     command = _COMMANDS.get(type(tree))
     resolver = qctx.resolver()
-    changed = False
-    for table in view_defs.named_tables(tree, target):
-        head, rest = _head(table.name)
-        found = resolver.resolve(table.db or None, head)
-        if found is None or found[0] != "table":
-            continue
-        key = ("table", *found[1])
-        condition = authz.row_filter(who, key, "select")
-        masks = authz.masked_columns(who, key)
-        if condition is None and not masks:
-            continue
-        if rest.startswith("$"):
-            raise PgError(E.INSUFFICIENT_PRIVILEGE, f'permission denied for table "{table.name}"',
-                          detail=f'Table "{head}" has row-level security or masked columns: its metadata '
-                                 "tables show values the role may not see.")
-        schema = qctx.engine.table_schema(found[1])
-        pushed = _leakproof_conjuncts(table, schema, masks) if condition is not None else []
-        _wrap(table, condition, masks, schema.names if masks else [], pushed)
-        changed = True
+    changed = _secure_tables(qctx, authz, who, resolver, view_defs.named_tables(tree, target))
     if target is not None and command is not None:
         found = resolver.resolve(target.db or None, _head(target.name)[0])
         if found is not None and found[0] == "table":
@@ -135,6 +117,55 @@ def applied(qctx: QueryContext, stmt: Statement) -> Statement:
     if not changed:
         return stmt
     return stmt.rewritten(tree.sql(dialect=DIALECT), tree)
+
+
+def _secure_tables(qctx: QueryContext, authz: Any, who: Any, resolver: Any, tables: list[exp.Table]) -> bool:
+    """Wrap each of `tables` that `who` sees only partly (rows or masked columns); whether any was."""
+    changed = False
+    for table in tables:
+        head, rest = _head(table.name)
+        found = resolver.resolve(table.db or None, head)
+        if found is None or found[0] != "table":
+            continue
+        key = ("table", *found[1])
+        condition = authz.row_filter(who, key, "select")
+        masks = authz.masked_columns(who, key)
+        if condition is None and not masks:
+            continue
+        if rest.startswith("$"):
+            raise PgError(E.INSUFFICIENT_PRIVILEGE, f'permission denied for table "{table.name}"',
+                          detail=f'Table "{head}" has row-level security or masked columns: its metadata '
+                                 "tables show values the role may not see.")
+        schema = qctx.engine.table_schema(found[1])
+        pushed = _leakproof_conjuncts(table, schema, masks) if condition is not None else []
+        _wrap(table, condition, masks, schema.names if masks else [], pushed)
+        changed = True
+    return changed
+
+
+def view_body_hook(qctx: QueryContext) -> Any:
+    """What a view's query becomes where a statement reads the view: checked and secured as its
+    owner (PostgreSQL 15's views without security_invoker read their tables with the owner's
+    privileges and under the owner's policies). None when the server keeps no roles."""
+    from icegres.pg.acl import BOOTSTRAP, Principal
+
+    authorization = qctx.engine.authorization
+    if authorization is None:
+        return None
+
+    def hook(view: tuple[str, str], body: exp.Expression, resolver: Any) -> exp.Expression:
+        authz = authorization.current()
+        owner = authz.owner(("table", *view))
+        who = Principal(owner, owner == BOOTSTRAP or owner in authorization.configured_names())
+        if authz.is_superuser(who):
+            return body
+        tables = view_defs.named_tables(body, None)
+        relations = [f for t in tables if (f := resolver.resolve(t.db or None, _head(t.name)[0])) is not None]
+        authorization.check_relations(who, relations, "r")
+        _secure_tables(qctx, authz, who, resolver, tables)
+        return body
+
+    return hook
 
 
 def _wrap(table: exp.Table, condition: str | None, masks: dict[str, str], columns: list[str],

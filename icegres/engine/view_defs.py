@@ -155,6 +155,9 @@ class Resolver:
         self.is_table = is_table
         self.view = view
         self.system_names = system_names
+        # (view key, a copy of its query, this resolver) -> the query to put in its place: the
+        # engine checks and secures it as the view's owner (row_security.view_body_hook).
+        self.body_hook: Callable[[Key, exp.Expression, Resolver], exp.Expression] | None = None
 
     def resolve(self, schema: str | None, name: str) -> tuple[str, Key] | None:
         """('table' | 'view' | 'system', key), or None when nothing has that name."""
@@ -285,6 +288,8 @@ def _expand_in(tree: exp.Expression, resolver: Resolver, skip: exp.Expression | 
                                      "after the view was made.",
                               hint="Create the relation again, or CREATE OR REPLACE the view.")
         body = view.tree.copy()
+        if resolver.body_hook is not None:
+            body = resolver.body_hook(key, body, resolver)
         _expand_in(body, resolver, None, used, (*chain, key))
         alias = table.args.get("alias")
         columns = [exp.to_identifier(n) for n, _ in view.columns]

@@ -535,7 +535,7 @@ async def create_view(host: WriteHost, cmd: CreateView) -> WriteResult:
             for i, name in enumerate(given):
                 if name in given[:i]:
                     raise PgError("42701", f'column "{name}" specified more than once')
-        schema, _ = qctx.describe(query(sql))
+        schema, _ = qctx.describe(query(sql), privileges=False)
         engine = qctx.engine
         if block is not None:
             ddl_block.create_view(qctx, block, cmd, schema, sql, path)

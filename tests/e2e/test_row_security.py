@@ -43,6 +43,9 @@ def _setup(n: dict[str, str]) -> list[str]:
         f"ALTER TABLE {s}.docs ENABLE ROW LEVEL SECURITY",
         f"CREATE POLICY own ON {s}.docs USING (owner = current_user)",
         f"CREATE POLICY low ON {s}.docs AS RESTRICTIVE FOR SELECT USING (level < 5)",
+        f"GRANT CREATE ON SCHEMA {s} TO {alice}",
+        f"CREATE TABLE {s}.private (x int)",
+        f"INSERT INTO {s}.private VALUES (42)",
     ]
 
 
@@ -50,6 +53,20 @@ def _script(n: dict[str, str]) -> list[str]:
     s, alice, bob = n["s"], n["alice"], n["bob"]
     return [
         f"CREATE POLICY own ON {s}.docs USING (true)",  # 42710
+        # Views read their tables as their owner: under the owner's policies and privileges.
+        f"CREATE VIEW {s}.everything AS SELECT id FROM {s}.docs",
+        f"GRANT SELECT ON {s}.everything TO {alice}",
+        f"SET ROLE {alice}",
+        f"CREATE VIEW {s}.mine AS SELECT id, body FROM {s}.docs",
+        f"SELECT id, body FROM {s}.mine ORDER BY id",
+        f"SELECT count(*) FROM {s}.everything",
+        f"CREATE VIEW {s}.peek AS SELECT * FROM {s}.private",
+        f"SELECT * FROM {s}.peek",
+        f"SELECT * FROM (SELECT id FROM {s}.mine) m JOIN {s}.everything e USING (id) ORDER BY 1",
+        "RESET ROLE",
+        f"DROP VIEW {s}.mine",
+        f"DROP VIEW {s}.peek",
+        f"DROP VIEW {s}.everything",
         f"CREATE POLICY bad ON {s}.docs USING (no_such_column = 1)",  # 42703
         f"SET ROLE {alice}",
         f"SELECT id, body FROM {s}.docs ORDER BY id",
@@ -90,7 +107,7 @@ def _script(n: dict[str, str]) -> list[str]:
 
 
 def _teardown(n: dict[str, str]) -> list[str]:
-    return [f"DROP TABLE IF EXISTS {n['s']}.docs", f"DROP SCHEMA IF EXISTS {n['s']}",
+    return [f"DROP TABLE IF EXISTS {n['s']}.docs", f"DROP TABLE IF EXISTS {n['s']}.private", f"DROP SCHEMA IF EXISTS {n['s']}",
             f"DROP ROLE IF EXISTS {n['alice']}", f"DROP ROLE IF EXISTS {n['bob']}"]
 
 
