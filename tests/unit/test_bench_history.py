@@ -11,6 +11,7 @@ from bench.suites.history import (
     call_sql,
     checkpoint_due,
     count_mismatches,
+    paired_drift,
     rolling_median,
     window_p50s,
 )
@@ -49,3 +50,10 @@ def test_expiry_keeps_the_last_n_whatever_their_age_and_the_others_take_the_tabl
     sql = call_sql("expire_snapshots", "demo.maintained")
     assert "retention_threshold => '0s'" in sql and "retain_last => 20" in sql
     assert call_sql("rewrite_manifests", "demo.t") == "call system.rewrite_manifests('demo.t')"
+
+
+def test_paired_drift_cancels_a_machine_that_gets_busier_for_both_tables():
+    reference = [10.0] * 100 + [30.0] * 100  # the whole machine 3x slower later
+    assert paired_drift([x * 2 for x in reference], reference, 100) == 1.0
+    assert paired_drift([x * (1 + i // 100) for i, x in enumerate(reference)], reference, 100) == 2.0
+    assert math.isnan(paired_drift([1.0], [0.0], 100))
