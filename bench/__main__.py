@@ -38,6 +38,8 @@ SUITES = {
                   "rewrite_manifests vs fresh; 1-row INSERT commit latency before/after rewrite_manifests",
     "history": "1-row INSERT latency over 2,000 commits, a table never maintained vs one with rewrite_manifests + "
                "expire_snapshots every 50 commits, interleaved (--backend seaweedfs too)",
+    "scan_links": "a re-mount's scan directory of 2,000 data files: ScanSets.acquire and its removal, hard vs "
+                  "symbolic links, interleaved",
     "list_append_check": "bench/list_append_check.py (verify's Elle-style checker on 100k-transaction histories)",
 }
 # Suites whose module lives beside this file rather than in bench/suites/.
