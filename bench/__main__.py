@@ -39,6 +39,10 @@ SUITES = {
     "rls": "point lookup and group-by under a row-level security policy (and a mask) vs without, same run",
     "auto_maintenance": "point-lookup p50/p95 while serve --maintain compacts and expires another table vs "
                         "that table's maintenance off, same server and run",
+    "history": "1-row INSERT latency over 2,000 commits, a table never maintained vs one with rewrite_manifests + "
+               "expire_snapshots every 50 commits, interleaved (--backend seaweedfs too)",
+    "scan_links": "a re-mount's scan directory of 2,000 data files: ScanSets.acquire and its removal, hard vs "
+                  "symbolic links, interleaved",
     "list_append_check": "bench/list_append_check.py (verify's Elle-style checker on 100k-transaction histories)",
 }
 # Suites whose module lives beside this file rather than in bench/suites/.
@@ -58,6 +62,7 @@ class Options:
     keep_lakes: bool = False  # load suite: keep bench/.data/load-{copy,flight}
     before: str | None = None  # pgbench, big_lake suites: another checkout's icegres, run beside this one
     rows: int | None = None  # merge suite: the first N ids of demo.trips (None: all 1M)
+    commits: int | None = None  # history suite: commits per table (None: 2,000, or 200 with --quick)
 
     def rounds_or(self, default: int) -> int:
         return self.rounds if self.rounds is not None else default
@@ -155,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=None,
                     help="merge suite: change a copy of the first N rows of demo.trips, not all 1M "
                          "(for development)")
+    ap.add_argument("--commits", type=int, default=None,
+                    help="history suite: one-row INSERTs per table (default 2,000; 200 with --quick)")
     ap.add_argument("--tpch-load", choices=("flight", "copy"), default=None,
                     help="how a missing TPC-H dataset is loaded (default: the measured-faster path, "
                          "see bench/datasets.py)")
@@ -174,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         backends=("embedded", "seaweedfs") if args.backend == "both" else (args.backend,),
         rounds=args.rounds, quick=args.quick, write=not args.no_write, command=command.strip(),
         scale_50m=args.scale_50m, sf=args.sf, keep_lakes=args.keep_lakes, before=args.before,
-        rows=args.rows,
+        rows=args.rows, commits=args.commits,
     )
     if args.tpch_load:
         import os

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +96,33 @@ def embedded_backend(lake: Path) -> Any:
     from bench.pgwire_read import EMBEDDED, Backend
 
     return Backend(EMBEDDED, lake)
+
+
+@contextlib.contextmanager
+def fresh_backend(name: str, tmp: Path) -> Iterator[Any]:
+    """An empty lakehouse under `tmp`: the embedded one (SQLite catalog, local files), or a SeaweedFS
+    stack started in `tmp` (infra/up.sh, stopped on exit whatever happens), for suites that build
+    their own tables and need none of the seeded ones."""
+    from bench.pgwire_read import EMBEDDED, SEAWEEDFS, Backend
+
+    if name == EMBEDDED:
+        yield Backend(EMBEDDED, tmp / "lake")
+        return
+    from tests.support.stack import running_stack
+
+    stack_dir = tmp / "stack"
+    stack_dir.mkdir(parents=True, exist_ok=True)
+    # The stack's PostgreSQL runs as another user and must reach its state dir.
+    tmp.chmod(0o711)
+    stack_dir.chmod(0o711)
+    print(f"starting a fresh SeaweedFS stack in {stack_dir} ...", flush=True)
+    with running_stack(stack_dir) as stack:
+        yield Backend(SEAWEEDFS, stack_dir / "icegres", stack.env(), stack)
+
+
+def metadata_counts(conn: Any, table: str, kinds: tuple[str, ...] = ("snapshots", "manifests")) -> dict[str, int]:
+    """Rows of each of `table`'s metadata tables (`ns."t$snapshots"`, `$manifests`, `$files`...) as
+    the server sees its head now, through `conn` (psycopg)."""
+    schema, name = table.split(".")
+    return {kind: int(conn.execute(f'select count(*) from {schema}."{name}${kind}"').fetchone()[0])
+            for kind in kinds}

@@ -141,13 +141,13 @@ def _files_and_manifests(conninfo: str) -> dict[str, tuple[int, int]]:
     """Each peer's table: (data files, manifests) of its head, from its metadata tables."""
     import psycopg
 
+    from bench.peers.sql import metadata_counts
+
     out = {}
     with psycopg.connect(conninfo, autocommit=True) as c:
         for peer, table in TABLES.items():
-            schema, name = table.split(".")
-            files, manifests = (int(c.execute(f'select count(*) from {schema}."{name}${kind}"').fetchone()[0])
-                                for kind in ("files", "manifests"))
-            out[peer] = (files, manifests)
+            counts = metadata_counts(c, table, ("files", "manifests"))
+            out[peer] = (counts["files"], counts["manifests"])
     return out
 
 

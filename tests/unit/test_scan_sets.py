@@ -74,13 +74,33 @@ def test_a_set_links_its_files_in_order_and_is_shared_while_held(tmp_path: Path)
     sets = ScanSets()
     one = sets.acquire("meta-1", files)
     assert sorted(os.listdir(one.path)) == ["000000-b.parquet", "000001-a.parquet"]
-    assert [os.readlink(one.path / n) for n in sorted(os.listdir(one.path))] == files
+    assert all(os.path.samefile(one.path / n, f) for n, f in zip(sorted(os.listdir(one.path)), files, strict=True))
+    assert not any(os.path.islink(one.path / n) for n in os.listdir(one.path))  # hard links on one filesystem
     assert sets.acquire("meta-1", files) is one  # a transaction pinning the mounted snapshot
     assert sets.acquire("meta-2", files) is not one
     path = one.path
     del one
     gc.collect()
     _wait_gone(path)
+
+
+def test_a_set_links_symbolically_where_hard_links_are_refused(tmp_path: Path, monkeypatch) -> None:
+    files = []
+    for name in ("b.parquet", "a.parquet"):
+        (tmp_path / name).write_bytes(b"x")
+        files.append(str(tmp_path / name))
+    tried: list[str] = []
+
+    def cross_device(target, link):
+        tried.append(target)
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(scan_sets.os, "link", cross_device)
+    sets = ScanSets()
+    one = sets.acquire("meta", files)
+    names = sorted(os.listdir(one.path))
+    assert [os.readlink(one.path / n) for n in names] == files
+    assert tried == files[:1]  # one refusal, not one per file
 
 
 def test_a_retired_set_outlives_a_held_statement(tmp_path: Path) -> None:
@@ -255,6 +275,7 @@ def test_a_table_is_still_read_when_no_scan_directory_can_be_made(tmp_path: Path
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(scan_sets.os, "symlink", refuse)
+    monkeypatch.setattr(scan_sets.os, "link", refuse)
     lh = Lakehouse.embedded(tmp_path / "lake")
     lh.create_namespace_if_missing("demo")
     t = lh.catalog.create_table(("demo", "t"), schema=SCHEMA)
