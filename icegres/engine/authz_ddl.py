@@ -101,7 +101,13 @@ async def record_ddl(qctx: QueryContext, cmd: Any, run: Any) -> None:
     authorization, who = got
 
     def fold_of() -> Any:
-        if isinstance(cmd, _CREATES) and not (isinstance(cmd, C.CreateView) and cmd.or_replace):
+        if isinstance(cmd, C.CreateView):
+            key = ("table", _schema_of(qctx, cmd.schema), cmd.name)
+            invoker = bool(cmd.security_invoker)  # (OR REPLACE replaces the options, as PostgreSQL's)
+            if cmd.or_replace:
+                return lambda a: acl.set_security_invoker(a, key, invoker)
+            return lambda a: acl.set_security_invoker(acl.created(a, who, key), key, invoker)
+        if isinstance(cmd, _CREATES):
             key = ("table", _schema_of(qctx, cmd.schema), cmd.name)
             return lambda a: acl.created(a, who, key)
         if isinstance(cmd, C.DropTable | C.DropView | C.DropSequence | C.DropSchema):

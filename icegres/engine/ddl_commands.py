@@ -287,6 +287,7 @@ class CreateView:
     query_sql: str
     column_names: tuple[str, ...] = ()
     or_replace: bool = False
+    security_invoker: bool | None = None  # WITH (security_invoker = ...); None: not given
 
 
 @dataclass(frozen=True)

@@ -38,11 +38,38 @@ def create_view(p: Any, or_replace: bool) -> CreateView:
         while p.accept_type(TokenType.COMMA):
             columns.append(p.ident())
         p.expect_type(TokenType.R_PAREN)
-    if p.peek("WITH"):
-        raise _unsupported("CREATE VIEW ... WITH (options)", p.position())
+    invoker = _view_options(p) if p.peek("WITH") else None
     p.expect("AS")
     query = _query_text(p)
-    return CreateView(schema, name, query, tuple(columns), or_replace)
+    return CreateView(schema, name, query, tuple(columns), or_replace, invoker)
+
+
+_TRUE = {"true": True, "on": True, "1": True, "yes": True, "false": False, "off": False, "0": False, "no": False}
+
+
+def _view_options(p: Any) -> bool:
+    """WITH (security_invoker [= boolean]): the one view option icegres keeps (its privileges
+    and policies: pg/acl.py). check_option and security_barrier are 0A000."""
+    p.expect("WITH")
+    p.expect_type(TokenType.L_PAREN)
+    invoker = True
+    while True:
+        position = p.position()
+        option = p.toks[p.i].text.lower() if not p.at_end() else ""
+        p.i += 1
+        if option != "security_invoker":
+            raise _unsupported(f"view option {option}", position)
+        if p.accept_type(TokenType.EQ):
+            word = p.toks[p.i].text.strip("'").lower() if not p.at_end() else ""
+            if word not in _TRUE:
+                raise PgError(e.INVALID_PARAMETER_VALUE, f'invalid value for boolean option "security_invoker": {word}',
+                              position=p.position())
+            p.i += 1
+            invoker = _TRUE[word]
+        if not p.accept_type(TokenType.COMMA):
+            break
+    p.expect_type(TokenType.R_PAREN)
+    return invoker
 
 
 def _query_text(p: Any) -> str:

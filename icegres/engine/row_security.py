@@ -146,7 +146,8 @@ def _secure_tables(qctx: QueryContext, authz: Any, who: Any, resolver: Any, tabl
 def view_body_hook(qctx: QueryContext) -> Any:
     """What a view's query becomes where a statement reads the view: checked and secured as its
     owner (PostgreSQL 15's views without security_invoker read their tables with the owner's
-    privileges and under the owner's policies). None when the server keeps no roles."""
+    privileges and under the owner's policies), or, WITH (security_invoker), as the reader. None
+    when the server keeps no roles."""
     from icegres.pg.acl import BOOTSTRAP, Principal
 
     authorization = qctx.engine.authorization
@@ -155,8 +156,11 @@ def view_body_hook(qctx: QueryContext) -> Any:
 
     def hook(view: tuple[str, str], body: exp.Expression, resolver: Any) -> exp.Expression:
         authz = authorization.current()
-        owner = authz.owner(("table", *view))
-        who = Principal(owner, owner == BOOTSTRAP or owner in authorization.configured_names())
+        if ("table", *view) in authz.invokers:  # WITH (security_invoker): as the reader
+            who = authorization.principal(qctx.env.user, qctx.env.settings.get("role"))
+        else:
+            owner = authz.owner(("table", *view))
+            who = Principal(owner, owner == BOOTSTRAP or owner in authorization.configured_names())
         if authz.is_superuser(who):
             return body
         tables = view_defs.named_tables(body, None)

@@ -146,6 +146,8 @@ class Authz:
     # ALTER DEFAULT PRIVILEGES: (creating role, schema or "" for every schema) -> the entries its
     # new tables' ACLs get (the grantor written as "" for the new table's owner).
     default_acls: Mapping[tuple[str, str], tuple[AclItem, ...]] = field(default_factory=dict)
+    # Views made WITH (security_invoker): read with the reader's privileges and policies.
+    invokers: frozenset[ObjectKey] = frozenset()
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -625,13 +627,14 @@ def dropped(authz: Authz, obj: ObjectKey) -> Authz:
     if obj[0] == "table" and any(k[0] == "column" and k[1:3] == obj[1:] for k in authz.acls):
         authz = replace(authz, acls={k: v for k, v in authz.acls.items() if not (k[0] == "column" and k[1:3] == obj[1:])})
     if obj not in authz.acls and obj not in authz.owners and obj not in authz.rls \
-            and not any(p.table == obj for p in (*authz.policies, *authz.masks)):
+            and obj not in authz.invokers and not any(p.table == obj for p in (*authz.policies, *authz.masks)):
         return authz
     return replace(authz, acls={k: v for k, v in authz.acls.items() if k != obj},
                    owners={k: v for k, v in authz.owners.items() if k != obj},
                    rls={k: v for k, v in authz.rls.items() if k != obj},
                    policies=tuple(p for p in authz.policies if p.table != obj),
-                   masks=tuple(m for m in authz.masks if m.table != obj))
+                   masks=tuple(m for m in authz.masks if m.table != obj),
+                   invokers=authz.invokers - {obj})
 
 
 def renamed(authz: Authz, old: ObjectKey, new: ObjectKey) -> Authz:
@@ -643,7 +646,8 @@ def renamed(authz: Authz, old: ObjectKey, new: ObjectKey) -> Authz:
     rls = {(new if k == old else k): v for k, v in authz.rls.items()}
     policies = tuple(replace(p, table=new) if p.table == old else p for p in authz.policies)
     masks = tuple(replace(m, table=new) if m.table == old else m for m in authz.masks)
-    return replace(authz, acls=acls, owners=owners, rls=rls, policies=policies, masks=masks)
+    invokers = (authz.invokers - {old}) | {new} if old in authz.invokers else authz.invokers
+    return replace(authz, acls=acls, owners=owners, rls=rls, policies=policies, masks=masks, invokers=invokers)
 
 
 # --- the stored form -----------------------------------------------------------------------------
@@ -664,6 +668,7 @@ def to_json(authz: Authz) -> str:
         "masks": [[m.name, list(m.table), m.column, m.expression, list(m.roles)] for m in authz.masks],
         "default_acls": [[list(k), [[i.grantee, i.grantor, i.privs, i.options] for i in v]]
                          for k, v in sorted(authz.default_acls.items())],
+        "invokers": sorted(list(k) for k in authz.invokers),
     }, sort_keys=True, separators=(",", ":"))
 
 
@@ -683,6 +688,7 @@ def from_json(text: str) -> Authz:
         policies=tuple(Policy(n, tuple(t), pm, c, tuple(r), u, ch) for n, t, pm, c, r, u, ch in doc.get("policies", [])),
         masks=tuple(Mask(n, tuple(t), c, e, tuple(r)) for n, t, c, e, r in doc.get("masks", [])),
         default_acls={tuple(k): tuple(AclItem(*i) for i in v) for k, v in doc.get("default_acls", [])},
+        invokers=frozenset(tuple(k) for k in doc.get("invokers", [])),
     )
 
 
@@ -757,3 +763,9 @@ def drop_mask(authz: Authz, who: Principal, obj: ObjectKey, name: str, *, if_exi
             return authz
         raise PgError(E.UNDEFINED_OBJECT, f'mask "{name}" for table "{obj[-1]}" does not exist')
     return replace(authz, masks=tuple(m for m in authz.masks if not (m.table == obj and m.name == name)))
+
+
+def set_security_invoker(authz: Authz, view: ObjectKey, invoker: bool) -> Authz:
+    """A view's security_invoker option, as CREATE [OR REPLACE] VIEW gave it."""
+    invokers = authz.invokers | {view} if invoker else authz.invokers - {view}
+    return authz if invokers == authz.invokers else replace(authz, invokers=invokers)
