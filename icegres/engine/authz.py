@@ -193,6 +193,8 @@ _PRIVILEGE_WORDS = {
     "table": {"select": "r", "insert": "a", "update": "w", "delete": "d", "truncate": "D",
               "references": "x", "trigger": "t"},
     "schema": {"usage": "U", "create": "C"},
+    "column": {"select": "r", "insert": "a", "update": "w", "references": "x"},
+    "any_column": {"select": "r", "insert": "a", "update": "w", "references": "x"},
 }
 _SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
 
@@ -233,6 +235,7 @@ def has_privilege(env: Any, kind: str, user: str | None, obj: str | None, privil
             return all(letter == "U" for letter, _ in wanted[:1]) or authz.is_superuser(who)
         key: acl.ObjectKey = ("schema", schema)
     else:
+        obj, _, column = obj.partition("\x00")
         oid = int(obj) if obj.isdigit() else (ix.resolve(obj, list(env.search_path)) if ix else None)
         entry = next((e for e in ix.relations.values() if e.oid == oid), None) if ix and oid is not None else None
         if entry is None:
@@ -240,6 +243,14 @@ def has_privilege(env: Any, kind: str, user: str | None, obj: str | None, privil
         if entry.schema in _SYSTEM_SCHEMAS:
             return any(letter == "r" for letter, _ in wanted) or authz.is_superuser(who)
         key = ("table", entry.schema, entry.name)
+        if kind in ("column", "any_column"):
+            names = [c.name for c in entry.columns]
+            if kind == "column" and column not in names:
+                raise PgError("42703", f'column "{column}" of relation "{entry.name}" does not exist')
+            cols = [column] if kind == "column" else names
+            return any((authz.has(who, key, letter) and (not option or authz.can_grant(who, key, letter)))
+                       or any(authz.has(who, ("column", *key[1:], c), letter) for c in cols)
+                       for letter, option in wanted)
     return any(authz.has(who, key, letter) and (not option or authz.can_grant(who, key, letter))
                for letter, option in wanted)
 

@@ -86,7 +86,15 @@ def _script(n: dict[str, str]) -> list[str]:
         f"SELECT a FROM {s}.t",
         "RESET ROLE",
         f"GRANT SELECT (a), UPDATE (b) ON {s}.t TO {writer}",
+        f"SELECT has_column_privilege('{writer}', '{s}.t', 'a', 'SELECT'), "
+        f"has_column_privilege('{writer}', '{s}.t', 'b', 'SELECT'), "
+        f"has_column_privilege('{writer}', '{s}.t', 'b', 'UPDATE'), "
+        f"has_column_privilege('{writer}', '{s}.t', 'a', 'INSERT'), "
+        f"has_any_column_privilege('{writer}', '{s}.t', 'SELECT'), "
+        f"has_any_column_privilege('{analyst}', '{s}.t', 'UPDATE')",
+        f"SELECT has_column_privilege('{writer}', '{s}.t', 'nope', 'SELECT')",
         f"SET ROLE {writer}",
+        f"SELECT has_column_privilege('{s}.t', 'a', 'SELECT'), has_any_column_privilege('{s}.t', 'UPDATE')",
         f"SELECT a FROM {s}.t ORDER BY a",
         f"SELECT b FROM {s}.t",
         f"SELECT * FROM {s}.t",

@@ -65,6 +65,17 @@ def privilege_checks(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
             return node
         kind = name[len("has_"):-len("_privilege")]
         args = list(node.expressions) if isinstance(node, exp.Anonymous) else [node.this, *node.expressions]
+        if kind in ("column", "any_column") and len(args) in (2 + (kind == "column"), 3 + (kind == "column")):
+            # (table, column, privileges) with the column folded into the object: "table\0column"
+            with_user = len(args) == 3 + (kind == "column")
+            user = exp.cast(args[0], "text") if with_user else exp.Null()
+            rest = args[1:] if with_user else args
+            obj = exp.cast(rest[0], "text")
+            if kind == "column":
+                obj = exp.DPipe(this=exp.DPipe(this=obj, expression=exp.Literal.string("\x00")),
+                                expression=exp.cast(rest[1], "text"))
+            return exp.Anonymous(this="icegres_has_privilege", expressions=[
+                exp.Literal.string(kind), user, obj, rest[-1]])
         if kind not in ("table", "schema") or len(args) not in (2, 3):
             return exp.true()
         user = exp.cast(args[0], "text") if len(args) == 3 else exp.Null()
