@@ -101,5 +101,12 @@ class PlanCache:
         # expanded statement carries (query.with_views): shared, never changed. By text: sqlglot
         # writes a literal out by its value (`interval '1 day'` as `INTERVAL '1 DAY'`).
         self.expanded: Bounded[tuple[Any, ...], tuple[str, Any]] = Bounded(SHAPES_MAX)
+        # A statement as a role's policies and masks rewrote it (row_security.applied), by (text,
+        # search_path, role, the roles' state generation): a prepared statement is secured once.
+        self.secured: Bounded[tuple[Any, ...], tuple[str, Any] | None] = Bounded(SHAPES_MAX)
+        # ... and by literal shape: the secured text's pieces between the statement's literals and
+        # which literal goes between them (row_security._Template), so that a point lookup sent
+        # with its values inline is secured without a parse.
+        self.secured_shapes: Bounded[tuple[Any, ...], Any] = Bounded(SHAPES_MAX)
         # Statement shapes whose WHERE clause can never narrow the files read (prune.py).
         self.unprunable: Bounded[ShapeKey, bool] = Bounded(SHAPES_MAX)

@@ -21,7 +21,8 @@ security_invoker, and its owner is exempt from the policies of its own tables.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import re
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -33,6 +34,7 @@ from icegres.engine import check_text, view_defs
 from icegres.pg import errors as E
 from icegres.pg.errors import PgError
 from icegres.sql.parse import DIALECT
+from icegres.sql.shape import fill_shape, masked_literals
 from icegres.sql.statement import EXPLAIN_PREFIX, query
 
 if TYPE_CHECKING:
@@ -82,6 +84,65 @@ def applied(qctx: QueryContext, stmt: Statement) -> Statement:
         # so the plan shown (and EXPLAIN ANALYZE's run) is the one the role's query would run.
         inner = applied(qctx, query(stmt.sql[explained.end():]))
         return stmt if inner.sql == stmt.sql[explained.end():] else replace(stmt, sql=explained.group(0) + inner.sql)
+    state = (tuple(qctx.env.search_path), who, qctx.engine.authorization.generation,
+             qctx.engine.catalog_generation, qctx.engine.views_generation)
+    key = (stmt.sql, *state)
+    if key in qctx.cache.secured:
+        done = qctx.cache.secured[key]
+        return stmt if done is None else stmt.rewritten(*done)
+    literals = masked_literals(stmt.sql)
+    template = qctx.cache.secured_shapes.get((stmt.shape, *state)) if literals else None
+    if template is not None:
+        text = template.fill(literals)
+        if text is not None:
+            return stmt if text == stmt.sql else replace(stmt, sql=text)  # (text only: parsed if need be)
+    secured = _applied(qctx, stmt, authz, who)
+    qctx.cache.secured.put(key, None if secured is stmt else (secured.sql, secured.tree))
+    if literals:
+        made = _Template.of(qctx, stmt, literals, authz, who)
+        if made is not None and made.fill(literals) == secured.sql:  # (kept only if it gives the same)
+            qctx.cache.secured_shapes.put((stmt.shape, *state), made)
+    return secured
+
+
+_SENTINEL_NUMBER = 913_700_420_000
+
+
+@dataclass(frozen=True)
+class _Template:
+    """A shape's secured text: `parts` with the statement's literal number `order[i]` between
+    parts i and i + 1 (a literal may be copied inside the barrier: it then appears twice)."""
+
+    parts: tuple[str, ...]
+    order: tuple[int, ...]
+
+    @classmethod
+    def of(cls, qctx: QueryContext, stmt: Statement, literals: list[str], authz: Any, who: Any) -> _Template | None:
+        """Secure the statement with each literal replaced by a sentinel of its kind, and cut the
+        result at the sentinels (what is secured does not depend on literal values, only kinds)."""
+        sentinels = [f"'icegres_literal_{i}_'" if lit.startswith("'") else str(_SENTINEL_NUMBER + i)
+                     for i, lit in enumerate(literals)]
+        text = fill_shape(stmt.shape, sentinels)
+        if text is None or any(s in stmt.sql for s in sentinels):
+            return None
+        try:
+            secured = _applied(qctx, replace(stmt, sql=text), authz, who).sql
+        except PgError:
+            return None
+        found = re.split("(" + "|".join(re.escape(s) for s in sentinels) + ")", secured)
+        index = {s: i for i, s in enumerate(sentinels)}
+        return cls(tuple(found[0::2]), tuple(index[s] for s in found[1::2]))
+
+    def fill(self, literals: list[str]) -> str | None:
+        if any(i >= len(literals) for i in self.order):
+            return None
+        out = [self.parts[0]]
+        for i, part in zip(self.order, self.parts[1:], strict=True):
+            out += [literals[i], part]
+        return "".join(out)
+
+
+def _applied(qctx: QueryContext, stmt: Statement, authz: Any, who: Any) -> Statement:
     try:
         original = stmt.tree
     except PgError:
@@ -138,9 +199,27 @@ def _secure_tables(qctx: QueryContext, authz: Any, who: Any, resolver: Any, tabl
                                  "tables show values the role may not see.")
         schema = qctx.engine.table_schema(found[1])
         pushed = _leakproof_conjuncts(table, schema, masks) if condition is not None else []
-        _wrap(table, condition, masks, schema.names if masks else [], pushed)
+        barrier = condition is not None and not _alone_and_leakproof(table, pushed)
+        _wrap(table, condition, masks, schema.names if masks else [], pushed, barrier)
         changed = True
     return changed
+
+
+def _alone_and_leakproof(table: exp.Table, pushed: list[exp.Expression]) -> bool:
+    """Whether no predicate of the statement can meet a row the condition hides, so the barrier
+    (and the single stream a LIMIT costs) can be spared: the table is the only relation of the
+    statement's own top-level SELECT, which nothing encloses (an outer query's predicates are
+    pushed down through a subquery), and every condition of its WHERE is leakproof (all went
+    inside). A point lookup and a plain aggregate keep their plans."""
+    scope = table.parent
+    select = scope.parent if isinstance(scope, exp.From) else None
+    if not isinstance(select, exp.Select) or select.parent is not None or select.args.get("joins"):
+        return False
+    where = select.args.get("where")
+    if where is None:
+        return True
+    conjuncts = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+    return len(conjuncts) == len(pushed)
 
 
 def view_body_hook(qctx: QueryContext) -> Any:
@@ -173,7 +252,7 @@ def view_body_hook(qctx: QueryContext) -> Any:
 
 
 def _wrap(table: exp.Table, condition: str | None, masks: dict[str, str], columns: list[str],
-          pushed: list[exp.Expression]) -> None:
+          pushed: list[exp.Expression], barrier: bool) -> None:
     alias = table.args.get("alias")
     inner = table.copy()
     inner.set("alias", None)
@@ -189,7 +268,9 @@ def _wrap(table: exp.Table, condition: str | None, masks: dict[str, str], column
         # by zero or a failing cast would tell that the row exists and what it holds).
         inner_condition = exp.and_(check_text.expression(condition), *pushed) if pushed else \
             check_text.expression(condition)
-        subquery = subquery.where(inner_condition).limit(_NO_LIMIT)
+        subquery = subquery.where(inner_condition)
+        if barrier:
+            subquery = subquery.limit(_NO_LIMIT)
     if alias is None:
         alias = exp.TableAlias(this=exp.to_identifier(_head(table.name)[0] if "$" in table.name else table.name))
     table.replace(exp.Subquery(this=subquery, alias=alias.copy()))

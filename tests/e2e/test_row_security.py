@@ -177,6 +177,15 @@ def test_nothing_of_a_hidden_row_leaks_through_icegres_own_surfaces(icegres: Ice
             # EXPLAIN shows the plan the role's query runs: with its condition.
             plan = "\n".join(r[1] for r in conn.execute(f"EXPLAIN SELECT id FROM {s}.docs").fetchall())
             assert "current_user" in plan.lower() or alice in plan
+            # One shape, many values: the secured text is reused by shape (row_security._Template)
+            # and must carry each statement's own values, never let one through unfiltered.
+            for _ in range(2):
+                for ident, expected in ((1, [(1,)]), (7, []), (2, []), (1, [(1,)])):
+                    got = conn.execute(f"SELECT id FROM {s}.docs WHERE id = {ident}").fetchall()
+                    assert got == expected, ident
+                for body, expected in (("a1", [(1,)]), ("secret-7", []), ("it's", [])):
+                    quoted = body.replace("'", "''")
+                    assert conn.execute(f"SELECT id FROM {s}.docs WHERE body = '{quoted}'").fetchall() == expected
             rows = conn.execute(f"SELECT id FROM {s}.docs WHERE body = 'secret-7'").fetchall()
             assert rows == []
             # A statement prepared (described) by the superuser and executed as alice is filtered.
