@@ -49,15 +49,16 @@ _NO_LIMIT = 2**63 - 1
 _COMMANDS = {exp.Update: "update", exp.Delete: "delete", exp.Insert: "insert", exp.Merge: "merge"}
 
 
-def _session(qctx: QueryContext) -> tuple[Any, Any] | None:
-    """(authz, principal) when some table has row security and the role is not exempt from all."""
+def _session(qctx: QueryContext, *, fresh: bool = True) -> tuple[Any, Any] | None:
+    """(authz, principal) when some table has row security or a mask and the role is not exempt
+    from all; `fresh=False`: by the state as last read (no I/O)."""
     authorization = qctx.engine.authorization
     if authorization is None:
         return None
-    authz = authorization.current()
+    authz = authorization.current() if fresh else authorization.cached()
     if not authz.masks and not any(v in ("enabled", "forced") for v in authz.rls.values()):
         return None
-    who = authorization.principal(qctx.env.user, qctx.env.settings.get("role"))
+    who = authorization.principal(qctx.env.user, qctx.env.settings.get("role"), authz)
     if authz.is_superuser(who):
         return None
     return authz, who
@@ -369,13 +370,7 @@ def without_rules(qctx: QueryContext) -> bool:
     """Whether no row condition, check or mask can apply to this session's statements, by the
     state as last read (no I/O: asked on the event loop, right after the statement's privilege
     check read it fresh)."""
-    authorization = qctx.engine.authorization
-    if authorization is None:
-        return True
-    authz = authorization.cached()
-    if not authz.masks and not any(v in ("enabled", "forced") for v in authz.rls.values()):
-        return True
-    return authz.is_superuser(authorization.principal(qctx.env.user, qctx.env.settings.get("role"), authz))
+    return _session(qctx, fresh=False) is None
 
 
 def checks_writes(qctx: QueryContext, key: tuple[str, str]) -> bool:

@@ -429,13 +429,7 @@ def grant_role(authz: Authz, who: Principal, role: str, member: str, *, admin: b
     _must_exist(authz, role)
     if member not in authz.roles and member not in configured:
         raise PgError(E.UNDEFINED_OBJECT, f'role "{member}" does not exist')
-    if not authz.is_superuser(who):
-        target = authz.roles[role]
-        mine = authz.member_roles(who.user)
-        holds_admin = any(m.role == role and m.member in mine and m.admin for m in authz.members)
-        creates = authz.roles.get(who.user) is not None and authz.roles[who.user].createrole
-        if target.superuser or not (holds_admin or creates):
-            raise PgError(E.INSUFFICIENT_PRIVILEGE, f'must have admin option on role "{role}"')
+    _may_administer(authz, who, role)
     if member in authz.member_roles(role):
         # A loop, the trivial one (a role in itself) included: AddRoleMems' message.
         raise PgError(E.INVALID_GRANT_OPERATION, f'role "{role}" is a member of role "{member}"')
@@ -448,18 +442,25 @@ def grant_role(authz: Authz, who: Principal, role: str, member: str, *, admin: b
 def revoke_role(authz: Authz, who: Principal, role: str, member: str, *, admin_only: bool) -> Authz:
     _must_exist(authz, role)
     old = next((m for m in authz.members if m.role == role and m.member == member), None)
-    if not authz.is_superuser(who):
-        mine = authz.member_roles(who.user)
-        holds_admin = any(m.role == role and m.member in mine and m.admin for m in authz.members)
-        creates = authz.roles.get(who.user) is not None and authz.roles[who.user].createrole
-        if not (holds_admin or creates):
-            raise PgError(E.INSUFFICIENT_PRIVILEGE, f'must have admin option on role "{role}"')
+    _may_administer(authz, who, role)
     if old is None:
         return authz  # PostgreSQL warns "role ... is not a member of role ..." and succeeds
     kept = authz.members - {old}
     if admin_only:
         kept = kept | {replace(old, admin=False)}
     return replace(authz, members=kept)
+
+
+def _may_administer(authz: Authz, who: Principal, role: str) -> None:
+    """GRANT / REVOKE of membership in `role`: a superuser, a holder of its admin option, or a
+    CREATEROLE role (PostgreSQL 15), never of a superuser role but by a superuser."""
+    if authz.is_superuser(who):
+        return
+    mine = authz.member_roles(who.user)
+    holds_admin = any(m.role == role and m.member in mine and m.admin for m in authz.members)
+    creates = authz.roles.get(who.user) is not None and authz.roles[who.user].createrole
+    if authz.roles[role].superuser or not (holds_admin or creates):
+        raise PgError(E.INSUFFICIENT_PRIVILEGE, f'must have admin option on role "{role}"')
 
 
 def is_member(authz: Authz, role: str, member: str) -> bool:
