@@ -3,9 +3,10 @@
 A write stages Parquet files before the commit machine publishes them. If the process dies (or
 the statement fails or is cancelled) between the two, nothing references those files, and before
 this machine only the orphan GC's 3-day grace got rid of them. So every write attempt keeps a
-durable *staging record* (engine/staging.py): the path of each file it is about to create, with
-its table and that table's uuid, written (and synced) before the file is created, and the token
-of the attempt's commit. This core decides, from a record and what the catalog shows, which of
+*staging record* (engine/staging.py): the path of each file it is about to create, with its table
+and that table's uuid, written before the file is created (it survives the process; a machine
+crash may lose its last lines, leaving those files to the orphan GC), and the token of the
+attempt's commit. This core decides, from a record and what the catalog shows, which of
 the record's files to delete; a driver (`icegres.machines.drivers.staged`) does the I/O.
 `specs/staged.toml` is the independent statement of this machine.
 

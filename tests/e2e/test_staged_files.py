@@ -165,19 +165,34 @@ def test_servers_killed_mid_insert_leave_no_staged_file_after_restart(lake: Lake
 
 def test_a_statement_cancelled_mid_write_leaves_no_staged_file(lake: Lake) -> None:
     prepare(lake.data_dir, lake.env, lake.ns, ROWS)
+    location = lake.table().location()
     with running_icegres(lake.data_dir, env=lake.env) as srv, \
             psycopg.connect(srv.dsn(), autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
-        written = 0
-        for delay_s in (0.5, 1.0, 1.5, 2.0, 2.5):
-            timer = threading.Timer(delay_s, conn.cancel)
-            timer.start()
+        written = cancelled_mid_write = 0
+        for delay_s in (0.0, 0.02, 0.05, 0.1, 0.2):
+            # Cancel `delay_s` after the statement's first file appears: it is writing then.
+            before = {p for p in lake.list_files(location) if p.endswith(".parquet")}
+            seen = threading.Event()
+
+            def cancel_once_writing(before: set[str] = before, seen: threading.Event = seen,
+                                    delay_s: float = delay_s) -> None:
+                deadline = time.monotonic() + 120
+                while time.monotonic() < deadline:
+                    if any(p.endswith(".parquet") and p not in before for p in lake.list_files(location)):
+                        seen.set()
+                        time.sleep(delay_s)
+                        conn.cancel()
+                        return
+                    time.sleep(0.005)
+
+            watcher = threading.Thread(target=cancel_once_writing, daemon=True)
+            watcher.start()
             try:
                 conn.execute(f"insert into {lake.ns}.dst select * from {lake.ns}.src")
-                written += 1  # (finished before the cancel came)
+                written += 1  # (committed before the cancel came)
             except psycopg.errors.QueryCanceled:
-                pass
-            finally:
-                timer.cancel()
+                cancelled_mid_write += seen.is_set()
+            watcher.join(timeout=130)
         # An abandoned worker thread may still be writing: it deletes its own file as it ends.
         deadline = time.monotonic() + CANCEL_SETTLE_S
         while (left := leftovers(lake.table(), lake.list_files)).data_files and time.monotonic() < deadline:
@@ -186,5 +201,5 @@ def test_a_statement_cancelled_mid_write_leaves_no_staged_file(lake: Lake) -> No
         count = conn.execute(f"select count(*) from {lake.ns}.dst").fetchone()[0]
         # (a cancel that came during the shielded commit may still have committed: whole batches)
         assert count % ROWS == 0 and count >= written * ROWS, (count, written)
-        assert written < 5, "no statement was cancelled: the test proved nothing"
+        assert cancelled_mid_write, "no statement was cancelled while writing: the test proved nothing"
     assert not any(p.suffix == ".ndjson" for p in (lake.data_dir / "staged").rglob("*"))
