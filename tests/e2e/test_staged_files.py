@@ -10,11 +10,13 @@
 2. A statement cancelled (57014) in the middle of writing its files leaves none behind, once its
    abandoned worker thread has finished.
 
-Catalogs: the embedded SQLite one (local files) and SeaweedFS's REST catalog over S3.
+Catalogs: the embedded SQLite one (local files), a SQL catalog in the stack's PostgreSQL, and
+SeaweedFS's REST catalog over S3.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -78,7 +80,7 @@ def _s3_sizes(stack: Any) -> Callable[[str], dict[str, int]]:
     return list_files
 
 
-@pytest.fixture(params=["embedded", "rest"])
+@pytest.fixture(params=["embedded", "postgres", "rest"])
 def lake(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Lake]:
     ns = f"staged_{uuid.uuid4().hex[:10]}"
     data_dir = tmp_path / "data"
@@ -89,7 +91,22 @@ def lake(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Lake]:
         yield Lake("embedded", data_dir, {}, props, ns, local_files, kills=10)
         return
     stack = request.getfixturevalue("stack")
-    yield Lake("rest", data_dir, stack.env(), dict(stack.pyiceberg_properties()), ns, _s3_sizes(stack), kills=5)
+    if request.param == "rest":
+        yield Lake("rest", data_dir, stack.env(), dict(stack.pyiceberg_properties()), ns, _s3_sizes(stack), kills=5)
+        return
+    # A SQL catalog in a fresh database of the stack's PostgreSQL.
+    db = f"icegres_staged_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(stack.pg_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as admin:
+        admin.execute(f"create database {db}")
+    try:
+        uri = stack.pg_url.rsplit("/", 1)[0] + f"/{db}"
+        warehouse = (tmp_path / "warehouse").as_uri()
+        props = {"type": "sql", "uri": uri.replace("postgresql://", "postgresql+psycopg://", 1), "warehouse": warehouse}
+        env = {"ICEGRES_CATALOG_URI": uri, "ICEGRES_WAREHOUSE": warehouse}
+        yield Lake("postgres", data_dir, env, props, ns, local_files, kills=5)
+    finally:
+        with psycopg.connect(stack.pg_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as admin:
+            admin.execute(f"drop database if exists {db} with (force)")
 
 
 class OtherServer:
