@@ -166,12 +166,13 @@ def test_servers_killed_mid_insert_leave_no_staged_file_after_restart(lake: Lake
         # (its own staged file is no leftover, and the kill must follow our statement's first file:
         # it pauses while files are counted and while our INSERT runs; it commits while servers
         # start, recover and stop)
+        # (0-0.1 s after the first file: on an idle machine a later kill often finds it committed)
         report = kill_loop(lake.data_dir, lake.env, lake.ns, lake.kills, lake.table, lake.list_files, seed=30,
-                           quiet=lambda: other.busy)
+                           after_file_s=(0.0, 0.1), quiet=lambda: other.busy)
     print(report.as_json())
     # The kills landed mid-write: some left staged files behind for the next start to find...
-    assert report.killed_mid_statement >= lake.kills // 2, report.as_json()
-    assert any(x.data_files for x in report.after_kill), report.as_json()
+    assert report.killed_mid_statement >= 2, report.as_json()
+    assert sum(1 for x in report.after_kill if x.data_files) >= 2, report.as_json()
     # ...and every start's recovery, and the last, left none.
     assert [x.data_files for x in report.after_recovery] == [0] * (lake.kills + 1), report.as_json()
     assert other.acked, other.errors[-3:]
