@@ -96,6 +96,14 @@ def recover_last_run(engine: Any, settings: Settings) -> None:
         from icegres.pg.errors import PgError
 
         raise PgError("58030", f"could not recover transactions left by the last run: {type(exc).__name__}: {exc}") from exc
+    # Data files a killed or failed write staged and nothing published (engine/staging.py).
+    from icegres.engine.staged_world import recover_staged
+    from icegres.engine.staging import FileStaging
+
+    engine.staging = FileStaging(settings.data_dir / "staged")
+    deleted, kept = trio.run(recover_staged, engine.lakehouse, engine.staging)
+    if deleted or kept:
+        log.info("staged files of earlier runs: %d unreferenced deleted, %d records kept", deleted, kept)
 
 
 # --- serve / flight-serve ---------------------------------------------------------------------------

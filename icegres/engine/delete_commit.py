@@ -71,10 +71,19 @@ def _write_one(table: Any, paths: list[str], deleted: dict[str, np.ndarray], spe
     names = pa.array(np.repeat(np.array(paths, dtype=object), [len(deleted[p]) for p in paths]), pa.string())
     pos = pa.array(np.concatenate([deleted[p] for p in paths]).astype(np.int64, copy=False))
     rows = pa.table([names, pos], schema=_SCHEMA)
+    from icegres.engine import staging
+
     location = table.location_provider().new_data_location(f"{uuid.uuid4()}-deletes.parquet")
+    stager = staging.current() if staging.stageable(table) else None
+    if stager is not None:  # recorded before it exists (engine/staging.py)
+        stager.announce(location, staging.table_name(table), str(table.metadata.table_uuid), table.io)
     out = table.io.new_output(location)
-    with out.create(overwrite=True) as f:
-        pq.write_table(rows, f, compression="zstd")
+    try:
+        with out.create(overwrite=True) as f:
+            pq.write_table(rows, f, compression="zstd")
+    finally:
+        if stager is not None:
+            stager.finished(location)
     size = len(out)
     lower = {FILE_PATH_ID: to_bytes(StringType(), paths[0]), POS_ID: to_bytes(LongType(), int(np.min(pos)))}
     upper = {FILE_PATH_ID: to_bytes(StringType(), paths[-1]), POS_ID: to_bytes(LongType(), int(np.max(pos)))}

@@ -43,6 +43,7 @@ from icegres.engine.mounts import (
 )
 from icegres.engine.scan_sets import ScanSets
 from icegres.engine.session_zone import is_utc
+from icegres.engine.staging import MemoryStaging
 from icegres.engine.view_defs import ViewDef
 from icegres.pg.errors import PgError
 
@@ -140,6 +141,9 @@ class Engine:
         # Where transaction blocks record their catalog changes before COMMIT applies them
         # (engine/intents.py): in memory unless the server gives it a data directory.
         self.intents: Any = MemoryIntents()
+        # Staging records of the data files writes create (engine/staging.py): in memory unless the
+        # server gives it a data directory.
+        self.staging: Any = MemoryStaging()
         # Where sessions keep their temporary tables' files (temp_tables.py): the system's temp
         # directory unless the server gives it one under its data directory.
         self.temp_root: Path | None = None

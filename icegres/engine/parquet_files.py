@@ -147,6 +147,8 @@ def install() -> None:
     from pyiceberg.io.pyarrow import ParquetFormatModel, ParquetFormatWriter
     from pyiceberg.manifest import FileFormat
 
+    from icegres.engine import staging
+
     class PagedParquetWriter(ParquetFormatWriter):
         def __init__(self, output_file: Any, file_schema: Any, properties: dict[str, str]) -> None:
             super().__init__(output_file, file_schema, properties)
@@ -163,8 +165,16 @@ def install() -> None:
                     self._parquet_writer_kwargs["bloom_filter_options"] = blooms
             super().write(sorted_rows(self._properties, table))
 
+        def __exit__(self, *exc: Any) -> None:
+            try:
+                super().__exit__(*exc)
+            finally:
+                staging.after_close(self._output_file.location)
+
     class PagedParquetModel(ParquetFormatModel):
         def create_writer(self, output_file: Any, file_schema: Any, properties: dict[str, str]) -> Any:
+            # A transaction's staging record names the file before it exists (engine/staging.py).
+            staging.before_create(output_file.location)
             return PagedParquetWriter(output_file, file_schema, properties)
 
     # `register` refuses a second model for a format; the registry is the extension point.

@@ -233,6 +233,9 @@ class TxnState:
     # Views as the block's DDL left them (a ViewDef, or None: dropped or renamed away); names
     # not here are the catalog's.
     view_overlay: dict[Key, Any] = field(default_factory=dict)
+    # The durable record of the data files this transaction writes (engine/staging.py), made on
+    # its first file.
+    stager: Any = None
 
     def __post_init__(self) -> None:
         with _live_lock:

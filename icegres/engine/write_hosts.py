@@ -24,6 +24,14 @@ if TYPE_CHECKING:
 RunSync = Callable[..., Awaitable[Any]]  # `await run_sync(fn, *args)`: fn(*args) in a worker thread
 
 
+def staged(txn: TxnState | None, engine: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """`fn(*args)` in this worker thread, with the data files it writes staged for `txn`."""
+    from icegres.engine import staging
+
+    with staging.bound(txn, getattr(engine, "staging", None)):
+        return fn(*args)
+
+
 @dataclass(eq=False)
 class SessionHost:
     """One statement at a time: `bind` sets the query context's transaction directly."""
@@ -47,7 +55,9 @@ class SessionHost:
             self.qctx.txn = txn
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await self.run_sync(fn, *args)
+        # (the open block's, else the statement's own transaction, which `bind` made current)
+        txn = self.txn if self.txn is not None else self.qctx.txn
+        return await self.run_sync(staged, txn, self.qctx.engine, fn, args)
 
 
 @dataclass(eq=False)
@@ -86,7 +96,7 @@ class LockedHost:
             with lock:
                 qctx.txn = bound
                 try:
-                    return fn(*args)
+                    return staged(bound, qctx.engine, fn, args)
                 finally:
                     qctx.txn = None
 

@@ -725,20 +725,24 @@ async def append_rows(host: WriteHost, key: Key, data: pa.Table, ref: str | None
 async def publish(host: WriteHost, txn: TxnState) -> None:
     """Commit a transaction: its lake writes (`_publish_lake`), then, once those committed, its
     writes of temporary tables, which are the session's alone (temp_tables.py)."""
+    from icegres.engine import staging
+
     temp = {k: w for k, w in txn.writes.items() if k[0] == "pg_temp"}
     for key in temp:
         del txn.writes[key]
     try:
         await _publish_lake(host, txn)
     except BaseException:
-        if temp:
-            import trio
+        import trio
 
-            from icegres.engine.lake_world import delete_files
+        with trio.CancelScope(shield=True):
+            if temp:
+                from icegres.engine.lake_world import delete_files
 
-            with trio.CancelScope(shield=True):
                 await host.run(delete_files, list(temp.values()), [p for w in temp.values() for p in w.added])
+            await staging.end_statement(txn)  # by the commit's verdict (engine/staging.py)
         raise
+    await staging.end_statement(txn)
     if temp:
         qctx = host.qctx
 
@@ -764,9 +768,12 @@ async def _publish_lake(host: WriteHost, txn: TxnState) -> None:
     if txn.catalog is not None and (txn.catalog.moves or txn.catalog.created):
         await _publish_with_catalog(host, txn)
         return
+    from icegres.engine import staging
+
     engine = host.qctx.engine
-    await host.run(compact, txn)
-    request = commit_request(txn)
+    await host.run(staging.run_bound, txn, engine.staging, compact, txn)
+    stager = txn.stager
+    request = commit_request(txn, token=stager.token if stager is not None else None)
     writes = list(txn.writes.values())
     try:
         if request is not None:
@@ -775,11 +782,15 @@ async def _publish_lake(host: WriteHost, txn: TxnState) -> None:
             # reporting the commit as cancelled would make the caller discard — delete — files a
             # snapshot references.
             with trio.CancelScope(shield=True):
+                if stager is not None:
+                    stager.publishing = True  # from here, no verdict means UNKNOWN, never "delete"
                 lane = lane_of(txn)
                 if lane is None:
                     outcome = await _commit(host, txn, request)
                 else:
                     outcome = await _commit_in_lane(host, engine.append_groups, lane, txn)
+                if stager is not None:
+                    stager.settle(outcome.phase.value, request.added_files)
                 # Committed files belong to the lake now, never to a discard; otherwise the
                 # machine deleted them (or, if the outcome is unknown, deliberately kept them).
                 txn.writes.clear()
@@ -845,6 +856,7 @@ async def _publish_with_catalog(host: WriteHost, txn: TxnState) -> None:
     as its decision, the data commit (machines/catalog_commit.py); PgError if it did not commit."""
     import trio
 
+    from icegres.engine import staging
     from icegres.engine.catalog_world import LakeCatalogWorld
     from icegres.engine.dml import compact
     from icegres.engine.lake_world import commit_request, delete_files
@@ -855,17 +867,22 @@ async def _publish_with_catalog(host: WriteHost, txn: TxnState) -> None:
     engine = host.qctx.engine
     catalog = txn.catalog
     assert catalog is not None
-    await host.run(compact, txn)
+    await host.run(staging.run_bound, txn, engine.staging, compact, txn)
     request = commit_request(txn, token=catalog.token)
     written = tuple(tuple(w.table.rsplit(".", 1)) for w in request.writes) if request is not None else ()
     plan = CatalogPlan(catalog.token, tuple(catalog.moves), tuple(catalog.created), tuple(catalog.graveyard),
                        has_data=request is not None, written=written)  # type: ignore[arg-type]
     data_ran = False
+    stager = txn.stager
 
     async def data_commit() -> DataCommitted | DataAborted | DataUnknown:
         nonlocal data_ran
         data_ran = True
+        if stager is not None:
+            stager.publishing = True
         outcome = await _commit(host, txn, request)
+        if stager is not None:
+            stager.settle(outcome.phase.value, request.added_files)
         if outcome.committed:
             return DataCommitted()
         if outcome.phase is Phase.UNKNOWN:
@@ -876,6 +893,8 @@ async def _publish_with_catalog(host: WriteHost, txn: TxnState) -> None:
     writes = list(txn.writes.values())
     with trio.CancelScope(shield=True):
         outcome = await run_catalog_commit(plan, LakeCatalogWorld(engine.lakehouse, engine.intents, data_commit))
+        if stager is not None and outcome.sqlstate == "08006":
+            stager.settle("unknown", frozenset())  # (the catalog changes' outcome, too, is unknown)
         staged = txn.all_added()
         txn.writes.clear()  # committed: the lake's; aborted by the data commit: deleted by it
         stale = list(txn.orphans)
@@ -907,6 +926,7 @@ async def discard(host: WriteHost, txn: TxnState) -> None:
     created (hidden until COMMIT) are dropped, and its intent record forgotten."""
     import trio
 
+    from icegres.engine import staging
     from icegres.engine.lake_world import delete_files
 
     if txn.temp_created and host.qctx.env.temp:
@@ -933,6 +953,9 @@ async def discard(host: WriteHost, txn: TxnState) -> None:
     writes = list(txn.writes.values())
     txn.writes.clear()
     txn.orphans.clear()
-    if paths and writes:
-        with trio.CancelScope(shield=True):
+    with trio.CancelScope(shield=True):
+        if paths and writes:
             await host.run(delete_files, writes, paths)
+        # and every file its record names: those a failed write or a cancelled statement's
+        # abandoned thread created without staging them (engine/staging.py)
+        await staging.end_statement(txn)

@@ -11,7 +11,8 @@ a fresh database of the stack's PostgreSQL, and SeaweedFS's REST catalog (a fres
    SIGKILLs the server by its PID;
 3. a plain server restarted on the lake must show both tables exactly as before: same rows, same
    metadata file, same snapshot history, and not one staged file referenced by any snapshot
-   (manifest lists, manifests and every data-file entry, deleted ones included);
+   (manifest lists, manifests and every data-file entry, deleted ones included), and the staged
+   data files themselves gone (its start-up recovered the killed server's staging record);
 4. and 5. the same at "mid-publish"; then, the control: the same transaction, not interrupted,
    changes both tables together, in one commit (one token).
 
@@ -259,6 +260,9 @@ def check_untouched(lake: Lake, conn: psycopg.Connection, crash: Crash) -> None:
         after = table_state(lake, name)
         assert after == crash.before[name], (crash.point, name)  # metadata file, history, files, rows
         assert not after.referenced & crash.staged[name], (crash.point, name)
+        # The restart's recovery deleted the data files the killed commit staged (engine/staging.py).
+        staged_data = {f for f in crash.staged[name] if f.endswith(".parquet")}
+        assert not staged_data & lake.list_files(lake.table(name).location()), (crash.point, name)
 
 
 def restart_and_check(lake: Lake, crash: Crash) -> None:

@@ -251,8 +251,14 @@ def write_files(base: ReadPlan, rows: pa.Table) -> dict[str, Any]:
         return {}
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
+    from icegres.engine import staging
+
     table: Any = base.table
-    files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io))
+    # Named with a write uuid the transaction's staging record learns each file's path under,
+    # before the file exists (engine/staging.py).
+    with staging.writing(table) as write_uuid:
+        files = list(_dataframe_to_data_files(table_metadata=table.metadata, df=rows, io=table.io,
+                                              write_uuid=write_uuid))
     for f in files:
         # Manifests give read DataFiles their spec id; written ones need it to be deleted later.
         f.spec_id = table.metadata.default_spec_id
