@@ -417,11 +417,13 @@ def superusers(settings: Settings) -> frozenset[str] | None:
 def authorization_superusers(settings: Settings) -> frozenset[str] | None:
     """Who is a superuser to GRANT/REVOKE and the privilege checks (engine/authz.py) without being
     a role of the catalog: --superusers, else every configured user (each could do everything
-    before roles existed: an upgrade keeps them able to); None, under trust or token-only logins
-    without --superusers, is every login that is no role of the catalog."""
+    before roles existed: an upgrade keeps them able to); None, under trust or with token logins
+    (--jwt-jwks) and no --superusers, is every login that is no role of the catalog: a token's
+    role could do everything before roles existed too, and is held to grants once it is made a
+    role (CREATE ROLE) or --superusers names the superusers."""
     if settings.superusers:
         return frozenset(u.strip() for u in settings.superusers.split(",") if u.strip())
-    if not settings.users:
+    if not settings.users or settings.jwt_jwks:
         return None
     return frozenset(settings.users)
 
