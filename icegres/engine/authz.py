@@ -18,6 +18,7 @@ ever serve a session that passed it.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -29,6 +30,8 @@ from icegres.pg.acl import Authz, Principal
 from icegres.pg.errors import PgError
 
 __all__ = ["Authorization", "write_letters"]
+
+log = logging.getLogger("icegres.authz")
 
 MAX_AGE_S_DEFAULT = 1.0
 
@@ -48,6 +51,7 @@ class Authorization:
         self._document = ""
         # Moves whenever the state in hand is replaced: what caches of secured statements key on.
         self.generation = 0
+        self._read_ok = False  # a read ever succeeded: what a failing catalog falls back on
         self._read_at = float("-inf")
 
     # --- the state ----------------------------------------------------------------------------
@@ -60,13 +64,32 @@ class Authorization:
         with self._lock:
             if time.monotonic() - self._read_at <= self.max_age_s:
                 return self._authz
-            version, document = self.store.read()
+            try:
+                version, document = self.store.read()
+            except Exception as exc:
+                # The catalog is down: the state last read stays in force (writes the buffer
+                # acks go on), read again after max_age_s. Never read at all: under trust or
+                # token logins (every non-role a superuser) there is none to keep to; with
+                # configured users only they may go on (is_superuser), the rest is refused.
+                if self._read_ok or self.configured is None:
+                    log.warning("roles and privileges could not be read again (%s): keeping the last state", exc)
+                    self._read_at = time.monotonic()
+                    return self._authz
+                raise PgError("58030", f"catalog unavailable: roles and privileges cannot be read ({exc})") from exc
+            self._read_ok = True
             if version != self._version or document != self._document:
                 self._authz = acl.from_json(document)
                 self._version, self._document = version, document
                 self.generation += 1
             self._read_at = time.monotonic()
             return self._authz
+
+    def is_superuser(self, who: Principal) -> bool:
+        """A configured superuser (--superusers / the configured users) needs no state read: they
+        go on while the catalog is down; any other principal is judged by the state."""
+        if who.configured and self.configured is not None:
+            return True
+        return self.current().is_superuser(who)
 
     def cached(self) -> Authz:
         """The state as last read, without reading (for the event loop: no I/O)."""
@@ -109,6 +132,8 @@ class Authorization:
         return role.password if role is not None else None
 
     def may_log_in(self, user: str) -> bool:
+        if self.configured is not None and user in self.configured:
+            return True  # (a configured user is no role: no state to read, catalog down or not)
         role = self.current().role(user)
         return role is None or role.login or role.superuser
 
@@ -120,9 +145,9 @@ class Authorization:
         it, on every column of it the statement uses (`columns(key)`; None: not known, denied).
         `relations`: (kind, (schema, name)) as the resolver gives them; catalog relations are
         everyone's."""
-        authz = self.current()
-        if authz.is_superuser(who):
+        if self.is_superuser(who):
             return
+        authz = self.current()
         for kind, (schema, name) in relations:
             if kind == "system":
                 continue

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -461,7 +461,8 @@ class QueryContext:
         authorization = self.engine.authorization
         roles = None
         if authorization is not None:
-            authorization.current()  # (read fresh if stale: the generation then says so)
+            with suppress(PgError):  # (read fresh if stale: the generation then says so)
+                authorization.current()
             roles = (authorization.generation, self.env.current_user)
         key = (stmt.sql, resolved, tuple(self.env.search_path), self.engine.views_generation,
                self.engine.catalog_generation, block_views, roles)
@@ -495,7 +496,7 @@ class QueryContext:
         if authorization is None:
             return
         who = authorization.principal(self.env.user, self.env.settings.get("role"))
-        if authorization.current().is_superuser(who):
+        if authorization.is_superuser(who):
             return
         explained = EXPLAIN_PREFIX.match(stmt.sql)
         if explained is not None:  # (sqlglot keeps EXPLAIN as an opaque command: check its query)

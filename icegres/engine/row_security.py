@@ -55,6 +55,9 @@ def _session(qctx: QueryContext, *, fresh: bool = True) -> tuple[Any, Any] | Non
     authorization = qctx.engine.authorization
     if authorization is None:
         return None
+    if fresh and authorization.is_superuser(authorization.principal(qctx.env.user, qctx.env.settings.get("role"),
+                                                                    authorization.cached())):
+        return None
     authz = authorization.current() if fresh else authorization.cached()
     if not authz.masks and not any(v in ("enabled", "forced") for v in authz.rls.values()):
         return None

@@ -154,7 +154,7 @@ def test_error_mapping(server):
             with pytest.raises(asyncpg.UndefinedColumnError):
                 await c.fetchval("select nope from demo.trips where id = $1", 1)
             with pytest.raises(asyncpg.FeatureNotSupportedError):
-                await c.execute("grant select on demo.cities to public")
+                await c.execute("cluster demo.cities")
             assert await c.fetchval("select $1::int", 5) == 5
         finally:
             await c.close()

@@ -57,7 +57,7 @@ def test_serve_help_groups_its_flags_with_the_ones_that_matter_first() -> None:
     assert usage == "usage: icegres serve [--data-dir DIR] [--host HOST] [--port PORT] [options]", usage
     headings = [line[:-1] for line in text.splitlines() if re.fullmatch(r"[a-z][a-z ]+:", line)]
     assert headings == ["options", "connection", "authentication", "catalog and storage", "write ladder",
-                        "limits", "operations"], headings
+                        "maintenance", "limits", "operations"], headings
 
     def section(title: str) -> list[str]:
         body = text.split(f"\n{title}:\n", 1)[1].split("\n\n", 2)[1]  # past the group's description

@@ -97,10 +97,10 @@ def test_errors_map_to_classes_and_recover(conn):
 
 
 def test_unsupported_write_rejected(conn):
-    # The shared demo lake must not change: GRANT is refused before anything is written.
+    # The shared demo lake must not change: CLUSTER is refused before anything is written.
     cur = conn.cursor()
     with pytest.raises(psycopg2.errors.FeatureNotSupported) as ei:
-        cur.execute("grant select on demo.cities to public")
+        cur.execute("cluster demo.cities")
     assert ei.value.pgcode == "0A000"
     conn.rollback()
 
