@@ -282,7 +282,7 @@ def test_syntax_errors(sql, message, position):
     ("CREATE MATERIALIZED VIEW m AS SELECT 1", "MATERIALIZED VIEW"),
     ("CREATE TEMP VIEW v AS SELECT 1", "TEMPORARY VIEW"),
     ("CREATE RECURSIVE VIEW v (n) AS SELECT 1", "RECURSIVE VIEW"),
-    ("CREATE VIEW v WITH (security_barrier) AS SELECT 1", "WITH (options)"),
+    ("CREATE VIEW v WITH (security_barrier) AS SELECT 1", "view option security_barrier"),
     ("CREATE VIEW v AS SELECT a FROM t WITH CHECK OPTION", "CHECK OPTION"),
     ("CREATE VIEW v AS SELECT a FROM t WITH LOCAL CHECK OPTION", "CHECK OPTION"),
     ("ALTER VIEW v OWNER TO x", "ALTER VIEW ... OWNER"),

@@ -157,7 +157,7 @@ class Maintainer:
         self._process = _WorkerProcess(settings) if settings is not None and hasattr(os, "memfd_create") else None
         self._gate = self._process.gate if self._process is not None else Gate()
         self._stopping = False
-        self._idle: trio.CancelScope | None = None
+        self._idle: set[trio.CancelScope] = set()  # every rest in progress: a stop ends them all
         self._stopped = trio.Event()
 
     # --- the trio side --------------------------------------------------------------------------
@@ -177,8 +177,8 @@ class Maintainer:
         its lease, and return once the task has ended."""
         self._stopping = True
         self._gate.stopping = True
-        if self._idle is not None:
-            self._idle.cancel()
+        for scope in list(self._idle):
+            scope.cancel()
         await self._stopped.wait()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -228,16 +228,19 @@ class Maintainer:
         return ran
 
     async def _rest(self, seconds: float, *, wakeable: bool = False) -> None:
-        with trio.CancelScope() as self._idle:
-            if self._stopping:
-                return
-            with trio.move_on_after(seconds):
-                if wakeable:
-                    await self._wake.wait()
-                    self._wake = trio.Event()
-                else:
-                    await trio.sleep_forever()
-        self._idle = None
+        with trio.CancelScope() as scope:
+            self._idle.add(scope)
+            try:
+                if self._stopping:
+                    return
+                with trio.move_on_after(seconds):
+                    if wakeable:
+                        await self._wake.wait()
+                        self._wake = trio.Event()
+                    else:
+                        await trio.sleep_forever()
+            finally:
+                self._idle.discard(scope)
 
     async def _when_quiet(self) -> None:
         """Until the foreground has been quiet for `quiet_s`, or `max_defer_s` has passed."""
