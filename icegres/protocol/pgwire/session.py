@@ -165,6 +165,7 @@ class Session:
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def run(self) -> None:
+        registered = False  # until its FATAL is sent and the socket closed: a drain waits for it
         try:
             with trio.CancelScope() as self._life:
                 if self._terminating:
@@ -172,10 +173,8 @@ class Session:
                 if not await self._start():
                     return
                 self.server.register(self)
-                try:
-                    await self._serve()
-                finally:
-                    self.server.unregister(self)
+                registered = True
+                await self._serve()
             if self._terminating:
                 raise PgError(E.ADMIN_SHUTDOWN, "terminating connection due to administrator command")
         except ConnectionClosed:
@@ -202,6 +201,8 @@ class Session:
                 if temp is not None and temp.temp is not None:
                     # The session's temporary tables end with it (temp_tables.py).
                     await trio.to_thread.run_sync(temp.temp.close)
+            if registered:  # (last: the process may exit once a drain sees no session)
+                self.server.unregister(self)
 
     async def _start(self) -> bool:
         """Startup and authentication, within --authentication-timeout. A client that has not
