@@ -80,8 +80,6 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
         name = _named_role(cmd.name, qctx)
         if cmd.rename_to is not None:
             await authorization.change(lambda a: acl.rename_role(a, who, name, cmd.rename_to, configured))
-            if (await run(authorization.current)).role(cmd.rename_to) is not None:
-                warnings.append("MD5 password cleared because of role rename")
             return "ALTER ROLE", []
         attrs = dict(cmd.attrs)
         if cmd.password_given:

@@ -380,7 +380,8 @@ def rename_role(authz: Authz, who: Principal, name: str, new: str,
         raise PgError(E.DUPLICATE_OBJECT, f'role "{new}" already exists')
     _check_new_name(new)
     roles = {k: v for k, v in authz.roles.items() if k != name}
-    roles[new] = replace(role, name=new, password=None)
+    # A SCRAM verifier does not depend on the role's name: it is kept (PostgreSQL clears MD5 only).
+    roles[new] = replace(role, name=new)
 
     def moved(n: str) -> str:
         return new if n == name else n

@@ -102,3 +102,17 @@ def test_flight_sql_metadata_lists_a_role_only_what_information_schema_shows_it(
     with flight(server, "analyst", "analyst-pw") as conn:
         listed = _tables_listed(conn)
         assert ("sales", "orders") in listed and ("sales", "secret") not in listed
+
+
+def test_a_renamed_role_logs_in_by_its_password_under_its_new_name(server) -> None:
+    with psycopg.connect(server.dsn(), autocommit=True) as admin:
+        admin.execute("CREATE ROLE temp_clerk LOGIN PASSWORD 'temp-pw'")
+        admin.execute("ALTER ROLE temp_clerk RENAME TO renamed_clerk")
+    try:
+        with psycopg.connect(server.dsn(user="renamed_clerk", password="temp-pw"), autocommit=True) as conn:
+            assert conn.execute("SELECT current_user").fetchone() == ("renamed_clerk",)
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            psycopg.connect(server.dsn(user="temp_clerk", password="temp-pw"))
+    finally:
+        with psycopg.connect(server.dsn(), autocommit=True) as admin:
+            admin.execute("DROP ROLE renamed_clerk")

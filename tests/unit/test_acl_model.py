@@ -173,3 +173,13 @@ def test_row_filters_follow_postgresqls_policy_rules() -> None:
         acl.create_policy(a, owner, acl.Policy("p1", T))
     assert acl.from_json(acl.to_json(a)) == a
     assert acl.dropped(a, T).policies == () and T not in acl.dropped(a, T).rls
+
+
+def test_a_renamed_role_keeps_its_verifier_memberships_grants_and_objects() -> None:
+    a = acl.create_role(_with_roles("grp"), ADMIN, "alice", {"login": True, "password": "SCRAM-SHA-256$x"}, frozenset())
+    a = acl.grant_role(a, ADMIN, "grp", "alice", admin=False)
+    a, _ = acl.grant(acl.created(a, Principal("alice"), T), ADMIN, [T], "r", ["grp"], grant_option=False)
+    b = acl.rename_role(a, ADMIN, "alice", "alicia")
+    assert b.role("alice") is None and b.role("alicia").password == "SCRAM-SHA-256$x"
+    assert b.owner(T) == "alicia" and "grp" in b.member_roles("alicia")
+    assert b.has(Principal("alicia"), T, "r")
