@@ -318,6 +318,9 @@ def trust_server(tmp_path_factory):
 # is a one-row table (engine/big_values.py). The same path now takes an E'…' string (was 3.0-4.7
 # s), an INSERT's literal (was 2.8-3.8 s; its rows built from the value's pieces) and a Parse (was
 # 7.4-10.7 s; its literal a parameter after the statement's own): 19-68 ms, 25-28 ms, 11-40 ms.
+# A fresh server's first big statement still stalled the bystander 40-114 ms now and then: the new
+# session's first DataFusion call faulted in 2 MB transparent huge pages holding the GIL (now
+# opted out of, icegres/allocator.py; worst 8-15 ms).
 @pytest.mark.parametrize("kind", ["comment", "literal", "escape", "insert", "parse"])
 def test_a_50mb_statement_does_not_stall_other_sessions(trust_server, kind):
     """A bystander runs `select 1` in a loop while another client (its own process, so the two
