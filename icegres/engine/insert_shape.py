@@ -20,14 +20,20 @@ way, where it is planned afresh and errors are reported exactly as PostgreSQL wo
 
 from __future__ import annotations
 
+import datetime
+import functools
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from icegres.engine.assign import first_null, not_null_violation
 from icegres.pg import chars
+from icegres.pg.errors import PgError
 from icegres.pg.row_text import failing_row
 from icegres.sql.pieces import BigText, has_big
 
@@ -70,8 +76,11 @@ class InsertShape:
         takes the planned path, which casts or reports it). Raises PgError 23502 for a NULL in
         a NOT NULL column and 22001 for a value too long for its varchar(n) / char(n) column,
         as `assign.conform` does."""
-        if params is None or (has_big(params) and any(isinstance(v, Param) and v.name not in params
-                                                      for row in self.values for v in row)):
+        if params is None:
+            if self.takes_parameters:
+                return None
+            params = {}  # (a simple Query's VALUES of constants)
+        elif has_big(params) and any(isinstance(v, Param) and v.name not in params for row in self.values for v in row):
             return None  # (a simple Query's own `$n` beside a big literal's: the planned path's 42P02)
         count = len(self.values)
         arrays = []
@@ -94,6 +103,12 @@ class InsertShape:
             row, column = min(nulls, key=lambda n: n[0])
             raise not_null_violation(column, self.key, failing_row(rows, row))
         return rows
+
+    @functools.cached_property
+    def takes_parameters(self) -> bool:
+        """Whether any value is a parameter: only such a recipe is worth keeping (a statement of
+        constants is rarely sent twice, and its recipe would hold all its values)."""
+        return any(isinstance(v, Param) for row in self.values for v in row)
 
     def describes(self, plan: ReadPlan | None) -> bool:
         """Whether the recipe still holds for `plan`, the table's mounted snapshot."""
@@ -190,18 +205,109 @@ def _column(values: list[Any], target: pa.DataType) -> pa.Array:
 
 
 def _plain_constant(item: exp.Expression, target: pa.DataType | None) -> Any:
-    """The value of a constant that means the same under any PostgreSQL coercion to `target`."""
+    """The value of a constant that means the same under any PostgreSQL coercion to `target`,
+    or _NOT_PLAIN. What is taken is what the target type's input function or assignment cast
+    reads the one way (`_NUMBER_TEXT`, `_BOOL_TEXT`, ISO dates); anything it might read
+    otherwise, round or refuse is left to the planned path, which casts or reports it."""
     import sqlglot.expressions as exp
 
     if target is None:
         return _NOT_PLAIN
+    negative = isinstance(item, exp.Neg)
+    if negative:
+        item = item.this
+        if not (isinstance(item, exp.Literal) and not item.is_string):
+            return _NOT_PLAIN
     if isinstance(item, exp.Literal):
         text = item.this
         if item.is_string:
-            return text if pa.types.is_string(target) or pa.types.is_large_string(target) else _NOT_PLAIN
-        if pa.types.is_integer(target) and text.isdigit():
-            return int(text)
-        return _NOT_PLAIN
+            return _string_constant(text, target)
+        return _number_constant(f"-{text}" if negative else text, target)
     if isinstance(item, exp.Boolean) and pa.types.is_boolean(target):
         return bool(item.this)
+    return _NOT_PLAIN
+
+
+# A number as PostgreSQL's lexer reads an unquoted one (and int4in/float8in/numeric_in take one).
+_NUMBER_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_INTEGER_TEXT = re.compile(r"[+-]?\d+")
+_ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_ISO_TIMESTAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?")
+# boolin's words (it also takes unique prefixes: those go the planned way)
+_BOOL_TEXT = {"t": True, "true": True, "yes": True, "on": True, "1": True,
+              "f": False, "false": False, "no": False, "off": False, "0": False}
+_FLOAT_WORDS = {"nan": math.nan, "infinity": math.inf, "+infinity": math.inf, "-infinity": -math.inf,
+                "inf": math.inf, "+inf": math.inf, "-inf": -math.inf}
+
+
+def _number_constant(text: str, target: pa.DataType) -> Any:
+    """An unquoted number assigned to `target`: an integer literal into an integer column, any
+    number into a double column (PostgreSQL's numeric-to-float8 cast reads the digits as float8in
+    does: the nearest double, which is what float() gives), a number into a numeric column
+    whose scale holds its digits (no rounding to decide)."""
+    if pa.types.is_integer(target):
+        return int(text) if _INTEGER_TEXT.fullmatch(text) else _NOT_PLAIN
+    if pa.types.is_float64(target):
+        value = _float(text, quoted=False)
+        return 0.0 if value == 0 else value  # (numeric has no -0: `-0.0` is 0 before the cast)
+    if pa.types.is_decimal(target):
+        return _decimal(text, target)
+    return _NOT_PLAIN
+
+
+def _float(text: str, *, quoted: bool) -> float:
+    """float8in's reading of a number: the nearest double, or PostgreSQL's 22003 where that
+    overflows or underflows to zero. An unquoted number is a numeric first, which float8in reads
+    as numeric_out writes it (positional digits)."""
+    value = float(text)
+    if math.isfinite(value) and (value != 0 or not any(c in "123456789" for c in text.lower().partition("e")[0])):
+        return value
+    written = text
+    if not quoted and abs(Decimal(text).adjusted()) < 1000:
+        written = f"{Decimal(text):f}"
+    raise PgError("22003", f'"{written}" is out of range for type double precision')
+
+
+def _decimal(text: str, target: pa.DataType) -> Any:
+    try:
+        value = Decimal(text)
+    except ArithmeticError:
+        return _NOT_PLAIN
+    _, digits, exponent = value.as_tuple()
+    if not isinstance(exponent, int) or -exponent > target.scale:
+        return _NOT_PLAIN  # more fraction digits than the column keeps: PostgreSQL rounds
+    whole = len(digits) + exponent
+    if whole > target.precision - target.scale:
+        return _NOT_PLAIN  # too big for the column: 22003, planned
+    return value
+
+
+def _string_constant(text: str, target: pa.DataType) -> Any:
+    """A quoted string assigned to `target`, read as the type's input function reads it."""
+    if pa.types.is_string(target) or pa.types.is_large_string(target):
+        return text
+    stripped = text.strip(" \t\n\r\f\v")
+    if pa.types.is_integer(target):
+        return int(stripped) if _INTEGER_TEXT.fullmatch(stripped) else _NOT_PLAIN
+    if pa.types.is_boolean(target):
+        value = _BOOL_TEXT.get(stripped.lower())
+        return _NOT_PLAIN if value is None else value
+    if pa.types.is_float64(target):
+        if (word := _FLOAT_WORDS.get(stripped.lower())) is not None:
+            return word
+        return _float(stripped, quoted=True) if _NUMBER_TEXT.fullmatch(stripped) else _NOT_PLAIN
+    if pa.types.is_decimal(target):
+        return _decimal(stripped, target) if _NUMBER_TEXT.fullmatch(stripped) else _NOT_PLAIN
+    if pa.types.is_date32(target) and (m := _ISO_DATE.fullmatch(stripped)):
+        try:
+            return datetime.date(*map(int, m.groups()))
+        except ValueError:
+            return _NOT_PLAIN  # (no such day: 22008, planned)
+    if pa.types.is_timestamp(target) and target.tz is None and target.unit == "us" \
+            and (m := _ISO_TIMESTAMP.fullmatch(stripped)):
+        *fields, fraction = m.groups()
+        try:
+            return datetime.datetime(*map(int, fields), int((fraction or "0").ljust(6, "0")))
+        except ValueError:
+            return _NOT_PLAIN
     return _NOT_PLAIN

@@ -102,6 +102,44 @@ def test_values_are_assigned_to_numeric_columns_as_postgresql_assigns_them(
     """, ("dd.t",))
 
 
+def test_constants_built_straight_into_arrow_mean_what_postgresql_reads_them_as(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """An INSERT's VALUES of constants skip planning when each constant can be read only one way
+    (engine/insert_shape.py): an unquoted number into an integer, double or numeric column, a
+    quoted one through the type's input function, boolean words, ISO dates and timestamps. The
+    ones it cannot settle (rounding, out of range, other spellings) take the planned path; both
+    must store what PostgreSQL stores and refuse what it refuses."""
+    _play(icegres, real_postgres, """
+        create table dd.k (i int, b bigint, d double precision, n numeric(10,2), f boolean, dt date, ts timestamp, s text, v varchar(5))
+        insert into dd.k values (1, -2, 1.5, 12.25, true, '2024-02-29', '2024-02-29 23:59:59.123456', 'a', 'abc')
+        insert into dd.k values (-7, 9223372036854775807, -0.0, -0.5, 'yes', '1999-12-31', '2000-01-01T00:00:00', '', 'abcde')
+        insert into dd.k values (' 42 ', '-3', ' 1e3 ', ' 7.1 ', ' OFF ', ' 2024-01-01 ', '2024-01-01 10:00:00.5', 'x', 'ab   ')
+        insert into dd.k values (2, 3, .5, 1e2, 'f', '2000-01-01', '2000-01-01 00:00:00', 'y', 'abcde   ')
+        insert into dd.k (i, b) values (1, 2), (3, -4), (null, null)
+        insert into dd.k (d) values ('NaN'), ('-Infinity'), ('inf'), ('-0'), (1e308), (-12)
+        insert into dd.k (d) values (12345678901234567890123), ('4.9e-324')
+        insert into dd.k (i) values (2147483648)
+        insert into dd.k (b) values (-9223372036854775809)
+        insert into dd.k (d) values (1e400)
+        insert into dd.k (d) values ('1e400')
+        insert into dd.k (d) values ('1e-400')
+        insert into dd.k (n) values (1.005)
+        insert into dd.k (n) values ('2.555')
+        insert into dd.k (n) values (123456789.5)
+        insert into dd.k (n) values (99999999.99)
+        insert into dd.k (i) values (1.5)
+        insert into dd.k (i) values ('1.5')
+        insert into dd.k (i) values ('')
+        insert into dd.k (f) values ('maybe')
+        insert into dd.k (dt) values ('2024-02-30')
+        insert into dd.k (ts) values ('2024-13-01 00:00:00')
+        insert into dd.k (v) values ('abcdef')
+        create table dd.kn (id int not null, s text)
+        insert into dd.kn values (1, 'a'), (null, 'b')
+        insert into dd.kn values (2, 'c')
+    """, ("dd.k", "dd.kn"))
+
+
 def test_fractions_assigned_to_integer_columns_round_as_postgresql_rounds_them(
         icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
     """numeric half away from zero, float8 half to even; DataFusion's cast truncates."""

@@ -202,7 +202,7 @@ def insert_rows(qctx: QueryContext, txn: TxnState, stmt: Statement, params: dict
     returning = None
     if tree.args.get("returning") is not None:
         returning = returning_rows(qctx, tree.args["returning"], rows, table, key)
-    elif shape is not None and plan.ref is None:  # (a branch's rows are keyed "t@b": no recipe)
+    elif shape is not None and shape.takes_parameters and plan.ref is None:  # (a branch's rows are keyed "t@b")
         qctx.insert_shapes.keep(stmt.sql, qctx.env.search_path, shape)
     return InsertRows(key, rows, returning)
 
