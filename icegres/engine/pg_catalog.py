@@ -889,6 +889,10 @@ _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "information_schema.table_privileges": lambda ix: pg_roles.table_privilege_rows(
         ix.snapshot.authz, ix.snapshot.user, ix.snapshot.database,
         [(e.schema, e.name) for e in ix.relations.values() if e.table is not None or e.view is not None]),
+    "information_schema.column_privileges": lambda ix: pg_roles.column_privilege_rows(
+        ix.snapshot.authz, ix.snapshot.user, ix.snapshot.database,
+        [(e.schema, e.name, [c.name for c in e.columns]) for e in ix.relations.values()
+         if e.table is not None or e.view is not None]),
     "information_schema.columns": _rows_columns,
     "information_schema.views": _rows_views,
     "information_schema.table_constraints": pg_constraints.rows_table_constraints,

@@ -232,6 +232,8 @@ RELATIONS: tuple[RelationDef, ...] = (
           "default_character_set_name:name sql_path:text"),
     _info("table_privileges", "grantor:name grantee:name table_catalog:name table_schema:name "
           "table_name:name privilege_type:text is_grantable:text with_hierarchy:text"),
+    _info("column_privileges", "grantor:name grantee:name table_catalog:name table_schema:name "
+          "table_name:name column_name:name privilege_type:text is_grantable:text"),
     _info("tables", "table_catalog:name table_schema:name table_name:name table_type:text "
           "self_referencing_column_name:name reference_generation:text "
           "user_defined_type_catalog:name user_defined_type_schema:name "

@@ -129,6 +129,40 @@ def table_privilege_rows(authz: acl.Authz | None, bootstrap: str, database: str,
     return rows
 
 
+_COLUMN_PRIVILEGE_TYPES = {"r": "SELECT", "a": "INSERT", "w": "UPDATE", "x": "REFERENCES"}
+
+
+def column_privilege_rows(authz: acl.Authz | None, bootstrap: str, database: str,
+                          relations: list[tuple[str, str, list[str]]]) -> Rows:
+    """information_schema.column_privileges of the lake's tables and views ((schema, name,
+    columns)): as PostgreSQL's view, each column gets the SELECT, INSERT, UPDATE and REFERENCES
+    of its table's ACL (the default one where none is recorded) and those granted on the column
+    itself, one row per distinct (grantor, grantee, column, privilege)."""
+    authz = authz or acl.EMPTY
+
+    def shown(name: str) -> str:
+        return bootstrap if name == acl.BOOTSTRAP else (name or "PUBLIC")
+
+    rows = []
+    for schema, name, columns in sorted(relations):
+        key = ("table", schema, name)
+        owner = authz.owner(key)
+        table_items = [(i, letter) for i in authz.acl(key) for letter in i.privs if letter in _COLUMN_PRIVILEGE_TYPES]
+        for column in columns:
+            seen: dict[tuple[str, str, str], bool] = {}
+            own = [(i, letter) for i in authz.acl(("column", schema, name, column)) for letter in i.privs
+                   if letter in _COLUMN_PRIVILEGE_TYPES]
+            for item, letter in table_items + own:
+                at = (item.grantor, item.grantee, letter)
+                seen[at] = seen.get(at, False) or letter in item.options or item.grantee == owner
+            for (grantor, grantee, letter), grantable in seen.items():
+                rows.append({"grantor": shown(grantor), "grantee": shown(grantee), "table_catalog": database,
+                             "table_schema": schema, "table_name": name, "column_name": column,
+                             "privilege_type": _COLUMN_PRIVILEGE_TYPES[letter],
+                             "is_grantable": "YES" if grantable else "NO"})
+    return rows
+
+
 _POLICY_COMMANDS = {"all": "*", "select": "r", "insert": "a", "update": "w", "delete": "d"}
 _POLICY_OID_BASE = 2_000_000_000  # policies have no OIDs of their own in the lake: stable by position
 

@@ -11,8 +11,9 @@ New row versions are checked where every write path conforms its rows (dml/check
 `check_rows`, 42501 as PostgreSQL's "new row violates row-level security policy").
 
 What is refused instead of filtered: a table's metadata tables (`t$files`, `t$partitions`...),
-whose column statistics would show the hidden rows' values, and MERGE into a table under row
-security (its matched and not-matched actions have policies of their own: not done yet).
+whose column statistics would show the hidden rows' values. A MERGE reads its target under the
+SELECT policies (added to its ON) and checks the UPDATE/DELETE policies' USING of each row an
+action takes (dml/merge.py: an error, not a skipped row, as in PostgreSQL).
 This is PostgreSQL's query-rewrite approach (RLS quals added to the query tree), done on the
 sqlglot tree, after the privilege checks (authz.py) and before views are expanded: the tables a
 view reads are read with the view owner's rights, as a PostgreSQL 15 view without
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 # A session's QueryContext (engine/query.py, which calls in here: named by its role, not imported).
 QueryContext = Any
 
-__all__ = ["applied", "check_rows"]
+__all__ = ["applied", "check_rows", "merge_row_checks", "target_row_violation"]
 
 _NO_LIMIT = 2**63 - 1
 _COMMANDS = {exp.Update: "update", exp.Delete: "delete", exp.Insert: "insert", exp.Merge: "merge"}
@@ -164,9 +165,12 @@ def _applied(qctx: QueryContext, stmt: Statement, authz: Any, who: Any) -> State
             if masks:
                 _mask_target_reads(tree, masks, target.alias_or_name)
                 changed = True
-            if command == "merge" and authz.row_filter(who, key, "update") is not None:
-                raise PgError(E.FEATURE_NOT_SUPPORTED, "MERGE into a table with row-level security is not supported",
-                              hint="Use INSERT ... ON CONFLICT, UPDATE and DELETE: each applies the table's policies.")
+            if command == "merge" and (condition := authz.row_filter(who, key, "select")) is not None:
+                # MERGE reads its target under the SELECT policies: a row they hide joins no
+                # source row (its source rows go to WHEN NOT MATCHED). The UPDATE/DELETE USING
+                # of the rows an action takes are checked by dml/merge.py (`merge_row_checks`).
+                tree.set("on", exp.and_(exp.Paren(this=tree.args["on"]), _qualified(condition, target.alias_or_name)))
+                changed = True
             if command in ("update", "delete"):
                 # The SELECT policies too when the statement reads the target's columns, as
                 # PostgreSQL adds them then (a WHERE, a RETURNING, SET col = col + 1).
@@ -385,15 +389,43 @@ def checks_writes(qctx: QueryContext, key: tuple[str, str]) -> bool:
 def check_rows(qctx: QueryContext, rows: pa.Table, key: tuple[str, str], command: str,
                evaluate: Any) -> None:
     """42501 unless every row of `rows` (new versions of `key`'s rows) meets the role's WITH
-    CHECK for `command`. `evaluate(checks, rows)` computes boolean columns (dml/checks.py)."""
+    CHECK for `command`. `evaluate(checks, rows)` computes boolean columns (dml/checks.py).
+    "merge_update": a MERGE's UPDATE action, whose new rows must also stay visible under the
+    SELECT policies, as PostgreSQL checks them."""
     got = _session(qctx)
     if got is None or not rows.num_rows:
         return
     authz, who = got
-    condition = authz.row_check(who, ("table", *key), command)
-    if condition is None:
-        return
-    results = evaluate((("rls", condition),), rows)
-    passed = pc.fill_null(results.column(0), False)
-    if not pc.all(passed).as_py():
-        raise PgError(E.INSUFFICIENT_PRIVILEGE, f'new row violates row-level security policy for table "{key[1]}"')
+    obj = ("table", *key)
+    conditions = [authz.row_check(who, obj, "update" if command == "merge_update" else command)]
+    if command == "merge_update":
+        conditions.append(authz.row_filter(who, obj, "select"))
+    for condition in conditions:
+        if condition is None:
+            continue
+        results = evaluate((("rls", condition),), rows)
+        passed = pc.fill_null(results.column(0), False)
+        if not pc.all(passed).as_py():
+            raise PgError(E.INSUFFICIENT_PRIVILEGE, f'new row violates row-level security policy for table "{key[1]}"')
+
+
+def merge_row_checks(qctx: QueryContext, key: tuple[str, str], alias: str) -> dict[str, exp.Expression]:
+    """For a MERGE into `key` (read as `alias`): per action ("update", "delete"), the condition
+    a target row it takes must meet, its columns qualified by `alias` (none: no row security).
+    PostgreSQL checks the UPDATE/DELETE policies' USING on the row an action takes and fails
+    the statement (42501) where a plain UPDATE/DELETE would skip the row."""
+    got = _session(qctx)
+    if got is None:
+        return {}
+    authz, who = got
+    out = {}
+    for action in ("update", "delete"):
+        condition = authz.row_filter(who, ("table", *key), action)
+        if condition is not None:
+            out[action] = _qualified(condition, alias)
+    return out
+
+
+def target_row_violation(key: tuple[str, str]) -> PgError:
+    return PgError(E.INSUFFICIENT_PRIVILEGE,
+                   f'target row violates row-level security policy (USING expression) for table "{key[1]}"')

@@ -106,6 +106,19 @@ def _script(n: dict[str, str]) -> list[str]:
         f"UPDATE {s}.t SET b = 'v' WHERE b = 'w'",  # WHERE b needs SELECT on b
         "RESET ROLE",
         f"GRANT SELECT (nope) ON {s}.t TO {writer}",
+        # the table's INSERT for every column, beside the column grants, one row each
+        f"SELECT grantee, table_name, column_name, privilege_type, is_grantable FROM information_schema.column_privileges "
+        f"WHERE table_schema = '{s}' AND grantee IN ('{analyst}', '{writer}') ORDER BY 1, 2, 3, 4",
+        f"SET ROLE {writer}",
+        f"SELECT grantee, table_name, column_name, privilege_type FROM information_schema.column_privileges "
+        f"WHERE table_schema = '{s}' ORDER BY 1, 2, 3, 4",
+        "RESET ROLE",
+        f"GRANT SELECT (b) ON {s}.t TO {analyst} WITH GRANT OPTION",
+        f"SET ROLE {analyst}",
+        f"SELECT grantee, table_name, column_name, privilege_type, is_grantable FROM information_schema.column_privileges "
+        f"WHERE table_schema = '{s}' ORDER BY 1, 2, 3, 4",
+        "RESET ROLE",
+        f"REVOKE SELECT (b) ON {s}.t FROM {analyst}",
         f"SELECT grantee, table_name, privilege_type FROM information_schema.table_privileges "
         f"WHERE table_schema = '{s}' AND grantee = '{writer}' ORDER BY 3",
         f"REVOKE SELECT (a), UPDATE (b) ON {s}.t FROM {writer}",

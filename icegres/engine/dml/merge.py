@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 from sqlglot import exp
 
+from icegres.engine import row_security
 from icegres.engine.assign import write_schema
 from icegres.engine.dml import checks, defaults, merge_on_read
 from icegres.engine.dml.copy_on_write import assigned_values, check_unique, write_files
@@ -175,13 +176,16 @@ def _matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, alia
     n = base.num_rows
     values = [exp.alias_(e.copy(), f"_{k}_{i}", quoted=True)
               for k, s in enumerate(sets) if s for i, e in enumerate(s.values())]
+    rules = row_security.merge_row_checks(qctx, key, alias.name)
     pairs = without_views(collect(qctx.plan_tree(frame_of(rows_view, alias, [using], on)(
-        exp.select(column(ROW_COLUMN, alias), exp.alias_(_clause_number(whens), CLAUSE_COLUMN, quoted=True), *values)),
+        exp.select(column(ROW_COLUMN, alias), exp.alias_(_clause_number(whens), CLAUSE_COLUMN, quoted=True), *values,
+                   *_rule_columns(rules))),
         params)))
     clause = pairs.column(CLAUSE_COLUMN).to_numpy(zero_copy_only=False)
     ids = pairs.column(ROW_COLUMN).to_numpy()
     acting = np.array([clause_i > 0 and not _is(whens[clause_i - 1].args.get("then"), "DO NOTHING")
                        for clause_i in clause], dtype=bool) if len(clause) else np.zeros(0, dtype=bool)
+    _check_target_rows(pairs, clause, acting, whens, rules, key)
     acted = ids[acting]
     if len(np.unique(acted)) != len(acted):
         raise PgError(CARDINALITY_VIOLATION, "MERGE command cannot affect row a second time",
@@ -210,8 +214,29 @@ def _matched(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, alia
         elif sets[k]:
             updated[ids[acting & (clause == k + 1)]] = True
     # CHECKs of the updated rows only (the others are as they were)
-    rows = checks.conform(qctx, new.filter(pa.array(~deleted)), plan, key, changed=pa.array(updated[~deleted]))
+    rows = checks.conform(qctx, new.filter(pa.array(~deleted)), plan, key, changed=pa.array(updated[~deleted]),
+                          command="merge_update")
     return len(acted), files, rows
+
+
+def _rule_columns(rules: dict[str, exp.Expression], when: Any = None) -> list[exp.Expression]:
+    """Row security's conditions on the target rows MERGE's actions take, as columns of the
+    pairs query (`when`: a wrapper computing them for matched pairs only)."""
+    return [exp.alias_(when(c.copy()) if when else c.copy(), f"__icegres_rls_{action}", quoted=True)
+            for action, c in rules.items()]
+
+
+def _check_target_rows(pairs: pa.Table, clause: np.ndarray, acting: np.ndarray, whens: list[exp.When],
+                       rules: dict[str, exp.Expression], key: Key) -> None:
+    """PostgreSQL's 42501 when a row an UPDATE or DELETE action takes fails that command's
+    policies (row_security.merge_row_checks): MERGE never skips it silently."""
+    for action in rules:
+        ok = pa.compute.fill_null(pairs.column(f"__icegres_rls_{action}"), False).to_numpy(zero_copy_only=False)
+        for k, when in enumerate(whens):
+            then = when.args.get("then")
+            takes = isinstance(then, exp.Update) if action == "update" else _is(then, "DELETE")
+            if takes and not ok[acting & (clause == k + 1)].all():
+                raise row_security.target_row_violation(key)
 
 
 def _by_position(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, alias: exp.Identifier,
@@ -245,8 +270,9 @@ def _by_position(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, 
         if matched else exp.Literal.number(0)
     insert_clause = exp.Case(ifs=[exp.If(this=missed.copy(), true=_clause_number(unmatched))],
                              default=exp.Literal.number(0)) if unmatched else exp.Literal.number(0)
+    rules = row_security.merge_row_checks(qctx, key, alias.name) if matched else {}
     query = exp.select(column(FILE_COLUMN, alias), column(merge_on_read.POS_COLUMN, alias), *olds,
-                       exp.alias_(clause, CLAUSE_COLUMN, quoted=True), *values,
+                       exp.alias_(clause, CLAUSE_COLUMN, quoted=True), *values, *_rule_columns(rules, when_hit),
                        exp.alias_(insert_clause, INSERT_CLAUSE_COLUMN, quoted=True), *inserted).from_(
         using.copy()).join(source(view, alias), on=on.copy(), join_type="left")
     found = without_views(collect(qctx.plan_tree(query, params)))
@@ -264,6 +290,7 @@ def _by_position(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, 
     pairs, clause_of = pairs.filter(pa.array(acting)), clause_of[acting]
     if not pairs.num_rows:
         return 0, {}, None, added
+    _check_target_rows(pairs, clause_of, np.ones(len(clause_of), dtype=bool), matched, rules, key)
     files = pa.compute.dictionary_encode(pairs.column(FILE_COLUMN)).combine_chunks().indices.to_numpy()
     rows_at = files.astype(np.int64) << 40 | pairs.column(merge_on_read.POS_COLUMN).to_numpy()
     if len(np.unique(rows_at)) != len(rows_at):
@@ -279,7 +306,7 @@ def _by_position(qctx: QueryContext, plan: ReadPlan, key: Key, view: exp.Table, 
         chosen = pairs.filter(pa.array(mask))
         new = {c: assigned_to(chosen.column(f"_{k}_{list(s).index(c)}"), schema.field(c), key, qctx.env.time_zone)
                if c in s else chosen.column(f"_t_{j}") for j, c in enumerate(columns)}
-        parts.append(checks.conform(qctx, pa.table(new), plan, key, command="update"))  # (every row a new version: all checked)
+        parts.append(checks.conform(qctx, pa.table(new), plan, key, command="merge_update"))  # (all new versions)
     return pairs.num_rows, positions, pa.concat_tables(parts) if parts else None, added
 
 

@@ -6,8 +6,8 @@ per-session condition is added here, to the statement: a reference to `informati
 (columns, views) becomes a subquery over it keeping the rows `icegres_may_see(schema, name)`
 allows (any privilege on the table, or membership in its owner: PostgreSQL's test),
 `information_schema.schemata` the schemas it owns or may use or create in, and
-`information_schema.table_privileges` keeps the rows whose grantor or grantee is one of the
-session's roles or PUBLIC (`icegres_is_my_role`). A superuser's statements are left as they are.
+`information_schema.table_privileges` and `column_privileges` keep the rows whose grantor or
+grantee is one of the session's roles or PUBLIC (`icegres_is_my_role`). A superuser's statements are left as they are.
 pg_catalog is not filtered: PostgreSQL shows every role every relation's row there.
 """
 
@@ -18,7 +18,7 @@ from sqlglot import exp
 from icegres.engine.rewrite.tree import _Rewriter
 
 _BY_TABLE = {"tables", "columns", "views"}
-_BY_ROLE = {"table_privileges"}
+_BY_ROLE = {"table_privileges", "column_privileges"}
 _BY_SCHEMA = {"schemata"}
 
 
