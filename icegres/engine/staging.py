@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -226,6 +227,7 @@ class Stager:
 
 _thread = threading.local()
 _writing: dict[str, tuple[Stager, str, str, Any]] = {}  # write uuid -> (stager, table, uuid, io)
+_ended: dict[str, tuple[float, tuple[Stager, str, str, Any]]] = {}  # failed writes' (when, registration)
 _writing_lock = threading.Lock()
 
 
@@ -272,19 +274,40 @@ def writing(table: Any) -> Iterator[uuid.UUID | None]:
         yield None
         return
     write_uuid = uuid.uuid4()
+    key = str(write_uuid)
     with _writing_lock:
-        _writing[str(write_uuid)] = (stager, table_name(table), str(table.metadata.table_uuid), table.io)
+        _writing[key] = (stager, table_name(table), str(table.metadata.table_uuid), table.io)
     try:
         yield write_uuid
-    finally:
+    except BaseException:
+        # pyiceberg writes a statement's files in its pool's threads, all submitted at once:
+        # when one fails (StagingClosed after a cancel, a full disk) the call returns while
+        # others are still starting theirs. They must still find the stager, which refuses them
+        # once the statement has ended, or records them for its end to delete: forgotten here,
+        # they were written unrecorded (a cancelled 20-file INSERT left 5-20 files behind).
         with _writing_lock:
-            _writing.pop(str(write_uuid), None)
+            _ended[key] = (time.monotonic(), _writing.pop(key))
+            horizon = time.monotonic() - _ENDED_KEPT_S
+            for stale in [k for k, (at, _) in _ended.items() if at < horizon]:
+                del _ended[stale]
+        raise
+    else:
+        with _writing_lock:
+            _writing.pop(key, None)
+
+
+_ENDED_KEPT_S = 600.0  # far longer than a pool thread takes to reach its file's creation
 
 
 def _registration(path: str) -> tuple[Stager, str, str, Any] | None:
     stem = path.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    if len(stem) < 36:
+        return None
     with _writing_lock:
-        return _writing.get(stem[-36:]) if len(stem) >= 36 else None
+        found = _writing.get(stem[-36:])
+        if found is None and (ended := _ended.get(stem[-36:])) is not None:
+            found = ended[1]
+        return found
 
 
 def before_create(path: str) -> None:
