@@ -87,7 +87,7 @@ _AS_OF_VALUES = frozenset({TokenType.NUMBER, TokenType.STRING, TokenType.PLACEHO
 def parse(sql: str) -> exp.Expression:
     """The statement's tree (PgError 42601 if it does not parse). Shared: never change it."""
     try:
-        return _parse_cached(sql)
+        return _folded_parse(sql) if len(sql) > BIG_TEXT else _parse_cached(sql)
     except TokenError:
         raise PgError(SYNTAX_ERROR, "syntax error: unterminated quoted string or identifier") from None
     except ParseError as err:
@@ -107,8 +107,18 @@ def parse_or_sqlglot_error(sql: str) -> exp.Expression:
     return _parse_cached(sql)
 
 
+# A text this long is parsed afresh each time, never kept by the cache: its tree is millions of
+# objects, which every full collection of the garbage collector would walk for as long as the
+# cache held it (and its memory with them).
+BIG_TEXT = 1 << 16
+
+
 @functools.lru_cache(maxsize=256)
 def _parse_cached(sql: str) -> exp.Expression:
+    return _folded_parse(sql)
+
+
+def _folded_parse(sql: str) -> exp.Expression:
     try:
         tree = _parse_one(sql)
     except TokenError:
