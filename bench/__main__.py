@@ -43,6 +43,7 @@ SUITES = {
                "expire_snapshots every 50 commits, interleaved (--backend seaweedfs too)",
     "scan_links": "a re-mount's scan directory of 2,000 data files: ScanSets.acquire and its removal, hard vs "
                   "symbolic links, interleaved",
+    "values_insert": "one INSERT … VALUES of 1,000 and 10,000 constant rows, icegres vs PostgreSQL 15",
     "list_append_check": "bench/list_append_check.py (verify's Elle-style checker on 100k-transaction histories)",
 }
 # Suites whose module lives beside this file rather than in bench/suites/.

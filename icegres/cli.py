@@ -173,9 +173,10 @@ def _add_verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    from icegres import allocator, stacks
+    from icegres import allocator, gil_switch, stacks
 
     allocator.configure()  # before any command imports DataFusion
+    gil_switch.configure()
     stacks.deep_stacks()  # before any thread that may run DataFusion starts
     args = build_parser().parse_args(argv)
     try:

@@ -22,7 +22,7 @@ MODULE_LINES_MAX = 1000
 # Bottom to top. A module belongs to the first entry that is it or a package holding it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # PostgreSQL's vocabulary and process-wide trivia: importable by everyone, importing no one.
-    ("icegres.pg", "icegres.faults", "icegres.collector", "icegres.allocator", "icegres.stacks", "icegres.listeners", "icegres.tls",
+    ("icegres.pg", "icegres.faults", "icegres.collector", "icegres.allocator", "icegres.gil_switch", "icegres.stacks", "icegres.listeners", "icegres.tls",
      "icegres"),
     # Pure statement text (lexer, Statement, parse) and the durable machines with their drivers.
     ("icegres.sql", "icegres.machines"),
