@@ -61,13 +61,13 @@ def sql(ctx: SessionContext, text: str, params: dict[str, Any]) -> DataFrame:
     the table itself."""
     from datafusion.catalog import Catalog, Schema
 
-    named = set()
+    named: set[tuple[str, bool]] = set()  # (parameter, read joined)
     for kind, start, end in scan(text):
         word = text[start:end]
         if kind is Kind.PARAM:
-            named.add(word[1:])
+            named.add((word[1:], False))
         elif kind is Kind.NAME and word.startswith(_JOINED):
-            named.add(word[len(_JOINED):])
+            named.add((word[len(_JOINED):], True))
     big = {name: value for name, value in params.items() if isinstance(value, BigText)}
     rest = {name: value for name, value in params.items() if name not in big} or None
     try:
@@ -78,10 +78,15 @@ def sql(ctx: SessionContext, text: str, params: dict[str, Any]) -> DataFrame:
         ctx.register_catalog_provider(PRIVATE_CATALOG, catalog)
     # Registered by name (not `from_arrow`, which leaves a table of its own in the context).
     # Only the values this text reads: a DML statement plans several queries over its parts.
-    tables = {name: f"{PRIVATE_CATALOG}.{PRIVATE_SCHEMA}.big_value_{next(_names)}" for name in big if name in named}
+    tables = {(name, joined): f"{PRIVATE_CATALOG}.{PRIVATE_SCHEMA}.big_value_{next(_names)}"
+              for name, joined in named if name in big}
     try:
-        for name, table in tables.items():
-            ctx.register_record_batches(table, [[pa.record_batch([_array(big[name])], names=[_COLUMN])]])
+        for (name, joined), table in tables.items():
+            array = _array(big[name])
+            if joined:  # (see `joined`: its rows share the one value, a join's copies do not)
+                array = pa.DictionaryArray.from_arrays(pa.array([0], pa.int32()), array)
+            column = f"{_COLUMN}_{name}" if joined else _COLUMN
+            ctx.register_record_batches(table, [[pa.record_batch([array], names=[column])]])
         return ctx.sql(_reading(text, tables), param_values=rest)
     finally:
         for table in tables.values():
@@ -115,7 +120,8 @@ def joined(tree: exp.Expression, params: dict[str, Any] | None) -> exp.Expressio
         for node in list(select.find_all(exp.Parameter)):
             name = str(node.this.this)
             if name in big and _in_own_scope(node, select):
-                node.replace(exp.column(_COLUMN, table=exp.to_identifier(f"_icegres_big_{name}")))
+                # (each value its own column name: a SELECT of two is told apart by name, `plain_columns`)
+                node.replace(exp.column(f"{_COLUMN}_{name}", table=exp.to_identifier(f"_icegres_big_{name}")))
                 names.add(name)
         for name in sorted(names):
             table = exp.Table(this=exp.to_identifier(_JOINED + name), db=exp.to_identifier(PRIVATE_SCHEMA),
@@ -126,6 +132,22 @@ def joined(tree: exp.Expression, params: dict[str, Any] | None) -> exp.Expressio
             else:
                 select.join(table, join_type="cross", copy=False)
     return tree
+
+
+def plain_columns(df: DataFrame) -> DataFrame:
+    """`df` with each column that carries a joined value (a dictionary: `sql`) as plain text or
+    bytes. The join repeats the value's one entry per row; a plain column would copy it into every
+    row of the join, 5 MB over 1,000 rows past a string array's 2 GB of offsets (an UPDATE of one
+    row of such a file failed so). Cast at the top, the value is copied once per row that
+    carries it out. (Duplicate output names cannot be told apart here: left as they are.)"""
+    from datafusion import col
+
+    fields = list(df.schema())
+    if not any(pa.types.is_dictionary(f.type) for f in fields) or len({f.name for f in fields}) < len(fields):
+        return df
+    quoted = ['"' + f.name.replace('"', '""') + '"' for f in fields]
+    return df.select(*[col(name).cast(f.type.value_type) if pa.types.is_dictionary(f.type) else col(name)
+                       for name, f in zip(quoted, fields, strict=True)])
 
 
 def _branches(tree: exp.Expression) -> list[exp.Select]:
@@ -304,18 +326,18 @@ def _text_arguments() -> dict[type, frozenset[str]]:
             exp.Concat: frozenset({"expressions"}), exp.ConcatWs: frozenset({"expressions"})}
 
 
-def _reading(text: str, tables: dict[str, str]) -> str:
+def _reading(text: str, tables: dict[tuple[str, bool], str]) -> str:
     """`text` with each `$n` named in `tables` a scalar subquery over its table, and each
     `big_param_<n>` table (`joined`) its table."""
     out, pos = [], 0
     for kind, start, end in scan(text):
         word = text[start:end]
-        if kind is Kind.PARAM and word[1:] in tables:
-            quoted = ".".join(f'"{part}"' for part in tables[word[1:]].split("."))
+        if kind is Kind.PARAM and (word[1:], False) in tables:
+            quoted = ".".join(f'"{part}"' for part in tables[word[1:], False].split("."))
             out.append(f"{text[pos:start]}(select {_COLUMN} from {quoted})")
             pos = end
-        elif kind is Kind.NAME and word.startswith(_JOINED) and word[len(_JOINED):] in tables:
-            out.append(f'{text[pos:start]}"{tables[word[len(_JOINED):]].rsplit(".", 1)[1]}"')
+        elif kind is Kind.NAME and word.startswith(_JOINED) and (word[len(_JOINED):], True) in tables:
+            out.append(f'{text[pos:start]}"{tables[word[len(_JOINED):], True].rsplit(".", 1)[1]}"')
             pos = end
     out.append(text[pos:])
     return "".join(out)

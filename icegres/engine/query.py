@@ -224,7 +224,7 @@ class QueryContext:
         time_travel.attach(self, made, sql)
         df, _ = self._as_sent_or_rewritten(sql, lambda: baked, params, made.ctx)
         self._check_files(refs)
-        return PlannedQuery(df, (hold, made.keep))
+        return PlannedQuery(big_values.plain_columns(df) if big_values.has_big(params) else df, (hold, made.keep))
 
     def _catalog_read(self, sql: str, ctx: SessionContext) -> None:
         """Before planning a statement that reads pg_catalog or information_schema: the session's

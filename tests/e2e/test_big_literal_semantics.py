@@ -119,3 +119,30 @@ def test_big_defaults_are_read_as_postgresql_reads_them(icegres, real_postgres):
             assert outcome(ig, sql) == outcome(pg, sql), statement
             if statement.startswith(("insert", "alter")):
                 assert outcome(ig, DDL_DUMP) == outcome(pg, DDL_DUMP), statement
+
+
+# A 5 MB value written into one row of a table of 1,000 (one data file): joined onto each row it
+# would be 5 GB of strings, past a string array's 2 GB ("offset overflow", XX000, before).
+MANY_ROWS_SCRIPT = [
+    "update bm set s = '<5mb>' where id = 5",
+    "update bm set s = s || '<5mb>' where id = 7",
+    "delete from bm where s = '<5mb>'",
+    "update bm set s = '<5mb>' where s <> '<5mb>' and id between 8 and 9",
+    "merge into bm using (select 11 as id) src on bm.id = src.id when matched then update set s = '<5mb>'",
+]
+MANY_ROWS_DUMP = "select id, md5(s), length(s) from bm where length(s) > 1 order by id"
+
+
+def test_a_big_value_written_into_one_row_of_many(icegres, real_postgres):
+    big = "abcdefghi\u00e9" * 500_000
+    with psycopg.connect(real_postgres.dsn(), autocommit=True) as pg, \
+            psycopg.connect(icegres.dsn(), autocommit=True) as ig:
+        for conn in (pg, ig):
+            outcome(conn, "drop table if exists bm")
+            assert outcome(conn, "create table bm (id int, s text)")[0] == "ok"
+            assert outcome(conn, "insert into bm select g, 'x' from generate_series(1, 1000) g")[0] == "ok"
+        for statement in MANY_ROWS_SCRIPT:
+            sql = statement.replace("<5mb>", big)
+            assert outcome(ig, sql) == outcome(pg, sql), statement
+            assert outcome(ig, MANY_ROWS_DUMP) == outcome(pg, MANY_ROWS_DUMP), statement
+        assert outcome(ig, "select count(*) from bm") == outcome(pg, "select count(*) from bm")

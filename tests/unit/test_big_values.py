@@ -78,14 +78,14 @@ def test_an_engine_query_reads_a_big_value_from_a_cross_joined_table_where_it_is
     big = {"1": BigText((b"big",), 3, 3), "2": BigText((b"big",), 3, 3), "3": 7}
     tree = joined(parse("select id, case when id = $3 then $1 else s end from t where s <> $1 and x in (select $2)"), big)
     assert tree.sql(dialect="postgres") == (
-        "SELECT id, CASE WHEN id = $3 THEN _icegres_big_1.icegres_big_value ELSE s END FROM t "
+        "SELECT id, CASE WHEN id = $3 THEN _icegres_big_1.icegres_big_value_1 ELSE s END FROM t "
         "CROSS JOIN icegres_work.w.big_param_1 AS _icegres_big_1 "
-        "WHERE s <> _icegres_big_1.icegres_big_value AND x IN (SELECT $2)")
+        "WHERE s <> _icegres_big_1.icegres_big_value_1 AND x IN (SELECT $2)")
     # (an aggregate's select keeps the scalar subquery: its rows are groups)
     assert joined(parse("select count(*) from t where s = $1"), big).sql(dialect="postgres") == \
         "SELECT COUNT(*) FROM t WHERE s = $1"
     assert joined(parse("select 1, $1 union all select 2, 'x'"), big).sql(dialect="postgres") == (
-        "SELECT 1, _icegres_big_1.icegres_big_value FROM icegres_work.w.big_param_1 AS _icegres_big_1 "
+        "SELECT 1, _icegres_big_1.icegres_big_value_1 FROM icegres_work.w.big_param_1 AS _icegres_big_1 "
         "UNION ALL SELECT 2, 'x'")
 
 
@@ -100,3 +100,32 @@ def test_a_bytea_hex_value_is_bound_to_its_bytes_decoded_a_piece_at_a_time():
     out, left = settled(tree, params, value_places({"b": "bytea", "s": "text"}, "t"))
     assert out.sql(dialect="postgres") == "UPDATE t SET b = $1, s = $2 WHERE id = $9"
     assert left["1"].binary and b"".join(left["1"].pieces) == b"A" and left["2"] is params["2"]
+
+
+def test_a_joined_value_is_not_copied_into_every_row_of_the_join():
+    """An UPDATE's rewrite of a 1,000-row file setting one row to a 5 MB value: were the joined
+    value a plain string column, the join would copy it into each of the 1,000 rows (5 GB, past a
+    string array's 2 GB of offsets: DataFusion's "offset overflow"); as a dictionary it is one
+    value, cast to text once per output row that carries it (`plain_columns`)."""
+    import datafusion
+    import pyarrow as pa
+
+    from icegres.engine import big_values
+
+    value = b"ab" * 2_500_000
+    params = {"1": BigText((value[:1000], value[1000:]), len(value), len(value))}
+    ctx = datafusion.SessionContext()
+    rows = 1000
+    ctx.register_record_batches("t", [[pa.record_batch([pa.array(range(rows), pa.int32()), pa.array(["x"] * rows)],
+                                                       names=["id", "s"])]])
+    tree = joined(parse("select id, case when id = 5 then $1 else s end as s, $1 as v from t where s <> $1 and id < 7"),
+                  params)
+    df = big_values.plain_columns(big_values.sql(ctx, tree.sql(dialect="postgres"), params))
+    assert [f.type for f in df.schema()] == [pa.int32(), pa.string(), pa.string()]
+    table = df.to_arrow_table().sort_by("id")
+    assert table.num_rows == 7
+    assert [len(s) for s in table.column("s").to_pylist()] == [1, 1, 1, 1, 1, len(value), 1]
+    assert set(table.column("v").to_pylist()) == {value.decode()}
+    tree = joined(parse("select id, case when id = 5 then $1 else s end as s from t where s <> $1"), params)
+    table = big_values.plain_columns(big_values.sql(ctx, tree.sql(dialect="postgres"), params)).to_arrow_table()
+    assert sorted(len(s) for s in table.column("s").to_pylist())[-2:] == [1, len(value)]
