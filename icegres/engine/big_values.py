@@ -260,7 +260,7 @@ def value_places(columns: dict[str, str], alias: str, inserted: list[str] | None
       item's place, a MERGE's INSERT value ("text" too for a column that is "assigned": the
       string is cast to the column's type as the literal's string was);
     - "text" for an operand of a comparison, LIKE or `||` whose other operand is a text column
-      of the target;
+      of the target, a string literal or a `||` of them (`'a' || '<big>'`), or for `||` a number;
     - "text" for a string argument of a string function (`_text_arguments`).
 
     Anything else (another column type, another function's argument, a subquery) is not known
@@ -274,6 +274,15 @@ def value_places(columns: dict[str, str], alias: str, inserted: list[str] | None
         return (isinstance(node, exp.Column) and columns.get(node.name) == "text"
                 and node.table in ("", alias))
 
+    def text_operand(node: exp.Expression | None) -> bool:
+        """Text to PostgreSQL whatever else is around: a text column of the target, a string
+        literal (unknown beside unknown resolves as text), a `||` of either."""
+        while isinstance(node, exp.Paren):
+            node = node.this
+        if isinstance(node, exp.DPipe):
+            return text_operand(node.this) or text_operand(node.expression)
+        return target_text(node) or (isinstance(node, exp.Literal) and node.is_string)
+
     def assigned(name: str) -> str | None:
         kind = columns.get(name)
         return "text" if kind == "assigned" else kind
@@ -286,7 +295,9 @@ def value_places(columns: dict[str, str], alias: str, inserted: list[str] | None
             return assigned(parent.this.name) if node.arg_key == "expression" else None
         if isinstance(parent, operators):
             other = parent.this if node.arg_key == "expression" else parent.expression
-            return "text" if target_text(other) else None
+            if isinstance(parent, exp.DPipe) and isinstance(other, exp.Literal) and not other.is_string:
+                return "text"  # (`anynonarray || text`: a number beside it leaves the literal text)
+            return "text" if text_operand(other) else None
         if isinstance(parent, exp.Tuple) and node.arg_key == "expressions":
             if isinstance(parent.parent, exp.Values) and isinstance(parent.parent.parent, exp.Insert):
                 names: list[str] | None = inserted

@@ -60,6 +60,8 @@ SCRIPT = [
     "merge into bw using (select 14 as id) src on bw.id = src.id "
     "when not matched then insert (id, n, c) values (src.id, '<zeros>0.5<pad>', '<pad>')",
     "update bw set n = '<pad>1x' where id = 1",  # 22P02
+    "update bw set s = 'q' || '<big>' || 7, c = 'z' where 'a' < '<big>' and id = 1",  # text beside text, numbers
+    "update bw set s = 1.5 || ('<big>' || s) where id = 2",
     "insert into bw values ($1, '<big>')",  # a simple Query's own $1: 42P02
     "update bw set s = '<big>' where id = $1",  # 42P02
 ]

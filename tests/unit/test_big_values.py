@@ -30,6 +30,9 @@ def _kept(sql: str, inserted: list[str] | None = None, alias: str = "t") -> tupl
     ("update t set s = $1 || s where t.s = $2 and s like $3 and id = $4", ["1", "2", "3", "9"]),
     ("update t set s = upper($1) where s in (select $2) and other.s = $3", ["1", "9"]),
     ("delete from t where s <> $1 and b = $2", ["1", "9"]),
+    # (beside a string literal or a number under `||`, PostgreSQL resolves the literal as text)
+    ("update t set s = 'q' || $1, v = ('a' || s) || $2, id = length(2 || $3) where 'x' < $4 and b = b || $5",
+     ["1", "2", "3", "4", "9"]),
     ("merge into t using (select $1 as id) src on t.id = src.id when matched then update set v = $2 "
      "when not matched then insert (id, s) values (src.id, $3)", ["2", "3", "9"]),
 ])
