@@ -36,6 +36,7 @@ from icegres.pg import chars
 from icegres.pg.errors import PgError
 from icegres.pg.row_text import failing_row
 from icegres.sql.pieces import BigText, has_big
+from icegres.sql.values_rows import ConstantRows, Number, Placeholder
 
 if TYPE_CHECKING:
     import sqlglot.expressions as exp
@@ -67,7 +68,10 @@ class InsertShape:
     schema_id: int
     target: pa.Schema  # the writer's schema: conformed rows have exactly this
     positions: tuple[int | None, ...]  # per target column: its place in the VALUES rows, or None
-    values: tuple[tuple[Any, ...], ...]  # per row, per INSERT column: a Param or a plain constant
+    # Per INSERT column, per row: a Param or a plain constant. (By column: a big VALUES list's
+    # rows were 500,000 tuples made in one C call holding the GIL for ~0.1 s.)
+    columns: tuple[list[Any], ...]
+    count: int  # rows
     char_types: tuple[chars.CharType | None, ...] = ()  # per target column (ReadPlan.char_types)
 
     def rows(self, params: dict[str, Any] | None) -> pa.Table | None:
@@ -80,9 +84,9 @@ class InsertShape:
             if self.takes_parameters:
                 return None
             params = {}  # (a simple Query's VALUES of constants)
-        elif has_big(params) and any(isinstance(v, Param) and v.name not in params for row in self.values for v in row):
+        elif has_big(params) and any(isinstance(v, Param) and v.name not in params for c in self.columns for v in c):
             return None  # (a simple Query's own `$n` beside a big literal's: the planned path's 42P02)
-        count = len(self.values)
+        count = self.count
         arrays = []
         try:
             for f, i in zip(self.target, self.positions, strict=True):
@@ -90,7 +94,7 @@ class InsertShape:
                     arrays.append(pa.nulls(count, f.type))
                 else:
                     arrays.append(_column([params.get(v.name) if isinstance(v, Param) else v
-                                           for v in (row[i] for row in self.values)], f.type))
+                                           for v in self.columns[i]], f.type))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
             return None
         for i, char in enumerate(self.char_types):
@@ -108,7 +112,7 @@ class InsertShape:
     def takes_parameters(self) -> bool:
         """Whether any value is a parameter: only such a recipe is worth keeping (a statement of
         constants is rarely sent twice, and its recipe would hold all its values)."""
-        return any(isinstance(v, Param) for row in self.values for v in row)
+        return any(isinstance(v, Param) for c in self.columns for v in c)
 
     def describes(self, plan: ReadPlan | None) -> bool:
         """Whether the recipe still holds for `plan`, the table's mounted snapshot."""
@@ -125,8 +129,10 @@ def compile_shape(tree: exp.Insert, key: Key, plan: ReadPlan, columns: list[str]
     a boolean into a boolean column); None for anything else."""
     import sqlglot.expressions as exp
 
+    from icegres.sql.parse import ConstantValues
+
     source = tree.expression
-    if not isinstance(source, exp.Values):
+    if not isinstance(source, exp.Values | ConstantValues):
         return None
     if any(d is not None and f.name not in columns for d, f in zip(plan.defaults, plan.schema, strict=False)):
         return None  # a column it leaves out takes a DEFAULT: the planned path computes it
@@ -134,6 +140,26 @@ def compile_shape(tree: exp.Insert, key: Key, plan: ReadPlan, columns: list[str]
         return None  # the planned path evaluates the table's CHECK constraints
     target = plan.write_schema
     types = {f.name: f.type for f in target}
+    if isinstance(source, ConstantValues):
+        made = _constant_columns(source.args["rows"], [types.get(c) for c in columns])
+        if made is None:
+            return None
+        values, count = made, source.args["rows"].count
+    else:
+        rows = _values_rows(source, columns, types)
+        if rows is None:
+            return None
+        values, count = tuple(list(c) for c in zip(*rows, strict=True)) if rows else tuple([] for _ in columns), len(rows)
+    table = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    place = {c: i for i, c in enumerate(columns)}
+    return InsertShape(key, (table.db or None, table.name), plan.table_uuid, plan.schema_id, target,
+                       tuple(place.get(f.name) for f in target), values, count, plan.char_types)
+
+
+def _values_rows(source: exp.Values, columns: list[str], types: dict[str, pa.DataType]) -> list[tuple[Any, ...]] | None:
+    """A VALUES tree's rows of Params and plain constants; None where one is not plain."""
+    import sqlglot.expressions as exp
+
     rows = []
     for row in source.expressions:
         items = row.expressions
@@ -150,10 +176,7 @@ def compile_shape(tree: exp.Insert, key: Key, plan: ReadPlan, columns: list[str]
             else:
                 return None
         rows.append(tuple(values))
-    table = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
-    place = {c: i for i, c in enumerate(columns)}
-    return InsertShape(key, (table.db or None, table.name), plan.table_uuid, plan.schema_id, target,
-                       tuple(place.get(f.name) for f in target), tuple(rows), plan.char_types)
+    return rows
 
 
 class InsertShapes:
@@ -190,18 +213,52 @@ class InsertShapes:
         return None if rows is None else (shape.key, rows)
 
 
+_CHUNK = 1 << 16
+
+
 def _column(values: list[Any], target: pa.DataType) -> pa.Array:
     """One column of the rows: `values` as `target`. A big literal's value (BigText, a big
     statement's: protocol/pgwire/statements.py) goes into a string column as its UTF-8 pieces,
     never as one str; into any other type it does not convert as it is (TypeError)."""
     if not any(isinstance(v, BigText) for v in values):
-        return pa.array(values, type=target)
+        if len(values) <= _CHUNK:
+            return pa.array(values, type=target)
+        # (a big VALUES list's column a chunk per call: each call holds the GIL)
+        return pa.concat_arrays([pa.array(values[i : i + _CHUNK], type=target) for i in range(0, len(values), _CHUNK)])
     if not (pa.types.is_string(target) or pa.types.is_large_string(target)):
         raise TypeError("a big literal converts as text only")
     from icegres.engine.big_values import array_of
 
     parts = [array_of(v) if isinstance(v, BigText) else pa.array([v], type=pa.string()) for v in values]
     return (parts[0] if len(parts) == 1 else pa.concat_arrays(parts)).cast(target)
+
+
+def _constant_columns(rows: ConstantRows, types: list[pa.DataType | None]) -> tuple[list[Any], ...] | None:
+    """A VALUES list read without a tree (sql/values_rows.py) as columns of Params and plain
+    constants, as `_plain_constant` takes them; None where one is not plain for its column."""
+    if rows.width != len(types):
+        return None
+    columns = []
+    for values, target in zip(rows.columns, types, strict=True):
+        if target is None:
+            return None
+        column = [_token_constant(v, target) for v in values]
+        if any(v is _NOT_PLAIN for v in column):
+            return None
+        columns.append(column)
+    return tuple(columns)
+
+
+def _token_constant(value: Any, target: pa.DataType) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, Number):
+        return _number_constant(value, target)
+    if isinstance(value, Placeholder):
+        return Param(str(value))
+    if isinstance(value, bool):
+        return value if pa.types.is_boolean(target) else _NOT_PLAIN
+    return _string_constant(value, target)
 
 
 def _plain_constant(item: exp.Expression, target: pa.DataType | None) -> Any:

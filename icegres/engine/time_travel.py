@@ -47,7 +47,7 @@ from icegres.sql import time_travel
 from icegres.sql.databases import DATABASE_ALIASES
 from icegres.sql.parse import DIALECT
 from icegres.sql.shape import fill_shape, literal_shape, masked_literals
-from icegres.sql.statement import Statement
+from icegres.sql.statement import Statement, inserts_constants
 from icegres.sql.time_travel import Point, Travel
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def expand(qctx: QueryContext, stmt: Statement) -> Statement:
     if target is not None:
         # A blind INSERT (VALUES, no query) reads nothing of the branch: it need not wait for the
         # branch's buffered rows; every other write reads them.
-        blind = isinstance(tree, exp.Insert) and isinstance(tree.expression, exp.Values) and tree.find(exp.Select) is None
+        blind = inserts_constants(tree)
         _write_to_branch(qctx, target, settle=not blind)
     read: list[tuple[Key, ReadPlan]] = []
     fixed = branch is None

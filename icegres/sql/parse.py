@@ -12,8 +12,10 @@ from its own constant names (`exp.DataType.build("TEXT")`), which read no client
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from sqlglot import exp
@@ -22,6 +24,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from icegres.pg.errors import SYNTAX_ERROR, PgError
+from icegres.sql import values_rows
 from icegres.sql.lexer import split_quoted
 
 
@@ -84,10 +87,38 @@ _VERSION_PHRASES = (
 _AS_OF_VALUES = frozenset({TokenType.NUMBER, TokenType.STRING, TokenType.PLACEHOLDER, TokenType.PARAMETER})
 
 
+class ConstantValues(exp.Expression):
+    """A big INSERT's VALUES list of constants as columns (`values_rows.ConstantRows`, its
+    `rows`), in place of a tree of its rows: no walk descends into it. `whole` parses the text
+    when the engine needs the tree after all."""
+
+    arg_types = {"rows": True}
+
+
 def parse(sql: str) -> exp.Expression:
     """The statement's tree (PgError 42601 if it does not parse). Shared: never change it."""
+    with _syntax_errors():
+        if len(sql) <= BIG_TEXT:
+            return _parse_cached(sql)
+        rows = values_rows.read(sql)
+        if rows is None:
+            return _folded_parse(sql)
+        tree = _folded_parse(f"{rows.head} VALUES (NULL)")
+        tree.set("expression", ConstantValues(rows=rows))
+        return tree
+
+
+def whole(values: ConstantValues) -> exp.Expression:
+    """The tree of the statement `values` stands in (PgError 42601 if it does not parse)."""
+    with _syntax_errors():
+        return _folded_parse(values.args["rows"].sql)
+
+
+@contextlib.contextmanager
+def _syntax_errors() -> Iterator[None]:
+    """sqlglot's errors as PostgreSQL's 42601."""
     try:
-        return _folded_parse(sql) if len(sql) > BIG_TEXT else _parse_cached(sql)
+        yield
     except TokenError:
         raise PgError(SYNTAX_ERROR, "syntax error: unterminated quoted string or identifier") from None
     except ParseError as err:

@@ -124,6 +124,19 @@ def tree_table_refs(tree: exp.Expression, search_path: list[str]) -> set[tuple[s
     return None if catalog else refs
 
 
+def inserts_constants(tree: exp.Expression) -> bool:
+    """Whether `tree` is an INSERT whose rows are VALUES of literals and parameters (it reads no
+    table), its VALUES a tree or read without one (`parse.ConstantValues`)."""
+    from sqlglot import exp
+
+    from icegres.sql.parse import ConstantValues
+
+    if not isinstance(tree, exp.Insert):
+        return False
+    source = tree.expression
+    return isinstance(source, ConstantValues) or (isinstance(source, exp.Values) and tree.find(exp.Select) is None)
+
+
 def tree_lake_refs(tree: exp.Expression, search_path: list[str]) -> set[tuple[str, str]]:
     """The lake tables `tree` may read besides any catalog relations: what a statement over
     pg_catalog must still have mounted (a catalog name that may also be a lake table, such as

@@ -78,6 +78,37 @@ def _play(icegres: IcegresServer, postgres: Any, script: str, tables: tuple[str,
                 _run(ig, f"drop table if exists {table}")
 
 
+_CONSTANTS = """
+        create table dd.k (i int, b bigint, d double precision, n numeric(10,2), f boolean, dt date, ts timestamp, s text, v varchar(5))
+        insert into dd.k values (1, -2, 1.5, 12.25, true, '2024-02-29', '2024-02-29 23:59:59.123456', 'a', 'abc')
+        insert into dd.k values (-7, 9223372036854775807, -0.0, -0.5, 'yes', '1999-12-31', '2000-01-01T00:00:00', '', 'abcde')
+        insert into dd.k values (' 42 ', '-3', ' 1e3 ', ' 7.1 ', ' OFF ', ' 2024-01-01 ', '2024-01-01 10:00:00.5', 'x', 'ab   ')
+        insert into dd.k values (2, 3, .5, 1e2, 'f', '2000-01-01', '2000-01-01 00:00:00', 'y', 'abcde   ')
+        insert into dd.k (i, b) values (1, 2), (3, -4), (null, null)
+        insert into dd.k (d) values ('NaN'), ('-Infinity'), ('inf'), ('-0'), (1e308), (-12)
+        insert into dd.k (d) values (12345678901234567890123), ('4.9e-324')
+        insert into dd.k (i) values (2147483648)
+        insert into dd.k (b) values (-9223372036854775809)
+        insert into dd.k (d) values (1e400)
+        insert into dd.k (d) values ('1e400')
+        insert into dd.k (d) values ('1e-400')
+        insert into dd.k (n) values (1.005)
+        insert into dd.k (n) values ('2.555')
+        insert into dd.k (n) values (123456789.5)
+        insert into dd.k (n) values (99999999.99)
+        insert into dd.k (i) values (1.5)
+        insert into dd.k (i) values ('1.5')
+        insert into dd.k (i) values ('')
+        insert into dd.k (f) values ('maybe')
+        insert into dd.k (dt) values ('2024-02-30')
+        insert into dd.k (ts) values ('2024-13-01 00:00:00')
+        insert into dd.k (v) values ('abcdef')
+        create table dd.kn (id int not null, s text)
+        insert into dd.kn values (1, 'a'), (null, 'b')
+        insert into dd.kn values (2, 'c')
+"""
+
+
 def test_values_are_assigned_to_numeric_columns_as_postgresql_assigns_them(
         icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
     _play(icegres, real_postgres, """
@@ -109,35 +140,33 @@ def test_constants_built_straight_into_arrow_mean_what_postgresql_reads_them_as(
     quoted one through the type's input function, boolean words, ISO dates and timestamps. The
     ones it cannot settle (rounding, out of range, other spellings) take the planned path; both
     must store what PostgreSQL stores and refuse what it refuses."""
-    _play(icegres, real_postgres, """
-        create table dd.k (i int, b bigint, d double precision, n numeric(10,2), f boolean, dt date, ts timestamp, s text, v varchar(5))
-        insert into dd.k values (1, -2, 1.5, 12.25, true, '2024-02-29', '2024-02-29 23:59:59.123456', 'a', 'abc')
-        insert into dd.k values (-7, 9223372036854775807, -0.0, -0.5, 'yes', '1999-12-31', '2000-01-01T00:00:00', '', 'abcde')
-        insert into dd.k values (' 42 ', '-3', ' 1e3 ', ' 7.1 ', ' OFF ', ' 2024-01-01 ', '2024-01-01 10:00:00.5', 'x', 'ab   ')
-        insert into dd.k values (2, 3, .5, 1e2, 'f', '2000-01-01', '2000-01-01 00:00:00', 'y', 'abcde   ')
-        insert into dd.k (i, b) values (1, 2), (3, -4), (null, null)
-        insert into dd.k (d) values ('NaN'), ('-Infinity'), ('inf'), ('-0'), (1e308), (-12)
-        insert into dd.k (d) values (12345678901234567890123), ('4.9e-324')
-        insert into dd.k (i) values (2147483648)
-        insert into dd.k (b) values (-9223372036854775809)
-        insert into dd.k (d) values (1e400)
-        insert into dd.k (d) values ('1e400')
-        insert into dd.k (d) values ('1e-400')
-        insert into dd.k (n) values (1.005)
-        insert into dd.k (n) values ('2.555')
-        insert into dd.k (n) values (123456789.5)
-        insert into dd.k (n) values (99999999.99)
-        insert into dd.k (i) values (1.5)
-        insert into dd.k (i) values ('1.5')
-        insert into dd.k (i) values ('')
-        insert into dd.k (f) values ('maybe')
-        insert into dd.k (dt) values ('2024-02-30')
-        insert into dd.k (ts) values ('2024-13-01 00:00:00')
-        insert into dd.k (v) values ('abcdef')
-        create table dd.kn (id int not null, s text)
-        insert into dd.kn values (1, 'a'), (null, 'b')
-        insert into dd.kn values (2, 'c')
-    """, ("dd.k", "dd.kn"))
+    _play(icegres, real_postgres, _CONSTANTS, ("dd.k", "dd.kn"))
+
+
+def test_a_big_values_list_read_without_a_tree_means_what_postgresql_reads(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """Over 64 kB an INSERT … VALUES of constants is read by the lexer, never parsed into a tree
+    (sql/values_rows.py); a constant the recipe cannot take as it is sends the whole text to the
+    parser and the planned path. Each INSERT of the script above with its rows repeated past
+    64 kB, and what only a long list has (rows of two widths, a refused value in its last row),
+    must store and refuse what PostgreSQL does."""
+    lines = []
+    # (not the ones that round or refuse a number: the parser's path again, 1-3 s each at this size)
+    rounded = ("(1.005)", "('2.555')", "(123456789.5)", "(1.5)", "('1.5')", "('')", "(-9223372036854775809)")
+    for line in (s.strip() for s in _CONSTANTS.strip().splitlines() if not s.strip().endswith(rounded)):
+        head, found, rows = line.partition(" values ")
+        lines.append(f"{head}{found}{', '.join([rows] * (66_000 // len(rows) + 1))}" if found else line)
+        if found:
+            lines.append("truncate dd.k")  # (each statement's rows compared alone: dumps stay small)
+    filler = ", ".join(f"({i}, {i}, {i}.5, {i}.25, {'true' if i % 2 else 'false'}, '2024-01-01', "
+                       f"'2024-01-01 00:00:00', 's{i}', 'v{i % 10}')" for i in range(800))
+    lines += [f"insert into dd.k values {filler}, (1, 2)",  # 42601
+              f"insert into dd.k values {filler}, (1, 2, 3, 4, 't', '2024-01-01', '2024-01-01 00:00:00', 'x', 'toolong')",
+              f"insert into dd.k values {filler}, (-1, 2, 3, 4, 't', '2024-01-01', '2024-01-01 00:00:00', 'x', 'y')",
+              f"insert into dd.k (i, s) values {', '.join(f'({i}, $${i}$$)' for i in range(6_000))}"]
+    assert all(len(line) > 64 * 1024 for line in lines if line.startswith("insert into dd.k"))
+    _play(icegres, real_postgres, "\n".join(lines), ("dd.k", "dd.kn"))
+
 
 
 def test_fractions_assigned_to_integer_columns_round_as_postgresql_rounds_them(

@@ -44,7 +44,10 @@ from icegres.engine.dml.target import (
 )
 from icegres.engine.dml.upsert import upsert
 from icegres.pg.errors import PgError
+from icegres.sql.parse import ConstantValues
 from icegres.sql.pieces import has_big
+from icegres.sql.statement import inserts_constants
+from icegres.sql.values_rows import Placeholder
 
 if TYPE_CHECKING:
     from icegres.engine.query import QueryContext
@@ -101,8 +104,7 @@ def pin(qctx: QueryContext, txn: TxnState | None, stmt: Statement) -> None:
     its uniqueness check reads the table — and is pinned fresh.
     """
     tree = stmt.tree
-    blind = (txn is not None and txn.autocommit and isinstance(tree, exp.Insert)
-             and isinstance(tree.expression, exp.Values) and tree.expression.find(exp.Select) is None)
+    blind = txn is not None and txn.autocommit and isinstance(tree, exp.Insert) and inserts_constants(tree)
     if not blind:
         qctx.pin_for(stmt)
         return
@@ -137,7 +139,10 @@ def describe(qctx: QueryContext, stmt: Statement) -> tuple[pa.Schema | None, dic
     if isinstance(tree, exp.Insert):
         columns = insert_columns(tree, plan)
         values = tree.expression
-        if isinstance(values, exp.Values):
+        if isinstance(values, ConstantValues):
+            for i, column in enumerate(values.args["rows"].columns[:len(columns)]):
+                types.update((int(v), by_name[columns[i]]) for v in column if isinstance(v, Placeholder))
+        elif isinstance(values, exp.Values):
             for row in values.expressions:
                 for i, value in enumerate(row.expressions):
                     if isinstance(value, exp.Parameter) and i < len(columns):
@@ -229,7 +234,7 @@ def _reads_target(qctx: QueryContext, tree: exp.Insert, key: Key) -> bool:
     VALUES, a CTE over t)? Such an append is not blind: rebasing it changes what it read."""
     from icegres.sql.statement import tree_table_refs
 
-    if isinstance(tree.expression, exp.Values) and tree.find(exp.Select) is None:
+    if inserts_constants(tree):
         return False  # VALUES of literals and parameters: reads no table
     probe = tree.copy()
     probe.set("this", None)  # the target itself is written, not read

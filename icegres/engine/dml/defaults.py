@@ -18,6 +18,7 @@ from sqlglot import exp
 
 from icegres.engine.dml.target import collect
 from icegres.pg.errors import PgError
+from icegres.sql.parse import ConstantValues
 from icegres.sql.parse import expression as _parsed
 from icegres.sql.pieces import BigText
 
@@ -72,6 +73,8 @@ def check_always_identity(tree: exp.Insert, plan: ReadPlan, columns: list[str]) 
 
 def _width(source: exp.Expression) -> int:
     """How many columns a VALUES list or a SELECT without `*` gives (a large number otherwise)."""
+    if isinstance(source, ConstantValues):
+        return source.args["rows"].width
     if isinstance(source, exp.Values):
         return max((len(row.expressions) for row in source.expressions), default=0)
     if isinstance(source, exp.Select) and not any(isinstance(e, exp.Star) or e.find(exp.Star) for e in source.expressions):

@@ -24,6 +24,7 @@ from icegres.engine.dml.target import (
 )
 from icegres.engine.insert_shape import InsertShape, compile_shape
 from icegres.pg.errors import PgError
+from icegres.sql.parse import ConstantValues, whole
 from icegres.sql.pieces import has_big
 
 if TYPE_CHECKING:
@@ -53,6 +54,11 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
         # (Not under row-level security's WITH CHECK: a recipe checks NOT NULL only.)
         return key, rows, shape
     else:
+        if isinstance(source, ConstantValues):  # (a constant it cannot take as it is: the whole tree)
+            tree = whole(source)
+            if not isinstance(tree, exp.Insert):
+                raise PgError("XX000", "a VALUES list read two ways")
+            source = tree.expression
         places = big_values.value_places(value_columns(plan), "", columns)
         tree, params = big_values.settled(tree, params, places)  # type: ignore[assignment]
         source = _distinct_names(_bounded_source(qctx, tree, params))

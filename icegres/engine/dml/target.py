@@ -16,6 +16,7 @@ from icegres.engine.column_names import tree_names
 from icegres.engine.lake import PRIVATE_CATALOG
 from icegres.pg.errors import PgError
 from icegres.sql.databases import check_database
+from icegres.sql.parse import ConstantValues
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -124,6 +125,9 @@ def insert_columns(tree: exp.Insert, plan: ReadPlan) -> list[str]:
         # PostgreSQL: without a column list, the first N columns, N the width of VALUES (or of
         # the query, which the planned rows tell); the rest take their defaults.
         source = tree.expression
+        if isinstance(source, ConstantValues):
+            width = source.args["rows"].width
+            return names[:width] if width < len(names) else names
         if isinstance(source, exp.Values) and source.expressions:
             width = len(source.expressions[0].expressions)
             return names[:width] if width < len(names) else names

@@ -1,0 +1,155 @@
+"""A big `INSERT … VALUES` of constants, read without a tree.
+
+An INSERT of 100,000 rows of four constants is 4 MB of text. sqlglot made ~1.5 million objects
+of it in ~5 s, and the engine's walks of that tree (table references, views, time travel, pins)
+took ~2 s more, all of it holding the GIL in short turns and feeding the garbage collector full
+collections of 0.5 s: another session's `select 1` waited up to 0.6 s. What the statement needs
+of its VALUES is, per column, its constants: the lexer reads them in one pass, and the statement's
+tree is its head (`INSERT INTO t (a, b) VALUES`) with the rows as one node (`ConstantValues`)
+that no walk descends into.
+
+`read` takes `INSERT INTO name [(column, …)] VALUES (…), (…) [;]` whose every value is a number
+(with a sign), a quoted string without prefix, NULL, TRUE, FALSE or `$n`, all rows of one width.
+Anything else — an expression, DEFAULT, a cast, an `E''` string, strings PostgreSQL would glue
+across a newline, ON CONFLICT, RETURNING, an alias — is the parser's (None), as is a constant the
+engine does not take as it is for its column (`engine/insert_shape.py` then parses the whole text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from icegres.sql.lexer import Kind, scan
+
+
+class Number(str):
+    """An unquoted number as written (its sign included): its column's type reads it."""
+
+    __slots__ = ()
+
+
+class Placeholder(str):
+    """A `$n` parameter: its number as text ("1")."""
+
+    __slots__ = ()
+
+
+_WORDS = {"null": None, "true": True, "false": False}
+
+
+@dataclass(frozen=True, eq=False)
+class ConstantRows:
+    """A VALUES list as columns: per position, per row, None (NULL), a bool, a Number, a
+    Placeholder or a str (a string's contents). `sql` is the whole statement's text, for the
+    parser when the engine cannot take the constants as they are."""
+
+    sql: str
+    head: str  # `INSERT INTO name [(columns)]`, as written
+    columns: tuple[list[Any], ...]
+
+    @property
+    def width(self) -> int:
+        return len(self.columns)
+
+    @property
+    def count(self) -> int:
+        return len(self.columns[0]) if self.columns else 0
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ConstantRows:
+        return self  # (immutable: a copied tree shares it)
+
+
+def read(sql: str) -> ConstantRows | None:
+    """The statement's VALUES as columns, if it is an INSERT of constants only (module doc)."""
+    tokens = scan(sql)
+    name, op, number, string, param = Kind.NAME, Kind.OP, Kind.NUMBER, Kind.STRING, Kind.PARAM
+
+    def word(expected: str) -> bool:
+        kind, start, end = next(tokens, (None, 0, 0))
+        return kind is name and sql[start:end].lower() == expected
+
+    if not (word("insert") and word("into")):
+        return None
+    # The head: a name of up to three parts, an optional column list, VALUES.
+    head_end = 0
+    expect_name, depth = True, 0
+    for kind, start, end in tokens:
+        text = sql[start:end]
+        if kind is name and text.lower() == "values" and not expect_name and depth != 1:
+            head_end = start
+            break
+        if expect_name:
+            if kind is not name and kind is not Kind.QUOTED_NAME:
+                return None
+            expect_name = False
+        elif kind is op and text == "." and depth == 0:
+            expect_name = True
+        elif kind is op and text == "(" and depth == 0:
+            depth, expect_name = 1, True
+        elif kind is op and text == "," and depth == 1:
+            expect_name = True
+        elif kind is op and text == ")" and depth == 1:
+            depth = 2  # (then only VALUES)
+        else:
+            return None
+    if not head_end:
+        return None
+    columns: list[list[Any]] = []
+    width = -1
+    row: list[Any] = []
+    sign = ""
+    # States: 0 before a row's "(", 1 before a value, 2 after a value, 3 after a row (`,` or end).
+    state = 0
+    for kind, start, end in tokens:
+        if state == 1:
+            if kind is number:
+                row.append(Number(sign + sql[start:end]))
+                sign, state = "", 2
+            elif sign:
+                return None  # (a sign before anything but a number: an expression)
+            elif kind is string and sql[start] == "'":
+                row.append(sql[start + 1 : end - 1].replace("''", "'"))
+                state = 2
+            elif kind is name and (key := sql[start:end].lower()) in _WORDS:
+                row.append(_WORDS[key])
+                state = 2
+            elif kind is param:
+                row.append(Placeholder(sql[start + 1 : end]))
+                state = 2
+            elif kind is op and end - start == 1 and sql[start] in "+-":
+                sign = sql[start]
+            else:
+                return None
+        elif state == 2:
+            if kind is not op:
+                return None
+            c = sql[start]
+            if c == ",":
+                state = 1
+            elif c == ")":
+                if width < 0:
+                    width = len(row)
+                    columns = [[] for _ in range(width)]
+                elif len(row) != width:
+                    return None  # (PostgreSQL's "VALUES lists must all be the same length")
+                for column, value in zip(columns, row, strict=True):
+                    column.append(value)
+                row = []
+                state = 3
+            else:
+                return None
+        elif state == 0:
+            if not (kind is op and sql[start] == "("):
+                return None
+            state = 1
+        else:
+            if kind is op and sql[start] == ",":
+                state = 0
+            elif kind is op and sql[start] == ";":
+                return ConstantRows(sql, sql[:head_end].rstrip(), tuple(columns)) if next(tokens, None) is None else None
+            else:
+                return None
+    if state != 3:
+        return None
+    return ConstantRows(sql, sql[:head_end].rstrip(), tuple(columns))

@@ -1,0 +1,95 @@
+"""sql/values_rows.py: a big INSERT's VALUES of constants read by the lexer, not parsed into a
+tree; and sql/parse.py handing such a statement out with its rows as one node. What the reader
+takes it must read exactly as the parser does; what it does not take is the parser's."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlglot import exp
+
+from icegres.sql.parse import BIG_TEXT, ConstantValues, parse, whole
+from icegres.sql.values_rows import Number, Placeholder, read
+
+pytestmark = pytest.mark.unit
+
+
+def test_constants_are_read_as_columns_and_the_head_as_written():
+    rows = read('insert into "A".b (x, "Y") values (1, -2.5), (+3e2, $4), (null, TRUE), (\'it\'\'s\', false);')
+    assert rows is not None and rows.head == 'insert into "A".b (x, "Y")' and (rows.width, rows.count) == (2, 4)
+    assert rows.columns == (["1", "+3e2", None, "it's"], ["-2.5", "4", True, False])
+    assert [type(v) for v in rows.columns[0]] == [Number, Number, type(None), str]
+    assert type(rows.columns[1][1]) is Placeholder
+
+
+@pytest.mark.parametrize("sql", [
+    "insert into t values (1), (2, 3)",  # rows of two widths: PostgreSQL's 42601, from the parser
+    "insert into t values (-x)", "insert into t values (1 + 1)", "insert into t values ((1))",
+    "insert into t values (1) returning *", "insert into t values (1) on conflict do nothing",
+    "insert into t values (E'a')", "insert into t values (B'1')", "insert into t values (X'1f')",
+    "insert into t values (N'a')", "insert into t values (U&'a')", "insert into t values ($$a$$)",
+    "insert into t values ('a' 'b')", "insert into t values ('a'\n'b')",  # (glued across a newline)
+    "insert into t values (- -1)", "insert into t values (default)", "insert into t values (1::int)",
+    "insert into t as x values (1)", "insert into t values (1),", "insert into t (a) (b) values (1)",
+    "insert into t.(a) values (1)", "insert into t values (1); select 1", "insert into t select 1",
+    "insert into t values ('unterminated)", "update t set a = 1", "insert t values (1)",
+])
+def test_anything_else_is_the_parsers(sql):
+    assert read(sql) is None
+
+
+def test_comments_and_spacing_are_skipped():
+    rows = read("insert /* c */ into t\n  values -- rows\n (1 , 'a' ) ,(\t- 2,'b')")
+    assert rows is not None and rows.columns == (["1", "-2"], ["a", "b"])
+
+
+_CONSTANT = st.one_of(
+    st.integers(-10**20, 10**20).map(str),
+    st.decimals(allow_nan=False, allow_infinity=False, places=3).map(lambda d: f"{d:f}"),
+    st.sampled_from(["1e3", ".5", "5.", "-0", "+7", "2E-3"]),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=8).map(
+        lambda s: "'" + s.replace("'", "''") + "'"),
+    st.sampled_from(["null", "NULL", "true", "False", "$1", "$12"]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(_CONSTANT, min_size=3, max_size=3), min_size=1, max_size=6))
+def test_the_reader_reads_what_the_parser_reads(rows):
+    sql = "insert into t (a, b, c) values " + ", ".join("(" + ", ".join(row) + ")" for row in rows)
+    read_rows = read(sql)
+    assert read_rows is not None
+    parsed = whole(ConstantValues(rows=read_rows))
+    assert isinstance(parsed, exp.Insert) and isinstance(parsed.expression, exp.Values)
+    for r, row in enumerate(parsed.expression.expressions):
+        for c, item in enumerate(row.expressions):
+            value = read_rows.columns[c][r]
+            if isinstance(item, exp.Null):
+                assert value is None
+            elif isinstance(item, exp.Boolean):
+                assert value is item.this
+            elif isinstance(item, exp.Parameter):
+                assert isinstance(value, Placeholder) and value == str(item.this.this)
+            elif isinstance(item, exp.Literal) and item.is_string:
+                assert type(value) is str and value == item.this
+            else:
+                negative = isinstance(item, exp.Neg)
+                literal = item.this if negative else item
+                assert isinstance(value, Number) and isinstance(literal, exp.Literal)
+                assert Decimal(value) == Decimal(("-" if negative else "") + literal.this)  # (sqlglot writes .5 as 0.5)
+
+
+def test_a_big_insert_of_constants_is_parsed_to_its_head_and_one_node():
+    sql = "insert into s.t (a, b) values " + ", ".join(f"({i}, 'x{i}')" for i in range(BIG_TEXT // 8))
+    assert len(sql) > BIG_TEXT
+    tree = parse(sql)
+    assert isinstance(tree, exp.Insert) and isinstance(tree.expression, ConstantValues)
+    assert [t.name for t in tree.find_all(exp.Table)] == ["t"] and [c.name for c in tree.this.expressions] == ["a", "b"]
+    assert tree.copy().expression.args["rows"] is tree.expression.args["rows"]  # (shared, not copied)
+    full = whole(tree.expression)
+    assert isinstance(full.expression, exp.Values) and len(full.expression.expressions) == BIG_TEXT // 8
+    # A big statement the reader does not take is parsed whole, as before.
+    assert isinstance(parse(sql.replace("(0, 'x0')", "(0 + 1, 'x0')")).expression, exp.Values)
