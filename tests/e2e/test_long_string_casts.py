@@ -17,7 +17,9 @@ LONG = 5_000_000
 
 def test_long_strings_cast_to_numbers_fail_with_22p02_and_the_server_stays_up(tmp_path) -> None:
     with running_icegres(tmp_path / "data") as srv, psycopg.connect(srv.dsn(), autocommit=True) as conn:
-        for sql in (f"SELECT repeat('1', {LONG})::numeric(38, 2)", f"SELECT repeat('7', {LONG})::bigint"):
+        # (100 MB: past the 256 MB stacks of before, which it needs ~260 MB of)
+        for sql in (f"SELECT repeat('1', {LONG})::numeric(38, 2)", f"SELECT repeat('7', {LONG})::bigint",
+                    "SELECT repeat('1', 100000000)::numeric"):
             with pytest.raises(psycopg.Error) as failed:
                 conn.execute(sql)
             assert failed.value.sqlstate in ("22P02", "22003"), sql
