@@ -23,8 +23,8 @@ from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from icegres.pg.errors import SYNTAX_ERROR, PgError
-from icegres.sql import values_rows
+from icegres.pg.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, PgError
+from icegres.sql import unicode_escapes, values_rows
 from icegres.sql.lexer import split_quoted
 
 
@@ -157,7 +157,26 @@ def _folded_parse(sql: str) -> exp.Expression:
         tree = _parse_one(_space_placeholders(sql))
     if tree is None:
         raise ParseError("no statement")
-    return _folded(tree)
+    return _plain_strings(_folded(tree))
+
+
+def _plain_strings(tree: exp.Expression) -> exp.Expression:
+    """`tree` with its N'…' and U&'…' constants as the plain strings they are (DataFusion plans
+    neither: 0A000 "Unsupported Value"); B'…' and X'…' are bit strings to PostgreSQL, a type
+    icegres has not (DataFusion would read X'…' as bytes): 0A000."""
+    for node in list(tree.find_all(exp.National, exp.UnicodeString, exp.BitString, exp.HexString)):
+        if isinstance(node, exp.BitString | exp.HexString):
+            raise PgError(FEATURE_NOT_SUPPORTED, "bit string constants (B'…', X'…') are not supported: icegres has "
+                          "no bit type", hint="For bytes, write a bytea constant: '\\x1f'::bytea.")
+        text = node.this
+        if isinstance(node, exp.UnicodeString):
+            escape = node.args.get("escape")
+            text = unicode_escapes.decode(text, escape.this if isinstance(escape, exp.Literal) else "\\")
+        replacement = exp.Literal.string(text)
+        if node is tree:
+            return replacement
+        node.replace(replacement)
+    return tree
 
 
 def _folded(tree: exp.Expression) -> exp.Expression:

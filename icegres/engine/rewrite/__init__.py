@@ -189,6 +189,10 @@ _NEEDS_REWRITE = (
     re.compile(r"extract\s*\(\s*seconds?\b"),
     re.compile(r"date_part\s*\(\s*'seconds?'"),
     re.compile(r"(?:char|character|varying)\s*\(\s*\d"),
+    # an X'…' bit string, which DataFusion would read as bytes (refused by sql/parse.py; a
+    # string ending in x takes the rewrite path too), and a U&'…' string, whose escapes the
+    # parse reads and refuses as PostgreSQL does (DataFusion refuses every one: 0A000)
+    re.compile("x'"), re.compile("u&'"),
 )
 
 
