@@ -20,7 +20,7 @@ from sqlglot import exp
 
 Key = tuple[str, str]
 
-__all__ = ["read_columns", "target_columns"]
+__all__ = ["read_columns", "reading_query", "target_columns"]
 
 
 def read_columns(tree: exp.Expression, resolve: Callable[[str | None, str], Key | None],
@@ -53,6 +53,41 @@ def read_columns(tree: exp.Expression, resolve: Callable[[str | None, str], Key 
         return out
     except Exception:  # noqa: BLE001 (an unqualifiable statement: fail closed)
         return None
+
+
+def reading_query(tree: exp.Expression) -> exp.Expression | None:
+    """The query whose reads are a write's reads of the tables it does not write: an UPDATE …
+    FROM's `SELECT <assigned values>, <returning> FROM target, <sources> WHERE …`, a DELETE …
+    USING's likewise, an INSERT's query. None for a write that reads no other table (or one not
+    told apart here, MERGE: its check then fails closed)."""
+    if isinstance(tree, exp.Insert):
+        source = tree.expression
+        if not isinstance(source, exp.Query):
+            return None
+        query = source.copy()
+        if tree.args.get("with_") is not None:
+            query.set("with_", tree.args["with_"].copy())
+        return query
+    if isinstance(tree, exp.Update):
+        found = tree.args.get("from_")
+        sources = [found.this] if isinstance(found, exp.From) else []
+        values = [e.expression for e in tree.expressions if isinstance(e, exp.EQ) and e.expression is not None]
+    elif isinstance(tree, exp.Delete):
+        sources, values = list(tree.args.get("using") or []), []
+    else:
+        return None
+    if not sources or not isinstance(tree.this, exp.Table):
+        return None
+    returning = tree.args.get("returning")
+    items = [*values, *(returning.expressions if returning is not None else [])]
+    query = exp.select(*([e.copy() for e in items] or [exp.Literal.number(1)])).from_(tree.this.copy())
+    for source in sources:
+        query = query.join(source.copy(), join_type="cross")
+    if tree.args.get("where") is not None:
+        query = query.where(tree.args["where"].this.copy())
+    if tree.args.get("with_") is not None:
+        query.set("with_", tree.args["with_"].copy())
+    return query
 
 
 def target_columns(tree: exp.Expression, letter: str, names: list[str]) -> set[str] | None:

@@ -537,7 +537,8 @@ class QueryContext:
         def reads_of(key: tuple[str, str]) -> set[str] | None:
             # (only asked where a table privilege is missing and column grants exist)
             if not read:
-                read.append(None if targets else column_refs.read_columns(stmt.tree, table_of, names_of))
+                reads = column_refs.reading_query(stmt.tree) if targets else stmt.tree
+                read.append(None if reads is None else column_refs.read_columns(reads, table_of, names_of))
             return None if read[0] is None else read[0].get(key)
 
         authorization.check_relations(who, resolved(names), "r", reads_of)
