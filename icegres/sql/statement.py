@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, PgError
 from icegres.sql.lexer import Kind as TokenKind
-from icegres.sql.lexer import strip_leading_comments, tokenize
+from icegres.sql.lexer import scan, strip_leading_comments, tokenize
 from icegres.sql.placeholders import number_qmarks
 from icegres.sql.shape import literal_shape
 from icegres.sql.time_travel import travel_of
@@ -206,11 +206,33 @@ def classify(sql: str, *, qmark: bool = False) -> Statement:
     handler = _HANDLERS.get(word)
     if handler is not None:
         return handler(text)
+    if word == "WITH" and (main := _with_main_word(text)) in ("INSERT", "UPDATE", "DELETE", "MERGE"):
+        return Statement(Kind.WRITE, text, main)
     if word in ("SELECT", "WITH", "VALUES", "TABLE", "EXPLAIN") or text.startswith("("):
         return Statement(Kind.QUERY, text, "SELECT")
     if word in _WRITE_WORDS:
         return Statement(Kind.WRITE, text, word)
     return Statement(Kind.UNSUPPORTED, text, word)
+
+
+def _with_main_word(text: str) -> str:
+    """The first word of a WITH statement's own statement (after its CTEs), upper-cased: the word
+    at the top level that follows a CTE's closing parenthesis, not its AS ("" if none)."""
+    depth, after_body = 0, False
+    for kind, start, end in scan(text):
+        if kind is TokenKind.OP and text[start] == "(":
+            depth += 1
+        elif kind is TokenKind.OP and text[start] == ")":
+            depth -= 1
+            after_body = depth == 0
+            continue
+        elif depth == 0 and after_body and kind is TokenKind.NAME:
+            word = text[start:end].upper()
+            if word not in ("AS", "NOT", "MATERIALIZED"):  # (`c(n) AS …`: a column list closed)
+                return word
+        if depth == 0:
+            after_body = False
+    return ""
 
 
 _WRITE_WORDS = {

@@ -616,3 +616,43 @@ def test_a_time_zone_set_inside_a_transaction_is_seen_at_once_and_kept_as_postgr
         rollback
         show timezone
     """, ("dd.tt",))
+
+
+def test_writes_under_with_as_postgresql_runs_them(icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """`WITH … INSERT/UPDATE/DELETE/MERGE` (was a query to DataFusion: 0A000 "not implemented"):
+    an INSERT's query takes the CTEs, elsewhere each CTE stands where it is named."""
+    _play(icegres, real_postgres, """
+        create table dd.w (a int, b text)
+        create table dd.src (id int, v text)
+        insert into dd.src values (1, 'p'), (2, 'q'), (3, 'r')
+        with c as (select id, v from dd.src where id < 3) insert into dd.w select id, v from c
+        with c(k) as (select id + 10 from dd.src) insert into dd.w (a) with d as (select k * 2 as k from c) select k from d
+        with recursive n(x) as (select 1 union all select x + 1 from n where x < 4) insert into dd.w (a) select x from n
+        with c as (select 1 as id), d as (select id + 1 as id from c) update dd.w set b = 'u' from d where dd.w.a = d.id
+        with c as (select id from dd.src where v = 'r') delete from dd.w where a in (select id from c)
+        with c as (select 4 as id, 'm' as v) merge into dd.w using c on dd.w.a = c.id when matched then update set b = c.v
+        with c as (select 1) insert into dd.w values (7, 'v')
+        with c as (select 1 as id) insert into dd.w select id, 'x' from c returning a, b
+        with recursive n(x) as (select 1) update dd.w set b = 'z' where a in (select x from n)
+    """, ("dd.w",))
+
+
+def test_in_subqueries_outside_a_filter_are_three_valued_as_in_postgresql(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """`a IN (SELECT …)` in a select list or CASE, and an UPDATE's WHERE (evaluated in a CASE over
+    each file's rows): DataFusion plans IN (subquery) only as a filter and refused these with
+    0A000; NULL where PostgreSQL answers NULL, so NOT IN over a list holding NULL updates nothing."""
+    _play(icegres, real_postgres, """
+        create table dd.i (a int, b text)
+        create table dd.l (x int)
+        create table dd.e (x int)
+        insert into dd.i values (1, 'p'), (2, 'q'), (null, 'r'), (4, 's')
+        insert into dd.l values (1), (null)
+        select a, a in (select x from dd.l), a not in (select x from dd.l), a in (select x from dd.e), a not in (select x from dd.e) from dd.i order by a
+        select a, case when a in (select x from dd.l where x > 0) then 'hit' else 'miss' end from dd.i order by a
+        update dd.i set b = 'in' where a in (select x from dd.l)
+        update dd.i set b = 'not' where a not in (select x from dd.l)
+        update dd.i set b = 'not-empty' where a not in (select x from dd.e) and b <> 'in'
+        update dd.i set b = b || '!' where a in (select x + 1 from dd.l) or b = 's'
+        delete from dd.i where a in (select x from dd.l where x is not null)
+    """, ("dd.i",))

@@ -71,6 +71,8 @@ def execute(qctx: QueryContext, txn: TxnState, stmt: Statement, params: dict[str
     stmt = qctx.with_views(stmt)
     tree = stmt.tree
     pin(qctx, txn, stmt)
+    if tree.args.get("with_") is not None:
+        tree = _ctes_moved_into_source(tree)
     if isinstance(tree, exp.Insert):
         return _insert(qctx, txn, tree, params)
     if isinstance(tree, exp.Update | exp.Delete | exp.Merge) and has_big(params):
@@ -93,6 +95,47 @@ def execute(qctx: QueryContext, txn: TxnState, stmt: Statement, params: dict[str
             rewrite_matching(qctx, txn, key, None, None, params, delete=True, alias=alias_of(table, key))
         return DmlResult("TRUNCATE TABLE")
     raise PgError("0A000", f"statement is not supported: {stmt.sql.split(None, 1)[0].upper()}")
+
+
+def _ctes_moved_into_source(tree: exp.Expression) -> exp.Expression:
+    """A write under WITH as one the paths below take (a copy): an INSERT's query takes the CTEs
+    (`WITH c AS (…) INSERT INTO t SELECT … FROM c` as `INSERT INTO t WITH c AS (…) SELECT …`);
+    elsewhere (VALUES, UPDATE, DELETE, MERGE) each CTE is written in where it is named, as a
+    derived table (a CTE that reads itself there: 0A000)."""
+    tree = tree.copy()
+    ctes = tree.args["with_"]
+    tree.set("with_", None)
+    source = tree.expression if isinstance(tree, exp.Insert) else None
+    if isinstance(source, exp.Query):
+        inner = source.args.get("with_")
+        if inner is not None:  # (its own WITH too: the outer CTEs first, as they were written)
+            ctes.set("expressions", [*ctes.expressions, *inner.expressions])
+            ctes.set("recursive", bool(ctes.args.get("recursive") or inner.args.get("recursive")))
+        source.set("with_", ctes)
+        return tree
+    bodies: dict[str, exp.CTE] = {}
+    for cte in ctes.expressions:
+        if any(t.name == cte.alias_or_name and not t.db for t in cte.this.find_all(exp.Table)):
+            raise PgError("0A000", f"a recursive WITH before {tree.key.upper()} is not supported")
+        _inline(cte.this, bodies)
+        bodies[cte.alias_or_name] = cte
+    target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    _inline(tree, bodies, keep=target)
+    return tree
+
+
+def _inline(node: exp.Expression, ctes: dict[str, exp.CTE], keep: exp.Expression | None = None) -> None:
+    """Each unqualified table reference under `node` that names one of `ctes` (not `keep`, the
+    written table) replaced by that CTE's query as a derived table of the same name."""
+    for table in list(node.find_all(exp.Table)):
+        cte = ctes.get(table.name)
+        if table is keep or table.db or cte is None:
+            continue
+        alias = exp.TableAlias(this=exp.to_identifier(table.alias_or_name))
+        columns = cte.args["alias"].columns if cte.args.get("alias") is not None else []
+        if columns and not table.alias:
+            alias.set("columns", [c.copy() for c in columns])
+        table.replace(exp.Subquery(this=cte.this.copy(), alias=alias))
 
 
 def pin(qctx: QueryContext, txn: TxnState | None, stmt: Statement) -> None:

@@ -46,6 +46,7 @@ from icegres.engine.rewrite.functions import (
     bounded_text_lengths,
     decorrelate_scalar_subqueries,
     exists_in_expressions,
+    in_subqueries_in_expressions,
     json_build_object,
     lateral_derived_tables,
     pad_default_arguments,
@@ -132,6 +133,7 @@ _STEPS: tuple[Callable[[exp.Expression, _Rewriter], exp.Expression], ...] = (
     pad_default_arguments,
     bounded_text_lengths,
     exists_in_expressions,
+    in_subqueries_in_expressions,
     lateral_derived_tables,
     decorrelate_scalar_subqueries,
     oid_array_aggregates,
@@ -190,9 +192,12 @@ _NEEDS_REWRITE = (
     re.compile(r"date_part\s*\(\s*'seconds?'"),
     re.compile(r"(?:char|character|varying)\s*\(\s*\d"),
     # an X'…' bit string, which DataFusion would read as bytes (refused by sql/parse.py; a
-    # string ending in x takes the rewrite path too), and a U&'…' string, whose escapes the
-    # parse reads and refuses as PostgreSQL does (DataFusion refuses every one: 0A000)
-    re.compile("x'"), re.compile("u&'"),
+    # string ending in x followed by one of hex digits takes the rewrite path too), and a U&'…'
+    # string, whose escapes the parse reads and refuses as PostgreSQL does (DataFusion refuses
+    # every one: 0A000)
+    re.compile("x'[0-9a-f]*'"), re.compile("u&'"),
+    # IN (subquery) and EXISTS, which DataFusion plans only as filters (functions.py)
+    re.compile(r"in\s*\(\s*select\b"), re.compile(r"exists\s*\("),
 )
 
 

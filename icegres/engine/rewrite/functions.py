@@ -143,6 +143,48 @@ def exists_in_expressions(tree: exp.Expression, rw: _Rewriter) -> exp.Expression
     return _bottom_up(tree, fn)
 
 
+def in_subqueries_in_expressions(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
+    """`a IN (SELECT x …)` outside WHERE/ON -> its three-valued answer from counts:
+
+        CASE WHEN (SELECT count(*) FROM (q) _in(v) WHERE _in.v = a) > 0 THEN TRUE
+             WHEN (SELECT count(*) FROM (q) _in(v)) = 0 THEN FALSE
+             WHEN a IS NULL OR (SELECT count(*) FROM (q) _in(v) WHERE _in.v IS NULL) > 0 THEN NULL
+             ELSE FALSE END
+
+    DataFusion plans IN (subquery) only as a filter ("Physical plan does not support logical
+    expression InSubquery"), and an UPDATE's rewrite of a file evaluates its WHERE inside a CASE
+    (`UPDATE t SET … WHERE a IN (SELECT …)` failed so); the counts are scalar subqueries, which
+    it joins. NULL where PostgreSQL's IN gives NULL, so NOT IN (Not over this) stays right."""
+
+    def fn(node: exp.Expression) -> exp.Expression:
+        query = node.args.get("query") if isinstance(node, exp.In) else None
+        if query is None or _in_filter(node) or isinstance(node.this, exp.Tuple):
+            return node
+        select = query.this if isinstance(query, exp.Subquery) else query
+        if not isinstance(select, exp.Query) or len(select.selects) != 1:
+            return node
+        value = node.this
+
+        def count(where: exp.Expression | None) -> exp.Expression:
+            source = exp.Subquery(this=select.copy(), alias=exp.TableAlias(
+                this=exp.to_identifier("_icegres_in"), columns=[exp.to_identifier("v")]))
+            counted = exp.select(exp.Count(this=exp.Star())).from_(source)
+            return exp.Subquery(this=counted.where(where) if where is not None else counted)
+
+        v = exp.column("v", table="_icegres_in")
+        return exp.Case(ifs=[
+            exp.If(this=exp.GT(this=count(exp.EQ(this=v, expression=value.copy())), expression=exp.Literal.number(0)),
+                   true=exp.true()),
+            exp.If(this=exp.EQ(this=count(None), expression=exp.Literal.number(0)), true=exp.false()),
+            exp.If(this=exp.or_(exp.Is(this=value.copy(), expression=exp.null()),
+                                exp.GT(this=count(exp.Is(this=v.copy(), expression=exp.null())),
+                                       expression=exp.Literal.number(0))),
+                   true=exp.null()),
+        ], default=exp.false())
+
+    return _bottom_up(tree, fn)
+
+
 def _in_filter(node: exp.Expression) -> bool:
     parent = node.parent
     while parent is not None and not isinstance(parent, (exp.Select, exp.Subquery)):
