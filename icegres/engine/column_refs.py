@@ -58,8 +58,8 @@ def read_columns(tree: exp.Expression, resolve: Callable[[str | None, str], Key 
 def reading_query(tree: exp.Expression) -> exp.Expression | None:
     """The query whose reads are a write's reads of the tables it does not write: an UPDATE …
     FROM's `SELECT <assigned values>, <returning> FROM target, <sources> WHERE …`, a DELETE …
-    USING's likewise, an INSERT's query. None for a write that reads no other table (or one not
-    told apart here, MERGE: its check then fails closed)."""
+    USING's likewise, a MERGE's (`_merge_reads`), an INSERT's query. None for a write that reads
+    no other table."""
     if isinstance(tree, exp.Insert):
         source = tree.expression
         if not isinstance(source, exp.Query):
@@ -74,6 +74,8 @@ def reading_query(tree: exp.Expression) -> exp.Expression | None:
         values = [e.expression for e in tree.expressions if isinstance(e, exp.EQ) and e.expression is not None]
     elif isinstance(tree, exp.Delete):
         sources, values = list(tree.args.get("using") or []), []
+    elif isinstance(tree, exp.Merge):
+        return _merge_reads(tree)
     else:
         return None
     if not sources or not isinstance(tree.this, exp.Table):
@@ -85,6 +87,56 @@ def reading_query(tree: exp.Expression) -> exp.Expression | None:
         query = query.join(source.copy(), join_type="cross")
     if tree.args.get("where") is not None:
         query = query.where(tree.args["where"].this.copy())
+    if tree.args.get("with_") is not None:
+        query.set("with_", tree.args["with_"].copy())
+    return query
+
+
+def _merge_target_columns(tree: exp.Merge, letter: str, names: list[str], qualifier: str) -> set[str] | None:
+    """A MERGE's columns of its target: assigned by its UPDATE actions (w), given by its INSERT
+    actions (a: the column lists, every column without one), read in its ON, conditions, values
+    and RETURNING (r: qualified by the target's name, or unqualified names of its columns)."""
+    whens = tree.args.get("whens")
+    actions = [w.args.get("then") for w in whens.expressions] if whens is not None else []
+    if letter == "w":
+        return {e.this.name for a in actions if isinstance(a, exp.Update)
+                for e in a.expressions if isinstance(e, exp.EQ) and isinstance(e.this, exp.Column)}
+    if letter == "a":
+        out: set[str] = set()
+        for action in actions:
+            if isinstance(action, exp.Insert):
+                listed = action.this.expressions if isinstance(action.this, exp.Tuple) else []
+                out |= {c.name for c in listed} if listed else set(names)
+        return out
+    if letter != "r":
+        return None
+    reads = _merge_reads(tree)
+    if reads is None:
+        return None
+    return {c.name for c in reads.find_all(exp.Column) if c.name in names and c.table in ("", qualifier)}
+
+
+def _merge_reads(tree: exp.Merge) -> exp.Expression | None:
+    """A MERGE's reads as `SELECT <its conditions and values> FROM target CROSS JOIN source
+    WHERE <on>`: the columns it reads of its source (and of its target) are that query's."""
+    source, on, whens = tree.args.get("using"), tree.args.get("on"), tree.args.get("whens")
+    if source is None or whens is None or not isinstance(tree.this, exp.Table):
+        return None
+    items: list[exp.Expression] = []
+    for when in whens.expressions:
+        if when.args.get("condition") is not None:
+            items.append(when.args["condition"])
+        then = when.args.get("then")
+        if isinstance(then, exp.Update):
+            items += [e.expression for e in then.expressions if isinstance(e, exp.EQ) and e.expression is not None]
+        elif isinstance(then, exp.Insert) and isinstance(then.expression, exp.Tuple):
+            items += then.expression.expressions
+    returning = tree.args.get("returning")
+    items += returning.expressions if returning is not None else []
+    query = exp.select(*([e.copy() for e in items] or [exp.Literal.number(1)])).from_(tree.this.copy())
+    query = query.join(source.copy(), join_type="cross")
+    if on is not None:
+        query = query.where(on.copy())
     if tree.args.get("with_") is not None:
         query.set("with_", tree.args["with_"].copy())
     return query
@@ -104,6 +156,8 @@ def target_columns(tree: exp.Expression, letter: str, names: list[str]) -> set[s
         conflict = tree.args.get("conflict")
         sets = conflict.args.get("expressions") or [] if conflict is not None else []
         return {e.this.name for e in sets if isinstance(e, exp.EQ) and isinstance(e.this, exp.Column)}
+    if isinstance(tree, exp.Merge):
+        return _merge_target_columns(tree, letter, names, qualifier)
     if letter != "r":
         return None
     parts: list[Any] = [tree.args.get("where"), tree.args.get("returning")]
