@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from icegres.pg import errors as E
 from icegres.pg.errors import PgError
+from icegres.progress import Steps
 
 if TYPE_CHECKING:
     from icegres.config import Settings
@@ -125,9 +126,10 @@ def _expire(lakehouse: Any, key: tuple[str, str], args: argparse.Namespace) -> t
     if args.retain_last is not None and args.retain_last < 1:
         raise PgError(E.INVALID_PARAMETER_VALUE, f"--retain-last must be at least 1, not {args.retain_last}")
     display = f"{key[0]}.{key[1]}"
-    report = expire.expire(lambda: lakehouse.load_table(*key), display,
-                           expire.Policy(_older_than(args.older_than), args.retain_last), dry_run=args.dry_run,
-                           local_requirements=lakehouse.kind == "sql")
+    with Steps(f"{display}: deleting files") as steps:
+        report = expire.expire(lambda: lakehouse.load_table(*key), display,
+                               expire.Policy(_older_than(args.older_than), args.retain_last), dry_run=args.dry_run,
+                               local_requirements=lakehouse.kind == "sql", deleted=_advance(steps))
     would = "would " if report.dry_run else ""
     lines = [f"{display}: {would}expire {len(report.expired_snapshots)} snapshot(s) older than "
              f"{_iso(report.older_than_ms)} (keeping each branch's newest {report.retain_last})",
@@ -160,8 +162,10 @@ def _orphans(lakehouse: Any, key: tuple[str, str], args: argparse.Namespace) -> 
     from icegres.engine.maintenance.calls import neighbours
 
     display = f"{key[0]}.{key[1]}"
-    report = orphans.remove_orphans(lakehouse.load_table(*key), display, older_than_ms=_older_than(args.older_than),
-                                    dry_run=not args.delete, neighbours=neighbours(lakehouse, key))
+    with Steps(f"{display}: deleting orphan files") as steps:
+        report = orphans.remove_orphans(lakehouse.load_table(*key), display,
+                                        older_than_ms=_older_than(args.older_than), dry_run=not args.delete,
+                                        neighbours=neighbours(lakehouse, key), deleted=_advance(steps))
     lines = [f"{o.size_bytes:>12}  {o.path}" for o in report.orphans]
     verb = "would delete" if report.dry_run else "deleted"
     lines.append(f"{display}: {verb} {len(report.orphans)} orphan file(s), {report.orphan_bytes} bytes, "
@@ -170,6 +174,16 @@ def _orphans(lakehouse: Any, key: tuple[str, str], args: argparse.Namespace) -> 
     if report.dry_run:
         lines.append("dry run: nothing deleted (--delete deletes)")
     return report.as_json(), lines
+
+
+def _advance(steps: Steps) -> Callable[[int, int], None]:
+    """A deletion loop's (done, total) as `steps`' bar (no line per file where there is none)."""
+
+    def advance(done: int, total: int) -> None:
+        steps.total(total)
+        steps.step("")
+
+    return advance
 
 
 def _iso(ms: int) -> str:

@@ -4,8 +4,8 @@ tables on the catalog serve's flags name (docs/maintenance-compaction.md).
 `add_subcommands` puts both under a given subparsers object (the `icegres maintain` group);
 `run` runs the one parsed. Each table is its own commit through the commit machine
 (engine/maintenance/): a concurrent user write that touched the files being rewritten wins and the
-compaction of that table aborts, changing nothing. Progress goes to stderr, one line per file
-group as it is written (the project depends on neither rich nor tqdm); the report goes to stdout,
+compaction of that table aborts, changing nothing. Progress goes to stderr (icegres/progress.py:
+a bar on a terminal, else one line per file group as it is written); the report goes to stdout,
 as a table or, with --json, as one JSON document.
 """
 
@@ -81,13 +81,15 @@ def run_rewrite_data_files(settings: Settings, args: argparse.Namespace) -> int:
 
     def one(lakehouse: Any, key: tuple[str, str]) -> dict[str, Any]:
         from icegres.engine.maintenance.compact import compact
+        from icegres.progress import Steps
 
-        def progress(done: int, total: int, group: Any, written: int) -> None:
-            print(f"[{done}/{total}] {key[0]}.{key[1]} {group.partition}: {len(group.tasks)} files, "
-                  f"{_size(group.input_bytes)} -> {written} file{'s' if written != 1 else ''}",
-                  file=sys.stderr, flush=True)
+        with Steps(f"{key[0]}.{key[1]}: compacting") as steps:
+            def progress(done: int, total: int, group: Any, written: int) -> None:
+                steps.total(total)
+                steps.step(f"[{done}/{total}] {key[0]}.{key[1]} {group.partition}: {len(group.tasks)} files, "
+                           f"{_size(group.input_bytes)} -> {written} file{'s' if written != 1 else ''}")
 
-        return compact(lakehouse, key, options, progress).as_dict()
+            return compact(lakehouse, key, options, progress).as_dict()
 
     def line(name: str, r: dict[str, Any]) -> str:
         return (f"{name:<32} {r['data_files_before']:>7} {r['rewritten_data_files_count']:>9} "

@@ -444,3 +444,37 @@ def test_a_delete_another_engine_commits_during_a_compaction_aborts_it(stack: An
             assert "replace" not in operations
         finally:
             duck.close()
+
+
+def test_on_a_terminal_the_cli_draws_a_progress_bar(conn: psycopg.Connection, server: Server) -> None:
+    """stderr a terminal (a pseudo-terminal here): a bar that reaches its total, where a pipe gets
+    a line per group (above); stdout keeps only the report."""
+    import os
+    import pty
+
+    small_files_table(conn, "pb", 6)
+    primary, secondary = pty.openpty()
+    try:
+        run = subprocess.run([sys.executable, "-m", "icegres", "maintain", "rewrite-data-files",
+                              "--data-dir", str(server.data_dir), "--table", "demo.pb", "--json"],
+                             stdout=subprocess.PIPE, stderr=secondary, text=True, timeout=120)
+        os.close(secondary)
+        secondary = -1
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # (EIO: the terminal's other end is closed and drained)
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        if secondary >= 0:
+            os.close(secondary)
+        os.close(primary)
+    assert run.returncode == 0
+    assert json.loads(run.stdout)[0]["rewritten_data_files_count"] == 6
+    shown = drawn.decode(errors="replace")
+    assert "demo.pb: compacting" in shown and "1/1" in shown and "\x1b[" in shown
+    assert "unpartitioned: 6 files" in shown  # (the group's note as the bar's description)

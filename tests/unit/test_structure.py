@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "icegres"),
     # Pure statement text (lexer, Statement, parse) and the durable machines with their drivers.
     ("icegres.sql", "icegres.machines"),
-    ("icegres.config",),
+    ("icegres.config", "icegres.progress"),
     ("icegres.engine",),
     ("icegres.ladder",),
     ("icegres.protocol",),

@@ -122,7 +122,8 @@ def select(metadata: Any, older_than_ms: int, retain_last: int, pinned: Iterable
 def expire(load: Callable[[], Any], display: str, policy: Policy, *, dry_run: bool = False,
            pinned: Callable[[Any], set[int]] = lambda table: set(), local_requirements: bool = False,
            delete: Callable[[Any, str], None] | None = None,
-           before_commit: Callable[[], None] | None = None) -> Report:
+           before_commit: Callable[[], None] | None = None,
+           deleted: Callable[[int, int], None] | None = None) -> Report:
     """Expire by `policy` on the table `load()` returns fresh (module docstring). `pinned(table)`:
     the snapshots running transactions hold; `local_requirements`: the catalog checks commit
     requirements in this process (pyiceberg's SQL catalog). Blocking: run it in a worker thread.
@@ -168,8 +169,10 @@ def expire(load: Callable[[], Any], display: str, policy: Policy, *, dry_run: bo
         doomed = candidates.minus(live)
         _account(committed, report, doomed)
         remove = delete or _delete
-        for path in doomed.kinds:
+        for done, path in enumerate(doomed.kinds, 1):
             remove(committed.io, path)
+            if deleted is not None:
+                deleted(done, len(doomed.kinds))  # (progress: files deleted of those doomed)
         return report
     raise PgError(SERIALIZATION_FAILURE, f'could not expire snapshots of table "{display}": '
                   f"{COMMIT_ATTEMPTS_MAX} attempts lost a race with concurrent commits")

@@ -56,7 +56,8 @@ class Report:
 
 def remove_orphans(table: Any, display: str, *, older_than_ms: int | None = None, dry_run: bool = True,
                    location: str | None = None, now_ms: int | None = None,
-                   neighbours: Iterable[tuple[str, str]] = ()) -> Report:
+                   neighbours: Iterable[tuple[str, str]] = (),
+                   deleted: Callable[[int, int], None] | None = None) -> Report:
     """Find (and unless `dry_run`, delete) the orphan files under `location` (default: the
     table's). `neighbours`: (name, metadata location) of the catalog's other tables; one whose
     metadata lies under `location` shares it (a renamed table and a new one of its old name do),
@@ -95,7 +96,7 @@ def remove_orphans(table: Any, display: str, *, older_than_ms: int | None = None
         report.orphans.append(Orphan(prefix + info.path, int(info.size or 0), modified_ms))
     report.orphans.sort(key=lambda o: o.path)
     if not dry_run:
-        _delete_all(filesystem, [o.path[len(prefix):] for o in report.orphans])
+        _delete_all(filesystem, [o.path[len(prefix):] for o in report.orphans], deleted=deleted)
     return report
 
 
@@ -110,10 +111,13 @@ def _uri_prefix(scheme: str, netloc: str) -> str:
     return f"{scheme}://"
 
 
-def _delete_all(filesystem: Any, paths: list[str], delete: Callable[[str], None] | None = None) -> None:
+def _delete_all(filesystem: Any, paths: list[str], delete: Callable[[str], None] | None = None,
+                deleted: Callable[[int, int], None] | None = None) -> None:
     remove = delete or filesystem.delete_file
-    for path in paths:
+    for done, path in enumerate(paths, 1):
         try:
             remove(path)
         except FileNotFoundError:
             pass
+        if deleted is not None:
+            deleted(done, len(paths))  # (progress)
