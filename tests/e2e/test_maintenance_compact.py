@@ -27,14 +27,15 @@ pytestmark = pytest.mark.e2e
 class Server:
     dsn: str
     data_dir: Path
+    flight_port: int = 0
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     data_dir = tmp_path_factory.mktemp("maintenance_compact") / "data"
     data_dir.mkdir()
-    with running_icegres(data_dir) as srv:
-        yield Server(f"host=127.0.0.1 port={srv.port} dbname=icegres user=icegres", data_dir)
+    with running_icegres(data_dir, args=("--flight-port", "0")) as srv:
+        yield Server(f"host=127.0.0.1 port={srv.port} dbname=icegres user=icegres", data_dir, srv.flight_port)
 
 
 @pytest.fixture
@@ -478,3 +479,24 @@ def test_on_a_terminal_the_cli_draws_a_progress_bar(conn: psycopg.Connection, se
     shown = drawn.decode(errors="replace")
     assert "demo.pb: compacting" in shown and "1/1" in shown and "\x1b[" in shown
     assert "unpartitioned: 6 files" in shown  # (the group's note as the bar's description)
+
+
+def test_a_call_over_flight_sql_answers_its_row(conn: psycopg.Connection, server: Server) -> None:
+    """ADBC's execute/fetch of a CALL: the procedure runs and its result row comes back, as over
+    pgwire (execute_update runs it too, with no row count: Flight SQL's update has none to give)."""
+    import adbc_driver_flightsql.dbapi as flight_sql
+
+    small_files_table(conn, "fl", 5)
+    before = checksum(conn, "select * from demo.fl")
+    with flight_sql.connect(f"grpc://127.0.0.1:{server.flight_port}",
+                            db_kwargs={"username": "icegres", "password": ""}) as flight, flight.cursor() as cur:
+        cur.execute("CALL system.rewrite_data_files(table => 'demo.fl', options => map('min-input-files', '2'))")
+        assert [d[0] for d in cur.description] == ["rewritten_data_files_count", "added_data_files_count",
+                                                   "rewritten_bytes_count", "failed_data_files_count"]
+        row = cur.fetchone()
+        assert row[:2] == (5, 1) and row[2] > 0 and row[3] == 0
+        cur.execute("CALL system.rewrite_manifests('demo.fl')")
+        assert [d[0] for d in cur.description] == ["rewritten_manifests_count", "added_manifests_count"]
+        assert len(cur.fetchall()) == 1
+    assert checksum(conn, "select * from demo.fl") == before
+    assert count(conn, 'select count(*) from demo."fl$files"') == 1
