@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from icegres.engine import authz
 from icegres.pg import acl
 from icegres.pg import errors as E
 from icegres.pg.errors import PgError
@@ -63,7 +64,7 @@ def _named_role(name: str, qctx: QueryContext) -> str:
 
 async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, list[str]]:
     """Apply `cmd`; (command tag, warnings). `run(fn, *args)` runs blocking work in a worker thread."""
-    authorization = qctx.engine.authorization
+    authorization = qctx.authorization
     if authorization is None:
         raise PgError(E.FEATURE_NOT_SUPPORTED, "roles and privileges need a server (icegres serve)")
     who = await run(lambda: authorization.principal(qctx.env.user, qctx.env.settings.get("role")))
@@ -73,13 +74,13 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
     if isinstance(cmd, CreateRole):
         attrs = dict(cmd.attrs)
         attrs["password"] = await run(_verifier_text, cmd.password)
-        await authorization.change(lambda a: acl.create_role(
-            a, who, cmd.name, attrs, configured, cmd.in_roles, cmd.members))
+        await authz.change(authorization, lambda a: acl.create_role(
+            a, who, cmd.name, attrs, configured, cmd.in_roles, cmd.members), run)
         return "CREATE ROLE", warnings
     if isinstance(cmd, AlterRole):
         name = _named_role(cmd.name, qctx)
         if cmd.rename_to is not None:
-            await authorization.change(lambda a: acl.rename_role(a, who, name, cmd.rename_to, configured))
+            await authz.change(authorization, lambda a: acl.rename_role(a, who, name, cmd.rename_to, configured), run)
             return "ALTER ROLE", []
         attrs = dict(cmd.attrs)
         if cmd.password_given:
@@ -87,7 +88,7 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
         if name in configured and name not in (await run(authorization.current)).roles:
             raise PgError(E.FEATURE_NOT_SUPPORTED, f'role "{name}" is defined by the server\'s configuration',
                           hint="Change it in --password-file / ICEGRES_USERS.")
-        await authorization.change(lambda a: acl.alter_role(a, who, name, attrs))
+        await authz.change(authorization, lambda a: acl.alter_role(a, who, name, attrs), run)
         return "ALTER ROLE", warnings
     if isinstance(cmd, DropRole):
         def drop(a: acl.Authz) -> acl.Authz:
@@ -101,7 +102,7 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
         for name in cmd.names:
             if before.role(name) is None and cmd.if_exists:
                 warnings.append(f'role "{name}" does not exist, skipping')
-        await authorization.change(drop)
+        await authz.change(authorization, drop, run)
         return "DROP ROLE", warnings
     if isinstance(cmd, GrantRole):
         members = [_named_role(m, qctx) for m in cmd.members]
@@ -116,13 +117,13 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
                         a = acl.grant_role(a, who, role, member, admin=cmd.admin, configured=configured)
             return a
 
-        await authorization.change(fold)
+        await authz.change(authorization, fold, run)
         return cmd.tag, warnings
     if isinstance(cmd, GrantPrivileges):
         return await _grant_privileges(qctx, cmd, who, configured, run)
     if isinstance(cmd, RowSecurity):
         key = ("table", *await run(_relation, qctx, cmd.schema, cmd.name))
-        await authorization.change(lambda a: acl.set_row_security(a, who, key, enable=cmd.enable, force=cmd.force))
+        await authz.change(authorization, lambda a: acl.set_row_security(a, who, key, enable=cmd.enable, force=cmd.force), run)
         return cmd.tag, warnings
     if isinstance(cmd, PolicyCommand):
         return await _policy(qctx, cmd, who, run), warnings
@@ -134,16 +135,16 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
         for schema in cmd.schemas:
             if not await run(qctx.engine.has_schema, schema):
                 raise PgError(E.INVALID_SCHEMA_NAME, f'schema "{schema}" does not exist')
-        await authorization.change(lambda a: acl.alter_default_privileges(
+        await authz.change(authorization, lambda a: acl.alter_default_privileges(
             a, who, roles, list(cmd.schemas) or [""], letters, grantees, revoke=g.revoke,
-            grant_option=g.grant_option, configured=configured))
+            grant_option=g.grant_option, configured=configured), run)
         return cmd.tag, warnings
     if isinstance(cmd, MaskCommand):
         return await _mask(qctx, cmd, who, run), warnings
     if isinstance(cmd, AlterOwner):
         obj = await run(_owned_object, qctx, cmd)
         owner = _named_role(cmd.owner, qctx)
-        await authorization.change(lambda a: acl.set_owner(a, who, obj, owner, configured, cmd.kind))
+        await authz.change(authorization, lambda a: acl.set_owner(a, who, obj, owner, configured, cmd.kind), run)
         return cmd.tag, warnings
     raise AssertionError(cmd)
 
@@ -166,7 +167,7 @@ def _relation(qctx: QueryContext, schema: str | None, name: str) -> tuple[str, s
 
 async def _grant_privileges(qctx: QueryContext, cmd: GrantPrivileges, who: acl.Principal,
                             configured: frozenset[str], run: Any) -> tuple[str, list[str]]:
-    authorization = qctx.engine.authorization
+    authorization = qctx.authorization
 
     def objects() -> list[acl.ObjectKey]:
         if cmd.object_kind == "schema":
@@ -217,7 +218,7 @@ async def _grant_privileges(qctx: QueryContext, cmd: GrantPrivileges, who: acl.P
             a = apply(a, objs, letter)
         return a
 
-    await authorization.change(fold)
+    await authz.change(authorization, fold, run)
     return cmd.tag, warnings
 
 
@@ -226,7 +227,7 @@ async def _policy(qctx: QueryContext, cmd: PolicyCommand, who: acl.Principal, ru
     wrong column or type is the error PostgreSQL gives at CREATE POLICY, not at the first read."""
     from icegres.sql.statement import query
 
-    authorization = qctx.engine.authorization
+    authorization = qctx.authorization
     schema, name = await run(_relation, qctx, cmd.schema, cmd.table)
     key = ("table", schema, name)
     for expression in (cmd.using, cmd.check):
@@ -236,16 +237,16 @@ async def _policy(qctx: QueryContext, cmd: PolicyCommand, who: acl.Principal, ru
     roles = None if cmd.roles is None else tuple(_named_role(r, qctx) if r else acl.PUBLIC for r in cmd.roles)
     if cmd.action == "create":
         policy = acl.Policy(cmd.name, key, cmd.permissive, cmd.command, roles or (acl.PUBLIC,), cmd.using, cmd.check)
-        await authorization.change(lambda a: acl.create_policy(a, who, policy))
+        await authz.change(authorization, lambda a: acl.create_policy(a, who, policy), run)
     elif cmd.action == "alter":
-        await authorization.change(lambda a: acl.alter_policy(
-            a, who, key, cmd.name, name=cmd.rename_to, roles=roles, using=cmd.using, check=cmd.check))
+        await authz.change(authorization, lambda a: acl.alter_policy(
+            a, who, key, cmd.name, name=cmd.rename_to, roles=roles, using=cmd.using, check=cmd.check), run)
     else:
         def drop(a: acl.Authz) -> acl.Authz:
             if cmd.if_exists and not any(p.table == key and p.name == cmd.name for p in a.policies):
                 return a
             return acl.drop_policy(a, who, key, cmd.name)
-        await authorization.change(drop)
+        await authz.change(authorization, drop, run)
     return cmd.tag
 
 
@@ -257,11 +258,11 @@ async def _mask(qctx: QueryContext, cmd: MaskCommand, who: acl.Principal, run: A
     """CREATE / DROP MASK; the column must exist and the expression plan over the table."""
     from icegres.sql.statement import query
 
-    authorization = qctx.engine.authorization
+    authorization = qctx.authorization
     schema, name = await run(_relation, qctx, cmd.schema, cmd.table)
     key = ("table", schema, name)
     if cmd.action == "drop":
-        await authorization.change(lambda a: acl.drop_mask(a, who, key, cmd.name, if_exists=cmd.if_exists))
+        await authz.change(authorization, lambda a: acl.drop_mask(a, who, key, cmd.name, if_exists=cmd.if_exists), run)
         return cmd.tag
     columns = (await run(qctx.engine.table_schema, (schema, name))).names
     if cmd.column not in columns:
@@ -269,7 +270,7 @@ async def _mask(qctx: QueryContext, cmd: MaskCommand, who: acl.Principal, run: A
     await run(qctx.plan, query(f"SELECT ({cmd.expression}) FROM {_quoted(schema)}.{_quoted(name)} LIMIT 0"))
     roles = tuple(_named_role(r, qctx) if r else acl.PUBLIC for r in cmd.roles)
     mask = acl.Mask(cmd.name, key, cmd.column, cmd.expression, roles)
-    await authorization.change(lambda a: acl.create_mask(a, who, mask))
+    await authz.change(authorization, lambda a: acl.create_mask(a, who, mask), run)
     return cmd.tag
 
 

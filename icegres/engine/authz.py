@@ -29,7 +29,7 @@ from icegres.pg import acl
 from icegres.pg.acl import Authz, Principal
 from icegres.pg.errors import PgError
 
-__all__ = ["Authorization", "write_letters"]
+__all__ = ["Authorization", "BlockAuthorization", "change", "in_effect", "write_letters"]
 
 log = logging.getLogger("icegres.authz")
 
@@ -174,6 +174,84 @@ class Authorization:
             return
         if role not in authz.member_roles(session_user):
             raise PgError("42501", f'permission denied to set role "{role}"')
+
+
+class BlockAuthorization(Authorization):
+    """A transaction block's view of the roles and privileges: the shared state with the block's
+    own changes (`txn.acl_folds`) folded over it. The block's statements are checked against it
+    (a GRANT, then SET ROLE and a SELECT, as in PostgreSQL); COMMIT applies the folds to the
+    shared state (`commit_block`), ROLLBACK forgets them."""
+
+    def __init__(self, base: Authorization, txn: Any) -> None:  # (no super().__init__: no state of its own)
+        self.base, self.txn = base, txn
+        self.store, self.configured, self.max_age_s = base.store, base.configured, base.max_age_s
+        self._folded: tuple[Authz, int, Authz] | None = None  # (base state, folds applied, result)
+
+    @property  # type: ignore[override]
+    def generation(self) -> tuple[int, int, int]:
+        """What caches of secured statements key on: moves with the base and with each change."""
+        return (self.base.generation, self.txn.ident, len(self.txn.acl_folds))
+
+    def _fold(self, base: Authz) -> Authz:
+        folds = list(self.txn.acl_folds)
+        done = self._folded
+        if done is not None and done[0] is base and done[1] == len(folds):
+            return done[2]
+        state = base
+        for fold in folds:
+            state = fold(state)
+        self._folded = (base, len(folds), state)
+        return state
+
+    def current(self) -> Authz:
+        return self._fold(self.base.current())
+
+    def cached(self) -> Authz:
+        return self._fold(self.base.cached())
+
+    async def change(self, fold: Callable[[Authz], Authz]) -> Authz:
+        raise AssertionError("a block's role and privilege changes are staged (authz.change)")
+
+
+def in_effect(base: Authorization | None, txn: Any) -> Authorization | None:
+    """The authorization a session's statement is checked against: inside a transaction block,
+    the block's view (BlockAuthorization); else the shared one."""
+    if base is None or txn is None or txn.autocommit:
+        return base
+    if txn.acl_overlay is None or txn.acl_overlay.base is not base:
+        txn.acl_overlay = BlockAuthorization(base, txn)
+    return txn.acl_overlay
+
+
+async def change(authorization: Authorization, fold: Callable[[Authz], Authz], run: Any) -> None:
+    """Apply a role or privilege change: at once to the shared state, or, inside a transaction
+    block, staged on the block after checking it against the block's view (refused now as it
+    would be: PgError, nothing staged)."""
+    if not isinstance(authorization, BlockAuthorization):
+        await authorization.change(fold)
+        return
+    await run(lambda: fold(authorization.current()))
+    authorization.txn.acl_folds.append(fold)
+
+
+async def commit_block(base: Authorization | None, txn: Any) -> None:
+    """After a block's data committed: its role and privilege changes, in order, as one change of
+    the shared state (re-applied to whatever state won a race; a change the state no longer
+    allows — a role another server dropped meanwhile — is the COMMIT's error, the data kept)."""
+    folds = list(getattr(txn, "acl_folds", ()))
+    if base is None or not folds:
+        return
+
+    def all_of(state: Authz) -> Authz:
+        for fold in folds:
+            state = fold(state)
+        return state
+
+    try:
+        await base.change(all_of)
+    except PgError as err:
+        raise PgError(err.sqlstate, f"the transaction's data changes were committed, but its role and privilege "
+                      f"changes were not: {err.message}", detail=err.detail, hint=err.hint) from None
 
 
 def write_letters(stmt: Any) -> str:

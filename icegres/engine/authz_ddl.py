@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from icegres.engine import authz
 from icegres.engine import ddl_commands as C
 from icegres.pg import acl
 from icegres.pg import errors as E
@@ -30,7 +31,7 @@ _KIND = {C.DropView: "view", C.RenameView: "view", C.DropSequence: "sequence", C
 
 
 def _principal(qctx: QueryContext) -> tuple[Any, acl.Principal] | None:
-    authorization = qctx.engine.authorization
+    authorization = qctx.authorization
     if authorization is None:
         return None
     return authorization, authorization.principal(qctx.env.user, qctx.env.settings.get("role"))
@@ -141,4 +142,4 @@ async def record_ddl(qctx: QueryContext, cmd: Any, run: Any) -> None:
     current = await run(authorization.current)
     if fold(current) == current:
         return  # nothing to record: no shared write for a superuser's every CREATE
-    await authorization.change(fold)
+    await authz.change(authorization, fold, run)

@@ -88,6 +88,12 @@ class QueryContext:
         return self.made.ctx
 
     @property
+    def authorization(self) -> Any:
+        """What this session's statements are checked against: the shared roles and privileges,
+        with an open block's own changes over them (authz.in_effect); None without roles."""
+        return authz.in_effect(self.engine.authorization, self.txn)
+
+    @property
     def zone(self) -> str:
         """The session's TimeZone as DataFusion spells it (`+00:00` for UTC)."""
         return self.contexts.zone
@@ -458,7 +464,7 @@ class QueryContext:
         block_views = (txn.ident, txn.version) if txn is not None and txn.view_overlay else None
         # The roles' state too: a view's query is checked and secured as its owner (its policies
         # and masks, row_security.view_body_hook), which a GRANT or a policy may change.
-        authorization = self.engine.authorization
+        authorization = self.authorization
         roles = None
         if authorization is not None:
             with suppress(PgError):  # (read fresh if stale: the generation then says so)
@@ -478,7 +484,7 @@ class QueryContext:
 
     def authorize_key(self, key: tuple[str, str], letter: str) -> None:
         """42501 unless this session's role has `letter` on table `key` (and USAGE on its schema)."""
-        authorization = self.engine.authorization
+        authorization = self.authorization
         if authorization is not None:
             who = authorization.principal(self.env.user, self.env.settings.get("role"))
             authorization.check_relations(who, [("table", key)], letter)
@@ -492,7 +498,7 @@ class QueryContext:
         """42501 unless this session's role may do what `stmt` asks of every relation it names:
         SELECT on what it reads, the write's privilege on its target (engine/authz.py). Before
         any view is expanded or anything planned: a view is checked as the relation named."""
-        authorization = self.engine.authorization
+        authorization = self.authorization
         if authorization is None:
             return
         who = authorization.principal(self.env.user, self.env.settings.get("role"))
@@ -570,8 +576,8 @@ class QueryContext:
         and views this server knows."""
         engine = self.engine
         txn = self.txn
-        if txn is not None and not txn.autocommit and (txn.view_overlay or txn.hidden):
-            # The block's own DDL: its views, and the names it dropped or renamed away.
+        if txn is not None and not txn.autocommit and (txn.view_overlay or txn.hidden or txn.catalog is not None):
+            # The block's own DDL: its views and tables, and the names it dropped or renamed away.
             resolver = view_defs.Resolver(self.env.search_path, self.has_table,
                                           lambda key: txn.view(key, engine.view(key)),
                                           CATALOG_RELATION_NAMES, self.env.database)

@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import Protocol
 
+from icegres.engine import authz
 from icegres.engine import writes as core
 from icegres.engine.txn import TxnState
 from icegres.machines import txblock
@@ -136,11 +137,13 @@ class TxBlock:
 
 
 async def finish(host: core.WriteHost, ending: Ending | None) -> None:
-    """Publish (through the commit machine: PgError if it aborts) or discard the transaction of a
-    block that ended; nothing if it did not."""
+    """Publish (through the commit machine: PgError if it aborts), then apply its role and
+    privilege changes, or discard the transaction of a block that ended; nothing if it did not."""
     if ending is None:
         return
     if ending.publish:
         await core.publish(host, ending.txn)
+        # Its GRANTs, REVOKEs and role changes, once its data is in (authz.commit_block).
+        await authz.commit_block(host.qctx.engine.authorization, ending.txn)
     else:
         await core.discard(host, ending.txn)

@@ -233,6 +233,10 @@ class TxnState:
     # Views as the block's DDL left them (a ViewDef, or None: dropped or renamed away); names
     # not here are the catalog's.
     view_overlay: dict[Key, Any] = field(default_factory=dict)
+    # Role and privilege changes of the block (folds of pg/acl.py), in order: its statements see
+    # them (authz.BlockAuthorization), COMMIT applies them to the shared state, ROLLBACK drops them.
+    acl_folds: list[Any] = field(default_factory=list)
+    acl_overlay: Any = None  # (that view, kept while the block lives)
     # The durable record of the data files this transaction writes (engine/staging.py), made on
     # its first file.
     stager: Any = None
@@ -411,7 +415,8 @@ class TxnState:
 
     def mark(self, name: str) -> None:
         saved = (dict(self.writes), dict(self.pins), set(self.hidden), set(self.read_keys),
-                 self.catalog.copy() if self.catalog is not None else None, dict(self.view_overlay))
+                 self.catalog.copy() if self.catalog is not None else None, dict(self.view_overlay),
+                 list(self.acl_folds))
         self.marks.append((name, saved))
 
     def release(self, index: int) -> None:
@@ -419,7 +424,7 @@ class TxnState:
 
     def rollback_to(self, index: int) -> None:
         """Restore the writes as of savepoint `index` (kept); files staged since become orphans."""
-        _, (writes, pins, hidden, read_keys, catalog, view_overlay) = self.marks[index]
+        _, (writes, pins, hidden, read_keys, catalog, view_overlay, acl_folds) = self.marks[index]
         del self.marks[index + 1 :]
         still = {p for w in writes.values() for p in (*w.added, *w.delete_files)}
         # A file the savepoint's writes reference is referenced again, though a statement since
@@ -434,6 +439,7 @@ class TxnState:
         self.pins = {k: v for k, v in self.pins.items() if k not in made} | pins
         self.hidden = set(hidden)
         self.view_overlay = dict(view_overlay)
+        self.acl_folds = list(acl_folds)
         self.read_keys = set(read_keys)
         if self.catalog is not None:
             # Tables created since the savepoint stay listed as created: purged unless placed.

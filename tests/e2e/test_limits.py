@@ -312,14 +312,24 @@ def trust_server(tmp_path_factory):
         yield srv
 
 
-def _beside(by: psycopg.Connection, big: subprocess.Popen) -> tuple[list[float], str, float]:
-    """`select 1` on `by` in a loop while the big client (its own process, so the two never share a
-    GIL here) sends its statement: the loop's latencies, the big client's answer and how long it
-    took. This process's cyclic garbage collector is paused meanwhile: deep into a full run pytest
+def _beside(by: psycopg.Connection, client: str, *argv: str) -> tuple[list[float], str, float]:
+    """`select 1` on `by` in a loop while the big client (`python -c client *argv`: its own
+    process, so the two never share a GIL here) sends its statement: the loop's latencies, the big
+    client's answer and how long it took. This process's cyclic garbage collector is paused meanwhile: deep into a full run pytest
     holds hundreds of thousands of objects, and one full collection of them (336 ms measured after
     the unit and model tests alone) in the loop's thread is this process's pause, not the server's,
     which is what the bound is about. (One full run measured 815 ms for a case that takes 29-45 ms
     alone; such a collection is the likeliest cause found.)"""
+    big = subprocess.Popen([sys.executable, "-c", client, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        return _measured(by, big)
+    finally:
+        big.kill()
+        big.wait()
+
+
+def _measured(by: psycopg.Connection, big: subprocess.Popen) -> tuple[list[float], str, float]:
     assert big.stdout.readline().strip() == "ready"
     latencies: list[float] = []
     done = threading.Event()
@@ -372,13 +382,7 @@ def test_a_50mb_statement_does_not_stall_other_sessions(trust_server, kind):
         for _ in range(50):
             by.execute("select 1")
         rss_before = proc.memory_info().rss
-        big = subprocess.Popen([sys.executable, "-c", _BIG_CLIENT, kind, str(size), trust_server.dsn()],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            latencies, answer, _ = _beside(by, big)
-        finally:
-            big.kill()
-            big.wait()
+        latencies, answer, _ = _beside(by, _BIG_CLIENT, kind, str(size), trust_server.dsn())
         if kind == "insert":  # the row as written, and no longer in the server's memory once read
             assert by.execute("select length(s) from big_rows where id = 1").fetchone() == (size,)
             by.execute("delete from big_rows")
@@ -468,13 +472,7 @@ def test_a_50mb_literal_in_a_planned_write_does_not_stall_other_sessions(trust_s
             by.execute(sql)
         for _ in range(50):
             by.execute("select 1")
-        big = subprocess.Popen([sys.executable, "-c", _BIG_WRITE_CLIENT, statement, str(size), trust_server.dsn()],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            latencies, answer, took = _beside(by, big)
-        finally:
-            big.kill()
-            big.wait()
+        latencies, answer, took = _beside(by, _BIG_WRITE_CLIENT, statement, str(size), trust_server.dsn())
         stored = by.execute(check.replace("<md5>", digest).replace("<hexmd5>", hex_digest)).fetchone()
         by.execute("drop table bw")
     print(f"{kind}: bystander worst {max(latencies) * 1000:.0f} ms, statement {took:.2f} s")
@@ -506,13 +504,7 @@ def test_a_big_values_list_does_not_stall_other_sessions(trust_server):
     with psycopg.connect(trust_server.dsn(), autocommit=True) as by:
         by.execute("drop table if exists big_values")
         by.execute("create table big_values (id int, s text, x float8, b boolean)")
-        big = subprocess.Popen([sys.executable, "-c", _VALUES_CLIENT, str(rows), trust_server.dsn()],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        try:
-            latencies, answer, took = _beside(by, big)
-        finally:
-            big.kill()
-            big.wait()
+        latencies, answer, took = _beside(by, _VALUES_CLIENT, str(rows), trust_server.dsn())
         stored = by.execute("select count(*), sum(id), sum(x), count(*) filter (where b), "
                             "count(*) filter (where s = 'name ' || id) from big_values").fetchone()
         by.execute("drop table big_values")

@@ -273,3 +273,45 @@ def test_column_grants_decide_joined_writes_as_postgresql_decides_them(icegres: 
     for sql, mine, pg in zip(script, *results, strict=True):
         assert mine == pg, sql
     assert sum(r[0] == "error" for r in results[1]) == 6  # (the script denies what it means to)
+
+
+def _block_script(n: dict[str, str]) -> list[str]:
+    s, r1, r2 = n["s"], n["analyst"], n["writer"]
+    return [
+        f"CREATE SCHEMA {s}", f"CREATE TABLE {s}.tg (a int)", f"INSERT INTO {s}.tg VALUES (1)",
+        f"CREATE ROLE {r1}", f"GRANT USAGE ON SCHEMA {s} TO {r1}",
+        "BEGIN", f"GRANT SELECT ON {s}.tg TO {r1}", f"SET ROLE {r1}", f"SELECT a FROM {s}.tg", "RESET ROLE", "ROLLBACK",
+        f"SET ROLE {r1}", f"SELECT a FROM {s}.tg", "RESET ROLE",  # 42501: rolled back
+        "BEGIN", f"GRANT SELECT ON {s}.tg TO {r1}", "SAVEPOINT sp", f"REVOKE SELECT ON {s}.tg FROM {r1}",
+        "ROLLBACK TO SAVEPOINT sp", "COMMIT",
+        f"SET ROLE {r1}", f"SELECT a FROM {s}.tg", "RESET ROLE",
+        "BEGIN", f"CREATE ROLE {r2}", f"GRANT {r1} TO {r2}", f"SET ROLE {r2}", f"SELECT a FROM {s}.tg", "RESET ROLE",
+        "COMMIT",
+        f"SELECT rolname FROM pg_roles WHERE rolname IN ('{r1}', '{r2}') ORDER BY 1",
+        "BEGIN", f"CREATE TABLE {s}.tg2 (b int)", f"GRANT SELECT ON {s}.tg2 TO {r1}", "COMMIT",
+        f"SET ROLE {r1}", f"SELECT * FROM {s}.tg2", "RESET ROLE",
+        "BEGIN", f"REVOKE SELECT ON {s}.tg FROM {r1}", f"GRANT bogus ON {s}.tg TO {r1}", "COMMIT",  # failed: rolled back
+        f"SET ROLE {r1}", f"SELECT a FROM {s}.tg", "RESET ROLE",
+        "BEGIN", f"DROP ROLE {r2}", "ROLLBACK",
+        f"SELECT rolname FROM pg_roles WHERE rolname IN ('{r1}', '{r2}') ORDER BY 1",
+        f"SELECT has_table_privilege('{r1}', '{s}.tg', 'SELECT'), has_table_privilege('{r1}', '{s}.tg2', 'SELECT')",
+    ]
+
+
+def test_role_and_privilege_changes_are_transactional_as_in_postgresql(icegres: IcegresServer, real_postgres,
+                                                                       names) -> None:
+    """Inside a block a GRANT, REVOKE or role change is seen by the block's own statements,
+    applied at COMMIT and undone by ROLLBACK and ROLLBACK TO SAVEPOINT (they were in force when
+    they returned); a GRANT on a table the block created finds it."""
+    script = _block_script(names)
+    teardown = [f"DROP TABLE IF EXISTS {names['s']}.tg", f"DROP TABLE IF EXISTS {names['s']}.tg2",
+                f"DROP SCHEMA IF EXISTS {names['s']}", f"REVOKE {names['analyst']} FROM {names['writer']}",
+                f"DROP ROLE IF EXISTS {names['writer']}", f"DROP ROLE IF EXISTS {names['analyst']}"]
+    results = []
+    for dsn in (icegres.dsn(), real_postgres.dsn()):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            results.append([outcome(conn, sql) for sql in script])
+            for sql in teardown:
+                outcome(conn, sql)
+    for sql, mine, pg in zip(script, *results, strict=True):
+        assert mine == pg, sql

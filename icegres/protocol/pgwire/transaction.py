@@ -98,7 +98,7 @@ async def _set(session: SessionPort, stmt: Statement, describe: bool) -> None:
     if stmt.name == "transaction_isolation" and stmt.value is None:
         session.send(session.trace.completed("SET"))
         return
-    authorization = session.qctx.engine.authorization
+    authorization = session.qctx.authorization
     if (stmt.name or "").lower() == "role" and authorization is not None:
         await session.in_thread(authorization.check_set_role, session.qctx.env.user, stmt.value)
     set_in_block(session, stmt.name or "", stmt.value, stmt.flag)
