@@ -24,7 +24,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, PgError
-from icegres.sql import unicode_escapes, values_rows
+from icegres.sql import text_scan, unicode_escapes, values_rows
 from icegres.sql.lexer import split_quoted
 
 
@@ -157,7 +157,12 @@ def _folded_parse(sql: str) -> exp.Expression:
         tree = _parse_one(_space_placeholders(sql))
     if tree is None:
         raise ParseError("no statement")
-    return _plain_strings(_folded(tree))
+    tree = _folded(tree)
+    # (a walk of the whole tree only where the text may hold such a string)
+    return _plain_strings(tree) if text_scan.search(_PREFIXED_QUOTES, sql) else tree
+
+
+_PREFIXED_QUOTES = (re.compile("n'"), re.compile("b'"), re.compile("x'"), re.compile("u&'"))  # lowered (text_scan)
 
 
 def _plain_strings(tree: exp.Expression) -> exp.Expression:
