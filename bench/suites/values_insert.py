@@ -2,9 +2,9 @@
 psql scripts and ORMs' bulk inserts without parameters send it, icegres vs PostgreSQL 15, same run.
 
 Each statement carries ROWS_PER_STATEMENT rows of four columns (int, text, double precision,
-boolean), written as literals. icegres builds such rows straight into Arrow when every constant
-means one thing for its column (engine/insert_shape.py), after sqlglot has parsed the text;
-PostgreSQL parses and inserts into a heap table. Both in autocommit, one psycopg connection each,
+boolean), written as literals. icegres reads such a list with its lexer, never building a tree
+(sql/values_rows.py), and builds the rows straight into Arrow when every constant means one thing
+for its column (engine/insert_shape.py); PostgreSQL parses and inserts into a heap table. Both in autocommit, one psycopg connection each,
 peers alternating first round by round; each peer's table grows over the run (an append either
 way). Figures: seconds per statement and rows per second.
 """
