@@ -60,9 +60,13 @@ def pin_snapshots(engine: Engine, txn: TxnState, refs_of: Callable[[], set[Key] 
         return
     refs = refs_of()
     if not fresh and txn.autocommit and refs is not None:
-        # Unqualified names expand over search_path: the mounted candidates are the answer.
+        # Unqualified names expand over search_path: the mounted candidates are the answer, when
+        # every name has one (a table made since the last listing is not mounted yet: pinning
+        # the others only left it unpinned, and a prepared INSERT … SELECT into it was 42P01).
         mounted = {ref: engine.read_plan(*ref) for ref in refs if ref not in txn.pins}
-        if any(plan is not None for plan in mounted.values()):
+        found = {name for (_, name), plan in mounted.items() if plan is not None}
+        found |= {name for (_, name) in refs if (_, name) in txn.pins}
+        if found and found >= {name for _, name in refs}:
             for key, plan in mounted.items():
                 txn.pin(key, plan)
             return

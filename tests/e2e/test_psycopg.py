@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+import uuid
 
 import psycopg
 import pytest
@@ -156,3 +157,27 @@ def test_server_side_cursor(server):
             cur.itersize = 1000
             cur.execute("select id from demo.trips where id <= 2500 order by id")
             assert [r[0] for r in cur] == list(range(1, 2501))
+
+
+def test_parameterised_writes_into_a_table_just_made(conn):
+    """A table created by this session and not yet read by any statement, written with
+    parameters (psycopg's Parse, Describe, Bind): INSERT … SELECT with a column list was 42P01 — a
+    Parse pinned the tables mounted and skipped the new one — and WITH … INSERT a query DataFusion
+    refused."""
+    suffix = uuid.uuid4().hex[:8]
+    fresh, src = f"fresh_{suffix}", f"src_{suffix}"
+    conn.execute(f"create table {src} (id int, v int)")
+    conn.execute(f"insert into {src} values (1, 2), (3, 4), (5, 6)")
+    conn.execute(f"create table {fresh} (a int, b text)")
+    cur = conn.cursor()
+    cur.execute(f"insert into {fresh} (a) select id from {src} where v > %s", (3,))
+    assert cur.statusmessage == "INSERT 0 2"
+    cur.execute(f"with c as (select id from {src} where v > %s) insert into {fresh} (a, b) select id, 'w' from c "
+                "returning a", (5,), prepare=True)
+    assert cur.fetchall() == [(5,)]
+    cur.execute(f"with c as (select id from {src} where v < %s) update {fresh} set b = 'u' from c "
+                f"where {fresh}.a = c.id", (5,))
+    assert cur.statusmessage == "UPDATE 1"
+    assert conn.execute(f"select a, b from {fresh} order by a, b").fetchall() == [(3, "u"), (5, "w"), (5, None)]
+    conn.execute(f"drop table {fresh}")
+    conn.execute(f"drop table {src}")

@@ -171,6 +171,8 @@ def describe(qctx: QueryContext, stmt: Statement) -> tuple[pa.Schema | None, dic
     stmt = qctx.with_views(stmt)
     tree = stmt.tree
     qctx.pin_for(stmt, fresh=False)
+    if tree.args.get("with_") is not None:
+        tree = _ctes_moved_into_source(tree)
     txn = qctx.txn
     table = target_table(tree) if not isinstance(tree, exp.TruncateTable) else None
     if table is None:
