@@ -143,14 +143,15 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
     # that run here) and each execution process's (executor.py).
     slots = settings.max_concurrent_queries or default_slots()
     share_bytes = settings.query_memory_bytes // (slots + 1)
-    runtime = runtime_env(share_bytes, spill_dir(settings.data_dir))
+    spill = spill_dir(settings.data_dir)  # (this process's own; its execution processes share it)
+    runtime = runtime_env(share_bytes, spill)
     engine = Engine(lakehouse, database=settings.database, file_cache=file_cache, runtime=runtime)
     engine.sequence_block = max(1, settings.sequence_block)  # (engine/sequences.py)
     engine.authorization = _authorization(lakehouse, settings)
     if settings.branch:
         engine.session_defaults["icegres.branch"] = settings.branch
         log.info("every session starts on branch %s (icegres.branch)", settings.branch)
-    engine.executors = Executors(slots, share_bytes, spill_dir(settings.data_dir), stores=engine.stores.configs)
+    engine.executors = Executors(slots, share_bytes, spill, stores=engine.stores.configs)
     engine.executors.prestart()
     try:
         recover_last_run(engine, settings)

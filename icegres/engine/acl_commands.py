@@ -64,7 +64,7 @@ def _named_role(name: str, qctx: QueryContext) -> str:
 
 async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, list[str]]:
     """Apply `cmd`; (command tag, warnings). `run(fn, *args)` runs blocking work in a worker thread."""
-    authorization = qctx.authorization
+    authorization = authz.in_effect(qctx.engine.authorization, qctx.txn)
     if authorization is None:
         raise PgError(E.FEATURE_NOT_SUPPORTED, "roles and privileges need a server (icegres serve)")
     who = await run(lambda: authorization.principal(qctx.env.user, qctx.env.settings.get("role")))
@@ -167,7 +167,7 @@ def _relation(qctx: QueryContext, schema: str | None, name: str) -> tuple[str, s
 
 async def _grant_privileges(qctx: QueryContext, cmd: GrantPrivileges, who: acl.Principal,
                             configured: frozenset[str], run: Any) -> tuple[str, list[str]]:
-    authorization = qctx.authorization
+    authorization = authz.in_effect(qctx.engine.authorization, qctx.txn)
 
     def objects() -> list[acl.ObjectKey]:
         if cmd.object_kind == "schema":
@@ -227,7 +227,7 @@ async def _policy(qctx: QueryContext, cmd: PolicyCommand, who: acl.Principal, ru
     wrong column or type is the error PostgreSQL gives at CREATE POLICY, not at the first read."""
     from icegres.sql.statement import query
 
-    authorization = qctx.authorization
+    authorization = authz.in_effect(qctx.engine.authorization, qctx.txn)
     schema, name = await run(_relation, qctx, cmd.schema, cmd.table)
     key = ("table", schema, name)
     for expression in (cmd.using, cmd.check):
@@ -258,7 +258,7 @@ async def _mask(qctx: QueryContext, cmd: MaskCommand, who: acl.Principal, run: A
     """CREATE / DROP MASK; the column must exist and the expression plan over the table."""
     from icegres.sql.statement import query
 
-    authorization = qctx.authorization
+    authorization = authz.in_effect(qctx.engine.authorization, qctx.txn)
     schema, name = await run(_relation, qctx, cmd.schema, cmd.table)
     key = ("table", schema, name)
     if cmd.action == "drop":

@@ -31,7 +31,7 @@ _KIND = {C.DropView: "view", C.RenameView: "view", C.DropSequence: "sequence", C
 
 
 def _principal(qctx: QueryContext) -> tuple[Any, acl.Principal] | None:
-    authorization = qctx.authorization
+    authorization = authz.in_effect(qctx.engine.authorization, qctx.txn)
     if authorization is None:
         return None
     return authorization, authorization.principal(qctx.env.user, qctx.env.settings.get("role"))

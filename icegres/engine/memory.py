@@ -21,22 +21,54 @@ the Parquet reader's decoding buffers, a scalar function's output (`repeat()`: b
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 SPILL_DIR = "spill"  # under the data directory
 
 def spill_dir(data_dir: Path) -> Path:
-    return data_dir / SPILL_DIR
+    """This process's spill directory: `<data dir>/spill/<pid>`, made empty. Servers share a data
+    directory (one starts while the one before it still drains), so each spills under its own
+    pid, and one starting removes only what dead processes left (DataFusion removes its files only
+    when it exits cleanly): emptying the whole of `spill` at start-up removed a running server's
+    files, and a start racing another failed with DataFusion's EEXIST."""
+    root = data_dir / SPILL_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    for entry in root.iterdir():
+        if _left_behind(entry):
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+    own = root / str(os.getpid())
+    shutil.rmtree(own, ignore_errors=True)  # (a pid used again: the dead one's files)
+    own.mkdir()
+    return own
+
+
+_LAYOUT_AGE_S = 3600  # (files of the layout before per-process directories: left an hour)
+
+
+def _left_behind(entry: Path) -> bool:
+    """Whether a spill entry belongs to no running process."""
+    if not entry.name.isdigit():
+        try:
+            return time.time() - entry.stat().st_mtime > _LAYOUT_AGE_S
+        except OSError:
+            return False
+    try:
+        os.kill(int(entry.name), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False
 
 
 def runtime_env(pool_bytes: int, spill: Path) -> Any:
     """The RuntimeEnvBuilder every context of the process is made with: a fair spill pool of
-    `pool_bytes` and spill files under `spill`, emptied first (a crashed run's files are
-    garbage: DataFusion removes its own only when it exits cleanly)."""
+    `pool_bytes` and spill files under `spill` (`spill_dir`: this process's own)."""
     from datafusion import RuntimeEnvBuilder
 
-    shutil.rmtree(spill, ignore_errors=True)
     spill.mkdir(parents=True, exist_ok=True)
     return RuntimeEnvBuilder().with_fair_spill_pool(pool_bytes).with_temp_file_path(str(spill))

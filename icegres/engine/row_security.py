@@ -53,7 +53,7 @@ _COMMANDS = {exp.Update: "update", exp.Delete: "delete", exp.Insert: "insert", e
 def _session(qctx: QueryContext, *, fresh: bool = True) -> tuple[Any, Any] | None:
     """(authz, principal) when some table has row security or a mask and the role is not exempt
     from all; `fresh=False`: by the state as last read (no I/O)."""
-    authorization = qctx.authorization
+    authorization = authz_checks.in_effect(qctx.engine.authorization, qctx.txn)
     if authorization is None:
         return None
     if fresh and authorization.is_superuser(authorization.principal(qctx.env.user, qctx.env.settings.get("role"),
@@ -89,7 +89,7 @@ def applied(qctx: QueryContext, stmt: Statement) -> Statement:
         # so the plan shown (and EXPLAIN ANALYZE's run) is the one the role's query would run.
         inner = applied(qctx, query(stmt.sql[explained.end():]))
         return stmt if inner.sql == stmt.sql[explained.end():] else replace(stmt, sql=explained.group(0) + inner.sql)
-    state = (tuple(qctx.env.search_path), who, qctx.authorization.generation,
+    state = (tuple(qctx.env.search_path), who, authz_checks.in_effect(qctx.engine.authorization, qctx.txn).generation,
              qctx.engine.catalog_generation, qctx.engine.views_generation)
     key = (stmt.sql, *state)
     if key in qctx.cache.secured:
@@ -237,7 +237,7 @@ def view_body_hook(qctx: QueryContext) -> Any:
     when the server keeps no roles."""
     from icegres.pg.acl import BOOTSTRAP, Principal
 
-    authorization = qctx.authorization
+    authorization = authz_checks.in_effect(qctx.engine.authorization, qctx.txn)
     if authorization is None:
         return None
 

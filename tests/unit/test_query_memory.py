@@ -45,9 +45,28 @@ def test_a_sort_larger_than_the_pool_spills_and_answers(tmp_path):
     assert "spill_count=0" not in str(metrics[0].column(1)[0]).split("SortExec", 1)[1].split("\n")[0]
 
 
-def test_the_runtime_empties_a_crashed_runs_spill_files(tmp_path):
-    spill = tmp_path / "spill"
-    spill.mkdir()
-    (spill / "datafusion-left-over").mkdir()
-    runtime_env(16 << 20, spill)
-    assert list(spill.iterdir()) == []
+def test_each_process_spills_under_its_own_directory_and_removes_only_the_dead_ones(tmp_path):
+    """Servers share a data directory (one starts while the one before it drains): a start
+    removes what dead processes left, never a running one's spill files (it emptied the whole
+    directory before, and a start racing another failed with EEXIST)."""
+    import os
+    import subprocess
+    import sys
+
+    from icegres.engine.memory import spill_dir
+
+    root = tmp_path / "spill"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (root / dead.stdout.strip()).mkdir(parents=True)
+    (root / dead.stdout.strip() / "datafusion-x.tmp").write_bytes(b"left by a crash")
+    alive = root / str(os.getppid())
+    alive.mkdir()
+    (alive / "spilling").write_bytes(b"in use")
+    old, new = root / "datafusion-old", root / "datafusion-new"
+    old.mkdir()
+    new.mkdir()
+    os.utime(old, (0, 0))
+    own = spill_dir(tmp_path)
+    assert own == root / str(os.getpid()) and own.is_dir() and not any(own.iterdir())
+    assert sorted(p.name for p in root.iterdir()) == sorted([own.name, alive.name, new.name])
+    assert (alive / "spilling").read_bytes() == b"in use"
