@@ -44,14 +44,20 @@ class BoundPort:
     flag: str  # the option that named it, for messages ("--port", "--ops-port", ...)
     sockets: list[socket.socket] = field(default_factory=list)
 
-    def listen(self) -> list[socket.socket]:
-        """Start listening; the sockets then belong to the caller (who closes them)."""
+    def backlog(self) -> None:
+        """Let connections queue from now on (the kernel completes their handshakes) while the
+        sockets stay here for `listen`: a client told the port (--ports-file) before the process
+        serves waits instead of being refused, as a bound socket that does not listen refuses."""
         for sock in self.sockets:
             try:
                 sock.listen(LISTEN_BACKLOG)
             except OSError as exc:
                 self.close()
                 raise CannotListen(_message(self.host, self.port, self.flag, exc)) from None
+
+    def listen(self) -> list[socket.socket]:
+        """Start listening; the sockets then belong to the caller (who closes them)."""
+        self.backlog()
         sockets, self.sockets = self.sockets, []
         return sockets
 

@@ -475,6 +475,10 @@ def serve_keeper(settings: Settings, *, init: bool, rejoin: str | None = None) -
     # The port before the data directory: a busy one must leave no --init'ed log behind.
     try:
         bound = bind_port(settings.host, settings.port)
+        # Connections queue from here: the log is opened (or caught up) before the keeper
+        # accepts, and one told the port by the ports file must wait, not be refused (verify's
+        # probe of fresh keepers was, now and then).
+        bound.backlog()
         if settings.ports_file:
             write_ports_file(settings.ports_file, settings.host, {"port": bound.port})
     except CannotListen as exc:

@@ -32,6 +32,27 @@ def test_port_0_binds_a_port_of_the_kernels_choice_not_yet_listening() -> None:
             sock.close()
 
 
+def test_a_backlog_queues_connections_while_the_sockets_stay_for_listen() -> None:
+    """What a keeper does before it writes its ports file: a client connecting then waits in the
+    backlog (the verify probe of fresh keepers was refused now and then, before)."""
+    bound = bind_port("127.0.0.1", 0)
+    try:
+        bound.backlog()
+        early = socket.create_connection(("127.0.0.1", bound.port), timeout=2)  # queued, not refused
+        assert len(bound.sockets) == 1
+    finally:
+        sockets = bound.listen()
+    try:
+        accepted, _ = sockets[0].accept()
+        early.sendall(b"x")
+        assert accepted.recv(1) == b"x"
+        accepted.close()
+        early.close()
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def test_a_busy_port_is_one_line_naming_host_port_and_flag() -> None:
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
