@@ -65,7 +65,7 @@ def pin_snapshots(engine: Engine, txn: TxnState, refs_of: Callable[[], set[Key] 
         # the others only left it unpinned, and a prepared INSERT … SELECT into it was 42P01).
         mounted = {ref: engine.read_plan(*ref) for ref in refs if ref not in txn.pins}
         found = {name for (_, name), plan in mounted.items() if plan is not None}
-        found |= {name for (_, name) in refs if (_, name) in txn.pins}
+        found |= {name for schema, name in refs if (schema, name) in txn.pins}
         if found and found >= {name for _, name in refs}:
             for key, plan in mounted.items():
                 txn.pin(key, plan)
