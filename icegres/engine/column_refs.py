@@ -80,13 +80,21 @@ def reading_query(tree: exp.Expression) -> exp.Expression | None:
         return None
     if not sources or not isinstance(tree.this, exp.Table):
         return None
+    where = tree.args.get("where")
+    return _select_over(tree, values, sources, where.this if where is not None else None)
+
+
+def _select_over(tree: exp.Expression, items: list[exp.Expression], sources: list[exp.Expression],
+                 where: exp.Expression | None) -> exp.Expression:
+    """`SELECT <items>, <tree's RETURNING> FROM <tree's target> CROSS JOIN <sources> WHERE
+    <where>`, under the tree's WITH: a write's reads as one query (copies throughout)."""
     returning = tree.args.get("returning")
-    items = [*values, *(returning.expressions if returning is not None else [])]
+    items = [*items, *(returning.expressions if returning is not None else [])]
     query = exp.select(*([e.copy() for e in items] or [exp.Literal.number(1)])).from_(tree.this.copy())
     for source in sources:
         query = query.join(source.copy(), join_type="cross")
-    if tree.args.get("where") is not None:
-        query = query.where(tree.args["where"].this.copy())
+    if where is not None:
+        query = query.where(where.copy())
     if tree.args.get("with_") is not None:
         query.set("with_", tree.args["with_"].copy())
     return query
@@ -131,15 +139,7 @@ def _merge_reads(tree: exp.Merge) -> exp.Expression | None:
             items += [e.expression for e in then.expressions if isinstance(e, exp.EQ) and e.expression is not None]
         elif isinstance(then, exp.Insert) and isinstance(then.expression, exp.Tuple):
             items += then.expression.expressions
-    returning = tree.args.get("returning")
-    items += returning.expressions if returning is not None else []
-    query = exp.select(*([e.copy() for e in items] or [exp.Literal.number(1)])).from_(tree.this.copy())
-    query = query.join(source.copy(), join_type="cross")
-    if on is not None:
-        query = query.where(on.copy())
-    if tree.args.get("with_") is not None:
-        query.set("with_", tree.args["with_"].copy())
-    return query
+    return _select_over(tree, items, [source], on)
 
 
 def target_columns(tree: exp.Expression, letter: str, names: list[str]) -> set[str] | None:
