@@ -98,12 +98,18 @@ class ConstantValues(exp.Expression):
 def parse(sql: str) -> exp.Expression:
     """The statement's tree (PgError 42601 if it does not parse). Shared: never change it."""
     with _syntax_errors():
-        rows = values_rows.read(sql) if len(sql) > VALUES_TEXT else None
-        if rows is not None:
-            tree = _parse_cached(f"{rows.head} VALUES (NULL)").copy()  # (the head's parse, kept)
-            tree.set("expression", ConstantValues(rows=rows))
-            return tree
-        return _folded_parse(sql) if len(sql) > BIG_TEXT else _parse_cached(sql)
+        return _read_or_parsed(sql) if len(sql) > BIG_TEXT else _parse_cached(sql)
+
+
+def _read_or_parsed(sql: str) -> exp.Expression:
+    """An INSERT of constants read by the lexer (its head parsed, its rows one node), else the
+    parse."""
+    rows = values_rows.read(sql) if len(sql) > VALUES_TEXT else None
+    if rows is None:
+        return _folded_parse(sql)
+    tree = _folded_parse(f"{rows.head} VALUES (NULL)")
+    tree.set("expression", ConstantValues(rows=rows))
+    return tree
 
 
 def whole(values: ConstantValues) -> exp.Expression:
@@ -147,7 +153,7 @@ VALUES_TEXT = 2048
 
 @functools.lru_cache(maxsize=256)
 def _parse_cached(sql: str) -> exp.Expression:
-    return _folded_parse(sql)
+    return _read_or_parsed(sql)
 
 
 def _folded_parse(sql: str) -> exp.Expression:
