@@ -100,7 +100,7 @@ def cast(column: pa.ChunkedArray, to: pa.DataType, zone: str = "UTC") -> pa.Chun
     if pa.types.is_null(src):
         return pa.nulls(len(column), to) if len(column) else pa.chunked_array([], to)
     if pa.types.is_string_view(src) or pa.types.is_string(src) or pa.types.is_large_string(src):
-        if not (pa.types.is_string(to) or pa.types.is_large_string(to)):
+        if not (pa.types.is_string(to) or pa.types.is_large_string(to) or pa.types.is_string_view(to)):
             if pa.types.is_integer(to) or pa.types.is_floating(to) or pa.types.is_date(to):
                 try:  # vectorised where Arrow's parser reads exactly what PostgreSQL's would
                     return pc.cast(column, to)

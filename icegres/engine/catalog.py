@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from icegres import faults
 from icegres.config import Settings, redact_uri
-from icegres.engine import catalog_views
+from icegres.engine import catalog_views, long_texts
 from icegres.engine.catalog_views import ViewEntry
 from icegres.engine.internal import is_internal
 from icegres.engine.lean_transaction import stage_update
@@ -309,8 +309,16 @@ class Lakehouse:
                                  properties: dict[str, str] | None = None) -> Table:
         """create_table with an Iceberg partition spec; the same default properties apply."""
         props = {**DEFAULT_TABLE_PROPERTIES, **(properties or {})}
-        return self.catalog.create_table((namespace, name), schema=schema,
-                                         partition_spec=partition_spec, properties=props)
+        outlined = {k: v for k, v in props.items() if long_texts.long(v)}
+        if not outlined:
+            return self.catalog.create_table((namespace, name), schema=schema,
+                                             partition_spec=partition_spec, properties=props)
+        # A long text's file goes under the table's location, known once the creation is staged.
+        txn = self.catalog.create_table_transaction((namespace, name), schema=schema, partition_spec=partition_spec,
+                                                    properties={k: v for k, v in props.items() if k not in outlined})
+        location = txn.table_metadata.location
+        txn.set_properties(long_texts.kept_all(txn._table.io, location, outlined))
+        return txn.commit_transaction()
 
     def drop_table(self, namespace: str, name: str) -> None:
         """Remove the table from the catalog. Its metadata and data files stay in storage (no purge)."""

@@ -13,13 +13,14 @@ PostgreSQL that an Iceberg table cannot do, and PostgreSQL's own SQLSTATE where 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from icegres.engine import ddl_checks, ddl_refs, ddl_sequences, ddl_views
+from icegres.engine import ddl_checks, ddl_literals, ddl_refs, ddl_sequences, ddl_views
 from icegres.engine.ddl_commands import (
     COMMENT_PROPERTY,
     AddCheck,
@@ -71,6 +72,18 @@ def parse_ddl(sql: str, database: str = "") -> DdlCommand:
     0A000 for PostgreSQL the lake cannot do; a trailing semicolon is allowed.
     """
     return _Parser(sql, database).statement()
+
+
+def parse_ddl_literals(sql: str, database: str, values: Mapping[str, object]) -> DdlCommand | None:
+    """`parse_ddl` of a statement whose big literals are parameters (`values`, ddl_literals.py):
+    the command, if every literal stood for a COMMENT's, DEFAULT's or CHECK's text; None (parse
+    `ddl_literals.written_statement(sql, values)` instead) if any stood elsewhere or the parse failed."""
+    literals = ddl_literals.Literals(values)
+    try:
+        command = _Parser(sql, database, literals).statement()
+    except PgError:
+        return None  # (its error is the written statement's to give, at its positions)
+    return command if literals.all_used() and isinstance(command, CreateTable | AlterTable) else None
 
 
 
@@ -129,8 +142,9 @@ def _constraint_error(kind: str, position: int | None = None) -> PgError:
 
 
 class _Parser:
-    def __init__(self, sql: str, database: str = "") -> None:
+    def __init__(self, sql: str, database: str = "", literals: ddl_literals.Literals | None = None) -> None:
         self.sql = sql
+        self.literals = literals  # a big literal's `$n` is its text in a COMMENT, DEFAULT or CHECK
         self.database = database  # a three-part name may start with it (dbt names every relation so)
         try:
             tokens = list(DIALECT.tokenize(sql))
@@ -192,6 +206,18 @@ class _Parser:
     def expect_end(self) -> None:
         if not self.at_end():
             raise self.error()
+
+    def literal_ahead(self) -> bool:
+        """Whether the next tokens are a big literal's `$n` (the tokenizer reads `$` and `n`)."""
+        return (self.literals is not None and self.peek_type(TokenType.PARAMETER)
+                and self.peek_type(TokenType.NUMBER, self.i + 1) and self.literals.has(self.toks[self.i + 1].text))
+
+    def filled(self, text: str | None) -> str | None:
+        """A DEFAULT's or CHECK's SQL text with its big literals written back."""
+        return self.literals.filled(text) if self.literals is not None and text else text
+
+    def filled_check(self, check: CheckDef) -> CheckDef:
+        return replace(check, text=self.literals.filled(check.text)) if self.literals is not None else check
 
     def position(self, j: int | None = None) -> int:
         j = self.i if j is None else j
@@ -311,6 +337,9 @@ class _Parser:
         elif self.peek_type(TokenType.STRING):
             text = self.toks[self.i].text
             self.i += 1
+        elif self.literal_ahead():
+            text = self.literals.text(self.toks[self.i + 1].text)  # type: ignore[union-attr]
+            self.i += 2
         else:
             raise self.error()
         self.expect_end()
@@ -548,7 +577,7 @@ class _Parser:
         """`[CONSTRAINT name] CHECK (expr) [NO INHERIT] [NOT VALID]` up to token `end`."""
         name = self.ident() if self.accept("CONSTRAINT") else None
         self.expect("CHECK")
-        check = ddl_checks.check_def(self.sql, self.toks[self.i:end], name, alter)
+        check = self.filled_check(ddl_checks.check_def(self.sql, self.toks[self.i:end], name, alter))
         self.i = end
         return check
 
@@ -589,11 +618,11 @@ class _Parser:
                     raise _unsupported("PRIMARY KEY options", _NO_INDEXES_HINT, self.position(type_start))
                 is_key = True
             elif isinstance(c, exp.DefaultColumnConstraint):
-                default = default_text(c.this, self.position(type_start))
+                default = self.filled(default_text(c.this, self.position(type_start)))
             elif isinstance(c, exp.UniqueColumnConstraint):
                 raise _constraint_error("UNIQUE", self.position(type_start))
             elif isinstance(c, exp.CheckColumnConstraint):
-                checks.append(ddl_checks.column_check(constraint, name))
+                checks.append(self.filled_check(ddl_checks.column_check(constraint, name)))
             elif isinstance(c, exp.Reference):
                 raise _constraint_error("FOREIGN KEY", self.position(type_start))
             elif isinstance(c, exp.GeneratedAsIdentityColumnConstraint) and c.args.get("expression") is None:
@@ -846,7 +875,7 @@ class _Parser:
                         raise
                     raise self.error(start) from None
                 self.i = end
-                return SetDefault(column_name, default_text(value, self.position(start)))
+                return SetDefault(column_name, self.filled(default_text(value, self.position(start))))
             words = self._words(self.i)
             if words:
                 raise _unsupported(f"ALTER COLUMN ... {' '.join(words)}", position=self.position())

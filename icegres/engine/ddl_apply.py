@@ -56,7 +56,7 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from icegres.engine import check_text, ddl_refs, ddl_sequences, procedures, view_ddl
+from icegres.engine import check_text, ddl_refs, ddl_sequences, long_texts, procedures, view_ddl
 from icegres.engine.catalog_views import NoSuchView, ViewExists
 from icegres.engine.ddl_commands import (
     COLUMN_IDENTITY_PREFIX,
@@ -660,8 +660,9 @@ class Alteration:
         self.name = name
         self.notices = notices
         schema = table.schema()
-        chars = declared_char_types(table.properties)
-        defaults = declared_defaults(table.properties)
+        properties = long_texts.texts(table.io, table.properties, name)
+        chars = declared_char_types(properties)
+        defaults = declared_defaults(properties)
         self.columns = {f.name: _Column(f.field_id, f.field_type, f.required, chars.get(f.field_id),
                                         default=defaults.get(f.field_id))
                         for f in schema.fields}
@@ -676,7 +677,8 @@ class Alteration:
         self.allow_incompatible = False
         self.set_props: dict[str, str] = {}
         self.remove_props: list[str] = []
-        self.checks = check_text.CheckChanges(name, table.properties, self.primary_key)
+        self.checks = check_text.CheckChanges(name, properties, self.primary_key)
+        self._kept: dict[int, tuple[str, str]] = {}  # id(text) -> (text, what is stored for it)
 
     def run(self, actions: Iterable[Any]) -> None:
         change = self.checked(actions)
@@ -735,7 +737,7 @@ class Alteration:
                     elif key in self.table.properties and key not in remove_props:
                         remove_props.append(key)
             if set_props:
-                txn.set_properties(set_props)
+                txn.set_properties({key: self.kept(value) for key, value in set_props.items()})
             if remove_props:
                 txn.remove_properties(*remove_props)
 
@@ -745,6 +747,15 @@ class Alteration:
             # A combination pyiceberg refuses (say, dropping a column this ALTER added).
             raise PgError(e.FEATURE_NOT_SUPPORTED, f"cannot alter table \"{self.name}\": {exc}") from None
         return change
+
+    def kept(self, text: str) -> str:
+        """What the metadata stores for `text`: a long one's file is written at the first call."""
+        if not long_texts.long(text):
+            return text
+        # By identity: hashing a 50 MB str would hold the GIL for it.
+        if id(text) not in self._kept:
+            self._kept[id(text)] = (text, long_texts.kept(self.table.io, self.table.location(), text))
+        return self._kept[id(text)][1]
 
     def column(self, name: str) -> _Column:
         column = self.columns.get(name)
@@ -791,7 +802,7 @@ class Alteration:
                     self.remove_props.append(key)
         elif isinstance(action, CommentColumn):
             self.column(action.name)
-            self.schema_ops.append(lambda u, n=action.name, t=action.text: u.update_column((n,), doc=t))
+            self.schema_ops.append(lambda u, n=action.name, t=action.text: u.update_column((n,), doc=self.kept(t)))
         elif isinstance(action, AddCheck):
             self.checks.add([action.check])
         elif isinstance(action, DropConstraint):

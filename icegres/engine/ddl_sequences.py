@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot.tokens import TokenType
 
+from icegres.engine import long_texts
 from icegres.engine.ddl_commands import AlterSequence, CreateSequence, DropSequence, SequenceOptions
 from icegres.engine.sequence_store import (
     IDENTITY_PROPERTY,
@@ -305,7 +306,8 @@ def _refuse_owned(lakehouse: Lakehouse, key: tuple[str, str], cascade: bool, not
     except Exception:  # noqa: BLE001 - the owning table is gone: nothing depends on it
         return
     field = next((f for f in table.schema().fields if f.name == column), None)
-    uses = field is not None and key[1] in (declared_defaults(table.properties).get(field.field_id) or "")
+    defaults = declared_defaults(long_texts.texts(table.io, table.properties, f"{schema}.{table_name}"))
+    uses = field is not None and key[1] in (defaults.get(field.field_id) or "")
     if not uses:
         return
     if not cascade:

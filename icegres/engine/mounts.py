@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from icegres.engine import damage
+from icegres.engine import damage, long_texts
 from icegres.engine.ddl_commands import (
     declared_char_types,
     declared_checks,
@@ -199,9 +199,11 @@ def plan_shape(table: Table) -> ReadPlan:
     schema = arrow_schema(table)
     iceberg_schema = table.schema()
     field_ids = tuple(f.field_id for f in iceberg_schema.fields)
-    pk = table.properties.get("icegres.primary-key", "")
-    chars = declared_char_types(table.properties)
-    defaults = declared_defaults(table.properties)
+    relation = _table_name(table)
+    properties = long_texts.texts(table.io, table.properties, relation)
+    pk = properties.get("icegres.primary-key", "")
+    chars = declared_char_types(properties)
+    defaults = declared_defaults(properties)
     return ReadPlan(
         metadata_location=table.metadata_location,
         schema=schema,
@@ -213,14 +215,14 @@ def plan_shape(table: Table) -> ReadPlan:
         table_uuid=str(table.metadata.table_uuid),
         schema_id=table.metadata.current_schema_id,
         table=table,
-        comment=table.properties.get("comment", ""),
-        column_comments=tuple(f.doc or "" for f in iceberg_schema.fields),
-        indexes=table_indexes(table.properties),
+        comment=properties.get("comment", ""),
+        column_comments=tuple(long_texts.text(table.io, f.doc or "", relation) for f in iceberg_schema.fields),
+        indexes=table_indexes(properties),
         char_types=tuple(chars.get(fid) for fid in field_ids),
         defaults=tuple(defaults.get(fid) for fid in field_ids) if defaults else (),
-        checks=declared_checks(table.properties),
-        sequence=definition_of(_table_name(table).rpartition(".")[2], table.properties),
-        identities=declared_identities(table.properties, field_ids),
+        checks=declared_checks(properties),
+        sequence=definition_of(relation.rpartition(".")[2], properties),
+        identities=declared_identities(properties, field_ids),
     )
 
 

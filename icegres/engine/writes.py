@@ -272,11 +272,18 @@ async def describe_dml(host: WriteHost, stmt: Statement) -> tuple[pa.Schema | No
 # --- DDL -----------------------------------------------------------------------------------------
 
 
-async def run_ddl(host: WriteHost, stmt: Statement) -> WriteResult:
+async def run_ddl(host: WriteHost, stmt: Statement, values: dict[str, Any] | None = None) -> WriteResult:
     """CREATE/DROP/ALTER. Outside a block, applied to the catalog at once. Inside one, table DDL
     changes the block's view and is applied at COMMIT (ddl_block.py); views and schemas still
-    apply at once, and the block re-pins the tables they changed. Temporary tables: ddl_temp.py."""
-    from icegres.engine import acl_commands, ddl, procedures
+    apply at once, and the block re-pins the tables they changed. Temporary tables: ddl_temp.py.
+    `values`: the big literals the front end made parameters (ddl_literals.py)."""
+    from icegres.engine import acl_commands, ddl, ddl_literals, procedures
+
+    if values:
+        command = await host.run(ddl.parse_ddl_literals, stmt.sql, host.qctx.env.database, values)
+        if command is not None:
+            return await run_ddl_command(host, command)
+        stmt = await host.run(ddl_literals.written_statement, stmt.sql, values)
 
     if stmt.tag in ("GRANT", "REVOKE", "CREATE", "DROP", "ALTER"):
         command = acl_commands.acl_command(stmt.sql)

@@ -11,18 +11,26 @@ call ~1 ms, the GIL free for others between them) into one buffer.
 from __future__ import annotations
 
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["PIECE_CHARS", "array"]
+__all__ = ["PIECE_CHARS", "array", "prepare"]
+
+_KEPT = 16  # big strings' arrays kept, most recently used last (each holds its str alive)
+_LOCK = threading.Lock()
+_MADE: OrderedDict[tuple[int, str], tuple[str, pa.Array]] = OrderedDict()
 
 PIECE_CHARS = 1 << 20
 
 
-def array(values: Sequence[Any], type: pa.DataType) -> pa.Array:  # noqa: A002  (pyarrow's name)
-    """`pa.array(values, type=type)`, the same array, without one long C call for a big string."""
+def array(values: Sequence[Any], type: pa.DataType) -> pa.Array | pa.ChunkedArray:  # noqa: A002  (pyarrow's name)
+    """`pa.array(values, type=type)`, the same values, without one long C call for a big string:
+    then chunked, a big string's array a chunk of its own (concatenated, its 50 MB were copied
+    under the GIL, ~40 ms)."""
     if not (pa.types.is_string(type) or pa.types.is_large_string(type)) or not any(
             isinstance(v, str) and len(v) > PIECE_CHARS for v in values):
         return pa.array(values, type=type)
@@ -38,11 +46,36 @@ def array(values: Sequence[Any], type: pa.DataType) -> pa.Array:  # noqa: A002  
             run.append(value)
     if run:
         parts.append(pa.array(run, type=type))
-    return pa.concat_arrays(parts)
+    return pa.chunked_array(parts, type=type)
+
+
+def prepare(value: str) -> None:
+    """Make `value`'s array now, in the caller's thread, if it is big: the catalog is built
+    under the engine's lock, and there a 50 MB comment took ~150 ms of every other session's
+    statement (they wait on that lock to see the catalog change)."""
+    if len(value) > PIECE_CHARS:
+        _big(value, pa.string())
 
 
 def _big(value: str, type: pa.DataType) -> pa.Array:  # noqa: A002
-    """A one-row array of `value`, its UTF-8 made a slice at a time into one buffer."""
+    """A one-row array of `value`, its UTF-8 made a slice at a time into one buffer; kept for
+    the same str (by identity: hashing it would take as long), as the catalog is built again at
+    every change of the lake, with the same texts."""
+    key = (id(value), str(type))
+    with _LOCK:
+        made = _MADE.get(key)
+        if made is not None and made[0] is value:
+            _MADE.move_to_end(key)
+            return made[1]
+    array = _made(value, type)
+    with _LOCK:
+        _MADE[key] = (value, array)
+        while len(_MADE) > _KEPT:
+            _MADE.popitem(last=False)
+    return array
+
+
+def _made(value: str, type: pa.DataType) -> pa.Array:  # noqa: A002
     pieces = [value[at:at + PIECE_CHARS].encode() for at in range(0, len(value), PIECE_CHARS)]
     size = sum(map(len, pieces))
     data = pa.allocate_buffer(size)

@@ -76,15 +76,18 @@ def test_a_big_parse_that_is_not_one_well_formed_message_is_refused():
         parse_of_pieces([b"\0select '" + b"\xff" * 70_000 + b"'\0\0\0"])
 
 
-def test_a_big_query_binds_a_query_and_a_dml_literal_after_its_own_parameters_but_not_ddl():
+def test_a_big_query_binds_a_query_dml_and_table_ddl_literal_after_its_own_parameters_but_not_other_ddl():
     statements = (f"select length('{BIG}'); insert into t values (1, '{BIG}'); select '{BIG}', $1; "
-                  f"update t set s = '{BIG}' where id = 1; create table u (s text default '{BIG}')")
+                  f"update t set s = '{BIG}' where id = 1; create table u (s text default '{BIG}'); "
+                  f"comment on table u is '{BIG}'; create view v as select '{BIG}' as s")
     msg = query_of_pieces(_framed(b"Q", statements.encode() + b"\0", 4096).pieces)
     kinds = [(s.kind, s.sql[:40]) for s in msg.split.statements]
     # (a simple Query's own $1 is bound to nothing: the engine's 42P02, as PostgreSQL's)
     assert kinds == [(Kind.QUERY, "select length( $1 )"), (Kind.WRITE, "insert into t values (1,  $1 )"),
                      (Kind.QUERY, "select  $2 , $1"), (Kind.WRITE, "update t set s =  $1  where id = 1"),
-                     (Kind.WRITE, f"create table u (s text default '{BIG}')"[:40])]
-    assert [_values(p) for p in msg.split.params] == [{"1": BIG}, {"1": BIG}, {"2": BIG}, {"1": BIG}, {}]
+                     (Kind.WRITE, "create table u (s text default  $1 )"), (Kind.WRITE, "comment on table u is  $1"),
+                     (Kind.WRITE, f"create view v as select '{BIG}' as s"[:40])]
+    assert [_values(p) for p in msg.split.params] == [{"1": BIG}, {"1": BIG}, {"2": BIG}, {"1": BIG}, {"1": BIG},
+                                                      {"1": BIG}, {}]
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from icegres.engine import long_texts
 from icegres.engine.maintenance import reachable
 from icegres.pg.errors import OBJECT_NOT_IN_PREREQUISITE_STATE, PgError
 
@@ -77,7 +78,8 @@ def remove_orphans(table: Any, display: str, *, older_than_ms: int | None = None
                       detail="Their files would look orphaned to this table. Collect orphans by hand there.")
     io = table.io
     used = reachable.referenced(io, metadata, metadata.snapshots, live_only=False)
-    known = set(used.kinds) | reachable.metadata_files(metadata, table.metadata_location)
+    known = (set(used.kinds) | reachable.metadata_files(metadata, table.metadata_location)
+             | long_texts.referenced(metadata.properties, (f.doc for s in metadata.schemas for f in s.fields)))
     scheme, netloc, base = io.parse_location(root)
     filesystem = io.fs_by_scheme(scheme, netloc)
     referenced = {_key(io, path) for path in known}

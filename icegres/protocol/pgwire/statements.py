@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import re
 import struct
 import time
 from collections.abc import Iterable, Iterator
@@ -259,8 +260,15 @@ _DML = frozenset({"INSERT", "UPDATE", "DELETE", "MERGE"})
 def takes_parameters(stmt: Statement) -> bool:
     """Whether a statement's big literals can be parameters: a query's or a DML statement's
     (the engine reads a parameter as text where its context makes it text, and writes it back
-    as the literal it was elsewhere: engine/big_values.py)."""
-    return stmt.kind is Kind.QUERY or (stmt.kind is Kind.WRITE and stmt.tag in _DML)
+    as the literal it was elsewhere: engine/big_values.py), and a CREATE TABLE's, ALTER TABLE's
+    or COMMENT ON's (the DDL parser reads one as a DEFAULT's, CHECK's or COMMENT's text and
+    parses the statement as written otherwise: engine/ddl_literals.py)."""
+    return stmt.kind is Kind.QUERY or (stmt.kind is Kind.WRITE and (
+        stmt.tag in _DML or (stmt.tag in ("CREATE", "ALTER", "COMMENT") and _TABLE_DDL.match(stmt.sql) is not None)))
+
+
+_TABLE_DDL = re.compile(r"\s*(?:create\s+(?:(?:global|local)\s+)?(?:(?:temp|temporary|unlogged)\s+)?table"
+                        r"|alter\s+table|comment\s+on)\s", re.IGNORECASE)
 
 
 def split_prepared(sql: str, declared: int) -> Split:

@@ -59,7 +59,7 @@ async def run_write(session: SessionPort, stmt: Statement, values: dict[str, Any
     send."""
     refuse_if_read_only(session, stmt.tag)
     if is_ddl(stmt):
-        result = await core.run_ddl(host(session), stmt)
+        result = await core.run_ddl(host(session), stmt, values)
         notices = b"".join(m.notice_response(PgError("00000", notice, severity="NOTICE")) for notice in result.notices)
         rows = b"" if result.returning is None else _table_rows(result.returning, describe, formats, text)
         return notices + rows + session.trace.completed(result.tag)
