@@ -75,7 +75,7 @@ def conform_to(data: pa.Table, target: pa.Schema, key: Key, zone: str = "UTC",
         if violation is not None:
             raise violation
     if null_row is not None:
-        raise not_null_violation(null_column, key, failing_row(rows, null_row, zone))
+        raise not_null_violation(null_column, key, failing_row(rows, null_row, zone, char_types))
     return rows
 
 

@@ -76,7 +76,7 @@ def parse_ddl(sql: str, database: str = "") -> DdlCommand:
 
 def parse_ddl_literals(sql: str, database: str, values: Mapping[str, object]) -> DdlCommand | None:
     """`parse_ddl` of a statement whose big literals are parameters (`values`, ddl_literals.py):
-    the command, if every literal stood for a COMMENT's, DEFAULT's or CHECK's text; None (parse
+    the command, if every literal stood for a COMMENT's or DEFAULT's text; None (parse
     `ddl_literals.written_statement(sql, values)` instead) if any stood elsewhere or the parse failed."""
     literals = ddl_literals.Literals(values)
     try:
@@ -144,7 +144,7 @@ def _constraint_error(kind: str, position: int | None = None) -> PgError:
 class _Parser:
     def __init__(self, sql: str, database: str = "", literals: ddl_literals.Literals | None = None) -> None:
         self.sql = sql
-        self.literals = literals  # a big literal's `$n` is its text in a COMMENT, DEFAULT or CHECK
+        self.literals = literals  # a big literal's `$n` is its text in a COMMENT or DEFAULT
         self.database = database  # a three-part name may start with it (dbt names every relation so)
         try:
             tokens = list(DIALECT.tokenize(sql))
@@ -213,11 +213,8 @@ class _Parser:
                 and self.peek_type(TokenType.NUMBER, self.i + 1) and self.literals.has(self.toks[self.i + 1].text))
 
     def filled(self, text: str | None) -> str | None:
-        """A DEFAULT's or CHECK's SQL text with its big literals written back."""
+        """A DEFAULT's SQL text with its big literals written back."""
         return self.literals.filled(text) if self.literals is not None and text else text
-
-    def filled_check(self, check: CheckDef) -> CheckDef:
-        return replace(check, text=self.literals.filled(check.text)) if self.literals is not None else check
 
     def position(self, j: int | None = None) -> int:
         j = self.i if j is None else j
@@ -577,7 +574,7 @@ class _Parser:
         """`[CONSTRAINT name] CHECK (expr) [NO INHERIT] [NOT VALID]` up to token `end`."""
         name = self.ident() if self.accept("CONSTRAINT") else None
         self.expect("CHECK")
-        check = self.filled_check(ddl_checks.check_def(self.sql, self.toks[self.i:end], name, alter))
+        check = ddl_checks.check_def(self.sql, self.toks[self.i:end], name, alter)
         self.i = end
         return check
 
@@ -622,7 +619,7 @@ class _Parser:
             elif isinstance(c, exp.UniqueColumnConstraint):
                 raise _constraint_error("UNIQUE", self.position(type_start))
             elif isinstance(c, exp.CheckColumnConstraint):
-                checks.append(self.filled_check(ddl_checks.column_check(constraint, name)))
+                checks.append(ddl_checks.column_check(constraint, name))
             elif isinstance(c, exp.Reference):
                 raise _constraint_error("FOREIGN KEY", self.position(type_start))
             elif isinstance(c, exp.GeneratedAsIdentityColumnConstraint) and c.args.get("expression") is None:

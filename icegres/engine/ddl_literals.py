@@ -4,10 +4,11 @@ The front end makes a big literal of a CREATE TABLE, ALTER TABLE or COMMENT ON a
 (`$n`, protocol/pgwire/statements.py) as it does a query's, so that the DDL parser reads a
 statement of a few dozen characters instead of 50 MB: sqlglot's tokenizer and generator each
 pass over a literal in whole-text C calls (a `find`, a slice, a `replace`) that held the GIL for
-tens of milliseconds apiece, for every other session. The parser takes such a parameter in three
-places only — a COMMENT's text, a DEFAULT expression, a CHECK expression — where the command
-keeps it as the literal it was (`filled`). A statement with one anywhere else is parsed again as
-written (`written_statement`), so every other reading stays the parser's.
+tens of milliseconds apiece, for every other session. The parser takes such a parameter in two
+places only — a COMMENT's text and a DEFAULT expression — where the command keeps it as the
+literal it was (`filled`). A statement with one anywhere else (a CHECK's included: a check's
+text is parsed again at every write) is parsed again as written (`written_statement`), so every
+other reading stays the parser's.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Literals:
         return value.text() if isinstance(value, BigText) else str(value)
 
     def filled(self, sql: str) -> str:
-        """`sql` (a DEFAULT or CHECK expression as the parser writes it) with each of these
+        """`sql` (a DEFAULT expression as the parser writes it) with each of these
         parameters written back as its literal."""
         out, pos = [], 0
         for kind, start, end in scan(sql):

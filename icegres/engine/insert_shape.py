@@ -105,7 +105,7 @@ class InsertShape:
                  if not f.nullable and a.null_count]
         if nulls:
             row, column = min(nulls, key=lambda n: n[0])
-            raise not_null_violation(column, self.key, failing_row(rows, row))
+            raise not_null_violation(column, self.key, failing_row(rows, row, char_types=self.char_types))
         return rows
 
     @functools.cached_property

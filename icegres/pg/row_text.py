@@ -6,8 +6,12 @@ to 64 bytes with `...` after a value that was longer, in the table's column orde
 
 from __future__ import annotations
 
-import pyarrow as pa
+from collections.abc import Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from icegres.pg.chars import CharType, pad
 from icegres.pg.clock import TextSettings
 from icegres.pg.text_out import encode_text_value
 from icegres.pg.types import pg_type_for_arrow
@@ -15,12 +19,20 @@ from icegres.pg.types import pg_type_for_arrow
 _MAX_FIELD_BYTES = 64
 
 
-def failing_row(rows: pa.Table, row: int, zone: str = "UTC") -> str:
-    """The DETAIL of a NOT NULL or CHECK violation by row `row` of `rows`."""
+def failing_row(rows: pa.Table, row: int, zone: str = "UTC", char_types: Sequence[CharType | None] = ()) -> str:
+    """The DETAIL of a NOT NULL or CHECK violation by row `row` of `rows`, whose columns have the
+    character types `char_types` (a char(n) value shows padded to n, as PostgreSQL shows it)."""
     settings = TextSettings(timezone=zone)
     values = []
-    for column in rows.columns:
-        value = column[row].as_py()
+    for i, column in enumerate(rows.columns):
+        char = char_types[i] if i < len(char_types) else None
+        one = column.slice(row, 1)
+        if char is not None:
+            one = pad(one, char)
+        if pa.types.is_string(one.type) or pa.types.is_large_string(one.type) or pa.types.is_string_view(one.type):
+            # What is shown is cut to 64 bytes: a 50 MB value is not made a str to be cut.
+            one = pc.utf8_slice_codeunits(one, 0, _MAX_FIELD_BYTES + 1)
+        value = one[0].as_py()
         text = encode_text_value(value, pg_type_for_arrow(column.type), settings)
         values.append("null" if text is None else _clipped(text))
     return f"Failing row contains ({', '.join(values)})."

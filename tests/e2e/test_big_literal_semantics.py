@@ -106,6 +106,29 @@ DDL_SCRIPT = [
     "alter table bd add column t text default '<big>'",  # existing rows take it too
     "insert into bd (id) values (5)",
     "select id, md5(t) from bd order by id",
+    # A CREATE TABLE's, ALTER TABLE's or COMMENT ON's big literal is a parameter too, read by the
+    # DDL parser as a DEFAULT's, CHECK's or COMMENT's text (engine/ddl_literals.py), and the
+    # text is kept in a file beside the table's metadata (engine/long_texts.py).
+    "comment on table bd is '<big>'",
+    "comment on column bd.s is '<big>c'",
+    "select md5(obj_description('bd'::regclass)), md5(col_description('bd'::regclass, 2)), "
+    "length(col_description('bd'::regclass, 2))",
+    "alter table bd add constraint bd_big check (s <> '<big>y')",
+    "insert into bd (id, s) values (6, '<big>y')",  # 23514
+    "insert into bd (id, s) values (6, '<big>z')",
+    "create table bd4 (id int, s text check (s < '<big>'), d text default lower('<big>'))",
+    "insert into bd4 (id) values (1)",
+    "insert into bd4 (id, s) values (2, '<big>')",  # 23514
+    "select id, md5(s), md5(d) from bd4 order by id",
+    "alter table bd4 alter column d set default '<big>' || 'q'",
+    "insert into bd4 (id) values (3)",
+    "select id, md5(d) from bd4 order by id",
+    "comment on table bd is null",
+    "select obj_description('bd'::regclass)",
+    # a big literal of a table DDL anywhere else: the statement is parsed as written
+    "create table bd5 as select '<big>'::text as s",
+    "select md5(s) from bd5",
+    "create table bd6 (id int default '<big>')",  # 22P02
 ]
 DDL_DUMP = "select id, md5(s), length(s), n, c from bd order by id"
 
@@ -114,7 +137,7 @@ def test_big_defaults_are_read_as_postgresql_reads_them(icegres, real_postgres):
     with psycopg.connect(real_postgres.dsn(), autocommit=True) as pg, \
             psycopg.connect(icegres.dsn(), autocommit=True) as ig:
         for conn in (pg, ig):
-            for table in ("bd", "bd2", "bd3"):
+            for table in ("bd", "bd2", "bd3", "bd4", "bd5", "bd6"):
                 outcome(conn, f"drop table if exists {table}")
         for statement in DDL_SCRIPT:
             sql = statement.replace("<big>", BIG.replace("'", "''")).replace("<pad>", PAD).replace("<zeros>", ZEROS)

@@ -66,7 +66,7 @@ def checker(qctx: QueryContext, plan: ReadPlan, key: Key, zone: str) -> assign.C
             return None
         row, name = found
         return PgError(CHECK_VIOLATION, f'new row for relation "{key[1]}" violates check constraint "{name}"',
-                       detail=failing_row(rows, row, zone))
+                       detail=failing_row(rows, row, zone, plan.char_types))
 
     return check
 

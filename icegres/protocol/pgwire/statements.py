@@ -261,7 +261,7 @@ def takes_parameters(stmt: Statement) -> bool:
     """Whether a statement's big literals can be parameters: a query's or a DML statement's
     (the engine reads a parameter as text where its context makes it text, and writes it back
     as the literal it was elsewhere: engine/big_values.py), and a CREATE TABLE's, ALTER TABLE's
-    or COMMENT ON's (the DDL parser reads one as a DEFAULT's, CHECK's or COMMENT's text and
+    or COMMENT ON's (the DDL parser reads one as a DEFAULT's or COMMENT's text and
     parses the statement as written otherwise: engine/ddl_literals.py)."""
     return stmt.kind is Kind.QUERY or (stmt.kind is Kind.WRITE and (
         stmt.tag in _DML or (stmt.tag in ("CREATE", "ALTER", "COMMENT") and _TABLE_DDL.match(stmt.sql) is not None)))
