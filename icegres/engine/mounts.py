@@ -416,7 +416,13 @@ def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | Non
         if scan_set is not None:
             if keep is not None:
                 keep.append(scan_set)
-            frames.append(ctx.read_parquet(scan_set.url, schema=plan.schema))
+            for url in scan_set.urls:  # (a segment is in the sets of many snapshots: its scan too)
+                segment_key = (url, "segment", plan.schema_id)
+                frame = scans.get(segment_key) if scans is not None else None
+                if frame is None:
+                    frame = ctx.read_parquet(url, schema=plan.schema)
+                frames.append(frame)
+                kept[segment_key] = frame
             gone = {f.path for f in linked}
             files = tuple(f for f in files if f.path not in gone)
     for f in files:

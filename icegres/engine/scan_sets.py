@@ -7,18 +7,23 @@ per file. On the 4-file demo table (DataFusion alone, interleaved): point lookup
 selective filter 4.52 -> 2.96 ms with one scan over a directory holding the same files.
 
 A table's data directory cannot be that directory: it also holds files of other snapshots and
-files of commits still in flight. So each mounted snapshot gets a directory of its own under a
-per-process root, holding one link per data file (`ScanSet`). It never changes after it is made,
-which is also what makes DataFusion's listing cache correct for it. Files on object stores keep
-the union (nothing to link there).
+files of commits still in flight. So each mounted snapshot gets a set of its own under a
+per-process root (`ScanSet`): one directory of links to its files, or, from SEGMENTED_FROM
+files on, a few directories (`Segment`s), each holding the links to a run of its files and
+scanned as a union. A directory never changes after it is made, which is also what makes
+DataFusion's listing cache correct for it. Files on object stores keep the union (nothing to
+link there).
 
 A link is a hard link where the filesystem allows one, else a symbolic link. Every commit of a
-table builds its set anew, so a table of many small files pays a link per file per commit, on the
-commit's path (bench `history`, issue 30): a symbolic link to a lake path (over 60 bytes) costs
-an inode and a data block each, and a set of 2,000 files took ~20x longer to make and to remove
-with them than with hard links (bench `scan_links`, same run). A hard link also keeps a file
-readable after expiry deletes it from the lake, which only helps the statements the set's holds
-protect; the space comes back when the set goes.
+table mounts a new set; with one directory per set a table of many small files paid a link per
+file per commit on the commit's path, and as much again to remove the set before it (2,000
+files: ~33 ms a commit, the cost bench `history` saw grow with the file count, issue 30). A
+segment is shared by every set whose file list holds its run, so a commit links only the runs
+it changed (`segments_for`: ~10 links an append, at most ~log2(n) segments). A symbolic link to
+a lake path (over 60 bytes) costs an inode and a data block each, and a set of 2,000 files took
+~20x longer to make and to remove with them than with hard links (bench `scan_links`, same run).
+A hard link also keeps a file readable after expiry deletes it from the lake, which only helps
+the statements the set's holds protect; the space comes back when the set goes.
 
 A ScanSet's directory goes when the last reference to it does. The engine holds the current
 one of each table; a re-mount retires it, and `ScanSets` keeps a retired set until every
@@ -37,17 +42,24 @@ import shutil
 import tempfile
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Hold", "Retirements", "ScanSet", "ScanSets"]
+__all__ = ["Hold", "Retirements", "ScanSet", "ScanSets", "Segment", "segments_for"]
 
 _ROOT_PREFIX = "icegres-scan-"
 
 
-class ScanSet:
-    """A directory of links to a fixed list of local Parquet files; removed when garbage."""
+# A set of this many files or more is made of segments (see `segments_for`); a smaller one is one
+# directory, as a union of scans costs each statement a little per branch.
+SEGMENTED_FROM = 64
+_MAX_SEGMENTS = 32
+
+
+class Segment:
+    """A directory of links to a run of files, in order; removed when garbage. Shared by every
+    set whose file list holds the same run."""
 
     def __init__(self, path: Path, files: tuple[str, ...]) -> None:
         self.path = path
@@ -57,6 +69,68 @@ class ScanSet:
     @property
     def url(self) -> str:
         return str(self.path) + "/"
+
+
+class ScanSet:
+    """A snapshot's local Parquet files as the directories (segments) that hold links to them, in
+    the snapshot's file order."""
+
+    def __init__(self, files: tuple[str, ...], segments: tuple[Segment, ...]) -> None:
+        self.files = files
+        self.segments = segments
+
+    @property
+    def urls(self) -> list[str]:
+        return [segment.url for segment in self.segments]
+
+    @property
+    def path(self) -> Path:
+        """The directory of a set of one segment."""
+        assert len(self.segments) == 1
+        return self.segments[0].path
+
+
+def segments_for(files: tuple[str, ...], live: Callable[[str], Iterable[tuple[str, ...]]]) -> list[tuple[str, ...]]:
+    """The runs of `files` a set is made of: runs that live segments already hold (`live(f)`:
+    the file lists of live segments starting with file f) where they fit, new runs between them,
+    and then adjacent runs of sizes within a factor of two merged, as a binary counter carries.
+
+    Why: each commit of a table mounts a new set, and one directory per set linked every file of
+    the table per commit (2,000 one-row commits: 20 ms of links plus 13 ms to remove the old
+    set's, a commit's cost growing with the file count). With segments an append links ~10 files
+    on average (each file is linked again about log2(n) times over n appends) and a set has at
+    most ~log2(n) segments; a rewrite relinks only the segments holding its files."""
+    if len(files) < SEGMENTED_FROM:
+        return [files]
+    runs: list[tuple[str, ...]] = []
+    start, i = None, 0
+    while i < len(files):
+        fits = [seg for seg in live(files[i]) if files[i:i + len(seg)] == seg]
+        if fits:
+            if start is not None:
+                runs.append(files[start:i])
+                start = None
+            best = max(fits, key=len)
+            runs.append(best)
+            i += len(best)
+        else:
+            start = i if start is None else start
+            i += 1
+    if start is not None:
+        runs.append(files[start:])
+    merged = True
+    while merged:
+        merged = False
+        for k in range(len(runs) - 1):
+            a, b = len(runs[k]), len(runs[k + 1])
+            if 2 * min(a, b) > max(a, b):
+                runs[k:k + 2] = [runs[k] + runs[k + 1]]
+                merged = True
+                break
+    while len(runs) > _MAX_SEGMENTS:  # (rewrites can leave runs of any sizes)
+        k = min(range(len(runs) - 1), key=lambda j: len(runs[j]) + len(runs[j + 1]))
+        runs[k:k + 2] = [runs[k] + runs[k + 1]]
+    return runs
 
 
 @dataclass
@@ -111,36 +185,47 @@ class ScanSets:
         self._ids = itertools.count()
         self._books = Retirements()
         self._live: weakref.WeakValueDictionary[tuple[str, tuple[str, ...]], ScanSet] = weakref.WeakValueDictionary()
+        self._segments: weakref.WeakValueDictionary[tuple[str, ...], Segment] = weakref.WeakValueDictionary()
+        self._starting: dict[str, set[tuple[str, ...]]] = {}  # first file -> live segments' file lists
         _start_remover()
 
     def acquire(self, snapshot: str, files: Sequence[str]) -> ScanSet:
         """The set over `files` (absolute local paths, in scan order) of the snapshot named by
-        `snapshot`: the live one if any holder still has it, else a new directory."""
+        `snapshot`: the live one if any holder still has it, else one made of the live segments
+        that fit and new ones (`segments_for`)."""
         key = (snapshot, tuple(files))
         with self._lock:
             found = self._live.get(key)
             if found is not None:
                 return found
-            path = self._new_dir()
+            runs = segments_for(key[1], self._live_starting)
+            reused = {run: self._segments.get(run) for run in runs}  # (strong references from here)
+            fresh = {run: self._new_dir() for run in runs if reused[run] is None}
+        made: dict[tuple[str, ...], Segment] = {}
         try:
-            link = os.link
-            for i, file in enumerate(key[1]):
-                # Numbered so the listing (sorted by name) scans in the snapshot's file order.
-                name = path / f"{i:06d}-{os.path.basename(file)}"
-                try:
-                    link(file, name)
-                except OSError:
-                    if link is os.symlink:
-                        raise
-                    # Another filesystem than the root's, or hard links refused (protected_hardlinks).
-                    link = os.symlink
-                    link(file, name)
+            for run, path in fresh.items():
+                made[run] = Segment(path, run)
+                _link_all(path, run)
         except OSError:
-            shutil.rmtree(path, ignore_errors=True)
+            for segment in made.values():
+                shutil.rmtree(segment.path, ignore_errors=True)
             raise
-        made = ScanSet(path, key[1])
         with self._lock:
-            return self._live.setdefault(key, made)
+            for run, segment in made.items():
+                reused[run] = self._segments.setdefault(run, segment)
+                self._starting.setdefault(run[0], set()).add(run)
+            return self._live.setdefault(key, ScanSet(key[1], tuple(reused[run] for run in runs)))  # type: ignore[misc]
+
+    def _live_starting(self, first: str) -> list[tuple[str, ...]]:
+        """The file lists of live segments whose first file is `first` (under the lock)."""
+        runs = self._starting.get(first)
+        if not runs:
+            return []
+        dead = [run for run in runs if run not in self._segments]
+        runs.difference_update(dead)
+        if not runs:
+            del self._starting[first]
+        return list(runs)
 
     def live_files(self) -> set[str]:
         """The files of every set some holder still has (current or retired, not yet released)."""
@@ -176,6 +261,21 @@ class ScanSets:
         path = self._root / str(next(self._names))
         path.mkdir()
         return path
+
+
+def _link_all(path: Path, files: tuple[str, ...]) -> None:
+    link = os.link
+    for i, file in enumerate(files):
+        # Numbered so the listing (sorted by name) scans in the snapshot's file order.
+        name = path / f"{i:06d}-{os.path.basename(file)}"
+        try:
+            link(file, name)
+        except OSError:
+            if link is os.symlink:
+                raise
+            # Another filesystem than the root's, or hard links refused (protected_hardlinks).
+            link = os.symlink
+            link(file, name)
 
 
 # Directories are removed on a thread of their own: the last reference to a set may go on the

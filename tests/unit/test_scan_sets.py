@@ -59,6 +59,14 @@ def test_sets_go_in_retirement_order_as_their_readers_finish() -> None:
 # --- the directories ---------------------------------------------------------------------------
 
 
+def _removals_done() -> None:
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while not scan_sets._doomed.empty() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # (the last one taken may still be being removed)
+
+
 def _wait_gone(path: Path) -> None:
     deadline = time.monotonic() + 5
     while path.exists() and time.monotonic() < deadline:
@@ -82,6 +90,32 @@ def test_a_set_links_its_files_in_order_and_is_shared_while_held(tmp_path: Path)
     del one
     gc.collect()
     _wait_gone(path)
+
+
+def test_a_set_of_many_files_shares_segments_with_the_sets_before_it(tmp_path: Path) -> None:
+    from icegres.engine.scan_sets import SEGMENTED_FROM
+
+    files = []
+    for i in range(SEGMENTED_FROM + 40):
+        (tmp_path / f"{i}.parquet").write_bytes(b"x")
+        files.append(str(tmp_path / f"{i}.parquet"))
+    sets = ScanSets()
+    held = [sets.acquire("meta-0", files[:SEGMENTED_FROM])]
+    paths = {seg.path for seg in held[0].segments}
+    for n in range(SEGMENTED_FROM + 1, len(files) + 1):  # one append per commit
+        held.append(sets.acquire(f"meta-{n}", files[:n]))
+        before, after = held[-2], held[-1]
+        paths |= {seg.path for seg in after.segments}
+        assert set(after.segments[:-2]) <= set(before.segments)  # only the last runs are new
+        listed = [os.path.join(u, name) for u in after.urls for name in sorted(os.listdir(u))]
+        assert len(listed) == n and all(os.path.samefile(p, f) for p, f in zip(listed, files[:n], strict=True))
+        held[-2:-1] = []  # the previous snapshot let go
+    assert len(held[-1].segments) <= 8
+    held.clear()
+    del before, after
+    gc.collect()
+    for path in paths:  # (every segment made, the ones dropped on the way too)
+        _wait_gone(path)
 
 
 def test_a_set_links_symbolically_where_hard_links_are_refused(tmp_path: Path, monkeypatch) -> None:
@@ -187,6 +221,7 @@ def test_a_running_statement_reads_on_while_commits_remount_the_table(engine) ->
     eng.master.sql("set datafusion.execution.batch_size = 10")
     schema, stream = q.start(query("select id from demo.t"), None)
     first = next(iter(stream))
+    _removals_done()  # (directories earlier tests let go are removed on the remover's thread)
     before = {p for p in Path(scan_sets.tempfile.gettempdir()).glob(f"icegres-scan-{os.getpid()}-*/*")}
     t = lh.catalog.load_table(("demo", "t"))
     for k in range(4, 7):  # three commits, each a re-mount retiring the previous set
