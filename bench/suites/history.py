@@ -319,9 +319,11 @@ def _report(report: dict[str, Any], opts: Any, section: str, backend_name: str, 
     report["notes"] = [
         "Where the time goes (docs/maintenance-compaction.md): with the history bounded (the maintained "
         "table's metadata JSON and manifest list stay the same size), a commit still mounts the new snapshot "
-        "for the next statement, and the mount links every data file of the table into a scan directory "
-        "(engine/scan_sets.py) and drops the previous one: O(data files) per commit, which only compaction "
-        "bounds. The compacted table is the same history without that growth.",
+        "for the next statement, and the mount reads every manifest entry of the table and plans each data "
+        "file: O(data files) per commit, which only compaction bounds. (Since 2026-12-07 the scan directory "
+        "of links is made of segments shared between snapshots, engine/scan_sets.py: a commit links ~10 "
+        "files, where it linked every file and removed as many.) The compacted table is the same history "
+        "without that growth.",
         "The three tables share one server, so a table's commit also pays for what the others hold in the "
         "process (the never-maintained table's metadata and file lists).",
     ]
