@@ -53,8 +53,10 @@ class FileRead:
     deletes: tuple[str, ...] = ()
     deleted: Any = field(default=None, compare=False, repr=False)
 
-    @property
+    @functools.cached_property
     def matches_schema(self) -> bool:
+        # (kept: a commit's new plan reuses the FileReads of the plan it replaced, and the mount
+        # asks every file of a table of thousands at every commit)
         return all(cur == old for cur, old in self.columns)
 
 
@@ -287,6 +289,7 @@ def table_at(table: Table, location: str) -> Table:
                         catalog=table.catalog)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # (every file of a mounted table, at every commit of it)
 def _scan_path(path: str) -> str:
     """DataFusion reads local files by path and object stores by URL (s3a:// spelled s3://)."""
     if path.startswith("file://"):
@@ -406,7 +409,10 @@ def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | Non
     # A remote file with a local copy (file_cache.py) is read like a local file.
     read = {f.path: stores.read_path(f.path) if stores is not None else _scan_path(f.path) for f in files}
     if sets is not None:
-        linked = [f for f in files if f.matches_schema and not f.deletes and is_local(read[f.path])]
+        linked: list[FileRead] = []
+        rest: list[FileRead] = []
+        for f in files:
+            (linked if f.matches_schema and not f.deletes and is_local(read[f.path]) else rest).append(f)
         scan_set = None
         if len(linked) > 1:
             try:
@@ -423,8 +429,7 @@ def to_dataframe(ctx: SessionContext, plan: ReadPlan, stores: ObjectStores | Non
                     frame = ctx.read_parquet(url, schema=plan.schema)
                 frames.append(frame)
                 kept[segment_key] = frame
-            gone = {f.path for f in linked}
-            files = tuple(f for f in files if f.path not in gone)
+            files = tuple(rest)
     for f in files:
         path = read[f.path]
         cache_key = (path, f.columns, f.deletes, plan.schema_id)  # the Iceberg schema id fixes the Arrow schema
