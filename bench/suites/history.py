@@ -319,8 +319,8 @@ def _report(report: dict[str, Any], opts: Any, section: str, backend_name: str, 
     report["notes"] = [
         "Where the time goes (docs/maintenance-compaction.md): with the history bounded (the maintained "
         "table's metadata JSON and manifest list stay the same size), a commit still mounts the new snapshot "
-        "for the next statement, and the mount reads every manifest entry of the table and plans each data "
-        "file: O(data files) per commit, which only compaction bounds. (Since 2026-12-07 the scan directory "
+        "for the next statement, and the mount looks at each data file of the new plan: O(data files) per "
+        "commit, which only compaction bounds. (Since 2026-12-07 the scan directory "
         "of links is made of segments shared between snapshots, engine/scan_sets.py: a commit links ~10 "
         "files, where it linked every file and removed as many.) The compacted table is the same history "
         "without that growth.",
