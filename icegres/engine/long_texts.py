@@ -35,7 +35,7 @@ MARKER = "icegres-text:"
 OUTLINE_CHARS = 64 * 1024
 _PIECE_CHARS = 1 << 20  # encoded, hashed and written a piece at a time
 _PIECE_BYTES = 1 << 20
-_CACHED_CHARS = 512 << 20  # texts read, most recently used first, up to this many characters
+_CACHED_CHARS = 256 << 20  # texts read, most recently used last, up to this many characters
 
 
 def long(text: str) -> bool:

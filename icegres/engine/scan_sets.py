@@ -213,19 +213,23 @@ class ScanSets:
         with self._lock:
             for run, segment in made.items():
                 reused[run] = self._segments.setdefault(run, segment)
-                self._starting.setdefault(run[0], set()).add(run)
+                if reused[run] is segment:
+                    self._starting.setdefault(run[0], set()).add(run)
+                    weakref.finalize(segment, self._forget, run)
             return self._live.setdefault(key, ScanSet(key[1], tuple(reused[run] for run in runs)))  # type: ignore[misc]
 
     def _live_starting(self, first: str) -> list[tuple[str, ...]]:
         """The file lists of live segments whose first file is `first` (under the lock)."""
-        runs = self._starting.get(first)
-        if not runs:
-            return []
-        dead = [run for run in runs if run not in self._segments]
-        runs.difference_update(dead)
-        if not runs:
-            del self._starting[first]
-        return list(runs)
+        return [run for run in self._starting.get(first, ()) if run in self._segments]
+
+    def _forget(self, run: tuple[str, ...]) -> None:
+        """A segment went: its run leaves the index (unless a new segment holds it again)."""
+        with self._lock:
+            runs = self._starting.get(run[0])
+            if runs is not None and run not in self._segments:
+                runs.discard(run)
+                if not runs:
+                    del self._starting[run[0]]
 
     def live_files(self) -> set[str]:
         """The files of every set some holder still has (current or retired, not yet released)."""

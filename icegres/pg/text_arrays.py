@@ -20,7 +20,7 @@ import pyarrow as pa
 
 __all__ = ["PIECE_CHARS", "array", "prepare"]
 
-_KEPT = 16  # big strings' arrays kept, most recently used last (each holds its str alive)
+_KEPT_CHARS = 256 << 20  # big strings' arrays kept, most recently used last (each holds its str alive)
 _LOCK = threading.Lock()
 _MADE: OrderedDict[tuple[int, str], tuple[str, pa.Array]] = OrderedDict()
 
@@ -70,7 +70,7 @@ def _big(value: str, type: pa.DataType) -> pa.Array:  # noqa: A002
     array = _made(value, type)
     with _LOCK:
         _MADE[key] = (value, array)
-        while len(_MADE) > _KEPT:
+        while len(_MADE) > 1 and sum(len(v) for v, _ in _MADE.values()) > _KEPT_CHARS:
             _MADE.popitem(last=False)
     return array
 

@@ -130,3 +130,27 @@ def test_a_remote_file_removed_while_serving_is_an_error_too(stack, tmp_path: Pa
             state, message = _sqlstate(conn, sql)
             assert state == "58P01", (sql, state, message)
             assert f"{schema}.t" in message and path.rsplit("/", 1)[1] in message
+
+
+def test_a_missing_long_text_file_fails_that_table_only(tmp_path: Path) -> None:
+    """A DEFAULT or COMMENT from 64 kB on is a file beside the table's metadata
+    (engine/long_texts.py): gone, the table's statements get 58P01 naming it — never the
+    reference in the text's place, nor no default — and the other tables answer."""
+    text = "long text é " * 10_000
+    data_dir = tmp_path / "data"
+    with running_icegres(data_dir) as srv, psycopg.connect(srv.dsn(), autocommit=True) as conn:
+        conn.execute(f"create table lt (id int, s text default '{text}')")
+        conn.execute("create table other (id int)")
+        conn.execute("insert into other values (1)")
+    (path,) = (data_dir / "warehouse").rglob("icegres-text-*.txt")
+    aside = tmp_path / path.name
+    shutil.move(path, aside)
+    with running_icegres(data_dir) as srv, psycopg.connect(srv.dsn(), autocommit=True) as conn:
+        for sql in ("select count(*) from lt", "insert into lt (id) values (1)"):
+            state, message = _sqlstate(conn, sql)
+            assert state == "58P01" and path.name in message, (sql, state, message)
+        assert conn.execute("select count(*) from other").fetchone() == (1,)
+    shutil.move(aside, path)
+    with running_icegres(data_dir) as srv, psycopg.connect(srv.dsn(), autocommit=True) as conn:
+        conn.execute("insert into lt (id) values (1)")
+        assert conn.execute("select s = %s from lt", [text]).fetchone() == (True,)
