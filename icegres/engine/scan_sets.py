@@ -83,12 +83,6 @@ class ScanSet:
     def urls(self) -> list[str]:
         return [segment.url for segment in self.segments]
 
-    @property
-    def path(self) -> Path:
-        """The directory of a set of one segment."""
-        assert len(self.segments) == 1
-        return self.segments[0].path
-
 
 def segments_for(files: tuple[str, ...], live: Callable[[str], Iterable[tuple[str, ...]]]) -> list[tuple[str, ...]]:
     """The runs of `files` a set is made of: runs that live segments already hold (`live(f)`:

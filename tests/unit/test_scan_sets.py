@@ -81,12 +81,12 @@ def test_a_set_links_its_files_in_order_and_is_shared_while_held(tmp_path: Path)
         files.append(str(tmp_path / name))
     sets = ScanSets()
     one = sets.acquire("meta-1", files)
-    assert sorted(os.listdir(one.path)) == ["000000-b.parquet", "000001-a.parquet"]
-    assert all(os.path.samefile(one.path / n, f) for n, f in zip(sorted(os.listdir(one.path)), files, strict=True))
-    assert not any(os.path.islink(one.path / n) for n in os.listdir(one.path))  # hard links on one filesystem
+    assert sorted(os.listdir(one.segments[0].path)) == ["000000-b.parquet", "000001-a.parquet"]
+    assert all(os.path.samefile(one.segments[0].path / n, f) for n, f in zip(sorted(os.listdir(one.segments[0].path)), files, strict=True))
+    assert not any(os.path.islink(one.segments[0].path / n) for n in os.listdir(one.segments[0].path))  # hard links on one filesystem
     assert sets.acquire("meta-1", files) is one  # a transaction pinning the mounted snapshot
     assert sets.acquire("meta-2", files) is not one
-    path = one.path
+    path = one.segments[0].path
     del one
     gc.collect()
     _wait_gone(path)
@@ -133,8 +133,8 @@ def test_a_set_links_symbolically_where_hard_links_are_refused(tmp_path: Path, m
     monkeypatch.setattr(scan_sets.os, "link", cross_device)
     sets = ScanSets()
     one = sets.acquire("meta", files)
-    names = sorted(os.listdir(one.path))
-    assert [os.readlink(one.path / n) for n in names] == files
+    names = sorted(os.listdir(one.segments[0].path))
+    assert [os.readlink(one.segments[0].path / n) for n in names] == files
     assert tried == files[:1]  # one refusal, not one per file
 
 
@@ -143,7 +143,7 @@ def test_a_retired_set_outlives_a_held_statement(tmp_path: Path) -> None:
     sets = ScanSets()
     hold = sets.hold()
     mounted = [sets.acquire("meta", [str(tmp_path / "f.parquet")])]
-    path = mounted[0].path
+    path = mounted[0].segments[0].path
     sets.retire(mounted)
     del mounted
     gc.collect()
