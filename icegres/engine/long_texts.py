@@ -20,7 +20,6 @@ the GIL 50-100 ms.
 
 from __future__ import annotations
 
-import codecs
 import hashlib
 import threading
 import uuid
@@ -30,6 +29,7 @@ from typing import Any
 
 from icegres.engine import damage
 from icegres.pg import text_arrays
+from icegres.sql.pieces import BigText
 
 MARKER = "icegres-text:"
 OUTLINE_CHARS = 64 * 1024
@@ -105,15 +105,14 @@ def referenced(properties: Mapping[str, str], docs: Iterable[str | None]) -> set
 
 
 def _read(io: Any, path: str) -> tuple[str, str]:
-    decoder = codecs.getincrementaldecoder("utf-8")()
+    """The file's text (decoded as a big literal's pieces are) and its SHA-256."""
     digest = hashlib.sha256()
-    parts: list[str] = []
+    pieces: list[bytes] = []
     with io.new_input(path).open() as f:
         while piece := f.read(_PIECE_BYTES):
             digest.update(piece)
-            parts.append(decoder.decode(piece))
-    parts.append(decoder.decode(b"", final=True))
-    return "".join(parts), digest.hexdigest()
+            pieces.append(piece)
+    return BigText(tuple(pieces), sum(map(len, pieces)), 0).text(), digest.hexdigest()
 
 
 _LOCK = threading.Lock()
