@@ -131,21 +131,22 @@ def _from_long(text: str, sql: str | None, verbatim: bool) -> PgError:
     that backtracks through the value, others that scan it to the end), during which every
     session waited. Every rule finds what it reads near the message's ends, so the rules read
     its two ends, and the middle goes back where the message quotes it."""
-    head, tail = text[:_EDGE_CHARS], text[-_EDGE_CHARS:]
-    middle = text[_EDGE_CHARS:len(text) - _EDGE_CHARS]
+    lo, hi = _EDGE_CHARS, len(text) - _EDGE_CHARS
+    head, tail = text[:lo], text[hi:]
     err = _from_text(head + _ELIDED + tail, sql, verbatim)
     if _ELIDED not in err.message:
         return err
     before, _, after = err.message.partition(_ELIDED)
     # A message that is DataFusion's first line (`_clean`: it runs to a line break of the tail or
-    # to its end) ends at the middle's first line break, if it has one.
+    # to its end) ends at the middle's first line break, if it has one. (Searched and joined in
+    # place: each copy of the middle holds the GIL.)
     at = len(after)
     first_line = after == tail[:at] and (at == len(tail.rstrip()) or tail[at] in "\n\r")
-    breaks = [k for k in (middle.find("\n"), middle.find("\r")) if k >= 0] if first_line else []
+    breaks = [k for k in (text.find("\n", lo, hi), text.find("\r", lo, hi)) if k >= 0] if first_line else []
     if breaks:
-        err.message = before + middle[:min(breaks)]
+        err.message = "".join((before, text[lo:min(breaks)]))
     else:
-        err.message = before + middle + after
+        err.message = "".join((before, text[lo:hi], after))
     return err
 
 

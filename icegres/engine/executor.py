@@ -28,8 +28,9 @@ the process registers the same stores; they go over the process's private socket
 
 A plan whose physical form DataFusion cannot serialise (a recursive CTE's RecursiveQueryExec) goes
 as its optimized logical plan, which the process plans again with the server's settings. Some
-plans run in the server process as before: those neither codec takes, those over PLAN_BYTES_MAX,
-and catalog queries (pg_catalog, information_schema: small in-memory tables, and clients send
+plans run in the server process as before: those neither codec takes, those over PLAN_BYTES_MAX
+or known to carry more than INLINE_BYTES_MAX of in-memory rows (a big literal's value), and
+catalog queries (pg_catalog, information_schema: small in-memory tables, and clients send
 many; query.py decides). docs/limitations.md lists them.
 """
 
@@ -60,6 +61,10 @@ log = logging.getLogger("icegres.engine")
 # A plan larger than this (in-memory tables travel inside it: a transaction's buffered rows, a
 # temporary table) runs in the server rather than be copied to a process.
 PLAN_BYTES_MAX = 16 << 20
+# A plan whose in-memory tables are known to hold more than this runs in the server without being
+# serialised at all: `ExecutionPlan.to_bytes` encodes them holding the GIL, ~28 ms per MB (a 50 MB
+# literal's one-row table stalled every other session 1.1 s before PLAN_BYTES_MAX sent it back).
+INLINE_BYTES_MAX = 1 << 20
 # A killed process is replaced this long after: its replacement's start (importing DataFusion,
 # ~0.5 s of CPU) would otherwise land in the very second the cancel is to leave quiet.
 REPLACE_DELAY_S = 2.0
@@ -187,11 +192,12 @@ class Executors:
 
     # --- admission ----------------------------------------------------------------------------
 
-    def start(self, df: Any, on_first: Any = None) -> RemoteBatches | None:
+    def start(self, df: Any, on_first: Any = None, inline_bytes: int = 0) -> RemoteBatches | None:
         """In a worker thread: `df`'s plan running in an execution process, or None where it
         must run here (module doc). Raises Queued when no slot is free. `on_first` is told how
-        many seconds the first pull took, if it completed."""
-        if _loses_its_projection(df):
+        many seconds the first pull took, if it completed; `inline_bytes` is what the caller
+        knows its in-memory tables hold (its big literals' values)."""
+        if inline_bytes > INLINE_BYTES_MAX or _loses_its_projection(df):
             return None
         try:
             plan = PLAN + df.execution_plan().to_bytes()

@@ -45,6 +45,7 @@ from icegres.engine.txn import TxnState
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, PgError
 from icegres.sql import text_scan
 from icegres.sql.parse import DIALECT
+from icegres.sql.pieces import big_bytes
 from icegres.sql.statement import EXPLAIN_PREFIX, Statement, query, tree_table_refs
 
 if TYPE_CHECKING:
@@ -633,7 +634,7 @@ class QueryContext:
         if wide is not None:
             planned = planned.with_df(self.engine.rebatched(planned.df, wide))
         try:
-            schema, stream = self.pg_schema(stmt, planned.df.schema()), self._stream(stmt, planned, kinds)
+            schema, stream = self.pg_schema(stmt, planned.df.schema()), self._stream(stmt, planned, kinds, params)
         except Exception as exc:
             retry = self._rewritten_after_failure(stmt, params, planned)
             if retry is None:
@@ -641,7 +642,7 @@ class QueryContext:
             try:
                 planned = retry
                 kinds = self._plan_kinds(stmt, planned.df)
-                schema, stream = self.pg_schema(stmt, planned.df.schema()), self._stream(stmt, planned, kinds)
+                schema, stream = self.pg_schema(stmt, planned.df.schema()), self._stream(stmt, planned, kinds, params)
             except Exception:
                 raise engine_errors.from_datafusion(exc, stmt.sql, verbatim=False) from None
         if not isinstance(stream, RemoteBatches) and self._pulls_long(stmt, planned, kinds):
@@ -654,7 +655,8 @@ class QueryContext:
                 stream = CancellableBatches(stream, functools.partial(self.engine.note_first_pull, planned.repeat))
         return schema, HeldStream(stream, planned.hold)
 
-    def _stream(self, stmt: Statement, planned: PlannedQuery, kinds: frozenset[str]) -> Any:
+    def _stream(self, stmt: Statement, planned: PlannedQuery, kinds: frozenset[str],
+                params: dict[str, Any] | None) -> Any:
         """The plan started: in an execution process that a cancel kills if it may compute for
         long (engine/executor.py; may raise Queued), else here."""
         executors = self.engine.executors
@@ -664,7 +666,7 @@ class QueryContext:
             # A catalog query stays here (small in-memory tables, and clients send many) unless a
             # table function can make it as big as any: then a cancel must be able to kill it.
             noted = None if planned.repeat is None else functools.partial(self.engine.note_first_pull, planned.repeat)
-            remote = executors.start(planned.df, noted)
+            remote = executors.start(planned.df, noted, big_bytes(params))
             if remote is not None:
                 return remote
         return planned.df.execute_stream()

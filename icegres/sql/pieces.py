@@ -51,6 +51,11 @@ def has_big(params: dict[str, object] | None) -> bool:
     return bool(params) and any(isinstance(v, BigText) for v in params.values())  # type: ignore[union-attr]
 
 
+def big_bytes(params: dict[str, object] | None) -> int:
+    """The bytes of the BigText parameter values."""
+    return sum(v.size for v in (params or {}).values() if isinstance(v, BigText))
+
+
 class _Gap:
     def __repr__(self) -> str:
         return "GAP"

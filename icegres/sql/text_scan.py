@@ -5,7 +5,8 @@ need the rewrite path). A regular expression with IGNORECASE ran 2.2 s over a 50
 a marker loop over the lowered text 8.6 s, each pattern one C call holding the GIL: the event
 loop, and so every other session, waited that long (issue 26). Here the text is lowered a piece
 at a time and searched case-sensitively, so no call holds the GIL for more
-than a few milliseconds, and the whole costs about as much as reading the text once more.
+than a few milliseconds. (A piece of 1 MB was too long: one alternation of 37 markers took 90 ms
+of GIL over a megabyte of text whose letters begin many of them.)
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 
 __all__ = ["lowered_pieces", "search"]
 
-PIECE = 1 << 20
+PIECE = 1 << 16
 # Pieces overlap by this much, so a match across a boundary is found: longer than any match of
 # the patterns searched here. (A boundary may fake a `\b` at a piece's end: the patterns here
 # only ever answer "maybe", where a false yes costs time and never a wrong answer.)
@@ -31,8 +32,9 @@ def lowered_pieces(text: str) -> Iterator[str]:
         yield text[start:start + PIECE + OVERLAP].lower()
 
 
-def search(lowercase_patterns: re.Pattern[str] | tuple[re.Pattern[str], ...], text: str) -> bool:
-    """Whether one of `lowercase_patterns` (written in lower case, compiled without IGNORECASE)
-    matches somewhere in `text` lowered."""
+def search(lowercase_patterns: re.Pattern[str] | tuple[re.Pattern[str] | str, ...], text: str) -> bool:
+    """Whether one of `lowercase_patterns` (written in lower case, compiled without IGNORECASE;
+    a str is a literal word, found by `in`) matches somewhere in `text` lowered."""
     patterns = lowercase_patterns if isinstance(lowercase_patterns, tuple) else (lowercase_patterns,)
-    return any(p.search(piece) is not None for piece in lowered_pieces(text) for p in patterns)
+    return any((p in piece) if isinstance(p, str) else (p.search(piece) is not None)
+               for piece in lowered_pieces(text) for p in patterns)

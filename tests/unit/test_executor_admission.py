@@ -71,3 +71,17 @@ def test_a_cancelled_waiter_leaves_the_queue_and_a_handed_slot_moves_on(tmp_path
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert got == ["third"]
+
+
+def test_a_plan_known_to_carry_big_in_memory_tables_runs_here_unserialised(tmp_path):
+    """Serialising a plan encodes its in-memory tables holding the GIL (~28 ms per MB): a plan
+    whose caller knows it carries more than INLINE_BYTES_MAX is never serialised, nor given a slot."""
+    from icegres.engine.executor import INLINE_BYTES_MAX
+
+    class Plan:
+        def execution_plan(self):
+            raise AssertionError("serialised")
+
+    executors = _slots(1, tmp_path)
+    assert executors.start(Plan(), None, INLINE_BYTES_MAX + 1) is None
+    assert executors.stats() == (0, 0)

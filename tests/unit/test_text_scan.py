@@ -31,3 +31,12 @@ def test_nothing_is_found_in_a_big_text_without_it() -> None:
                                  "select x::Character Varying ( 3)", "select a / b", "select * from Information_Schema.tables"])
 def test_the_rewrite_markers_match_in_any_case(sql: str) -> None:
     assert needs_rewrite(sql)
+
+
+@pytest.mark.parametrize("at", [0, PIECE - 4, PIECE + OVERLAP - 5, 2 * PIECE + 1])
+def test_a_literal_word_is_found_as_written_wherever_it_falls(at: int) -> None:
+    """A str among the patterns is a literal (its `(` is a parenthesis, not a group)."""
+    text = "x" * at + "Avg(" + "y" * (3 * PIECE - at)
+    assert search(("avg(",), text)
+    assert needs_rewrite(text)
+    assert not search(("avg(",), text.replace("Avg(", "Avgx"))

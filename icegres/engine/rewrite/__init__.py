@@ -187,7 +187,8 @@ _REWRITE_MARKERS = (
 # DataFusion drops (names.py); a cast to varchar(n) / char(n), whose length DataFusion ignores
 # (casts.py).
 _NEEDS_REWRITE = (
-    re.compile("|".join(re.escape(marker) for marker in _REWRITE_MARKERS)),
+    # (literal words, each found by `in`: as one alternation they took 3x as long over 50 MB)
+    *_REWRITE_MARKERS,
     re.compile(r"extract\s*\(\s*seconds?\b"),
     re.compile(r"date_part\s*\(\s*'seconds?'"),
     re.compile(r"(?:char|character|varying)\s*\(\s*\d"),

@@ -36,6 +36,8 @@ _SMALL_BATCH_VALUES_MAX = 512  # rows x columns
 _FIELD_LENGTH = struct.Struct(">i")
 _DATA_ROW_START = struct.Struct(">cih")
 _NULL_FIELD = b"\xff\xff\xff\xff"
+_AS_BYTES = {pa.string().id: pa.binary(), pa.large_string().id: pa.large_binary(),
+             pa.string_view().id: pa.binary_view()}
 
 
 def _fixed_width_fields(values: np.ndarray) -> list[bytes]:
@@ -70,7 +72,9 @@ def _small_fields(arr: pa.Array, fmt: int, settings: TextSettings) -> list[bytes
         else:
             fields = _fixed_width_fields(values.astype(">f4" if float4 else ">f8"))
     elif ty.is_string(dt) or ty.is_large_string(dt) or ty.is_string_view(dt):
-        return [None if v is None else v.encode() for v in arr.to_pylist()]
+        # A text field's bytes are the value's UTF-8, as Arrow holds it: read as bytes, not decoded
+        # and encoded again (for a 50 MB value two calls of ~40-80 ms of GIL each, now one copy).
+        return arr.view(_AS_BYTES[dt.id]).to_pylist()
     elif ty.is_timestamp(dt):
         utc_us = _to_us(arr)
         if fmt == 1:

@@ -330,7 +330,15 @@ def _frame(kind: bytes, body: bytes) -> bytes:
 
 
 def _cstr(s: str) -> bytes:
-    return s.encode("utf-8").replace(b"\0", b"") + b"\0"
+    if len(s) <= _CSTR_PIECE:
+        return s.encode("utf-8").replace(b"\0", b"") + b"\0"
+    # A long text (an error quoting a 50 MB value) is encoded a piece at a time: each encode holds
+    # the GIL, and one of 50 MB held it 50-90 ms, during which every other session waited.
+    pieces = [s[at:at + _CSTR_PIECE].encode("utf-8").replace(b"\0", b"") for at in range(0, len(s), _CSTR_PIECE)]
+    return b"".join([*pieces, b"\0"])
+
+
+_CSTR_PIECE = 1 << 20  # characters
 
 
 AUTH_OK = _frame(b"R", struct.pack("!i", 0))
@@ -408,11 +416,17 @@ CORRELATION_FIELD = b"i"
 
 
 def error_response(err: PgError, correlation_id: str | None = None) -> bytes:
+    return b"".join(error_response_parts(err, correlation_id))
+
+
+def error_response_parts(err: PgError, correlation_id: str | None = None) -> tuple[bytes, bytes, bytes]:
+    """An ErrorResponse in three parts, its fields as they were encoded: sent one after the
+    other, a big message is never copied to be framed (outbox.py)."""
     fields = errors_ahead.take(err, said(err))
     if fields is None:
         fields = notice_fields(err)
     tail = CORRELATION_FIELD + _cstr(correlation_id) + b"\0" if correlation_id else b"\0"
-    return b"".join((b"E", struct.pack("!i", len(fields) + len(tail) + 4), fields, tail))
+    return b"E" + struct.pack("!i", len(fields) + len(tail) + 4), fields, tail
 
 
 def said(err: PgError) -> tuple[Any, ...]:
@@ -423,14 +437,14 @@ def said(err: PgError) -> tuple[Any, ...]:
 
 def notice_fields(err: PgError) -> bytes:
     """An ErrorResponse's or NoticeResponse's fields, without the terminator."""
-    return _notice_fields(err)[:-1]
+    return b"".join(_notice_fields(err))
 
 
 def notice_response(err: PgError) -> bytes:
-    return _frame(b"N", _notice_fields(err))
+    return _frame(b"N", b"".join([*_notice_fields(err), b"\0"]))
 
 
-def _notice_fields(err: PgError) -> bytes:
+def _notice_fields(err: PgError) -> list[bytes]:
     fields = [(b"S", err.severity), (b"V", err.severity), (b"C", err.sqlstate), (b"M", err.message)]
     if err.detail:
         fields.append((b"D", err.detail))
@@ -438,7 +452,8 @@ def _notice_fields(err: PgError) -> bytes:
         fields.append((b"H", err.hint))
     if err.position:
         fields.append((b"P", str(err.position)))
-    return b"".join(code + _cstr(value) for code, value in fields) + b"\0"
+    # (one join of the pieces: a message quoting a 50 MB value is copied once more, not per step)
+    return [part for code, value in fields for part in (code, _cstr(value))]
 
 
 def copy_out_response(ncols: int, fmt: int = 0) -> bytes:

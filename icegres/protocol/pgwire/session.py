@@ -54,6 +54,7 @@ from icegres.protocol.pgwire.extended import (
     show_description,
 )
 from icegres.protocol.pgwire.framing import FrameDecoder
+from icegres.protocol.pgwire.outbox import Outbox
 from icegres.protocol.pgwire.results import (
     Chunk,
     Encoder,
@@ -87,7 +88,7 @@ class Session:
         self.activity = Activity()  # what pg_stat_activity shows of this session
         self.trace = statement_log.Trace(self)  # each statement's correlation id, log line, exemplar
         self.decoder = FrameDecoder()
-        self.out = bytearray()
+        self.out = Outbox()
         self.pid = server.next_pid()
         self.secret = secrets.randbits(31)
         self.user = ""
@@ -130,21 +131,19 @@ class Session:
             await self.flush()
             await self.recv_more()
 
-    def send(self, data: bytes) -> None:
-        self.out += data
+    def send(self, *parts: bytes) -> None:
+        self.out.extend(parts)
 
     async def flush(self) -> None:
         if self._provisional is not None:
             await self._settle()  # nothing answered on an unchecked description leaves unchecked
         if not self.out:
             return
-        data = bytes(self.out)
-        self.out.clear()
         # Shielded: a cancel (CancelRequest, statement_timeout) landing mid-write would leave half
         # a message on the wire and desynchronise the client. Only a dead connection stops a send.
         with trio.CancelScope(shield=True):
             try:
-                await self.stream.send_all(data)
+                await self.out.send_to(self.stream)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 raise ConnectionClosed from None
 
@@ -371,7 +370,7 @@ class Session:
             raise PgError(E.PROTOCOL_VIOLATION, "unexpected password message")
 
     def _report(self, err: PgError) -> None:
-        self.send(m.error_response(err, self.trace.failed(err)))
+        self.send(*m.error_response_parts(err, self.trace.failed(err)))
         self.block.feed(txblock.StatementFailed())
 
     # --- cancellation --------------------------------------------------------------------------
@@ -708,7 +707,7 @@ class Session:
     def _put_back(self, provisional: Provisional) -> None:
         """Drop what was answered on a provisional Parse: the output from its ParseComplete on,
         and the unnamed statement and portal it made."""
-        del self.out[provisional.out_at:]
+        self.out.truncate(provisional.out_at)
         for table, before in ((self.prepared, provisional.before[0]), (self.portals, provisional.before[1])):
             if before is None:
                 table.pop("", None)
