@@ -152,7 +152,6 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
         engine.session_defaults["icegres.branch"] = settings.branch
         log.info("every session starts on branch %s (icegres.branch)", settings.branch)
     engine.executors = Executors(slots, share_bytes, spill, stores=engine.stores.configs)
-    engine.executors.prestart()
     try:
         recover_last_run(engine, settings)
         # The listing only: tables are mounted when first named (lazy mounting), so start-up
@@ -230,6 +229,7 @@ def serve(settings: Settings, *, pgwire: bool = True) -> int:
                         ops.set_ready()
                     # After the "serving" line, which tests and operators wait for.
                     collector.settle()
+                    engine.executors.prestart()
                     nursery.start_soon(recheck_damaged, engine)
                     maintainer = maintenance(settings, engine, server, flight, ladder, ops)
                     if maintainer is not None:

@@ -68,6 +68,10 @@ INLINE_BYTES_MAX = 1 << 20
 # A killed process is replaced this long after: its replacement's start (importing DataFusion,
 # ~0.5 s of CPU) would otherwise land in the very second the cancel is to leave quiet.
 REPLACE_DELAY_S = 2.0
+# The server starts its processes this long after it serves: their imports, ~1 s of CPU each,
+# took a 2-core machine's cores from the server's own start-up (3.1-3.4 s to serve with them
+# alongside, 2.7-2.9 s without). A heavy statement sooner than that starts one itself.
+PRESTART_DELAY_S = 2.0
 
 
 # DataFusion 55's plan serialisation drops a table function's empty projection: `count(*)` over
@@ -160,10 +164,11 @@ class Executors:
         self._waiters: collections.deque[_Waiter] = collections.deque()
         self._closed = False
 
-    def prestart(self) -> None:
-        """Start the processes now, in the background (each imports DataFusion: ~1 s)."""
+    def prestart(self, delay_s: float = PRESTART_DELAY_S) -> None:
+        """Start the processes `delay_s` from now, in the background (each imports DataFusion: ~1 s
+        of CPU)."""
         for _ in range(self.slots):
-            self._replace(0)
+            self._replace(delay_s)
 
     def _replace(self, delay_s: float = REPLACE_DELAY_S) -> None:
         """One more idle process, started `delay_s` from now in the background; a statement that
