@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from icegres.sql.lexer import Kind as Tok
 from icegres.sql.lexer import scan
-from icegres.sql.pieces import BigText, quoted
+from icegres.sql.pieces import BigText, quoted_parts
 from icegres.sql.statement import Statement, classify
 
 
@@ -46,7 +46,7 @@ class Literals:
             name = sql[start + 1:end]
             if kind is Tok.PARAM and name in self.values:
                 self.used.add(name)
-                out += [sql[pos:start], _literal(self.values[name])]
+                out += [sql[pos:start], *_literal(self.values[name])]
                 pos = end
         return "".join([*out, sql[pos:]]) if out else sql
 
@@ -59,8 +59,8 @@ def written_statement(sql: str, values: Mapping[str, object]) -> Statement:
     return classify(Literals(values).filled(sql))
 
 
-def _literal(value: object) -> str:
+def _literal(value: object) -> list[str]:
+    """The parameter's value as a string literal, in pieces (joined once, with the rest)."""
     if isinstance(value, BigText):
-        return quoted(value)
-    text = str(value)
-    return "'" + text.replace("'", "''") + "'"
+        return quoted_parts(value)
+    return ["'", str(value).replace("'", "''"), "'"]
