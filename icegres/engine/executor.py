@@ -163,6 +163,7 @@ class Executors:
         self._running = 0  # slots taken: statements running, and slots handed to queued jobs
         self._waiters: collections.deque[_Waiter] = collections.deque()
         self._closed = False
+        self._ready_told = False
 
     def prestart(self, delay_s: float = PRESTART_DELAY_S) -> None:
         """Start the processes `delay_s` from now, in the background (each imports DataFusion: ~1 s
@@ -181,6 +182,7 @@ class Executors:
             with self._lock:
                 if not self._closed and len(self._idle) < self.slots:
                     self._idle.append(worker)
+                    self._tell_ready()
                     return
             worker.kill()
 
@@ -247,11 +249,19 @@ class Executors:
         with self._lock:
             if worker is not None:
                 self._idle.append(worker)
+                self._tell_ready()
             while self._waiters:
                 waiter = self._waiters.popleft()
                 if waiter.grant():
                     return
             self._running -= 1
+
+    def _tell_ready(self) -> None:
+        """The first time every process is started and idle, say so (under the lock): from then
+        on no heavy statement waits for one to start, and the server's memory is its idle size."""
+        if not self._ready_told and len(self._idle) >= self.slots:
+            self._ready_told = True
+            log.info("%d execution processes ready", len(self._idle))
 
     def release_unused(self, slot: Slot) -> None:
         """A job ran again with `slot` and did not take it (its plan ran here after all)."""

@@ -29,6 +29,7 @@ RSS_GROWTH_MAX_MB = 2 * POOL_MB
 @pytest.fixture(scope="module")
 def server(seeded_dir) -> Iterator[IcegresServer]:
     with running_icegres(seeded_dir, args=("--query-memory", f"{POOL_MB}MB")) as srv:
+        srv.wait_executors()  # (the idle memory and CPU measured include them)
         yield srv
 
 

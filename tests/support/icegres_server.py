@@ -27,6 +27,9 @@ from icegres.listeners import read_ports_file
 PORT_IN_USE = "is in use"  # what an icegres server prints when its port is taken
 
 
+# engine/executor.py logs it once every execution process is started and idle.
+EXECUTORS_READY = "execution processes ready"
+
 @dataclass(frozen=True)
 class IcegresServer:
     host: str
@@ -63,6 +66,12 @@ class IcegresServer:
             return self.log_path.read_text(errors="replace")[-n:]
         except OSError:
             return ""
+
+    def wait_executors(self, timeout_s: float = 30) -> None:
+        """Once the server's execution processes are all started and idle (engine/executor.py
+        starts them 2 s after serving): a test that measures the server's idle memory or CPU
+        must not count their start-up in what it measures."""
+        self.wait_log(EXECUTORS_READY, timeout_s)
 
     def wait_log(self, text: str, timeout_s: float = 30) -> str:
         """The log once it holds `text`: a server listens (its port was bound) before it logs
