@@ -33,7 +33,6 @@ from icegres.sql.pieces import BigText
 
 MARKER = "icegres-text:"
 OUTLINE_CHARS = 64 * 1024
-_PIECE_CHARS = 1 << 20  # encoded, hashed and written a piece at a time
 _PIECE_BYTES = 1 << 20
 _CACHED_CHARS = 256 << 20  # texts read, most recently used last, up to this many characters
 
@@ -55,8 +54,7 @@ def kept(io: Any, table_location: str, text: str) -> str:
     path = f"{table_location.rstrip('/')}/metadata/icegres-text-{uuid.uuid4()}.txt"
     digest = hashlib.sha256()
     with io.new_output(path).create(overwrite=False) as out:
-        for start in range(0, len(text), _PIECE_CHARS):
-            piece = text[start:start + _PIECE_CHARS].encode()  # a code point never splits: str slices
+        for piece in text_arrays.utf8_pieces(text):
             digest.update(piece)
             out.write(piece)
     reference = f"{MARKER}{digest.hexdigest()}:{path}"

@@ -13,18 +13,26 @@ from __future__ import annotations
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["PIECE_CHARS", "array", "prepare"]
+__all__ = ["PIECE_CHARS", "array", "prepare", "utf8_pieces"]
 
 _KEPT_CHARS = 256 << 20  # big strings' arrays kept, most recently used last (each holds its str alive)
 _LOCK = threading.Lock()
 _MADE: OrderedDict[tuple[int, str], tuple[str, pa.Array]] = OrderedDict()
 
 PIECE_CHARS = 1 << 20
+
+
+def utf8_pieces(text: str) -> Iterator[bytes]:
+    """`text`'s UTF-8, PIECE_CHARS characters at a time: each encode is a short C call, where one
+    of a 50 MB str held the GIL 50-90 ms. (A str slices by code point: no character is split.)"""
+    chars = PIECE_CHARS
+    for at in range(0, len(text), chars):
+        yield text[at:at + chars].encode()
 
 
 def array(values: Sequence[Any], type: pa.DataType) -> pa.Array | pa.ChunkedArray:  # noqa: A002  (pyarrow's name)
@@ -76,7 +84,7 @@ def _big(value: str, type: pa.DataType) -> pa.Array:  # noqa: A002
 
 
 def _made(value: str, type: pa.DataType) -> pa.Array:  # noqa: A002
-    pieces = [value[at:at + PIECE_CHARS].encode() for at in range(0, len(value), PIECE_CHARS)]
+    pieces = list(utf8_pieces(value))
     size = sum(map(len, pieces))
     data = pa.allocate_buffer(size)
     view = memoryview(data).cast("B")  # type: ignore[arg-type]

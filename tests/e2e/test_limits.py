@@ -336,13 +336,13 @@ with psycopg.connect(sys.argv[1], autocommit=True) as c:
 
 def _beside(dsn: str, client: str, *argv: str) -> tuple[list[float], str, float]:
     """`select 1` in a loop on a connection of its own while the big client (`python -c client
-    *argv`) sends its statement: the loop's latencies, the big client's answer and how long it
+    *argv dsn`) sends its statement: the loop's latencies, the big client's answer and how long it
     took. Each is a process of its own, so neither shares a GIL with the other or with pytest:
     measured from a thread of the pytest process, deep into a full run, the bystander's latency
     was also that process's (its other threads, its collections), and cases that take 40-100 ms
     alone measured 0.2-0.9 s there."""
     procs = [subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True) for code, args in ((_BYSTANDER, (dsn,)), (client, argv))]
+                              text=True) for code, args in ((_BYSTANDER, (dsn,)), (client, (*argv, dsn)))]
     bystander, big = procs
     try:
         for proc in procs:
@@ -390,7 +390,7 @@ def test_a_50mb_statement_does_not_stall_other_sessions(trust_server, kind):
         for _ in range(50):
             by.execute("select 1")
         rss_before = proc.memory_info().rss
-        latencies, answer, _ = _beside(trust_server.dsn(), _BIG_CLIENT, kind, str(size), trust_server.dsn())
+        latencies, answer, _ = _beside(trust_server.dsn(), _BIG_CLIENT, kind, str(size))
         if kind == "insert":  # the row as written, and no longer in the server's memory once read
             assert by.execute("select length(s) from big_rows where id = 1").fetchone() == (size,)
             by.execute("delete from big_rows")
@@ -497,7 +497,7 @@ def test_a_50mb_literal_in_a_planned_write_does_not_stall_other_sessions(trust_s
         del value
         for _ in range(50):
             by.execute("select 1")
-        latencies, answer, took = _beside(trust_server.dsn(), _BIG_WRITE_CLIENT, statement, str(size), trust_server.dsn())
+        latencies, answer, took = _beside(trust_server.dsn(), _BIG_WRITE_CLIENT, statement, str(size))
         stored = by.execute(check.replace("<md5>", digest).replace("<hexmd5>", hex_digest)).fetchone()
         by.execute("drop table bw")
     print(f"{kind}: bystander worst {max(latencies) * 1000:.0f} ms, statement {took:.2f} s")
@@ -529,7 +529,7 @@ def test_a_big_values_list_does_not_stall_other_sessions(trust_server):
     with psycopg.connect(trust_server.dsn(), autocommit=True) as by:
         by.execute("drop table if exists big_values")
         by.execute("create table big_values (id int, s text, x float8, b boolean)")
-        latencies, answer, took = _beside(trust_server.dsn(), _VALUES_CLIENT, str(rows), trust_server.dsn())
+        latencies, answer, took = _beside(trust_server.dsn(), _VALUES_CLIENT, str(rows))
         stored = by.execute("select count(*), sum(id), sum(x), count(*) filter (where b), "
                             "count(*) filter (where s = 'name ' || id) from big_values").fetchone()
         by.execute("drop table big_values")

@@ -30,6 +30,7 @@ PORT_IN_USE = "is in use"  # what an icegres server prints when its port is take
 # engine/executor.py logs it once every execution process is started and idle.
 EXECUTORS_READY = "execution processes ready"
 
+
 @dataclass(frozen=True)
 class IcegresServer:
     host: str

@@ -15,6 +15,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from icegres.engine import long_texts
 from icegres.engine.maintenance import orphans
+from icegres.pg import text_arrays
 from icegres.pg.errors import PgError
 
 pytestmark = pytest.mark.unit
@@ -34,7 +35,7 @@ def _fresh_process(monkeypatch) -> None:
 
 
 def test_a_long_text_is_a_reference_to_a_file_that_reads_back_exactly(table, monkeypatch) -> None:
-    monkeypatch.setattr(long_texts, "_PIECE_CHARS", 7_001)  # pieces that split no character differently
+    monkeypatch.setattr(text_arrays, "PIECE_CHARS", 7_001)  # pieces that split no character differently
     monkeypatch.setattr(long_texts, "_PIECE_BYTES", 4_099)  # reads that split characters
     stored = long_texts.kept(table.io, table.location(), TEXT)
     assert long_texts.is_reference(stored) and len(stored) < 300

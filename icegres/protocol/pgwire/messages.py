@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from icegres.pg.errors import PROTOCOL_VIOLATION, PgError
+from icegres.pg.text_arrays import PIECE_CHARS, utf8_pieces
 from icegres.protocol.pgwire import errors_ahead
 
 PROTOCOL_3_0 = 196608
@@ -330,15 +331,11 @@ def _frame(kind: bytes, body: bytes) -> bytes:
 
 
 def _cstr(s: str) -> bytes:
-    if len(s) <= _CSTR_PIECE:
+    if len(s) <= PIECE_CHARS:
         return s.encode("utf-8").replace(b"\0", b"") + b"\0"
-    # A long text (an error quoting a 50 MB value) is encoded a piece at a time: each encode holds
-    # the GIL, and one of 50 MB held it 50-90 ms, during which every other session waited.
-    pieces = [s[at:at + _CSTR_PIECE].encode("utf-8").replace(b"\0", b"") for at in range(0, len(s), _CSTR_PIECE)]
-    return b"".join([*pieces, b"\0"])
-
-
-_CSTR_PIECE = 1 << 20  # characters
+    # A long text (an error quoting a 50 MB value) is encoded a piece at a time: one encode of it
+    # held the GIL, and so every other session, 50-90 ms.
+    return b"".join([*(piece.replace(b"\0", b"") for piece in utf8_pieces(s)), b"\0"])
 
 
 AUTH_OK = _frame(b"R", struct.pack("!i", 0))
