@@ -199,6 +199,10 @@ def test_a_keeper_on_port_0_reports_its_port(tmp_path: Path) -> None:
     try:
         port = started.ports["port"]
         assert port != 0
-        assert f"keeper listening on 127.0.0.1:{port}" in started.log_path.read_text()
+        # (the port answers before the line is flushed to the log: wait for it, a few seconds at most)
+        line, deadline = f"keeper listening on 127.0.0.1:{port}", time.monotonic() + 10
+        while line not in started.log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert line in started.log_path.read_text()
     finally:
         stop(started.proc)
