@@ -17,7 +17,7 @@ from enum import Enum
 
 from icegres.pg import errors as e
 from icegres.pg.errors import PgError
-from icegres.sql.lexer import Kind, Token, tokenize
+from icegres.sql.lexer import Kind, Token, tokenize, unterminated_message
 
 
 class Anchor(Enum):
@@ -206,7 +206,7 @@ def _place(err: PgError, target: Target, sql: str, *, verbatim: bool) -> None:
             err.message, err.detail = f'syntax error at or near "{at.text}"', _parser_says(err.message)
     elif target.anchor is Anchor.UNTERMINATED:
         bad = next(t for t in tokens if t.kind is Kind.UNTERMINATED)
-        err.message = _UNTERMINATED_MESSAGE[bad.text[:1]].format(bad.text)
+        err.message = unterminated_message(bad.text)
 
 
 def _parser_says(message: str) -> str | None:
@@ -221,14 +221,6 @@ def _column_message(name: tuple[str, ...]) -> str:
     if len(name) == 1:
         return f'column "{name[0]}" does not exist'
     return f"column {name[-2]}.{name[-1]} does not exist"
-
-
-_UNTERMINATED_MESSAGE = {
-    "'": 'unterminated quoted string at or near "{0}"',
-    '"': 'unterminated quoted identifier at or near "{0}"',
-    "$": 'unterminated dollar-quoted string at or near "{0}"',
-    "/": "unterminated /* comment at or near \"{0}\"",
-}
 
 
 # --------------------------------------------------------------------------------------------------

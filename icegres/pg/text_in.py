@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from dateutil.relativedelta import relativedelta
 
+from icegres.pg import encoding
 from icegres.pg.clock import (
     _EPOCH_NAIVE,
     _PY_MAX_US,
@@ -33,7 +34,6 @@ from icegres.pg.clock import (
     _zone,
 )
 from icegres.pg.errors import (
-    CHARACTER_NOT_IN_REPERTOIRE,
     DATETIME_FIELD_OVERFLOW,
     INTERVAL_FIELD_OVERFLOW,
     INVALID_DATETIME_FORMAT,
@@ -121,16 +121,7 @@ _PG_SPACE = " \t\n\r\v\f"  # C isspace() in the C locale, which PostgreSQL's par
 
 def _utf8(raw: bytes) -> str:
     """pq_getmsgtext / input: client and server encodings are both UTF8, so only validate."""
-    try:
-        s = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        bad = raw[e.start : e.start + 1].hex()
-        raise _fail(
-            CHARACTER_NOT_IN_REPERTOIRE, f'invalid byte sequence for encoding "UTF8": 0x{bad}'
-        ) from None
-    if "\x00" in s:
-        raise _fail(CHARACTER_NOT_IN_REPERTOIRE, 'invalid byte sequence for encoding "UTF8": 0x00')
-    return s
+    return encoding.utf8(raw)
 
 
 # --- text format -------------------------------------------------------------------------------------
@@ -673,9 +664,10 @@ def _parse_interval(s: str) -> timedelta | relativedelta:
     return _interval_value(acc.months, acc.days, acc.us)
 
 
+# A number may have a minus sign, never a plus (ParseISO8601Number).
 _ISO_INTERVAL_RE = re.compile(
-    r"P(?:(?P<y>[+-]?[\d.]+)Y)?(?:(?P<mo>[+-]?[\d.]+)M)?(?:(?P<w>[+-]?[\d.]+)W)?(?:(?P<d>[+-]?[\d.]+)D)?"
-    r"(?:T(?:(?P<h>[+-]?[\d.]+)H)?(?:(?P<mi>[+-]?[\d.]+)M)?(?:(?P<s>[+-]?[\d.]+)S)?)?"
+    r"P(?:(?P<y>-?[\d.]+)Y)?(?:(?P<mo>-?[\d.]+)M)?(?:(?P<w>-?[\d.]+)W)?(?:(?P<d>-?[\d.]+)D)?"
+    r"(?:T(?:(?P<h>-?[\d.]+)H)?(?:(?P<mi>-?[\d.]+)M)?(?:(?P<s>-?[\d.]+)S)?)?"
 )
 
 

@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
+from icegres.sql.escapes import Refusal, unescaped
+
 
 class Kind(Enum):
     NAME = "name"  # unquoted identifier or keyword; value is case-folded
@@ -89,8 +91,8 @@ def scan(sql: str, *, comments: bool = False) -> Iterator[tuple[Kind, int, int]]
             quote_at = i if kind == "quote" else i + 1 if kind == "prefix" else i + 2
             q = sql[quote_at]
             end = _quoted_end(sql, quote_at, q, backslash=kind == "prefix" and sql[i] in "eE")
-            if end < 0:
-                yield Kind.UNTERMINATED, quote_at, n
+            if end < 0:  # (from its prefix, as PostgreSQL reports it; N'…' is NATIONAL and a string)
+                yield Kind.UNTERMINATED, quote_at if sql[i] in "nN" else i, n
                 return
             yield (Kind.STRING if q == "'" else Kind.QUOTED_NAME), i, end
         elif kind == "param":
@@ -151,25 +153,35 @@ def _quoted_end(sql: str, quote_at: int, q: str, *, backslash: bool) -> int:
 
 def unquoted(text: str) -> str:
     """What a quoted token (not a dollar quote) denotes: its contents with doubled quotes (and,
-    in E'', backslash escapes) undone."""
+    in E'', backslash escapes: sql/escapes.py) undone. An E'' string PostgreSQL refuses (which
+    `statement.classify` reports) is its contents as written."""
     at = 2 if text[:2] in ("U&", "u&") else 1 if text[0] not in "'\"" else 0
     q = text[at]
     inner = text[at + 1 : -1]
     if not (at == 1 and text[0] in "eE"):
         return inner.replace(q + q, q)
-    out, i = [], 0
-    while i < len(inner):
-        c = inner[i]
-        if c == "\\" and i + 1 < len(inner):
-            out.append(inner[i + 1])
-            i += 2
-        elif c == q and inner.startswith(q + q, i):
-            out.append(q)
-            i += 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+    value = unescaped([inner])
+    return inner if isinstance(value, Refusal) else b"".join(value.pieces).decode()
+
+
+def unterminated_message(token: str) -> str:
+    """PostgreSQL's message for an UNTERMINATED token (its text as written, to the end)."""
+    first = token[:1].lower()
+    if first == "u":  # U&'…' or U&"…"
+        first = token[2:3]
+    what = {"'": "quoted string", "e": "quoted string", "b": "bit string literal",
+            "x": "hexadecimal string literal", '"': "quoted identifier", "$": "dollar-quoted string",
+            "/": "/* comment"}[first]
+    return f'unterminated {what} at or near "{token}"'
+
+
+def unterminated_at(sql: str) -> tuple[str, int] | None:
+    """PostgreSQL's message for the token of `sql` that never ends, and where it starts; None
+    if every one ends."""
+    for kind, start, _ in scan(sql):
+        if kind is Kind.UNTERMINATED:
+            return unterminated_message(sql[start:]), start
+    return None
 
 
 def block_comment_end(sql: str, start: int) -> int:

@@ -25,7 +25,7 @@ from sqlglot.tokens import TokenType
 
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, PgError
 from icegres.sql import text_scan, unicode_escapes, values_rows
-from icegres.sql.lexer import split_quoted
+from icegres.sql.lexer import split_quoted, unterminated_at
 
 
 class IcegresPostgres(Postgres):
@@ -97,7 +97,7 @@ class ConstantValues(exp.Expression):
 
 def parse(sql: str) -> exp.Expression:
     """The statement's tree (PgError 42601 if it does not parse). Shared: never change it."""
-    with _syntax_errors():
+    with _syntax_errors(sql):
         return _read_or_parsed(sql) if len(sql) > BIG_TEXT else _parse_cached(sql)
 
 
@@ -114,17 +114,20 @@ def _read_or_parsed(sql: str) -> exp.Expression:
 
 def whole(values: ConstantValues) -> exp.Expression:
     """The tree of the statement `values` stands in (PgError 42601 if it does not parse)."""
-    with _syntax_errors():
+    with _syntax_errors(values.args["rows"].sql):
         return _folded_parse(values.args["rows"].sql)
 
 
 @contextlib.contextmanager
-def _syntax_errors() -> Iterator[None]:
-    """sqlglot's errors as PostgreSQL's 42601."""
+def _syntax_errors(sql: str) -> Iterator[None]:
+    """sqlglot's errors (parsing `sql`) as PostgreSQL's 42601."""
     try:
         yield
     except TokenError:
-        raise PgError(SYNTAX_ERROR, "syntax error: unterminated quoted string or identifier") from None
+        bad = unterminated_at(sql)
+        if bad is None:
+            raise PgError(SYNTAX_ERROR, "syntax error: unterminated quoted string or identifier") from None
+        raise PgError(SYNTAX_ERROR, bad[0], position=bad[1] + 1) from None
     except ParseError as err:
         detail = err.errors[0] if err.errors else {}
         raise PgError(

@@ -9,9 +9,8 @@ rules; a quote is a prefixed string's, `E'…'`, `B'…'`, `U&'…'`, only where
 token). What it gives back per statement: verbatim text, big comments as a `GAP` and big plain,
 escape (`E'…'`) or dollar-quoted string literals as a `Literal` whose value is UTF-8 pieces
 (`BigText`), so no str of the literal's size is ever made. An escape string's backslash escapes
-are undone as PostgreSQL's scanner does (`\\n`, octal, `\\x`, `\\u`/`\\U` with surrogate pairs);
-one whose escapes PostgreSQL would refuse (a byte sequence that is not UTF-8, a NUL, a bad `\\u`)
-stays text as written, for the engine to report.
+are undone as PostgreSQL's scanner does (sql/escapes.py); the first one whose escapes PostgreSQL
+refuses is the scan's `refused` error, which fails the whole message as in PostgreSQL.
 
 Pure and it never raises: a string, quoted name or comment that does not end runs to the end of
 the text as written (the statement's syntax error is the engine's to report).
@@ -21,10 +20,11 @@ from __future__ import annotations
 
 import codecs
 import re
-import time
 from dataclasses import dataclass, field
 from enum import Enum
 
+from icegres.pg.errors import PgError
+from icegres.sql.escapes import Refusal, unescaped
 from icegres.sql.lexer import LETTER as _LETTER
 from icegres.sql.lexer import NUMBER, strip_leading_comments
 
@@ -164,6 +164,10 @@ class Scanner:
         self._pieces: list[str] = []  # a PLAIN/DOLLAR literal's value, or a comment, so far
         self._size = 0
         self._depth = 0
+        # The first E'…' string whose escapes PostgreSQL refuses: its error (the cursor counted
+        # from the start of the text fed). PostgreSQL reads the whole message before it runs
+        # any of it, so the message fails.
+        self.refused: PgError | None = None
 
     def feed(self, chunk: str) -> None:
         text = self._carry + chunk if self._carry else chunk
@@ -385,13 +389,21 @@ class Scanner:
             self._emit(opener + _written(opener, "".join(pieces)) + ("'" if opener.endswith("'") else opener), written)
 
     def _close_escaped(self) -> None:
-        """After an E'…' string's closing quote: a big one whose escapes PostgreSQL accepts
-        becomes a Literal (its `E` taken back from the text before it), anything else stays as
-        written."""
+        """After an E'…' string's closing quote: a big one becomes a Literal of its value (its
+        `E` taken back from the text before it), a small one stays as written. One whose escapes
+        PostgreSQL refuses stays as written too, and the first such is the scan's `refused`."""
         pieces, chars = self._pieces, self._size
         self._pieces, self._size, self._state = [], 0, _In.NORMAL
         self._tail = "'"
-        value = unescaped(pieces) if chars > self.literal_chars else None
+        big = chars > self.literal_chars
+        value = None
+        if big or (self.refused is None and any("\\" in p for p in pieces)):
+            read = unescaped(pieces)
+            if isinstance(read, Refusal):
+                if self.refused is None:
+                    self.refused = read.error(self._at - 1 - chars)
+            elif big:
+                value = BigText(read.pieces, sum(map(len, read.pieces)), read.chars)
         if value is None:
             for piece in ("'", *pieces, "'"):
                 self._emit(piece, len(piece))
@@ -414,94 +426,6 @@ class Scanner:
             self._emit(GAP, size)
         else:
             self._emit("".join(pieces), size)
-
-
-# A backslash escape of an E'…' string (PostgreSQL's scan.l: xeoctesc, xehexesc, xeunicode,
-# xeunicodefail, xeescape) or a doubled quote. None longer than _ESCAPE_CHARS_MAX.
-_ESCAPE = re.compile(r"\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([uU])|(.))|''",
-                     re.DOTALL)
-_ESCAPE_CHARS_MAX = 10
-_YIELD_BYTES = 1 << 16
-_SIMPLE = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
-
-
-class _Refused(Exception):
-    """An escape PostgreSQL refuses: the literal stays as written, for the engine to report."""
-
-
-def unescaped(raw: list[str]) -> BigText | None:
-    """The value of an E'…' string whose text between the quotes is `raw` (in pieces), as UTF-8
-    pieces of about the raw pieces' size; None if PostgreSQL refuses it (22021 for a byte
-    sequence that is not UTF-8 or a NUL, 22025 for a `\\u` escape it cannot read)."""
-    out: list[bytes] = []
-    check = codecs.getincrementaldecoder("utf-8")()
-    chars, carry, high = 0, "", None  # high: a \\u high surrogate waiting for its low half
-    since_yield = 0
-    try:
-        for k, piece in enumerate(raw):
-            text = carry + piece
-            final = k == len(raw) - 1
-            # An escape starting before `limit` is whole in `text`: none is longer than 10.
-            limit = len(text) if final else len(text) - _ESCAPE_CHARS_MAX
-            parts: list[bytes] = []
-            pos = 0
-            for m in _ESCAPE.finditer(text):
-                if m.start() >= limit:
-                    break
-                if m.start() > pos:
-                    if high is not None:
-                        raise _Refused
-                    parts.append(text[pos:m.start()].encode())
-                high = _escape(m, parts, high)
-                pos = m.end()
-            cut = max(limit, pos)
-            if cut > pos:
-                if high is not None:
-                    raise _Refused
-                parts.append(text[pos:cut].encode())
-            carry = text[cut:]
-            data = b"".join(parts)
-            if b"\0" in data:
-                raise _Refused
-            chars += len(check.decode(data, final=final))
-            out.append(data)
-            since_yield += len(data)
-            if since_yield >= _YIELD_BYTES:
-                since_yield = 0
-                time.sleep(0)  # the GIL to whoever waits for it, at once (statements.py)
-        if high is not None:
-            raise _Refused
-    except (_Refused, UnicodeDecodeError):
-        return None
-    return BigText(tuple(out), sum(map(len, out)), chars)
-
-
-def _escape(m: re.Match[str], parts: list[bytes], high: int | None) -> int | None:
-    """Append what the escape `m` means; the high surrogate it leaves waiting, if any."""
-    octal, hexa, u4, u8, bare_u, other = m.groups()
-    code = int(u4 or u8, 16) if (u4 or u8) else None
-    if high is not None:
-        if code is None or not 0xDC00 <= code <= 0xDFFF:
-            raise _Refused
-        parts.append(chr(0x10000 + ((high - 0xD800) << 10) + (code - 0xDC00)).encode())
-        return None
-    if code is not None:
-        if 0xD800 <= code <= 0xDBFF:
-            return code
-        if code == 0 or code > 0x10FFFF or 0xDC00 <= code <= 0xDFFF:
-            raise _Refused
-        parts.append(chr(code).encode())
-    elif octal is not None:
-        parts.append(bytes((int(octal, 8) & 0xFF,)))
-    elif hexa is not None:
-        parts.append(bytes((int(hexa, 16),)))
-    elif bare_u is not None:
-        raise _Refused
-    elif other is not None:
-        parts.append(_SIMPLE.get(other, other).encode())
-    else:  # ''
-        parts.append(b"'")
-    return None
 
 
 def split_statements(sql: str) -> list[str]:

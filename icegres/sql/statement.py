@@ -22,6 +22,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, PgError
+from icegres.sql.escapes import Refusal, unescaped
 from icegres.sql.lexer import Kind as TokenKind
 from icegres.sql.lexer import scan, strip_leading_comments, tokenize
 from icegres.sql.placeholders import number_qmarks
@@ -198,9 +199,11 @@ def unquote_ident(name: str) -> str:
 def classify(sql: str, *, qmark: bool = False) -> Statement:
     """The statement `sql` is, classified once. `qmark`: `?` placeholders are positional
     parameters, numbered `$1..$n` in order (PgError 42601 if it names `$n` as well)."""
-    text = strip_leading_comments(sql).rstrip().rstrip(";").rstrip()
+    stripped = strip_leading_comments(sql)
+    text = stripped.rstrip().rstrip(";").rstrip()
     if qmark:
         text = number_qmarks(text)
+    text = _escape_strings_read(text, len(sql) - len(stripped))
     m = re.match(r"[A-Za-z]+", text)
     word = m.group(0).upper() if m else ""
     handler = _HANDLERS.get(word)
@@ -213,6 +216,27 @@ def classify(sql: str, *, qmark: bool = False) -> Statement:
     if word in _WRITE_WORDS:
         return Statement(Kind.WRITE, text, word)
     return Statement(Kind.UNSUPPORTED, text, word)
+
+
+def _escape_strings_read(text: str, lead: int) -> str:
+    """`text` with each E'…' string that has a backslash escape checked as PostgreSQL's scanner
+    reads it (PgError where it refuses one: its cursor counts `lead` characters before `text`)
+    and written as the standard string of its value, padded with spaces to its length so that
+    every later token keeps its offset (error cursors). DataFusion's parser reads escapes its
+    own way: it refuses a surrogate pair and a character made of escaped bytes (`\\303\\251`)."""
+    if "\\" not in text:
+        return text
+    out, pos = [], 0
+    for kind, start, end in scan(text):
+        if kind is not TokenKind.STRING or text[start] not in "eE" or "\\" not in text[start:end]:
+            continue
+        value = unescaped([text[start + 2 : end - 1]])
+        if isinstance(value, Refusal):
+            raise value.error(lead + start + 2)
+        written = "'" + b"".join(value.pieces).decode().replace("'", "''") + "'"
+        out += [text[pos:start], written, " " * (end - start - len(written))]
+        pos = end
+    return "".join([*out, text[pos:]]) if out else text
 
 
 def _with_main_word(text: str) -> str:

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from icegres.sql import lexer
-from icegres.sql.pieces import GAP, Literal, scan_pieces, unescaped
+from icegres.sql.escapes import Value, unescaped
+from icegres.sql.pieces import GAP, Literal, Scanner, scan_pieces
 
 pytestmark = pytest.mark.unit
 
@@ -55,7 +56,8 @@ def test_big_literals_and_comments_whatever_the_pieces():
         assert "".join(i for i in statements[0].items if isinstance(i, str)).endswith(", 1 ")  # its E taken back
 
 
-# What PostgreSQL 15 answers for `select E'…'` (checked against it): the escapes of scan.l.
+# What PostgreSQL 15 answers for `select E'…'` (checked against it): the escapes of scan.l, and
+# (None) ones it refuses (tests/unit/test_escapes.py: with which error).
 _ESCAPES = [
     (r"a\nb", "a\nb"), (r"\101\x42\u0043\U00000044", "ABCD"), (r"it''s \' \\ \q", "it's ' \\ q"),
     (r"\xc3\xa9", "é"), (r"\ud83d\ude00", "😀"), (r"\7\b\f\r\t\xg", "\x07\b\f\r\txg"),
@@ -66,32 +68,35 @@ _ESCAPES = [
 
 @pytest.mark.parametrize(("written", "value"), _ESCAPES)
 def test_big_escape_strings_mean_what_postgresql_reads(written, value):
-    """A big E'…' string is a Literal of its value where PostgreSQL accepts its escapes, and
-    stays as written where it refuses them (its error is the engine's to report), whatever the
-    pieces."""
+    """A big E'…' string is a Literal of its value where PostgreSQL accepts its escapes; where
+    it refuses them the string stays as written and the scan is refused (the message fails),
+    whatever the pieces."""
     pad = "p" * 5000
     text = f"select E'{pad}{written}{pad}' as v"
     for size in (1, 3, 11, 4096, len(text)):
-        [statement] = scan_pieces([text[i:i + size] for i in range(0, len(text), size)], 4096)
+        scanner = Scanner(4096)
+        for i in range(0, len(text), size):
+            scanner.feed(text[i:i + size])
+        [statement] = scanner.finish()
         literals = [i for i in statement.items if isinstance(i, Literal)]
         if value is None:
             assert not literals and "".join(statement.items) == text  # type: ignore[arg-type]
+            assert scanner.refused is not None
         else:
+            assert scanner.refused is None
             assert [lit.value.text() for lit in literals] == [pad + value + pad]
             at = statement.items.index(literals[0])
             assert "".join(statement.items[:at]) == "select " and statement.chars == len(text)  # type: ignore[arg-type]
             assert literals[0].raw() != text  # re-escaped, meaning the same
-            assert unescaped([literals[0].raw()[2:-1]]).text() == pad + value + pad  # type: ignore[union-attr]
+            again = unescaped([literals[0].raw()[2:-1]])
+            assert isinstance(again, Value) and b"".join(again.pieces).decode() == pad + value + pad
 
 
-def test_escape_strings_decode_alike_whatever_the_pieces():
-    rng = random.Random(2)
-    alphabet = ["a", "é", "\\n", "\\\\", "''", "\\'", "\\x41", "\\101", "\\u00e9", "\\U0001F600", "\\ud83d\\ude00",
-                "\\7", "\\x4", "\\q"]
-    for _ in range(300):
-        raw = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40)))
-        whole = unescaped([raw])
-        assert whole is not None, raw
-        size = rng.randint(1, 12)
-        split = unescaped([raw[i:i + size] for i in range(0, len(raw), size)])
-        assert split is not None and split.text() == whole.text() and split.chars == len(whole.text()), raw
+def test_a_small_refused_escape_string_refuses_the_scan():
+    """A small E'…' string stays as written, but one PostgreSQL refuses refuses the scan too,
+    its cursor counted from the start of the text (the first one, as PostgreSQL reports)."""
+    scanner = Scanner(4096)
+    scanner.feed("select 1; select E'ok', E'\\u', E'\\xff'")
+    statements = scanner.finish()
+    assert len(statements) == 2 and scanner.refused is not None
+    assert (scanner.refused.sqlstate, scanner.refused.position) == ("22025", 27)

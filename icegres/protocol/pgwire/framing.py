@@ -96,7 +96,12 @@ class FrameDecoder:
             return NEED_DATA
         body = bytes(memoryview(self._buf)[5 : length + 1])  # one copy, not a slice and a copy
         del self._buf[: length + 1]
-        return m.decode_frontend(kind, body)
+        try:
+            return m.decode_frontend(kind, body)
+        except PgError as err:  # (its frame was whole: only a bad frame loses the message stream)
+            if err.sqlstate == PROTOCOL_VIOLATION:
+                raise
+            return m.Unreadable(kind, err)
 
     def worth_a_thread(self, limit: int) -> bool:
         """Whether the next message is a regular message other than a Query or Parse, over `limit`

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from icegres.pg import encoding
 from icegres.pg.errors import PROTOCOL_VIOLATION, PgError
 from icegres.pg.text_arrays import PIECE_CHARS, utf8_pieces
 from icegres.protocol.pgwire import errors_ahead
@@ -154,9 +155,19 @@ class FunctionCall:
     pass
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """A Query or Parse whose text could not be read: bytes that are not UTF-8, or an E'…'
+    string PostgreSQL refuses. Its frame was whole, so this is the message's error (an ERROR,
+    not a FATAL protocol violation), answered as its statement's would be."""
+
+    kind: bytes  # b"Q" or b"P"
+    error: PgError
+
+
 FrontendMessage = (
     Query | Parse | Bind | Describe | Execute | Close | Sync | Flush | Terminate
-    | PasswordMessage | CopyData | CopyDone | CopyFail | FunctionCall
+    | PasswordMessage | CopyData | CopyDone | CopyFail | FunctionCall | Unreadable
 )
 
 
@@ -197,10 +208,7 @@ class _Reader:
             raise PgError(PROTOCOL_VIOLATION, "invalid message format: unterminated string")
         raw = memoryview(self.buf)[self.pos : end]  # decoded in place: a Query may be 100s of MB
         self.pos = end + 1
-        try:
-            return str(raw, "utf-8")
-        except UnicodeDecodeError:
-            raise PgError("22021", "invalid byte sequence for encoding \"UTF8\"") from None
+        return encoding.utf8(raw)
 
     def raw(self, n: int) -> bytes:
         self._need(n)

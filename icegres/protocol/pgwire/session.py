@@ -152,14 +152,7 @@ class Session:
             await self.flush()
 
     def channel_binding(self) -> bytes | None:
-        if self.tls is None:
-            return None
-        try:
-            return self.tls.channel_binding()
-        except ValueError:
-            # A certificate whose signature names no single hash (RSASSA-PSS, Ed25519) has no
-            # tls-server-end-point data: SCRAM is then offered without -PLUS on this connection.
-            return None
+        return None if self.tls is None else self.tls.channel_binding()
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -324,22 +317,25 @@ class Session:
         except PgError as err:
             if await self._answered_again(msg):
                 return
-            self._report(err)
-            if not isinstance(msg, m.Query | m.Sync):
-                self.skip_to_sync = True
+            self._failed(msg, err)
         except ConnectionClosed:
             raise
         except Exception as exc:  # a bug must cost one statement, not the connection
             if await self._answered_again(msg):
                 return
             log.exception("internal error in session %s", self.pid)
-            self._report(PgError(E.INTERNAL_ERROR, f"internal error: {exc}"))
-            if isinstance(msg, m.Query):
-                self._ready_for_query()
-            else:
-                self.skip_to_sync = True
+            self._failed(msg, PgError(E.INTERNAL_ERROR, f"internal error: {exc}"))
+
+    def _failed(self, msg: m.FrontendMessage, err: PgError) -> None:
+        self._report(err)  # (a Query's text may be refused whole: it still ends with ReadyForQuery)
+        if isinstance(msg, m.Query) or (isinstance(msg, m.Unreadable) and msg.kind == b"Q"):
+            self._ready_for_query()
+        elif not isinstance(msg, m.Sync):
+            self.skip_to_sync = True
 
     async def _dispatch(self, msg: m.FrontendMessage) -> None:
+        if isinstance(msg, m.Unreadable):
+            raise msg.error
         if isinstance(msg, m.Query):
             await self._simple_query(msg.sql, msg.split)
         elif isinstance(msg, m.Parse):

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from icegres.pg.encoding import utf8, utf8_error
 from icegres.pg.errors import PROTOCOL_VIOLATION, PgError
 from icegres.protocol.pgwire import messages as m
 from icegres.sql.lexer import Kind as Tok
@@ -73,7 +74,12 @@ async def next_message(server: ServerPort, decoder: FrameDecoder) -> m.FrontendM
         msg = await trio.to_thread.run_sync(decoder.next_message, limiter=server.text_limiter)
     if isinstance(msg, m.MessagePieces):
         of_pieces = query_of_pieces if msg.kind == b"Q" else parse_of_pieces
-        return await trio.to_thread.run_sync(of_pieces, msg.pieces, limiter=server.text_limiter)
+        try:
+            return await trio.to_thread.run_sync(of_pieces, msg.pieces, limiter=server.text_limiter)
+        except PgError as err:
+            if err.sqlstate == PROTOCOL_VIOLATION:
+                raise
+            return m.Unreadable(msg.kind, err)
     return msg
 
 
@@ -127,10 +133,7 @@ def parse_of_pieces(pieces: list[bytes]) -> m.Parse:
     statement name, the text, then the parameter types (messages.py decodes a small one so)."""
     body = _Cursor(pieces)
     name = b"".join(body.cstring())
-    try:
-        name_text = name.decode()
-    except UnicodeDecodeError:
-        raise PgError("22021", 'invalid byte sequence for encoding "UTF8"') from None
+    name_text = utf8(name)
     raw = _scanned(body.cstring())
     rest = body.rest()
     count = struct.unpack_from("!H", rest)[0] if len(rest) >= 2 else -1
@@ -180,17 +183,24 @@ def _scanned(text: Iterable[bytes]) -> list[RawStatement]:
     for piece in text:
         try:
             scanner.feed(decoder.decode(piece))
-        except UnicodeDecodeError:
-            raise PgError("22021", 'invalid byte sequence for encoding "UTF8"') from None
+        except UnicodeDecodeError as exc:
+            raise utf8_error(exc.object, exc.start) from None
         since_yield += len(piece)
         if since_yield >= _YIELD_BYTES:
             since_yield = 0
             time.sleep(0)
     try:
         decoder.decode(b"", final=True)
-    except UnicodeDecodeError:
-        raise PgError("22021", 'invalid byte sequence for encoding "UTF8"') from None
-    return scanner.finish()
+    except UnicodeDecodeError as exc:
+        raise utf8_error(exc.object, exc.start) from None
+    return _finished(scanner)
+
+
+def _finished(scanner: Scanner) -> list[RawStatement]:
+    raw = scanner.finish()
+    if scanner.refused is not None:
+        raise scanner.refused
+    return raw
 
 
 def split_raw(raw: list[RawStatement], *, declared: int | None = None) -> Split:
@@ -205,7 +215,12 @@ def split_raw(raw: list[RawStatement], *, declared: int | None = None) -> Split:
             piece = text.strip()
             if not strip_leading_comments(piece):
                 continue
-            stmt = classify(piece)
+            try:
+                stmt = classify(piece)
+            except PgError as err:
+                if err.position is not None:
+                    err.position += st.start + len(text) - len(text.lstrip())
+                raise
             statements.append(stmt)
             offsets.append(st.start + max(text.find(stmt.sql), 0))
             params.append(None)
@@ -278,7 +293,7 @@ def split_prepared(sql: str, declared: int) -> Split:
     scanner = Scanner(LITERAL_CHARS)
     for at in range(0, len(sql), _SLICE_CHARS):
         scanner.feed(sql[at : at + _SLICE_CHARS])
-    return split_raw(scanner.finish(), declared=declared)
+    return split_raw(_finished(scanner), declared=declared)
 
 
 def _written(item: str | object) -> str:
@@ -306,14 +321,19 @@ def split_text(sql: str, *, literals: bool = True) -> Split:
         texts = [sql]
     statements, params, located = [], [], []
     for text in texts:
-        if len(text) > BIG_CHARS:
-            compacted, values = compact(text, literals=literals)
-            statements.append(classify(compacted))
-            located.append(text)  # positions inside a compacted statement are its own
-        else:
-            values = None
-            statements.append(classify(text))
-            located.append(statements[-1].sql)  # leading comments stripped: where it starts
+        try:
+            if len(text) > BIG_CHARS:
+                compacted, values = compact(text, literals=literals)
+                statements.append(classify(compacted))
+                located.append(text)  # positions inside a compacted statement are its own
+            else:
+                values = None
+                statements.append(classify(text))
+                located.append(statements[-1].sql)  # leading comments stripped: where it starts
+        except PgError as err:  # (an E'…' string PostgreSQL refuses: its cursor is the message's)
+            if err.position is not None:
+                err.position += statement_offsets(sql, [*located, text])[-1]
+            raise
         params.append(values)
     return Split(statements, statement_offsets(sql, located), params)
 

@@ -60,9 +60,14 @@ class TlsInfo:
     direct: bool  # PostgreSQL 17's direct negotiation (no SSLRequest)
     server_cert_der: bytes  # the certificate the server presented
 
-    def channel_binding(self) -> bytes:
-        """SCRAM-SHA-256-PLUS's tls-server-end-point data for this connection (RFC 5929)."""
-        return tls_server_end_point(self.server_cert_der)
+    def channel_binding(self) -> bytes | None:
+        """SCRAM-SHA-256-PLUS's tls-server-end-point data for this connection (RFC 5929). None
+        for a certificate whose signature names no single hash (RSASSA-PSS, Ed25519): it has no
+        such data, and SCRAM is then offered without -PLUS on this connection."""
+        try:
+            return tls_server_end_point(self.server_cert_der)
+        except ValueError:
+            return None
 
 
 class _Replaying(trio.abc.Stream):
