@@ -107,7 +107,7 @@ def _read_or_parsed(sql: str) -> exp.Expression:
     rows = values_rows.read(sql) if len(sql) > VALUES_TEXT else None
     if rows is None:
         return _folded_parse(sql)
-    tree = _folded_parse(f"{rows.head} VALUES (NULL)")
+    tree = _folded_parse(f"{rows.head} VALUES (NULL) {rows.tail}")
     tree.set("expression", ConstantValues(rows=rows))
     return tree
 

@@ -8,11 +8,14 @@ of its VALUES is, per column, its constants: the lexer reads them in one pass, a
 tree is its head (`INSERT INTO t (a, b) VALUES`) with the rows as one node (`ConstantValues`)
 that no walk descends into.
 
-`read` takes `INSERT INTO name [(column, …)] VALUES (…), (…) [;]` whose every value is a number
-(with a sign), a quoted string without prefix, NULL, TRUE, FALSE or `$n`, all rows of one width.
-Anything else — an expression, DEFAULT, a cast, an `E''` string, strings PostgreSQL would glue
-across a newline, ON CONFLICT, RETURNING, an alias — is the parser's (None), as is a constant the
-engine does not take as it is for its column (`engine/insert_shape.py` then parses the whole text).
+`read` takes `INSERT INTO name [(column, …)] VALUES (…), (…) [ON CONFLICT …] [RETURNING …] [;]`
+whose every value is a number (with a sign), a quoted string without prefix, NULL, TRUE, FALSE or
+`$n`, all rows of one width. What follows the rows (`tail`: ON CONFLICT, RETURNING) is short and
+the parser's, with the head. Anything else in the rows — an expression, DEFAULT, a cast, an `E''`
+string, strings PostgreSQL would glue across a newline — or an alias is the parser's (None), as
+is a constant the engine does not take as it is for its column (`engine/insert_shape.py` then
+parses the whole text). ORMs' bulk inserts end so: Django's `bulk_create` with RETURNING, and
+`ON CONFLICT DO NOTHING` for its `ignore_conflicts`.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class ConstantRows:
     sql: str
     head: str  # `INSERT INTO name [(columns)]`, as written
     columns: tuple[list[Any], ...]
+    tail: str = ""  # what follows the rows (ON CONFLICT …, RETURNING …), as written
 
     @property
     def width(self) -> int:
@@ -148,6 +152,9 @@ def read(sql: str) -> ConstantRows | None:
                 state = 0
             elif kind is op and sql[start] == ";":
                 return ConstantRows(sql, sql[:head_end].rstrip(), tuple(columns)) if next(tokens, None) is None else None
+            elif kind is name and sql[start:end].lower() in ("on", "returning"):
+                tail = sql[start:].rstrip().rstrip(";")  # (the parser's, with the head)
+                return ConstantRows(sql, sql[:head_end].rstrip(), tuple(columns), tail)
             else:
                 return None
     if state != 3:

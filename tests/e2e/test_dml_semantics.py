@@ -169,6 +169,29 @@ def test_a_big_values_list_read_without_a_tree_means_what_postgresql_reads(
 
 
 
+def test_a_big_values_list_with_on_conflict_or_returning_means_what_postgresql_reads(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """The lexer reads a big VALUES list followed by ON CONFLICT or RETURNING too (ORMs' bulk
+    inserts end so); the tail is parsed with the head. Rows, RETURNING rows, tags and refusals
+    as PostgreSQL's."""
+    def rows(start: int, stop: int, suffix: str = "") -> str:
+        return ", ".join(f"({i}, 's{i}{suffix}')" for i in range(start, stop))
+
+    lines = [
+        "create table dd.kp (id int primary key, s text)",
+        f"insert into dd.kp values {rows(0, 6000)} returning id, s",
+        f"insert into dd.kp values {rows(3000, 9000)} on conflict do nothing",
+        f"insert into dd.kp values {rows(8000, 14000)} on conflict (id) do nothing returning id",
+        f"insert into dd.kp values {rows(13000, 19000, 'u')} on conflict (id) do update set s = excluded.s || '!'",
+        f"insert into dd.kp values {rows(19000, 25000)} returning nosuch",  # 42703: nothing inserted
+        f"insert into dd.kp values {rows(19000, 25000)}, (19000, 'again') on conflict (id) do update set s = 'x'",
+        f"insert into dd.kp values {rows(19000, 25000)} on conflict (s) do nothing",  # 42P10
+        f"insert into dd.kp values {rows(0, 6000)};",  # 23505
+    ]
+    assert all(len(line) > 64 * 1024 for line in lines[1:])
+    _play(icegres, real_postgres, "\n".join(lines), ("dd.kp",))
+
+
 def test_fractions_assigned_to_integer_columns_round_as_postgresql_rounds_them(
         icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
     """numeric half away from zero, float8 half to even; DataFusion's cast truncates."""

@@ -28,7 +28,6 @@ def test_constants_are_read_as_columns_and_the_head_as_written():
 @pytest.mark.parametrize("sql", [
     "insert into t values (1), (2, 3)",  # rows of two widths: PostgreSQL's 42601, from the parser
     "insert into t values (-x)", "insert into t values (1 + 1)", "insert into t values ((1))",
-    "insert into t values (1) returning *", "insert into t values (1) on conflict do nothing",
     "insert into t values (E'a')", "insert into t values (B'1')", "insert into t values (X'1f')",
     "insert into t values (N'a')", "insert into t values (U&'a')", "insert into t values ($$a$$)",
     "insert into t values ('a' 'b')", "insert into t values ('a'\n'b')",  # (glued across a newline)
@@ -93,3 +92,19 @@ def test_a_big_insert_of_constants_is_parsed_to_its_head_and_one_node():
     assert isinstance(full.expression, exp.Values) and len(full.expression.expressions) == BIG_TEXT // 8
     # A big statement the reader does not take is parsed whole, as before.
     assert isinstance(parse(sql.replace("(0, 'x0')", "(0 + 1, 'x0')")).expression, exp.Values)
+
+
+@pytest.mark.parametrize("tail", ["returning *", "RETURNING a, b || 'x' as c;", "on conflict do nothing",
+                                  "on conflict (a) do update set b = excluded.b where t.a > $1 returning a -- c"])
+def test_an_on_conflict_or_returning_tail_is_parsed_with_the_head(tail):
+    """What follows the rows is the parser's: the tree has it as the whole parse has it."""
+    rows = ", ".join(f"({i}, 'x{i}')" for i in range(BIG_TEXT // 8))
+    sql = f"insert into s.t (a, b) values {rows} {tail}"
+    read_rows = read(sql)
+    assert read_rows is not None and read_rows.count == BIG_TEXT // 8 and not read_rows.tail.endswith(";")
+    tree = parse(sql)
+    assert isinstance(tree.expression, ConstantValues)
+    full = whole(tree.expression)
+    for arg in ("returning", "conflict"):
+        assert (tree.args.get(arg) is None) == (full.args.get(arg) is None)
+        assert tree.args.get(arg) is None or tree.args[arg].sql() == full.args[arg].sql()
