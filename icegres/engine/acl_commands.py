@@ -62,6 +62,25 @@ def _named_role(name: str, qctx: QueryContext) -> str:
     return name
 
 
+def _valid_until_read(attrs: dict[str, Any], zone: str) -> dict[str, Any]:
+    """VALID UNTIL as PostgreSQL reads it: a timestamptz (22007 for text that is not one; one
+    without an offset in the session's TimeZone `zone`), kept as an ISO 8601 instant, or
+    'infinity' / '-infinity'."""
+    text = attrs.get("valid_until")
+    if text is None:
+        return attrs
+    word = text.strip().lower()
+    if word in ("infinity", "+infinity", "-infinity"):
+        attrs["valid_until"] = word.lstrip("+")
+        return attrs
+    from icegres.pg.clock import TextSettings
+    from icegres.pg.params import decode_param
+    from icegres.pg.types import TIMESTAMPTZ
+
+    attrs["valid_until"] = decode_param(text.encode(), TIMESTAMPTZ.oid, 0, TextSettings(timezone=zone)).isoformat()
+    return attrs
+
+
 async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, list[str]]:
     """Apply `cmd`; (command tag, warnings). `run(fn, *args)` runs blocking work in a worker thread."""
     authorization = authz.in_effect(qctx.engine.authorization, qctx.txn)
@@ -72,7 +91,7 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
     warnings: list[str] = []
 
     if isinstance(cmd, CreateRole):
-        attrs = dict(cmd.attrs)
+        attrs = _valid_until_read(dict(cmd.attrs), qctx.env.time_zone)
         attrs["password"] = await run(_verifier_text, cmd.password)
         await authz.change(authorization, lambda a: acl.create_role(
             a, who, cmd.name, attrs, configured, cmd.in_roles, cmd.members), run)
@@ -82,7 +101,7 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
         if cmd.rename_to is not None:
             await authz.change(authorization, lambda a: acl.rename_role(a, who, name, cmd.rename_to, configured), run)
             return "ALTER ROLE", []
-        attrs = dict(cmd.attrs)
+        attrs = _valid_until_read(dict(cmd.attrs), qctx.env.time_zone)
         if cmd.password_given:
             attrs["password"] = await run(_verifier_text, cmd.password)
         if name in configured and name not in (await run(authorization.current)).roles:

@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from icegres.pg import acl
@@ -127,9 +128,23 @@ class Authorization:
         return user in self.configured
 
     def verifier(self, user: str) -> str | None:
-        """The stored SCRAM verifier of a role that may log in (blocking)."""
+        """The stored SCRAM verifier of a role that may log in (blocking); None once its VALID
+        UNTIL has passed, so that the login fails as a wrong password does (PostgreSQL's
+        get_role_password)."""
         role = self.current().role(user)
-        return role.password if role is not None else None
+        if role is None:
+            return None
+        if acl.expired(role.valid_until, datetime.now(UTC)):
+            log.info('password authentication refused: User "%s" has an expired password.', user)
+            return None
+        return role.password
+
+    def connection_limit(self, user: str) -> int:
+        """A role's CONNECTION LIMIT: -1 for none, and for a superuser or a configured user."""
+        if self.configured is not None and user in self.configured:
+            return -1
+        role = self.current().role(user)
+        return -1 if role is None or role.superuser else role.connlimit
 
     def may_log_in(self, user: str) -> bool:
         if self.configured is not None and user in self.configured:

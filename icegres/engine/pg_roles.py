@@ -9,6 +9,7 @@ has no reason to hand out SCRAM verifiers at all).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from icegres.pg import acl
@@ -30,7 +31,17 @@ def _row(role: acl.Role) -> dict[str, Any]:
     return {"oid": role.oid, "rolname": role.name, "rolsuper": role.superuser,
             "rolinherit": role.inherit, "rolcreaterole": role.createrole, "rolcreatedb": role.createdb,
             "rolcanlogin": role.login, "rolreplication": False, "rolbypassrls": role.bypassrls,
-            "rolconnlimit": role.connlimit, "rolpassword": None, "rolvaliduntil": None}
+            "rolconnlimit": role.connlimit, "rolpassword": None, "rolvaliduntil": _instant(role.valid_until)}
+
+
+def _instant(valid_until: str | None) -> datetime | int | None:
+    """A stored VALID UNTIL as a timestamptz value: 'infinity' is the largest µs (DT_NOEND,
+    which the text output writes as infinity), '-infinity' the smallest."""
+    if valid_until is None:
+        return None
+    if valid_until in ("infinity", "-infinity"):
+        return 2**63 - 1 if valid_until == "infinity" else -(2**63)
+    return datetime.fromisoformat(valid_until)
 
 
 def authid_rows(authz: acl.Authz | None, bootstrap: str) -> Rows:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from icegres.pg import errors as E
@@ -64,6 +65,16 @@ class Role:
     connlimit: int = -1
     password: str | None = None  # a SCRAM-SHA-256 verifier, never a password
     valid_until: str | None = None
+
+
+def expired(valid_until: str | None, now: datetime) -> bool:
+    """Whether a password VALID UNTIL `valid_until` (as stored: an ISO 8601 instant, or
+    'infinity' / '-infinity') has expired at `now` (an aware datetime)."""
+    if valid_until is None or valid_until == "infinity":
+        return False
+    if valid_until == "-infinity":
+        return True
+    return datetime.fromisoformat(valid_until) < now
 
 
 @dataclass(frozen=True)

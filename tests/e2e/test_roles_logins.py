@@ -5,6 +5,9 @@ user is the administrator."""
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
+
 import adbc_driver_flightsql.dbapi as adbc
 import adbc_driver_manager
 import psycopg
@@ -116,3 +119,57 @@ def test_a_renamed_role_logs_in_by_its_password_under_its_new_name(server) -> No
     finally:
         with psycopg.connect(server.dsn(), autocommit=True) as admin:
             admin.execute("DROP ROLE renamed_clerk")
+
+
+def test_a_password_past_its_valid_until_fails_as_a_wrong_one(server) -> None:
+    """VALID UNTIL is read as a timestamptz in the session's TimeZone and holds at login over
+    both front ends: past it, the right password fails as a wrong one does (PostgreSQL's
+    get_role_password); moved on, it works again. 'infinity' never expires."""
+    with psycopg.connect(server.dsn(), autocommit=True) as admin:
+        admin.execute("SET TimeZone = 'Asia/Tokyo'")
+        admin.execute("CREATE ROLE expiring LOGIN PASSWORD 'exp-pw' VALID UNTIL '2001-02-03 04:05:06'")
+        [until] = admin.execute("SELECT rolvaliduntil FROM pg_roles WHERE rolname = 'expiring'").fetchone()
+        assert until == datetime(2001, 2, 2, 19, 5, 6, tzinfo=UTC)
+        with pytest.raises(psycopg.errors.InvalidDatetimeFormat):
+            admin.execute("ALTER ROLE expiring VALID UNTIL 'someday'")
+    try:
+        with pytest.raises(psycopg.OperationalError, match='password authentication failed for user "expiring"'):
+            psycopg.connect(server.dsn(user="expiring", password="exp-pw"))
+        with pytest.raises(adbc_driver_manager.Error):
+            with flight(server, "expiring", "exp-pw") as conn:
+                conn.adbc_get_info()
+        with psycopg.connect(server.dsn(), autocommit=True) as admin:
+            admin.execute("ALTER ROLE expiring VALID UNTIL 'infinity'")
+            assert admin.execute("SELECT valuntil > timestamptz '2200-01-01 00:00+00' FROM pg_user "
+                                 "WHERE usename = 'expiring'").fetchone() == (True,)  # (psycopg refuses infinity)
+        with psycopg.connect(server.dsn(user="expiring", password="exp-pw"), autocommit=True) as conn:
+            assert conn.execute("SELECT session_user").fetchone() == ("expiring",)
+    finally:
+        with psycopg.connect(server.dsn(), autocommit=True) as admin:
+            admin.execute("DROP ROLE expiring")
+
+
+def test_a_role_at_its_connection_limit_is_refused_another_session(server) -> None:
+    """CONNECTION LIMIT counts the role's sessions (on this server): one more is FATAL 53300
+    with PostgreSQL's message; a session that ends frees its place."""
+    with psycopg.connect(server.dsn(), autocommit=True) as admin:
+        admin.execute("CREATE ROLE limited LOGIN PASSWORD 'lim-pw' CONNECTION LIMIT 2")
+    try:
+        first = psycopg.connect(server.dsn(user="limited", password="lim-pw"))
+        second = psycopg.connect(server.dsn(user="limited", password="lim-pw"))
+        with pytest.raises(psycopg.OperationalError, match='too many connections for role "limited"'):
+            psycopg.connect(server.dsn(user="limited", password="lim-pw"))
+        first.close()
+        for _ in range(50):  # (the server sees the socket close a moment later)
+            try:
+                third = psycopg.connect(server.dsn(user="limited", password="lim-pw"))
+                break
+            except psycopg.OperationalError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError("a closed session's place was never freed")
+        third.close()
+        second.close()
+    finally:
+        with psycopg.connect(server.dsn(), autocommit=True) as admin:
+            admin.execute("DROP ROLE limited")

@@ -82,13 +82,17 @@ async def authenticate(conn: ConnectionPort) -> None:
 
 
 async def _may_log_in(conn: ConnectionPort, authorization: object) -> None:
-    """A role of the shared state without LOGIN is refused after it proved who it is, with
-    PostgreSQL's message (InitializeSessionUserId)."""
+    """A role of the shared state without LOGIN, or at its CONNECTION LIMIT (counted on this
+    server), is refused after it proved who it is, with PostgreSQL's message
+    (InitializeSessionUserId)."""
     if authorization is None:
         return
-    allowed = await trio.to_thread.run_sync(authorization.may_log_in, conn.user)  # type: ignore[attr-defined]
+    allowed, limit = await trio.to_thread.run_sync(
+        lambda: (authorization.may_log_in(conn.user), authorization.connection_limit(conn.user)))  # type: ignore[attr-defined]
     if not allowed:
         raise PgError(E.INVALID_AUTHORIZATION, f'role "{conn.user}" is not permitted to log in')
+    if 0 <= limit <= conn.server.sessions_of(conn.user):  # (its own session is not counted yet)
+        raise PgError(E.TOO_MANY_CONNECTIONS, f'too many connections for role "{conn.user}"')
 
 
 class _Discovery(PgError):

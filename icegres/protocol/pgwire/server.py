@@ -72,6 +72,10 @@ class PgServer:
     def unregister(self, session: Session) -> None:
         self._sessions.pop(session.pid, None)
 
+    def sessions_of(self, user: str) -> int:
+        """How many ready sessions `user` has on this server."""
+        return sum(1 for s in self._sessions.values() if s.user == user)
+
     def cancel(self, pid: int, secret: int) -> None:
         session = self._sessions.get(pid)
         if session is not None and session.secret == secret:
