@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from icegres.engine import authz
 from icegres.pg import acl
 from icegres.pg import errors as E
+from icegres.pg import settings as guc
 from icegres.pg.errors import PgError
 from icegres.pg.scram import make_verifier, parse_verifier
 from icegres.sql.acl_statements import (
@@ -30,6 +31,7 @@ from icegres.sql.acl_statements import (
     GrantRole,
     MaskCommand,
     PolicyCommand,
+    RoleSetting,
     RowSecurity,
     parse_acl,
 )
@@ -60,6 +62,28 @@ def _named_role(name: str, qctx: QueryContext) -> str:
     if name == "session_user":
         return env.user
     return name
+
+
+def _served(database: str, qctx: QueryContext) -> str:
+    """The database an ALTER names: the served one (`postgres` is another name for it)."""
+    if database not in (qctx.env.database, "postgres"):
+        raise PgError(E.INVALID_CATALOG_NAME, f'database "{database}" does not exist')
+    return qctx.env.database
+
+
+def _setting_value(cmd: RoleSetting, current: dict[str, str]) -> str | None:
+    """The value to store, checked as the session's SET checks it (42704 for a parameter that
+    does not exist, 22023 for a value it refuses, 55P02 for one that cannot be set); FROM
+    CURRENT: the session's own; None: removed."""
+    if cmd.name is None or (cmd.value is None and not cmd.from_current):
+        if cmd.name is not None and cmd.name not in current and "." not in cmd.name:
+            raise PgError(E.UNDEFINED_OBJECT, f'unrecognized configuration parameter "{cmd.name}"')
+        return None
+    if cmd.from_current:
+        guc.validate(cmd.name, None, current, current)
+        return current.get(cmd.name, "")
+    guc.validate(cmd.name, cmd.value, current, current)
+    return cmd.value  # (as written, as PostgreSQL keeps it: checked, not normalised)
 
 
 def _valid_until_read(attrs: dict[str, Any], zone: str) -> dict[str, Any]:
@@ -109,6 +133,14 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
                           hint="Change it in --password-file / ICEGRES_USERS.")
         await authz.change(authorization, lambda a: acl.alter_role(a, who, name, attrs), run)
         return "ALTER ROLE", warnings
+    if isinstance(cmd, RoleSetting):
+        role = _named_role(cmd.role, qctx) if cmd.role is not None else ""
+        database = _served(cmd.database, qctx) if cmd.database is not None else ""
+        value = _setting_value(cmd, qctx.env.settings)
+        name = None if cmd.name is None else guc.canonical_name(cmd.name)
+        await authz.change(authorization, lambda a: acl.set_setting(
+            a, who, role, database, name, value, configured), run)
+        return cmd.tag, warnings
     if isinstance(cmd, DropRole):
         def drop(a: acl.Authz) -> acl.Authz:
             for name in cmd.names:

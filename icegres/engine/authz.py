@@ -139,6 +139,11 @@ class Authorization:
             return None
         return role.password
 
+    def session_settings(self, database: str, user: str) -> list[tuple[str, str]]:
+        """What ALTER ROLE / ALTER DATABASE ... SET stored for a session of `user` in
+        `database`, in the order to apply them (blocking)."""
+        return acl.session_settings(self.current(), database, user)
+
     def connection_limit(self, user: str) -> int:
         """A role's CONNECTION LIMIT: -1 for none, and for a superuser or a configured user."""
         if self.configured is not None and user in self.configured:

@@ -641,6 +641,10 @@ def _rows_pg_user(ix: CatalogIndex) -> Rows:
     return pg_roles.user_rows(ix.snapshot.authz, ix.snapshot.user)
 
 
+def _rows_pg_db_role_setting(ix: CatalogIndex) -> Rows:
+    return pg_roles.db_role_setting_rows(ix.snapshot.authz, ix.database_oid)
+
+
 def _rows_pg_auth_members(ix: CatalogIndex) -> Rows:
     return pg_roles.auth_member_rows(ix.snapshot.authz)
 
@@ -871,6 +875,7 @@ _BUILDERS: dict[str, Callable[[CatalogIndex], Rows]] = {
     "pg_catalog.pg_roles": _rows_pg_roles,
     "pg_catalog.pg_user": _rows_pg_user,
     "pg_catalog.pg_auth_members": _rows_pg_auth_members,
+    "pg_catalog.pg_db_role_setting": _rows_pg_db_role_setting,
     "pg_catalog.pg_tablespace": _rows_pg_tablespace,
     "pg_catalog.pg_language": _rows_pg_language,
     "pg_catalog.pg_proc": _rows_pg_proc,

@@ -14,7 +14,7 @@ from typing import Any
 
 from icegres.pg import acl
 
-__all__ = ["attacl", "auth_member_rows", "authid_rows", "nspacl", "owner_oid", "relacl", "role_oid", "default_acl_rows", "policy_rows", "row_security_flags",
+__all__ = ["attacl", "auth_member_rows", "authid_rows", "db_role_setting_rows", "nspacl", "owner_oid", "relacl", "role_oid", "default_acl_rows", "policy_rows", "row_security_flags",
            "table_privilege_rows", "user_rows"]
 
 BOOTSTRAP_OID = acl.BOOTSTRAP_OID
@@ -53,16 +53,31 @@ def authid_rows(authz: acl.Authz | None, bootstrap: str) -> Rows:
 
 
 def roles_rows(authz: acl.Authz | None, bootstrap: str) -> Rows:
-    """pg_roles: pg_authid with the password masked as PostgreSQL masks it."""
-    return [{**row, "rolpassword": "********"} for row in authid_rows(authz, bootstrap)]
+    """pg_roles: pg_authid with the password masked as PostgreSQL masks it, and the role's own
+    settings (ALTER ROLE ... SET, in no particular database)."""
+    return [{**row, "rolpassword": "********", "rolconfig": _config(authz, "", row["rolname"])}
+            for row in authid_rows(authz, bootstrap)]
 
 
 def user_rows(authz: acl.Authz | None, bootstrap: str) -> Rows:
     """pg_user: the roles that may log in."""
     return [{"usename": r["rolname"], "usesysid": r["oid"], "usecreatedb": r["rolcreatedb"],
              "usesuper": r["rolsuper"], "userepl": r["rolreplication"], "usebypassrls": r["rolbypassrls"],
-             "passwd": "********", "valuntil": r["rolvaliduntil"]}
-            for r in authid_rows(authz, bootstrap) if r["rolcanlogin"]]
+             "passwd": "********", "valuntil": r["rolvaliduntil"], "useconfig": r["rolconfig"]}
+            for r in roles_rows(authz, bootstrap) if r["rolcanlogin"]]
+
+
+def db_role_setting_rows(authz: acl.Authz | None, database_oid: int) -> Rows:
+    """pg_db_role_setting: ALTER ROLE / ALTER DATABASE ... SET (0: every database or role)."""
+    if authz is None:
+        return []
+    return [{"setdatabase": database_oid if db else 0, "setrole": role_oid(authz, role) if role else 0,
+             "setconfig": list(entries)} for (db, role), entries in sorted(authz.settings.items())]
+
+
+def _config(authz: acl.Authz | None, database: str, role: str) -> list[str] | None:
+    entries = authz.settings.get((database, role)) if authz is not None else None
+    return list(entries) if entries else None
 
 
 def role_oid(authz: acl.Authz | None, name: str) -> int:

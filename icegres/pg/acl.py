@@ -159,6 +159,9 @@ class Authz:
     default_acls: Mapping[tuple[str, str], tuple[AclItem, ...]] = field(default_factory=dict)
     # Views made WITH (security_invoker): read with the reader's privileges and policies.
     invokers: frozenset[ObjectKey] = frozenset()
+    # ALTER ROLE / ALTER DATABASE ... SET (pg_db_role_setting): (database, role) -> the
+    # `name=value` entries a session of that role in that database starts with; "" is any.
+    settings: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -401,7 +404,8 @@ def rename_role(authz: Authz, who: Principal, name: str, new: str,
     acls = {k: tuple(AclItem(moved(i.grantee), moved(i.grantor), i.privs, i.options) for i in v)
             for k, v in authz.acls.items()}
     owners = {k: moved(v) for k, v in authz.owners.items()}
-    return replace(authz, roles=roles, members=members, acls=acls, owners=owners)
+    settings = {(db, moved(role)): v for (db, role), v in authz.settings.items()}
+    return replace(authz, roles=roles, members=members, acls=acls, owners=owners, settings=settings)
 
 
 def drop_role(authz: Authz, who: Principal, name: str) -> Authz:
@@ -427,7 +431,49 @@ def drop_role(authz: Authz, who: Principal, name: str) -> Authz:
     members = frozenset(m for m in authz.members if name not in (m.role, m.member))
     # Its own default privileges go with it, as PostgreSQL drops a role's pg_default_acl rows.
     defaults = {k: v for k, v in authz.default_acls.items() if k[0] != name}
-    return replace(authz, roles=roles, members=members, default_acls=defaults)
+    settings = {k: v for k, v in authz.settings.items() if k[1] != name}  # (DropSetting)
+    return replace(authz, roles=roles, members=members, default_acls=defaults, settings=settings)
+
+
+def set_setting(authz: Authz, who: Principal, role: str, database: str, name: str | None,
+                value: str | None, configured: frozenset[str] = frozenset()) -> Authz:
+    """ALTER ROLE role|ALL [IN DATABASE database] SET name = value | RESET name | RESET ALL, and
+    ALTER DATABASE database SET/RESET (`role` ""): the entry for (database, role) with `name`
+    set to `value` (None: removed; `name` None: all removed). Who may, as AlterRoleSet says: a
+    superuser; for a role that is none, one with CREATEROLE or the role itself; for every role
+    or the database, a superuser (the database's owner)."""
+    if role:
+        target = authz.roles.get(role)
+        if target is None and role not in configured:
+            raise PgError(E.UNDEFINED_OBJECT, f'role "{role}" does not exist')
+        if not authz.is_superuser(who):
+            if target is None or target.superuser:
+                raise PgError(E.INSUFFICIENT_PRIVILEGE, "must be superuser to alter superusers")
+            mine = authz.roles.get(who.user)
+            if role != who.user and (mine is None or not mine.createrole):
+                raise PgError(E.INSUFFICIENT_PRIVILEGE, "permission denied")
+    elif not authz.is_superuser(who):
+        if database:
+            raise PgError(E.INSUFFICIENT_PRIVILEGE, f"must be owner of database {database}")
+        raise PgError(E.INSUFFICIENT_PRIVILEGE, "must be superuser to alter settings globally")
+    key = (database, role)
+    kept = [] if name is None else [e for e in authz.settings.get(key, ()) if e.partition("=")[0] != name]
+    if name is not None and value is not None:
+        kept.append(f"{name}={value}")
+    settings = {k: v for k, v in authz.settings.items() if k != key}
+    if kept:
+        settings[key] = tuple(kept)
+    return replace(authz, settings=settings)
+
+
+def session_settings(authz: Authz, database: str, role: str) -> list[tuple[str, str]]:
+    """What a session of `role` in `database` starts with, in the order PostgreSQL applies it
+    (process_settings): every database and role, the database, the role, the role in the
+    database; a later one wins."""
+    out = []
+    for key in (("", ""), (database, ""), ("", role), (database, role)):
+        out += [(n, v) for n, _, v in (e.partition("=") for e in authz.settings.get(key, ()))]
+    return out
 
 
 def _describe(obj: ObjectKey) -> str:
@@ -682,6 +728,7 @@ def to_json(authz: Authz) -> str:
         "default_acls": [[list(k), [[i.grantee, i.grantor, i.privs, i.options] for i in v]]
                          for k, v in sorted(authz.default_acls.items())],
         "invokers": sorted(list(k) for k in authz.invokers),
+        "settings": [[list(k), list(v)] for k, v in sorted(authz.settings.items())],
     }, sort_keys=True, separators=(",", ":"))
 
 
@@ -702,6 +749,7 @@ def from_json(text: str) -> Authz:
         masks=tuple(Mask(n, tuple(t), c, e, tuple(r)) for n, t, c, e, r in doc.get("masks", [])),
         default_acls={tuple(k): tuple(AclItem(*i) for i in v) for k, v in doc.get("default_acls", [])},
         invokers=frozenset(tuple(k) for k in doc.get("invokers", [])),
+        settings={tuple(k): tuple(v) for k, v in doc.get("settings", [])},  # type: ignore[misc]
     )
 
 

@@ -17,6 +17,11 @@ REPORTED = (
 )
 _REPORTED_BY_KEY = {name.lower(): name for name in REPORTED}
 
+
+def canonical_name(key: str) -> str:
+    """A setting's name as PostgreSQL spells it (`DateStyle`, `TimeZone`), for a lower-case key."""
+    return _REPORTED_BY_KEY.get(key, key)
+
 READ_ONLY = {
     "server_version", "server_encoding", "integer_datetimes", "in_hot_standby", "is_superuser",
     "session_authorization", "server_version_num", "max_identifier_length", "lc_collate",

@@ -44,6 +44,19 @@ class AlterRole:
 
 
 @dataclass(frozen=True)
+class RoleSetting:
+    """ALTER ROLE name|ALL [IN DATABASE db] SET name {TO|=} value | SET name FROM CURRENT |
+    RESET name | RESET ALL, and ALTER DATABASE db SET/RESET: a session's starting settings."""
+
+    role: str | None  # None: ALL (or ALTER DATABASE)
+    database: str | None
+    name: str | None  # None: RESET ALL
+    value: str | None  # None: RESET name, or SET name TO DEFAULT
+    from_current: bool = False
+    tag: str = "ALTER ROLE"
+
+
+@dataclass(frozen=True)
 class DropRole:
     names: tuple[str, ...]
     if_exists: bool = False
@@ -152,7 +165,7 @@ class DefaultPrivileges:
 
 
 AclCommand = (DefaultPrivileges | MaskCommand | CreateRole | AlterRole | DropRole | GrantPrivileges | GrantRole | AlterOwner | RowSecurity
-              | PolicyCommand)
+              | PolicyCommand | RoleSetting)
 
 _LETTERS = {"select": "r", "insert": "a", "update": "w", "delete": "d", "truncate": "D",
             "references": "x", "trigger": "t", "usage": "U", "create": "C"}
@@ -236,7 +249,8 @@ class _Reader:
         return tuple(out)
 
 
-_CANDIDATE = re.compile(r"\s*(?:GRANT|REVOKE|(?:CREATE|DROP|ALTER)\s+(?:ROLE|USER|GROUP|POLICY|MASK)|ALTER\s+DEFAULT\s+PRIVILEGES|ALTER\s+(TABLE|SCHEMA))\b", re.I)
+_CANDIDATE = re.compile(r"\s*(?:GRANT|REVOKE|(?:CREATE|DROP|ALTER)\s+(?:ROLE|USER|GROUP|POLICY|MASK)|ALTER\s+DEFAULT\s+PRIVILEGES"
+                        r"|ALTER\s+DATABASE\s+\S+\s+(?:SET|RESET)|ALTER\s+(TABLE|SCHEMA))\b", re.I)
 _OWNER_TO = re.compile(r"\b(?:OWNER\s+TO\s+\S+|ROW\s+LEVEL\s+SECURITY)\s*$", re.I)
 
 
@@ -264,6 +278,9 @@ def parse_acl(sql: str) -> AclCommand | None:
     if r.peek("alter") and r.peek("role", "user", "group", ahead=1):
         r.at += 2
         return _alter_role(r)
+    if r.peek("alter") and r.peek("database", ahead=1):
+        r.at += 2
+        return _setting(r, None, r.name(), "ALTER DATABASE")
     if r.peek("alter") and r.peek("default", ahead=1):
         r.at += 2
         r.expect("privileges")
@@ -334,22 +351,51 @@ def _create_role(r: _Reader, kind: str) -> CreateRole:
                       tuple(extra.get("members", []) + extra.get("admins", [])), password)
 
 
-def _alter_role(r: _Reader) -> AlterRole:
+def _alter_role(r: _Reader) -> AlterRole | RoleSetting:
+    if r.take("all"):
+        return _setting(r, None, r.name() if r.take("in") and r.expect("database") else None, "ALTER ROLE")
     name = _grantee(r)
     if r.take("rename"):
         r.expect("to")
         new = r.name()
         r.end()
         return AlterRole(name, rename_to=new)
+    if r.take("in"):
+        r.expect("database")
+        return _setting(r, name, r.name(), "ALTER ROLE")
     if r.peek("set", "reset"):
-        raise PgError(E.FEATURE_NOT_SUPPORTED, "ALTER ROLE ... SET is not supported",
-                      hint="Set a setting in the session, or in the connection's options.")
+        return _setting(r, name, None, "ALTER ROLE")
     attrs: dict[str, Any] = {}
     extra: dict[str, list[str]] = {}
     password, given = _role_options(r, attrs, extra)
     if extra:
         raise r.error()
     return AlterRole(name, attrs, password, given)
+
+
+def _setting(r: _Reader, role: str | None, database: str | None, tag: str) -> RoleSetting:
+    """The SET or RESET that ends an ALTER ROLE or ALTER DATABASE: read as the session's SET
+    and RESET read it (`statement.classify`)."""
+    from icegres.sql.statement import Kind as StatementKind
+    from icegres.sql.statement import classify
+
+    if r.take("reset"):
+        name = None if r.take("all") else r.name().lower()
+        r.end()
+        return RoleSetting(role, database, name, None, tag=tag)
+    if not r.peek("set"):
+        raise r.error()
+    if r.peek("from", ahead=2) and r.peek("current", ahead=3):
+        r.at += 1
+        name = r.name().lower()
+        r.at += 2
+        r.end()
+        return RoleSetting(role, database, name, None, from_current=True, tag=tag)
+    stmt = classify(r.sql[r.tokens[r.at].start:])
+    if stmt.kind is not StatementKind.SET or stmt.name is None or stmt.sql.split()[1].lower() in (
+            "transaction", "session", "local", "characteristics"):
+        raise r.error()
+    return RoleSetting(role, database, stmt.name.lower(), stmt.value, tag=tag)
 
 
 def _alter_owner(r: _Reader) -> AlterOwner | None:

@@ -226,26 +226,7 @@ class Session:
         self.server.slots.check_reserved(self.user)
         self.decoder.in_startup = False
         version = self.server.server_version
-        self.initial_settings = guc.defaults(version, self.user, ssl=self.server.tls is not None)
-        self.initial_settings.update(self.server.engine.session_defaults)
-        try:
-            # Command-line options first, then the packet's own settings, as PostgreSQL applies them.
-            for k, value in guc.startup_options(params.get("options", "")):
-                change = guc.validate(k, value, self.initial_settings, self.initial_settings)
-                self.initial_settings[change.key] = change.value
-        except PgError as err:
-            raise PgError(err.sqlstate, err.message, severity="FATAL", hint=err.hint) from None
-        for key, value in params.items():
-            k = key.lower()
-            if k in ("user", "database", "replication", "options"):
-                continue
-            try:
-                change = guc.validate(k, value, self.initial_settings, self.initial_settings)
-            except PgError as err:
-                if k in guc.READ_ONLY or k not in self.initial_settings:
-                    continue  # PostgreSQL also ignores unknown startup GUCs from drivers politely
-                raise PgError(err.sqlstate, err.message, severity="FATAL") from None
-            self.initial_settings[change.key] = change.value
+        self.initial_settings = await startup.initial_settings(self, params)
         self.settings = dict(self.initial_settings)
         from icegres.engine.lake import SessionEnv
 

@@ -9,14 +9,21 @@ session the StartupMessage, or None when the connection is done (a cancel, a fai
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
+import trio
+
+from icegres.pg import settings as guc
+from icegres.pg.errors import PgError
 from icegres.protocol.pgwire import messages as m
 from icegres.protocol.pgwire import negotiation as n
 from icegres.protocol.pgwire import tls
 
 if TYPE_CHECKING:
     from icegres.protocol.pgwire.port import ConnectionPort
+
+log = logging.getLogger("icegres.pgwire")
 
 
 async def receive_startup(conn: ConnectionPort) -> m.StartupMessage | None:
@@ -82,3 +89,43 @@ def _client_host(conn: ConnectionPort) -> str:
         return str(sock.getpeername()[0]) if sock is not None else "[local]"
     except (OSError, IndexError, TypeError):
         return "[local]"
+
+
+async def initial_settings(conn: ConnectionPort, params: dict[str, str]) -> dict[str, str]:
+    """The settings a session of the authenticated `conn.user` starts with (and RESET returns
+    to), in PostgreSQL's order, a later source winning: the defaults, the server's own, those
+    ALTER DATABASE / ALTER ROLE ... SET stored for this role in this database
+    (pg_db_role_setting), then the client's: its `options` (command-line style), then the
+    startup packet's parameters. A stored setting that no longer holds is skipped with a
+    warning in the log, as PostgreSQL does; a client's bad one is FATAL."""
+    server = conn.server
+    settings = guc.defaults(server.server_version, conn.user, ssl=server.tls is not None)
+    settings.update(server.engine.session_defaults)
+    authorization = server.engine.authorization
+    if authorization is not None:
+        stored = await trio.to_thread.run_sync(authorization.session_settings, server.settings.database, conn.user)
+        for key, value in stored:
+            try:
+                change = guc.validate(key.lower(), value, settings, settings)
+            except PgError as err:
+                log.warning('skipping setting "%s" of role "%s": %s', key, conn.user, err.message)
+                continue
+            settings[change.key] = change.value
+    try:
+        for key, value in guc.startup_options(params.get("options", "")):
+            change = guc.validate(key, value, settings, settings)
+            settings[change.key] = change.value
+    except PgError as err:
+        raise PgError(err.sqlstate, err.message, severity="FATAL", hint=err.hint) from None
+    for key, value in params.items():
+        k = key.lower()
+        if k in ("user", "database", "replication", "options"):
+            continue
+        try:
+            change = guc.validate(k, value, settings, settings)
+        except PgError as err:
+            if k in guc.READ_ONLY or k not in settings:
+                continue  # PostgreSQL also ignores unknown startup GUCs from drivers politely
+            raise PgError(err.sqlstate, err.message, severity="FATAL") from None
+        settings[change.key] = change.value
+    return settings

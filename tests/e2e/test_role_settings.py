@@ -1,0 +1,121 @@
+"""ALTER ROLE / ALTER DATABASE ... SET against a real PostgreSQL 15: the same statements on both,
+the same outcomes (tags, SQLSTATEs), the same pg_db_role_setting and pg_roles.rolconfig, and a
+session of the role starting with what PostgreSQL's would: the role's settings over the
+database's over every role's, the client's own (its startup parameters, its `options`) over all
+of them, and RESET returning to them. On icegres the settings live in the catalog's shared
+state: a second server sees them too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.support.fixtures import real_postgres  # noqa: F401  (session fixture)
+from tests.support.icegres_server import running_icegres
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+ADMIN = ("admin", "admin-pw-1")
+SCRIPT = [
+    "CREATE ROLE rs_user LOGIN PASSWORD 'rs-pw'",
+    "CREATE ROLE rs_other LOGIN PASSWORD 'rs-pw'",
+    "ALTER ROLE rs_user SET search_path = rs_schema, public",
+    "ALTER ROLE rs_user SET statement_timeout = '5s'",
+    "ALTER ROLE rs_user SET statement_timeout TO 7000",  # (replaces the entry)
+    "ALTER USER rs_user SET DateStyle = 'ISO, DMY'",
+    "ALTER ROLE rs_user IN DATABASE {db} SET DateStyle = 'ISO, YMD'",  # (the role in the database wins)
+    "ALTER DATABASE {db} SET extra_float_digits = 1",
+    "ALTER ROLE ALL SET lock_timeout = '3s'",
+    "ALTER ROLE rs_other SET lock_timeout = '4s'",
+    "ALTER ROLE rs_user SET TIME ZONE 'Asia/Tokyo'",
+    "ALTER ROLE rs_other SET work_mem = '8MB'",
+    "ALTER ROLE rs_other RESET work_mem",
+    "ALTER ROLE rs_user SET no_such_setting = 1",  # 42704
+    "ALTER ROLE rs_user SET TimeZone = 'Nowhere/City'",  # 22023
+    "ALTER ROLE rs_nobody SET search_path = x",  # 42704
+    "ALTER ROLE rs_user IN DATABASE rs_no_such_db SET search_path = x",  # 3D000
+    "ALTER DATABASE rs_no_such_db SET search_path = x",  # 3D000
+    "ALTER ROLE rs_user SET server_version = '1'",  # 55P02
+]
+SHOWN = ("search_path", "statement_timeout", "DateStyle", "extra_float_digits", "lock_timeout", "TimeZone")
+DUMP = ("SELECT setdatabase = 0, coalesce(r.rolname, ''), setconfig FROM pg_db_role_setting s "
+        "LEFT JOIN pg_roles r ON r.oid = s.setrole WHERE r.rolname LIKE 'rs_%' OR s.setrole = 0 ORDER BY 1, 2")
+
+
+def _run(conn: psycopg.Connection, sql: str) -> tuple[Any, ...]:
+    try:
+        cur = conn.execute(sql)
+        return ("ok", cur.statusmessage, cur.fetchall() if cur.description else None)
+    except psycopg.Error as exc:
+        return ("error", exc.sqlstate)
+
+
+def _shown(dsn: str) -> dict[str, str]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return {name: conn.execute(f"SHOW {name}").fetchone()[0] for name in SHOWN}
+
+
+@pytest.fixture(scope="module")
+def pair(real_postgres, tmp_path_factory) -> Iterator[tuple[Any, Any]]:  # noqa: F811
+    base = tmp_path_factory.mktemp("role-settings")
+    pwfile = base / "users"
+    pwfile.write_text(f"{ADMIN[0]}:{ADMIN[1]}\n")
+    with running_icegres(base / "data", args=("--password-file", str(pwfile)), user=ADMIN[0], password=ADMIN[1]) as ig:
+        yield real_postgres, ig
+    with psycopg.connect(real_postgres.dsn(), autocommit=True) as pg:
+        pg.execute(f"ALTER DATABASE {real_postgres.dbname} RESET ALL")
+        pg.execute("ALTER ROLE ALL RESET ALL")
+        pg.execute("DROP ROLE IF EXISTS rs_user")
+        pg.execute("DROP ROLE IF EXISTS rs_other")
+
+
+def test_role_and_database_settings_as_postgresql_keeps_and_applies_them(pair) -> None:
+    pg, ig = pair
+    with psycopg.connect(pg.dsn(), autocommit=True) as theirs, psycopg.connect(ig.dsn(), autocommit=True) as ours:
+        for sql in SCRIPT:
+            assert _run(ours, sql.format(db=ig.database)) == _run(theirs, sql.format(db=pg.dbname)), sql
+        assert _run(ours, DUMP) == _run(theirs, DUMP)
+        rolconfig = "SELECT rolname, rolconfig FROM pg_roles WHERE rolname LIKE 'rs_%' ORDER BY 1"
+        assert _run(ours, rolconfig) == _run(theirs, rolconfig)
+    for user in ("rs_user", "rs_other"):
+        assert _shown(ig.dsn(user=user, password="rs-pw")) == _shown(pg.dsn().replace(f"user={pg.user}", f"user={user}"))
+    # The client's own settings win over the stored ones; RESET returns to the stored one.
+    for dsn in (ig.dsn(user="rs_user", password="rs-pw"), pg.dsn().replace(f"user={pg.user}", "user=rs_user")):
+        with psycopg.connect(dsn + " options='-c lock_timeout=9s'", autocommit=True) as conn:
+            conn.execute("SET search_path = elsewhere")
+            conn.execute("RESET search_path")
+            assert conn.execute("SHOW search_path").fetchone() == ("rs_schema, public",)
+            assert conn.execute("SHOW lock_timeout").fetchone() == ("9s",)
+
+
+def test_a_role_may_change_its_own_settings_and_not_another_roles(pair) -> None:
+    pg, ig = pair
+    outcomes = []
+    for dsn in (ig.dsn(user="rs_other", password="rs-pw"), pg.dsn().replace(f"user={pg.user}", "user=rs_other")):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            outcomes.append([_run(conn, sql) for sql in (
+                "ALTER ROLE rs_other SET work_mem = '16MB'", "ALTER ROLE current_user RESET work_mem",
+                "ALTER ROLE rs_user SET work_mem = '16MB'", "ALTER ROLE ALL SET work_mem = '16MB'",
+                f"ALTER DATABASE {ig.database if len(outcomes) == 0 else pg.dbname} SET work_mem = '16MB'",
+                "ALTER ROLE admin SET work_mem = '16MB'" if len(outcomes) == 0 else
+                f"ALTER ROLE {pg.user} SET work_mem = '16MB'")])
+    assert outcomes[0] == outcomes[1]
+    assert [o[0] for o in outcomes[0]] == ["ok", "ok", "error", "error", "error", "error"]
+
+
+def test_a_dropped_or_renamed_role_takes_its_settings_along(pair) -> None:
+    _, ig = pair
+    with psycopg.connect(ig.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE ROLE rs_temp LOGIN PASSWORD 'rs-pw'")
+        conn.execute("ALTER ROLE rs_temp SET search_path = temp_schema")
+        conn.execute("ALTER ROLE rs_temp RENAME TO rs_renamed")
+        assert conn.execute("SELECT rolconfig FROM pg_roles WHERE rolname = 'rs_renamed'").fetchone() == (
+            ["search_path=temp_schema"],)
+        assert _shown(ig.dsn(user="rs_renamed", password="rs-pw"))["search_path"] == "temp_schema"
+        conn.execute("DROP ROLE rs_renamed")
+        conn.execute("CREATE ROLE rs_renamed LOGIN PASSWORD 'rs-pw'")
+        assert conn.execute("SELECT rolconfig FROM pg_roles WHERE rolname = 'rs_renamed'").fetchone() == (None,)
+        conn.execute("DROP ROLE rs_renamed")
