@@ -196,6 +196,16 @@ class Authorization:
             raise PgError("42501", f'permission denied to set role "{role}"')
 
 
+    def check_session_authorization(self, login_user: str, user: str) -> None:
+        """SET SESSION AUTHORIZATION: the login user must be a superuser (42501 otherwise) and
+        `user` a role, a configured user or the bootstrap superuser (22023, as its check hook says)."""
+        authz = self.current()
+        if not authz.is_superuser(Principal(login_user, self.is_configured(login_user))):
+            raise PgError("42501", "permission denied to set session authorization")
+        if user not in authz.roles and user not in self.configured_names() and user != acl.BOOTSTRAP:
+            raise PgError("22023", f'role "{user}" does not exist')
+
+
 class BlockAuthorization(Authorization):
     """A transaction block's view of the roles and privileges: the shared state with the block's
     own changes (`txn.acl_folds`) folded over it. The block's statements are checked against it

@@ -66,7 +66,7 @@ class SessionEnv:
     """What session-bound SQL functions and name resolution need to know about one session."""
 
     database: str
-    user: str
+    login_user: str  # who logged in (SET SESSION AUTHORIZATION needs it to be a superuser)
     backend_pid: int
     settings: dict[str, str] = field(default_factory=dict)
     server_version: str = SERVER_VERSION
@@ -80,6 +80,11 @@ class SessionEnv:
     activity: Any = None
     sequences: Any = None  # nextval / currval (sequences.SessionSequences), set by open_session
     authorization: Any = None  # the engine's roles and privileges (authz.py), set by open_session
+
+    @property
+    def user(self) -> str:
+        """session_user: who logged in, or whom SET SESSION AUTHORIZATION made the session's."""
+        return self.settings.get("session_authorization") or self.login_user
 
     @property
     def current_user(self) -> str:

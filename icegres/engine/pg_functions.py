@@ -208,9 +208,26 @@ def current_setting(env: SessionEnv, name: str, missing_ok: bool | None) -> str 
 
 
 def set_config(env: SessionEnv, name: str, value: str | None, is_local: bool | None) -> str:
-    # The session compares settings before and after a statement to send ParameterStatus.
-    env.settings[name.lower()] = "" if value is None else value
-    return env.settings[name.lower()]
+    """SET by a function, checked as SET is: a read-only or unknown setting refused, SET ROLE's
+    and SET SESSION AUTHORIZATION's privilege checks made (a role escalated by a function call
+    is still an escalation). The session compares settings before and after a statement to send
+    ParameterStatus."""
+    from icegres.pg import settings as guc
+
+    key, authorization = name.lower(), getattr(env, "authorization", None)
+    if key == "session_authorization":
+        login = getattr(env, "login_user", env.user)
+        user = value or login
+        if user != login and authorization is not None:
+            authorization.check_session_authorization(login, user)
+        env.settings["role"] = "none"
+        env.settings[key] = user
+        return user
+    if key == "role" and authorization is not None:
+        authorization.check_set_role(env.user, value)
+    change = guc.validate(key, "" if value is None else value, env.settings, env.settings)
+    env.settings[change.key] = change.value
+    return change.value
 
 
 def _signal(env: SessionEnv, pid: int | None, *, terminate: bool) -> bool | None:

@@ -22,6 +22,9 @@ def canonical_name(key: str) -> str:
     """A setting's name as PostgreSQL spells it (`DateStyle`, `TimeZone`), for a lower-case key."""
     return _REPORTED_BY_KEY.get(key, key)
 
+# Left alone by RESET ALL (GUC_NO_RESET_ALL): whom the session acts as.
+NO_RESET_ALL = frozenset({"session_authorization", "role"})
+
 READ_ONLY = {
     "server_version", "server_encoding", "integer_datetimes", "in_hot_standby", "is_superuser",
     "session_authorization", "server_version_num", "max_identifier_length", "lc_collate",

@@ -268,6 +268,11 @@ _WRITE_WORDS = {
 
 def _set(text: str) -> Statement:
     body = text[3:].strip()
+    m = re.match(rf"(?:(SESSION|LOCAL)\s+)?SESSION\s+AUTHORIZATION\s+({_IDENT}|'(?:[^']|'')*')\s*$", body, re.I)
+    if m:  # the `session_authorization` setting, as PostgreSQL keeps it (DEFAULT: the login user)
+        raw = m.group(2)
+        value = _setting_value(raw) if raw.startswith("'") or raw.upper() == "DEFAULT" else unquote_ident(raw)
+        return Statement(Kind.SET, text, "SET", "session_authorization", value, (m.group(1) or "").upper() == "LOCAL")
     local = False
     m = re.match(r"(SESSION|LOCAL)\s+", body, re.I)
     if m:
@@ -367,6 +372,8 @@ def _reset(text: str) -> Statement:
         return Statement(Kind.RESET, text, "RESET", None)
     if re.match(r"TIME\s+ZONE$", body, re.I):
         return Statement(Kind.RESET, text, "RESET", "timezone")
+    if re.match(r"SESSION\s+AUTHORIZATION$", body, re.I):
+        return Statement(Kind.RESET, text, "RESET", "session_authorization")
     m = re.match(rf"({_IDENT})$", body)
     if not m:
         return Statement(Kind.UNSUPPORTED, text, "RESET", value="syntax")

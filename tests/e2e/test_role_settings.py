@@ -119,3 +119,51 @@ def test_a_dropped_or_renamed_role_takes_its_settings_along(pair) -> None:
         conn.execute("CREATE ROLE rs_renamed LOGIN PASSWORD 'rs-pw'")
         assert conn.execute("SELECT rolconfig FROM pg_roles WHERE rolname = 'rs_renamed'").fetchone() == (None,)
         conn.execute("DROP ROLE rs_renamed")
+
+
+AS_SUPERUSER = [
+    "CREATE ROLE sa_plain LOGIN PASSWORD 'rs-pw'",
+    "SET SESSION AUTHORIZATION sa_plain",
+    "SELECT session_user, current_user, current_setting('role')",
+    "SET SESSION AUTHORIZATION DEFAULT",
+    "SELECT session_user = current_user, session_user = '<admin>'",
+    "BEGIN", "SET LOCAL SESSION AUTHORIZATION sa_plain", "SELECT session_user", "ROLLBACK",
+    "SELECT session_user = '<admin>'",
+    "SET SESSION AUTHORIZATION sa_nosuch",  # 42704
+    "SET ROLE sa_plain", "SET SESSION AUTHORIZATION sa_plain", "SELECT current_setting('role')",
+    "RESET SESSION AUTHORIZATION", "SELECT session_user = '<admin>', current_user = '<admin>'",
+    "SELECT set_config('session_authorization', 'sa_plain', false)", "SELECT session_user",
+    "RESET SESSION AUTHORIZATION",
+    "SET ROLE sa_plain", "RESET ALL", "SELECT current_user",  # (RESET ALL leaves the role alone)
+    "RESET ROLE",
+]
+AS_PLAIN = [
+    "SET SESSION AUTHORIZATION <admin>",  # 42501
+    "SET SESSION AUTHORIZATION sa_plain",  # (itself: allowed)
+    "SELECT set_config('session_authorization', '<admin>', false)",  # 42501
+    "SELECT set_config('role', '<admin>', false)",  # 42501
+    "SELECT set_config('server_version', '1', false)",  # 55P02
+    "SELECT set_config('no_such_setting', '1', false)",  # 42704
+    "SELECT set_config('myapp.flag', 'on', false), current_setting('myapp.flag')",
+    "SELECT session_user, current_user",
+]
+
+
+def test_set_session_authorization_as_postgresql_allows_and_refuses_it(pair) -> None:
+    """SET [LOCAL] SESSION AUTHORIZATION / DEFAULT / RESET, and set_config() of it or of role:
+    a superuser's session becomes another role's for privileges, session_user and
+    current_user, SET ROLE lapsing, a block's ROLLBACK undoing it; anyone else is refused, as is
+    every escalation through set_config()."""
+    pg, ig = pair
+    runs = []
+    for admin, dsn, plain in ((ADMIN[0], ig.dsn(), ig.dsn(user="sa_plain", password="rs-pw")),
+                              (pg.user, pg.dsn(), pg.dsn().replace(f"user={pg.user}", "user=sa_plain"))):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            out = [_run(conn, sql.replace("<admin>", admin)) for sql in AS_SUPERUSER]
+        with psycopg.connect(plain, autocommit=True) as conn:
+            out += [_run(conn, sql.replace("<admin>", admin)) for sql in AS_PLAIN]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP ROLE sa_plain")
+        runs.append(out)
+    for sql, ours, theirs in zip([*AS_SUPERUSER, *AS_PLAIN], *runs, strict=True):
+        assert ours == theirs, sql

@@ -323,7 +323,7 @@ class FlightSqlService:
             from icegres.engine.lake import SERVER_VERSION, SessionEnv
             from icegres.pg import settings as guc
 
-            env = SessionEnv(database=self.database, user=who.user, backend_pid=next(self._pids),
+            env = SessionEnv(database=self.database, login_user=who.user, backend_pid=next(self._pids),
                              settings=guc.defaults(SERVER_VERSION, who.user) | self.server.engine.session_defaults)
             session = Session(who.key, who.user, open_session(self.server.engine, env), self.database)
             self._sessions.put(who.key, session)

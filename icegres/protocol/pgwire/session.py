@@ -232,7 +232,7 @@ class Session:
 
         env = SessionEnv(
             database=self.server.settings.database,
-            user=self.user,
+            login_user=self.user,
             backend_pid=self.pid,
             settings=self.settings,
             server_version=version,
@@ -850,6 +850,9 @@ class Session:
 
     def set_setting(self, key: str, value: str | None) -> str:
         """Validate and apply; the name of the setting assigned."""
+        if key == "session_authorization":  # (checked by its SET: transaction.py; never a client's)
+            self.settings[key] = value or self.initial_settings[key]
+            return key
         change = guc.validate(key, value, self.settings, self.initial_settings)
         self.settings[change.key] = change.value
         if change.key == "search_path":

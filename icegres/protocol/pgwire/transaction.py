@@ -99,18 +99,37 @@ async def _set(session: SessionPort, stmt: Statement, describe: bool) -> None:
         session.send(session.trace.completed("SET"))
         return
     authorization = session.qctx.authorization
-    if (stmt.name or "").lower() == "role" and authorization is not None:
+    name = (stmt.name or "").lower()
+    if name == "role" and authorization is not None:
         await session.in_thread(authorization.check_set_role, session.qctx.env.user, stmt.value)
-    set_in_block(session, stmt.name or "", stmt.value, stmt.flag)
+    if name == "session_authorization":
+        await _session_authorization(session, stmt.value, stmt.flag)
+    else:
+        set_in_block(session, stmt.name or "", stmt.value, stmt.flag)
     session.send(session.trace.completed("SET"))
+
+
+async def _session_authorization(session: SessionPort, user: str | None, local: bool) -> None:
+    """SET [LOCAL] SESSION AUTHORIZATION user | DEFAULT (and RESET): session_user and
+    current_user become `user` (None: who logged in), SET ROLE lapses. Only a session whose
+    login user is a superuser may (PostgreSQL's check_session_authorization); going back to
+    the login user is always allowed."""
+    login = session.qctx.env.login_user
+    authorization = session.qctx.authorization
+    if user is not None and user != login and authorization is not None:
+        await session.in_thread(authorization.check_session_authorization, login, user)
+    set_in_block(session, "role", None, local)
+    set_in_block(session, "session_authorization", user or login, local)
 
 
 async def _reset(session: SessionPort, stmt: Statement, describe: bool) -> None:
     # A RESET is a SET to the default: inside a block, ROLLBACK undoes it.
     if stmt.name is None:
         for key, value in session.initial_settings.items():
-            if session.settings.get(key) != value and key not in guc.READ_ONLY:
+            if session.settings.get(key) != value and key not in guc.READ_ONLY and key not in guc.NO_RESET_ALL:
                 set_in_block(session, key, value, local=False)
+    elif stmt.name == "session_authorization":
+        await _session_authorization(session, None, local=False)
     else:
         set_in_block(session, stmt.name, None, local=False)
     session.send(session.trace.completed("RESET"))
