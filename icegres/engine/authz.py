@@ -388,6 +388,45 @@ def has_privilege(env: Any, kind: str, user: str | None, obj: str | None, privil
                for letter, option in wanted)
 
 
+def pg_has_role(env: Any, user: str | None, role: str | None, privileges: str | None) -> bool | None:
+    """pg_has_role([user,] role, 'MEMBER | USAGE [WITH ADMIN OPTION], …'): whether `user`
+    (None: current_user; a name or an OID as text) is a member of `role` (MEMBER: directly or
+    not, inheriting or not), has its privileges (USAGE: through members that inherit), or may
+    administer it (WITH ADMIN OPTION), as pg_has_role_aclcheck says; a superuser is all three."""
+    if role is None or privileges is None:
+        return None
+    wanted = []
+    for part in privileges.split(","):
+        word = " ".join(part.lower().split())
+        admin = word.endswith((" with admin option", " with grant option"))
+        word = word.removesuffix(" with admin option").removesuffix(" with grant option")
+        if word not in ("member", "usage"):
+            raise PgError("22023", f'unrecognized privilege type: "{part.strip()}"')
+        wanted.append((word, admin))
+    authorization = env.authorization
+    if authorization is None:
+        return True
+    authz = authorization.current()
+    names = [env.current_user if user is None else user, role]
+    for i, name in enumerate(names):
+        if name.isdigit():
+            names[i] = _role_named(authz, int(name), env)
+        elif authz.role(name) is None and name not in (env.user, acl.BOOTSTRAP) \
+                and name not in authorization.configured_names():
+            raise PgError("42704", f'role "{name}" does not exist')
+    name, role = names
+    who = Principal(name, authorization.is_configured(name))
+    if authz.is_superuser(who):
+        return True
+    mine = authz.member_roles(name)
+    for word, admin in wanted:
+        if admin and any(m.role == role and m.member in mine and m.admin for m in authz.members):
+            return True
+        if not admin and role in (mine if word == "member" else authz.privileged_roles(who)):
+            return True
+    return False
+
+
 def _role_named(authz: Authz, oid: int, env: Any) -> str:
     if oid == acl.BOOTSTRAP_OID:
         return env.user

@@ -456,6 +456,8 @@ def catalog_functions(env: SessionEnv) -> list[Fn]:
         Fn("icegres_may_see", (TEXT, TEXT), BOOL, lambda schema, name: authz.may_see(env, schema, name)),
         Fn("icegres_may_see_schema", (TEXT,), BOOL, lambda schema: authz.may_see_schema(env, schema)),
         Fn("icegres_is_my_role", (TEXT,), BOOL, lambda name: authz.is_my_role(env, name)),
+        Fn("icegres_pg_has_role", (TEXT, TEXT, TEXT), BOOL,
+           lambda user, role, privileges: authz.pg_has_role(env, user, role, privileges), strict=False),
         Fn("to_regnamespace", (TEXT,), OID, lambda name: namespace_in(env, name)),
         # COMMENT ON: Iceberg's table `comment` property and column docs.
         Fn("obj_description", (OID, TEXT), TEXT,

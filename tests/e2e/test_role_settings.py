@@ -167,3 +167,27 @@ def test_set_session_authorization_as_postgresql_allows_and_refuses_it(pair) -> 
         runs.append(out)
     for sql, ours, theirs in zip([*AS_SUPERUSER, *AS_PLAIN], *runs, strict=True):
         assert ours == theirs, sql
+
+
+HAS_ROLE = [
+    "CREATE ROLE hr_a", "CREATE ROLE hr_b", "CREATE ROLE hr_c", "CREATE ROLE hr_n NOINHERIT",
+    "GRANT hr_b TO hr_a", "GRANT hr_c TO hr_b WITH ADMIN OPTION", "GRANT hr_c TO hr_n",
+    "SELECT pg_has_role('hr_a', 'hr_c', 'MEMBER'), pg_has_role('hr_a', 'hr_c', 'USAGE'), "
+    "pg_has_role('hr_n', 'hr_c', 'usage'), pg_has_role('hr_n', 'hr_c', 'member'), "
+    "pg_has_role('hr_a', 'hr_c', 'member with admin option'), pg_has_role('hr_b', 'hr_c', 'USAGE WITH ADMIN OPTION'), "
+    "pg_has_role('hr_c', 'hr_a', 'MEMBER, USAGE'), pg_has_role('hr_a', 'hr_a', 'USAGE')",
+    "SELECT pg_has_role((SELECT oid FROM pg_roles WHERE rolname = 'hr_a'), 'hr_b', 'member')",
+    "SELECT rolname FROM pg_roles WHERE pg_has_role('hr_a', oid, 'USAGE') AND rolname LIKE 'hr_%' ORDER BY 1",
+    "SET ROLE hr_a", "SELECT pg_has_role('hr_c', 'USAGE'), pg_has_role('hr_n', 'MEMBER')", "RESET ROLE",
+    "SELECT pg_has_role('hr_a', 'hr_nosuch', 'member')",  # 42704
+    "SELECT pg_has_role('hr_a', 'hr_b', 'select')",  # 22023
+    "SELECT pg_has_role('hr_a', 'hr_b', 'SET')",  # 22023 (PostgreSQL 16's privilege)
+    "DROP ROLE hr_a", "DROP ROLE hr_n", "DROP ROLE hr_b", "DROP ROLE hr_c",
+]
+
+
+def test_pg_has_role_as_postgresql_answers_it(pair) -> None:
+    pg, ig = pair
+    with psycopg.connect(pg.dsn(), autocommit=True) as theirs, psycopg.connect(ig.dsn(), autocommit=True) as ours:
+        for sql in HAS_ROLE:
+            assert _run(ours, sql) == _run(theirs, sql), sql

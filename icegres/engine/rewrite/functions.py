@@ -54,13 +54,18 @@ def _json_args(node: exp.Expression) -> list[exp.Expression]:
 
 def privilege_checks(tree: exp.Expression, rw: _Rewriter) -> exp.Expression:
     """has_table_privilege / has_schema_privilege([user,] object, privileges) ->
-    icegres_has_privilege(kind, user or NULL, object as text, privileges): one UDF of one arity
+    icegres_has_privilege(kind, user or NULL, object as text, privileges), and pg_has_role([user,]
+    role, privileges) -> icegres_pg_has_role(user or NULL, role, privileges): one UDF of one arity
     for every overload (engine/authz.py answers from the roles and grants). The other
     has_*_privilege functions are TRUE: icegres keeps no privileges on databases, functions,
     sequences or columns (docs/security.md)."""
 
     def fn(node: exp.Expression) -> exp.Expression:
         name = _func_name(node) or ""
+        if name == "pg_has_role" and isinstance(node, exp.Anonymous) and len(node.expressions) in (2, 3):
+            args = list(node.expressions)  # ([user,] role, privileges): user NULL for current_user
+            user = exp.cast(args[0], "text") if len(args) == 3 else exp.Null()
+            return exp.Anonymous(this="icegres_pg_has_role", expressions=[user, exp.cast(args[-2], "text"), args[-1]])
         if not (name.startswith("has_") and name.endswith("_privilege")):
             return node
         kind = name[len("has_"):-len("_privilege")]
