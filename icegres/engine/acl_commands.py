@@ -30,6 +30,7 @@ from icegres.sql.acl_statements import (
     GrantPrivileges,
     GrantRole,
     MaskCommand,
+    Owned,
     PolicyCommand,
     RoleSetting,
     RowSecurity,
@@ -140,6 +141,14 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
         name = None if cmd.name is None else guc.canonical_name(cmd.name)
         await authz.change(authorization, lambda a: acl.set_setting(
             a, who, role, database, name, value, configured), run)
+        return cmd.tag, warnings
+    if isinstance(cmd, Owned):
+        roles = tuple(_named_role(name, qctx) for name in cmd.roles)
+        if cmd.new_owner is not None:
+            new = _named_role(cmd.new_owner, qctx)
+            await authz.change(authorization, lambda a: acl.reassign_owned(a, who, roles, new, configured), run)
+            return cmd.tag, warnings
+        await authz.change(authorization, lambda a: acl.drop_owned(a, who, roles, configured), run)
         return cmd.tag, warnings
     if isinstance(cmd, DropRole):
         def drop(a: acl.Authz) -> acl.Authz:

@@ -702,7 +702,8 @@ def _lakehouse_tables(ix: CatalogIndex) -> list[RelationEntry]:
 
 
 def _rows_pg_tables(ix: CatalogIndex) -> Rows:
-    return [{"schemaname": e.schema, "tablename": e.name, "tableowner": ix.snapshot.user,
+    return [{"schemaname": e.schema, "tablename": e.name,
+             "tableowner": pg_roles.owner_name(ix.snapshot.authz, ("table", e.schema, e.name), ix.snapshot.user),
              "hasindexes": bool(e.table and e.table.primary_key)}
             for e in _lakehouse_tables(ix)]
 
@@ -712,7 +713,8 @@ def _lakehouse_views(ix: CatalogIndex) -> list[RelationEntry]:
 
 
 def _rows_pg_views(ix: CatalogIndex) -> Rows:
-    return [{"schemaname": e.schema, "viewname": e.name, "viewowner": ix.snapshot.user,
+    return [{"schemaname": e.schema, "viewname": e.name,
+             "viewowner": pg_roles.owner_name(ix.snapshot.authz, ("table", e.schema, e.name), ix.snapshot.user),
              "definition": view_definition(ix, e.oid)} for e in _lakehouse_views(ix)]
 
 

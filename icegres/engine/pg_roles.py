@@ -14,7 +14,7 @@ from typing import Any
 
 from icegres.pg import acl
 
-__all__ = ["attacl", "auth_member_rows", "authid_rows", "db_role_setting_rows", "nspacl", "owner_oid", "relacl", "role_oid", "default_acl_rows", "policy_rows", "row_security_flags",
+__all__ = ["attacl", "auth_member_rows", "authid_rows", "db_role_setting_rows", "owner_name", "nspacl", "owner_oid", "relacl", "role_oid", "default_acl_rows", "policy_rows", "row_security_flags",
            "table_privilege_rows", "user_rows"]
 
 BOOTSTRAP_OID = acl.BOOTSTRAP_OID
@@ -95,6 +95,12 @@ def auth_member_rows(authz: acl.Authz | None) -> Rows:
 
 def owner_oid(authz: acl.Authz | None, obj: acl.ObjectKey) -> int:
     return BOOTSTRAP_OID if authz is None else role_oid(authz, authz.owner(obj))
+
+
+def owner_name(authz: acl.Authz | None, obj: acl.ObjectKey, bootstrap: str) -> str:
+    """The owner's name as pg_tables and pg_views show it (the bootstrap superuser by its name)."""
+    owner = acl.BOOTSTRAP if authz is None else authz.owner(obj)
+    return bootstrap if owner == acl.BOOTSTRAP else owner
 
 
 def _acl_text(authz: acl.Authz, items: tuple[acl.AclItem, ...], bootstrap: str) -> list[str]:

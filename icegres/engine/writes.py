@@ -39,7 +39,7 @@ log = logging.getLogger("icegres.commit")
 
 DML_WORDS = ("INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE")
 # CALL: the snapshot procedures (procedures.py); GRANT/REVOKE: roles and privileges (acl_commands.py)
-DDL_WORDS = ("CREATE", "DROP", "ALTER", "COMMENT", "CALL", "GRANT", "REVOKE")
+DDL_WORDS = ("CREATE", "DROP", "ALTER", "COMMENT", "CALL", "GRANT", "REVOKE", "REASSIGN")
 
 
 def is_dml(stmt: Statement) -> bool:
@@ -285,7 +285,7 @@ async def run_ddl(host: WriteHost, stmt: Statement, values: dict[str, Any] | Non
             return await run_ddl_command(host, command)
         stmt = await host.run(ddl_literals.written_statement, stmt.sql, values)
 
-    if stmt.tag in ("GRANT", "REVOKE", "CREATE", "DROP", "ALTER"):
+    if stmt.tag in ("GRANT", "REVOKE", "CREATE", "DROP", "ALTER", "REASSIGN"):
         command = acl_commands.acl_command(stmt.sql)
         if command is not None:
             tag, warnings = await acl_commands.run_acl(host.qctx, command, host.run)

@@ -423,14 +423,16 @@ def drop_role(authz: Authz, who: Principal, name: str) -> Authz:
                 + (f" in schema {schema}" if schema else "")
                 for (role, schema), items in sorted(authz.default_acls.items())
                 if role != name and any(i.grantee == name for i in items)]
+    depends += [f"owner of default privileges on new relations belonging to role {name}"
+                + (f" in schema {schema}" if schema else "")
+                for (role, schema), items in sorted(authz.default_acls.items()) if role == name and items]
     if depends:
         raise PgError(E.DEPENDENT_OBJECTS_STILL_EXIST,
                       f'role "{name}" cannot be dropped because some objects depend on it',
                       detail="\n".join(depends))
     roles = {k: v for k, v in authz.roles.items() if k != name}
     members = frozenset(m for m in authz.members if name not in (m.role, m.member))
-    # Its own default privileges go with it, as PostgreSQL drops a role's pg_default_acl rows.
-    defaults = {k: v for k, v in authz.default_acls.items() if k[0] != name}
+    defaults = {k: v for k, v in authz.default_acls.items() if k[0] != name}  # (none with entries)
     settings = {k: v for k, v in authz.settings.items() if k[1] != name}  # (DropSetting)
     return replace(authz, roles=roles, members=members, default_acls=defaults, settings=settings)
 
@@ -623,6 +625,78 @@ def set_owner(authz: Authz, who: Principal, obj: ObjectKey, new_owner: str,
     return replace(authz, owners=owners, acls=acls)
 
 
+def _owned_roles_checked(authz: Authz, who: Principal, names: Iterable[str], what: str,
+                         configured: frozenset[str]) -> None:
+    """REASSIGN / DROP OWNED: every role named exists (42704) and `who` has its privileges
+    (42501), as shdepReassignOwned / DropOwnedObjects check."""
+    for name in names:
+        if name not in authz.roles and name not in configured and name != BOOTSTRAP:
+            raise PgError(E.UNDEFINED_OBJECT, f'role "{name}" does not exist')
+    if not authz.is_superuser(who):
+        mine = authz.privileged_roles(who)
+        if any(name not in mine for name in names):
+            raise PgError(E.INSUFFICIENT_PRIVILEGE, f"permission denied to {what} objects")
+
+
+def _pinned(authz: Authz, name: str, configured: frozenset[str]) -> bool:
+    """The bootstrap superuser (and a configured user, whose objects it owns): what PostgreSQL
+    calls a role required by the database system."""
+    return name == BOOTSTRAP or (name in configured and name not in authz.roles)
+
+
+def reassign_owned(authz: Authz, who: Principal, olds: Iterable[str], new: str,
+                   configured: frozenset[str] = frozenset()) -> Authz:
+    """REASSIGN OWNED BY olds TO new: every object a role of `olds` owns passes to `new`, its
+    ACL with it (as ALTER ... OWNER TO does). Default privileges stay (DROP OWNED's)."""
+    olds = tuple(olds)
+    _owned_roles_checked(authz, who, (*olds, new), "reassign", configured)
+    for old in olds:
+        if _pinned(authz, old, configured):
+            raise PgError(E.DEPENDENT_OBJECTS_STILL_EXIST,
+                          f"cannot reassign ownership of objects owned by role {old} because they are "
+                          "required by the database system")
+    system = Principal(BOOTSTRAP, True)
+    for obj, owner in sorted(authz.owners.items()):
+        if owner in olds:
+            authz = set_owner(authz, system, obj, new, configured)
+    return authz
+
+
+def drop_owned(authz: Authz, who: Principal, names: Iterable[str], configured: frozenset[str] = frozenset()) -> Authz:
+    """DROP OWNED BY names, for roles that own no object (0A000 otherwise: the tables, views and
+    schemas of the lake are not dropped by it; REASSIGN OWNED first): every privilege
+    granted to them (and by them, which rested on their grant options) revoked, their default
+    privileges dropped, and they taken off every policy and mask (one left for no role is
+    dropped), as shdepDropOwned does."""
+    names = tuple(names)
+    _owned_roles_checked(authz, who, names, "drop", configured)
+    for name in names:
+        if _pinned(authz, name, configured):
+            raise PgError(E.DEPENDENT_OBJECTS_STILL_EXIST,
+                          f"cannot drop objects owned by role {name} because they are required by the database system")
+    owned = owned_by(authz, names)
+    if owned:
+        raise PgError(E.FEATURE_NOT_SUPPORTED, f"DROP OWNED of a role that owns objects ({_describe(owned[0])}, …) "
+                      "is not supported", hint="REASSIGN OWNED BY the role TO another role first.")
+    gone = set(names)
+    acls = {}
+    for obj, items in authz.acls.items():
+        kept = tuple(i for i in items if i.grantee not in gone and i.grantor not in gone)
+        acls[obj] = kept
+    default_acls = {k: tuple(i for i in v if i.grantee not in gone) for k, v in authz.default_acls.items()
+                    if k[0] not in gone}
+    policies = tuple(replace(p, roles=tuple(r for r in p.roles if r not in gone)) for p in authz.policies)
+    masks = tuple(replace(m, roles=tuple(r for r in m.roles if r not in gone)) for m in authz.masks)
+    return replace(authz, acls=acls, default_acls={k: v for k, v in default_acls.items() if v},
+                   policies=tuple(p for p in policies if p.roles), masks=tuple(m for m in masks if m.roles))
+
+
+def owned_by(authz: Authz, names: Iterable[str]) -> list[ObjectKey]:
+    """The objects the roles `names` own."""
+    gone = set(names)
+    return [obj for obj, owner in sorted(authz.owners.items()) if owner in gone]
+
+
 def created(authz: Authz, who: Principal, obj: ObjectKey) -> Authz:
     """A new object: owned by its creator (a configured superuser's objects by BOOTSTRAP), with
     no ACL entries of a dropped namesake left behind, and the creator's default privileges
@@ -683,6 +757,9 @@ def alter_default_privileges(authz: Authz, who: Principal, roles: Iterable[str],
 
 
 def dropped(authz: Authz, obj: ObjectKey) -> Authz:
+    if obj[0] == "schema" and any(k[1] == obj[1] for k in authz.default_acls):
+        # A schema's default privileges (ALTER DEFAULT PRIVILEGES IN SCHEMA) go with it.
+        authz = replace(authz, default_acls={k: v for k, v in authz.default_acls.items() if k[1] != obj[1]})
     if obj[0] == "table" and any(k[0] == "column" and k[1:3] == obj[1:] for k in authz.acls):
         authz = replace(authz, acls={k: v for k, v in authz.acls.items() if not (k[0] == "column" and k[1:3] == obj[1:])})
     if obj not in authz.acls and obj not in authz.owners and obj not in authz.rls \
@@ -706,7 +783,10 @@ def renamed(authz: Authz, old: ObjectKey, new: ObjectKey) -> Authz:
     policies = tuple(replace(p, table=new) if p.table == old else p for p in authz.policies)
     masks = tuple(replace(m, table=new) if m.table == old else m for m in authz.masks)
     invokers = (authz.invokers - {old}) | {new} if old in authz.invokers else authz.invokers
-    return replace(authz, acls=acls, owners=owners, rls=rls, policies=policies, masks=masks, invokers=invokers)
+    defaults = authz.default_acls if old[0] != "schema" else {
+        ((role, new[1]) if schema == old[1] else (role, schema)): v for (role, schema), v in authz.default_acls.items()}
+    return replace(authz, acls=acls, owners=owners, rls=rls, policies=policies, masks=masks, invokers=invokers,
+                   default_acls=defaults)
 
 
 # --- the stored form -----------------------------------------------------------------------------

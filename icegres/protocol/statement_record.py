@@ -81,7 +81,7 @@ def statement_class(tag_or_kind: str) -> str:
     `ddl` (CREATE, ALTER, DROP, ...), `mod` (writes: INSERT, UPDATE, DELETE, MERGE, TRUNCATE,
     COPY ... FROM), else `all`."""
     word = tag_or_kind.split(" ", 1)[0].upper()
-    if word in ("CREATE", "ALTER", "DROP", "COMMENT", "GRANT", "REVOKE"):
+    if word in ("CREATE", "ALTER", "DROP", "COMMENT", "GRANT", "REVOKE", "REASSIGN"):
         return "ddl"
     if word in ("INSERT", "UPDATE", "DELETE", "MERGE", "TRUNCATE", "COPY_FROM"):
         return "mod"

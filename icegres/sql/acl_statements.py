@@ -57,6 +57,16 @@ class RoleSetting:
 
 
 @dataclass(frozen=True)
+class Owned:
+    """REASSIGN OWNED BY roles TO new_owner, or DROP OWNED BY roles [CASCADE | RESTRICT]
+    (`new_owner` None)."""
+
+    roles: tuple[str, ...]
+    new_owner: str | None = None
+    tag: str = "REASSIGN OWNED"
+
+
+@dataclass(frozen=True)
 class DropRole:
     names: tuple[str, ...]
     if_exists: bool = False
@@ -165,7 +175,7 @@ class DefaultPrivileges:
 
 
 AclCommand = (DefaultPrivileges | MaskCommand | CreateRole | AlterRole | DropRole | GrantPrivileges | GrantRole | AlterOwner | RowSecurity
-              | PolicyCommand | RoleSetting)
+              | PolicyCommand | RoleSetting | Owned)
 
 _LETTERS = {"select": "r", "insert": "a", "update": "w", "delete": "d", "truncate": "D",
             "references": "x", "trigger": "t", "usage": "U", "create": "C"}
@@ -250,7 +260,7 @@ class _Reader:
 
 
 _CANDIDATE = re.compile(r"\s*(?:GRANT|REVOKE|(?:CREATE|DROP|ALTER)\s+(?:ROLE|USER|GROUP|POLICY|MASK)|ALTER\s+DEFAULT\s+PRIVILEGES"
-                        r"|ALTER\s+DATABASE\s+\S+\s+(?:SET|RESET)|ALTER\s+(TABLE|SCHEMA))\b", re.I)
+                        r"|ALTER\s+DATABASE\s+\S+\s+(?:SET|RESET)|(?:REASSIGN|DROP)\s+OWNED|ALTER\s+(TABLE|SCHEMA))\b", re.I)
 _OWNER_TO = re.compile(r"\b(?:OWNER\s+TO\s+\S+|ROW\s+LEVEL\s+SECURITY)\s*$", re.I)
 
 
@@ -278,6 +288,21 @@ def parse_acl(sql: str) -> AclCommand | None:
     if r.peek("alter") and r.peek("role", "user", "group", ahead=1):
         r.at += 2
         return _alter_role(r)
+    if r.peek("reassign", "drop") and r.peek("owned", ahead=1):
+        reassign = r.peek("reassign")
+        r.at += 2
+        r.expect("by")
+        roles = [_grantee(r)]
+        while r.op(","):
+            roles.append(_grantee(r))
+        if reassign:
+            r.expect("to")
+            new = _grantee(r)
+            r.end()
+            return Owned(tuple(roles), new)
+        r.take("cascade") or r.take("restrict")
+        r.end()
+        return Owned(tuple(roles), tag="DROP OWNED")
     if r.peek("alter") and r.peek("database", ahead=1):
         r.at += 2
         return _setting(r, None, r.name(), "ALTER DATABASE")

@@ -191,3 +191,65 @@ def test_pg_has_role_as_postgresql_answers_it(pair) -> None:
     with psycopg.connect(pg.dsn(), autocommit=True) as theirs, psycopg.connect(ig.dsn(), autocommit=True) as ours:
         for sql in HAS_ROLE:
             assert _run(ours, sql) == _run(theirs, sql), sql
+
+
+OWNED = [
+    "CREATE ROLE ro_a", "CREATE ROLE ro_b", "CREATE ROLE ro_c",
+    "CREATE SCHEMA ro_s", "GRANT USAGE, CREATE ON SCHEMA ro_s TO ro_a",
+    "SET ROLE ro_a", "CREATE TABLE ro_s.t1 (i int)", "GRANT SELECT ON ro_s.t1 TO ro_c", "RESET ROLE",
+    "CREATE TABLE ro_s.t2 (i int)", "GRANT SELECT, INSERT ON ro_s.t2 TO ro_a WITH GRANT OPTION",
+    "SET ROLE ro_a", "GRANT SELECT ON ro_s.t2 TO ro_c", "RESET ROLE",
+    "ALTER DEFAULT PRIVILEGES FOR ROLE ro_a GRANT SELECT ON TABLES TO ro_c",
+    "SELECT tablename, tableowner FROM pg_tables WHERE tableowner LIKE 'ro_%' ORDER BY 1",
+    "SET ROLE ro_c", "REASSIGN OWNED BY ro_a TO ro_c", "DROP OWNED BY ro_a", "RESET ROLE",  # 42501
+    "REASSIGN OWNED BY ro_nosuch TO ro_b",  # 42704
+    "REASSIGN OWNED BY ro_a TO ro_b",
+    "SELECT tablename, tableowner FROM pg_tables WHERE tableowner LIKE 'ro_%' ORDER BY 1",
+    "SELECT has_table_privilege('ro_c', 'ro_s.t1', 'SELECT') AS c, has_table_privilege('ro_b', 'ro_s.t1', 'INSERT') AS b, "
+    "has_table_privilege('ro_a', 'ro_s.t1', 'SELECT') AS a",
+    "DROP ROLE ro_a",  # 2BP01: privileges and its default privileges still name it
+    "DROP OWNED BY ro_a",
+    "SELECT has_table_privilege('ro_c', 'ro_s.t2', 'SELECT') AS c, has_table_privilege('ro_a', 'ro_s.t2', 'SELECT') AS a, "
+    "has_schema_privilege('ro_a', 'ro_s', 'USAGE') AS s",
+    "SELECT count(*) FROM pg_default_acl",
+    "DROP ROLE ro_a",
+    "REASSIGN OWNED BY ro_b TO CURRENT_USER",
+    "DROP TABLE ro_s.t1", "DROP TABLE ro_s.t2", "DROP SCHEMA ro_s", "DROP ROLE ro_b", "DROP ROLE ro_c",
+]
+
+
+def _outcome(conn: psycopg.Connection, sql: str) -> tuple[Any, ...]:
+    try:
+        cur = conn.execute(sql)
+        return ("ok", cur.statusmessage, cur.fetchall() if cur.description else None)
+    except psycopg.Error as exc:
+        return ("error", exc.sqlstate, exc.diag.message_primary, exc.diag.message_detail)
+
+
+def test_reassign_owned_then_drop_owned_then_drop_role_as_postgresql(pair) -> None:
+    """The way a role is retired in PostgreSQL: REASSIGN OWNED BY it TO another, DROP OWNED BY
+    it (its privileges, default privileges, policies), DROP ROLE; with PostgreSQL's refusals and
+    DETAILs on the way."""
+    pg, ig = pair
+    with psycopg.connect(pg.dsn(), autocommit=True) as theirs, psycopg.connect(ig.dsn(), autocommit=True) as ours:
+        for sql in OWNED:
+            assert _outcome(ours, sql) == _outcome(theirs, sql), sql
+
+
+def test_drop_owned_of_a_role_that_owns_a_table_is_refused_and_changes_nothing(pair) -> None:
+    """PostgreSQL's DROP OWNED drops what the role owns; icegres does not drop lake objects
+    from it (docs/limitations.md): 0A000, nothing revoked, the table there."""
+    _, ig = pair
+    with psycopg.connect(ig.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE ROLE do_owner")
+        conn.execute("CREATE ROLE do_reader")
+        conn.execute("CREATE TABLE do_t (i int)")
+        conn.execute("ALTER TABLE do_t OWNER TO do_owner")
+        conn.execute("GRANT SELECT ON do_t TO do_reader")
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="DROP OWNED of a role that owns objects"):
+            conn.execute("DROP OWNED BY do_owner, do_reader")
+        assert conn.execute("SELECT has_table_privilege('do_reader', 'do_t', 'SELECT'), tableowner FROM pg_tables "
+                            "WHERE tablename = 'do_t'").fetchone() == (True, "do_owner")
+        conn.execute("DROP TABLE do_t")
+        conn.execute("DROP ROLE do_owner")
+        conn.execute("DROP ROLE do_reader")
