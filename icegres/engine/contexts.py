@@ -160,8 +160,9 @@ class SessionContexts:
         """A context whose catalog is a private copy of the shared one with this transaction's
         views of its tables (pins + staged writes). Rebuilt only when the view changes (~2 ms)."""
         default = self.default_schema()
-        key = (txn.ident, txn.version, default, zone)  # SET TimeZone in a block: views anew
-        ddl = txn.catalog is not None or bool(txn.view_overlay) or bool(self.env.temp)
+        # (SET TimeZone in a block: views anew; a role or privilege change: its catalog anew)
+        key = (txn.ident, txn.version, default, zone, len(txn.acl_folds))
+        ddl = txn.catalog is not None or bool(txn.view_overlay) or bool(self.env.temp) or bool(txn.acl_folds)
         if self._private is not None and self._private[0] == key:
             made, snap = self._private[1], self._private_snapshot
         else:
@@ -169,7 +170,8 @@ class SessionContexts:
             views = {k: (lambda ctx, keep, plan=plan: to_dataframe(ctx, plan, stores, None, sets, keep))
                      for k, plan in txn.views().items()}
             made = self.with_views(views, hidden=txn.hidden)
-            # The block's catalog relations describe its own DDL (pg_class, \d, regclass).
+            # The block's catalog relations describe its own DDL (pg_class, \d, regclass) and its
+            # own roles and privileges (pg_roles, \du, \dp).
             snap = made.own_catalog = self.engine.catalog_as_seen_by(txn) if ddl else None
             self._private = (key, made)
             self._private_snapshot = snap

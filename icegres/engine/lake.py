@@ -687,7 +687,7 @@ class Engine:
         self._catalog_generation += 1
 
     def _snapshot_of(self, plans: dict[tuple[str, str], ReadPlan], views: dict[tuple[str, str], ViewDef],
-                     namespaces: Iterable[str]) -> Any:
+                     namespaces: Iterable[str], authz: Any = None) -> Any:
         from icegres.engine import pg_catalog
 
         tables = [pg_catalog.table_info(ns, name, plan) for (ns, name), plan in sorted(plans.items())]
@@ -702,7 +702,7 @@ class Engine:
             schemas=tuple(sorted(set(namespaces) | {"public"} | {v.schema for v in infos})),
             tables=tuple(tables),
             views=infos,
-            authz=self._catalog_authz,
+            authz=self._catalog_authz if authz is None else authz,
         )
 
     def _described(self) -> dict[tuple[str, str], ReadPlan]:
@@ -736,7 +736,13 @@ class Engine:
             plans.pop(key, None)
             if key not in txn.view_overlay:
                 views.pop(key, None)
-        return self._snapshot_of(plans, views, namespaces)
+        seen = None
+        if txn.acl_folds:  # (the block's own role and privilege changes: authz.BlockAuthorization)
+            from icegres.engine import authz
+
+            block = authz.in_effect(self.authorization, txn)
+            seen = block.current() if block is not None else None
+        return self._snapshot_of(plans, views, namespaces, seen)
 
     # --- what sessions use -------------------------------------------------------------------
 

@@ -59,8 +59,22 @@ def open_session(engine: Engine, env: SessionEnv) -> QueryContext:
 
     env.relation_oid = pg_catalog.relation_oid
     env.sequences = SessionSequences(engine, env)
-    env.authorization = engine.authorization
-    return QueryContext(engine, env)
+    qctx = QueryContext(engine, env)
+    # The SQL functions (has_table_privilege, pg_has_role, information_schema's filters) answer
+    # from what the session's statement is checked against: inside a block, with its own changes.
+    env.authorization = None if engine.authorization is None else _InEffect(qctx)
+    return qctx
+
+
+class _InEffect:
+    """`env.authorization`: the session's authorization in effect now (QueryContext.authorization:
+    the shared one, or an open block's view of it), whichever transaction the session is in."""
+
+    def __init__(self, qctx: QueryContext) -> None:
+        self._qctx = qctx
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._qctx.authorization, name)
 
 
 class QueryContext:

@@ -253,3 +253,35 @@ def test_drop_owned_of_a_role_that_owns_a_table_is_refused_and_changes_nothing(p
         conn.execute("DROP TABLE do_t")
         conn.execute("DROP ROLE do_owner")
         conn.execute("DROP ROLE do_reader")
+
+
+IN_BLOCK = [
+    "CREATE TABLE blk_t (i int)",
+    "BEGIN",
+    "CREATE ROLE blk_r",
+    "SELECT rolname, rolcanlogin FROM pg_roles WHERE rolname = 'blk_r'",
+    "ALTER ROLE blk_r LOGIN",
+    "SELECT rolname, rolcanlogin FROM pg_roles WHERE rolname = 'blk_r'",
+    "GRANT SELECT ON blk_t TO blk_r",
+    "SELECT grantee, privilege_type FROM information_schema.table_privileges WHERE table_name = 'blk_t' "
+    "AND grantee = 'blk_r'",
+    "SELECT has_table_privilege('blk_r', 'blk_t', 'SELECT')",
+    "ALTER ROLE blk_r SET search_path = blk",
+    "SELECT rolconfig FROM pg_roles WHERE rolname = 'blk_r'",
+    "ROLLBACK",
+    "SELECT count(*) FROM pg_roles WHERE rolname = 'blk_r'",
+    "BEGIN", "CREATE ROLE blk_r", "COMMIT",
+    "BEGIN", "DROP ROLE blk_r", "SELECT count(*) FROM pg_roles WHERE rolname = 'blk_r'", "COMMIT",
+    "SELECT count(*) FROM pg_roles WHERE rolname = 'blk_r'",
+    "DROP TABLE blk_t",
+]
+
+
+def test_a_blocks_own_role_and_privilege_changes_show_in_its_catalog(pair) -> None:
+    """pg_roles, information_schema and pg_db_role_setting show a transaction block its own
+    uncommitted CREATE ROLE, ALTER ROLE, GRANT and DROP ROLE, as PostgreSQL's catalogs do; a
+    ROLLBACK forgets them."""
+    pg, ig = pair
+    with psycopg.connect(pg.dsn(), autocommit=True) as theirs, psycopg.connect(ig.dsn(), autocommit=True) as ours:
+        for sql in IN_BLOCK:
+            assert _outcome(ours, sql) == _outcome(theirs, sql), sql
