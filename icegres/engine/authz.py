@@ -85,6 +85,12 @@ class Authorization:
             self._read_at = time.monotonic()
             return self._authz
 
+    def fresh(self) -> Authz:
+        """The state read now, whatever its age (blocking)."""
+        with self._lock:
+            self._read_at = float("-inf")
+        return self.current()
+
     def is_superuser(self, who: Principal) -> bool:
         """A configured superuser (--superusers / the configured users) needs no state read: they
         go on while the catalog is down; any other principal is judged by the state."""
@@ -262,6 +268,25 @@ async def change(authorization: Authorization, fold: Callable[[Authz], Authz], r
         return
     await run(lambda: fold(authorization.current()))
     authorization.txn.acl_folds.append(fold)
+
+
+async def check_block(base: Authorization | None, txn: Any) -> None:
+    """Before a block's data commits: its role and privilege changes applied, in order, to the
+    shared state as it is now, and kept nowhere. One the state no longer allows (a role another
+    server dropped since the block changed it) fails the COMMIT before anything is committed;
+    `commit_block` then meets it only if another server changed the state in between."""
+    import trio
+
+    folds = list(getattr(txn, "acl_folds", ()))
+    if base is None or not folds:
+        return
+
+    def all_of(state: Authz) -> Authz:
+        for fold in folds:
+            state = fold(state)
+        return state
+
+    await trio.to_thread.run_sync(lambda: all_of(base.fresh()))
 
 
 async def commit_block(base: Authorization | None, txn: Any) -> None:

@@ -142,8 +142,14 @@ async def finish(host: core.WriteHost, ending: Ending | None) -> None:
     if ending is None:
         return
     if ending.publish:
+        base = host.qctx.engine.authorization
+        try:  # its GRANTs, REVOKEs and role changes refused by the state now: nothing committed
+            await authz.check_block(base, ending.txn)
+        except PgError:
+            await core.discard(host, ending.txn)
+            raise
         await core.publish(host, ending.txn)
         # Its GRANTs, REVOKEs and role changes, once its data is in (authz.commit_block).
-        await authz.commit_block(host.qctx.engine.authorization, ending.txn)
+        await authz.commit_block(base, ending.txn)
     else:
         await core.discard(host, ending.txn)

@@ -105,3 +105,25 @@ def test_grants_made_on_two_servers_at_once_are_all_kept(tmp_path) -> None:
                                         "WHERE table_schema = 's' AND privilege_type = 'SELECT'").fetchall()
                 return {r[0] for r in rows} >= set(roles)
             _eventually(all_granted, "every GRANT of both servers")
+
+
+def test_a_block_whose_grant_another_server_made_impossible_commits_nothing(tmp_path) -> None:
+    """A block's data and its role and privilege changes commit together where they can: its
+    GRANT to a role another server dropped meanwhile fails the COMMIT (PostgreSQL's error for
+    that role), and the block's INSERT is not committed either."""
+    with running_icegres(tmp_path / "a") as a:
+        catalog = f"sqlite:///{tmp_path / 'a' / 'catalog.db'}"
+        with running_icegres(tmp_path / "b", args=("--catalog-uri", catalog)) as b:
+            with psycopg.connect(a.dsn(), autocommit=True) as on_a, psycopg.connect(b.dsn(), autocommit=True) as on_b:
+                on_a.execute("CREATE TABLE blk_items (id int)")
+                on_a.execute("CREATE ROLE blk_reader")
+                _eventually(lambda: on_b.execute("SELECT count(*) FROM pg_roles WHERE rolname = 'blk_reader'")
+                            .fetchone() == (1,), "the role seen on b")
+                on_a.execute("BEGIN")
+                on_a.execute("INSERT INTO blk_items VALUES (1)")
+                on_a.execute("GRANT SELECT ON blk_items TO blk_reader")
+                on_b.execute("DROP ROLE blk_reader")
+                with pytest.raises(psycopg.errors.UndefinedObject, match='role "blk_reader" does not exist'):
+                    on_a.execute("COMMIT")
+                assert on_a.execute("SELECT count(*) FROM blk_items").fetchone() == (0,)
+                assert on_a.execute("SELECT count(*) FROM pg_roles WHERE rolname = 'blk_reader'").fetchone() == (0,)
