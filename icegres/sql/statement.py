@@ -150,6 +150,10 @@ def _tree_refs(tree: exp.Expression, search_path: list[str],
     from sqlglot import exp
 
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    # A write's target is a relation whatever a CTE is named: `WITH t AS (…) DELETE FROM t`
+    # deletes from the table t, as in PostgreSQL.
+    target = tree.this if isinstance(tree, exp.Insert | exp.Update | exp.Delete | exp.Merge) else None
+    target = target.this if isinstance(target, exp.Schema) else target
     travelled = any(t.args.get("version") is not None or "@" in t.name or "$" in t.name
                     for t in tree.find_all(exp.Table))
     refs: set[tuple[str, str]] = set()
@@ -166,7 +170,7 @@ def _tree_refs(tree: exp.Expression, search_path: list[str],
                 catalog = True
                 continue
             refs.add((schema, name))
-        elif name.lower() not in ctes:
+        elif name.lower() not in ctes or table is target:
             if name.lower().startswith("pg_") or name.lower() in ("tables", "columns"):
                 if not all_names:
                     return refs, True

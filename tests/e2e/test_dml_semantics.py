@@ -192,6 +192,22 @@ def test_a_big_values_list_with_on_conflict_or_returning_means_what_postgresql_r
     _play(icegres, real_postgres, "\n".join(lines), ("dd.kp",))
 
 
+def test_a_writes_target_is_the_table_whatever_a_cte_is_named(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """The target of an INSERT, UPDATE, DELETE or MERGE is a relation, never a CTE of the same
+    name (which the rest of the statement reads); a CTE that names no table is 42P01 as a target."""
+    _play(icegres, real_postgres, """
+        set search_path = dd, public
+        create table dd.w (i int)
+        insert into w values (1), (2)
+        with w as (select 1 as i) delete from w where i in (select i from w)
+        with w as (select 2 as i) update w set i = 3 where i = (select i from w)
+        with w as (select 5 as i) insert into w select i from w
+        with w as (select 9 as i) merge into w using w s on false when not matched then insert values (s.i)
+        with nosuch as (select 1 as i) delete from nosuch
+    """, ("dd.w",))
+
+
 def test_fractions_assigned_to_integer_columns_round_as_postgresql_rounds_them(
         icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
     """numeric half away from zero, float8 half to even; DataFusion's cast truncates."""
