@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, replace
@@ -99,6 +100,9 @@ DEFAULT_TABLE = "icegres_tail"
 # locks cannot collide with another application's single-key advisory locks.
 ADVISORY_LOCK_CLASS = 0x494345
 CONNECT_TIMEOUT_SECONDS = 5
+# How long a claim waits for the lock of a writer that has just gone (its backend exits a
+# moment after its client; a live writer keeps it, and the claim is then TailOwned).
+RELEASE_WAIT_SECONDS = 2.0
 LOCK_TIMEOUT = "5s"
 IDLE_IN_TRANSACTION_TIMEOUT = "30s"
 
@@ -295,6 +299,17 @@ class PsycopgBackend:
         ).fetchone()
         return bool(row[0])
 
+    def _lock_within(self, conn: Any, seconds: float) -> bool:
+        """The writer's lock, waiting up to `seconds` for it: a writer that just closed its
+        connection (a restart) holds the lock until its backend has noticed and exited, which
+        PostgreSQL does a moment after the client is gone, not at once."""
+        deadline = time.monotonic() + seconds
+        while not self._try_lock(conn):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     def _params(self, **extra: Any) -> dict[str, Any]:
         return {"tail": self.tail_id, **extra}
 
@@ -305,7 +320,7 @@ class PsycopgBackend:
                 # Serialises concurrent CREATE TABLE IF NOT EXISTS (it can race on pg_type).
                 conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (ADVISORY_LOCK_CLASS,))
                 conn.execute(self._sql["ddl"])
-            if not self._try_lock(conn):
+            if not self._lock_within(conn, RELEASE_WAIT_SECONDS):
                 row = conn.execute(self._sql["owner"], self._params()).fetchone()
                 who = f"{row[1]} (epoch {row[0]}, backend pid {row[2]})" if row else "unknown"
                 raise TailOwned(
