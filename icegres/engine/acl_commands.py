@@ -34,6 +34,7 @@ from icegres.sql.acl_statements import (
     PolicyCommand,
     RoleSetting,
     RowSecurity,
+    ViewOptions,
     parse_acl,
 )
 
@@ -201,6 +202,17 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
         return cmd.tag, warnings
     if isinstance(cmd, MaskCommand):
         return await _mask(qctx, cmd, who, run), warnings
+    if isinstance(cmd, ViewOptions):
+        view = await run(_view_named, qctx, cmd.schema, cmd.name, cmd.if_exists)
+        if view is None:
+            return cmd.tag, [f'relation "{cmd.name}" does not exist, skipping']
+
+        def options(a: acl.Authz) -> acl.Authz:
+            a.require_owner(who, view, "view")
+            return acl.set_security_invoker(a, view, cmd.invoker)
+
+        await authz.change(authorization, options, run)
+        return cmd.tag, warnings
     if isinstance(cmd, AlterOwner):
         obj = await run(_owned_object, qctx, cmd)
         owner = _named_role(cmd.owner, qctx)
@@ -209,11 +221,28 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
     raise AssertionError(cmd)
 
 
+def _view_named(qctx: QueryContext, schema: str | None, name: str, if_exists: bool) -> acl.ObjectKey | None:
+    """The view an ALTER VIEW names (42809 for a table, 42P01 for nothing; None: IF EXISTS)."""
+    qctx.engine.refresh({(schema, name)} if schema else {(s, name) for s in qctx.env.search_path})
+    found = qctx.resolver().resolve(schema, name)
+    if found is None or found[0] == "system":
+        if if_exists:
+            return None
+        raise PgError(E.UNDEFINED_TABLE, f'relation "{name if schema is None else schema + "." + name}" does not exist')
+    if found[0] != "view":
+        raise PgError(E.WRONG_OBJECT_TYPE, f'"{name}" is not a view')
+    return ("table", *found[1])
+
+
 def _owned_object(qctx: QueryContext, cmd: AlterOwner) -> acl.ObjectKey:
     if cmd.kind == "schema":
         if not qctx.engine.has_schema(cmd.name):
             raise PgError(E.INVALID_SCHEMA_NAME, f'schema "{cmd.name}" does not exist')
         return ("schema", cmd.name)
+    if cmd.kind == "view":
+        found = _view_named(qctx, cmd.schema, cmd.name, False)
+        assert found is not None
+        return found
     return ("table", *_relation(qctx, cmd.schema, cmd.name))
 
 

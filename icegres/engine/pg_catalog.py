@@ -445,6 +445,9 @@ def _rows_pg_class(ix: CatalogIndex) -> Rows:
             "relnatts": len(e.columns) if e.relkind != "i" else len(e.key_attnums),
             "relispopulated": True, "relreplident": "d" if e.relkind == "r" else "n",
             "relfrozenxid": 0, "relchecks": len(e.table.checks) if e.relkind == "r" and e.table else 0,
+            # a view's options (the one kept: security_invoker, set by CREATE or ALTER VIEW)
+            "reloptions": ["security_invoker=true"] if e.view is not None and ix.snapshot.authz is not None
+            and ("table", e.schema, e.name) in ix.snapshot.authz.invokers else None,
         })
     return rows
 

@@ -114,6 +114,18 @@ class AlterOwner:
 
 
 @dataclass(frozen=True)
+class ViewOptions:
+    """ALTER VIEW [IF EXISTS] name SET (security_invoker [= bool]) | RESET (security_invoker):
+    the one view option icegres keeps (docs/security.md)."""
+
+    schema: str | None
+    name: str
+    invoker: bool
+    if_exists: bool = False
+    tag: str = "ALTER VIEW"
+
+
+@dataclass(frozen=True)
 class RowSecurity:
     """ALTER TABLE ... ENABLE | DISABLE | FORCE | NO FORCE ROW LEVEL SECURITY."""
 
@@ -175,7 +187,7 @@ class DefaultPrivileges:
 
 
 AclCommand = (DefaultPrivileges | MaskCommand | CreateRole | AlterRole | DropRole | GrantPrivileges | GrantRole | AlterOwner | RowSecurity
-              | PolicyCommand | RoleSetting | Owned)
+              | PolicyCommand | RoleSetting | Owned | ViewOptions)
 
 _LETTERS = {"select": "r", "insert": "a", "update": "w", "delete": "d", "truncate": "D",
             "references": "x", "trigger": "t", "usage": "U", "create": "C"}
@@ -260,8 +272,8 @@ class _Reader:
 
 
 _CANDIDATE = re.compile(r"\s*(?:GRANT|REVOKE|(?:CREATE|DROP|ALTER)\s+(?:ROLE|USER|GROUP|POLICY|MASK)|ALTER\s+DEFAULT\s+PRIVILEGES"
-                        r"|ALTER\s+DATABASE\s+\S+\s+(?:SET|RESET)|(?:REASSIGN|DROP)\s+OWNED|ALTER\s+(TABLE|SCHEMA))\b", re.I)
-_OWNER_TO = re.compile(r"\b(?:OWNER\s+TO\s+\S+|ROW\s+LEVEL\s+SECURITY)\s*$", re.I)
+                        r"|ALTER\s+DATABASE\s+\S+\s+(?:SET|RESET)|(?:REASSIGN|DROP)\s+OWNED|ALTER\s+(TABLE|SCHEMA|VIEW))\b", re.I)
+_OWNER_TO = re.compile(r"\b(?:OWNER\s+TO\s+\S+|ROW\s+LEVEL\s+SECURITY|(?:RE)?SET\s*\([^;]*\))\s*$", re.I)
 
 
 def parse_acl(sql: str) -> AclCommand | None:
@@ -314,7 +326,7 @@ def parse_acl(sql: str) -> AclCommand | None:
         return _policy(r)
     if r.peek("create", "drop") and r.peek("mask", ahead=1):
         return _mask(r)
-    if r.peek("alter") and r.peek("table", "schema", ahead=1):
+    if r.peek("alter") and r.peek("table", "schema", "view", ahead=1):
         return _alter_owner(r)
     return None
 
@@ -423,14 +435,15 @@ def _setting(r: _Reader, role: str | None, database: str | None, tag: str) -> Ro
     return RoleSetting(role, database, stmt.name.lower(), stmt.value, tag=tag)
 
 
-def _alter_owner(r: _Reader) -> AlterOwner | None:
+def _alter_owner(r: _Reader) -> AlterOwner | ViewOptions | None:
     start = r.at
     r.at += 1
-    kind = r.expect("table", "schema")
-    if kind == "table" and r.take("if"):
-        r.expect("exists")
+    kind = r.expect("table", "schema", "view")
+    if_exists = kind != "schema" and r.take("if") and r.expect("exists") == "exists"
     r.take("only")
     schema, name = (None, r.name()) if kind == "schema" else r.qualified()
+    if kind == "view" and r.peek("set", "reset"):
+        return _view_options(r, schema, name, if_exists)
     if kind == "table" and r.peek("enable", "disable", "force", "no"):
         word = r.expect("enable", "disable", "force", "no")
         if word == "no":
@@ -447,7 +460,38 @@ def _alter_owner(r: _Reader) -> AlterOwner | None:
         return None
     owner = _grantee(r)
     r.end()
-    return AlterOwner(kind, schema, name, owner, tag="ALTER SCHEMA" if kind == "schema" else "ALTER TABLE")
+    return AlterOwner(kind, schema, name, owner, tag=f"ALTER {kind.upper()}")
+
+
+_BOOLEAN_WORDS = {"true": True, "on": True, "1": True, "yes": True, "false": False, "off": False, "0": False, "no": False}
+
+
+def _view_options(r: _Reader, schema: str | None, name: str, if_exists: bool) -> ViewOptions:
+    """SET (security_invoker [= value]) or RESET (security_invoker); another option (check_option,
+    security_barrier) is 0A000, as at CREATE VIEW."""
+    reset = r.expect("set", "reset") == "reset"
+    if not r.op("("):
+        raise r.error()
+    invoker = False
+    while True:
+        at = r.tokens[r.at] if not r.done() else None
+        option = r.name().lower()
+        if option != "security_invoker":
+            raise PgError(E.FEATURE_NOT_SUPPORTED, f"view option {option} is not supported",
+                          position=at.start + 1 if at is not None else None)
+        invoker = not reset
+        if not reset and r.op("="):
+            word = r.tokens[r.at].value.lower() if not r.done() else ""
+            if word not in _BOOLEAN_WORDS:
+                raise PgError(E.INVALID_PARAMETER_VALUE, f'invalid value for boolean option "security_invoker": {word}')
+            r.at += 1
+            invoker = _BOOLEAN_WORDS[word]
+        if not r.op(","):
+            break
+    if not r.op(")"):
+        raise r.error()
+    r.end()
+    return ViewOptions(schema, name, invoker, if_exists)
 
 
 def _grantee(r: _Reader) -> str:
