@@ -318,3 +318,32 @@ def test_alter_view_set_reset_and_owner_as_postgresql(pair) -> None:
     with psycopg.connect(pg.dsn(), autocommit=True) as theirs, psycopg.connect(ig.dsn(), autocommit=True) as ours:
         for sql in VIEW_OPTIONS:
             assert _outcome(ours, sql) == _outcome(theirs, sql), sql
+
+
+def test_no_role_reaches_another_roles_privileges_through_its_settings(pair) -> None:
+    """`role` is SET ROLE's setting: a client's `-c role=…` and a role's own `ALTER ROLE … SET
+    role` take effect only where SET ROLE would (membership), as in PostgreSQL: a connection
+    asking for a role it is not a member of is refused, and a stored one it may not take is
+    skipped at login (both were privilege escalations: the session started as that role)."""
+    pg, ig = pair
+    cases = ((ig, ig.dsn(), ADMIN[0], lambda u: ig.dsn(user=u, password="rs-pw")),
+             (pg, pg.dsn(), pg.user, lambda u: pg.dsn().replace(f"user={pg.user}", f"user={u}")))
+    for _, admin_dsn, superuser, as_user in cases:
+        with psycopg.connect(admin_dsn, autocommit=True) as admin:
+            admin.execute("CREATE ROLE esc_user LOGIN PASSWORD 'rs-pw'")
+            admin.execute("CREATE ROLE esc_group")
+            admin.execute("GRANT esc_group TO esc_user")
+        try:
+            with pytest.raises(psycopg.OperationalError, match=f'permission denied to set role "{superuser}"'):
+                psycopg.connect(as_user("esc_user") + f" options='-c role={superuser}'")
+            with psycopg.connect(as_user("esc_user") + " options='-c role=esc_group'", autocommit=True) as conn:
+                assert conn.execute("SELECT current_user").fetchone() == ("esc_group",)
+            with psycopg.connect(as_user("esc_user"), autocommit=True) as conn:
+                conn.execute(f"ALTER ROLE current_user SET role = '{superuser}'")
+            with psycopg.connect(as_user("esc_user"), autocommit=True) as conn:
+                assert conn.execute("SELECT current_user, session_user").fetchone() == ("esc_user", "esc_user")
+        finally:
+            with psycopg.connect(admin_dsn, autocommit=True) as admin:
+                admin.execute("ALTER ROLE esc_user RESET ALL")
+                admin.execute("DROP ROLE esc_user")
+                admin.execute("DROP ROLE esc_group")

@@ -102,18 +102,27 @@ async def initial_settings(conn: ConnectionPort, params: dict[str, str]) -> dict
     settings = guc.defaults(server.server_version, conn.user, ssl=server.tls is not None)
     settings.update(server.engine.session_defaults)
     authorization = server.engine.authorization
+
+    async def checked(key: str, value: str) -> guc.Change:
+        # A role comes only with SET ROLE's membership check, whoever asks for it (a client's
+        # `-c role=…`, a role's own ALTER ROLE … SET role): else any role could make itself any.
+        change = guc.validate(key, value, settings, settings)
+        if change.key == "role" and authorization is not None:
+            await trio.to_thread.run_sync(authorization.check_set_role, conn.user, change.value)
+        return change
+
     if authorization is not None:
         stored = await trio.to_thread.run_sync(authorization.session_settings, server.settings.database, conn.user)
         for key, value in stored:
             try:
-                change = guc.validate(key.lower(), value, settings, settings)
+                change = await checked(key.lower(), value)
             except PgError as err:
                 log.warning('skipping setting "%s" of role "%s": %s', key, conn.user, err.message)
                 continue
             settings[change.key] = change.value
     try:
         for key, value in guc.startup_options(params.get("options", "")):
-            change = guc.validate(key, value, settings, settings)
+            change = await checked(key, value)
             settings[change.key] = change.value
     except PgError as err:
         raise PgError(err.sqlstate, err.message, severity="FATAL", hint=err.hint) from None
@@ -122,7 +131,7 @@ async def initial_settings(conn: ConnectionPort, params: dict[str, str]) -> dict
         if k in ("user", "database", "replication", "options"):
             continue
         try:
-            change = guc.validate(k, value, settings, settings)
+            change = await checked(k, value)
         except PgError as err:
             if k in guc.READ_ONLY or k not in settings:
                 continue  # PostgreSQL also ignores unknown startup GUCs from drivers politely
