@@ -445,9 +445,7 @@ def _rows_pg_class(ix: CatalogIndex) -> Rows:
             "relnatts": len(e.columns) if e.relkind != "i" else len(e.key_attnums),
             "relispopulated": True, "relreplident": "d" if e.relkind == "r" else "n",
             "relfrozenxid": 0, "relchecks": len(e.table.checks) if e.relkind == "r" and e.table else 0,
-            # a view's options (the one kept: security_invoker, set by CREATE or ALTER VIEW)
-            "reloptions": ["security_invoker=true"] if e.view is not None and ix.snapshot.authz is not None
-            and ("table", e.schema, e.name) in ix.snapshot.authz.invokers else None,
+            "reloptions": pg_roles.view_options(ix.snapshot.authz, e.schema, e.name) if e.view else None,
         })
     return rows
 
@@ -705,8 +703,8 @@ def _lakehouse_tables(ix: CatalogIndex) -> list[RelationEntry]:
 
 
 def _rows_pg_tables(ix: CatalogIndex) -> Rows:
-    return [{"schemaname": e.schema, "tablename": e.name,
-             "tableowner": pg_roles.owner_name(ix.snapshot.authz, ("table", e.schema, e.name), ix.snapshot.user),
+    return [{"schemaname": e.schema, "tablename": e.name, "tableowner": pg_roles.owner_name(
+             ix.snapshot.authz, ("table", e.schema, e.name), ix.snapshot.user),
              "hasindexes": bool(e.table and e.table.primary_key)}
             for e in _lakehouse_tables(ix)]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from icegres.pg import acl
 
-__all__ = ["attacl", "auth_member_rows", "authid_rows", "db_role_setting_rows", "owner_name", "nspacl", "owner_oid", "relacl", "role_oid", "default_acl_rows", "policy_rows", "row_security_flags",
+__all__ = ["attacl", "auth_member_rows", "authid_rows", "db_role_setting_rows", "owner_name", "view_options", "nspacl", "owner_oid", "relacl", "role_oid", "default_acl_rows", "policy_rows", "row_security_flags",
            "table_privilege_rows", "user_rows"]
 
 BOOTSTRAP_OID = acl.BOOTSTRAP_OID
@@ -95,6 +95,11 @@ def auth_member_rows(authz: acl.Authz | None) -> Rows:
 
 def owner_oid(authz: acl.Authz | None, obj: acl.ObjectKey) -> int:
     return BOOTSTRAP_OID if authz is None else role_oid(authz, authz.owner(obj))
+
+
+def view_options(authz: acl.Authz | None, schema: str, name: str) -> list[str] | None:
+    """A view's pg_class.reloptions: the one option kept, security_invoker (CREATE / ALTER VIEW)."""
+    return ["security_invoker=true"] if authz is not None and ("table", schema, name) in authz.invokers else None
 
 
 def owner_name(authz: acl.Authz | None, obj: acl.ObjectKey, bootstrap: str) -> str:
