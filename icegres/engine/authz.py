@@ -270,6 +270,20 @@ async def change(authorization: Authorization, fold: Callable[[Authz], Authz], r
     authorization.txn.acl_folds.append(fold)
 
 
+def _block_changes(txn: Any) -> Callable[[Authz], Authz] | None:
+    """A block's role and privilege changes as one fold, in order (None: it made none)."""
+    folds = list(getattr(txn, "acl_folds", ()))
+    if not folds:
+        return None
+
+    def all_of(state: Authz) -> Authz:
+        for fold in folds:
+            state = fold(state)
+        return state
+
+    return all_of
+
+
 async def check_block(base: Authorization | None, txn: Any) -> None:
     """Before a block's data commits: its role and privilege changes applied, in order, to the
     shared state as it is now, and kept nowhere. One the state no longer allows (a role another
@@ -277,15 +291,9 @@ async def check_block(base: Authorization | None, txn: Any) -> None:
     `commit_block` then meets it only if another server changed the state in between."""
     import trio
 
-    folds = list(getattr(txn, "acl_folds", ()))
-    if base is None or not folds:
+    all_of = _block_changes(txn)
+    if base is None or all_of is None:
         return
-
-    def all_of(state: Authz) -> Authz:
-        for fold in folds:
-            state = fold(state)
-        return state
-
     await trio.to_thread.run_sync(lambda: all_of(base.fresh()))
 
 
@@ -293,15 +301,9 @@ async def commit_block(base: Authorization | None, txn: Any) -> None:
     """After a block's data committed: its role and privilege changes, in order, as one change of
     the shared state (re-applied to whatever state won a race; a change the state no longer
     allows — a role another server dropped meanwhile — is the COMMIT's error, the data kept)."""
-    folds = list(getattr(txn, "acl_folds", ()))
-    if base is None or not folds:
+    all_of = _block_changes(txn)
+    if base is None or all_of is None:
         return
-
-    def all_of(state: Authz) -> Authz:
-        for fold in folds:
-            state = fold(state)
-        return state
-
     try:
         await base.change(all_of)
     except PgError as err:
