@@ -205,12 +205,12 @@ class SessionContexts:
         snap = made.own_catalog
         if snap is None or made.own_catalog_registered:
             return
-        from icegres.engine import pg_catalog
+        from icegres.engine import catalog_tables, pg_catalog
 
         built = self._own_tables
         if built is None or built[0] != snap:
             built = self._own_tables = (snap, pg_catalog.build_catalog_tables(snap))
-        pg_catalog.register_private_catalog(made.ctx, built[1])
+        catalog_tables.register_private_catalog(made.ctx, built[1])
         made.own_catalog_registered = True
 
     def end_transaction(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from icegres.pg import big_str
 from icegres.sql.lexer import Kind as Tok
 from icegres.sql.lexer import scan
 from icegres.sql.pieces import BigText, quoted_parts
@@ -48,7 +49,7 @@ class Literals:
                 self.used.add(name)
                 out += [sql[pos:start], *_literal(self.values[name])]
                 pos = end
-        return "".join([*out, sql[pos:]]) if out else sql
+        return big_str.join([*out, sql[pos:]]) if out else sql
 
     def all_used(self) -> bool:
         return self.used == set(self.values)

@@ -24,6 +24,7 @@ from icegres import faults
 from icegres.engine import damage
 from icegres.engine.batches import BATCH_ROWS
 from icegres.engine.catalog import Lakehouse, Listing
+from icegres.engine.catalog_tables import CatalogPublication
 from icegres.engine.damage import DamageRegistry
 from icegres.engine.df_config import DEFAULT_CATALOG, ENGINE_ZONE, session_config
 from icegres.engine.file_presence import FilePresence, verify_remote
@@ -182,7 +183,8 @@ class Engine:
         # pg_catalog lists them with their columns without reading a manifest or a data file.
         self._shapes: dict[tuple[str, str], ReadPlan] = {}
         self._catalog_generation = 0
-        self._catalog_snapshot: Any = None
+        self._catalog_snapshot: Any = None  # the catalog's shape now (`_register_pg_catalog`)
+        self._published = CatalogPublication()  # the shape whose relations the master has
         # Bumped by every change to the master catalog's tables and schemas: the zone catalogs
         # (session_zone.py) made at an older count are stale.
         self._catalog_changes = 0
@@ -276,6 +278,8 @@ class Engine:
             self._catalog_roles()
         if catalog and refs is not None:
             self._complete_shapes()
+        if catalog or refs is None:  # (all tables: the ibis backend reads information_schema too)
+            self._publish_catalog()
         self._request_copies()
 
     def _stale_on_purpose(self, refs: set[tuple[str, str]] | None) -> bool:
@@ -676,34 +680,41 @@ class Engine:
                 self._register_pg_catalog(self._listing)
 
     def _register_pg_catalog(self, listing: Listing) -> None:
+        """Note the catalog's shape as it is now (the caller holds the lock): the catalog
+        functions answer from it at once; its relations are built when a statement reads them
+        (catalog_tables.CatalogPublication), outside the lock."""
         from icegres.engine import pg_catalog
 
         snap = self._snapshot_of(self._described(), self._views, listing.namespaces)
         if snap == self._catalog_snapshot:
             return  # only snapshots moved: pg_catalog describes shapes, not data
-        pg_catalog.register_catalog(self._master, snap)
-        self._catalog_changes += 1
+        pg_catalog.note_snapshot(snap)
         self._catalog_snapshot = snap
         self._catalog_generation += 1
+
+    def _publish_catalog(self) -> None:
+        """Register the relations of the catalog's newest shape in the master context, built
+        outside the lock (catalog_tables.py)."""
+        from icegres.engine import catalog_tables
+
+        if not self._published.needed(self._catalog_snapshot):
+            return
+        with self._published.building:
+            snap = self._catalog_snapshot
+            if not self._published.needed(snap):
+                return
+            tables = catalog_tables.catalog_tables(snap)
+            with self._lock:
+                catalog_tables.register_catalog(self._master, snap, tables, latest=False)
+                self._published.shape = snap
+                self._catalog_changes += 1
 
     def _snapshot_of(self, plans: dict[tuple[str, str], ReadPlan], views: dict[tuple[str, str], ViewDef],
                      namespaces: Iterable[str], authz: Any = None) -> Any:
         from icegres.engine import pg_catalog
 
-        tables = [pg_catalog.table_info(ns, name, plan) for (ns, name), plan in sorted(plans.items())]
-        infos = tuple(
-            pg_catalog.ViewInfo(ns, name, tuple(
-                pg_catalog.ColumnInfo(n, t, True, i) for i, (n, t) in enumerate(v.columns, start=1)),
-                v.sql, v.comment, tuple(sorted(v.reads)))
-            for (ns, name), v in sorted(views.items()))
-        return pg_catalog.CatalogSnapshot(
-            database=self.database,
-            user="icegres",
-            schemas=tuple(sorted(set(namespaces) | {"public"} | {v.schema for v in infos})),
-            tables=tuple(tables),
-            views=infos,
-            authz=self._catalog_authz if authz is None else authz,
-        )
+        return pg_catalog.snapshot_of(self.database, plans, views, namespaces,
+                                      self._catalog_authz if authz is None else authz)
 
     def _described(self) -> dict[tuple[str, str], ReadPlan]:
         """What pg_catalog describes: every mounted table, and the shape of every listed table

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache, cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
@@ -43,7 +43,6 @@ from icegres.pg.keywords import keyword_rows, quote_ident
 from icegres.pg.types import pg_type_for_arrow
 
 if TYPE_CHECKING:
-    import datafusion
 
     from icegres.engine.mounts import ReadPlan
 
@@ -73,6 +72,23 @@ class TableInfo:
     checks: tuple[tuple[str, str], ...] = ()  # CHECK constraints: (name, SQL text)
     sequence: Any = None  # a sequence's definition (machines.sequence.Definition): relkind 'S'
     identity_sequence: bool = False  # an identity column's: not in information_schema.sequences
+
+
+def snapshot_of(database: str, plans: Mapping[tuple[str, str], Any], views: Mapping[tuple[str, str], Any],
+                namespaces: Iterable[str], authz: Any) -> CatalogSnapshot:
+    """The catalog of a lake's mounted tables (ReadPlans), views (view_defs.ViewDef) and schemas."""
+    infos = tuple(
+        ViewInfo(ns, name, tuple(ColumnInfo(n, t, True, i) for i, (n, t) in enumerate(v.columns, start=1)),
+                 v.sql, v.comment, tuple(sorted(v.reads)))
+        for (ns, name), v in sorted(views.items()))
+    return CatalogSnapshot(
+        database=database,
+        user="icegres",
+        schemas=tuple(sorted(set(namespaces) | {"public"} | {v.schema for v in infos})),
+        tables=tuple(table_info(ns, name, plan) for (ns, name), plan in sorted(plans.items())),
+        views=infos,
+        authz=authz,
+    )
 
 
 def table_info(schema: str, name: str, plan: ReadPlan) -> TableInfo:
@@ -938,18 +954,24 @@ def build_catalog_tables(snap: CatalogSnapshot) -> dict[str, pa.Table]:
 
 @dataclass
 class _Latest:
-    """The most recently registered snapshot: what catalog functions answer from.
+    """The newest snapshot: what catalog functions answer from.
 
     One process serves one lakehouse, and sessions get SessionContexts of their own over the
     shared catalog, so the catalog functions (registered per session) find the catalog here.
     """
 
     snapshot: CatalogSnapshot | None = None
-    tables: dict[str, pa.Table] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 _LATEST = _Latest()
+
+
+def note_snapshot(snap: CatalogSnapshot) -> None:
+    """From now on the catalog functions answer from `snap` (its relations may be registered
+    later: engine/catalog_tables.py)."""
+    with _LATEST.lock:
+        _LATEST.snapshot = snap
 
 
 def current_index(env: Any = None) -> CatalogIndex | None:
@@ -965,36 +987,3 @@ def current_index(env: Any = None) -> CatalogIndex | None:
     if snap is None:
         snap = _LATEST.snapshot
     return snap.index if snap is not None else None
-
-
-def register_private_catalog(ctx: datafusion.SessionContext, tables: dict[str, pa.Table]) -> None:
-    """Register catalog relations (`build_catalog_tables` of a session's own snapshot) into that
-    session's own context, leaving the process-wide latest snapshot alone."""
-    catalog = ctx.catalog()
-    for key, table in tables.items():
-        schema_name, name = key.split(".", 1)
-        schema = catalog.schema(schema_name)
-        if name in schema.table_names():
-            schema.deregister_table(name)
-        schema.register_table(name, ctx.from_arrow(table))
-
-
-def register_catalog(ctx: datafusion.SessionContext, snap: CatalogSnapshot) -> None:
-    """(Re)register every catalog relation into ctx's schemas pg_catalog and information_schema."""
-    from datafusion.catalog import Schema
-
-    previous = _LATEST.snapshot
-    # the engine re-registers on every lakehouse change; most changes are new data, not new columns
-    tables = _LATEST.tables if previous == snap and _LATEST.tables else build_catalog_tables(snap)
-    catalog = ctx.catalog()
-    for schema_name in ("pg_catalog", "information_schema"):
-        if schema_name not in catalog.schema_names():
-            catalog.register_schema(schema_name, Schema.memory_schema())
-    for key, table in tables.items():
-        schema_name, name = key.split(".", 1)
-        schema = catalog.schema(schema_name)
-        if name in schema.table_names():
-            schema.deregister_table(name)
-        schema.register_table(name, ctx.from_arrow(table))
-    with _LATEST.lock:
-        _LATEST.snapshot, _LATEST.tables = snap, tables

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 from enum import Enum
 
+from icegres.pg import big_str
 from icegres.pg.errors import PgError
 from icegres.sql.escapes import Refusal, unescaped
 from icegres.sql.lexer import LETTER as _LETTER
@@ -40,10 +41,9 @@ class BigText:
     binary: bool = False  # a bytea's bytes (a hex literal decoded: engine/big_values.py), not UTF-8
 
     def text(self) -> str:
-        """The whole value as one str, decoded a piece at a time (one join holds the GIL only
-        for a copy; a 50 MB decode in one call held it 50-100 ms)."""
-        decoder = codecs.getincrementaldecoder("utf-8")()  # (a character may span two pieces)
-        return "".join([*(decoder.decode(p) for p in self.pieces), decoder.decode(b"", final=True)])
+        """The whole value as one str, decoded a piece at a time (a 50 MB decode in one call held
+        the GIL 50-100 ms) and joined as pg/big_str.py joins."""
+        return big_str.decoded(self.pieces)
 
 
 def has_big(params: dict[str, object] | None) -> bool:
@@ -74,11 +74,11 @@ class Literal:
     def raw(self) -> str:
         """The literal as written (one str of its size), quoted a piece at a time as `text` is
         decoded."""
-        return "".join(self.raw_parts())
+        return big_str.join(self.raw_parts())
 
     def raw_parts(self) -> list[str]:
-        """`raw` in the pieces it is made of, for a caller that joins them into a bigger text:
-        each join of 50 MB holds the GIL ~60 ms (faulting in fresh pages), so one, not two."""
+        """`raw` in the pieces it is made of, for a caller that joins them into a bigger text
+        (with pg/big_str.py: one join, not two)."""
         decoder = codecs.getincrementaldecoder("utf-8")()  # (a character may span two pieces)
         closer = "'" if self.opener.endswith("'") else self.opener
         inner = [_written(self.opener, decoder.decode(p)) for p in self.value.pieces]

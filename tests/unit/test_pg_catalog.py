@@ -19,7 +19,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from icegres.engine import pg_builtins, pg_catalog, pg_functions, pg_relations, rewrite
+from icegres.engine import (
+    catalog_tables,
+    pg_builtins,
+    pg_catalog,
+    pg_functions,
+    pg_relations,
+    rewrite,
+)
 from icegres.engine.rewrite.casts import array_literal
 from icegres.sql.parse import parse
 from icegres.sql.pieces import split_statements
@@ -94,7 +101,7 @@ def make_context(snapshot: pg_catalog.CatalogSnapshot = SNAPSHOT, env: Env | Non
             catalog.register_schema(schema, Schema.memory_schema())
     for schema, name, arrow in (("demo", "trips", TRIPS), ("demo", "cities", CITIES)):
         catalog.schema(schema).register_table(name, ctx.from_arrow(arrow.empty_table()).into_view())
-    pg_catalog.register_catalog(ctx, snapshot)
+    catalog_tables.register_catalog(ctx, snapshot)
     env = env or Env()
     pg_functions.register_functions(ctx, env)
     return ctx, env
@@ -429,13 +436,13 @@ def test_register_catalog_replaces_tables_when_lakehouse_changes() -> None:
     ctx, env = make_context()
     grown = pg_catalog.CatalogSnapshot(DATABASE, USER, ("demo", "public", "sales"), (
         *SNAPSHOT.tables, _table_info("sales", "orders", CITIES)))
-    pg_catalog.register_catalog(ctx, grown)
+    catalog_tables.register_catalog(ctx, grown)
     try:
         rows = ctx.sql("select relname from pg_catalog.pg_class c join pg_catalog.pg_namespace n "
                        "on n.oid = c.relnamespace where n.nspname = 'sales'").to_pylist()
         assert rows == [{"relname": "orders"}]
     finally:
-        pg_catalog.register_catalog(ctx, SNAPSHOT)
+        catalog_tables.register_catalog(ctx, SNAPSHOT)
 
 
 @pytest.mark.parametrize(("oid", "typmod", "expected"), [
