@@ -211,11 +211,12 @@ def settled(tree: exp.Expression, params: dict[str, Any] | None,
     def literal(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Parameter) and (name := str(node.this.this)) in big:
             place = places(node)
-            value = big[name] if place == "text" else None
+            value = big[name] if place == "text" or place in INTEGER_TYPES else None
             if place == "bytea":
                 value = decoded[name] if name in decoded else decoded.setdefault(name, hex_bytes(big[name]))
             if value is not None and kept.setdefault(name, value) is value:
-                return node  # (one value per parameter: text in one place and bytes in another is written back)
+                # (one value per parameter: text in one place and bytes in another is written back)
+                return exp.Cast(this=node, to=exp.DataType.build(place)) if place in INTEGER_TYPES else node
             return exp.Literal.string(big[name].text())
         return node
 
@@ -224,6 +225,9 @@ def settled(tree: exp.Expression, params: dict[str, Any] | None,
     rest = {n: v for n, v in params.items() if n not in big}
     return out, {**rest, **kept} or None
 
+
+# A place where the literal is read by an integer type's input function, as a cast to it.
+INTEGER_TYPES = frozenset({"smallint", "integer", "bigint"})
 
 _HEX = re.compile(rb"[0-9A-Fa-f]*")
 
@@ -261,13 +265,17 @@ def value_places(columns: dict[str, str], alias: str, inserted: list[str] | None
       string is cast to the column's type as the literal's string was);
     - "text" for an operand of a comparison, LIKE or `||` whose other operand is a text column
       of the target, a string literal or a `||` of them (`'a' || '<big>'`), or for `||` a number;
+    - the integer type's name ("smallint", "integer", "bigint": `INTEGER_TYPES`) for an operand
+      of a comparison whose other operand is an integer column of the target (PostgreSQL reads
+      the literal with that type's input function: a cast to it, its 22P02 quoting the value);
     - "text" for a string argument of a string function (`_text_arguments`).
 
     Anything else (another column type, another function's argument, a subquery) is not known
     here: its literal is written back (`settled`)."""
     from sqlglot import exp
 
-    operators = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.DPipe)
+    comparisons = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+    operators = (*comparisons, exp.Like, exp.ILike, exp.DPipe)
     text_arguments = _text_arguments()
 
     def target_text(node: exp.Expression | None) -> bool:
@@ -285,7 +293,14 @@ def value_places(columns: dict[str, str], alias: str, inserted: list[str] | None
 
     def assigned(name: str) -> str | None:
         kind = columns.get(name)
-        return "text" if kind == "assigned" else kind
+        return "text" if kind == "assigned" or kind in INTEGER_TYPES else kind
+
+    def target_integer(node: exp.Expression | None) -> str | None:
+        while isinstance(node, exp.Paren):
+            node = node.this
+        if isinstance(node, exp.Column) and node.table in ("", alias) and columns.get(node.name) in INTEGER_TYPES:
+            return columns[node.name]
+        return None
 
     def place(node: exp.Parameter) -> str | None:
         parent = node.parent
@@ -297,7 +312,11 @@ def value_places(columns: dict[str, str], alias: str, inserted: list[str] | None
             other = parent.this if node.arg_key == "expression" else parent.expression
             if isinstance(parent, exp.DPipe) and isinstance(other, exp.Literal) and not other.is_string:
                 return "text"  # (`anynonarray || text`: a number beside it leaves the literal text)
-            return "text" if text_operand(other) else None
+            if text_operand(other):
+                return "text"
+            if not isinstance(parent, comparisons) or node.find_ancestor(exp.Select) is not None:
+                return None  # (an INSERT … SELECT's columns are its source's, not the target's)
+            return target_integer(other)
         if isinstance(parent, exp.Tuple) and node.arg_key == "expressions":
             if isinstance(parent.parent, exp.Values) and isinstance(parent.parent.parent, exp.Insert):
                 names: list[str] | None = inserted

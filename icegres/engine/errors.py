@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
+from icegres.pg import big_str
 from icegres.pg import errors as e
 from icegres.pg.errors import PgError
 from icegres.sql.lexer import Kind, Token, tokenize, unterminated_message
@@ -143,10 +144,10 @@ def _from_long(text: str, sql: str | None, verbatim: bool) -> PgError:
     at = len(after)
     first_line = after == tail[:at] and (at == len(tail.rstrip()) or tail[at] in "\n\r")
     breaks = [k for k in (text.find("\n", lo, hi), text.find("\r", lo, hi)) if k >= 0] if first_line else []
-    if breaks:
-        err.message = "".join((before, text[lo:min(breaks)]))
-    else:
-        err.message = "".join((before, text[lo:hi], after))
+    end = min(breaks) if breaks else hi
+    # (the middle sliced a part at a time and joined with the GIL let go: pg/big_str.py)
+    middle = [text[k:min(k + big_str.BIG_CHARS, end)] for k in range(lo, end, big_str.BIG_CHARS)]
+    err.message = big_str.join([before, *middle] if breaks else [before, *middle, after])
     return err
 
 

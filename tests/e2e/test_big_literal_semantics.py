@@ -36,6 +36,10 @@ SCRIPT = [
     "update bw set v = '<big>' where id = 1",  # varchar(5): 22001
     "update bw set c = '<big>' where id = 1",  # char(3): 22001
     "update bw set s = 'q' where id = '<big>'",  # compared with an integer: 22P02
+    # compared with an integer column: read by its input function (a cast to it, bound as text)
+    "update bw set s = 'q2' where id = '<zeros>2'",
+    "update bw set v = 'w' where '<pad>1<pad>' <= bw.id and id < '<pad>3'",
+    "update bw set s = 'r' where id >= '<pad>1x'",  # 22P02
     "update bw set s = 'q' where s like '<big>%'",
     "delete from bw where s <> '<big>' and id = 2",
     "insert into bw (id, s) values (3, '<big>')",  # an omitted column (its NULL)

@@ -23,7 +23,7 @@ _CHARS = st.one_of(st.characters(max_codepoint=0x7F), st.characters(min_codepoin
 
 
 def test_the_layout_check_passed_here() -> None:
-    assert big_str._new is not None  # else every join below would be the plain one
+    assert big_str._new is not None and big_str._new_bytes is not None  # else every join below is the plain one
 
 
 @settings(max_examples=300, deadline=None)
@@ -82,3 +82,17 @@ def test_the_gil_is_let_go_while_a_big_str_is_filled(join) -> None:  # noqa: ANN
     # Not a bound on the join's time: that the ticker ran inside it.
     inside = [t for t in ticks if started < t < ended]
     assert len(inside) >= 3, (ended - started, len(inside))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=40), max_size=8))
+def test_a_bytes_join_is_the_plain_join(parts: list[bytes]) -> None:
+    saved = big_str.BIG_CHARS
+    big_str.BIG_CHARS = 3
+    try:
+        made = big_str.join_bytes(parts)
+    finally:
+        big_str.BIG_CHARS = saved
+    assert type(made) is bytes
+    assert made == b"".join(parts) and hash(made) == hash(b"".join(parts))
+    assert made[:5] + b"x" == b"".join(parts)[:5] + b"x"

@@ -99,9 +99,11 @@ def set_items(items: list[exp.Expression], plan: ReadPlan, key: Key) -> dict[str
 def value_columns(plan: ReadPlan) -> dict[str, str]:
     """The target's columns a big literal goes into as it is (engine/big_values.py): text and
     varchar(n) (whose length the written rows are checked against) as "text"; bytea as
-    "bytea"; char(n), integers and numeric as "assigned": a string assigned to one is cast to
-    the column's type as the literal's string was, but compared with one it is not text
-    (char(n)'s comparisons ignore trailing spaces, a number's are numeric)."""
+    "bytea"; integers as their type's name ("smallint", "integer", "bigint": a string assigned
+    to one or compared with one is read by the type's input function, as a cast); char(n) and
+    numeric as "assigned": a string assigned to one is cast to the column's type as the literal's
+    string was, but compared with one it is not text (char(n)'s comparisons ignore trailing
+    spaces, and a numeric literal compared is unconstrained numeric, not the column's type)."""
     from icegres.pg.chars import BPCHAR_OID
 
     chars = plan.char_types or (None,) * len(plan.schema)
@@ -112,10 +114,15 @@ def value_columns(plan: ReadPlan) -> dict[str, str]:
             out[f.name] = "text" if char is None or char.oid != BPCHAR_OID else "assigned"
         elif t.is_binary(f.type) or t.is_large_binary(f.type) or t.is_binary_view(f.type):
             out[f.name] = "bytea"
+        elif t.is_integer(f.type) and f.type.bit_width in _INTEGER_NAMES:
+            out[f.name] = _INTEGER_NAMES[f.type.bit_width]
         elif t.is_integer(f.type) or t.is_decimal(f.type):
             # (not yet floats, booleans, dates and times: no test holds their big strings to PostgreSQL's)
             out[f.name] = "assigned"
     return out
+
+
+_INTEGER_NAMES = {16: "smallint", 32: "integer", 64: "bigint"}
 
 
 def insert_columns(tree: exp.Insert, plan: ReadPlan) -> list[str]:

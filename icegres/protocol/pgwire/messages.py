@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from icegres.pg import encoding
+from icegres.pg import big_str, encoding
 from icegres.pg.errors import PROTOCOL_VIOLATION, PgError
 from icegres.pg.text_arrays import PIECE_CHARS, utf8_pieces
 from icegres.protocol.pgwire import errors_ahead
@@ -341,9 +341,16 @@ def _frame(kind: bytes, body: bytes) -> bytes:
 def _cstr(s: str) -> bytes:
     if len(s) <= PIECE_CHARS:
         return s.encode("utf-8").replace(b"\0", b"") + b"\0"
-    # A long text (an error quoting a 50 MB value) is encoded a piece at a time: one encode of it
-    # held the GIL, and so every other session, 50-90 ms.
-    return b"".join([*(piece.replace(b"\0", b"") for piece in utf8_pieces(s)), b"\0"])
+    return big_str.join_bytes(_cstr_parts(s))
+
+
+def _cstr_parts(s: str) -> list[bytes]:
+    """`_cstr(s)` in pieces: a long text (an error quoting a 50 MB value) is encoded a piece at
+    a time (one encode of it held the GIL, and so every other session, 50-90 ms) and joined
+    once, by whoever joins them with more (pg/big_str.py)."""
+    if len(s) <= PIECE_CHARS:
+        return [_cstr(s)]
+    return [*(piece.replace(b"\0", b"") for piece in utf8_pieces(s)), b"\0"]
 
 
 AUTH_OK = _frame(b"R", struct.pack("!i", 0))
@@ -442,7 +449,7 @@ def said(err: PgError) -> tuple[Any, ...]:
 
 def notice_fields(err: PgError) -> bytes:
     """An ErrorResponse's or NoticeResponse's fields, without the terminator."""
-    return b"".join(_notice_fields(err))
+    return big_str.join_bytes(_notice_fields(err))
 
 
 def notice_response(err: PgError) -> bytes:
@@ -458,7 +465,7 @@ def _notice_fields(err: PgError) -> list[bytes]:
     if err.position:
         fields.append((b"P", str(err.position)))
     # (one join of the pieces: a message quoting a 50 MB value is copied once more, not per step)
-    return [part for code, value in fields for part in (code, _cstr(value))]
+    return [part for code, value in fields for part in (code, *_cstr_parts(value))]
 
 
 def copy_out_response(ncols: int, fmt: int = 0) -> bytes:
