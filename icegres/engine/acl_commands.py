@@ -107,8 +107,9 @@ def _valid_until_read(attrs: dict[str, Any], zone: str) -> dict[str, Any]:
     return attrs
 
 
-async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, list[str]]:
-    """Apply `cmd`; (command tag, warnings). `run(fn, *args)` runs blocking work in a worker thread."""
+async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any, drop_objects: Any = None) -> tuple[str, list[str]]:
+    """Apply `cmd`; (command tag, warnings). `run(fn, *args)` runs blocking work in a worker thread;
+    `drop_objects(roles, cascade)` drops what DROP OWNED's roles own (its notices)."""
     authorization = authz.in_effect(qctx.engine.authorization, qctx.txn)
     if authorization is None:
         raise PgError(E.FEATURE_NOT_SUPPORTED, "roles and privileges need a server (icegres serve)")
@@ -149,6 +150,8 @@ async def run_acl(qctx: QueryContext, cmd: AclCommand, run: Any) -> tuple[str, l
             new = _named_role(cmd.new_owner, qctx)
             await authz.change(authorization, lambda a: acl.reassign_owned(a, who, roles, new, configured), run)
             return cmd.tag, warnings
+        if drop_objects is not None:
+            warnings += await drop_objects(roles, cmd.cascade)
         await authz.change(authorization, lambda a: acl.drop_owned(a, who, roles, configured), run)
         return cmd.tag, warnings
     if isinstance(cmd, DropRole):

@@ -288,7 +288,10 @@ async def run_ddl(host: WriteHost, stmt: Statement, values: dict[str, Any] | Non
     if stmt.tag in ("GRANT", "REVOKE", "CREATE", "DROP", "ALTER", "REASSIGN"):
         command = acl_commands.acl_command(stmt.sql)
         if command is not None:
-            tag, warnings = await acl_commands.run_acl(host.qctx, command, host.run)
+            from icegres.engine.drop_owned import owned_objects_dropped
+
+            tag, warnings = await acl_commands.run_acl(
+                host.qctx, command, host.run, lambda roles, cascade: owned_objects_dropped(host, roles, cascade, run_ddl_command))
             return WriteResult(tag, None, warnings)
     maintenance = maintenance_call(stmt, host.qctx.env.time_zone)
     if maintenance is not None:

@@ -625,7 +625,7 @@ def set_owner(authz: Authz, who: Principal, obj: ObjectKey, new_owner: str,
     return replace(authz, owners=owners, acls=acls)
 
 
-def _owned_roles_checked(authz: Authz, who: Principal, names: Iterable[str], what: str,
+def owned_roles_checked(authz: Authz, who: Principal, names: Iterable[str], what: str,
                          configured: frozenset[str]) -> None:
     """REASSIGN / DROP OWNED: every role named exists (42704) and `who` has its privileges
     (42501), as shdepReassignOwned / DropOwnedObjects check."""
@@ -649,7 +649,7 @@ def reassign_owned(authz: Authz, who: Principal, olds: Iterable[str], new: str,
     """REASSIGN OWNED BY olds TO new: every object a role of `olds` owns passes to `new`, its
     ACL with it (as ALTER ... OWNER TO does). Default privileges stay (DROP OWNED's)."""
     olds = tuple(olds)
-    _owned_roles_checked(authz, who, (*olds, new), "reassign", configured)
+    owned_roles_checked(authz, who, (*olds, new), "reassign", configured)
     for old in olds:
         if _pinned(authz, old, configured):
             raise PgError(E.DEPENDENT_OBJECTS_STILL_EXIST,
@@ -663,22 +663,20 @@ def reassign_owned(authz: Authz, who: Principal, olds: Iterable[str], new: str,
 
 
 def drop_owned(authz: Authz, who: Principal, names: Iterable[str], configured: frozenset[str] = frozenset()) -> Authz:
-    """DROP OWNED BY names, for roles that own no object (0A000 otherwise: the tables, views and
-    schemas of the lake are not dropped by it; REASSIGN OWNED first): every privilege
-    granted to them (and by them, which rested on their grant options) revoked, their default
-    privileges dropped, and they taken off every policy and mask (one left for no role is
-    dropped), as shdepDropOwned does."""
+    """DROP OWNED BY names, once the objects they own are dropped (engine/drop_owned.py): every
+    privilege granted to them (and by them, which rested on their grant options) revoked, their
+    default privileges dropped, and they taken off every policy and mask (one left for no role
+    is dropped), as shdepDropOwned does."""
     names = tuple(names)
-    _owned_roles_checked(authz, who, names, "drop", configured)
+    owned_roles_checked(authz, who, names, "drop", configured)
     for name in names:
         if _pinned(authz, name, configured):
             raise PgError(E.DEPENDENT_OBJECTS_STILL_EXIST,
                           f"cannot drop objects owned by role {name} because they are required by the database system")
-    owned = owned_by(authz, names)
-    if owned:
-        raise PgError(E.FEATURE_NOT_SUPPORTED, f"DROP OWNED of a role that owns objects ({_describe(owned[0])}, …) "
-                      "is not supported", hint="REASSIGN OWNED BY the role TO another role first.")
     gone = set(names)
+    # (what they owned was dropped before this, engine/drop_owned.py; an entry left names an
+    # object no longer there)
+    authz = replace(authz, owners={k: v for k, v in authz.owners.items() if v not in gone})
     acls = {}
     for obj, items in authz.acls.items():
         kept = tuple(i for i in items if i.grantee not in gone and i.grantor not in gone)

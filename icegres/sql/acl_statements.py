@@ -64,6 +64,7 @@ class Owned:
     roles: tuple[str, ...]
     new_owner: str | None = None
     tag: str = "REASSIGN OWNED"
+    cascade: bool = False
 
 
 @dataclass(frozen=True)
@@ -312,9 +313,11 @@ def parse_acl(sql: str) -> AclCommand | None:
             new = _grantee(r)
             r.end()
             return Owned(tuple(roles), new)
-        r.take("cascade") or r.take("restrict")
+        cascade = r.take("cascade")
+        if not cascade:
+            r.take("restrict")
         r.end()
-        return Owned(tuple(roles), tag="DROP OWNED")
+        return Owned(tuple(roles), tag="DROP OWNED", cascade=cascade)
     if r.peek("alter") and r.peek("database", ahead=1):
         r.at += 2
         return _setting(r, None, r.name(), "ALTER DATABASE")

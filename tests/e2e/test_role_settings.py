@@ -236,23 +236,42 @@ def test_reassign_owned_then_drop_owned_then_drop_role_as_postgresql(pair) -> No
             assert _outcome(ours, sql) == _outcome(theirs, sql), sql
 
 
-def test_drop_owned_of_a_role_that_owns_a_table_is_refused_and_changes_nothing(pair) -> None:
-    """PostgreSQL's DROP OWNED drops what the role owns; icegres does not drop lake objects
-    from it (docs/limitations.md): 0A000, nothing revoked, the table there."""
-    _, ig = pair
-    with psycopg.connect(ig.dsn(), autocommit=True) as conn:
-        conn.execute("CREATE ROLE do_owner")
-        conn.execute("CREATE ROLE do_reader")
-        conn.execute("CREATE TABLE do_t (i int)")
-        conn.execute("ALTER TABLE do_t OWNER TO do_owner")
-        conn.execute("GRANT SELECT ON do_t TO do_reader")
-        with pytest.raises(psycopg.errors.FeatureNotSupported, match="DROP OWNED of a role that owns objects"):
-            conn.execute("DROP OWNED BY do_owner, do_reader")
-        assert conn.execute("SELECT has_table_privilege('do_reader', 'do_t', 'SELECT'), tableowner FROM pg_tables "
-                            "WHERE tablename = 'do_t'").fetchone() == (True, "do_owner")
-        conn.execute("DROP TABLE do_t")
-        conn.execute("DROP ROLE do_owner")
-        conn.execute("DROP ROLE do_reader")
+DROP_OWNED = [
+    "CREATE ROLE dw_a", "CREATE ROLE dw_b",
+    "CREATE SCHEMA dw_s", "GRANT USAGE, CREATE ON SCHEMA dw_s TO dw_a, dw_b",
+    "SET ROLE dw_a", "CREATE TABLE dw_s.t1 (i int)", "CREATE TABLE dw_s.t2 (i int)",
+    "CREATE VIEW dw_s.v1 AS SELECT i FROM dw_s.t1", "CREATE SEQUENCE dw_s.q1",
+    "GRANT SELECT ON dw_s.t1 TO dw_b", "RESET ROLE",
+    "SET ROLE dw_b", "CREATE VIEW dw_s.vb AS SELECT i FROM dw_s.t1", "CREATE TABLE dw_s.tb (i int)", "RESET ROLE",
+    "SET ROLE dw_b", "DROP OWNED BY dw_a", "RESET ROLE",  # 42501: dw_b has not dw_a's privileges
+    "DROP OWNED BY dw_a",  # 2BP01: dw_b's view reads dw_a's table; nothing dropped
+    "DROP OWNED BY dw_a RESTRICT",
+    "SELECT c.relname, c.relkind, r.rolname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "JOIN pg_roles r ON r.oid = c.relowner WHERE n.nspname = 'dw_s' ORDER BY 1",
+    "DROP OWNED BY dw_a CASCADE",  # its tables, view and sequence, and dw_b's view of them
+    "SELECT c.relname, c.relkind, r.rolname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "JOIN pg_roles r ON r.oid = c.relowner WHERE n.nspname = 'dw_s' ORDER BY 1",
+    "SELECT has_schema_privilege('dw_a', 'dw_s', 'CREATE'), has_schema_privilege('dw_b', 'dw_s', 'CREATE')",
+    "DROP ROLE dw_a",  # nothing of it left
+    # a schema of the role holding another role's table: the schema alone is the set
+    "CREATE SCHEMA dw_o", "ALTER SCHEMA dw_o OWNER TO dw_b", "CREATE TABLE dw_o.t (i int)",
+    "DROP OWNED BY dw_b",  # 2BP01: the superuser's table is in dw_b's schema
+    "DROP TABLE dw_o.t",
+    "DROP OWNED BY dw_b",  # dw_s.tb and dw_o go
+    "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'dw_%' ORDER BY 1",
+    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'dw_s'",
+    "DROP ROLE dw_b", "DROP SCHEMA dw_s",
+]
+
+
+def test_drop_owned_drops_what_the_role_owns_as_postgresql(pair) -> None:
+    """DROP OWNED BY drops the role's tables, views, sequences and schemas in the lake, refuses
+    (2BP01, nothing dropped) where another role's object depends on them unless CASCADE, and then
+    revokes its privileges: statement by statement as PostgreSQL 15."""
+    pg, ig = pair
+    with psycopg.connect(pg.dsn(), autocommit=True) as theirs, psycopg.connect(ig.dsn(), autocommit=True) as ours:
+        for sql in DROP_OWNED:
+            assert _outcome(ours, sql) == _outcome(theirs, sql), sql
 
 
 IN_BLOCK = [
