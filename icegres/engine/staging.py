@@ -140,8 +140,16 @@ def dead_runs(root: Path, own: Path | None) -> list[DeadRun]:
     if not root.is_dir():
         return out
     for run in sorted(p for p in root.iterdir() if p.is_dir() and p != own):
-        held = _lock(run)
-        records = tuple(read_record(p) for p in sorted(run.glob("*.ndjson")))
+        held = None
+        try:
+            held = _lock(run)
+            records = tuple(read_record(p) for p in sorted(run.glob("*.ndjson")))
+        except FileNotFoundError:
+            # Its server finished it between the listing and here (a server starting while
+            # another stops: test_crash.py's turns); nothing of it is left to recover.
+            if held is not None:
+                held.close()
+            continue
         out.append(DeadRun(run, held is None, records, held))
     return out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -63,6 +64,29 @@ def test_a_run_whose_process_holds_its_lock_is_running_and_a_dead_one_is_not(tmp
     [run] = dead_runs(root, mine.run)
     assert not run.owner_running and run.lock is not None
     run.lock.close()
+
+
+def test_a_run_its_server_removes_while_another_starts_is_skipped(tmp_path: Path, monkeypatch) -> None:
+    """A server starting while another stops: the other's run directory goes between the
+    listing and the lock (a crash at start-up before: FileNotFoundError, test_crash.py)."""
+    from icegres.engine import staging
+
+    root = tmp_path / "staged"
+    mine = FileStaging(root)
+    gone = FileStaging(root)
+    gone.stager("t2").announce("q", "ns.t", "u1", None)
+    kept = FileStaging(root)
+    kept.stager("t3").announce("r", "ns.t", "u1", None)
+    real_lock = staging._lock
+
+    def lock_after_its_owner_finished(run: Path):  # noqa: ANN202
+        if run == gone.run:
+            shutil.rmtree(run)
+        return real_lock(run)
+
+    monkeypatch.setattr(staging, "_lock", lock_after_its_owner_finished)
+    runs = dead_runs(root, mine.run)
+    assert [r.directory for r in runs] == [kept.run]
 
 
 def test_a_closed_stager_refuses_new_files_and_a_late_writer_deletes_its_own(tmp_path: Path) -> None:
