@@ -39,7 +39,7 @@ async def owned_objects_dropped(host: Any, roles: tuple[str, ...], cascade: bool
     schemas = sorted(k[1] for k in owned if k[0] == "schema")
     views, sequences, tables = await host.run(_kinds, qctx, [(k[1], k[2]) for k in owned if k[0] == "table"])
     if not cascade:
-        _refuse_dependents(qctx, set(views) | set(sequences) | set(tables), schemas)
+        await host.run(_refuse_dependents, qctx, set(views) | set(sequences) | set(tables), schemas)
     notices: list[str] = []
     for command in (DropView(tuple(views), True, cascade), DropSequence(tuple(sequences), True, cascade),
                     DropTable(tuple(tables), True, cascade), DropSchema(tuple(schemas), True, cascade)):
@@ -64,7 +64,7 @@ def _kinds(qctx: Any, keys: list[Key]) -> tuple[list[Key], list[Key], list[Key]]
 
 def _refuse_dependents(qctx: Any, relations: set[Key], schemas: list[str]) -> None:
     """2BP01, PostgreSQL's RESTRICT: a view outside the set that reads a relation in it, or a
-    relation of another role in a schema of the set."""
+    relation of another role in a schema of the set. Blocking (it lists the schemas' tables)."""
     path = list(qctx.env.search_path)
     views = qctx.engine.views()
     lines = [f"view {view_ddl.shown(v, path)} depends on {'view' if r in views else 'table'} {view_ddl.shown(r, path)}"
