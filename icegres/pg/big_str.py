@@ -35,7 +35,7 @@ def join(parts: Sequence[str]) -> str:
     if chars < BIG_CHARS or _new is None:
         return "".join(parts)
     kind = max((_kind(p) for p in parts), default=1)
-    ascii_only = kind == 1 and all(p.isascii() for p in parts)  # (no copy: a scan)
+    ascii_only = kind == 1 and all(p.isascii() for p in parts)
     made = _new(chars, 0x7F if ascii_only else _KINDS[kind][1])
     at = id(made) + (_ASCII_HEADER if ascii_only else _HEADER)
     codec = _KINDS[kind][0]
@@ -66,20 +66,12 @@ def decoded(pieces: Iterable[bytes]) -> str:
     return join([*(decoder.decode(p) for p in pieces), decoder.decode(b"", final=True)])
 
 
-def _kind(part: str) -> int:
-    """The bytes a character of `part` takes in a str (1, 2 or 4), found a slice at a time."""
-    return max((_slice_kind(part[at:at + BIG_CHARS]) for at in range(0, len(part), BIG_CHARS)), default=1)
-
-
-def _slice_kind(text: str) -> int:
-    if text.isascii():
+def _kind(part: str, header: int | None = None) -> int:
+    """The bytes a character of `part` takes in a str (1, 2 or 4), read off its size: a str is
+    stored in the narrowest kind that holds it, so no pass over its characters is needed."""
+    if part.isascii():
         return 1
-    try:
-        text.encode("latin-1")
-        return 1
-    except UnicodeEncodeError:
-        pass
-    return 2 if len(text.encode("utf-16-le")) == 2 * len(text) else 4
+    return (sys.getsizeof(part) - (_HEADER if header is None else header)) // (len(part) + 1)
 
 
 def _layout() -> tuple[object, int, int] | None:
@@ -94,7 +86,7 @@ def _layout() -> tuple[object, int, int] | None:
     ascii_header = sys.getsizeof("") - 1  # (the header and the terminating NUL)
     header = sys.getsizeof("\xe9") - 2
     for sample in ("abc", "ab\xe9", "a\u0101\xe9", "a\U0001f600\xe9"):
-        kind = 1 if sample.isascii() else _kind(sample)
+        kind = _kind(sample, header)
         made = new(len(sample), 0x7F if sample.isascii() else max(map(ord, sample)))
         data = sample.encode(_KINDS[kind][0])
         ctypes.memmove(id(made) + (ascii_header if sample.isascii() else header), data, len(data))
