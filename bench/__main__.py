@@ -44,6 +44,8 @@ SUITES = {
     "scan_links": "a re-mount's scan directory of 2,000 data files: ScanSets.acquire and its removal, hard vs "
                   "symbolic links, interleaved",
     "values_insert": "one INSERT … VALUES of 1,000 and 10,000 constant rows, icegres vs PostgreSQL 15",
+    "block_inserts": "2,000 single-row INSERTs in one block by psycopg executemany and SQLAlchemy Core, "
+                     "icegres vs PostgreSQL 15 (--before DIR: another checkout's icegres too)",
     "list_append_check": "bench/list_append_check.py (verify's Elle-style checker on 100k-transaction histories)",
 }
 # Suites whose module lives beside this file rather than in bench/suites/.
@@ -61,7 +63,7 @@ class Options:
     scale_50m: bool
     sf: float | None = None  # load suite: TPC-H scale factor (None: 1, or 0.1 with --quick)
     keep_lakes: bool = False  # load suite: keep bench/.data/load-{copy,flight}
-    before: str | None = None  # pgbench, big_lake suites: another checkout's icegres, run beside this one
+    before: str | None = None  # pgbench, big_lake, block_inserts suites: another checkout's icegres, run beside this one
     rows: int | None = None  # merge suite: the first N ids of demo.trips (None: all 1M)
     commits: int | None = None  # history suite: commits per table (None: 2,000, or 200 with --quick)
 
@@ -157,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", default=None, metavar="DIR",
                     help="pgbench suite: a checkout of icegres (a directory holding the package) whose "
                          "server runs beside this one's, interleaved, as the peer `icegres before`; "
-                         "big_lake suite: the same, started once on each lake")
+                         "big_lake suite: the same, started once on each lake; block_inserts suite: "
+                         "the same, interleaved")
     ap.add_argument("--rows", type=int, default=None,
                     help="merge suite: change a copy of the first N rows of demo.trips, not all 1M "
                          "(for development)")

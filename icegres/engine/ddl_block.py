@@ -154,7 +154,7 @@ def drop_tables(qctx: QueryContext, txn: TxnState, cmd: DropTable, path: list[st
             notices.append(f'table "{shown}" does not exist, skipping')
             continue
         found.append(key)
-    views = view_ddl.catalog_views_now(lakehouse) if found else {}
+    views = _views_seen(qctx, txn) if found else {}
     if not cmd.cascade:
         for key in dict.fromkeys(found):
             view_ddl.refuse_dependents("table", key, views, path)
@@ -202,7 +202,7 @@ def _stage_change(qctx: QueryContext, txn: TxnState, key: Key, change: Any) -> N
 
     from icegres.engine import lean_transaction
 
-    write = txn.write_for(key)
+    write = txn.settle(key) if key in txn.writes else txn.write_for(key)  # (pending rows: the old columns)
     table: Any = write.target.table
     tx = lean_transaction.transaction(table)
     change(tx)
@@ -314,7 +314,7 @@ def drop_views(qctx: QueryContext, txn: TxnState, cmd: DropView, path: list[str]
             notices.append(f'view "{name}" does not exist, skipping')
             continue
         found.append(view)
-    views = view_ddl.catalog_views_now(qctx.engine.lakehouse) if found else {}
+    views = _views_seen(qctx, txn) if found else {}
     keys = {(v.namespace, v.name) for v in found}
     if not cmd.cascade:
         for key in keys:
@@ -324,6 +324,22 @@ def drop_views(qctx: QueryContext, txn: TxnState, cmd: DropView, path: list[str]
         catalog = txn.block_catalog(uuid.uuid4().hex)
         graveyard = (view.namespace, hidden_name("dropped", catalog.token, len(catalog.graveyard)))
         txn.dropped_view((view.namespace, view.name), view, graveyard)
+
+
+def _views_seen(qctx: QueryContext, txn: TxnState) -> dict[Key, Any]:
+    """The catalog's views as the block sees them: those it dropped or renamed away gone, those
+    it made or renamed under their names (the catalog holds a made one under a hidden name until
+    COMMIT)."""
+    views = view_ddl.catalog_views_now(qctx.engine.lakehouse)
+    catalog = txn.catalog
+    for key in (*(catalog.created if catalog is not None else ()), *txn.hidden):
+        views.pop(key, None)
+    for key, view in txn.view_overlay.items():
+        if view is None:
+            views.pop(key, None)
+        else:
+            views[key] = view
+    return views
 
 
 def rename_view(qctx: QueryContext, txn: TxnState, schema: str | None, name: str, new_name: str,

@@ -167,6 +167,7 @@ def _values_rows(source: exp.Values, columns: list[str], types: dict[str, pa.Dat
             return None
         values: list[Any] = []
         for item, column in zip(items, columns, strict=True):
+            item = _uncast(item, types.get(column))
             if isinstance(item, exp.Parameter):
                 values.append(Param(str(item.this.this)))
             elif isinstance(item, exp.Null):
@@ -177,6 +178,46 @@ def _values_rows(source: exp.Values, columns: list[str], types: dict[str, pa.Dat
                 return None
         rows.append(tuple(values))
     return rows
+
+
+def _uncast(item: exp.Expression, target: pa.DataType | None) -> exp.Expression:
+    """`x::T` (or CAST) into a column of type T is `x` assigned to it: the cast reads a constant
+    with T's input function, as the assignment does, and a parameter arrives as T or does not
+    convert as it is (`InsertShape.rows` then plans the statement). ORMs write their values so:
+    SQLAlchemy's `VALUES (%(id)s::INTEGER, %(name)s::VARCHAR, …)`. Anything else — a type with
+    a modifier (varchar(3) cuts, numeric(p,s) rounds), another type, a signed number (`-1::int`
+    is the negation of the cast, 22003 for the smallest integer) — stays a cast, for the
+    planned path."""
+    import sqlglot.expressions as exp
+
+    if not isinstance(item, exp.Cast) or target is None or item.to.expressions:
+        return item
+    inner = item.this
+    if not isinstance(inner, exp.Parameter | exp.Literal | exp.Null | exp.Boolean):
+        return item
+    accepts = _CAST_TYPES.get(item.to.this)
+    return inner if accepts is not None and accepts(target) else item
+
+
+def _cast_types() -> dict[Any, Callable[[pa.DataType], bool]]:
+    from sqlglot.expressions import DataType
+
+    t, kind = pa.types, DataType.Type
+    return {
+        kind.SMALLINT: t.is_int16, kind.INT: t.is_int32, kind.BIGINT: t.is_int64,
+        kind.DOUBLE: t.is_float64, kind.BOOLEAN: t.is_boolean, kind.DATE: t.is_date32,
+        kind.TEXT: _is_text, kind.VARCHAR: _is_text,
+        kind.DECIMAL: t.is_decimal,  # (numeric unconstrained: a value the column's scale cuts is not taken as it is)
+        kind.TIMESTAMP: lambda dt: t.is_timestamp(dt) and dt.tz is None,
+        kind.TIMESTAMPTZ: lambda dt: t.is_timestamp(dt) and dt.tz is not None,
+    }
+
+
+def _is_text(dt: pa.DataType) -> bool:
+    return pa.types.is_string(dt) or pa.types.is_large_string(dt)
+
+
+_CAST_TYPES = _cast_types()
 
 
 class InsertShapes:

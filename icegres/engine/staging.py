@@ -22,6 +22,7 @@ written is deleted by its writer as it closes it, and no new one may start.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -270,6 +271,15 @@ def run_bound(txn: Any, store: MemoryStaging | None, fn: Any, *args: Any) -> Any
     """`fn(*args)` with the files it writes staged for `txn` (whatever the thread was bound to)."""
     with bound(txn, store):
         return fn(*args)
+
+
+def keeping_binding(fn: Any) -> Any:
+    """`fn`, bound when called to the transaction this thread works for now: for work a later
+    call may do in another thread (a block's pending rows, written when a query reads them)."""
+    binding = getattr(_thread, "binding", None)
+    if binding is None:
+        return fn
+    return functools.partial(run_bound, *binding, fn)
 
 
 @contextmanager

@@ -62,6 +62,12 @@ class StagedWrite:
     # The added files hold exactly the rows of the removed ones (compaction): the snapshot is a
     # `replace`, which readers and incremental consumers know to skip (engine/maintenance/compact.py).
     replaces: bool = False
+    # Rows a block's INSERTs added that are not in a file yet (conformed to `target`'s write
+    # schema), oldest first: an executemany in a block wrote a Parquet file per row (~10 ms
+    # each). `TxnState.settle` writes them as one file before anything reads the table's files,
+    # and COMMIT writes them with the block's other small files (dml/copy_on_write.py `compact`).
+    pending: tuple[Any, ...] = field(default=(), compare=False)
+    pending_bytes: int = field(default=0, compare=False)
 
     @property
     def is_append(self) -> bool:
@@ -71,7 +77,20 @@ class StagedWrite:
     @property
     def changes_rows(self) -> bool:
         """It adds or removes data files, or deletes rows by position: it makes a snapshot."""
-        return bool(self.added or self.removed or self.delete_files)
+        return bool(self.added or self.removed or self.delete_files or self.pending)
+
+    def deferred(self, rows: Any) -> StagedWrite:
+        """This write with `rows` added to its pending rows (`pending`)."""
+        return replace(self, pending=(*self.pending, rows), pending_bytes=self.pending_bytes + rows.nbytes,
+                       rows_added=self.rows_added + rows.num_rows)
+
+    def written(self, new_files: dict[str, Any]) -> StagedWrite:
+        """This write with its pending rows now in `new_files`."""
+        return replace(self, pending=(), pending_bytes=0, added=MappingProxyType({**self.added, **new_files}))
+
+    def _settled(self) -> None:
+        # Whatever reads or rewrites the table's files must see every row: `TxnState.settle` first.
+        assert not self.pending, f"{self.table_name}: pending rows not written before its files were read"
 
     @property
     def changed_files(self) -> frozenset[str]:
@@ -102,6 +121,7 @@ class StagedWrite:
 
     def view(self) -> ReadPlan:
         """The table as this transaction sees it: base files minus removed, plus added."""
+        self._settled()
         shape = self.shape or self.base
         identity = tuple((f.name, f.name) for f in shape.schema)
         files = tuple(self._with_deletes(f) for f in shape.files if f.path not in self.removed)
@@ -128,6 +148,8 @@ class StagedWrite:
         Returns the new write and the staged delete files that became unreferenced."""
         import numpy as np
 
+        self._settled()
+
         deleted = dict(self.deleted)
         for path, pos in positions.items():
             assert path in self.base.data_files and path not in self.removed and path not in self.added, path
@@ -141,6 +163,7 @@ class StagedWrite:
     def altered(self, change: Any, shape: ReadPlan, remap: Any) -> StagedWrite:
         """This write with one more metadata change after those it has; `shape` is the table
         after it, and `remap(path, shape)` the FileRead of an added file under that shape."""
+        self._settled()
         earlier = self.metadata_change
 
         def changes(tx: Any) -> None:
@@ -158,6 +181,7 @@ class StagedWrite:
 
         Returns the new write and the staged files that became unreferenced (to delete later).
         """
+        self._settled()
         removed = dict(self.removed)
         added = dict(self.added)
         deleted = dict(self.deleted)
@@ -240,6 +264,9 @@ class TxnState:
     # The durable record of the data files this transaction writes (engine/staging.py), made on
     # its first file.
     stager: Any = None
+    # Writes a write's pending rows as files (dml/copy_on_write.py `write_pending`): given by the
+    # first statement that defers rows, used by `settle` (in the thread running the statement).
+    writer: Any = None
 
     def __post_init__(self) -> None:
         with _live_lock:
@@ -270,13 +297,36 @@ class TxnState:
 
     def plan(self, key: Key) -> ReadPlan | None:
         write = self.writes.get(key)
-        return write.view() if write is not None else self.pins.get(key)
+        if write is None:
+            return self.pins.get(key)
+        return self.settle(key).view()
+
+    def shape(self, key: Key) -> ReadPlan | None:
+        """The table as this transaction's statements write it (columns, defaults, constraints,
+        its Iceberg table), without its files: what an INSERT that reads nothing of the table
+        needs, and it leaves the rows it adds pending (`StagedWrite.pending`)."""
+        write = self.writes.get(key)
+        return write.target if write is not None else self.pins.get(key)
 
     def views(self) -> dict[Key, ReadPlan]:
         out = dict(self.pins)
-        for key, write in self.writes.items():
-            out[key] = write.view()
+        for key in list(self.writes):
+            out[key] = self.settle(key).view()
         return out
+
+    def defer(self, key: Key, rows: Any, writer: Any) -> None:
+        """Add `rows` to the table's pending rows; `writer` writes them when they are read."""
+        self.writer = writer
+        self.stage(self.write_for(key).deferred(rows))
+
+    def settle(self, key: Key) -> StagedWrite:
+        """The table's write with its pending rows written as a file (blocking I/O: a worker
+        thread's, as every statement's work is)."""
+        write = self.writes[key]
+        if write.pending:
+            write = self.writer(write)
+            self.writes[key] = write  # (the view is the same rows: `version` stays)
+        return write
 
     def stage(self, write: StagedWrite, orphans: list[str] = ()) -> None:  # type: ignore[assignment]
         self.writes[write.key] = write
@@ -335,7 +385,7 @@ class TxnState:
 
     def renamed_table(self, key: Key, new: Key) -> None:
         """ALTER TABLE `key` RENAME: the block sees it (pin, staged write, reads) as `new` now."""
-        plan = self.plan(key)
+        plan = self.shape(key)
         assert plan is not None
         self._catalog().moves.append(Move(key[0], key[1], new[1], plan.table_uuid))
         self.pins[new] = self.pins.pop(key)
@@ -351,7 +401,7 @@ class TxnState:
     def dropped_table(self, key: Key, graveyard: Key) -> None:
         """DROP TABLE `key`: moved aside to `graveyard` at COMMIT, purged once committed; what
         the block staged into it is unreferenced now."""
-        plan = self.plan(key)
+        plan = self.shape(key)
         assert plan is not None
         catalog = self._catalog()
         catalog.moves.append(Move(key[0], key[1], graveyard[1], plan.table_uuid))

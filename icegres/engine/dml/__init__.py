@@ -266,7 +266,8 @@ def _insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert, params: dict[st
 def _plain_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
                   params: dict[str, Any] | None) -> tuple[str, pa.Table | None]:
     key, rows, _ = rows_of_insert(qctx, txn, tree, params)
-    check_unique(qctx, target_plan(txn, key), key, rows, exclude_files=())
+    if target_plan(txn, key, files=False).primary_key:
+        check_unique(qctx, target_plan(txn, key), key, rows, exclude_files=())
     append(txn, key, rows, read=_reads_target(qctx, tree, key))
     returning = None
     if tree.args.get("returning") is not None:

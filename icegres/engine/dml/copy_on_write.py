@@ -40,7 +40,7 @@ from icegres.pg.errors import PgError
 if TYPE_CHECKING:
     from icegres.engine.mounts import ReadPlan
     from icegres.engine.query import QueryContext
-    from icegres.engine.txn import Key, TxnState
+    from icegres.engine.txn import Key, StagedWrite, TxnState
 
 
 def rewrite_matching(qctx: QueryContext, txn: TxnState, key: Key, cond: exp.Expression | None,
@@ -290,6 +290,8 @@ def compact(txn: TxnState) -> None:
     import pyarrow.parquet as pq
 
     for write in list(txn.writes.values()):
+        if write.pending:
+            write = txn.settle(write.key)
         if len(write.added) < 2 or any(not f.matches_schema for f in write.remapped.values()):
             continue  # (files staged before and after an ALTER of the columns have other schemas)
         table: Any = write.base.table
@@ -309,9 +311,30 @@ def compact(txn: TxnState) -> None:
 
 
 def append(txn: TxnState, key: Key, rows: pa.Table, *, read: bool = False) -> None:
-    """Stage `rows` as new data files of the table; `read`: computing them read the table."""
+    """Stage `rows` as new data files of the table; `read`: computing them read the table.
+
+    In a transaction block, rows that read nothing of the table wait in memory
+    (`StagedWrite.pending`) until something reads its files or the block commits, up to
+    PENDING_BYTES_MAX: a block's executemany then writes one file, not one per row."""
     if rows.num_rows == 0:
         return
     write = txn.write_for(key)
+    if not txn.autocommit and not read and key[0] != "pg_temp" and write.base.ref is None:
+        from icegres.engine import staging
+
+        txn.defer(key, rows, staging.keeping_binding(write_pending))
+        if txn.writes[key].pending_bytes > PENDING_BYTES_MAX:
+            txn.settle(key)
+        return
     write, _ = write.rewrite(set(), write_files(write.target, rows), rows.num_rows, read=read)
     txn.stage(write)
+
+
+# Pending rows of one table held before they are written as a file.
+PENDING_BYTES_MAX = 64 << 20
+
+
+def write_pending(write: StagedWrite) -> StagedWrite:
+    """`write` with its pending rows written as the table's data files."""
+    rows = pa.concat_tables(write.pending) if len(write.pending) > 1 else write.pending[0]
+    return write.written(write_files(write.target, rows))

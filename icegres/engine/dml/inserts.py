@@ -38,7 +38,7 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
     """The target and the conformed rows an INSERT adds (nothing written), and the recipe that
     built them when they came straight from parameters and constants."""
     key = target_key(qctx, txn, target_table(tree))
-    plan = target_plan(txn, key)
+    plan = target_plan(txn, key, files=False)  # (a source that reads the table reads the block's view)
     columns = insert_columns(tree, plan)
     defaults.check_always_identity(tree, plan, columns)
     tree = defaults.in_values(tree, plan, columns)

@@ -52,10 +52,11 @@ def target_key(qctx: QueryContext, txn: TxnState | None, table: exp.Table) -> Ke
     return key
 
 
-def target_plan(txn: TxnState | None, key: Key) -> ReadPlan:
-    """The written table as the transaction sees it (its pin plus its own staged writes)."""
+def target_plan(txn: TxnState | None, key: Key, *, files: bool = True) -> ReadPlan:
+    """The written table as the transaction sees it (its pin plus its own staged writes);
+    without its `files` for a statement that reads none of them (`TxnState.shape`)."""
     assert txn is not None
-    plan = txn.plan(key)
+    plan = txn.plan(key) if files else txn.shape(key)
     if plan is None:
         raise PgError("42P01", f'relation "{key[0]}.{key[1]}" does not exist')
     if plan.table is None:
