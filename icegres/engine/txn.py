@@ -63,9 +63,10 @@ class StagedWrite:
     # `replace`, which readers and incremental consumers know to skip (engine/maintenance/compact.py).
     replaces: bool = False
     # Rows a block's INSERTs added that are not in a file yet (conformed to `target`'s write
-    # schema), oldest first: an executemany in a block wrote a Parquet file per row (~10 ms
-    # each). `TxnState.settle` writes them as one file before anything reads the table's files,
-    # and COMMIT writes them with the block's other small files (dml/copy_on_write.py `compact`).
+    # schema): an executemany in a block wrote a Parquet file per row (~10 ms each).
+    # `TxnState.settle` writes them as one file before anything reads the table's files, and
+    # COMMIT writes them with the block's other small files (dml/copy_on_write.py `compact`).
+    # A chain, newest first, each `(rows, older)`: adding one copies nothing (`pending_rows`).
     pending: tuple[Any, ...] = field(default=(), compare=False)
     pending_bytes: int = field(default=0, compare=False)
 
@@ -81,8 +82,18 @@ class StagedWrite:
 
     def deferred(self, rows: Any) -> StagedWrite:
         """This write with `rows` added to its pending rows (`pending`)."""
-        return replace(self, pending=(*self.pending, rows), pending_bytes=self.pending_bytes + rows.nbytes,
+        return replace(self, pending=(rows, self.pending), pending_bytes=self.pending_bytes + rows.nbytes,
                        rows_added=self.rows_added + rows.num_rows)
+
+    def pending_rows(self) -> list[Any]:
+        """The pending rows' tables, oldest first."""
+        out = []
+        node = self.pending
+        while node:
+            out.append(node[0])
+            node = node[1]
+        out.reverse()
+        return out
 
     def written(self, new_files: dict[str, Any]) -> StagedWrite:
         """This write with its pending rows now in `new_files`."""

@@ -132,19 +132,26 @@ async def execute_dml(host: WriteHost, stmt: Statement, values: dict[str, Any] |
     transaction (an autocommit INSERT through the write buffer when one runs)."""
     from icegres.engine import dml, row_security
 
-    await host.run(host.qctx.authorize, stmt)
-    stmt = await host.run(row_security.applied, host.qctx, stmt)
-    ladder = host.qctx.engine.ladder
-    if ladder is not None and host.idle and not host.qctx.env.temp:  # (a temporary table is no lake's)
-        if stmt.tag == "INSERT":
-            buffered = await buffered_insert(host, ladder, stmt, values)
-            if buffered is not None:
-                return WriteResult(buffered.tag, buffered.returning)
-        else:
-            # A rewrite must see the buffered rows of the tables it reads as lake files (through
-            # the views it reads, too).
-            await ladder.settle(await host.run(host.qctx.expanded_refs, stmt))
     qctx = host.qctx
+    ladder = qctx.engine.ladder
+    if ladder is None or not host.idle or qctx.env.temp:  # (a temporary table is no lake's)
+        def authorized(txn: TxnState) -> Any:
+            # One trip to a worker thread, not three: a block's executemany pays it per row.
+            qctx.authorize(stmt)  # (before anything is planned or read)
+            return dml.execute(qctx, txn, row_security.applied(qctx, stmt), values)
+
+        result = await outliving_compaction(host, authorized)
+        return WriteResult(result.tag, result.returning)
+    await host.run(qctx.authorize, stmt)
+    stmt = await host.run(row_security.applied, qctx, stmt)
+    if stmt.tag == "INSERT":
+        buffered = await buffered_insert(host, ladder, stmt, values)
+        if buffered is not None:
+            return WriteResult(buffered.tag, buffered.returning)
+    else:
+        # A rewrite must see the buffered rows of the tables it reads as lake files (through
+        # the views it reads, too).
+        await ladder.settle(await host.run(qctx.expanded_refs, stmt))
     result = await outliving_compaction(host, lambda txn: dml.execute(qctx, txn, stmt, values))
     return WriteResult(result.tag, result.returning)
 

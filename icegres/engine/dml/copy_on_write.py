@@ -336,5 +336,6 @@ PENDING_BYTES_MAX = 64 << 20
 
 def write_pending(write: StagedWrite) -> StagedWrite:
     """`write` with its pending rows written as the table's data files."""
-    rows = pa.concat_tables(write.pending) if len(write.pending) > 1 else write.pending[0]
+    parts = write.pending_rows()
+    rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
     return write.written(write_files(write.target, rows))

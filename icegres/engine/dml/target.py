@@ -40,8 +40,9 @@ def target_key(qctx: QueryContext, txn: TxnState | None, table: exp.Table) -> Ke
     """The (schema, table) a written table means: 42P01 if it is none the transaction sees."""
     name = table.name
     schema = table.db or None
-    if table.text("catalog") != PRIVATE_CATALOG:
-        check_database(table.text("catalog"), qctx.env.database, table.sql(dialect="postgres"))
+    catalog = table.text("catalog")
+    if catalog and catalog != PRIVATE_CATALOG:  # (the name's SQL only for the error: it costs a generator run)
+        check_database(catalog, qctx.env.database, table.sql(dialect="postgres"))
     key = qctx.resolve_table(schema, name)
     if key is None or (txn is not None and key not in txn.pins):
         # A table left unmounted (damaged files, deletes icegres cannot apply) says why.
