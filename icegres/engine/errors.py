@@ -70,6 +70,10 @@ _RULES: tuple[tuple[re.Pattern[str], str, str | Callable[..., str | tuple[str, s
      "more than one row returned by a subquery used as an expression"),
     (re.compile(r"Inconsistent data length across values list"), e.SYNTAX_ERROR, "VALUES lists must all be the same length"),
     (re.compile(r"Divide by zero|division by zero", re.I), e.DIVISION_BY_ZERO, "division by zero"),
+    # A date written right whose fields name no day (Feb 30, month 13, year 0): PostgreSQL's
+    # date_in reads the fields, then finds them out of range.
+    (re.compile(r"Cannot cast string '([ \t\n\r\f\v]*\d{4}-\d{1,2}-\d{1,2}[ \t\n\r\f\v]*)' to value of Date32"),
+     e.DATETIME_FIELD_OVERFLOW, 'date/time field value out of range: "{0}"'),
     # (greedy: the value itself may hold quotes)
     (re.compile(r"Cannot cast string '(.*)' to value of (\w+)", re.S), e.INVALID_TEXT_REPRESENTATION,
      lambda value, arrow: f'invalid input syntax for type {_ARROW_TYPE_NAMES.get(arrow, arrow)}: "{value}"'),

@@ -36,7 +36,7 @@ from icegres.pg import chars
 from icegres.pg.errors import PgError
 from icegres.pg.row_text import failing_row
 from icegres.sql.pieces import BigText, has_big
-from icegres.sql.values_rows import ConstantRows, Number, Placeholder
+from icegres.sql.values_rows import Cast, ConstantRows, Number, Placeholder
 
 if TYPE_CHECKING:
     import sqlglot.expressions as exp
@@ -220,6 +220,22 @@ def _is_text(dt: pa.DataType) -> bool:
 _CAST_TYPES = _cast_types()
 
 
+def _cast_names() -> dict[str, Callable[[pa.DataType], bool]]:
+    """`_CAST_TYPES` by the one-word names PostgreSQL knows those types by."""
+    from sqlglot.expressions import DataType
+
+    kind = DataType.Type
+    names = {kind.SMALLINT: ("smallint", "int2"), kind.INT: ("integer", "int", "int4"),
+             kind.BIGINT: ("bigint", "int8"), kind.DOUBLE: ("float8",), kind.BOOLEAN: ("boolean", "bool"),
+             kind.DATE: ("date",), kind.TEXT: ("text",), kind.VARCHAR: ("varchar",),
+             kind.DECIMAL: ("numeric", "decimal"), kind.TIMESTAMP: ("timestamp",),
+             kind.TIMESTAMPTZ: ("timestamptz",)}
+    return {name: _CAST_TYPES[k] for k, spelled in names.items() for name in spelled}
+
+
+_CAST_NAMES = _cast_names()
+
+
 class InsertShapes:
     """One session's recipes, by statement text and search_path; at most SHAPES_PER_SESSION_MAX.
 
@@ -291,6 +307,11 @@ def _constant_columns(rows: ConstantRows, types: list[pa.DataType | None]) -> tu
 
 
 def _token_constant(value: Any, target: pa.DataType) -> Any:
+    if isinstance(value, Cast):  # (taken as `_uncast` takes a tree's)
+        accepts = _CAST_NAMES.get(value.type.lower())
+        if accepts is None or not accepts(target):
+            return _NOT_PLAIN
+        value = value.value
     if value is None:
         return None
     if isinstance(value, Number):

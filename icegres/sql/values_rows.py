@@ -10,8 +10,9 @@ that no walk descends into.
 
 `read` takes `INSERT INTO name [(column, …)] VALUES (…), (…) [ON CONFLICT …] [RETURNING …] [;]`
 whose every value is a number (with a sign), a quoted string without prefix, NULL, TRUE, FALSE or
-`$n`, all rows of one width. What follows the rows (`tail`: ON CONFLICT, RETURNING) is short and
-the parser's, with the head. Anything else in the rows — an expression, DEFAULT, a cast, an `E''`
+`$n`, each perhaps cast to a one-word type (`::date`, `::INTEGER`), all rows of one width. What
+follows the rows (`tail`: ON CONFLICT, RETURNING) is short and the parser's, with the head.
+Anything else in the rows — an expression, DEFAULT, a cast to a longer type name, an `E''`
 string, strings PostgreSQL would glue across a newline — or an alias is the parser's (None), as
 is a constant the engine does not take as it is for its column (`engine/insert_shape.py` then
 parses the whole text). ORMs' bulk inserts end so: Django's `bulk_create` with RETURNING, and
@@ -41,10 +42,19 @@ class Placeholder(str):
 _WORDS = {"null": None, "true": True, "false": False}
 
 
+@dataclass(frozen=True)
+class Cast:
+    """A constant cast to a one-word type (`'2024-01-01'::date`, `$1::INTEGER`): its column
+    takes it as the constant where the type is the column's own (engine/insert_shape.py)."""
+
+    value: Any  # None, a bool, a Number, a Placeholder or a str
+    type: str  # as written
+
+
 @dataclass(frozen=True, eq=False)
 class ConstantRows:
     """A VALUES list as columns: per position, per row, None (NULL), a bool, a Number, a
-    Placeholder or a str (a string's contents). `sql` is the whole statement's text, for the
+    Placeholder, a str (a string's contents) or a Cast of one. `sql` is the whole statement's text, for the
     parser when the engine cannot take the constants as they are."""
 
     sql: str
@@ -129,6 +139,14 @@ def read(sql: str) -> ConstantRows | None:
             if kind is not op:
                 return None
             c = sql[start]
+            if sql[start:end] == "::":
+                cast = next(tokens, None)
+                value = row[-1]
+                if (cast is None or cast[0] is not name or isinstance(value, Cast)
+                        or (isinstance(value, Number) and value[:1] in "+-")):
+                    return None  # (`-1::int` is the negation of a cast: 22003 for the smallest integer)
+                row[-1] = Cast(value, sql[cast[1]:cast[2]])
+                continue
             if c == ",":
                 state = 1
             elif c == ")":

@@ -259,3 +259,32 @@ def test_sqlalchemys_bound_casts_store_and_fail_as_postgresql(both):
         _same(pg, ig, _sql(CAST_INSERT, params), f"{what}, in a block")
         _same(pg, ig, _sql("rollback"), "rollback")
     _same(pg, ig, _sql(READ), "rows at the end")
+
+
+def test_a_big_values_list_of_cast_constants_as_postgresql(both):
+    """An INSERT over 2 kB of constants with `::type` casts (read by the lexer, sql/values_rows.py):
+    each cast to the column's own type taken as the constant, any other cast — and a value a cast
+    refuses — as PostgreSQL answers it, the statement then changing nothing."""
+    pg, ig = both
+
+    def big(bad: str = "") -> str:
+        rows = [f"({i}::int, 'n{i}'::text, {i}.5::float8, '2024-01-{1 + i % 28:02d}'::date, {i}.25::numeric)"
+                for i in range(100)]
+        if bad:
+            rows[57] = bad
+        return f"insert into {TABLE} (id, name, score, day, price) values " + ", ".join(rows)
+
+    statements = {
+        "all cast to their columns' types": big(),
+        "a cast the column assigns (bigint into integer)": big("(7::bigint, 'x'::varchar, 1::float8, null::date, 2::numeric)"),
+        "text cast into an integer column": big("('5'::text, 'x', 1, null, 2)"),
+        "not an integer": big("('x'::int, 'x', 1, null, 2)"),
+        "beyond integer": big("(3000000000::int, 'x', 1, null, 2)"),
+        "no such day": big("(1, 'x', 1, '2024-02-30'::date, 2)"),
+        "more decimals than the column keeps": big("(1, 'x', 1, null, 1.005::numeric)"),
+        "a boolean cast into a text column": big("(1, true::bool, 1, null, 2)"),
+    }
+    for what, sql in statements.items():
+        assert len(sql) > 2048
+        _same(pg, ig, _sql(sql), what)
+        _same(pg, ig, _sql(READ), f"rows after: {what}")

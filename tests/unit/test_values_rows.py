@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from icegres.sql.parse import BIG_TEXT, ConstantValues, parse, whole
-from icegres.sql.values_rows import Number, Placeholder, read
+from icegres.sql.values_rows import Cast, Number, Placeholder, read
 
 pytestmark = pytest.mark.unit
 
@@ -31,13 +31,23 @@ def test_constants_are_read_as_columns_and_the_head_as_written():
     "insert into t values (E'a')", "insert into t values (B'1')", "insert into t values (X'1f')",
     "insert into t values (N'a')", "insert into t values (U&'a')", "insert into t values ($$a$$)",
     "insert into t values ('a' 'b')", "insert into t values ('a'\n'b')",  # (glued across a newline)
-    "insert into t values (- -1)", "insert into t values (default)", "insert into t values (1::int)",
+    "insert into t values (- -1)", "insert into t values (default)", "insert into t values (-1::int)",
+    "insert into t values (1::double precision)", "insert into t values ('a'::varchar(3))",
+    "insert into t values ('1'::text::int)", "insert into t values (1::)", "insert into t values (1::'x')",
     "insert into t as x values (1)", "insert into t values (1),", "insert into t (a) (b) values (1)",
     "insert into t.(a) values (1)", "insert into t values (1); select 1", "insert into t select 1",
     "insert into t values ('unterminated)", "update t set a = 1", "insert t values (1)",
 ])
 def test_anything_else_is_the_parsers(sql):
     assert read(sql) is None
+
+
+def test_a_constant_cast_to_a_one_word_type_is_read_with_its_type():
+    rows = read("insert into t values ($1::INTEGER, '2024-01-01'::date, 5::numeric, null::text), (1, 'a', 2, true)")
+    assert rows is not None
+    assert [c[0] for c in rows.columns] == [Cast("1", "INTEGER"), Cast("2024-01-01", "date"), Cast("5", "numeric"),
+                                          Cast(None, "text")]
+    assert type(rows.columns[0][0].value) is Placeholder and type(rows.columns[2][0].value) is Number
 
 
 def test_comments_and_spacing_are_skipped():
@@ -53,10 +63,12 @@ _CONSTANT = st.one_of(
         lambda s: "'" + s.replace("'", "''") + "'"),
     st.sampled_from(["null", "NULL", "true", "False", "$1", "$12"]),
 )
+_CASTED = st.one_of(_CONSTANT.filter(lambda c: c[:1] not in "+-"), _CONSTANT.filter(lambda c: c[:1] not in "+-").map(
+    lambda c: c + "::" + ("int", "date", "TEXT", "numeric")[len(c) % 4]))
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.lists(_CONSTANT, min_size=3, max_size=3), min_size=1, max_size=6))
+@given(st.lists(st.lists(st.one_of(_CONSTANT, _CASTED), min_size=3, max_size=3), min_size=1, max_size=6))
 def test_the_reader_reads_what_the_parser_reads(rows):
     sql = "insert into t (a, b, c) values " + ", ".join("(" + ", ".join(row) + ")" for row in rows)
     read_rows = read(sql)
@@ -66,6 +78,9 @@ def test_the_reader_reads_what_the_parser_reads(rows):
     for r, row in enumerate(parsed.expression.expressions):
         for c, item in enumerate(row.expressions):
             value = read_rows.columns[c][r]
+            if isinstance(item, exp.Cast):
+                assert isinstance(value, Cast) and exp.DataType.build(value.type, dialect="postgres") == item.to
+                item, value = item.this, value.value
             if isinstance(item, exp.Null):
                 assert value is None
             elif isinstance(item, exp.Boolean):

@@ -13,6 +13,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from icegres.engine import big_values, row_security
+from icegres.engine.assign import check_assignable
 from icegres.engine.dml import checks, defaults
 from icegres.engine.dml.target import (
     collect,
@@ -74,6 +75,8 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
                 explicit = isinstance(tree.this, exp.Schema)
                 return key, _rows_one_by_one(qctx, source, columns, explicit, plan, key, params), None
             columns = _targets(columns, isinstance(tree.this, exp.Schema), len(planned.df.schema()))
+            if isinstance(source, exp.Values):
+                _check_assignable(qctx, source, columns, planned.df.schema(), plan, params)
             data = collect(planned)
         data = defaults.fill(qctx, plan, data.rename_columns(columns))
     return key, checks.conform(qctx, data, plan, key), None
@@ -91,6 +94,36 @@ def _rows_one_by_one(qctx: QueryContext, source: exp.Values, columns: list[str],
         names = _targets(columns, explicit, data.num_columns)
         tables.append(checks.conform(qctx, data.rename_columns(names), plan, key))
     return pa.concat_tables(tables)
+
+
+def _check_assignable(qctx: QueryContext, source: exp.Values, columns: list[str], planned: pa.Schema,
+                      plan: ReadPlan, params: dict[str, Any] | None) -> None:
+    """42804 for a VALUES item whose type has no assignment cast to its target column's
+    (`'5'::text` into an integer), as for UPDATE's SET. Untyped literals and parameters take the
+    column's type; each other item is typed by one probe of them all (DataFusion's VALUES type
+    for a column — `(1::int), ('5'::text)` is integers to it, 42804 to PostgreSQL — says
+    nothing of the item), unless there are more than PROBED_ITEMS_MAX: then the column's."""
+    plain = exp.Literal | exp.Null | exp.Parameter | exp.Placeholder | exp.Boolean
+    types = {f.name: f.type for f in plan.schema}
+    typed: list[tuple[str, exp.Expression]] = []
+    for i, name in enumerate(columns[:len(planned)]):
+        for row in source.expressions:
+            item = row.expressions[i] if i < len(row.expressions) else None
+            if item is not None and name in types and not isinstance(item.this if isinstance(item, exp.Neg) else item, plain):
+                typed.append((name, item))
+    if not typed:
+        return
+    if len(typed) > PROBED_ITEMS_MAX:
+        for name, field in zip(columns, planned, strict=False):
+            if any(n == name for n, _ in typed):
+                check_assignable(name, field.type, types[name])
+        return
+    probe = exp.select(*(exp.alias_(item.copy(), f"_{k}", quoted=True) for k, (_, item) in enumerate(typed)))
+    for (name, _), field in zip(typed, qctx.plan_tree(probe, params).df.schema(), strict=True):
+        check_assignable(name, field.type, types[name])
+
+
+PROBED_ITEMS_MAX = 1000
 
 
 def _targets(columns: list[str], explicit: bool, width: int) -> list[str]:
