@@ -194,11 +194,12 @@ def icegres_command() -> list[str]:
     return [sys.executable, "-m", "icegres"]
 
 
-def git_commit() -> str:
+def git_commit(checkout: Path = REPO_DIR) -> str:
+    """The checkout's short commit, `+dirty` if its icegres sources differ from it."""
     try:
         sha = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
-            cwd=REPO_DIR,
+            cwd=checkout,
             capture_output=True,
             text=True,
             check=True,
@@ -207,7 +208,7 @@ def git_commit() -> str:
         return "uncommitted"
     dirty = subprocess.run(
         ["git", "status", "--porcelain", "--", "icegres", "pyproject.toml"],
-        cwd=REPO_DIR,
+        cwd=checkout,
         capture_output=True,
         text=True,
     ).stdout.strip()

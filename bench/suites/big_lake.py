@@ -123,15 +123,10 @@ def _start(data_dir: Path, log: Path, checkout: Path | None = None) -> dict[str,
             "hwm": server.vm_hwm / 2**20, "catalog": catalog_s, "listed": listed}
 
 
-def _commit_of(checkout: Path) -> str:
-    import subprocess
-
-    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True, check=False)
-    return done.stdout.strip() or "?"
-
 
 def run(opts: Any) -> list[dict[str, Any]]:
+    from bench.pgwire_read import git_commit
+
     report: dict[str, Any] = {"suite": "big_lake", "section": "big_lake", **provenance(opts.command)}
     rounds = opts.rounds_or(3 if opts.quick else 5)
     lakes = {n: lake(n) for n in SIZES}
@@ -178,7 +173,7 @@ def run(opts: Any) -> list[dict[str, Any]]:
             "Query": f"`{FIRST_QUERY}` (reads {FILES_PER_TABLE} files in either lake)",
             "Rounds": f"{rounds}, the two lakes alternating first; figures are medians"
                       + (f"; `before` = the checkout {opts.before} (its commit: "
-                         f"{_commit_of(Path(opts.before))}), first round only" if before else ""),
+                         f"{git_commit(Path(opts.before))}), first round only" if before else ""),
             "Target": f"first answered query, {SIZES[-1]:,} tables / {SIZES[0]} (median of per-round ratios): "
                       f"{ratio or float('nan'):.2f}x, goal <= {TARGET_RATIO}x -> **{verdict}**",
         },

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -69,11 +68,6 @@ def _block(client: str, conninfo: str, rows: list[tuple[Any, ...]], engines: dic
         return time.perf_counter() - t0
 
 
-def _commit_of(checkout: Path) -> str:
-    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True, check=False)
-    return done.stdout.strip() or "?"
-
 
 def _ready(conninfo: str, deadline_s: float = 120) -> None:
     import psycopg
@@ -94,7 +88,7 @@ def run(opts: Any) -> list[dict[str, Any]]:
     import psycopg
 
     from bench.peers.postgres import running_cluster, version
-    from bench.pgwire_read import Server
+    from bench.pgwire_read import Server, git_commit
 
     report: dict[str, Any] = {"suite": "block_inserts", "section": "block_inserts", **provenance(opts.command)}
     rounds = opts.rounds_or(2 if opts.quick else 5)
@@ -161,7 +155,7 @@ def run(opts: Any) -> list[dict[str, Any]]:
                              f"{mine:.1f}x" if mine else ""])
         if ratio:
             gate[f"block inserts {client}: icegres/postgres"] = ratio
-    before = (f"; `icegres before` = the checkout {opts.before} (commit {_commit_of(Path(opts.before))})"
+    before = (f"; `icegres before` = the checkout {opts.before} (commit {git_commit(Path(opts.before))})"
               if opts.before else "")
     report.update(
         title="block_inserts: single-row INSERTs in one block, icegres vs PostgreSQL",

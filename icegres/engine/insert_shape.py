@@ -220,20 +220,17 @@ def _is_text(dt: pa.DataType) -> bool:
 _CAST_TYPES = _cast_types()
 
 
-def _cast_names() -> dict[str, Callable[[pa.DataType], bool]]:
-    """`_CAST_TYPES` by the one-word names PostgreSQL knows those types by."""
-    from sqlglot.expressions import DataType
+@functools.lru_cache(maxsize=64)
+def _cast_type(name: str) -> Any:
+    """The type a lexer-read cast names (`values_rows.Cast`), as the parser reads it; None for
+    a name it does not read as a type."""
+    from sqlglot import exp
+    from sqlglot.errors import ParseError
 
-    kind = DataType.Type
-    names = {kind.SMALLINT: ("smallint", "int2"), kind.INT: ("integer", "int", "int4"),
-             kind.BIGINT: ("bigint", "int8"), kind.DOUBLE: ("float8",), kind.BOOLEAN: ("boolean", "bool"),
-             kind.DATE: ("date",), kind.TEXT: ("text",), kind.VARCHAR: ("varchar",),
-             kind.DECIMAL: ("numeric", "decimal"), kind.TIMESTAMP: ("timestamp",),
-             kind.TIMESTAMPTZ: ("timestamptz",)}
-    return {name: _CAST_TYPES[k] for k, spelled in names.items() for name in spelled}
-
-
-_CAST_NAMES = _cast_names()
+    try:
+        return exp.DataType.build(name, dialect="postgres")
+    except (ParseError, ValueError):
+        return None
 
 
 class InsertShapes:
@@ -308,7 +305,8 @@ def _constant_columns(rows: ConstantRows, types: list[pa.DataType | None]) -> tu
 
 def _token_constant(value: Any, target: pa.DataType) -> Any:
     if isinstance(value, Cast):  # (taken as `_uncast` takes a tree's)
-        accepts = _CAST_NAMES.get(value.type.lower())
+        to = _cast_type(value.type)
+        accepts = _CAST_TYPES.get(to.this) if to is not None and not to.expressions else None
         if accepts is None or not accepts(target):
             return _NOT_PLAIN
         value = value.value
