@@ -53,11 +53,7 @@ def conform_to(data: pa.Table, target: pa.Schema, key: Key, zone: str = "UTC",
     null_column = ""
     for i, f in enumerate(target):
         if f.name in data.column_names:
-            column = data.column(f.name)
-            try:
-                column = cast(column, f.type, zone)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise _cast_error(exc, f, column.type) from None
+            column = assigned(data.column(f.name), f, zone)
             char = char_types[i] if i < len(char_types) else None
             if char is not None:
                 column = chars.assign(column, char)
@@ -77,6 +73,14 @@ def conform_to(data: pa.Table, target: pa.Schema, key: Key, zone: str = "UTC",
     if null_row is not None:
         raise not_null_violation(null_column, key, failing_row(rows, null_row, zone, char_types))
     return rows
+
+
+def assigned(column: pa.ChunkedArray, field: pa.Field, zone: str = "UTC") -> pa.ChunkedArray:
+    """`column` cast to `field`'s type as a value is assigned to it (22xxx, 42804 where it is not)."""
+    try:
+        return cast(column, field.type, zone)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise _cast_error(exc, field, column.type) from None
 
 
 def first_null(column: pa.ChunkedArray | pa.Array) -> int:

@@ -36,7 +36,7 @@ from icegres.pg import chars
 from icegres.pg.errors import PgError
 from icegres.pg.row_text import failing_row
 from icegres.sql.pieces import BigText, has_big
-from icegres.sql.values_rows import Cast, ConstantRows, Number, Placeholder
+from icegres.sql.values_rows import DEFAULT, Cast, ConstantRows, Number, Placeholder
 
 if TYPE_CHECKING:
     import sqlglot.expressions as exp
@@ -303,7 +303,30 @@ def _constant_columns(rows: ConstantRows, types: list[pa.DataType | None]) -> tu
     return tuple(columns)
 
 
+def plain_column(values: list[Any], target: pa.DataType, params: dict[str, Any] | None) -> pa.Array | None:
+    """One lexer-read VALUES column as the recipe takes it: its constants and parameters as
+    `target`'s values; None where one is not plain for the column or does not convert as it is."""
+    taken = [_token_constant(v, target) for v in values]
+    if any(v is _NOT_PLAIN for v in taken):
+        return None
+    if any(isinstance(v, Param) for v in taken):
+        if params is None or any(isinstance(v, Param) and v.name not in params for v in taken):
+            return None
+        taken = [params[v.name] if isinstance(v, Param) else v for v in taken]
+    try:
+        return _column(taken, target)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
+        return None
+
+
+def cast_type(name: str) -> Any:
+    """The sqlglot type a lexer-read cast names, as the parser reads it (None if it is none)."""
+    return _cast_type(name)
+
+
 def _token_constant(value: Any, target: pa.DataType) -> Any:
+    if value is DEFAULT:
+        return _NOT_PLAIN  # (the column's default: engine/dml/constant_rows.py)
     if isinstance(value, Cast):  # (taken as `_uncast` takes a tree's)
         to = _cast_type(value.type)
         accepts = _CAST_TYPES.get(to.this) if to is not None and not to.expressions else None

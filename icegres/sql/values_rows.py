@@ -9,14 +9,17 @@ tree is its head (`INSERT INTO t (a, b) VALUES`) with the rows as one node (`Con
 that no walk descends into.
 
 `read` takes `INSERT INTO name [(column, …)] VALUES (…), (…) [ON CONFLICT …] [RETURNING …] [;]`
-whose every value is a number (with a sign), a quoted string without prefix, NULL, TRUE, FALSE or
-`$n`, each perhaps cast to a one-word type (`::date`, `::INTEGER`), all rows of one width. What
-follows the rows (`tail`: ON CONFLICT, RETURNING) is short and the parser's, with the head.
-Anything else in the rows — an expression, DEFAULT, a cast to a longer type name, an `E''`
-string, strings PostgreSQL would glue across a newline — or an alias is the parser's (None), as
-is a constant the engine does not take as it is for its column (`engine/insert_shape.py` then
-parses the whole text). ORMs' bulk inserts end so: Django's `bulk_create` with RETURNING, and
-`ON CONFLICT DO NOTHING` for its `ignore_conflicts`.
+whose every value is a number (with a sign), a quoted or dollar-quoted string without prefix,
+NULL, TRUE, FALSE, `$n` or DEFAULT, each constant perhaps cast to a type (`::date`, `::INTEGER`,
+`::double precision`, `::varchar(3)`, `::pg_catalog.int4`), all rows of one width. What follows
+the rows (`tail`: ON CONFLICT, RETURNING) is short and the parser's, with the head. Anything
+else in the rows — an expression, a cast of a cast, an `E''` string, strings PostgreSQL would
+glue across a newline — or an alias is the parser's (None). The engine takes the constants as
+its columns' values (`engine/insert_shape.py`) or, where a column's type must read them
+(a cast, a rounding, a CHECK to evaluate), as one typed Arrow column per VALUES column
+(`engine/dml/constant_rows.py`); only where neither can is the whole text parsed. ORMs' bulk
+inserts end so: Django's `bulk_create` with RETURNING, and `ON CONFLICT DO NOTHING` for its
+`ignore_conflicts`.
 """
 
 from __future__ import annotations
@@ -39,22 +42,33 @@ class Placeholder(str):
     __slots__ = ()
 
 
-_WORDS = {"null": None, "true": True, "false": False}
+class _Default:
+    """`DEFAULT` in a VALUES row: the column's default."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT = _Default()
+
+_WORDS = {"null": None, "true": True, "false": False, "default": DEFAULT}
 
 
 @dataclass(frozen=True)
 class Cast:
-    """A constant cast to a one-word type (`'2024-01-01'::date`, `$1::INTEGER`): its column
-    takes it as the constant where the type is the column's own (engine/insert_shape.py)."""
+    """A constant cast to a type (`'2024-01-01'::date`, `$1::INTEGER`, `'1'::double precision`):
+    its column takes it as the constant where the type is the column's own (engine/insert_shape.py)."""
 
     value: Any  # None, a bool, a Number, a Placeholder or a str
-    type: str  # as written
+    type: str  # as written: one or more words, perhaps a modifier (`varchar(3)`) or a schema
 
 
 @dataclass(frozen=True, eq=False)
 class ConstantRows:
     """A VALUES list as columns: per position, per row, None (NULL), a bool, a Number, a
-    Placeholder, a str (a string's contents) or a Cast of one. `sql` is the whole statement's text, for the
+    Placeholder, a str (a string's contents), DEFAULT or a Cast of one of the constants. `sql` is the whole statement's text, for the
     parser when the engine cannot take the constants as they are."""
 
     sql: str
@@ -72,6 +86,30 @@ class ConstantRows:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ConstantRows:
         return self  # (immutable: a copied tree shares it)
+
+
+def _type_name(sql: str, tokens: Any) -> tuple[int, tuple[Kind, int, int]] | None:
+    """After `::`, the type name's tokens: words (a schema's dot between them), a modifier in
+    parentheses, `[]`. (Where it ends, the `,` or `)` that follows it), or None for anything
+    else there (`'a'::text || 'b'`)."""
+    depth, words = 0, 0
+    for kind, start, end in tokens:
+        c = sql[start]
+        if kind is Kind.NAME or kind is Kind.QUOTED_NAME:
+            words += 1
+        elif not words:
+            return None  # (a type's name comes first)
+        elif kind is Kind.OP and c == "(":
+            depth += 1
+        elif kind is Kind.OP and c == ")" and depth:
+            depth -= 1
+        elif kind is Kind.OP and (c in ".[]" or (c == "," and depth)) or kind is Kind.NUMBER and depth:
+            pass
+        elif kind is Kind.OP and c in ",)":
+            return start, (kind, start, end)
+        else:
+            return None
+    return None
 
 
 def read(sql: str) -> ConstantRows | None:
@@ -125,6 +163,10 @@ def read(sql: str) -> ConstantRows | None:
             elif kind is string and sql[start] == "'":
                 row.append(sql[start + 1 : end - 1].replace("''", "'"))
                 state = 2
+            elif kind is string and sql[start] == "$":
+                tag = sql.index("$", start + 1) + 1 - start
+                row.append(sql[start + tag : end - tag])
+                state = 2
             elif kind is name and (key := sql[start:end].lower()) in _WORDS:
                 row.append(_WORDS[key])
                 state = 2
@@ -140,13 +182,15 @@ def read(sql: str) -> ConstantRows | None:
                 return None
             c = sql[start]
             if sql[start:end] == "::":
-                cast = next(tokens, None)
                 value = row[-1]
-                if (cast is None or cast[0] is not name or isinstance(value, Cast)
-                        or (isinstance(value, Number) and value[:1] in "+-")):
+                if value is DEFAULT or isinstance(value, Cast) or (isinstance(value, Number) and value[:1] in "+-"):
                     return None  # (`-1::int` is the negation of a cast: 22003 for the smallest integer)
-                row[-1] = Cast(value, sql[cast[1]:cast[2]])
-                continue
+                typed = _type_name(sql, tokens)
+                if typed is None:
+                    return None
+                row[-1] = Cast(value, sql[start + 2 : typed[0]].strip())
+                kind, start, end = typed[1]
+                c = sql[start]
             if c == ",":
                 state = 1
             elif c == ")":

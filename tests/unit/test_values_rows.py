@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from icegres.sql.parse import BIG_TEXT, ConstantValues, parse, whole
-from icegres.sql.values_rows import Cast, Number, Placeholder, read
+from icegres.sql.values_rows import DEFAULT, Cast, Number, Placeholder, read
 
 pytestmark = pytest.mark.unit
 
@@ -29,11 +29,12 @@ def test_constants_are_read_as_columns_and_the_head_as_written():
     "insert into t values (1), (2, 3)",  # rows of two widths: PostgreSQL's 42601, from the parser
     "insert into t values (-x)", "insert into t values (1 + 1)", "insert into t values ((1))",
     "insert into t values (E'a')", "insert into t values (B'1')", "insert into t values (X'1f')",
-    "insert into t values (N'a')", "insert into t values (U&'a')", "insert into t values ($$a$$)",
+    "insert into t values (N'a')", "insert into t values (U&'a')",
     "insert into t values ('a' 'b')", "insert into t values ('a'\n'b')",  # (glued across a newline)
-    "insert into t values (- -1)", "insert into t values (default)", "insert into t values (-1::int)",
-    "insert into t values (1::double precision)", "insert into t values ('a'::varchar(3))",
+    "insert into t values (- -1)", "insert into t values (default::int)", "insert into t values (-1::int)",
+    "insert into t values ('a'::text || 'b')", "insert into t values ('a'::varchar(3) || 'b')",
     "insert into t values ('1'::text::int)", "insert into t values (1::)", "insert into t values (1::'x')",
+    "insert into t values (1::(int))", "insert into t values (\"default\")",
     "insert into t as x values (1)", "insert into t values (1),", "insert into t (a) (b) values (1)",
     "insert into t.(a) values (1)", "insert into t values (1); select 1", "insert into t select 1",
     "insert into t values ('unterminated)", "update t set a = 1", "insert t values (1)",
@@ -50,6 +51,15 @@ def test_a_constant_cast_to_a_one_word_type_is_read_with_its_type():
     assert type(rows.columns[0][0].value) is Placeholder and type(rows.columns[2][0].value) is Number
 
 
+def test_default_dollar_quotes_and_longer_type_names_are_read():
+    rows = read("insert into t values (DEFAULT, $$it's$$, '1'::double precision, 'a'::varchar(3), "
+                "0::pg_catalog.int4, 'x'::character varying (5), $q$a$$b$q$), (default, '', 2, 'b', 1, 'y', '')")
+    assert rows is not None
+    assert [c[0] for c in rows.columns] == [DEFAULT, "it's", Cast("1", "double precision"), Cast("a", "varchar(3)"),
+                                          Cast("0", "pg_catalog.int4"), Cast("x", "character varying (5)"), "a$$b"]
+    assert rows.columns[0][1] is DEFAULT
+
+
 def test_comments_and_spacing_are_skipped():
     rows = read("insert /* c */ into t\n  values -- rows\n (1 , 'a' ) ,(\t- 2,'b')")
     assert rows is not None and rows.columns == (["1", "-2"], ["a", "b"])
@@ -63,8 +73,10 @@ _CONSTANT = st.one_of(
         lambda s: "'" + s.replace("'", "''") + "'"),
     st.sampled_from(["null", "NULL", "true", "False", "$1", "$12"]),
 )
+_TYPES = ("int", "date", "TEXT", "numeric", "double precision", "varchar(3)", "numeric(10, 2)",
+          "timestamp with time zone", "int[]")
 _CASTED = st.one_of(_CONSTANT.filter(lambda c: c[:1] not in "+-"), _CONSTANT.filter(lambda c: c[:1] not in "+-").map(
-    lambda c: c + "::" + ("int", "date", "TEXT", "numeric")[len(c) % 4]))
+    lambda c: c + "::" + _TYPES[len(c) % len(_TYPES)]))
 
 
 @settings(max_examples=200, deadline=None)

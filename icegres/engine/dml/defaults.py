@@ -21,6 +21,7 @@ from icegres.pg.errors import PgError
 from icegres.sql.parse import ConstantValues
 from icegres.sql.parse import expression as _parsed
 from icegres.sql.pieces import BigText, Literal, Scanner
+from icegres.sql.values_rows import DEFAULT
 
 if TYPE_CHECKING:
     from icegres.engine.mounts import ReadPlan
@@ -63,6 +64,9 @@ def check_always_identity(tree: exp.Insert, plan: ReadPlan, columns: list[str]) 
             continue
         if isinstance(source, exp.Values) and all(
                 i >= len(row.expressions) or _is_default(row.expressions[i]) for row in source.expressions):
+            continue
+        if isinstance(source, ConstantValues) and i < source.args["rows"].width \
+                and all(v is DEFAULT for v in source.args["rows"].columns[i]):
             continue
         if source is None or (not isinstance(tree.this, exp.Schema) and i >= _width(source)):
             continue  # (without a column list, a source narrower than the table leaves it out)

@@ -14,7 +14,7 @@ from sqlglot import exp
 
 from icegres.engine import big_values, row_security
 from icegres.engine.assign import check_assignable
-from icegres.engine.dml import checks, defaults
+from icegres.engine.dml import checks, constant_rows, defaults
 from icegres.engine.dml.target import (
     collect,
     insert_columns,
@@ -55,10 +55,16 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
         # (Not under row-level security's WITH CHECK: a recipe checks NOT NULL only.)
         return key, rows, shape
     else:
-        if isinstance(source, ConstantValues):  # (a constant it cannot take as it is: the whole tree)
-            tree = whole(source)
+        if isinstance(source, ConstantValues):
+            listed = source.args["rows"]
+            data = constant_rows.table(qctx, listed, columns, plan, params)
+            if data is not None:
+                data = defaults.fill(qctx, plan, data, rows=listed.count)
+                return key, checks.conform(qctx, data, plan, key), None
+            tree = whole(source)  # (what neither reads as it is: the whole tree)
             if not isinstance(tree, exp.Insert):
                 raise PgError("XX000", "a VALUES list read two ways")
+            tree = defaults.in_values(tree, plan, columns)
             source = tree.expression
         places = big_values.value_places(value_columns(plan), "", columns)
         tree, params = big_values.settled(tree, params, places)  # type: ignore[assignment]

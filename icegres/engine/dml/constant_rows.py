@@ -1,0 +1,171 @@
+"""A big VALUES list read by the lexer (sql/values_rows.py) that the recipe cannot take as it is,
+made typed Arrow columns — not a parse of its text and a plan of every row.
+
+The recipe (engine/insert_shape.py) takes constants that mean the same under any coercion to
+their column. It refuses a list into a table with a CHECK constraint or row-level security to
+evaluate or a column left to its DEFAULT, and rows holding `DEFAULT`, a cast with a modifier or to
+another type, or a number its column rounds. Those lists were parsed whole into a tree and
+planned as a VALUES of every row: 50,000 rows (1.6 MB) took 9-51 s and held another session's
+`select 1` for 0.1-6 s (2026-12-07).
+
+PostgreSQL assigns an INSERT's VALUES items one by one to their columns (transformInsertRow),
+so a column is made as the planned VALUES types its items — strings text, integers bigint,
+other numbers an exact decimal, booleans boolean — and assigned by the caller (`checks.conform`)
+as those are. A column whose items are all cast to one type is that cast, computed by DataFusion
+over the column as over each literal. A column of `DEFAULT` only is left out, for
+`defaults.fill`. A column mixing strings, numbers and booleans has each kind assigned apart, as
+PostgreSQL assigns each item (the planned VALUES unified them first: `('x'), (5)` into a text
+column was 22P02). `DEFAULT` beside values, a parameter the recipe does not take, a cast beside
+an uncast value, a cast the rewrite reads only from a literal (bytea, uuid, arrays, the reg
+types) go back to the parse: `table` answers None.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+from icegres.engine.assign import assigned, check_assignable, write_schema
+from icegres.engine.dml.target import collect
+from icegres.engine.insert_shape import cast_type, plain_column
+from icegres.sql.values_rows import DEFAULT, Cast, ConstantRows, Number
+
+if TYPE_CHECKING:
+    from icegres.engine.mounts import ReadPlan
+    from icegres.engine.query import QueryContext
+
+_T = exp.DataType.Type
+# Casts DataFusion computes over a column as the statement's literal would be (the rewrite reads
+# the others — bytea, uuid, arrays, reg types — from a literal's text only).
+_COLUMN_CASTS = frozenset({_T.SMALLINT, _T.INT, _T.BIGINT, _T.DECIMAL, _T.DOUBLE, _T.FLOAT, _T.TEXT,
+                           _T.VARCHAR, _T.CHAR, _T.BPCHAR, _T.DATE, _T.TIMESTAMP, _T.TIMESTAMPTZ,
+                           _T.BOOLEAN, _T.TIME})
+_INTEGER = re.compile(r"[+-]?\d+")
+_INT64 = range(-(1 << 63), 1 << 63)
+_DECIMAL_DIGITS_MAX = 38
+_CHUNK = 1 << 16  # (items per pyarrow call: each call holds the GIL)
+
+
+def table(qctx: QueryContext, rows: ConstantRows, columns: list[str], plan: ReadPlan,
+          params: dict[str, Any] | None) -> pa.Table | None:
+    """The rows as a table of the INSERT's columns (a column of DEFAULT only left out, and so no
+    column at all where every one is), each typed as the planned VALUES types it, not yet
+    assigned; None where that takes the parse (module doc)."""
+    if rows.width != len(columns):
+        return None  # (the parse reports PostgreSQL's 42601)
+    fields = {f.name: f for f in write_schema(plan)}
+    types = {name: f.type for name, f in fields.items()}
+    names: list[str] = []
+    arrays: list[pa.Array | pa.ChunkedArray] = []
+    casts: dict[int, exp.DataType] = {}
+    for name, values in zip(columns, rows.columns, strict=True):
+        defaults = sum(v is DEFAULT for v in values)
+        if defaults == len(values):
+            continue
+        if defaults:
+            return None
+        array = plain_column(values, types[name], params)
+        if array is None:
+            made = _typed(values)
+            if made is None:
+                array = _mixed(values, fields[name], qctx.env.time_zone)
+                if array is None:
+                    return None
+            else:
+                array, to = made
+                if to is not None:
+                    casts[len(arrays)] = to
+        names.append(name)
+        arrays.append(array)
+    if casts:
+        cast = _cast(qctx, [arrays[i] for i in casts], list(casts.values()))
+        for i, computed in zip(casts, cast.columns, strict=True):
+            check_assignable(names[i], computed.type, types[names[i]])
+            arrays[i] = computed
+    if not arrays:
+        return pa.table({"n": pa.nulls(rows.count)}).drop_columns(["n"])
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _typed(values: list[Any]) -> tuple[pa.Array, exp.DataType | None] | None:
+    """A column's items as the planned VALUES types them, and the type they are all cast to."""
+    to = None
+    if any(isinstance(v, Cast) for v in values):
+        spelled = {" ".join(v.type.lower().split()) for v in values if isinstance(v, Cast)}
+        if len(spelled) != 1 or any(v is not None and not isinstance(v, Cast) for v in values):
+            return None
+        to = cast_type(spelled.pop())
+        if to is None or to.this not in _COLUMN_CASTS:
+            return None
+        values = [v.value if isinstance(v, Cast) else None for v in values]
+    kinds = {type(v) for v in values if v is not None}
+    if kinds <= {str}:
+        array = _array(values, pa.string())
+    elif kinds == {bool}:
+        array = _array(values, pa.bool_())
+    elif kinds == {Number}:
+        array = _numbers(values)
+    else:
+        return None  # (mixed kinds, or parameters the recipe did not take)
+    return None if array is None else (array, to)
+
+
+def _mixed(values: list[Any], field: pa.Field, zone: str) -> pa.ChunkedArray | None:
+    """A column of strings beside numbers or booleans, each kind assigned to `field` apart,
+    as PostgreSQL assigns each item (`VALUES ('x'), (5)` into a text column is 'x' and '5');
+    None where it holds anything else."""
+    groups: dict[type, list[int]] = {}
+    for i, value in enumerate(values):
+        groups.setdefault(str if value is None else type(value), []).append(i)
+    if not set(groups) <= {str, bool, Number}:
+        return None
+    parts, order = [], []
+    for positions in groups.values():
+        made = _typed([values[i] for i in positions])
+        if made is None:
+            return None
+        parts.extend(assigned(pa.chunked_array([made[0]]), field, zone).chunks)
+        order.extend(positions)
+    places = np.empty(len(order), dtype=np.int64)
+    places[np.asarray(order, dtype=np.int64)] = np.arange(len(order), dtype=np.int64)
+    return pa.chunked_array([pa.concat_arrays(parts).take(pa.array(places))])
+
+
+def _numbers(values: list[Number | None]) -> pa.Array | None:
+    """Unquoted numbers as PostgreSQL's lexer types them and the planned VALUES unifies them:
+    integers as bigint where every one fits, else one exact decimal wide enough for all."""
+    if all(v is None or _INTEGER.fullmatch(v) for v in values):
+        integers = [None if v is None else int(v) for v in values]
+        if all(v is None or v in _INT64 for v in integers):
+            return _array(integers, pa.int64())
+    decimals = [None if v is None else Decimal(v) for v in values]
+    scale = whole = 0
+    for value in decimals:
+        if value is not None:
+            _, digits, exponent = value.as_tuple()
+            assert isinstance(exponent, int)
+            scale = max(scale, -exponent)
+            whole = max(whole, len(digits) + exponent)
+    if whole + scale > _DECIMAL_DIGITS_MAX:
+        return None  # (beyond DataFusion's decimals: the parse plans it as float64, as before)
+    return _array(decimals, pa.decimal128(max(whole + scale, 1), scale))
+
+
+def _array(values: list[Any], dtype: pa.DataType) -> pa.Array:
+    if len(values) <= _CHUNK:
+        return pa.array(values, type=dtype)
+    return pa.concat_arrays([pa.array(values[i:i + _CHUNK], type=dtype) for i in range(0, len(values), _CHUNK)])
+
+
+def _cast(qctx: QueryContext, arrays: list[pa.Array], types: list[exp.DataType]) -> pa.Table:
+    """`CAST(column AS type)` of each array, computed as the statement's casts would be."""
+    names = [f"c{i}" for i in range(len(arrays))]
+    source = qctx.register_private("constant_rows", qctx.ctx.from_arrow(pa.Table.from_arrays(arrays, names=names)))
+    query = exp.select(*(exp.alias_(exp.Cast(this=exp.column(n, quoted=True), to=to.copy()), n, quoted=True)
+                         for n, to in zip(names, types, strict=True))).from_(source)
+    return collect(qctx.plan_tree(query, None))
