@@ -43,7 +43,8 @@ SUITES = {
                "expire_snapshots every 50 commits, interleaved (--backend seaweedfs too)",
     "scan_links": "a re-mount's scan directory of 2,000 data files: ScanSets.acquire and its removal, hard vs "
                   "symbolic links, interleaved",
-    "values_insert": "one INSERT … VALUES of 1,000 and 10,000 constant rows, icegres vs PostgreSQL 15",
+    "values_insert": "one INSERT … VALUES of 1,000 and 10,000 constant rows (and 10,000 typed ones: CHECK, "
+                     "DEFAULT, casts, now()), icegres vs PostgreSQL 15 (--before DIR: another checkout's icegres too)",
     "block_inserts": "2,000 single-row INSERTs in one block by psycopg executemany and SQLAlchemy Core, "
                      "icegres vs PostgreSQL 15 (--before DIR: another checkout's icegres too)",
     "list_append_check": "bench/list_append_check.py (verify's Elle-style checker on 100k-transaction histories)",
@@ -63,7 +64,7 @@ class Options:
     scale_50m: bool
     sf: float | None = None  # load suite: TPC-H scale factor (None: 1, or 0.1 with --quick)
     keep_lakes: bool = False  # load suite: keep bench/.data/load-{copy,flight}
-    before: str | None = None  # pgbench, big_lake, block_inserts suites: another checkout's icegres, run beside this one
+    before: str | None = None  # pgbench, big_lake, block_inserts, values_insert suites: another checkout's icegres, run beside this one
     rows: int | None = None  # merge suite: the first N ids of demo.trips (None: all 1M)
     commits: int | None = None  # history suite: commits per table (None: 2,000, or 200 with --quick)
 

@@ -36,7 +36,7 @@ from icegres.pg import chars
 from icegres.pg.errors import PgError
 from icegres.pg.row_text import failing_row
 from icegres.sql.pieces import BigText, has_big
-from icegres.sql.values_rows import DEFAULT, Cast, ConstantRows, Number, Placeholder
+from icegres.sql.values_rows import DEFAULT, Cast, ConstantRows, Expression, Number, Placeholder
 
 if TYPE_CHECKING:
     import sqlglot.expressions as exp
@@ -325,8 +325,8 @@ def cast_type(name: str) -> Any:
 
 
 def _token_constant(value: Any, target: pa.DataType) -> Any:
-    if value is DEFAULT:
-        return _NOT_PLAIN  # (the column's default: engine/dml/constant_rows.py)
+    if value is DEFAULT or isinstance(value, Expression):
+        return _NOT_PLAIN  # (computed: engine/dml/constant_rows.py)
     if isinstance(value, Cast):  # (taken as `_uncast` takes a tree's)
         to = _cast_type(value.type)
         accepts = _CAST_TYPES.get(to.this) if to is not None and not to.expressions else None

@@ -11,10 +11,11 @@ that no walk descends into.
 `read` takes `INSERT INTO name [(column, …)] VALUES (…), (…) [ON CONFLICT …] [RETURNING …] [;]`
 whose every value is a number (with a sign), a quoted or dollar-quoted string without prefix,
 NULL, TRUE, FALSE, `$n` or DEFAULT, each constant perhaps cast to a type (`::date`, `::INTEGER`,
-`::double precision`, `::varchar(3)`, `::pg_catalog.int4`), all rows of one width. What follows
-the rows (`tail`: ON CONFLICT, RETURNING) is short and the parser's, with the head. Anything
-else in the rows — an expression, a cast of a cast, an `E''` string, strings PostgreSQL would
-glue across a newline — or an alias is the parser's (None). The engine takes the constants as
+`::double precision`, `::varchar(3)`, `::pg_catalog.int4`), all rows of one width; any other
+item is an `Expression`, its text as written, unless it holds a subquery or a `$n`. What follows
+the rows (`tail`: ON CONFLICT, RETURNING) is short and the parser's, with the head. A subquery,
+a parameter in an expression, a cast of a cast, strings PostgreSQL would glue across a newline
+or an alias make the statement the parser's (None). The engine takes the constants as
 its columns' values (`engine/insert_shape.py`) or, where a column's type must read them
 (a cast, a rounding, a CHECK to evaluate), as one typed Arrow column per VALUES column
 (`engine/dml/constant_rows.py`); only where neither can is the whole text parsed. ORMs' bulk
@@ -65,6 +66,19 @@ class Cast:
     type: str  # as written: one or more words, perhaps a modifier (`varchar(3)`) or a schema
 
 
+class Expression(str):
+    """Any other item, as written (`now()`, `'a' || 'b'`, `1 + 1`): the parser reads it where
+    every row has the same one (engine/dml/constant_rows.py). Never a subquery or a `$n`: those
+    make the list the parser's (a subquery names relations the statement's walks must see)."""
+
+    __slots__ = ()
+
+
+# Words that open a query: an item holding one is a subquery (`(SELECT …)`, `(VALUES …)`,
+# `(TABLE t)`, `(WITH …)`). (FROM alone names no relation there: `extract(year FROM x)`.)
+_QUERY_WORDS = frozenset({"select", "values", "table", "with"})
+
+
 @dataclass(frozen=True, eq=False)
 class ConstantRows:
     """A VALUES list as columns: per position, per row, None (NULL), a bool, a Number, a
@@ -86,6 +100,38 @@ class ConstantRows:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ConstantRows:
         return self  # (immutable: a copied tree shares it)
+
+
+def _expression(sql: str, tokens: Any, first: tuple[Kind, int, int]) -> tuple[int, tuple[Kind, int, int]] | None:
+    """From `first` on, the rest of an item that is not a constant: (where it ends, the `,` or
+    `)` that ends it), or None where it holds a subquery, a `$n` or an unterminated token."""
+    if first[0] is Kind.OP and sql[first[1]] in ",)":
+        return None  # (an empty item: the parser's 42601)
+    depth = 0
+    token: tuple[Kind, int, int] | None = first
+    last = first[1]
+    while token is not None:
+        kind, start, end = token
+        if kind is Kind.OP:
+            c = sql[start]
+            if c in "([":
+                depth += 1
+            elif c in ")]":
+                if not depth:
+                    return (last, token) if c == ")" else None
+                depth -= 1
+            elif c == "," and not depth:
+                return last, token
+            elif c == ";":
+                return None
+        elif kind is Kind.NAME:
+            if sql[start:end].lower() in _QUERY_WORDS:
+                return None
+        elif kind is Kind.PARAM or kind is Kind.UNTERMINATED:
+            return None
+        last = end
+        token = next(tokens, None)
+    return None
 
 
 def _type_name(sql: str, tokens: Any) -> tuple[int, tuple[Kind, int, int]] | None:
@@ -153,37 +199,54 @@ def read(sql: str) -> ConstantRows | None:
     sign = ""
     # States: 0 before a row's "(", 1 before a value, 2 after a value, 3 after a row (`,` or end).
     state = 0
+    item = 0  # where the current item starts
     for kind, start, end in tokens:
         if state == 1:
+            if not sign:
+                item = start
+            state = 2
             if kind is number:
                 row.append(Number(sign + sql[start:end]))
-                sign, state = "", 2
-            elif sign:
-                return None  # (a sign before anything but a number: an expression)
-            elif kind is string and sql[start] == "'":
+                sign = ""
+                continue
+            if sign:
+                return None  # (a sign before anything but a number)
+            if kind is string and sql[start] == "'":
                 row.append(sql[start + 1 : end - 1].replace("''", "'"))
-                state = 2
-            elif kind is string and sql[start] == "$":
+                continue
+            if kind is string and sql[start] == "$":
                 tag = sql.index("$", start + 1) + 1 - start
                 row.append(sql[start + tag : end - tag])
-                state = 2
-            elif kind is name and (key := sql[start:end].lower()) in _WORDS:
+                continue
+            if kind is name and (key := sql[start:end].lower()) in _WORDS:
                 row.append(_WORDS[key])
-                state = 2
-            elif kind is param:
+                continue
+            if kind is param:
                 row.append(Placeholder(sql[start + 1 : end]))
-                state = 2
-            elif kind is op and end - start == 1 and sql[start] in "+-":
-                sign = sql[start]
-            else:
+                continue
+            if kind is op and end - start == 1 and sql[start] in "+-":
+                sign, state = sql[start], 1
+                continue
+            captured = _expression(sql, tokens, (kind, start, end))
+            if captured is None:
                 return None
-        elif state == 2:
-            if kind is not op:
-                return None
+            row.append(Expression(sql[item:captured[0]]))
+            kind, start, end = captured[1]  # (the `,` or `)` after it, read as after any value)
+        if state == 2:
+            if kind is not op and kind is not name:
+                return None  # (a string after a value: glued across a newline, or an error)
             c = sql[start]
+            if kind is name or (c not in ",)" and sql[start:end] != "::"):
+                # An operator or a word after a value (`1 + 1`, `'a' || 'b'`, `x IS NULL`): an expression.
+                captured = None if isinstance(row[-1], Placeholder) else _expression(sql, tokens, (kind, start, end))
+                if captured is None:
+                    return None
+                row[-1] = Expression(sql[item:captured[0]])
+                kind, start, end = captured[1]
+                c = sql[start]
             if sql[start:end] == "::":
                 value = row[-1]
-                if value is DEFAULT or isinstance(value, Cast) or (isinstance(value, Number) and value[:1] in "+-"):
+                if value is DEFAULT or isinstance(value, Cast | Expression) or (isinstance(value, Number) and value[:1] in "+-"):
                     return None  # (`-1::int` is the negation of a cast: 22003 for the smallest integer)
                 typed = _type_name(sql, tokens)
                 if typed is None:

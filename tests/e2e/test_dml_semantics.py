@@ -177,9 +177,10 @@ def _repeated(head: str, row: str, last: str = "") -> str:
 def test_a_big_values_list_the_recipe_does_not_take_means_what_postgresql_reads(
         icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
     """A big VALUES list into a table with CHECK constraints and defaults, with DEFAULT in its
-    rows, casts with modifiers or of several words, numbers its columns round and strings only
-    the column's input function reads: each column made a typed Arrow column and assigned
-    (engine/dml/constant_rows.py), or, where a column mixes kinds, the parse. Rows, tags and
+    rows, casts with modifiers or of several words, numbers its columns round, strings only the
+    column's input function reads and an expression every row has: each column made a typed
+    Arrow column and assigned (engine/dml/constant_rows.py), or, where rows differ in their
+    expressions, the parse. Rows, tags and
     SQLSTATEs as PostgreSQL's, nothing stored by a statement that fails."""
     r = _repeated
     c = "insert into dd.c"
@@ -207,6 +208,21 @@ def test_a_big_values_list_the_recipe_does_not_take_means_what_postgresql_reads(
         r(f"{c} (ts)", "('2024-06-01 12:00:00 America/New_York')"),
         r(f"{c} (ts, dt)", "(NULL::timestamp with time zone, NULL)"),
         r(f"{c} (id, n)", "({i}, 99999999999999999999999)"),  # 22003
+        r(f"{c} (id, t, n, d)", "({i}, upper('abc') || 'd', 2.5 * 2, length('abc'))"),  # one expression per column
+        r(f"{c} (id, t)", "({i}, 'name ' || {i})"),  # expressions that differ: the parse
+        r(f"{c} (id, n)", "({i}, (1.005))"),
+        r(f"{c} (id, b)", "({i}, 1 < 2)"),
+        r(f"{c} (id, dt)", "({i}, date '2024-01-01' + 1)"),
+        r(f"{c} (id, t)", "({i}, nosuch)"),  # 42703
+        r(f"{c} (id, n)", "({i}, 1 / 0)"),  # 22012
+        r(f"{c} (id, n)", "({i}, 'a' || 'b')"),  # 42804: text into numeric
+        r(f"{c} (id, t)", "({i}, nosuchfunction(1))"),  # 42883
+        r(f"{c} (id, n)", "({i}, sum(1))"),  # 42803
+        r(f"{c} (id, n)", "({i}, row_number() over ())"),  # 42P20
+        r(f"{c} (id, n)", "({i}, extract(year from date '2024-01-01'))"),
+        "create table dd.nw (id int, ts timestamptz, u uuid)",
+        r("insert into dd.nw", "({i}, now(), gen_random_uuid())"),
+        "select count(*) > 100, count(distinct ts), count(distinct u) = count(*) from dd.nw",
         "create table dd.g (id int generated always as identity, s text not null)",
         r("insert into dd.g (id, s)", "(DEFAULT, 's{i}')"),
         r("insert into dd.g", "(DEFAULT, 's{i}')"),
@@ -215,6 +231,8 @@ def test_a_big_values_list_the_recipe_does_not_take_means_what_postgresql_reads(
     ]
     assert all(len(line) > 2048 for line in lines if line.startswith("insert"))
     _play(icegres, real_postgres, "\n".join(lines), ("dd.c", "dd.g"))
+    with psycopg.connect(icegres.dsn(), autocommit=True) as ig:
+        ig.execute("drop table if exists dd.nw")
 
 
 def test_a_big_values_list_with_on_conflict_or_returning_means_what_postgresql_reads(

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from icegres.sql.parse import BIG_TEXT, ConstantValues, parse, whole
-from icegres.sql.values_rows import DEFAULT, Cast, Number, Placeholder, read
+from icegres.sql.values_rows import DEFAULT, Cast, Expression, Number, Placeholder, read
 
 pytestmark = pytest.mark.unit
 
@@ -27,14 +27,14 @@ def test_constants_are_read_as_columns_and_the_head_as_written():
 
 @pytest.mark.parametrize("sql", [
     "insert into t values (1), (2, 3)",  # rows of two widths: PostgreSQL's 42601, from the parser
-    "insert into t values (-x)", "insert into t values (1 + 1)", "insert into t values ((1))",
-    "insert into t values (E'a')", "insert into t values (B'1')", "insert into t values (X'1f')",
-    "insert into t values (N'a')", "insert into t values (U&'a')",
+    "insert into t values (-x)", "insert into t values ((select 1))", "insert into t values (1 + (values (1)))",
+    "insert into t values ((table u))", "insert into t values ($1 + 1)", "insert into t values (1 + $1)",
+    "insert into t values (f(1)]", "insert into t values (f(1);",
     "insert into t values ('a' 'b')", "insert into t values ('a'\n'b')",  # (glued across a newline)
     "insert into t values (- -1)", "insert into t values (default::int)", "insert into t values (-1::int)",
     "insert into t values ('a'::text || 'b')", "insert into t values ('a'::varchar(3) || 'b')",
     "insert into t values ('1'::text::int)", "insert into t values (1::)", "insert into t values (1::'x')",
-    "insert into t values (1::(int))", "insert into t values (\"default\")",
+    "insert into t values (1::(int))",
     "insert into t as x values (1)", "insert into t values (1),", "insert into t (a) (b) values (1)",
     "insert into t.(a) values (1)", "insert into t values (1); select 1", "insert into t select 1",
     "insert into t values ('unterminated)", "update t set a = 1", "insert t values (1)",
@@ -58,6 +58,17 @@ def test_default_dollar_quotes_and_longer_type_names_are_read():
     assert [c[0] for c in rows.columns] == [DEFAULT, "it's", Cast("1", "double precision"), Cast("a", "varchar(3)"),
                                           Cast("0", "pg_catalog.int4"), Cast("x", "character varying (5)"), "a$$b"]
     assert rows.columns[0][1] is DEFAULT
+
+
+def test_any_other_item_is_an_expression_as_written():
+    rows = read("insert into t values (1 + 1, now(), 'a' || 'b', E'\\t', \"default\", ARRAY[1, 2], f(a, (b)), x IS NULL), "
+                "((1), now( ), 'a'||'b', B'1', -2, 3, 'c', 'd' COLLATE \"C\") returning *")
+    assert rows is not None and rows.tail == "returning *"
+    assert [type(c[0]) for c in rows.columns] == [Expression] * 8
+    assert [c[0] for c in rows.columns] == ["1 + 1", "now()", "'a' || 'b'", "E'\\t'", '"default"', "ARRAY[1, 2]",
+                                          "f(a, (b))", "x IS NULL"]
+    assert [c[1] for c in rows.columns] == ["(1)", "now( )", "'a'||'b'", "B'1'", "-2", "3", "c", "'d' COLLATE \"C\""]
+    assert [type(c[1]) for c in rows.columns][4:7] == [Number, Number, str]
 
 
 def test_comments_and_spacing_are_skipped():
@@ -118,7 +129,7 @@ def test_a_big_insert_of_constants_is_parsed_to_its_head_and_one_node():
     full = whole(tree.expression)
     assert isinstance(full.expression, exp.Values) and len(full.expression.expressions) == BIG_TEXT // 8
     # A big statement the reader does not take is parsed whole, as before.
-    assert isinstance(parse(sql.replace("(0, 'x0')", "(0 + 1, 'x0')")).expression, exp.Values)
+    assert isinstance(parse(sql.replace("(0, 'x0')", "((select 1), 'x0')")).expression, exp.Values)
 
 
 @pytest.mark.parametrize("tail", ["returning *", "RETURNING a, b || 'x' as c;", "on conflict do nothing",

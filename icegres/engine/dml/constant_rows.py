@@ -12,12 +12,15 @@ PostgreSQL assigns an INSERT's VALUES items one by one to their columns (transfo
 so a column is made as the planned VALUES types its items — strings text, integers bigint,
 other numbers an exact decimal, booleans boolean — and assigned by the caller (`checks.conform`)
 as those are. A column whose items are all cast to one type is that cast, computed by DataFusion
-over the column as over each literal. A column of `DEFAULT` only is left out, for
-`defaults.fill`. A column mixing strings, numbers and booleans has each kind assigned apart, as
+over the column as over each literal. A column whose every row has one expression (`now()`,
+`gen_random_uuid()`, `upper('a')`: scripts' and ORMs' lists often do) is that expression
+evaluated once per row in one query, as the planned VALUES evaluates it. A column of `DEFAULT`
+only is left out, for `defaults.fill`. A column mixing strings, numbers and booleans has each kind assigned apart, as
 PostgreSQL assigns each item (the planned VALUES unified them first: `('x'), (5)` into a text
-column was 22P02). `DEFAULT` beside values, a parameter the recipe does not take, a cast beside
-an uncast value, a cast the rewrite reads only from a literal (bytea, uuid, arrays, the reg
-types) go back to the parse: `table` answers None.
+column was 22P02). Rows of different expressions (`'name ' || 1`, `'name ' || 2`), `DEFAULT`
+beside values, a parameter the recipe does not take, a cast beside an uncast value, a cast the
+rewrite reads only from a literal (bytea, uuid, arrays, the reg types) go back to the parse:
+`table` answers None.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from sqlglot import exp
 from icegres.engine.assign import assigned, check_assignable, write_schema
 from icegres.engine.dml.target import collect
 from icegres.engine.insert_shape import cast_type, plain_column
-from icegres.sql.values_rows import DEFAULT, Cast, ConstantRows, Number
+from icegres.pg.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, PgError
+from icegres.sql.parse import parse
+from icegres.sql.values_rows import DEFAULT, Cast, ConstantRows, Expression, Number
 
 if TYPE_CHECKING:
     from icegres.engine.mounts import ReadPlan
@@ -70,7 +75,14 @@ def table(qctx: QueryContext, rows: ConstantRows, columns: list[str], plan: Read
         if defaults:
             return None
         array = plain_column(values, types[name], params)
-        if array is None:
+        if array is None and isinstance(values[0], Expression):
+            if len(values) < 2 or any(v != values[0] for v in values):
+                # (rows of different expressions; or one row, where a set-returning function may
+                # make several rows: the parse)
+                return None
+            array = _computed(qctx, values[0], len(values))
+            check_assignable(name, array.type, types[name])
+        elif array is None:
             made = _typed(values)
             if made is None:
                 array = _mixed(values, fields[name], qctx.env.time_zone)
@@ -90,6 +102,31 @@ def table(qctx: QueryContext, rows: ConstantRows, columns: list[str], plan: Read
     if not arrays:
         return pa.table({"n": pa.nulls(rows.count)}).drop_columns(["n"])
     return pa.Table.from_arrays(arrays, names=names)
+
+
+def _computed(qctx: QueryContext, expression: str, count: int) -> pa.ChunkedArray:
+    """An expression every row has (`now()`, `gen_random_uuid()`), evaluated once per row in one
+    query, as the planned VALUES evaluates it: a volatile one differs per row, `now()` is one
+    instant. A column name in it is not found (42703), as in VALUES, which has no FROM."""
+    try:
+        item = parse(f"SELECT {expression}")
+    except PgError as err:
+        err.position = None  # (it would count within the made-up SELECT)
+        raise
+    if not isinstance(item, exp.Select) or len(item.expressions) != 1 or isinstance(item.expressions[0], exp.Alias) \
+            or any(v for k, v in item.args.items() if k != "expressions"):
+        raise PgError(SYNTAX_ERROR, "syntax error in a VALUES item")  # (`1 AS x`, `1 WHERE …`)
+    value = item.expressions[0]
+    if value.find(exp.AggFunc) is not None:
+        raise PgError("42803", "aggregate functions are not allowed in VALUES")
+    if value.find(exp.Window) is not None:
+        raise PgError("42P20", "window functions are not allowed in VALUES")
+    rows = qctx.register_private("constant_rows_count", qctx.ctx.from_arrow(
+        pa.table({"_icegres_values_row": pa.array(np.zeros(count, dtype=np.int8))})))
+    computed = collect(qctx.plan_tree(exp.select(exp.alias_(value.copy(), "v", quoted=True)).from_(rows), None))
+    if computed.num_rows != count:  # (an aggregate or a set-returning function the tree did not name)
+        raise PgError(FEATURE_NOT_SUPPORTED, "set-returning functions are not allowed in VALUES")
+    return computed.column(0)
 
 
 def _typed(values: list[Any]) -> tuple[pa.Array, exp.DataType | None] | None:
