@@ -291,6 +291,15 @@ def _cast_error(exc: Exception, field: pa.Field, src: pa.DataType) -> PgError:
                    hint="You will need to rewrite or cast the expression.")
 
 
+def is_untyped(node: exp.Expression) -> bool:
+    """Whether `node` is a literal PostgreSQL types by where it goes — a quoted string (`E'…'`
+    too, which sqlglot reads as a ByteString), a number, NULL — so that its column's input
+    function reads it and it is never 42804."""
+    from sqlglot import exp
+
+    return isinstance(node, exp.Literal | exp.Null | exp.ByteString)
+
+
 def assignment(expr: exp.Expression, column_type: pa.DataType) -> exp.Expression:
     """A copy of `expr` cast to the SQL type of a column of `column_type` (as is where no name
     fits)."""

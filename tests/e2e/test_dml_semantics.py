@@ -103,6 +103,8 @@ _CONSTANTS = """
         insert into dd.k (dt) values ('2024-02-30')
         insert into dd.k (ts) values ('2024-13-01 00:00:00')
         insert into dd.k (v) values ('abcdef')
+        insert into dd.k (i, n) values (E'7', E'2.5')
+        insert into dd.k (i) values (E'x')
         create table dd.kn (id int not null, s text)
         insert into dd.kn values (1, 'a'), (null, 'b')
         insert into dd.kn values (2, 'c')
@@ -130,6 +132,8 @@ def test_values_are_assigned_to_numeric_columns_as_postgresql_assigns_them(
         update dd.t set n = n + 1 where id = 3
         update dd.t set x = n where id = 2
         update dd.t set s = x where id = 2
+        update dd.t set x = E'4.25' where id = 1
+        update dd.t set x = E'4.25'::text where id = 1
     """, ("dd.t",))
 
 
@@ -220,6 +224,8 @@ def test_a_big_values_list_the_recipe_does_not_take_means_what_postgresql_reads(
         r(f"{c} (id, n)", "({i}, sum(1))"),  # 42803
         r(f"{c} (id, n)", "({i}, row_number() over ())"),  # 42P20
         r(f"{c} (id, n)", "({i}, extract(year from date '2024-01-01'))"),
+        r(f"{c} (id, n)", "({i}, E'5')"),  # an untyped literal, whatever its prefix
+        r(f"{c} (id, n)", "({i}, E'x')"),  # 22P02
         "create table dd.nw (id int, ts timestamptz, u uuid)",
         r("insert into dd.nw", "({i}, now(), gen_random_uuid())"),
         "select count(*) > 100, count(distinct ts), count(distinct u) = count(*) from dd.nw",

@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from icegres.engine.assign import assigned, check_assignable, write_schema
+from icegres.engine.assign import assigned, check_assignable, is_untyped, write_schema
 from icegres.engine.dml.target import collect
 from icegres.engine.insert_shape import cast_type, plain_column
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, PgError
@@ -80,8 +80,9 @@ def table(qctx: QueryContext, rows: ConstantRows, columns: list[str], plan: Read
                 # (rows of different expressions; or one row, where a set-returning function may
                 # make several rows: the parse)
                 return None
-            array = _computed(qctx, values[0], len(values))
-            check_assignable(name, array.type, types[name])
+            array, typed = _computed(qctx, values[0], len(values))
+            if typed:
+                check_assignable(name, array.type, types[name])
         elif array is None:
             made = _typed(values)
             if made is None:
@@ -104,10 +105,12 @@ def table(qctx: QueryContext, rows: ConstantRows, columns: list[str], plan: Read
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def _computed(qctx: QueryContext, expression: str, count: int) -> pa.ChunkedArray:
+def _computed(qctx: QueryContext, expression: str, count: int) -> tuple[pa.ChunkedArray, bool]:
     """An expression every row has (`now()`, `gen_random_uuid()`), evaluated once per row in one
     query, as the planned VALUES evaluates it: a volatile one differs per row, `now()` is one
-    instant. A column name in it is not found (42703), as in VALUES, which has no FROM."""
+    instant. A column name in it is not found (42703), as in VALUES, which has no FROM. And
+    whether it is typed: a literal the lexer left to the parser (`E'5'`, `U&'…'`) is untyped to
+    PostgreSQL, assigned through its column type's input function, never 42804."""
     try:
         item = parse(f"SELECT {expression}")
     except PgError as err:
@@ -126,7 +129,8 @@ def _computed(qctx: QueryContext, expression: str, count: int) -> pa.ChunkedArra
     computed = collect(qctx.plan_tree(exp.select(exp.alias_(value.copy(), "v", quoted=True)).from_(rows), None))
     if computed.num_rows != count:  # (an aggregate or a set-returning function the tree did not name)
         raise PgError(FEATURE_NOT_SUPPORTED, "set-returning functions are not allowed in VALUES")
-    return computed.column(0)
+    literal = value.this if isinstance(value, exp.Neg) else value
+    return computed.column(0), not (is_untyped(literal) or isinstance(literal, exp.Boolean))
 
 
 def _typed(values: list[Any]) -> tuple[pa.Array, exp.DataType | None] | None:

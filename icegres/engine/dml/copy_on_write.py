@@ -18,7 +18,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 from sqlglot import exp
 
 from icegres.engine import row_security
-from icegres.engine.assign import assignment, check_assignable, conform, write_schema
+from icegres.engine.assign import assignment, check_assignable, conform, is_untyped, write_schema
 from icegres.engine.dml import checks, merge_on_read
 from icegres.engine.dml.target import (
     FILE_COLUMN,
@@ -173,15 +173,17 @@ def assigned_values(qctx: QueryContext, plan: ReadPlan, frame: Frame, assigned: 
     types = {f.name: f.type for f in plan.schema}
     # One probe plans the values whose type matters: every expression (an untyped literal or a
     # parameter takes its column's type) and every value into an integer column (rounding).
-    plain = exp.Literal | exp.Null | exp.Parameter | exp.Placeholder
-    probed = [c for c, e in sets.items() if pa.types.is_integer(types[c]) or not isinstance(e, plain)]
+    def plain(e: exp.Expression) -> bool:
+        return is_untyped(e) or isinstance(e, exp.Parameter | exp.Placeholder)
+
+    probed = [c for c, e in sets.items() if pa.types.is_integer(types[c]) or not plain(e)]
     planned: dict[str, pa.DataType] = {}
     if probed:
         # The names must differ: two values that spell alike are two items.
         probe = exp.select(*(exp.alias_(sets[c].copy(), f"_{i}", quoted=True) for i, c in enumerate(probed)))
         planned = {c: f.type for c, f in zip(probed, qctx.plan_tree(frame(probe), params).df.schema(), strict=True)}
     for c, value in sets.items():
-        if not isinstance(value, plain):  # an expression of a type with no assignment cast to its column's: 42804
+        if not plain(value):  # an expression of a type with no assignment cast to its column's: 42804
             check_assignable(c, planned[c], types[c])
     sets = _rounded_into_integers(sets, types, planned)
     # A numeric literal into a numeric column: exact (DataFusion's float64 reading of `1.005` cast

@@ -13,7 +13,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from icegres.engine import big_values, row_security
-from icegres.engine.assign import check_assignable
+from icegres.engine.assign import check_assignable, is_untyped
 from icegres.engine.dml import checks, constant_rows, defaults
 from icegres.engine.dml.target import (
     collect,
@@ -109,13 +109,14 @@ def _check_assignable(qctx: QueryContext, source: exp.Values, columns: list[str]
     column's type; each other item is typed by one probe of them all (DataFusion's VALUES type
     for a column — `(1::int), ('5'::text)` is integers to it, 42804 to PostgreSQL — says
     nothing of the item), unless there are more than PROBED_ITEMS_MAX: then the column's."""
-    plain = exp.Literal | exp.Null | exp.Parameter | exp.Placeholder | exp.Boolean
+    plain = exp.Parameter | exp.Placeholder | exp.Boolean
     types = {f.name: f.type for f in plan.schema}
     typed: list[tuple[str, exp.Expression]] = []
     for i, name in enumerate(columns[:len(planned)]):
         for row in source.expressions:
             item = row.expressions[i] if i < len(row.expressions) else None
-            if item is not None and name in types and not isinstance(item.this if isinstance(item, exp.Neg) else item, plain):
+            value = item.this if isinstance(item, exp.Neg) else item
+            if item is not None and name in types and not (is_untyped(value) or isinstance(value, plain)):
                 typed.append((name, item))
     if not typed:
         return
