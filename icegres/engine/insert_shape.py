@@ -36,7 +36,7 @@ from icegres.pg import chars
 from icegres.pg.errors import PgError
 from icegres.pg.row_text import failing_row
 from icegres.sql.pieces import BigText, has_big
-from icegres.sql.values_rows import DEFAULT, Cast, ConstantRows, Expression, Number, Placeholder
+from icegres.sql.values_rows import DEFAULT, Cast, ConstantRows, Expression, is_placeholder
 
 if TYPE_CHECKING:
     import sqlglot.expressions as exp
@@ -335,12 +335,12 @@ def _token_constant(value: Any, target: pa.DataType) -> Any:
         value = value.value
     if value is None:
         return None
-    if isinstance(value, Number):
-        return _number_constant(value, target)
-    if isinstance(value, Placeholder):
-        return Param(str(value))
+    if isinstance(value, bytes):  # (a Number)
+        return _number_constant(value.decode(), target)
     if isinstance(value, bool):
         return value if pa.types.is_boolean(target) else _NOT_PLAIN
+    if is_placeholder(value):
+        return Param(str(value))
     return _string_constant(value, target)
 
 

@@ -30,17 +30,17 @@ from typing import Any
 
 from icegres.sql.lexer import Kind, scan
 
+# The values are of types the cyclic garbage collector does not track (str, bytes, int, bool,
+# None): a big list holds one per item for as long as its statement runs, and tracked ones (a
+# str subclass is) reached the oldest generation while the list was read, so full collections,
+# each one C call holding the GIL over all of them, recurred during the read (0.5-1 s at 300,000
+# rows). So a number is its text as bytes and a parameter its number as an int.
+Number = bytes  # an unquoted number as written (its sign included), ASCII: its column's type reads it
+Placeholder = int  # a `$n` parameter: n (never a bool: test with `is_placeholder`)
 
-class Number(str):
-    """An unquoted number as written (its sign included): its column's type reads it."""
 
-    __slots__ = ()
-
-
-class Placeholder(str):
-    """A `$n` parameter: its number as text ("1")."""
-
-    __slots__ = ()
+def is_placeholder(value: object) -> bool:
+    return type(value) is int
 
 
 class _Default:
@@ -62,7 +62,7 @@ class Cast:
     """A constant cast to a type (`'2024-01-01'::date`, `$1::INTEGER`, `'1'::double precision`):
     its column takes it as the constant where the type is the column's own (engine/insert_shape.py)."""
 
-    value: Any  # None, a bool, a Number, a Placeholder or a str
+    value: Any  # None, a bool, a Number (bytes), a Placeholder (int) or a str
     type: str  # as written: one or more words, perhaps a modifier (`varchar(3)`) or a schema
 
 
@@ -81,8 +81,9 @@ _QUERY_WORDS = frozenset({"select", "values", "table", "with"})
 
 @dataclass(frozen=True, eq=False)
 class ConstantRows:
-    """A VALUES list as columns: per position, per row, None (NULL), a bool, a Number, a
-    Placeholder, a str (a string's contents), DEFAULT or a Cast of one of the constants. `sql` is the whole statement's text, for the
+    """A VALUES list as columns: per position, per row, None (NULL), a bool, a Number (bytes), a
+    Placeholder (int), a str (a string's contents), DEFAULT, an Expression or a Cast of one of the
+    constants. `sql` is the whole statement's text, for the
     parser when the engine cannot take the constants as they are."""
 
     sql: str
@@ -206,7 +207,7 @@ def read(sql: str) -> ConstantRows | None:
                 item = start
             state = 2
             if kind is number:
-                row.append(Number(sign + sql[start:end]))
+                row.append((sign + sql[start:end]).encode())
                 sign = ""
                 continue
             if sign:
@@ -222,7 +223,7 @@ def read(sql: str) -> ConstantRows | None:
                 row.append(_WORDS[key])
                 continue
             if kind is param:
-                row.append(Placeholder(sql[start + 1 : end]))
+                row.append(int(sql[start + 1 : end]))
                 continue
             if kind is op and end - start == 1 and sql[start] in "+-":
                 sign, state = sql[start], 1
@@ -238,7 +239,7 @@ def read(sql: str) -> ConstantRows | None:
             c = sql[start]
             if kind is name or (c not in ",)" and sql[start:end] != "::"):
                 # An operator or a word after a value (`1 + 1`, `'a' || 'b'`, `x IS NULL`): an expression.
-                captured = None if isinstance(row[-1], Placeholder) else _expression(sql, tokens, (kind, start, end))
+                captured = None if is_placeholder(row[-1]) else _expression(sql, tokens, (kind, start, end))
                 if captured is None:
                     return None
                 row[-1] = Expression(sql[item:captured[0]])
@@ -246,7 +247,7 @@ def read(sql: str) -> ConstantRows | None:
                 c = sql[start]
             if sql[start:end] == "::":
                 value = row[-1]
-                if value is DEFAULT or isinstance(value, Cast | Expression) or (isinstance(value, Number) and value[:1] in "+-"):
+                if value is DEFAULT or isinstance(value, Cast | Expression) or (isinstance(value, bytes) and value[:1] in b"+-"):
                     return None  # (`-1::int` is the negation of a cast: 22003 for the smallest integer)
                 typed = _type_name(sql, tokens)
                 if typed is None:

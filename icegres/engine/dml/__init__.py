@@ -47,7 +47,7 @@ from icegres.pg.errors import PgError
 from icegres.sql.parse import ConstantValues
 from icegres.sql.pieces import has_big
 from icegres.sql.statement import inserts_constants
-from icegres.sql.values_rows import Placeholder
+from icegres.sql.values_rows import is_placeholder
 
 if TYPE_CHECKING:
     from icegres.engine.query import QueryContext
@@ -186,7 +186,7 @@ def describe(qctx: QueryContext, stmt: Statement) -> tuple[pa.Schema | None, dic
         values = tree.expression
         if isinstance(values, ConstantValues):
             for i, column in enumerate(values.args["rows"].columns[:len(columns)]):
-                types.update((int(v), by_name[columns[i]]) for v in column if isinstance(v, Placeholder))
+                types.update((v, by_name[columns[i]]) for v in column if is_placeholder(v))
         elif isinstance(values, exp.Values):
             for row in values.expressions:
                 for i, value in enumerate(row.expressions):

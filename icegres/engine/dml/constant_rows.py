@@ -38,7 +38,7 @@ from icegres.engine.dml.target import collect
 from icegres.engine.insert_shape import cast_type, plain_column
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, PgError
 from icegres.sql.parse import parse
-from icegres.sql.values_rows import DEFAULT, Cast, ConstantRows, Expression, Number
+from icegres.sql.values_rows import DEFAULT, Cast, ConstantRows, Expression
 
 if TYPE_CHECKING:
     from icegres.engine.mounts import ReadPlan
@@ -50,7 +50,7 @@ _T = exp.DataType.Type
 _COLUMN_CASTS = frozenset({_T.SMALLINT, _T.INT, _T.BIGINT, _T.DECIMAL, _T.DOUBLE, _T.FLOAT, _T.TEXT,
                            _T.VARCHAR, _T.CHAR, _T.BPCHAR, _T.DATE, _T.TIMESTAMP, _T.TIMESTAMPTZ,
                            _T.BOOLEAN, _T.TIME})
-_INTEGER = re.compile(r"[+-]?\d+")
+_INTEGER = re.compile(rb"[+-]?[0-9]+")
 _INT64 = range(-(1 << 63), 1 << 63)
 _DECIMAL_DIGITS_MAX = 38
 _CHUNK = 1 << 16  # (items per pyarrow call: each call holds the GIL)
@@ -149,7 +149,7 @@ def _typed(values: list[Any]) -> tuple[pa.Array, exp.DataType | None] | None:
         array = _array(values, pa.string())
     elif kinds == {bool}:
         array = _array(values, pa.bool_())
-    elif kinds == {Number}:
+    elif kinds == {bytes}:
         array = _numbers(values)
     else:
         return None  # (mixed kinds, or parameters the recipe did not take)
@@ -163,7 +163,7 @@ def _mixed(values: list[Any], field: pa.Field, zone: str) -> pa.ChunkedArray | N
     groups: dict[type, list[int]] = {}
     for i, value in enumerate(values):
         groups.setdefault(str if value is None else type(value), []).append(i)
-    if not set(groups) <= {str, bool, Number}:
+    if not set(groups) <= {str, bool, bytes}:
         return None
     parts, order = [], []
     for positions in groups.values():
@@ -177,14 +177,15 @@ def _mixed(values: list[Any], field: pa.Field, zone: str) -> pa.ChunkedArray | N
     return pa.chunked_array([pa.concat_arrays(parts).take(pa.array(places))])
 
 
-def _numbers(values: list[Number | None]) -> pa.Array | None:
-    """Unquoted numbers as PostgreSQL's lexer types them and the planned VALUES unifies them:
-    integers as bigint where every one fits, else one exact decimal wide enough for all."""
+def _numbers(values: list[bytes | None]) -> pa.Array | None:
+    """Unquoted numbers (values_rows.Number) as PostgreSQL's lexer types them and the planned
+    VALUES unifies them: integers as bigint where every one fits, else one exact decimal wide
+    enough for all."""
     if all(v is None or _INTEGER.fullmatch(v) for v in values):
         integers = [None if v is None else int(v) for v in values]
         if all(v is None or v in _INT64 for v in integers):
             return _array(integers, pa.int64())
-    decimals = [None if v is None else Decimal(v) for v in values]
+    decimals = [None if v is None else Decimal(v.decode()) for v in values]
     scale = whole = 0
     for value in decimals:
         if value is not None:
