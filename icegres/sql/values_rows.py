@@ -30,11 +30,12 @@ from typing import Any
 
 from icegres.sql.lexer import Kind, scan
 
-# The values are of types the cyclic garbage collector does not track (str, bytes, int, bool,
+# The constants are of types the cyclic garbage collector does not track (str, bytes, int, bool,
 # None): a big list holds one per item for as long as its statement runs, and tracked ones (a
 # str subclass is) reached the oldest generation while the list was read, so full collections,
 # each one C call holding the GIL over all of them, recurred during the read (0.5-1 s at 300,000
-# rows). So a number is its text as bytes and a parameter its number as an int.
+# rows). So a number is its text as bytes and a parameter its number as an int. (An Expression
+# or a Cast is still one tracked object per item.)
 Number = bytes  # an unquoted number as written (its sign included), ASCII: its column's type reads it
 Placeholder = int  # a `$n` parameter: n (never a bool: test with `is_placeholder`)
 
