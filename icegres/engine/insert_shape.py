@@ -93,7 +93,7 @@ class InsertShape:
                 if i is None:
                     arrays.append(pa.nulls(count, f.type))
                 else:
-                    arrays.append(_column([params.get(v.name) if isinstance(v, Param) else v
+                    arrays.append(arrow_column([params.get(v.name) if isinstance(v, Param) else v
                                            for v in self.columns[i]], f.type))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
             return None
@@ -221,7 +221,7 @@ _CAST_TYPES = _cast_types()
 
 
 @functools.lru_cache(maxsize=64)
-def _cast_type(name: str) -> Any:
+def cast_type(name: str) -> Any:
     """The type a lexer-read cast names (`values_rows.Cast`), as the parser reads it; None for
     a name it does not read as a type."""
     from sqlglot import exp
@@ -270,7 +270,7 @@ class InsertShapes:
 _CHUNK = 1 << 16
 
 
-def _column(values: list[Any], target: pa.DataType) -> pa.Array:
+def arrow_column(values: list[Any], target: pa.DataType) -> pa.Array:
     """One column of the rows: `values` as `target`. A big literal's value (BigText, a big
     statement's: protocol/pgwire/statements.py) goes into a string column as its UTF-8 pieces,
     never as one str; into any other type it does not convert as it is (TypeError)."""
@@ -314,21 +314,16 @@ def plain_column(values: list[Any], target: pa.DataType, params: dict[str, Any] 
             return None
         taken = [params[v.name] if isinstance(v, Param) else v for v in taken]
     try:
-        return _column(taken, target)
+        return arrow_column(taken, target)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
         return None
-
-
-def cast_type(name: str) -> Any:
-    """The sqlglot type a lexer-read cast names, as the parser reads it (None if it is none)."""
-    return _cast_type(name)
 
 
 def _token_constant(value: Any, target: pa.DataType) -> Any:
     if value is DEFAULT or isinstance(value, Expression):
         return _NOT_PLAIN  # (computed: engine/dml/constant_rows.py)
     if isinstance(value, Cast):  # (taken as `_uncast` takes a tree's)
-        to = _cast_type(value.type)
+        to = cast_type(value.type)
         accepts = _CAST_TYPES.get(to.this) if to is not None and not to.expressions else None
         if accepts is None or not accepts(target):
             return _NOT_PLAIN

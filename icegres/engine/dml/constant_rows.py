@@ -35,7 +35,7 @@ from sqlglot import exp
 
 from icegres.engine.assign import assigned, check_assignable, is_untyped, write_schema
 from icegres.engine.dml.target import collect
-from icegres.engine.insert_shape import cast_type, plain_column
+from icegres.engine.insert_shape import arrow_column, cast_type, plain_column
 from icegres.pg.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, PgError
 from icegres.sql.parse import parse
 from icegres.sql.values_rows import DEFAULT, Cast, ConstantRows, Expression
@@ -53,7 +53,6 @@ _COLUMN_CASTS = frozenset({_T.SMALLINT, _T.INT, _T.BIGINT, _T.DECIMAL, _T.DOUBLE
 _INTEGER = re.compile(rb"[+-]?[0-9]+")
 _INT64 = range(-(1 << 63), 1 << 63)
 _DECIMAL_DIGITS_MAX = 38
-_CHUNK = 1 << 16  # (items per pyarrow call: each call holds the GIL)
 
 
 def table(qctx: QueryContext, rows: ConstantRows, columns: list[str], plan: ReadPlan,
@@ -100,9 +99,7 @@ def table(qctx: QueryContext, rows: ConstantRows, columns: list[str], plan: Read
         for i, computed in zip(casts, cast.columns, strict=True):
             check_assignable(names[i], computed.type, types[names[i]])
             arrays[i] = computed
-    if not arrays:
-        return pa.table({"n": pa.nulls(rows.count)}).drop_columns(["n"])
-    return pa.Table.from_arrays(arrays, names=names)
+    return pa.Table.from_arrays(arrays, names=names)  # (no column: `defaults.fill` is told the count)
 
 
 def _computed(qctx: QueryContext, expression: str, count: int) -> tuple[pa.ChunkedArray, bool]:
@@ -146,9 +143,9 @@ def _typed(values: list[Any]) -> tuple[pa.Array, exp.DataType | None] | None:
         values = [v.value if isinstance(v, Cast) else None for v in values]
     kinds = {type(v) for v in values if v is not None}
     if kinds <= {str}:
-        array = _array(values, pa.string())
+        array = arrow_column(values, pa.string())
     elif kinds == {bool}:
-        array = _array(values, pa.bool_())
+        array = arrow_column(values, pa.bool_())
     elif kinds == {bytes}:
         array = _numbers(values)
     else:
@@ -184,7 +181,7 @@ def _numbers(values: list[bytes | None]) -> pa.Array | None:
     if all(v is None or _INTEGER.fullmatch(v) for v in values):
         integers = [None if v is None else int(v) for v in values]
         if all(v is None or v in _INT64 for v in integers):
-            return _array(integers, pa.int64())
+            return arrow_column(integers, pa.int64())
     decimals = [None if v is None else Decimal(v.decode()) for v in values]
     scale = whole = 0
     for value in decimals:
@@ -195,13 +192,7 @@ def _numbers(values: list[bytes | None]) -> pa.Array | None:
             whole = max(whole, len(digits) + exponent)
     if whole + scale > _DECIMAL_DIGITS_MAX:
         return None  # (beyond DataFusion's decimals: the parse plans it as float64, as before)
-    return _array(decimals, pa.decimal128(max(whole + scale, 1), scale))
-
-
-def _array(values: list[Any], dtype: pa.DataType) -> pa.Array:
-    if len(values) <= _CHUNK:
-        return pa.array(values, type=dtype)
-    return pa.concat_arrays([pa.array(values[i:i + _CHUNK], type=dtype) for i in range(0, len(values), _CHUNK)])
+    return arrow_column(decimals, pa.decimal128(max(whole + scale, 1), scale))
 
 
 def _cast(qctx: QueryContext, arrays: list[pa.Array], types: list[exp.DataType]) -> pa.Table:
