@@ -51,7 +51,11 @@ def conn(server: IcegresServer) -> psycopg.Connection:
 
 class Reader:
     """Reads the table over and over in a thread of its own: every answer must be the prefix
-    0..n-1 the single writer has written so far (no row lost, none twice), n never going back."""
+    0..n-1 the single writer has written so far (no row lost, none twice), n never going back.
+    It pauses between reads, as a dashboard polls: a foreground that is never quiet defers each
+    job by the scheduler's longest deferral (30 s), which would only make the test slow."""
+
+    PAUSE_S = 0.2
 
     def __init__(self, server: IcegresServer, table: str) -> None:
         self.server, self.table = server, table
@@ -82,6 +86,7 @@ class Reader:
                     assert n >= self.seen, f"{n} rows after {self.seen}: rows went missing"
                     self.seen = n
                     self.reads += 1
+                    self._stop.wait(self.PAUSE_S)
         except BaseException as exc:  # noqa: BLE001 - re-raised by __exit__
             self.failure = exc
 
@@ -178,6 +183,7 @@ def test_two_servers_never_maintain_one_table_at_once(tmp_path: Path) -> None:
                         c.execute("insert into demo.shared values (%s)", (rows,))
                         rows += 1
                 time.sleep(1.0)
+                print(round(time.monotonic() - deadline + 150, 1), metrics(a), metrics(b), flush=True)
             for c in (ca, cb):
                 assert c.execute("select count(*), sum(id), count(distinct id) from demo.shared").fetchone() == \
                     (rows, rows * (rows - 1) // 2, rows)

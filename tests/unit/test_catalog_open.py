@@ -12,20 +12,36 @@ from icegres.engine import catalog
 
 pytestmark = pytest.mark.unit
 
-_OPEN = "import sys; from pathlib import Path; from icegres.engine.catalog import Lakehouse; Lakehouse.embedded(Path(sys.argv[1]))"
+# Each process imports once, then opens the directory named by every line it reads: the six
+# opens of a round start together, not spread over each process's second of imports.
+_OPEN = ("import sys; from pathlib import Path; from icegres.engine.catalog import Lakehouse\n"
+         "for line in sys.stdin:\n"
+         "    Lakehouse.embedded(Path(line.strip()))\n"
+         "    print('opened', flush=True)\n")
 
 
 def test_processes_opening_a_fresh_data_directory_together_all_open_it(tmp_path: Path) -> None:
     # Before: both probes found no tables, both created them, and the second CREATE TABLE failed
     # ("table iceberg_tables already exists"); 5 of 90 such opens failed here (15 rounds of 6).
     root = Path(__file__).resolve().parents[2]
-    for round_ in range(5):
-        data_dir = tmp_path / f"lake{round_}"
-        procs = [subprocess.Popen([sys.executable, "-c", _OPEN, str(data_dir)], cwd=root, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    procs = [subprocess.Popen([sys.executable, "-c", _OPEN], cwd=root, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    try:
+        for round_ in range(8):
+            data_dir = tmp_path / f"lake{round_}"
+            for proc in procs:
+                proc.stdin.write(f"{data_dir}\n")
+                proc.stdin.flush()
+            for proc in procs:
+                assert proc.stdout.readline() == "opened\n", proc.communicate(timeout=60)[1][-2000:]
         for proc in procs:
-            _, err = proc.communicate(timeout=120)
+            _, err = proc.communicate(timeout=60)
             assert proc.returncode == 0, err[-2000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def test_the_open_is_retried_only_after_another_process_created_the_tables() -> None:
