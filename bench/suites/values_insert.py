@@ -8,7 +8,10 @@ and builds the rows straight into Arrow when every constant means one thing for 
 (engine/insert_shape.py). The typed statement is what that recipe does not take: a table with a
 CHECK and a DEFAULT, rows with a cast to varchar(20), a number numeric(10,2) rounds, now() and
 DEFAULT in every row; icegres makes each column a typed Arrow column (engine/dml/constant_rows.py;
-before, it parsed the whole text and planned a VALUES of every row). PostgreSQL parses and
+before, it parsed the whole text and planned a VALUES of every row). The expressions statement's
+rows compute an item each (`'name ' || i`, `md5('row i')`), as scripts write them; icegres
+evaluates each column's one expression over a column of the constants that differ
+(sql/values_template.py; before, it parsed the whole text). PostgreSQL parses and
 inserts into a heap table. All in autocommit, one psycopg connection each, peers alternating
 first round by round; each peer's tables grow over the run (an append either way). Figures:
 seconds per statement and rows per second.
@@ -35,18 +38,23 @@ from bench.harness import (
 
 ICE, BEFORE, POSTGRES = "icegres", "icegres before", "postgres"
 TYPED = "10,000 rows typed: CHECK, DEFAULT, ::varchar(20), numeric rounding, now()"
+EXPR = "10,000 rows of expressions differing in a constant: 'name ' || i, md5('row i')"
 # (label, rows, what follows the rows): RETURNING id is Django's bulk_create on PostgreSQL
 KINDS = (("1,000 rows", 1_000, ""), ("10,000 rows", 10_000, ""),
-         ("10,000 rows RETURNING id", 10_000, " returning id"), (TYPED, 10_000, ""))
+         ("10,000 rows RETURNING id", 10_000, " returning id"), (TYPED, 10_000, ""), (EXPR, 10_000, ""))
 CREATES = ("create table bench_values (id int, name text, price double precision, ok boolean)",
            "create table bench_typed (id int check (id >= 0), name varchar(20), price numeric(10,2), "
-           "seen timestamptz, note text default 'none')")
+           "seen timestamptz, note text default 'none')",
+           "create table bench_expr (id int, name text, digest text)")
 
 
 def statement(rows: int, start: int, tail: str = "", label: str = "") -> str:
     if label == TYPED:
         return "insert into bench_typed values " + ", ".join(
             f"({i}, 'name {i:08d}'::varchar(20), {i}.125, now(), DEFAULT)" for i in range(start, start + rows)) + tail
+    if label == EXPR:
+        return "insert into bench_expr values " + ", ".join(
+            f"({i}, 'name ' || {i}, md5('row {i}'))" for i in range(start, start + rows)) + tail
     return "insert into bench_values values " + ", ".join(
         f"({i}, 'name {i:08d}', {i}.5, {'true' if i % 2 else 'false'})" for i in range(start, start + rows)) + tail
 
@@ -107,7 +115,9 @@ def run(opts: Any) -> list[dict[str, Any]]:
                 for p, c in conns.items():
                     counts[p] = (c.execute("select count(*), sum(id) from bench_values").fetchone(),
                                  c.execute("select count(*), sum(id), sum(price), count(*) filter (where note = 'none') "
-                                           "from bench_typed").fetchone())
+                                           "from bench_typed").fetchone(),
+                                 c.execute("select count(*), sum(id), count(*) filter (where name = 'name ' || id "
+                                           "and digest = md5('row ' || id)) from bench_expr").fetchone())
             finally:
                 for c in conns.values():
                     c.close()
@@ -129,7 +139,7 @@ def run(opts: Any) -> list[dict[str, Any]]:
             rows.append([label if peer == ICE else "", peer, f"{median(values):.3f}",
                          f"{percentile(values, 95):.3f}", f"{n / median(values):,.0f}",
                          f"{mine:.1f}x" if peer != POSTGRES and mine else ""])
-        if ratio and label != TYPED:
+        if ratio and label not in (TYPED, EXPR):
             gate[f"values insert {label.replace(',', '')}: icegres/postgres"] = ratio
     report.update(
         title="values_insert: one INSERT … VALUES of constants, icegres vs PostgreSQL",
@@ -137,7 +147,8 @@ def run(opts: Any) -> list[dict[str, Any]]:
             "Statement": "insert into bench_values values (i, 'name i', i.5, true|false), … "
                          f"({', '.join(label for label, _, _ in KINDS[:3])}); typed: insert into bench_typed "
                          "values (i, 'name i'::varchar(20), i.125, now(), DEFAULT), … into (id int check (id >= 0), "
-                         "name varchar(20), price numeric(10,2), seen timestamptz, note text default 'none')",
+                         "name varchar(20), price numeric(10,2), seen timestamptz, note text default 'none'); "
+                         "expressions: insert into bench_expr values (i, 'name ' || i, md5('row i')), …",
             "Peers": f"`icegres serve` on an embedded lake and PostgreSQL {pg_version}, psycopg, autocommit"
                      + (f"; `icegres before` = the checkout {opts.before} (commit {git_commit(Path(opts.before))})"
                         if opts.before else ""),
@@ -154,8 +165,10 @@ def run(opts: Any) -> list[dict[str, Any]]:
                            "such a tail too (20,000 rows with RETURNING id: 1.5 s, now 0.23 s). The typed "
                            "statement's columns are made typed Arrow columns (engine/dml/constant_rows.py): "
                            "the cast and now() computed by DataFusion over a column, the numbers as an exact "
-                           "decimal, DEFAULT filled, the CHECK evaluated; `icegres before`, where given, "
-                           "parsed its whole text and planned a VALUES of every row."]}],
+                           "decimal, DEFAULT filled, the CHECK evaluated. The expressions' rows differ in a "
+                           "constant only: each column is one expression evaluated over a column of the "
+                           "constants that differ (sql/values_template.py). `icegres before`, where given, "
+                           "shows what its checkout does (commit 9f155af parsed the expressions' whole text)."]}],
         samples=samples, errors=errors, mismatches=mismatches, gate=gate,
     )
     write_report(report, opts.write)
