@@ -241,6 +241,31 @@ def test_a_big_values_list_the_recipe_does_not_take_means_what_postgresql_reads(
         ig.execute("drop table if exists dd.nw")
 
 
+def test_values_rows_mixing_strings_with_numbers_are_assigned_item_by_item(
+        icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
+    """PostgreSQL assigns each item of an INSERT's VALUES to its column apart: a column holding
+    strings beside numbers or booleans is not one type across the rows (`('x'), (5)` into text
+    was 22P02), and the columns the statement leaves out take their defaults however the rows
+    were planned. Rows, RETURNING rows, tags and SQLSTATEs as PostgreSQL's."""
+    script = """
+        create table dd.m (s text, i int default 9, b boolean, n numeric(6,2), d date)
+        insert into dd.m (s) values ('x'), (5)
+        insert into dd.m (s) values ('x'), (true), (1.50), (-2)
+        insert into dd.m (i) values ('7'), (5)
+        insert into dd.m (b) values ('yes'), (true), ('off')
+        insert into dd.m (n) values ('1.555'), (2), ('3'), (-4.5)
+        insert into dd.m (s) values (1.50), (-2), (1e3), (0.125)
+        insert into dd.m (n) values (1.5), (2.25), (3)
+        insert into dd.m (s, n) values ('x', 1), (5, '2'), ('y', '3.5') returning s, n, i
+        insert into dd.m (s) values ('a'), (1), ('b'), (2) returning s
+        insert into dd.m (n) values ('x'), (5)
+        insert into dd.m (i) values ('1'), (2.5), ('x')
+        insert into dd.m (d) values (date '2024-01-01'), ('2024-01-02')
+        insert into dd.m (d, s) values (date '2024-01-03', 'p'), ('2024-01-04', 'q') returning d, s, i
+    """
+    _play(icegres, real_postgres, script, ("dd.m",))
+
+
 def test_big_values_rows_of_one_expression_differing_in_constants_mean_what_postgresql_reads(
         icegres: IcegresServer, real_postgres: Any) -> None:  # noqa: F811
     """Rows whose expressions differ only in their constants (`'name ' || 1`, `'name ' || 2`):

@@ -7,8 +7,10 @@ that hold subqueries as SELECTs and integer arithmetic bounded against overflow)
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
@@ -71,6 +73,9 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
         source = _distinct_names(_bounded_source(qctx, tree, params))
         # (a big value kept a parameter is read from a table joined to a SELECT: a VALUES row has no FROM)
         query = _values_as_selects(source, has_big(params))
+        if isinstance(query, exp.Values) and (groups := _kind_groups(query)) is not None:
+            return key, _rows_in_groups(qctx, query, groups, columns, isinstance(tree.this, exp.Schema), plan, key,
+                                        params), None
         # Outside a transaction block the source also sees the write buffer's acked rows.
         with qctx.buffered_reads(qctx.buffered_entries_of(query)):
             try:
@@ -79,7 +84,8 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
                 if not (isinstance(source, exp.Values) and "Inconsistent data type across values list" in str(err)):
                     raise
                 explicit = isinstance(tree.this, exp.Schema)
-                return key, _rows_one_by_one(qctx, source, columns, explicit, plan, key, params), None
+                groups = [[r] for r in range(len(source.expressions))]
+                return key, _rows_in_groups(qctx, source, groups, columns, explicit, plan, key, params), None
             columns = _targets(columns, isinstance(tree.this, exp.Schema), len(planned.df.schema()))
             if isinstance(source, exp.Values):
                 _check_assignable(qctx, source, columns, planned.df.schema(), plan, params)
@@ -88,18 +94,73 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
     return key, checks.conform(qctx, data, plan, key), None
 
 
-def _rows_one_by_one(qctx: QueryContext, source: exp.Values, columns: list[str], explicit: bool, plan: ReadPlan,
-                     key: Key, params: dict[str, Any] | None) -> pa.Table:
-    """The rows of a VALUES list DataFusion cannot give one type per column, each planned alone
-    and assigned to the columns' types: PostgreSQL reads `(date '2024-01-01'), ('2024-01-02')` as
-    two dates (an untyped literal takes the other rows' type), where DataFusion finds Date32 and
-    Utf8 "inconsistent". Each row's text then goes through the column type's input function."""
-    tables = []
-    for row in source.expressions:
-        data = collect(qctx.plan_tree(_row_select(row), params))
-        names = _targets(columns, explicit, data.num_columns)
-        tables.append(checks.conform(qctx, data.rename_columns(names), plan, key))
-    return pa.concat_tables(tables)
+def _kind_groups(source: exp.Values) -> list[list[int]] | None:
+    """The rows of a VALUES list grouped by the kinds of their constants, where a column holds
+    constants of several kinds (untyped strings, booleans, integers, numerics of each scale);
+    else None. PostgreSQL assigns an INSERT's
+    VALUES items one by one to their columns (transformInsertRow): `('x'), (5)` into a text
+    column stores 'x' and '5', and `('1.555'), (2)` into a numeric(6,2) 1.56 and 2.00, where one
+    VALUES type for the column (DataFusion's) would read 'x' or '1.555' as a number: 22P02."""
+    def kind(item: exp.Expression) -> str | None:
+        value = item.this if isinstance(item, exp.Neg) else item
+        if isinstance(value, exp.Boolean):
+            return "boolean"
+        if isinstance(value, exp.Literal) and not value.is_string:
+            return _number_kind(str(value.this))
+        return "string" if is_untyped(value) and not isinstance(value, exp.Null) else None
+
+    rows = [row.expressions for row in source.expressions]
+    if len(rows) < 2 or len({len(items) for items in rows}) != 1:
+        return None  # (rows of different widths: the plan's 42601)
+    mixed = [i for i in range(len(rows[0])) if len({kind(items[i]) for items in rows} - {None}) > 1]
+    if not mixed:
+        return None
+    groups: dict[tuple[str | None, ...], list[int]] = {}
+    for r, items in enumerate(rows):
+        groups.setdefault(tuple(kind(items[i]) for i in mixed), []).append(r)
+    return list(groups.values())
+
+
+def _number_kind(text: str) -> str:
+    """An integer, or a numeric of its scale: PostgreSQL's type for the literal, which is what a
+    text column stores of it (`1.50` is '1.50' and `-2` '-2', where one VALUES type is '-2.00')."""
+    if "." not in text and "e" not in text.lower():
+        return "integer"
+    try:
+        exponent = Decimal(text).as_tuple().exponent
+    except ArithmeticError:
+        return "numeric"
+    return f"numeric({max(-exponent, 0) if isinstance(exponent, int) else 0})"
+
+
+def _rows_in_groups(qctx: QueryContext, source: exp.Values, groups: list[list[int]], columns: list[str],
+                    explicit: bool, plan: ReadPlan, key: Key, params: dict[str, Any] | None) -> pa.Table:
+    """The rows of a VALUES list one type per column cannot hold, each group of rows planned as
+    its own VALUES (a row alone as a SELECT), assigned to the columns' types and its defaults
+    filled, then put back in the list's order (RETURNING answers in it). Groups: `_kind_groups`,
+    or a row each where DataFusion finds the column's types "inconsistent" — PostgreSQL reads
+    `(date '2024-01-01'), ('2024-01-02')` as two dates (an untyped literal takes the other rows'
+    type); each row's text then goes through the column type's input function."""
+    tables, order = [], []
+    for rows in groups:
+        if len(rows) == 1:
+            query = _row_select(source.expressions[rows[0]])
+        else:  # (under an INSERT, as the rewrite reads the numbers of an INSERT's VALUES: numeric)
+            query = exp.Insert(expression=exp.Values(expressions=[source.expressions[r].copy() for r in rows]))
+            query = query.expression
+        planned = qctx.plan_tree(query, params)
+        names = _targets(columns, explicit, len(planned.df.schema()))
+        if isinstance(query, exp.Values):
+            _check_assignable(qctx, query, names, planned.df.schema(), plan, params)
+        data = defaults.fill(qctx, plan, collect(planned).rename_columns(names))
+        tables.append(checks.conform(qctx, data, plan, key))
+        order.extend(rows)
+    table = pa.concat_tables(tables)
+    if order == sorted(order):
+        return table
+    places = np.empty(len(order), dtype=np.int64)
+    places[np.asarray(order, dtype=np.int64)] = np.arange(len(order), dtype=np.int64)
+    return table.take(pa.array(places))
 
 
 def _check_assignable(qctx: QueryContext, source: exp.Values, columns: list[str], planned: pa.Schema,
