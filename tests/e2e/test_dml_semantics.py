@@ -275,7 +275,7 @@ def test_big_values_rows_of_one_expression_differing_in_constants_mean_what_post
     r = _repeated
     c = "insert into dd.e"
     lines = [
-        "create table dd.e (id int, t text, n numeric(8,2), d double precision, b boolean, dt date)",
+        "create table dd.e (id int, t text, n numeric(8,2), d double precision, b boolean, dt date, g bigint)",
         r(f"{c} (id, t)", "({i}, md5('row {i}'))"),
         r(f"{c} (id, t)", "({i}, upper('a{i}') || lower('B') || 'it''s {i}')"),
         r(f"{c} (id, t)", "({i}, concat('x', {i}, 'y'))"),
@@ -294,6 +294,8 @@ def test_big_values_rows_of_one_expression_differing_in_constants_mean_what_post
         r(f"{c} (id, n)", "({i}, {i} / ({i} - 3))"),  # 22012 in the row of 3: nothing stored
         r(f"{c} (id, n)", "({i}, 'a' || {i})"),  # 42804: text into numeric
         r(f"{c} (id, n)", "({i}, {i} * 1000000)"),  # 22003: numeric(8,2) overflows
+        r(f"{c} (id, g)", "({i}, 9223372036854775000 + {i} * 10)"),  # 22003: bigint overflows, never wraps
+        r(f"{c} (id, g)", "({i}, 9223372036854775000 + {i})"),
     ]
     assert all(len(line) > 2048 for line in lines if line.startswith("insert"))
     _play(icegres, real_postgres, "\n".join(lines), ("dd.e",))

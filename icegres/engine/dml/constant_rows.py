@@ -38,9 +38,15 @@ import pyarrow as pa
 from sqlglot import exp
 
 from icegres.engine.assign import assigned, check_assignable, is_untyped, write_schema
+from icegres.engine.checked_arith import arithmetic_nodes, check_overflow
 from icegres.engine.dml.target import collect
 from icegres.engine.insert_shape import arrow_column, cast_type, plain_column
-from icegres.pg.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, PgError
+from icegres.pg.errors import (
+    FEATURE_NOT_SUPPORTED,
+    NUMERIC_VALUE_OUT_OF_RANGE,
+    SYNTAX_ERROR,
+    PgError,
+)
 from icegres.sql import values_template
 from icegres.sql.parse import parse
 from icegres.sql.values_rows import DEFAULT, Cast, ConstantRows, Expression
@@ -178,13 +184,31 @@ def _templated(qctx: QueryContext, shape: values_template.Template | None, count
         arrays.append(pa.array(slot.values, type=_SLOT_TYPES[type(slot.values[0])]))
     source = _in_order(qctx, "constant_rows_slots", arrays, names)
     try:
+        value = _bounded(qctx, value, source)
         computed = collect(qctx.plan_tree(exp.select(exp.alias_(value, "v", quoted=True)).from_(source).order_by(_ROW),
                                           None))
     except PgError as err:
         if err.sqlstate[:2] in ("53", "57"):
             raise  # (out of memory, a cancel: not the shape's fault)
+        if err.sqlstate == NUMERIC_VALUE_OUT_OF_RANGE:
+            # A bigint the row's literals overflow too, as PostgreSQL's int4/int8 do: the parse
+            # would wrap it (docs/limitations.md, "Integer overflow wraps").
+            raise
         return None
     return computed.column(0) if computed.num_rows == count else None
+
+
+def _bounded(qctx: QueryContext, value: exp.Expression, source: exp.Table) -> exp.Expression:
+    """`value` with its integer `+ - *` computed so that overflow is 22003 (checked_arith.py),
+    not a wrapped bigint: DataFusion's kernels wrap over a column, where the literals' rows were
+    the parse's to evaluate."""
+    nodes = arithmetic_nodes(value)
+    if not nodes:
+        return value
+    wrapper = exp.select(value)  # (a parent for the replacements of a value that is one node)
+    probe = exp.select(*(exp.alias_(node.copy(), f"_{i}", quoted=True) for i, node in enumerate(nodes))).from_(source)
+    check_overflow(nodes, [f.type for f in qctx.plan_tree(probe, None).df.schema()])
+    return wrapper.expressions[0]
 
 
 def _opaque(node: exp.Expression, kinds: tuple[type, ...]) -> bool:
