@@ -31,6 +31,8 @@ Why it is shaped this way:
   skips the table this round) instead of starting another observation period. The observer reads
   again every quarter of the record's ttl, so a live holder's renewal makes it Busy within about
   half a ttl, and a release lets it acquire at once, instead of either waiting out the period.
+  (At least every `poll_max_s` too: a maintenance job takes seconds, not a quarter of a minute,
+  and a server that waited 15 s to see it released lost its turn to the holder's next job.)
 - **An unknown swap outcome is resolved by reading**, never by swapping again blind: every swap has
   its own token, and a read that shows a token of this run says which swap landed (and so from which
   send time its deadline runs). A record of this run whose deadline already passed is nobody's: this
@@ -124,7 +126,8 @@ class Config:
     drift: float = 0.05  # every server's monotonic clock runs at 1 +- drift of real time
     margin_s: float = 1.0  # added to a takeover's observation period (scheduling slack)
     renew_fraction: float = 1 / 3  # renew this far into the usable lease (ttl * (1 - drift))
-    poll_fraction: float = 1 / 4  # observing, read again every this much of the record's ttl
+    poll_fraction: float = 1 / 4  # observing, read again every this much of the record's ttl,
+    poll_max_s: float = 2.0  # and at least this often: a job ends and releases in seconds
     max_attempts: int = 5  # failed reads, swaps refused before sending or unanswered, in one run
     backoff_s: float = 0.2
     backoff_max_s: float = 5.0
@@ -380,7 +383,7 @@ def _on_read(state: State, event: LeaseRead) -> tuple[State, list[Effect]]:
         return _swap(state, at, Phase.ACQUIRING, Acquire, lease, epoch=lease.epoch + 1)
     # Read again before the period is over, so that a renewal (busy) or a release (free) is seen
     # within a fraction of a ttl, not at its end.
-    until = min(since + c.observation_s(lease.ttl_s), at + lease.ttl_s * c.poll_fraction)
+    until = min(since + c.observation_s(lease.ttl_s), at + min(lease.ttl_s * c.poll_fraction, c.poll_max_s))
     return replace(state, phase=Phase.OBSERVING), [Wait(until)]
 
 
