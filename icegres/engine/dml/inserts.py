@@ -2,7 +2,9 @@
 
 `VALUES` of parameters and constants go straight into Arrow from a recipe (insert_shape.py);
 anything else is planned as a query over the transaction's view (its source, with VALUES rows
-that hold subqueries as SELECTs and integer arithmetic bounded against overflow).
+that hold subqueries as SELECTs and integer arithmetic bounded against overflow). A VALUES list
+whose column holds constants of several kinds is planned in groups of rows of one kind each,
+as PostgreSQL assigns each item to its column apart (`_kind_groups`).
 """
 
 from __future__ import annotations
@@ -97,10 +99,10 @@ def rows_of_insert(qctx: QueryContext, txn: TxnState, tree: exp.Insert,
 def _kind_groups(source: exp.Values) -> list[list[int]] | None:
     """The rows of a VALUES list grouped by the kinds of their constants, where a column holds
     constants of several kinds (untyped strings, booleans, integers, numerics of each scale);
-    else None. PostgreSQL assigns an INSERT's
-    VALUES items one by one to their columns (transformInsertRow): `('x'), (5)` into a text
-    column stores 'x' and '5', and `('1.555'), (2)` into a numeric(6,2) 1.56 and 2.00, where one
-    VALUES type for the column (DataFusion's) would read 'x' or '1.555' as a number: 22P02."""
+    else None. PostgreSQL assigns an INSERT's VALUES items one by one to their columns
+    (transformInsertRow): `('x'), (5)` into a text column stores 'x' and '5', and `('1.555'),
+    (2)` into a numeric(6,2) 1.56 and 2.00, where one VALUES type for the column (DataFusion's)
+    would read 'x' or '1.555' as a number: 22P02."""
     def kind(item: exp.Expression) -> str | None:
         value = item.this if isinstance(item, exp.Neg) else item
         if isinstance(value, exp.Boolean):
