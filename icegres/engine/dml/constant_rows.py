@@ -117,21 +117,30 @@ def table(qctx: QueryContext, rows: ConstantRows, columns: list[str], plan: Read
     return pa.Table.from_arrays(arrays, names=names)  # (no column: `defaults.fill` is told the count)
 
 
+_ITEM_PREFIX = "SELECT "  # (a node's meta start counts from the start of this made-up statement)
+
+
+def _item(expression: str) -> exp.Expression:
+    """A VALUES item's text as the expression it is (the parse's shared tree: copy to change),
+    or PgError: 42601 for one that is not exactly one expression (`1 AS x`, `1 WHERE …`)."""
+    try:
+        item = parse(f"{_ITEM_PREFIX}{expression}")
+    except PgError as err:
+        err.position = None  # (it would count within the made-up SELECT)
+        raise
+    if not isinstance(item, exp.Select) or len(item.expressions) != 1 or isinstance(item.expressions[0], exp.Alias) \
+            or any(v for k, v in item.args.items() if k != "expressions"):
+        raise PgError(SYNTAX_ERROR, "syntax error in a VALUES item")
+    return item.expressions[0]
+
+
 def _computed(qctx: QueryContext, expression: str, count: int) -> tuple[pa.ChunkedArray, bool]:
     """An expression every row has (`now()`, `gen_random_uuid()`), evaluated once per row in one
     query, as the planned VALUES evaluates it: a volatile one differs per row, `now()` is one
     instant. A column name in it is not found (42703), as in VALUES, which has no FROM. And
     whether it is typed: a literal the lexer left to the parser (`E'5'`, `U&'…'`) is untyped to
     PostgreSQL, assigned through its column type's input function, never 42804."""
-    try:
-        item = parse(f"SELECT {expression}")
-    except PgError as err:
-        err.position = None  # (it would count within the made-up SELECT)
-        raise
-    if not isinstance(item, exp.Select) or len(item.expressions) != 1 or isinstance(item.expressions[0], exp.Alias) \
-            or any(v for k, v in item.args.items() if k != "expressions"):
-        raise PgError(SYNTAX_ERROR, "syntax error in a VALUES item")  # (`1 AS x`, `1 WHERE …`)
-    value = item.expressions[0]
+    value = _item(expression)
     if value.find(exp.AggFunc) is not None:
         raise PgError("42803", "aggregate functions are not allowed in VALUES")
     if value.find(exp.Window) is not None:
@@ -164,19 +173,15 @@ def _templated(qctx: QueryContext, shape: values_template.Template | None, count
     if shape is None:
         return None
     try:
-        item = parse(f"SELECT {shape.text}")
+        value = _item(shape.text).copy()  # (the parse's tree is shared)
     except PgError:
         return None
-    if not isinstance(item, exp.Select) or len(item.expressions) != 1 or isinstance(item.expressions[0], exp.Alias) \
-            or any(v for k, v in item.args.items() if k != "expressions"):
-        return None
-    value = item.expressions[0].copy()  # (the parse's tree is shared)
     if value.find(exp.AggFunc, exp.Window) is not None or isinstance(value.unnest(), exp.Literal):
         return None
     literals = {node.meta.get("start"): node for node in value.find_all(exp.Literal)}
     names, arrays = [], []
     for k, slot in enumerate(shape.slots):
-        node = literals.get(slot.offset + len("SELECT "))
+        node = literals.get(slot.offset + len(_ITEM_PREFIX))
         if node is None or not _opaque(node, _OPAQUE_TO_INTEGERS if type(slot.values[0]) is int else _OPAQUE):
             return None
         names.append(f"_icegres_slot{k}")
@@ -260,9 +265,15 @@ def _mixed(values: list[Any], field: pa.Field, zone: str) -> pa.ChunkedArray | N
             return None
         parts.extend(assigned(pa.chunked_array([made[0]]), field, zone).chunks)
         order.extend(positions)
-    places = np.empty(len(order), dtype=np.int64)
-    places[np.asarray(order, dtype=np.int64)] = np.arange(len(order), dtype=np.int64)
-    return pa.chunked_array([pa.concat_arrays(parts).take(pa.array(places))])
+    return pa.chunked_array([pa.concat_arrays(parts).take(back_in_order(order))])
+
+
+def back_in_order(order: list[int]) -> pa.Array:
+    """Where each row of a list went, for `take` to put back in order parts made in the order
+    `order` names them (part rows, concatenated: `order[i]` is the list row of the i-th)."""
+    where = np.empty(len(order), dtype=np.int64)
+    where[np.asarray(order, dtype=np.int64)] = np.arange(len(order), dtype=np.int64)
+    return pa.array(where)
 
 
 def _numbers(values: list[bytes | None]) -> pa.Array | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
@@ -160,9 +159,7 @@ def _rows_in_groups(qctx: QueryContext, source: exp.Values, groups: list[list[in
     table = pa.concat_tables(tables)
     if order == sorted(order):
         return table
-    places = np.empty(len(order), dtype=np.int64)
-    places[np.asarray(order, dtype=np.int64)] = np.arange(len(order), dtype=np.int64)
-    return table.take(pa.array(places))
+    return table.take(constant_rows.back_in_order(order))
 
 
 def _check_assignable(qctx: QueryContext, source: exp.Values, columns: list[str], planned: pa.Schema,
